@@ -1,0 +1,36 @@
+# Every target has a one-line help after '##'; `make help` lists them.
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 30s
+BENCH    ?= .
+
+.DEFAULT_GOAL := help
+.PHONY: help build test ci bench fuzz lint
+
+help: ## list the targets
+	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## compile every package
+	$(GO) build $(PKGS)
+
+test: ## run the unit tests, fuzz seed corpora and in-process cluster tests
+	$(GO) test -count=1 $(PKGS)
+
+ci: lint ## what CI runs: lint, then every test with the race detector
+	$(GO) test -count=1 -race -timeout 20m $(PKGS)
+
+bench: ## run the benchmarks (BENCH=regexp to pick), 5 rounds each for medians
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$target"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+lint: ## go vet, and fail if gofmt would change a file
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

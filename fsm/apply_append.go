@@ -1,0 +1,44 @@
+package fsm
+
+import (
+	"github.com/qmqgo/qmq/logs"
+)
+
+// applyAppend appends each message to the message log and its subject's
+// consume log, unless its id was appended within the dedup window.
+func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
+	now := f.st.stamp(c.Now)
+	f.dedup.expire(now)
+	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
+	for i, m := range c.Messages {
+		if err := CheckName("subject", m.Subject); err != nil {
+			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: err}
+			continue
+		}
+		if off, dup := f.isDuplicate(m.ID); dup {
+			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
+			continue
+		}
+		m.Index, m.AppendedAt = index, now
+		off, size, err := f.store.messages.Append(m)
+		must(0, err)
+		cl := must(f.store.createConsumeLog(m.Subject))
+		seq := must(cl.Append(logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
+		f.dedup.add(m.ID, now, seen{offset: off, size: size})
+		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
+	}
+	f.retain(now)
+	return res
+}
+
+// isDuplicate reports whether id was appended within the window, and where.
+// The window holds hashes; a hit is confirmed by reading that message.
+func (f *FSM) isDuplicate(id string) (int64, bool) {
+	s, ok := f.dedup.lookup(id)
+	if !ok {
+		return 0, false
+	}
+	must(0, f.store.messages.Log().Flush())
+	prev := must(f.store.messages.Read(s.offset, s.size))
+	return s.offset, prev.ID == id
+}

@@ -1,0 +1,64 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// applyPull hands out entries to a consumer: first the group's redelivery
+// queue, then from the group's cursor, recording each in the pull log.
+func (f *FSM) applyPull(c *Pull) any {
+	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+		return err
+	}
+	if c.Max <= 0 {
+		return fmt.Errorf("%w: pull of %d entries", ErrInvalid, c.Max)
+	}
+	f.st.stamp(c.Now)
+	cl := f.store.consumeLog(c.Subject)
+	g := f.group(groupKey{c.Subject, c.Group}, cl)
+	cs := f.st.consumer(consumerKey{c.Subject, c.Group, c.Consumer}, true)
+	n := min(c.Max, f.cfg.MaxPull, f.cfg.MaxUnacked-cs.unacked())
+	res := &PullResult{}
+	if cl == nil || n <= 0 {
+		return res
+	}
+	start := cl.StartSeq()
+	for len(res.Entries) < n && len(g.redeliver) > 0 {
+		seq := g.redeliver[0]
+		g.redeliver = g.redeliver[1:]
+		if seq >= start { // older ones were removed by retention
+			res.Entries = append(res.Entries, f.hand(cs, seq))
+		}
+	}
+	g.cursor = max(g.cursor, start)
+	for end := cl.NextSeq(); len(res.Entries) < n && g.cursor < end; g.cursor++ {
+		res.Entries = append(res.Entries, f.hand(cs, g.cursor))
+	}
+	return res
+}
+
+// group returns the group's state, creating it at the start of the
+// subject's consume log: a new group gets every retained message.
+func (f *FSM) group(k groupKey, cl *logs.ConsumeLog) *group {
+	if g := f.st.groups[k]; g != nil {
+		return g
+	}
+	g := &group{}
+	if cl != nil {
+		g.cursor = cl.StartSeq()
+	}
+	f.st.groups[k] = g
+	return g
+}
+
+// hand gives consume-log sequence seq to consumer cs as its next pull
+// sequence.
+func (f *FSM) hand(cs *consumer, seq int64) Pulled {
+	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: cs.id, PullSeq: cs.next, ConsumeSeq: seq}))
+	cs.window = append(cs.window, pulled{consumeSeq: seq, pos: pos})
+	p := Pulled{PullSeq: cs.next, ConsumeSeq: seq}
+	cs.next++
+	return p
+}

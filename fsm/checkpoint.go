@@ -1,0 +1,209 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+)
+
+// checkpoint is the FSM's state at one applied index together with where
+// each log ended then. It is written durably at every snapshot (after the
+// logs were fsynced) and is the first part of every snapshot's manifest.
+//
+// Encoding (integers little-endian unless uvarint; strings uvarint-prefixed),
+// followed by a crc32c of everything before it:
+//
+//	version u8 | applied u64 | now i64 | message-end u64 | pull-end u64 | dedup-from i64 |
+//	subject-count uvarint | (subject, consume-end u64)…              sorted by subject
+//	group-count uvarint | (subject, group, cursor uvarint,
+//	                       redeliver-count uvarint, seq uvarint…)…   sorted by subject, group
+//	consumer-count uvarint | (subject, group, name, ack-pos uvarint, next uvarint,
+//	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
+type checkpoint struct {
+	st        *state
+	ends      *logEnds
+	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
+}
+
+const checkpointVersion = 1
+
+// Limits the decoder holds a checkpoint to.
+const (
+	maxCheckpointItems = 1 << 26
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBadCheckpoint means a checkpoint or snapshot manifest does not decode.
+var ErrBadCheckpoint = errors.New("fsm: malformed checkpoint")
+
+func (c *checkpoint) encode() []byte {
+	st := c.st
+	b := []byte{checkpointVersion}
+	b = binenc.AppendUint64(b, st.applied)
+	b = binenc.AppendUint64(b, uint64(st.now))
+	b = binenc.AppendUint64(b, uint64(c.ends.messages))
+	b = binenc.AppendUint64(b, uint64(c.ends.pulls))
+	b = binenc.AppendUint64(b, uint64(c.dedupFrom))
+	subjects := sortedKeys(c.ends.consume)
+	b = binenc.AppendUvarint(b, uint64(len(subjects)))
+	for _, s := range subjects {
+		b = binenc.AppendString(b, s)
+		b = binenc.AppendUint64(b, uint64(c.ends.consume[s]))
+	}
+	groups := st.sortedGroups()
+	b = binenc.AppendUvarint(b, uint64(len(groups)))
+	for _, k := range groups {
+		g := st.groups[k]
+		b = binenc.AppendString(b, k.subject)
+		b = binenc.AppendString(b, k.group)
+		b = binenc.AppendUvarint(b, uint64(g.cursor))
+		b = binenc.AppendUvarint(b, uint64(len(g.redeliver)))
+		for _, seq := range g.redeliver {
+			b = binenc.AppendUvarint(b, uint64(seq))
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(st.consumers)))
+	for _, c := range st.consumers {
+		b = appendNames(b, c.key.subject, c.key.group, c.key.name)
+		b = binenc.AppendUvarint(b, uint64(c.ackPos))
+		b = binenc.AppendUvarint(b, uint64(c.next))
+		b = binenc.AppendUvarint(b, uint64(len(c.window)))
+		for _, p := range c.window {
+			b = binenc.AppendUvarint(b, uint64(p.consumeSeq))
+			b = binenc.AppendUvarint(b, uint64(p.pos))
+			acked := byte(0)
+			if p.acked {
+				acked = 1
+			}
+			b = append(b, acked)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeCheckpoint(b []byte) (*checkpoint, error) {
+	if len(b) < 5 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrBadCheckpoint, len(b))
+	}
+	body := b[:len(b)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrBadCheckpoint)
+	}
+	r := binenc.NewReader(body)
+	if v := r.Byte(); v != checkpointVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", ErrBadCheckpoint, v)
+	}
+	st := newState()
+	st.applied = r.Uint64()
+	st.now = r.Int64()
+	c := &checkpoint{st: st, ends: &logEnds{consume: map[string]int64{}}}
+	c.ends.messages = r.Int64()
+	c.ends.pulls = r.Int64()
+	c.dedupFrom = r.Int64()
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		subject := r.String(MaxNameLen)
+		c.ends.consume[subject] = r.Int64()
+	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		k := groupKey{subject: r.String(MaxNameLen), group: r.String(MaxNameLen)}
+		g := &group{cursor: int64(r.Uvarint())}
+		m := r.Count(r.Remaining())
+		for i := 0; i < m && r.Err() == nil; i++ {
+			g.redeliver = append(g.redeliver, int64(r.Uvarint()))
+		}
+		st.groups[k] = g
+	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		s, g, name := readNames(r)
+		cs := st.consumer(consumerKey{s, g, name}, true)
+		cs.ackPos = int64(r.Uvarint())
+		cs.next = int64(r.Uvarint())
+		m := r.Count(r.Remaining())
+		for i := 0; i < m && r.Err() == nil; i++ {
+			cs.window = append(cs.window, pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1})
+		}
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// check refuses a checkpoint whose numbers contradict each other; a
+// decoder must not hand the FSM state it would later trip over.
+func (c *checkpoint) check() error {
+	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages {
+		return fmt.Errorf("%w: negative or inconsistent log ends", ErrBadCheckpoint)
+	}
+	for s, end := range c.ends.consume {
+		if CheckName("subject", s) != nil || end < 0 {
+			return fmt.Errorf("%w: consume log %q ends at %d", ErrBadCheckpoint, s, end)
+		}
+	}
+	for _, cs := range c.st.consumers {
+		if cs.ackPos < 0 || cs.next < cs.ackPos || cs.next-cs.ackPos != int64(len(cs.window)) {
+			return fmt.Errorf("%w: consumer %v: ack position %d, next %d, window %d", ErrBadCheckpoint, cs.key, cs.ackPos, cs.next, len(cs.window))
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// readCheckpoint reads dir's checkpoint; a missing one is the empty state.
+func readCheckpoint(dir string) (*checkpoint, error) {
+	b, err := os.ReadFile(filepath.Join(dir, checkpointFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return &checkpoint{st: newState(), ends: &logEnds{consume: map[string]int64{}}, dedupFrom: -1}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fsm: read checkpoint: %w", err)
+	}
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, checkpointFile), err)
+	}
+	return c, nil
+}
+
+// writeFileAtomic writes data to dir/name durably: a temporary file,
+// fsynced, renamed over the old one, and the directory fsynced.
+func writeFileAtomic(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("fsm: write %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fsm: write %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fsm: sync %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("fsm: close %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("fsm: rename %s: %w", name, err)
+	}
+	return syncDir(dir)
+}

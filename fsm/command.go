@@ -1,0 +1,191 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// CommandType is the first byte of every Raft command. The values are
+// written into the Raft log: never renumber them.
+type CommandType uint8
+
+// Command types.
+const (
+	CmdAppend  CommandType = 1
+	CmdPull    CommandType = 2
+	CmdAck     CommandType = 3
+	CmdReclaim CommandType = 4
+)
+
+func (t CommandType) String() string {
+	switch t {
+	case CmdAppend:
+		return "append"
+	case CmdPull:
+		return "pull"
+	case CmdAck:
+		return "ack"
+	case CmdReclaim:
+		return "reclaim"
+	}
+	return fmt.Sprintf("command(%d)", uint8(t))
+}
+
+// commandVersion is the second byte of every command: the version of the
+// payload encoding that follows.
+const commandVersion = 1
+
+// Limits on commands, checked by the decoder.
+const (
+	MaxBatchMessages = 10000
+	MaxAckRanges     = 4096
+	MaxNameLen       = 200
+)
+
+// ErrBadCommand means a command's bytes do not decode. A committed command
+// that does not decode is a bug or a version skew; Apply panics on it rather
+// than let replicas diverge.
+var ErrBadCommand = errors.New("fsm: malformed command")
+
+// Every command starts with the same header:
+//
+//	type u8 | version u8 | now i64 (leader-stamped Unix milliseconds)
+//
+// followed by its own payload, described on its type.
+
+// Append adds a batch of messages. Payload:
+//
+//	count uvarint | message…   (logs.Message encoding; index and appended-at are ignored)
+type Append struct {
+	Now      int64
+	Messages []*logs.Message
+}
+
+// Pull hands up to Max entries of Subject to Consumer of Group. Payload:
+//
+//	subject | group | consumer | max uvarint
+type Pull struct {
+	Now                      int64
+	Subject, Group, Consumer string
+	Max                      int
+}
+
+// AckRange is an inclusive range of pull sequences.
+type AckRange struct{ First, Last int64 }
+
+// Ack acknowledges pull sequences of one consumer, in any order. Payload:
+//
+//	subject | group | consumer | count uvarint | (first uvarint, last uvarint)…
+type Ack struct {
+	Now                      int64
+	Subject, Group, Consumer string
+	Ranges                   []AckRange
+}
+
+// Reclaim hands a consumer's unacked entries back to its group. Payload:
+//
+//	subject | group | consumer
+type Reclaim struct {
+	Now                      int64
+	Subject, Group, Consumer string
+}
+
+func appendHeader(b []byte, t CommandType, now int64) []byte {
+	b = append(b, byte(t), commandVersion)
+	return binenc.AppendUint64(b, uint64(now))
+}
+
+func appendNames(b []byte, subject, group, consumer string) []byte {
+	b = binenc.AppendString(b, subject)
+	b = binenc.AppendString(b, group)
+	return binenc.AppendString(b, consumer)
+}
+
+// Encode returns the command's bytes.
+func (c *Append) Encode() []byte {
+	b := appendHeader(nil, CmdAppend, c.Now)
+	b = binenc.AppendUvarint(b, uint64(len(c.Messages)))
+	for _, m := range c.Messages {
+		b = m.AppendEncoded(b)
+	}
+	return b
+}
+
+// Encode returns the command's bytes.
+func (c *Pull) Encode() []byte {
+	b := appendNames(appendHeader(nil, CmdPull, c.Now), c.Subject, c.Group, c.Consumer)
+	return binenc.AppendUvarint(b, uint64(c.Max))
+}
+
+// Encode returns the command's bytes.
+func (c *Ack) Encode() []byte {
+	b := appendNames(appendHeader(nil, CmdAck, c.Now), c.Subject, c.Group, c.Consumer)
+	b = binenc.AppendUvarint(b, uint64(len(c.Ranges)))
+	for _, r := range c.Ranges {
+		b = binenc.AppendUvarint(b, uint64(r.First))
+		b = binenc.AppendUvarint(b, uint64(r.Last))
+	}
+	return b
+}
+
+// Encode returns the command's bytes.
+func (c *Reclaim) Encode() []byte {
+	return appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.Group, c.Consumer)
+}
+
+// Decode decodes a command: *Append, *Pull, *Ack or *Reclaim.
+func Decode(b []byte) (any, error) {
+	r := binenc.NewReader(b)
+	t := CommandType(r.Byte())
+	if v := r.Byte(); r.Err() == nil && v != commandVersion {
+		return nil, fmt.Errorf("%w: %s version %d", ErrBadCommand, t, v)
+	}
+	now := r.Int64()
+	var cmd any
+	switch t {
+	case CmdAppend:
+		c := &Append{Now: now}
+		n := r.Count(MaxBatchMessages)
+		for i := 0; i < n && r.Err() == nil; i++ {
+			m, err := logs.ReadMessage(r)
+			if err != nil {
+				return nil, fmt.Errorf("%w: append message %d: %w", ErrBadCommand, i, err)
+			}
+			c.Messages = append(c.Messages, m)
+		}
+		cmd = c
+	case CmdPull:
+		c := &Pull{Now: now}
+		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Max = int(r.Uvarint())
+		cmd = c
+	case CmdAck:
+		c := &Ack{Now: now}
+		c.Subject, c.Group, c.Consumer = readNames(r)
+		n := r.Count(MaxAckRanges)
+		c.Ranges = make([]AckRange, 0, n)
+		for i := 0; i < n && r.Err() == nil; i++ {
+			c.Ranges = append(c.Ranges, AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
+		}
+		cmd = c
+	case CmdReclaim:
+		c := &Reclaim{Now: now}
+		c.Subject, c.Group, c.Consumer = readNames(r)
+		cmd = c
+	default:
+		if r.Err() == nil {
+			return nil, fmt.Errorf("%w: unknown type %d", ErrBadCommand, t)
+		}
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadCommand, t, err)
+	}
+	return cmd, nil
+}
+
+func readNames(r *binenc.Reader) (subject, group, consumer string) {
+	return r.String(MaxNameLen), r.String(MaxNameLen), r.String(MaxNameLen)
+}

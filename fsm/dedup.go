@@ -1,0 +1,76 @@
+package fsm
+
+import "hash/fnv"
+
+// dedup remembers the message ids appended within the window, so that a
+// producer retrying a send (after a timeout or a leader change) does not
+// append the message twice. It keeps 64-bit hashes of ids, not the ids: a
+// hash hit is confirmed by reading the message it points at, so a collision
+// never drops a message, and memory stays near 40 bytes an id.
+type dedup struct {
+	window int64           // milliseconds
+	seen   map[uint64]seen // id hash → newest message with it
+	fifo   []dedupEntry    // in append order, so in appended-at order
+}
+
+type seen struct {
+	offset int64 // message-log offset
+	size   int
+}
+
+type dedupEntry struct {
+	hash       uint64
+	appendedAt int64
+	offset     int64
+}
+
+func newDedup(window int64) *dedup {
+	return &dedup{window: window, seen: map[uint64]seen{}}
+}
+
+func hashID(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// lookup returns the message last appended with id's hash, if any.
+func (d *dedup) lookup(id string) (seen, bool) {
+	s, ok := d.seen[hashID(id)]
+	return s, ok
+}
+
+// add records a message appended at time appendedAt.
+func (d *dedup) add(id string, appendedAt int64, s seen) {
+	h := hashID(id)
+	d.seen[h] = s
+	d.fifo = append(d.fifo, dedupEntry{hash: h, appendedAt: appendedAt, offset: s.offset})
+}
+
+// expire forgets ids appended before now minus the window.
+func (d *dedup) expire(now int64) {
+	n := 0
+	for n < len(d.fifo) && d.fifo[n].appendedAt < now-d.window {
+		e := d.fifo[n]
+		if d.seen[e.hash].offset == e.offset {
+			delete(d.seen, e.hash)
+		}
+		n++
+	}
+	if n > 0 {
+		d.fifo = d.fifo[n:]
+		if cap(d.fifo) > 1024 && len(d.fifo) < cap(d.fifo)/4 {
+			d.fifo = append([]dedupEntry(nil), d.fifo...)
+		}
+	}
+}
+
+// oldest returns the message-log offset of the oldest remembered id, or -1.
+// A checkpoint records it: recovery rebuilds the window by scanning the
+// message log from there.
+func (d *dedup) oldest() int64 {
+	if len(d.fifo) == 0 {
+		return -1
+	}
+	return d.fifo[0].offset
+}

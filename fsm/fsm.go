@@ -1,0 +1,243 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// Config configures an FSM. Start from DefaultConfig.
+type Config struct {
+	// Dir holds the FSM's logs and checkpoint (in Dir/data) and its snapshot
+	// staging area; it must be on the same file system as the snapshot store,
+	// which hard-links segments.
+	Dir string
+	// SegmentSize is the message log's segment size. Default 64 MiB.
+	SegmentSize int64
+	// IndexSegmentSize is the consume and pull logs' segment size. Default 4 MiB.
+	IndexSegmentSize int64
+	// DedupWindow is how long a message id is remembered so that a retried
+	// send is not appended twice, in leader-stamped time. Default 10 minutes.
+	DedupWindow time.Duration
+	// MaxUnacked is the most entries one consumer may hold unacked; a pull
+	// beyond it returns nothing until acks arrive. Default 10,000.
+	MaxUnacked int
+	// MaxPull caps one pull. Default 1,000.
+	MaxPull int
+	// Retention removes sealed message-log segments by age and total size.
+	// Default: keep everything.
+	Retention logs.Retention
+	// Logger receives the FSM's logs. Default: a null logger.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config, for dir.
+func DefaultConfig(dir string) Config {
+	return Config{
+		Dir:              dir,
+		SegmentSize:      64 << 20,
+		IndexSegmentSize: 4 << 20,
+		DedupWindow:      10 * time.Minute,
+		MaxUnacked:       10000,
+		MaxPull:          1000,
+		Logger:           hclog.NewNullLogger(),
+	}
+}
+
+// Validate reports a setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Dir == "":
+		return errors.New("fsm: config: Dir is empty")
+	case c.SegmentSize < 1<<20:
+		return fmt.Errorf("fsm: config: SegmentSize %d is below 1 MiB", c.SegmentSize)
+	case c.IndexSegmentSize < 64<<10:
+		return fmt.Errorf("fsm: config: IndexSegmentSize %d is below 64 KiB", c.IndexSegmentSize)
+	case c.DedupWindow < 0:
+		return fmt.Errorf("fsm: config: DedupWindow %s is negative", c.DedupWindow)
+	case c.MaxUnacked <= 0 || c.MaxPull <= 0:
+		return fmt.Errorf("fsm: config: MaxUnacked %d and MaxPull %d must be positive", c.MaxUnacked, c.MaxPull)
+	case c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0:
+		return errors.New("fsm: config: negative retention")
+	case c.Logger == nil:
+		return errors.New("fsm: config: Logger is nil")
+	}
+	return nil
+}
+
+const (
+	dataDir    = "data"
+	restoreDir = "restore"
+	oldDir     = "data.old"
+	stagingDir = "staging"
+)
+
+// FSM is a broker group's replicated state machine: it applies Raft
+// commands to the message, consume and pull logs. Raft calls Apply,
+// ApplyBatch, Snapshot and Restore from one goroutine; the read methods may
+// be called from any goroutine.
+type FSM struct {
+	cfg Config
+	log hclog.Logger
+
+	mu    sync.RWMutex // held for writing only while Restore swaps the store
+	store *store
+	st    *state
+	dedup *dedup
+
+	applied  atomic.Uint64
+	snapshot atomic.Uint64 // names staging directories
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// Open opens (or creates) the FSM in cfg.Dir at the state of its last
+// checkpoint; Raft replays what was applied after it.
+func Open(cfg Config) (*FSM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &FSM{cfg: cfg, log: cfg.Logger.Named("fsm")}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fsm: create %s: %w", cfg.Dir, err)
+	}
+	if err := f.finishRestore(); err != nil {
+		return nil, err
+	}
+	os.RemoveAll(filepath.Join(cfg.Dir, stagingDir)) // released snapshots' links
+	if err := f.load(filepath.Join(cfg.Dir, dataDir)); err != nil {
+		return nil, err
+	}
+	f.log.Info("opened", "applied-index", f.st.applied, "message-log-end", f.store.messages.Log().End())
+	return f, nil
+}
+
+// finishRestore completes a Restore that crashed while swapping
+// directories: a restore directory holding a checkpoint is complete.
+func (f *FSM) finishRestore() error {
+	data, restore := filepath.Join(f.cfg.Dir, dataDir), filepath.Join(f.cfg.Dir, restoreDir)
+	if _, err := os.Stat(filepath.Join(restore, checkpointFile)); err == nil {
+		if err := os.RemoveAll(data); err != nil {
+			return fmt.Errorf("fsm: finish restore: %w", err)
+		}
+		if err := os.Rename(restore, data); err != nil {
+			return fmt.Errorf("fsm: finish restore: %w", err)
+		}
+	}
+	for _, leftover := range []string{restore, filepath.Join(f.cfg.Dir, oldDir)} {
+		if err := os.RemoveAll(leftover); err != nil {
+			return fmt.Errorf("fsm: remove %s: %w", leftover, err)
+		}
+	}
+	return nil
+}
+
+// load opens the store in dir at its checkpoint and rebuilds what the
+// checkpoint does not hold (the dedup window).
+func (f *FSM) load(dir string) error {
+	cp, err := readCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	s, err := openStore(dir, f.cfg, cp.ends)
+	if err != nil {
+		return err
+	}
+	d := newDedup(f.cfg.DedupWindow.Milliseconds())
+	if cp.dedupFrom >= 0 {
+		from := max(cp.dedupFrom, s.messages.Log().Start())
+		err := s.messages.Scan(from, func(off int64, size int, m *logs.Message) error {
+			d.add(m.ID, m.AppendedAt, seen{offset: off, size: size})
+			return nil
+		})
+		if err != nil {
+			s.close()
+			return fmt.Errorf("fsm: rebuild dedup window: %w", err)
+		}
+		d.expire(cp.st.now)
+	}
+	f.store, f.st, f.dedup = s, cp.st, d
+	f.applied.Store(cp.st.applied)
+	return nil
+}
+
+// Close closes the logs. It does not checkpoint: Raft replays what was
+// applied after the last snapshot.
+func (f *FSM) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store == nil {
+		return nil
+	}
+	err := f.store.close()
+	f.store = nil
+	return err
+}
+
+// Applied returns the index of the last Raft entry applied.
+func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// Apply applies one Raft entry.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies committed Raft entries in order. Entries at or below
+// the applied index (replayed after a restart) are skipped. A failed write
+// to the logs panics: the bytes on disk are unknown, and stopping is better
+// than a replica that silently differs; on restart the node returns to its
+// checkpoint and replays.
+func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		if e.Index <= f.st.applied {
+			continue
+		}
+		if e.Type == raft.LogCommand {
+			out[i] = f.applyCommand(e)
+		}
+		f.st.applied = e.Index
+	}
+	if err := f.store.flush(); err != nil {
+		panic(fmt.Sprintf("fsm: storage failed at index %d: %v", f.st.applied, err))
+	}
+	f.applied.Store(f.st.applied)
+	return out
+}
+
+// applyCommand is the one place a command is dispatched to its handler.
+func (f *FSM) applyCommand(e *raft.Log) any {
+	cmd, err := Decode(e.Data)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: entry %d does not decode: %v", e.Index, err))
+	}
+	switch c := cmd.(type) {
+	case *Append:
+		return f.applyAppend(e.Index, c)
+	case *Pull:
+		return f.applyPull(c)
+	case *Ack:
+		return f.applyAck(c)
+	case *Reclaim:
+		return f.applyReclaim(c)
+	}
+	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
+}
+
+// must panics on a storage error (see ApplyBatch).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(fmt.Sprintf("fsm: storage failed: %v", err))
+	}
+	return v
+}

@@ -1,0 +1,55 @@
+package fsm
+
+// Responses of Apply, one type per command. A command that is refused as a
+// whole returns an error wrapping ErrInvalid instead, and changes nothing.
+
+// MessageStatus says what an Append did with one message.
+type MessageStatus uint8
+
+// Message statuses.
+const (
+	// Appended: the message was appended now.
+	Appended MessageStatus = 1
+	// Duplicate: a message with this id was appended within the dedup window;
+	// it was not appended again. The send succeeded.
+	Duplicate MessageStatus = 2
+	// Rejected: the message is invalid (see MessageResult.Err); nothing was written.
+	Rejected MessageStatus = 3
+)
+
+// MessageResult is the outcome of one message of an Append.
+type MessageResult struct {
+	Status MessageStatus
+	Offset int64 // message-log offset (of the earlier copy for a Duplicate)
+	Seq    int64 // consume-log sequence; -1 unless Appended
+	Err    error // why it was Rejected
+}
+
+// AppendResult answers an Append, one result per message in order.
+type AppendResult struct {
+	Messages []MessageResult
+}
+
+// Pulled is one entry handed to a consumer.
+type Pulled struct {
+	PullSeq    int64 // the consumer's pull sequence: what it acks
+	ConsumeSeq int64 // the subject's sequence: where the message is
+}
+
+// PullResult answers a Pull. It may hold fewer entries than asked for, or
+// none: the group has nothing more, or the consumer holds MaxUnacked.
+type PullResult struct {
+	Entries []Pulled
+}
+
+// AckResult answers an Ack with the consumer's ack position: every pull
+// sequence below it is acknowledged.
+type AckResult struct {
+	AckPos int64
+}
+
+// ReclaimResult answers a Reclaim with how many unacked entries went back
+// to the group.
+type ReclaimResult struct {
+	Reclaimed int
+}

@@ -1,0 +1,34 @@
+package fsm
+
+import "github.com/qmqgo/qmq/logs"
+
+// retain applies the retention policy at leader-stamped time now, so every
+// replica removes the same segments: sealed message-log segments that are
+// too old or too many bytes, then the consume-log entries pointing into
+// them, then the pull-log segments no consumer still waits on.
+func (f *FSM) retain(now int64) {
+	r := f.cfg.Retention
+	ml := f.store.messages
+	if (r.MaxAge == 0 && r.MaxBytes == 0) || len(ml.Log().Segments()) < 2 {
+		return
+	}
+	must(0, f.store.flush())
+	keep := must(ml.RetainFrom(r, now))
+	if keep <= ml.Log().Start() {
+		return
+	}
+	removed := must(ml.Log().RemoveBefore(keep))
+	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())
+	for _, subject := range f.store.subjects() {
+		cl := f.store.consumeLog(subject)
+		seq := must(cl.SeqAtOrAfter(ml.Log().Start()))
+		must(cl.Log().RemoveBefore(seq * logs.ConsumeRecordSize))
+	}
+	oldest := f.store.pulls.Log().Next() / logs.PullRecordSize
+	for _, cs := range f.st.consumers {
+		if len(cs.window) > 0 {
+			oldest = min(oldest, cs.window[0].pos)
+		}
+	}
+	must(f.store.pulls.Log().RemoveBefore(oldest * logs.PullRecordSize))
+}

@@ -1,0 +1,157 @@
+package fsm
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/hashicorp/raft"
+)
+
+// Snapshot makes the logs durable, writes the checkpoint, and hard-links
+// every segment into a staging directory: no data is copied, and the
+// segments' bytes up to the recorded sizes never change (logs only append,
+// and recovery never cuts below a checkpoint), so the snapshot stays valid
+// while the logs grow. Raft calls it on the FSM goroutine.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.store.sync(); err != nil {
+		return nil, err
+	}
+	cp := (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
+	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
+		return nil, err
+	}
+	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
+	m := &manifest{checkpoint: cp}
+	for _, nl := range f.store.all() {
+		for _, seg := range nl.log.Segments() {
+			rel := filepath.ToSlash(filepath.Join(nl.rel, filepath.Base(seg.Path)))
+			dst := filepath.Join(staging, filepath.FromSlash(rel))
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return nil, fmt.Errorf("fsm: snapshot: %w", err)
+			}
+			if err := os.Link(seg.Path, dst); err != nil {
+				os.RemoveAll(staging)
+				return nil, fmt.Errorf("fsm: snapshot: %w", err)
+			}
+			m.files = append(m.files, snapFile{rel: rel, size: seg.FileSize})
+		}
+	}
+	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
+	return &fsmSnapshot{dir: staging, manifest: m}, nil
+}
+
+// fsmSnapshot is a snapshot waiting to be persisted.
+type fsmSnapshot struct {
+	dir      string // hard links to the segments, by relative path
+	manifest *manifest
+}
+
+// Persist hands the links to a SnapshotStore sink (no copy), or streams the
+// whole snapshot into any other sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	var err error
+	if ls, ok := sink.(*linkSink); ok {
+		err = ls.adopt(s.dir, s.manifest)
+	} else {
+		err = writeStream(sink, s.manifest, s.open)
+	}
+	if err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) open(rel string) (io.ReadCloser, error) {
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil, fmt.Errorf("fsm: snapshot: %w", err)
+	}
+	return f, nil
+}
+
+// Release removes the staging links (gone already if a store adopted them).
+func (s *fsmSnapshot) Release() { os.RemoveAll(s.dir) }
+
+// Restore replaces the FSM's state with a snapshot streamed from a leader.
+// The files are written and fsynced beside the current data, then swapped
+// in by rename; a crash in between is finished by Open.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	tmp := filepath.Join(f.cfg.Dir, restoreDir)
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	m, err := readStream(rc, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
+	if err == nil {
+		_, err = decodeCheckpoint(m.checkpoint)
+	}
+	if err == nil {
+		err = syncTree(tmp)
+	}
+	if err == nil {
+		// The checkpoint is written last: its presence marks the restore complete.
+		err = writeFileAtomic(tmp, checkpointFile, m.checkpoint)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.store.close(); err != nil {
+		f.log.Warn("closing logs before restore", "error", err)
+	}
+	data, old := filepath.Join(f.cfg.Dir, dataDir), filepath.Join(f.cfg.Dir, oldDir)
+	if err := os.Rename(data, old); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	if err := os.Rename(tmp, data); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	if err := os.RemoveAll(old); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	if err := f.load(data); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
+	return nil
+}
+
+// syncedFile is a file that is fsynced when closed.
+type syncedFile struct{ *os.File }
+
+func (f syncedFile) Close() error {
+	if err := f.Sync(); err != nil {
+		f.File.Close()
+		return err
+	}
+	return f.File.Close()
+}
+
+func createSynced(dir, rel string) (io.WriteCloser, error) {
+	path := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return syncedFile{f}, nil
+}
+
+// syncTree fsyncs every directory under dir, so that the files created
+// there survive a power loss.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		return syncDir(path)
+	})
+}

@@ -1,0 +1,256 @@
+package fsm
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// SnapshotStore is a raft.SnapshotStore that keeps this FSM's snapshots as
+// a manifest plus hard links to the log segments, so taking a snapshot
+// copies no data. Opening one (to send it to a follower) streams the
+// segments' bytes. A snapshot received from a leader is kept as the raw
+// stream. Each snapshot is a directory:
+//
+//	<id>/meta.json   raft's metadata
+//	<id>/manifest    the manifest (linked snapshots)
+//	<id>/files/…     hard links to the segments (linked snapshots)
+//	<id>/stream      the whole stream (received snapshots)
+//
+// The store must be on the same file system as the FSM's directory.
+type SnapshotStore struct {
+	dir    string
+	retain int
+	log    hclog.Logger
+}
+
+var _ raft.SnapshotStore = (*SnapshotStore)(nil)
+
+const (
+	metaFile     = "meta.json"
+	manifestFile = "manifest"
+	filesDir     = "files"
+	streamFile   = "stream"
+	tmpSuffix    = ".tmp"
+)
+
+// NewSnapshotStore opens the store in dir, keeping the newest retain
+// snapshots (at least 1).
+func NewSnapshotStore(dir string, retain int, logger hclog.Logger) (*SnapshotStore, error) {
+	if retain < 1 {
+		return nil, fmt.Errorf("fsm: snapshot store must retain at least 1 snapshot, not %d", retain)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fsm: create snapshot store: %w", err)
+	}
+	// Snapshots being written when the process stopped were never completed.
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "*"+tmpSuffix))
+	for _, path := range leftovers {
+		if err := os.RemoveAll(path); err != nil {
+			return nil, fmt.Errorf("fsm: remove incomplete snapshot: %w", err)
+		}
+	}
+	return &SnapshotStore{dir: dir, retain: retain, log: logger.Named("snapshots")}, nil
+}
+
+// Create starts a new snapshot.
+func (s *SnapshotStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, _ raft.Transport) (raft.SnapshotSink, error) {
+	id := fmt.Sprintf("%d-%d-%d", term, index, time.Now().UnixMilli())
+	dir := filepath.Join(s.dir, id+tmpSuffix)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fsm: create snapshot: %w", err)
+	}
+	return &linkSink{store: s, dir: dir, meta: raft.SnapshotMeta{
+		Version: version, ID: id, Index: index, Term: term,
+		Configuration: configuration, ConfigurationIndex: configurationIndex,
+	}}, nil
+}
+
+// List returns the snapshots, newest first.
+func (s *SnapshotStore) List() ([]*raft.SnapshotMeta, error) {
+	all, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	return all[:min(len(all), s.retain)], nil
+}
+
+func (s *SnapshotStore) list() ([]*raft.SnapshotMeta, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: list snapshots: %w", err)
+	}
+	var metas []*raft.SnapshotMeta
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), tmpSuffix) {
+			continue
+		}
+		m, err := s.readMeta(e.Name())
+		if err != nil {
+			s.log.Warn("skipping unreadable snapshot", "id", e.Name(), "error", err)
+			continue
+		}
+		metas = append(metas, m)
+	}
+	slices.SortFunc(metas, func(a, b *raft.SnapshotMeta) int {
+		return -cmp.Or(cmp.Compare(a.Term, b.Term), cmp.Compare(a.Index, b.Index), cmp.Compare(a.ID, b.ID))
+	})
+	return metas, nil
+}
+
+func (s *SnapshotStore) readMeta(id string) (*raft.SnapshotMeta, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, id, metaFile))
+	if err != nil {
+		return nil, err
+	}
+	var m raft.SnapshotMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadSnapshot, id, err)
+	}
+	return &m, nil
+}
+
+// Open returns a snapshot's metadata and its stream.
+func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
+		return nil, nil, fmt.Errorf("%w: snapshot id %q", ErrBadSnapshot, id)
+	}
+	meta, err := s.readMeta(id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fsm: open snapshot: %w", err)
+	}
+	dir := filepath.Join(s.dir, id)
+	if f, err := os.Open(filepath.Join(dir, streamFile)); err == nil {
+		return meta, f, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("fsm: open snapshot: %w", err)
+	}
+	mb, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("fsm: open snapshot: %w", err)
+	}
+	m, err := decodeManifest(mb)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeStream(pw, m, func(rel string) (io.ReadCloser, error) {
+			return os.Open(filepath.Join(dir, filesDir, filepath.FromSlash(rel)))
+		}))
+	}()
+	return meta, pr, nil
+}
+
+// reap removes all but the newest retain snapshots, and abandoned ones.
+func (s *SnapshotStore) reap() {
+	all, err := s.list()
+	if err != nil {
+		s.log.Warn("listing snapshots to reap", "error", err)
+		return
+	}
+	for _, m := range all[min(len(all), s.retain):] {
+		if err := os.RemoveAll(filepath.Join(s.dir, m.ID)); err != nil {
+			s.log.Warn("removing old snapshot", "id", m.ID, "error", err)
+		}
+	}
+}
+
+// linkSink receives one snapshot: either the FSM hands it its staging links
+// (adopt), or raft writes a stream received from a leader (Write).
+type linkSink struct {
+	store  *SnapshotStore
+	dir    string // <id>.tmp until Close
+	meta   raft.SnapshotMeta
+	stream *os.File
+	done   bool
+}
+
+func (k *linkSink) ID() string { return k.meta.ID }
+
+// Write appends to the raw stream.
+func (k *linkSink) Write(p []byte) (int, error) {
+	if k.stream == nil {
+		f, err := os.Create(filepath.Join(k.dir, streamFile))
+		if err != nil {
+			return 0, fmt.Errorf("fsm: snapshot stream: %w", err)
+		}
+		k.stream = f
+	}
+	n, err := k.stream.Write(p)
+	k.meta.Size += int64(n)
+	return n, err
+}
+
+// adopt moves the FSM's staging links into the snapshot.
+func (k *linkSink) adopt(staging string, m *manifest) error {
+	if err := os.Rename(staging, filepath.Join(k.dir, filesDir)); err != nil {
+		return fmt.Errorf("fsm: adopt snapshot links: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(k.dir, manifestFile), m.encode(), 0o644); err != nil {
+		return fmt.Errorf("fsm: write snapshot manifest: %w", err)
+	}
+	k.meta.Size = streamSize(m)
+	return nil
+}
+
+// Close completes the snapshot durably and reaps old ones.
+func (k *linkSink) Close() error {
+	if k.done {
+		return nil
+	}
+	k.done = true
+	if k.stream != nil {
+		err := k.stream.Sync()
+		if cerr := k.stream.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.RemoveAll(k.dir)
+			return fmt.Errorf("fsm: snapshot stream: %w", err)
+		}
+	}
+	mb, err := json.Marshal(&k.meta)
+	if err == nil {
+		err = writeFileAtomic(k.dir, metaFile, mb)
+	}
+	if err == nil {
+		err = syncTree(k.dir)
+	}
+	final := strings.TrimSuffix(k.dir, tmpSuffix)
+	if err == nil {
+		err = os.Rename(k.dir, final)
+	}
+	if err == nil {
+		err = syncDir(k.store.dir)
+	}
+	if err != nil {
+		os.RemoveAll(k.dir)
+		return fmt.Errorf("fsm: complete snapshot: %w", err)
+	}
+	k.store.reap()
+	return nil
+}
+
+// Cancel abandons the snapshot.
+func (k *linkSink) Cancel() error {
+	if k.done {
+		return nil
+	}
+	k.done = true
+	if k.stream != nil {
+		k.stream.Close()
+	}
+	return os.RemoveAll(k.dir)
+}

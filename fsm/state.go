@@ -1,0 +1,100 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+)
+
+// groupKey names a consumer group of a subject: every group gets every
+// message of its subject.
+type groupKey struct{ subject, group string }
+
+// consumerKey names one consumer of a group.
+type consumerKey struct{ subject, group, name string }
+
+// group is the consumption state a group shares: where its cursor stands in
+// the subject's consume log, and the entries reclaimed from consumers that
+// went away, which are handed out before the cursor moves on.
+type group struct {
+	cursor    int64   // next consume-log sequence to hand out
+	redeliver []int64 // consume-log sequences to hand out first, in order
+}
+
+// pulled is one entry of a consumer's unacked window.
+type pulled struct {
+	consumeSeq int64
+	pos        int64 // where the pull log recorded it
+	acked      bool
+}
+
+// consumer is one consumer's pull-log state. Pull sequences below ackPos
+// are acked (or were released by Reclaim); window holds the entries of pull
+// sequences ackPos .. next-1, so acks out of order are remembered until the
+// ack position can pass them.
+type consumer struct {
+	id     uint32
+	key    consumerKey
+	ackPos int64
+	next   int64
+	window []pulled
+}
+
+// unacked returns how many of the consumer's entries await an ack.
+func (c *consumer) unacked() int { return len(c.window) }
+
+// advance moves the ack position over the contiguous acked head of the
+// window.
+func (c *consumer) advance() {
+	n := 0
+	for n < len(c.window) && c.window[n].acked {
+		n++
+	}
+	c.window = c.window[n:]
+	c.ackPos += int64(n)
+}
+
+// state is everything the FSM holds besides its logs.
+type state struct {
+	applied   uint64 // last applied Raft index
+	now       int64  // newest leader-stamped time applied (never goes back)
+	groups    map[groupKey]*group
+	consumers []*consumer // by id
+	byKey     map[consumerKey]*consumer
+}
+
+func newState() *state {
+	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}}
+}
+
+// stamp advances the state's clock to a command's leader-stamped time. A new
+// leader's clock may be behind the old one's; time in the state machine
+// never goes back.
+func (s *state) stamp(now int64) int64 {
+	s.now = max(s.now, now)
+	return s.now
+}
+
+// consumer returns the consumer for key, registering it if create is set.
+// Ids are given in apply order, so every replica gives the same ones.
+func (s *state) consumer(key consumerKey, create bool) *consumer {
+	if c := s.byKey[key]; c != nil || !create {
+		return c
+	}
+	c := &consumer{id: uint32(len(s.consumers)), key: key}
+	s.consumers = append(s.consumers, c)
+	s.byKey[key] = c
+	return c
+}
+
+// sortedGroups returns the groups in (subject, group) order, for encodings
+// that must not depend on map order.
+func (s *state) sortedGroups() []groupKey {
+	keys := make([]groupKey, 0, len(s.groups))
+	for k := range s.groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b groupKey) int {
+		return cmp.Or(cmp.Compare(a.subject, b.subject), cmp.Compare(a.group, b.group))
+	})
+	return keys
+}

@@ -1,0 +1,230 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// Directory layout of a store:
+//
+//	messages/            the message log
+//	consume/<subject>/   one consume log per subject
+//	pull/                every consumer's pull log, merged
+//	checkpoint           the state made durable at the last snapshot
+const (
+	messagesDir    = "messages"
+	consumeDir     = "consume"
+	pullDir        = "pull"
+	checkpointFile = "checkpoint"
+)
+
+// store is the set of logs one FSM writes. The FSM goroutine is its only
+// writer; readers on other goroutines use the logs' lock-free reads and the
+// consume-log map under mu.
+type store struct {
+	dir      string
+	opts     logs.Options // for consume and pull logs
+	messages *logs.MessageLog
+	pulls    *logs.PullLog
+
+	mu      sync.RWMutex
+	consume map[string]*logs.ConsumeLog
+}
+
+// logEnds records where each log ended when a checkpoint was taken.
+type logEnds struct {
+	messages int64
+	pulls    int64
+	consume  map[string]int64 // by subject
+}
+
+// openStore opens the logs in dir. It treats everything below ends (from the
+// last checkpoint; all zero when there is none) as durable, cuts every log
+// back to them, and removes consume logs of subjects the checkpoint does not
+// know: Raft replays whatever came after the checkpoint.
+func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
+	s := &store{
+		dir:     dir,
+		opts:    logs.Options{SegmentSize: cfg.IndexSegmentSize},
+		consume: map[string]*logs.ConsumeLog{},
+	}
+	var err error
+	msgOpts := logs.Options{SegmentSize: cfg.SegmentSize, DurableEnd: ends.messages}
+	if s.messages, err = logs.OpenMessageLog(filepath.Join(dir, messagesDir), msgOpts); err != nil {
+		return nil, err
+	}
+	pullOpts := s.opts
+	pullOpts.DurableEnd = ends.pulls
+	if s.pulls, err = logs.OpenPullLog(filepath.Join(dir, pullDir), pullOpts); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := s.openConsumeLogs(ends); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := s.truncate(ends); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *store) openConsumeLogs(ends *logEnds) error {
+	entries, err := os.ReadDir(filepath.Join(s.dir, consumeDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("fsm: list consume logs: %w", err)
+	}
+	for _, e := range entries {
+		subject := e.Name()
+		path := filepath.Join(s.dir, consumeDir, subject)
+		end, known := ends.consume[subject]
+		if !known {
+			// Created after the checkpoint: Raft replays the appends that made it.
+			if err := os.RemoveAll(path); err != nil {
+				return fmt.Errorf("fsm: remove consume log %s: %w", path, err)
+			}
+			continue
+		}
+		opts := s.opts
+		opts.DurableEnd = end
+		cl, err := logs.OpenConsumeLog(path, opts)
+		if err != nil {
+			return err
+		}
+		s.consume[subject] = cl
+	}
+	return nil
+}
+
+// truncate cuts every log back to ends.
+func (s *store) truncate(ends *logEnds) error {
+	if err := s.messages.Log().TruncateTo(ends.messages); err != nil {
+		return err
+	}
+	if err := s.pulls.Log().TruncateTo(ends.pulls); err != nil {
+		return err
+	}
+	for subject, cl := range s.consume {
+		if err := cl.Log().TruncateTo(ends.consume[subject]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consumeLog returns the subject's consume log, or nil if it has none.
+func (s *store) consumeLog(subject string) *logs.ConsumeLog {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.consume[subject]
+}
+
+// createConsumeLog returns the subject's consume log, creating it if needed.
+// Only the writer calls it.
+func (s *store) createConsumeLog(subject string) (*logs.ConsumeLog, error) {
+	if cl := s.consumeLog(subject); cl != nil {
+		return cl, nil
+	}
+	cl, err := logs.OpenConsumeLog(filepath.Join(s.dir, consumeDir, subject), s.opts)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.consume[subject] = cl
+	s.mu.Unlock()
+	return cl, nil
+}
+
+// subjects returns the subjects with a consume log, sorted.
+func (s *store) subjects() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.consume))
+	for subject := range s.consume {
+		out = append(out, subject)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// all returns every log with its path relative to the store's directory,
+// in a fixed order.
+func (s *store) all() []namedLog {
+	out := []namedLog{{messagesDir, s.messages.Log()}, {pullDir, s.pulls.Log()}}
+	for _, subject := range s.subjects() {
+		out = append(out, namedLog{filepath.Join(consumeDir, subject), s.consumeLog(subject).Log()})
+	}
+	return out
+}
+
+type namedLog struct {
+	rel string
+	log *logs.Log
+}
+
+// ends returns where every log ends now.
+func (s *store) ends() *logEnds {
+	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{}}
+	for _, subject := range s.subjects() {
+		e.consume[subject] = s.consumeLog(subject).Log().End()
+	}
+	return e
+}
+
+// flush makes every appended record visible to readers.
+func (s *store) flush() error {
+	for _, l := range s.all() {
+		if err := l.log.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sync makes every log durable.
+func (s *store) sync() error {
+	for _, l := range s.all() {
+		if err := l.log.Sync(); err != nil {
+			return err
+		}
+	}
+	return syncDir(filepath.Join(s.dir, consumeDir))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fsm: open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsm: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (s *store) close() error {
+	var errs []error
+	if s.messages != nil {
+		errs = append(errs, s.messages.Log().Close())
+	}
+	if s.pulls != nil {
+		errs = append(errs, s.pulls.Log().Close())
+	}
+	s.mu.Lock()
+	for _, cl := range s.consume {
+		errs = append(errs, cl.Log().Close())
+	}
+	s.mu.Unlock()
+	return errors.Join(errs...)
+}

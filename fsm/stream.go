@@ -1,0 +1,194 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+)
+
+// A snapshot travels between nodes as one stream:
+//
+//	magic "QMQSNAP1"
+//	manifest-length u32 | manifest | crc32c(manifest) u32
+//	for each file the manifest lists, in order: its bytes | crc32c(bytes) u32
+//
+// manifest: checkpoint (uvarint-prefixed bytes) | file-count uvarint |
+// (path, size uvarint)…  Paths are relative to the store's directory and
+// must name a segment of one of its logs.
+var streamMagic = [8]byte{'Q', 'M', 'Q', 'S', 'N', 'A', 'P', '1'}
+
+const (
+	maxManifest      = 1 << 30
+	maxSnapshotFiles = 1 << 20
+)
+
+// ErrBadSnapshot means a snapshot stream is malformed or fails a checksum.
+var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
+
+// snapFile is one file of a snapshot: a segment, whole up to size.
+type snapFile struct {
+	rel  string // slash-separated, relative to the store's directory
+	size int64
+}
+
+type manifest struct {
+	checkpoint []byte
+	files      []snapFile
+}
+
+func (m *manifest) encode() []byte {
+	b := binenc.AppendBytes(nil, m.checkpoint)
+	b = binenc.AppendUvarint(b, uint64(len(m.files)))
+	for _, f := range m.files {
+		b = binenc.AppendString(b, f.rel)
+		b = binenc.AppendUvarint(b, uint64(f.size))
+	}
+	return b
+}
+
+func decodeManifest(b []byte) (*manifest, error) {
+	r := binenc.NewReader(b)
+	m := &manifest{checkpoint: r.Bytes(maxManifest)}
+	n := r.Count(min(maxSnapshotFiles, r.Remaining()))
+	for i := 0; i < n && r.Err() == nil; i++ {
+		f := snapFile{rel: r.String(4096), size: int64(r.Uvarint())}
+		if r.Err() == nil {
+			if err := checkSnapPath(f.rel); err != nil {
+				return nil, err
+			}
+			if f.size < 0 {
+				return nil, fmt.Errorf("%w: file %s has size %d", ErrBadSnapshot, f.rel, f.size)
+			}
+		}
+		m.files = append(m.files, f)
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %w", ErrBadSnapshot, err)
+	}
+	return m, nil
+}
+
+// checkSnapPath accepts only messages/X.seg, pull/X.seg and
+// consume/SUBJECT/X.seg: a stream cannot write anywhere else.
+func checkSnapPath(rel string) error {
+	parts := strings.Split(rel, "/")
+	ok := path.Clean(rel) == rel && strings.HasSuffix(rel, ".seg")
+	switch {
+	case !ok:
+	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir):
+	case len(parts) == 3 && parts[0] == consumeDir && CheckName("subject", parts[1]) == nil:
+	default:
+		ok = false
+	}
+	for _, p := range parts {
+		ok = ok && p != "" && p != "." && p != ".."
+	}
+	if !ok {
+		return fmt.Errorf("%w: file path %q", ErrBadSnapshot, rel)
+	}
+	return nil
+}
+
+// streamSize returns the length of m's stream.
+func streamSize(m *manifest) int64 {
+	n := int64(len(streamMagic)) + 4 + int64(len(m.encode())) + 4
+	for _, f := range m.files {
+		n += f.size + 4
+	}
+	return n
+}
+
+// writeStream writes m and its files, which open supplies, to w.
+func writeStream(w io.Writer, m *manifest, open func(rel string) (io.ReadCloser, error)) error {
+	mb := m.encode()
+	head := append(streamMagic[:], binary.LittleEndian.AppendUint32(nil, uint32(len(mb)))...)
+	head = append(head, mb...)
+	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(mb, castagnoli))
+	if _, err := w.Write(head); err != nil {
+		return fmt.Errorf("fsm: write snapshot: %w", err)
+	}
+	for _, f := range m.files {
+		if err := copyFile(w, f, open); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(w io.Writer, f snapFile, open func(string) (io.ReadCloser, error)) error {
+	r, err := open(f.rel)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	h := crc32.New(castagnoli)
+	if _, err := io.CopyN(io.MultiWriter(w, h), r, f.size); err != nil {
+		return fmt.Errorf("fsm: write snapshot file %s: %w", f.rel, err)
+	}
+	if _, err := w.Write(binary.LittleEndian.AppendUint32(nil, h.Sum32())); err != nil {
+		return fmt.Errorf("fsm: write snapshot: %w", err)
+	}
+	return nil
+}
+
+// readStream reads a stream from r, handing each file's bytes to create's
+// writer; it returns the manifest once every checksum matched.
+func readStream(r io.Reader, create func(rel string) (io.WriteCloser, error)) (*manifest, error) {
+	var head [12]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("%w: header: %w", ErrBadSnapshot, err)
+	}
+	if [8]byte(head[:8]) != streamMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrBadSnapshot, head[:8])
+	}
+	n := binary.LittleEndian.Uint32(head[8:])
+	if n > maxManifest {
+		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrBadSnapshot, n)
+	}
+	mb := make([]byte, n+4)
+	if _, err := io.ReadFull(r, mb); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %w", ErrBadSnapshot, err)
+	}
+	if crc32.Checksum(mb[:n], castagnoli) != binary.LittleEndian.Uint32(mb[n:]) {
+		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrBadSnapshot)
+	}
+	m, err := decodeManifest(mb[:n])
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range m.files {
+		if err := readFile(r, f, create); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func readFile(r io.Reader, f snapFile, create func(string) (io.WriteCloser, error)) error {
+	w, err := create(f.rel)
+	if err != nil {
+		return err
+	}
+	h := crc32.New(castagnoli)
+	_, err = io.CopyN(io.MultiWriter(w, h), r, f.size)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%w: file %s: %w", ErrBadSnapshot, f.rel, err)
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(r, sum[:]); err != nil {
+		return fmt.Errorf("%w: file %s checksum: %w", ErrBadSnapshot, f.rel, err)
+	}
+	if binary.LittleEndian.Uint32(sum[:]) != h.Sum32() {
+		return fmt.Errorf("%w: file %s checksum mismatch", ErrBadSnapshot, f.rel)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package logs
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+)
+
+// Limits of one message, enforced by the encoder and the decoder alike.
+const (
+	MaxIDLen       = 128
+	MaxSubjectLen  = 200
+	MaxTags        = 10
+	MaxTagLen      = 128
+	MaxProperties  = 256
+	MaxPropertyKey = 256
+	MaxPropertyVal = 64 << 10
+	MaxBodyLen     = 8 << 20
+)
+
+// messageVersion is the first byte of every encoded message.
+const messageVersion = 1
+
+// ErrInvalidMessage means a message breaks one of the limits above or its
+// encoding is malformed.
+var ErrInvalidMessage = errors.New("logs: invalid message")
+
+// Property is one key/value pair of a message. A message keeps its
+// properties in the order the producer set them.
+type Property struct {
+	Key, Value string
+}
+
+// Message is one record of the message log.
+//
+// Encoding (all integers little-endian, strings uvarint-length-prefixed):
+//
+//	version u8 | index u64 | created-at i64 | appended-at i64 | id | subject |
+//	tag-count uvarint | tags… | property-count uvarint | (key, value)… | body
+type Message struct {
+	Index      uint64 // Raft index of the command that appended it
+	ID         string // producer-chosen, unique within the dedup window
+	Subject    string
+	CreatedAt  int64 // producer's clock, Unix milliseconds
+	AppendedAt int64 // leader-stamped, Unix milliseconds
+	Tags       []string
+	Properties []Property
+	Body       []byte
+}
+
+// Check reports whether m is within the message limits.
+func (m *Message) Check() error {
+	switch {
+	case m.ID == "" || len(m.ID) > MaxIDLen:
+		return fmt.Errorf("%w: id length %d (1..%d)", ErrInvalidMessage, len(m.ID), MaxIDLen)
+	case m.Subject == "" || len(m.Subject) > MaxSubjectLen:
+		return fmt.Errorf("%w: subject length %d (1..%d)", ErrInvalidMessage, len(m.Subject), MaxSubjectLen)
+	case len(m.Tags) > MaxTags:
+		return fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidMessage, len(m.Tags), MaxTags)
+	case len(m.Properties) > MaxProperties:
+		return fmt.Errorf("%w: %d properties (at most %d)", ErrInvalidMessage, len(m.Properties), MaxProperties)
+	case len(m.Body) > MaxBodyLen:
+		return fmt.Errorf("%w: body of %d bytes (at most %d)", ErrInvalidMessage, len(m.Body), MaxBodyLen)
+	}
+	for _, t := range m.Tags {
+		if t == "" || len(t) > MaxTagLen {
+			return fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidMessage, len(t), MaxTagLen)
+		}
+	}
+	for _, p := range m.Properties {
+		if p.Key == "" || len(p.Key) > MaxPropertyKey || len(p.Value) > MaxPropertyVal {
+			return fmt.Errorf("%w: property %.40q: key length %d (1..%d), value length %d (at most %d)",
+				ErrInvalidMessage, p.Key, len(p.Key), MaxPropertyKey, len(p.Value), MaxPropertyVal)
+		}
+	}
+	return nil
+}
+
+// AppendEncoded appends m's encoding to b. Call Check first: the encoder
+// does not validate.
+func (m *Message) AppendEncoded(b []byte) []byte {
+	b = append(b, messageVersion)
+	b = binenc.AppendUint64(b, m.Index)
+	b = binenc.AppendUint64(b, uint64(m.CreatedAt))
+	b = binenc.AppendUint64(b, uint64(m.AppendedAt))
+	b = binenc.AppendString(b, m.ID)
+	b = binenc.AppendString(b, m.Subject)
+	b = binenc.AppendUvarint(b, uint64(len(m.Tags)))
+	for _, t := range m.Tags {
+		b = binenc.AppendString(b, t)
+	}
+	b = binenc.AppendUvarint(b, uint64(len(m.Properties)))
+	for _, p := range m.Properties {
+		b = binenc.AppendString(b, p.Key)
+		b = binenc.AppendString(b, p.Value)
+	}
+	return binenc.AppendBytes(b, m.Body)
+}
+
+// DecodeMessage decodes one message that fills p exactly. The result owns
+// its memory (it does not alias p).
+func DecodeMessage(p []byte) (*Message, error) {
+	r := binenc.NewReader(p)
+	m, err := ReadMessage(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Done(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
+	return m, nil
+}
+
+// ReadMessage decodes one message from r, leaving r after it; command
+// decoders use it to read messages embedded in a batch.
+func ReadMessage(r *binenc.Reader) (*Message, error) {
+	if v := r.Byte(); r.Err() == nil && v != messageVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, v)
+	}
+	m := &Message{
+		Index:      r.Uint64(),
+		CreatedAt:  r.Int64(),
+		AppendedAt: r.Int64(),
+		ID:         r.String(MaxIDLen),
+		Subject:    r.String(MaxSubjectLen),
+	}
+	if n := r.Count(MaxTags); n > 0 {
+		m.Tags = make([]string, n)
+		for i := range m.Tags {
+			m.Tags[i] = r.String(MaxTagLen)
+		}
+	}
+	if n := r.Count(MaxProperties); n > 0 {
+		m.Properties = make([]Property, n)
+		for i := range m.Properties {
+			m.Properties[i] = Property{Key: r.String(MaxPropertyKey), Value: r.String(MaxPropertyVal)}
+		}
+	}
+	if body := r.Bytes(MaxBodyLen); len(body) > 0 {
+		m.Body = append([]byte(nil), body...)
+	}
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
+	if err := m.Check(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// TagMask returns a 64-bit Bloom filter of tags: each tag sets one bit. A
+// consumer filtering by tag skips an entry whose mask lacks its tag's bit
+// without reading the message.
+func TagMask(tags []string) uint64 {
+	var mask uint64
+	for _, t := range tags {
+		h := fnv.New64a()
+		h.Write([]byte(t))
+		mask |= 1 << (h.Sum64() % 64)
+	}
+	return mask
+}

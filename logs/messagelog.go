@@ -1,0 +1,122 @@
+package logs
+
+import (
+	"fmt"
+)
+
+// MessageLog holds every subject's messages in one log (QMQ's message
+// log): appends are sequential whatever the number of subjects.
+type MessageLog struct {
+	log *Log
+	buf []byte // reused encoding buffer; only the writer uses it
+}
+
+// maxEncodedMessage bounds one encoded message: the body plus every other
+// field at its limit.
+const maxEncodedMessage = MaxBodyLen + 1<<20 + MaxProperties*(MaxPropertyKey+MaxPropertyVal+8)
+
+// OpenMessageLog opens (or creates) the message log in dir.
+func OpenMessageLog(dir string, opts Options) (*MessageLog, error) {
+	opts.FixedPayload = 0
+	opts.MaxPayload = maxEncodedMessage
+	l, err := Open(dir, KindMessage, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &MessageLog{log: l}, nil
+}
+
+// Log returns the underlying log, for Flush, Sync, retention and snapshots.
+func (ml *MessageLog) Log() *Log { return ml.log }
+
+// Append appends m and returns its offset and record size, which together
+// address it for Read.
+func (ml *MessageLog) Append(m *Message) (offset int64, size int, err error) {
+	if err := m.Check(); err != nil {
+		return 0, 0, err
+	}
+	ml.buf = m.AppendEncoded(ml.buf[:0])
+	off, err := ml.log.Append(ml.buf)
+	if err != nil {
+		return 0, 0, err
+	}
+	return off, RecordSize(len(ml.buf)), nil
+}
+
+// Read returns the message at offset whose record size is size (both as
+// returned by Append or recorded in a consume-log entry).
+func (ml *MessageLog) Read(offset int64, size int) (*Message, error) {
+	p, err := ml.log.ReadSized(offset, size)
+	if err != nil {
+		return nil, err
+	}
+	m, err := DecodeMessage(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), offset, err)
+	}
+	return m, nil
+}
+
+// ReadAt returns the message at offset when its size is not known.
+func (ml *MessageLog) ReadAt(offset int64) (*Message, error) {
+	p, err := ml.log.Read(offset)
+	if err != nil {
+		return nil, err
+	}
+	m, err := DecodeMessage(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), offset, err)
+	}
+	return m, nil
+}
+
+// Scan calls fn with each message from offset from to the end.
+func (ml *MessageLog) Scan(from int64, fn func(offset int64, size int, m *Message) error) error {
+	return ml.log.Scan(from, func(off int64, p []byte) error {
+		m, err := DecodeMessage(p)
+		if err != nil {
+			return fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), off, err)
+		}
+		return fn(off, RecordSize(len(p)), m)
+	})
+}
+
+// Retention says which sealed segments may go: those all of whose messages
+// were appended before MaxAge ago, and the oldest ones while the log is
+// larger than MaxBytes. A zero field disables that rule.
+type Retention struct {
+	MaxAge   int64 // milliseconds
+	MaxBytes int64
+}
+
+// RetainFrom returns the offset before which sealed segments may be removed
+// under r at time now (Unix milliseconds, leader-stamped so that every
+// replica decides alike). Pass it to Log().RemoveBefore.
+func (ml *MessageLog) RetainFrom(r Retention, now int64) (int64, error) {
+	segs := ml.log.Segments()
+	var total int64
+	for _, s := range segs {
+		total += s.Size
+	}
+	keepFrom := segs[0].Base
+	for i := 0; i < len(segs)-1; i++ {
+		next := segs[i+1]
+		tooBig := r.MaxBytes > 0 && total > r.MaxBytes
+		tooOld := false
+		if r.MaxAge > 0 && next.Size > 0 {
+			// Appended-at only grows along the log, so when the first message of
+			// the next segment is too old, all of this one is.
+			m, err := ml.ReadAt(next.Base)
+			if err != nil {
+				return 0, err
+			}
+			tooOld = m.AppendedAt < now-r.MaxAge
+		}
+		if !tooBig && !tooOld {
+			break
+		}
+		total -= segs[i].Size
+		keepFrom = next.Base
+	}
+	return keepFrom, nil
+}

@@ -1,0 +1,184 @@
+package logs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// A segment file is a fixed header followed by records:
+//
+//	header (16 bytes)
+//	+-------+---------+------+----------+-----------------+
+//	| magic | version | kind | reserved | base offset     |
+//	| "QMQL"| u8 = 1  | u8   | u16 = 0  | u64 LE          |
+//	+-------+---------+------+----------+-----------------+
+//	record (8 + len bytes), repeated
+//	+--------+------------------+-----------+
+//	| len    | crc32c(payload)  | payload   |
+//	| u32 LE | u32 LE           | len bytes |
+//	+--------+------------------+-----------+
+//
+// The base offset is the logical offset of the segment's first record; a
+// record's logical offset is base + its position after the header. Files are
+// named by base offset (20 decimal digits) so that a directory listing sorts
+// them. A record's len is never 0, so a run of zero bytes (a preallocated or
+// torn tail) never parses as a valid record.
+const (
+	headerSize   = 16
+	recordHeader = 8
+	version      = 1
+	fileSuffix   = ".seg"
+)
+
+var magic = [4]byte{'Q', 'M', 'Q', 'L'}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// checksum returns the CRC32C of p.
+func checksum(p []byte) uint32 { return crc32.Checksum(p, crcTable) }
+
+// Kind says which typed log a segment belongs to; it is written into every
+// segment header so that a file moved into the wrong directory is refused.
+type Kind uint8
+
+// Kinds of log. The values are written to disk: never renumber them.
+const (
+	KindMessage Kind = 1
+	KindConsume Kind = 2
+	KindPull    Kind = 3
+)
+
+func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, fileSuffix) }
+
+func parseSegmentName(name string) (int64, bool) {
+	digits, ok := strings.CutSuffix(name, fileSuffix)
+	if !ok || len(digits) != 20 {
+		return 0, false
+	}
+	base, err := strconv.ParseInt(digits, 10, 64)
+	return base, err == nil && base >= 0
+}
+
+func encodeHeader(kind Kind, base int64) []byte {
+	h := make([]byte, headerSize)
+	copy(h, magic[:])
+	h[4] = version
+	h[5] = byte(kind)
+	binary.LittleEndian.PutUint64(h[8:], uint64(base))
+	return h
+}
+
+// segment is one file of a log. Its fields other than size are fixed once
+// it is opened; size is only changed by the log's single writer.
+type segment struct {
+	base int64 // logical offset of the first record
+	path string
+	f    *os.File
+	size int64 // bytes of records (file size minus header) that are valid
+}
+
+// end returns the logical offset just past the segment's last record.
+func (s *segment) end() int64 { return s.base + s.size }
+
+func createSegment(dir string, kind Kind, base int64) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("logs: create segment: %w", err)
+	}
+	if _, err := f.Write(encodeHeader(kind, base)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("logs: write segment header %s: %w", path, err)
+	}
+	return &segment{base: base, path: path, f: f}, nil
+}
+
+// openSegment opens an existing segment and checks its header.
+func openSegment(path string, kind Kind, base int64) (*segment, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("logs: open segment: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("logs: stat segment: %w", err)
+	}
+	h := make([]byte, headerSize)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		f.Close()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: %s: header truncated (%d bytes)", ErrCorrupt, path, st.Size())
+		}
+		return nil, fmt.Errorf("logs: read segment header %s: %w", path, err)
+	}
+	switch {
+	case [4]byte(h[:4]) != magic:
+		err = fmt.Errorf("%w: %s: bad magic %q", ErrCorrupt, path, h[:4])
+	case h[4] != version:
+		err = fmt.Errorf("%w: %s: unsupported version %d", ErrCorrupt, path, h[4])
+	case Kind(h[5]) != kind:
+		err = fmt.Errorf("%w: %s: segment of kind %d in a log of kind %d", ErrCorrupt, path, h[5], kind)
+	case int64(binary.LittleEndian.Uint64(h[8:])) != base:
+		err = fmt.Errorf("%w: %s: header base %d does not match its name", ErrCorrupt, path, binary.LittleEndian.Uint64(h[8:]))
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{base: base, path: path, f: f, size: st.Size() - headerSize}, nil
+}
+
+// readRecord reads the record at logical offset off, whose whole size
+// (header included) the caller may know; with size 0 it reads the header
+// first. It verifies length and checksum and returns the payload.
+func (s *segment) readRecord(off int64, size int, maxPayload int) ([]byte, error) {
+	pos := off - s.base + headerSize
+	if size == 0 {
+		var h [recordHeader]byte
+		if _, err := s.f.ReadAt(h[:], pos); err != nil {
+			return nil, s.readErr(off, err)
+		}
+		n := binary.LittleEndian.Uint32(h[:4])
+		if n == 0 || int64(n) > int64(maxPayload) {
+			return nil, fmt.Errorf("%w: %s offset %d: record length %d", ErrCorrupt, s.path, off, n)
+		}
+		size = recordHeader + int(n)
+	}
+	buf := make([]byte, size)
+	if _, err := s.f.ReadAt(buf, pos); err != nil {
+		return nil, s.readErr(off, err)
+	}
+	return s.verify(off, buf)
+}
+
+func (s *segment) readErr(off int64, err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %s offset %d: record runs past end of file", ErrCorrupt, s.path, off)
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("%w: offset %d", ErrRetained, off)
+	}
+	return fmt.Errorf("logs: read %s offset %d: %w", s.path, off, err)
+}
+
+// verify checks one whole record (header and payload) read at off.
+func (s *segment) verify(off int64, rec []byte) ([]byte, error) {
+	n := binary.LittleEndian.Uint32(rec[:4])
+	if n == 0 || int(n) != len(rec)-recordHeader {
+		return nil, fmt.Errorf("%w: %s offset %d: record length %d, expected %d", ErrCorrupt, s.path, off, n, len(rec)-recordHeader)
+	}
+	payload := rec[recordHeader:]
+	if checksum(payload) != binary.LittleEndian.Uint32(rec[4:8]) {
+		return nil, fmt.Errorf("%w: %s offset %d: checksum mismatch", ErrCorrupt, s.path, off)
+	}
+	return payload, nil
+}

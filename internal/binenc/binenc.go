@@ -110,7 +110,11 @@ func (r *Reader) Uint64() uint64 {
 // Int64 reads 8 little-endian bytes as a signed integer.
 func (r *Reader) Int64() int64 { return int64(r.Uint64()) }
 
-// Uvarint reads an unsigned varint.
+// ErrNonCanonical means a varint was encoded in more bytes than needed:
+// refusing it gives every value exactly one encoding.
+var ErrNonCanonical = errors.New("binenc: non-canonical varint")
+
+// Uvarint reads an unsigned varint in its shortest encoding.
 func (r *Reader) Uvarint() uint64 {
 	if r.err != nil {
 		return 0
@@ -118,6 +122,10 @@ func (r *Reader) Uvarint() uint64 {
 	v, n := binary.Uvarint(r.buf[r.off:])
 	if n <= 0 {
 		r.fail(ErrShort)
+		return 0
+	}
+	if n > 1 && r.buf[r.off+n-1] == 0 {
+		r.fail(ErrNonCanonical)
 		return 0
 	}
 	r.off += n

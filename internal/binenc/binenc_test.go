@@ -50,6 +50,7 @@ func TestErrors(t *testing.T) {
 		{"short uint32", func(r *Reader) { r.Uint32() }, []byte{1}, ErrShort},
 		{"empty byte", func(r *Reader) { r.Byte() }, nil, ErrShort},
 		{"bad uvarint", func(r *Reader) { r.Uvarint() }, []byte{0x80, 0x80}, ErrShort},
+		{"overlong uvarint", func(r *Reader) { r.Uvarint() }, []byte{0x81, 0x00}, ErrNonCanonical},
 		{"string over max", func(r *Reader) { r.String(3) }, long, ErrTooLong},
 		{"string past input", func(r *Reader) { r.String(100) }, long[:4], ErrShort},
 		{"count over max", func(r *Reader) { r.Count(2) }, AppendUvarint(nil, 3), ErrTooLong},

@@ -1,0 +1,153 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// ErrClosed means the connection was closed; requests in flight on it fail
+// with it (wrapped in an Unavailable *Error, since another connection may
+// succeed).
+var ErrClosed = errors.New("transport: connection closed")
+
+// Conn is a client connection: any number of goroutines may Call on it at
+// once; requests are multiplexed by id and answered in any order.
+type Conn struct {
+	addr     string
+	c        net.Conn
+	maxFrame int
+
+	wmu sync.Mutex // serialises frame writes
+	w   *bufio.Writer
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan Frame
+	err     error // set once the connection failed or was closed
+	done    chan struct{}
+}
+
+// Dial connects to addr.
+func Dial(ctx context.Context, addr string) (*Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &Error{Code: Unavailable, Message: fmt.Sprintf("dial %s: %v", addr, err)}
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	conn := &Conn{
+		addr: addr, c: c, maxFrame: DefaultMaxFrame,
+		w:       bufio.NewWriterSize(c, 64<<10),
+		pending: map[uint64]chan Frame{},
+		done:    make(chan struct{}),
+	}
+	go conn.readLoop()
+	return conn, nil
+}
+
+// Addr returns the address dialled.
+func (c *Conn) Addr() string { return c.addr }
+
+// Done is closed when the connection has failed or been closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+func (c *Conn) readLoop() {
+	r := bufio.NewReaderSize(c.c, 64<<10)
+	for {
+		f, err := ReadFrame(r, c.maxFrame)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[f.ID]
+		delete(c.pending, f.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- f // buffered: never blocks
+		}
+	}
+}
+
+// fail closes the connection and fails every request in flight.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	c.c.Close()
+	close(c.done)
+	for id, ch := range c.pending {
+		delete(c.pending, id)
+		close(ch)
+	}
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// Call sends a request and waits for its response body. A server error is
+// returned as an *Error; so is a broken connection (Unavailable) and an
+// expired context (Timeout, whose outcome is unknown).
+func (c *Conn) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
+	ch := make(chan Frame, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.unavailable()
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	if err := c.write(Frame{Type: t, ID: id, Payload: payload}); err != nil {
+		c.fail(err)
+		return nil, c.unavailable()
+	}
+	select {
+	case f, ok := <-ch:
+		if !ok {
+			return nil, c.unavailable()
+		}
+		if f.Type != t|ResponseBit {
+			c.fail(fmt.Errorf("%w: response of type %s to a %s request", ErrMalformed, f.Type, t))
+			return nil, c.unavailable()
+		}
+		return DecodeStatus(f.Payload)
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return nil, &Error{Code: Timeout, Message: fmt.Sprintf("%s to %s: %v", t, c.addr, ctx.Err())}
+	}
+}
+
+func (c *Conn) write(f Frame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if err := WriteFrame(c.w, f); err != nil {
+		return err
+	}
+	return c.w.Flush()
+}
+
+func (c *Conn) unavailable() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	return &Error{Code: Unavailable, Message: fmt.Sprintf("connection to %s: %v", c.addr, err)}
+}

@@ -1,0 +1,88 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a wire error code. The values are part of the protocol: never
+// renumber them.
+type Code uint8
+
+// Error codes, with whether a retry of the same request can succeed.
+const (
+	OK          Code = 0
+	NotLeader   Code = 1 // retriable: the error carries the leader's client address, if known
+	Invalid     Code = 2 // the request is malformed or names something badly
+	TooLarge    Code = 3 // a frame or message exceeds a limit
+	Unavailable Code = 4 // retriable: no leader, shutting down, or a dependency is down
+	Timeout     Code = 5 // retriable: the deadline passed; the outcome is unknown
+	Internal    Code = 6 // a bug or a storage failure on the server
+	UnknownType Code = 7 // the server does not know the request type
+)
+
+var codeInfo = map[Code]struct {
+	name      string
+	retriable bool
+}{
+	OK:          {"OK", false},
+	NotLeader:   {"NOT_LEADER", true},
+	Invalid:     {"INVALID", false},
+	TooLarge:    {"TOO_LARGE", false},
+	Unavailable: {"UNAVAILABLE", true},
+	Timeout:     {"TIMEOUT", true},
+	Internal:    {"INTERNAL", false},
+	UnknownType: {"UNKNOWN_TYPE", false},
+}
+
+func (c Code) String() string {
+	if i, ok := codeInfo[c]; ok {
+		return i.name
+	}
+	return fmt.Sprintf("CODE_%d", uint8(c))
+}
+
+// Retriable reports whether a retry of the same request can succeed.
+func (c Code) Retriable() bool { return codeInfo[c].retriable }
+
+// Error is an error answered by a server.
+type Error struct {
+	Code    Code
+	Message string
+	Leader  string // the leader's client address, for NotLeader
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("qmq: %s: %s", e.Code, e.Message)
+	if e.Leader != "" {
+		s += " (leader " + e.Leader + ")"
+	}
+	return s
+}
+
+// Retriable reports whether a retry of the same request can succeed.
+func (e *Error) Retriable() bool { return e.Code.Retriable() }
+
+// Is makes errors.Is(err, &Error{Code: c}) match any Error with code c.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == "" && t.Leader == ""
+}
+
+// CodeOf returns err's wire code: its own if it is (or wraps) an *Error,
+// else Internal (or OK for nil).
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

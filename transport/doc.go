@@ -1,0 +1,10 @@
+// Package transport is the client wire protocol: length-prefixed binary
+// frames over TCP, each carrying a request id so that many requests are in
+// flight on one connection (Conn), a Server that runs a handler per
+// request, the payload codecs of every request, and the wire error codes
+// with whether a retry can help. docs/protocol.md describes the bytes.
+//
+// A malformed, truncated or oversize frame gets an error frame where
+// possible and the connection is closed; nothing a peer sends can crash
+// the process.
+package transport

@@ -1,0 +1,118 @@
+package transport
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// A frame on the wire:
+//
+//	+-----------+--------+-------------+------------------+
+//	| length    | type   | request id  | payload          |
+//	| u32 LE    | u8     | u64 LE      | length - 9 bytes |
+//	+-----------+--------+-------------+------------------+
+//
+// length counts the bytes after itself. A request's type is one of the
+// Type values; the response to it carries the same type with ResponseBit set
+// and the same request id, so many requests can be in flight on one
+// connection and answered in any order. A response payload starts with a
+// status:
+//
+//	code u8 | (message string | leader string, when code is not OK) | body
+const (
+	frameHeader = 4 + 1 + 8
+	// DefaultMaxFrame is the largest frame accepted unless configured.
+	DefaultMaxFrame = 16 << 20
+	// ResponseBit marks a response's type.
+	ResponseBit = 0x80
+)
+
+// Type is a request type. The values are part of the protocol: never
+// renumber them.
+type Type uint8
+
+// Request types.
+const (
+	TypeSend      Type = 1
+	TypePull      Type = 2
+	TypeAck       Type = 3
+	TypeHeartbeat Type = 4
+	TypeStatus    Type = 5
+)
+
+func (t Type) String() string {
+	switch t &^ ResponseBit {
+	case TypeSend:
+		return "send"
+	case TypePull:
+		return "pull"
+	case TypeAck:
+		return "ack"
+	case TypeHeartbeat:
+		return "heartbeat"
+	case TypeStatus:
+		return "status"
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Errors of the frame layer. After either, the connection is closed: its
+// byte stream can no longer be trusted.
+var (
+	ErrFrameTooLarge = errors.New("transport: frame too large")
+	ErrMalformed     = errors.New("transport: malformed frame")
+)
+
+// Frame is one frame.
+type Frame struct {
+	Type    Type
+	ID      uint64
+	Payload []byte
+}
+
+// WriteFrame writes f to w (buffered; the caller flushes).
+func WriteFrame(w *bufio.Writer, f Frame) error {
+	var h [frameHeader]byte
+	binary.LittleEndian.PutUint32(h[:4], uint32(1+8+len(f.Payload)))
+	h[4] = byte(f.Type)
+	binary.LittleEndian.PutUint64(h[5:], f.ID)
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(f.Payload)
+	return err
+}
+
+// ReadFrame reads one frame of at most maxFrame bytes (its length field).
+// It returns io.EOF only at a clean end between frames.
+func ReadFrame(r *bufio.Reader, maxFrame int) (Frame, error) {
+	var h [frameHeader]byte
+	if _, err := io.ReadFull(r, h[:4]); err != nil {
+		return Frame{}, err // io.EOF between frames, io.ErrUnexpectedEOF inside one
+	}
+	n := binary.LittleEndian.Uint32(h[:4])
+	if n < 9 {
+		return Frame{}, fmt.Errorf("%w: length %d is below the header's 9 bytes", ErrMalformed, n)
+	}
+	if int64(n) > int64(maxFrame) {
+		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxFrame)
+	}
+	if _, err := io.ReadFull(r, h[4:]); err != nil {
+		return Frame{}, noEOF(err)
+	}
+	f := Frame{Type: Type(h[4]), ID: binary.LittleEndian.Uint64(h[5:]), Payload: make([]byte, n-9)}
+	if _, err := io.ReadFull(r, f.Payload); err != nil {
+		return Frame{}, noEOF(err)
+	}
+	return f, nil
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,292 @@
+package transport
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// Payloads of each request and response body. Integers are uvarints unless
+// noted; strings and byte slices are uvarint-length-prefixed; messages use
+// the message-log encoding (package logs). Every payload starts with a
+// version byte.
+const payloadVersion = 1
+
+// Limits checked by the decoders.
+const (
+	MaxBatch    = 10000
+	MaxRanges   = 4096
+	maxName     = 200
+	maxErrorLen = 4096
+)
+
+// SendRequest: version | count | message…
+type SendRequest struct {
+	Messages []*logs.Message
+}
+
+// SendStatus is the outcome of one message of a send.
+type SendStatus uint8
+
+// Send statuses. Appended and Duplicate both mean the message is stored.
+const (
+	SendAppended  SendStatus = 1
+	SendDuplicate SendStatus = 2
+	SendRejected  SendStatus = 3
+)
+
+// SendResult is one message's outcome; Error explains a rejection.
+type SendResult struct {
+	Status SendStatus
+	Error  string
+}
+
+// SendResponse: version | count | (status u8 | error string)…
+type SendResponse struct {
+	Results []SendResult
+}
+
+// PullRequest: version | subject | group | consumer | max | wait-ms
+//
+// The server answers as soon as it has at least one message, or after
+// Wait with none (a long poll).
+type PullRequest struct {
+	Subject, Group, Consumer string
+	Max                      int
+	Wait                     time.Duration
+}
+
+// PulledMessage is one message handed to a consumer; PullSeq is what it acks.
+type PulledMessage struct {
+	PullSeq int64
+	Message *logs.Message
+}
+
+// PullResponse: version | count | (pull-seq | message)…
+type PullResponse struct {
+	Messages []PulledMessage
+}
+
+// AckRange is an inclusive range of pull sequences.
+type AckRange struct{ First, Last int64 }
+
+// AckRequest: version | subject | group | consumer | count | (first | last)…
+type AckRequest struct {
+	Subject, Group, Consumer string
+	Ranges                   []AckRange
+}
+
+// AckResponse: version | ack-position
+type AckResponse struct {
+	AckPos int64
+}
+
+// HeartbeatRequest: version | subject | group | consumer. It keeps the
+// consumer's session alive; its unacked messages are reclaimed for the rest
+// of the group when heartbeats stop. The response body is just the version.
+type HeartbeatRequest struct {
+	Subject, Group, Consumer string
+}
+
+func header() []byte { return []byte{payloadVersion} }
+
+func newReader(b []byte) *binenc.Reader {
+	r := binenc.NewReader(b)
+	if v := r.Byte(); r.Err() == nil && v != payloadVersion {
+		return binenc.NewReader(nil) // fails on the first read: unknown version
+	}
+	return r
+}
+
+func done(what string, r *binenc.Reader) error {
+	if err := r.Done(); err != nil {
+		return Errorf(Invalid, "%s: %v", what, err)
+	}
+	return nil
+}
+
+// Encode returns the payload.
+func (q *SendRequest) Encode() []byte {
+	b := binenc.AppendUvarint(header(), uint64(len(q.Messages)))
+	for _, m := range q.Messages {
+		b = m.AppendEncoded(b)
+	}
+	return b
+}
+
+// DecodeSendRequest decodes a send payload.
+func DecodeSendRequest(b []byte) (*SendRequest, error) {
+	r := newReader(b)
+	q := &SendRequest{}
+	n := r.Count(MaxBatch)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		m, err := logs.ReadMessage(r)
+		if err != nil {
+			return nil, Errorf(Invalid, "send: message %d: %v", i, err)
+		}
+		q.Messages = append(q.Messages, m)
+	}
+	return q, done("send", r)
+}
+
+// Encode returns the payload.
+func (p *SendResponse) Encode() []byte {
+	b := binenc.AppendUvarint(header(), uint64(len(p.Results)))
+	for _, res := range p.Results {
+		b = append(b, byte(res.Status))
+		b = binenc.AppendString(b, res.Error)
+	}
+	return b
+}
+
+// DecodeSendResponse decodes a send response body.
+func DecodeSendResponse(b []byte) (*SendResponse, error) {
+	r := newReader(b)
+	p := &SendResponse{}
+	n := r.Count(MaxBatch)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		p.Results = append(p.Results, SendResult{Status: SendStatus(r.Byte()), Error: r.String(maxErrorLen)})
+	}
+	return p, done("send response", r)
+}
+
+func appendNames(b []byte, subject, group, consumer string) []byte {
+	return binenc.AppendString(binenc.AppendString(binenc.AppendString(b, subject), group), consumer)
+}
+
+func readNames(r *binenc.Reader) (string, string, string) {
+	return r.String(maxName), r.String(maxName), r.String(maxName)
+}
+
+// Encode returns the payload.
+func (q *PullRequest) Encode() []byte {
+	b := appendNames(header(), q.Subject, q.Group, q.Consumer)
+	b = binenc.AppendUvarint(b, uint64(q.Max))
+	return binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
+}
+
+// DecodePullRequest decodes a pull payload.
+func DecodePullRequest(b []byte) (*PullRequest, error) {
+	r := newReader(b)
+	q := &PullRequest{}
+	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Max = r.Count(MaxBatch)
+	wait := r.Uvarint()
+	if wait > uint64(time.Hour/time.Millisecond) {
+		return nil, Errorf(Invalid, "pull: wait of %d ms is above an hour", wait)
+	}
+	q.Wait = time.Duration(wait) * time.Millisecond
+	return q, done("pull", r)
+}
+
+// Encode returns the payload.
+func (p *PullResponse) Encode() []byte {
+	b := binenc.AppendUvarint(header(), uint64(len(p.Messages)))
+	for _, m := range p.Messages {
+		b = binenc.AppendUvarint(b, uint64(m.PullSeq))
+		b = m.Message.AppendEncoded(b)
+	}
+	return b
+}
+
+// DecodePullResponse decodes a pull response body.
+func DecodePullResponse(b []byte) (*PullResponse, error) {
+	r := newReader(b)
+	p := &PullResponse{}
+	n := r.Count(MaxBatch)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		seq := int64(r.Uvarint())
+		m, err := logs.ReadMessage(r)
+		if err != nil {
+			return nil, Errorf(Invalid, "pull response: message %d: %v", i, err)
+		}
+		p.Messages = append(p.Messages, PulledMessage{PullSeq: seq, Message: m})
+	}
+	return p, done("pull response", r)
+}
+
+// Encode returns the payload.
+func (q *AckRequest) Encode() []byte {
+	b := appendNames(header(), q.Subject, q.Group, q.Consumer)
+	b = binenc.AppendUvarint(b, uint64(len(q.Ranges)))
+	for _, rg := range q.Ranges {
+		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(rg.First)), uint64(rg.Last))
+	}
+	return b
+}
+
+// DecodeAckRequest decodes an ack payload.
+func DecodeAckRequest(b []byte) (*AckRequest, error) {
+	r := newReader(b)
+	q := &AckRequest{}
+	q.Subject, q.Group, q.Consumer = readNames(r)
+	n := r.Count(MaxRanges)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		rg := AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
+		if r.Err() == nil && (rg.First < 0 || rg.Last < rg.First) {
+			return nil, Errorf(Invalid, "ack: range %d..%d", rg.First, rg.Last)
+		}
+		q.Ranges = append(q.Ranges, rg)
+	}
+	return q, done("ack", r)
+}
+
+// Encode returns the payload.
+func (p *AckResponse) Encode() []byte {
+	return binenc.AppendUvarint(header(), uint64(p.AckPos))
+}
+
+// DecodeAckResponse decodes an ack response body.
+func DecodeAckResponse(b []byte) (*AckResponse, error) {
+	r := newReader(b)
+	p := &AckResponse{AckPos: int64(r.Uvarint())}
+	return p, done("ack response", r)
+}
+
+// Encode returns the payload.
+func (q *HeartbeatRequest) Encode() []byte {
+	return appendNames(header(), q.Subject, q.Group, q.Consumer)
+}
+
+// DecodeHeartbeatRequest decodes a heartbeat payload.
+func DecodeHeartbeatRequest(b []byte) (*HeartbeatRequest, error) {
+	r := newReader(b)
+	q := &HeartbeatRequest{}
+	q.Subject, q.Group, q.Consumer = readNames(r)
+	return q, done("heartbeat", r)
+}
+
+// EncodeStatus encodes a response status and body.
+func EncodeStatus(err error, body []byte) []byte {
+	code := CodeOf(err)
+	b := []byte{byte(code)}
+	if code != OK {
+		msg, leader := err.Error(), ""
+		if e, ok := err.(*Error); ok {
+			msg, leader = e.Message, e.Leader
+		}
+		if len(msg) > maxErrorLen {
+			msg = msg[:maxErrorLen]
+		}
+		b = binenc.AppendString(b, msg)
+		b = binenc.AppendString(b, leader)
+	}
+	return append(b, body...)
+}
+
+// DecodeStatus splits a response payload into its body and the server's
+// error (an *Error), or fails with ErrMalformed.
+func DecodeStatus(b []byte) ([]byte, error) {
+	r := binenc.NewReader(b)
+	code := Code(r.Byte())
+	if code == OK && r.Err() == nil {
+		return b[1:], nil
+	}
+	e := &Error{Code: code, Message: r.String(maxErrorLen), Leader: r.String(maxName + 64)}
+	if r.Err() != nil {
+		return nil, fmt.Errorf("%w: response status: %w", ErrMalformed, r.Err())
+	}
+	return nil, e
+}

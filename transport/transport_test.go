@@ -1,0 +1,268 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	frames := []Frame{{Type: TypeSend, ID: 1, Payload: []byte("abc")}, {Type: TypePull | ResponseBit, ID: 1 << 60}, {Type: TypeAck, ID: 7, Payload: make([]byte, 1000)}}
+	for _, f := range frames {
+		if err := WriteFrame(w, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	r := bufio.NewReader(&buf)
+	for _, want := range frames {
+		got, err := ReadFrame(r, DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Type != want.Type || got.ID != want.ID || !bytes.Equal(got.Payload, want.Payload) {
+			t.Fatalf("got %+v, want %+v", got, want)
+		}
+	}
+	if _, err := ReadFrame(r, DefaultMaxFrame); err != io.EOF {
+		t.Fatalf("after the last frame: %v, want io.EOF", err)
+	}
+}
+
+func TestReadFrameErrors(t *testing.T) {
+	le := func(n uint32) []byte { return binary.LittleEndian.AppendUint32(nil, n) }
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"length below header", le(3), ErrMalformed},
+		{"too large", le(DefaultMaxFrame + 1), ErrFrameTooLarge},
+		{"truncated header", append(le(20), 1, 2), io.ErrUnexpectedEOF},
+		{"truncated payload", append(le(20), make([]byte, 12)...), io.ErrUnexpectedEOF},
+		{"truncated length", []byte{1, 0}, io.ErrUnexpectedEOF},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ReadFrame(bufio.NewReader(bytes.NewReader(tt.in)), DefaultMaxFrame)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func sampleMessage() *logs.Message {
+	return &logs.Message{ID: "id-1", Subject: "orders", CreatedAt: 5, Tags: []string{"a"},
+		Properties: []logs.Property{{Key: "k", Value: "v"}}, Body: []byte("body")}
+}
+
+func TestPayloadRoundTrips(t *testing.T) {
+	send := &SendRequest{Messages: []*logs.Message{sampleMessage(), sampleMessage()}}
+	if got, err := DecodeSendRequest(send.Encode()); err != nil || len(got.Messages) != 2 || got.Messages[1].ID != "id-1" {
+		t.Fatalf("send: %+v, %v", got, err)
+	}
+	sr := &SendResponse{Results: []SendResult{{Status: SendAppended}, {Status: SendRejected, Error: "bad"}}}
+	if got, err := DecodeSendResponse(sr.Encode()); err != nil || got.Results[1].Error != "bad" {
+		t.Fatalf("send response: %+v, %v", got, err)
+	}
+	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond}
+	if got, err := DecodePullRequest(pull.Encode()); err != nil || *got != *pull {
+		t.Fatalf("pull: %+v, %v", got, err)
+	}
+	pr := &PullResponse{Messages: []PulledMessage{{PullSeq: 3, Message: sampleMessage()}}}
+	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Messages[0].PullSeq != 3 || string(got.Messages[0].Message.Body) != "body" {
+		t.Fatalf("pull response: %+v, %v", got, err)
+	}
+	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 4}, {7, 7}}}
+	if got, err := DecodeAckRequest(ack.Encode()); err != nil || len(got.Ranges) != 2 || got.Ranges[1] != (AckRange{7, 7}) {
+		t.Fatalf("ack: %+v, %v", got, err)
+	}
+	if got, err := DecodeAckResponse((&AckResponse{AckPos: 9}).Encode()); err != nil || got.AckPos != 9 {
+		t.Fatalf("ack response: %+v, %v", got, err)
+	}
+	hb := &HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}
+	if got, err := DecodeHeartbeatRequest(hb.Encode()); err != nil || *got != *hb {
+		t.Fatalf("heartbeat: %+v, %v", got, err)
+	}
+}
+
+func TestDecodersRefuseBadInput(t *testing.T) {
+	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(), 1)}
+	for _, b := range bad {
+		if _, err := DecodeAckRequest(b); CodeOf(err) != Invalid {
+			t.Errorf("DecodeAckRequest(%v) = %v, want INVALID", b, err)
+		}
+		if _, err := DecodeSendRequest(b); CodeOf(err) != Invalid {
+			t.Errorf("DecodeSendRequest(%v) = %v, want INVALID", b, err)
+		}
+	}
+	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{5, 2}}}).Encode()
+	if _, err := DecodeAckRequest(reversed); CodeOf(err) != Invalid {
+		t.Errorf("reversed range: %v, want INVALID", err)
+	}
+}
+
+func TestStatusRoundTrip(t *testing.T) {
+	body, err := DecodeStatus(EncodeStatus(nil, []byte("ok")))
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("OK status: %q, %v", body, err)
+	}
+	_, err = DecodeStatus(EncodeStatus(&Error{Code: NotLeader, Message: "no", Leader: "127.0.0.1:1"}, nil))
+	var e *Error
+	if !errors.As(err, &e) || e.Code != NotLeader || e.Leader != "127.0.0.1:1" || !e.Retriable() {
+		t.Fatalf("NOT_LEADER status: %v", err)
+	}
+	if !errors.Is(err, &Error{Code: NotLeader}) || errors.Is(err, &Error{Code: Invalid}) {
+		t.Fatal("errors.Is does not match by code")
+	}
+	if _, err := DecodeStatus(EncodeStatus(errors.New("boom"), nil)); CodeOf(err) != Internal {
+		t.Fatalf("plain error: %v, want INTERNAL", err)
+	}
+	if _, err := DecodeStatus([]byte{byte(Invalid), 0xff}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated status: %v, want ErrMalformed", err)
+	}
+}
+
+// startServer runs a Server on a loopback port with h; it stops at cleanup.
+func startServer(t *testing.T, h Handler) (*Server, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: h, MaxFrame: 1 << 16}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(lis) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, lis.Addr().String()
+}
+
+func TestClientServerConcurrentCalls(t *testing.T) {
+	release := make(chan struct{})
+	_, addr := startServer(t, func(ctx context.Context, typ Type, p []byte) ([]byte, error) {
+		if string(p) == "first" {
+			<-release // answered after later requests: responses come out of order
+		}
+		if typ == TypeAck {
+			return nil, Errorf(Invalid, "no acks here")
+		}
+		return append([]byte("re:"), p...), nil
+	})
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	first := make(chan []byte)
+	go func() {
+		b, _ := c.Call(ctx, TypeSend, []byte("first"))
+		first <- b
+	}()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := []byte{byte(i)}
+			b, err := c.Call(ctx, TypePull, p)
+			if err != nil || !bytes.Equal(b, append([]byte("re:"), p...)) {
+				t.Errorf("call %d: %q, %v", i, b, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(release)
+	if b := <-first; string(b) != "re:first" {
+		t.Fatalf("first: %q", b)
+	}
+	if _, err := c.Call(ctx, TypeAck, nil); CodeOf(err) != Invalid {
+		t.Fatalf("handler error: %v, want INVALID", err)
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	_, addr := startServer(t, func(ctx context.Context, _ Type, _ []byte) ([]byte, error) {
+		<-block
+		return nil, nil
+	})
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Call(ctx, TypeSend, nil); CodeOf(err) != Timeout {
+		t.Fatalf("err = %v, want TIMEOUT", err)
+	}
+}
+
+// TestServerClosesOnBadFrames sends malformed and oversize frames on raw
+// connections: the server answers an error frame where it can, closes the
+// connection, and keeps serving others.
+func TestServerClosesOnBadFrames(t *testing.T) {
+	_, addr := startServer(t, func(context.Context, Type, []byte) ([]byte, error) { return []byte("ok"), nil })
+	le := func(n uint32) []byte { return binary.LittleEndian.AppendUint32(nil, n) }
+	tests := []struct {
+		name string
+		in   []byte
+		code Code
+	}{
+		{"oversize", le(1 << 20), TooLarge},
+		{"length below header", le(2), Invalid},
+		{"response frame from client", append(le(9), ResponseBit|1, 0, 0, 0, 0, 0, 0, 0, 0), OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c.Write(tt.in)
+			r := bufio.NewReader(c)
+			if tt.code != OK {
+				f, err := ReadFrame(r, DefaultMaxFrame)
+				if err != nil {
+					t.Fatalf("no error frame: %v", err)
+				}
+				if _, err := DecodeStatus(f.Payload); CodeOf(err) != tt.code {
+					t.Fatalf("error frame says %v, want %s", err, tt.code)
+				}
+			}
+			if _, err := ReadFrame(r, DefaultMaxFrame); !errors.Is(err, io.EOF) {
+				t.Fatalf("connection not closed: %v", err)
+			}
+		})
+	}
+	// The server still answers a well-behaved client.
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if b, err := c.Call(context.Background(), TypeStatus, nil); err != nil || string(b) != "ok" {
+		t.Fatalf("after bad clients: %q, %v", b, err)
+	}
+}

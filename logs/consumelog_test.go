@@ -89,6 +89,41 @@ func TestConsumeLog(t *testing.T) {
 	}
 }
 
+func TestConsumeLogSeqs(t *testing.T) {
+	c := openConsumeLog(t, t.TempDir(), Options{SegmentSize: 4 * ConsumeRecordSize})
+	for i := range 25 { // entry i points at message-log offset 1000*i
+		if c.NextSeq() != int64(i) {
+			t.Fatalf("NextSeq = %d, want %d", c.NextSeq(), i)
+		}
+		if _, err := c.Append(consumeEntry(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rolls flushed all but the last entry.
+	if c.EndSeq() != 24 || c.NextSeq() != 25 {
+		t.Fatalf("before Flush: EndSeq %d NextSeq %d, want 24 25", c.EndSeq(), c.NextSeq())
+	}
+	if err := c.Log().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(off, want int64) {
+		t.Helper()
+		if seq, err := c.SeqAtOrAfter(off); err != nil || seq != want {
+			t.Fatalf("SeqAtOrAfter(%d) = %d, %v; want %d", off, seq, err, want)
+		}
+	}
+	for _, tc := range []struct{ off, want int64 }{
+		{-1, 0}, {0, 0}, {1, 1}, {999, 1}, {1000, 1}, {12_500, 13}, {24_000, 24}, {24_001, 25}, {1 << 40, 25},
+	} {
+		check(tc.off, tc.want)
+	}
+	if _, err := c.Log().RemoveBefore(10 * ConsumeRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	check(0, 8) // the first retained entry: segments hold four
+	check(9000, 9)
+}
+
 func TestConsumeLogBase(t *testing.T) {
 	c := openConsumeLog(t, t.TempDir(), Options{Base: 7 * ConsumeRecordSize})
 	if c.StartSeq() != 7 || c.EndSeq() != 7 {

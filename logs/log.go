@@ -93,7 +93,7 @@ func Open(dir string, kind Kind, opts Options) (*Log, error) {
 		return nil, err
 	}
 	if len(segs) == 0 {
-		s, err := createSegment(dir, kind, opts.Base)
+		s, err := createSegment(dir, kind, l.opts.Base)
 		if err != nil {
 			return nil, err
 		}
@@ -127,12 +127,16 @@ func (l *Log) openSegments() ([]*segment, error) {
 	for i, base := range bases {
 		path := filepath.Join(l.dir, segmentName(base))
 		last := i == len(bases)-1
-		if last && i > 0 && fileSize(path) < headerSize {
-			// Created by a roll that crashed before its header was written.
+		if last && fileSize(path) < headerSize {
+			// Created by a roll (or the log's creation) that crashed before its
+			// header was written: it never held a record.
 			if err := os.Remove(path); err != nil {
 				return fail(fmt.Errorf("logs: remove torn segment: %w", err))
 			}
 			l.dirDirty = true
+			if i == 0 {
+				l.opts.Base = base
+			}
 			break
 		}
 		s, err := openSegment(path, l.kind, base)

@@ -604,3 +604,26 @@ func TestReadersDuringRemoval(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestNext(t *testing.T) {
+	l := openLog(t, t.TempDir(), Options{SegmentSize: 64, Base: 10})
+	if l.Next() != 10 {
+		t.Fatalf("Next of an empty log = %d, want 10", l.Next())
+	}
+	for i := range 10 { // rolls on the way
+		next := l.Next()
+		off, err := l.Append(payload(i))
+		if err != nil || off != next {
+			t.Fatalf("Append %d = %d, %v; Next said %d", i, off, err, next)
+		}
+	}
+	if l.End() == l.Next() {
+		t.Fatal("End counts unflushed records")
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if l.End() != l.Next() {
+		t.Fatalf("after Flush: End %d, Next %d", l.End(), l.Next())
+	}
+}

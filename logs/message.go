@@ -1,7 +1,6 @@
 package logs
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -115,9 +114,9 @@ func DecodeMessage(p []byte) (*Message, error) {
 }
 
 // ReadMessage decodes one message from r, leaving r after it; command
-// decoders use it to read messages embedded in a batch.
+// decoders use it to read messages embedded in a batch. The Reader refuses
+// overlong varints, so a message has exactly one encoding.
 func ReadMessage(r *binenc.Reader) (*Message, error) {
-	start := r.Offset()
 	if v := r.Byte(); r.Err() == nil && v != messageVersion {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, v)
 	}
@@ -149,33 +148,8 @@ func ReadMessage(r *binenc.Reader) (*Message, error) {
 	if err := m.Check(); err != nil {
 		return nil, err
 	}
-	// Every length is a uvarint: refuse non-minimal ones, so that a message
-	// has exactly one encoding.
-	if n := r.Offset() - start; n != m.encodedSize() {
-		return nil, fmt.Errorf("%w: non-canonical encoding (%d bytes, canonical %d)", ErrInvalidMessage, n, m.encodedSize())
-	}
 	return m, nil
 }
-
-// encodedSize returns len(m.AppendEncoded(nil)).
-func (m *Message) encodedSize() int {
-	n := 1 + 3*8 + stringSize(len(m.ID)) + stringSize(len(m.Subject)) + uvarintSize(len(m.Tags))
-	for _, t := range m.Tags {
-		n += stringSize(len(t))
-	}
-	n += uvarintSize(len(m.Properties))
-	for _, p := range m.Properties {
-		n += stringSize(len(p.Key)) + stringSize(len(p.Value))
-	}
-	return n + stringSize(len(m.Body))
-}
-
-func uvarintSize(n int) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], uint64(n))
-}
-
-func stringSize(n int) int { return uvarintSize(n) + n }
 
 // TagMask returns a 64-bit Bloom filter of tags: each tag sets one bit. A
 // consumer filtering by tag skips an entry whose mask lacks its tag's bit

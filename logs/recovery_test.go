@@ -234,3 +234,20 @@ func TestRemoveTornTrailingSegment(t *testing.T) {
 		})
 	}
 }
+
+// A log whose creation crashed before its first segment's header was
+// written opens as an empty log at that segment's base.
+func TestRemoveTornOnlySegment(t *testing.T) {
+	dir := t.TempDir()
+	torn := filepath.Join(dir, segmentName(4096))
+	if err := os.WriteFile(torn, []byte{'Q', 'M'}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := openLog(t, dir, Options{})
+	if l.Start() != 4096 || l.End() != 4096 {
+		t.Fatalf("Start %d End %d, want 4096 4096", l.Start(), l.End())
+	}
+	if off, err := l.Append(payload(0)); err != nil || off != 4096 {
+		t.Fatalf("Append = %d, %v; want 4096", off, err)
+	}
+}

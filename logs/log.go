@@ -127,9 +127,9 @@ func (l *Log) openSegments() ([]*segment, error) {
 	for i, base := range bases {
 		path := filepath.Join(l.dir, segmentName(base))
 		last := i == len(bases)-1
-		if last && fileSize(path) < headerSize {
+		if last && fileSize(path) < headerSize && l.opts.DurableEnd <= base {
 			// Created by a roll (or the log's creation) that crashed before its
-			// header was written: it never held a record.
+			// header was written: it never held a durable record.
 			if err := os.Remove(path); err != nil {
 				return fail(fmt.Errorf("logs: remove torn segment: %w", err))
 			}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 //	                       redeliver-count uvarint, seq uvarint…)…   sorted by subject, group
 //	consumer-count uvarint | (subject, group, name, ack-pos uvarint, next uvarint,
 //	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
+//	member-count uvarint | (id, client-address)…                      sorted by id
 type checkpoint struct {
 	st        *state
 	ends      *logEnds
@@ -85,6 +87,12 @@ func (c *checkpoint) encode() []byte {
 			b = append(b, acked)
 		}
 	}
+	ids := sortedKeys(st.members)
+	b = binenc.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binenc.AppendString(b, id)
+		b = binenc.AppendString(b, st.members[id])
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -130,11 +138,22 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			cs.window = append(cs.window, pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1})
 		}
 	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		id := r.String(MaxNameLen)
+		st.members[id] = r.String(MaxAddrLen)
+	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
 	if err := c.check(); err != nil {
 		return nil, err
+	}
+	// The encoder writes each subject, group, consumer and member once, in
+	// sorted order, and acked as 0 or 1: refuse anything else (a repeated
+	// key would silently overwrite state), so a checkpoint has exactly one
+	// encoding.
+	if !bytes.Equal(c.encode(), b) {
+		return nil, fmt.Errorf("%w: non-canonical encoding (repeated or unsorted keys)", ErrBadCheckpoint)
 	}
 	return c, nil
 }

@@ -18,6 +18,7 @@ const (
 	CmdPull    CommandType = 2
 	CmdAck     CommandType = 3
 	CmdReclaim CommandType = 4
+	CmdMember  CommandType = 5
 )
 
 func (t CommandType) String() string {
@@ -30,6 +31,8 @@ func (t CommandType) String() string {
 		return "ack"
 	case CmdReclaim:
 		return "reclaim"
+	case CmdMember:
+		return "member"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -43,6 +46,7 @@ const (
 	MaxBatchMessages = 10000
 	MaxAckRanges     = 4096
 	MaxNameLen       = 200
+	MaxAddrLen       = 256
 )
 
 // ErrBadCommand means a command's bytes do not decode. A committed command
@@ -93,6 +97,16 @@ type Reclaim struct {
 	Subject, Group, Consumer string
 }
 
+// SetMember records a group member's client address, so that any node can
+// send clients to the leader; an empty address removes the member. Payload:
+//
+//	id | client-address
+type SetMember struct {
+	Now        int64
+	ID         string
+	ClientAddr string
+}
+
 func appendHeader(b []byte, t CommandType, now int64) []byte {
 	b = append(b, byte(t), commandVersion)
 	return binenc.AppendUint64(b, uint64(now))
@@ -136,7 +150,13 @@ func (c *Reclaim) Encode() []byte {
 	return appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.Group, c.Consumer)
 }
 
-// Decode decodes a command: *Append, *Pull, *Ack or *Reclaim.
+// Encode returns the command's bytes.
+func (c *SetMember) Encode() []byte {
+	b := binenc.AppendString(appendHeader(nil, CmdMember, c.Now), c.ID)
+	return binenc.AppendString(b, c.ClientAddr)
+}
+
+// Decode decodes a command: *Append, *Pull, *Ack, *Reclaim or *SetMember.
 func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
@@ -175,6 +195,8 @@ func Decode(b []byte) (any, error) {
 		c := &Reclaim{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		cmd = c
+	case CmdMember:
+		cmd = &SetMember{Now: now, ID: r.String(MaxNameLen), ClientAddr: r.String(MaxAddrLen)}
 	default:
 		if r.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown type %d", ErrBadCommand, t)

@@ -89,10 +89,11 @@ type FSM struct {
 	cfg Config
 	log hclog.Logger
 
-	mu    sync.RWMutex // held for writing only while Restore swaps the store
-	store *store
-	st    *state
-	dedup *dedup
+	mu      sync.RWMutex // held for writing only while Restore swaps the store
+	store   *store
+	stateMu sync.RWMutex // held for writing while a batch applies; readers of st take it
+	st      *state
+	dedup   *dedup
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
@@ -198,6 +199,8 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // than a replica that silently differs; on restart the node returns to its
 // checkpoint and replays.
 func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
 	out := make([]any, len(entries))
 	for i, e := range entries {
 		if e.Index <= f.st.applied {
@@ -230,6 +233,8 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyAck(c)
 	case *Reclaim:
 		return f.applyReclaim(c)
+	case *SetMember:
+		return f.applySetMember(c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

@@ -44,3 +44,32 @@ func (f *FSM) Ends() LogEnds {
 	e := f.store.ends()
 	return LogEnds{Applied: f.Applied(), Messages: e.messages, Pulls: e.pulls, Consume: e.consume}
 }
+
+// MemberAddr returns the client address recorded for node id, or "".
+func (f *FSM) MemberAddr(id string) string {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	return f.st.members[id]
+}
+
+// ConsumerID names one consumer of a group of a subject.
+type ConsumerID struct {
+	Subject, Group, Consumer string
+}
+
+// Check reports whether every name of id is valid.
+func (id ConsumerID) Check() error { return checkNames(id.Subject, id.Group, id.Consumer) }
+
+// ConsumersWithUnacked returns the consumers holding unacked entries, in
+// the order they were first seen. A new leader starts their sessions.
+func (f *FSM) ConsumersWithUnacked() []ConsumerID {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	var out []ConsumerID
+	for _, c := range f.st.consumers {
+		if c.unacked() > 0 {
+			out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
+		}
+	}
+	return out
+}

@@ -102,6 +102,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
 	if err := f.store.close(); err != nil {
 		f.log.Warn("closing logs before restore", "error", err)
 	}

@@ -60,10 +60,11 @@ type state struct {
 	groups    map[groupKey]*group
 	consumers []*consumer // by id
 	byKey     map[consumerKey]*consumer
+	members   map[string]string // node id → client address
 }
 
 func newState() *state {
-	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}}
+	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}, members: map[string]string{}}
 }
 
 // stamp advances the state's clock to a command's leader-stamped time. A new

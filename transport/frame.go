@@ -41,6 +41,8 @@ const (
 	TypeAck       Type = 3
 	TypeHeartbeat Type = 4
 	TypeStatus    Type = 5
+	TypeJoin      Type = 6
+	TypeLeave     Type = 7
 )
 
 func (t Type) String() string {
@@ -55,6 +57,10 @@ func (t Type) String() string {
 		return "heartbeat"
 	case TypeStatus:
 		return "status"
+	case TypeJoin:
+		return "join"
+	case TypeLeave:
+		return "leave"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

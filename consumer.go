@@ -1,0 +1,239 @@
+package qmq
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Handler processes one message. Returning nil acknowledges it; an error
+// leaves it unacknowledged, and the consumer retries it with backoff.
+type Handler func(ctx context.Context, m *Message) error
+
+type consumerOptions struct {
+	name         string
+	workers      int
+	pullBatch    int
+	pullWait     time.Duration
+	heartbeat    time.Duration
+	ackInterval  time.Duration
+	retryBackoff time.Duration
+	logger       *slog.Logger
+}
+
+func defaultConsumerOptions() consumerOptions {
+	return consumerOptions{
+		name: defaultConsumerName(), workers: 4, pullBatch: 64, pullWait: 5 * time.Second,
+		heartbeat: 5 * time.Second, ackInterval: 50 * time.Millisecond, retryBackoff: 100 * time.Millisecond,
+		logger: slog.Default(),
+	}
+}
+
+// ConsumerOption configures a Subscribe or a Puller.
+type ConsumerOption func(*consumerOptions)
+
+// WithConsumerName sets the consumer's name within its group. Default: a
+// name unique to the subscription (host, process id, random suffix).
+func WithConsumerName(name string) ConsumerOption { return func(o *consumerOptions) { o.name = name } }
+
+// WithWorkers sets how many handlers run at once (QMQ's executor). Default 4.
+func WithWorkers(n int) ConsumerOption { return func(o *consumerOptions) { o.workers = n } }
+
+// WithPullBatch caps the messages one pull fetches. Default 64.
+func WithPullBatch(n int) ConsumerOption { return func(o *consumerOptions) { o.pullBatch = n } }
+
+// WithPullWait sets how long one pull waits for messages. Default 5 s.
+func WithPullWait(d time.Duration) ConsumerOption { return func(o *consumerOptions) { o.pullWait = d } }
+
+// WithLogger sets where the subscription reports handler failures.
+// Default slog.Default().
+func WithLogger(l *slog.Logger) ConsumerOption { return func(o *consumerOptions) { o.logger = l } }
+
+// Subscription delivers a subject's messages to a Handler as one consumer
+// of a group. Close stops it gracefully.
+type Subscription struct {
+	p    *Puller
+	opts consumerOptions
+	h    Handler
+
+	work    chan *Message
+	ctx     context.Context // cancelled by Close: stops pulling and retries
+	cancel  context.CancelFunc
+	pulling sync.WaitGroup
+	workers sync.WaitGroup
+
+	ackMu   sync.Mutex
+	toAck   []int64
+	ackKick chan struct{}
+	ackDone chan struct{}
+	closed  sync.Once
+}
+
+// Subscribe starts delivering subject's messages to h as a consumer of
+// group, with a pool of workers (WithWorkers). Every group receives every
+// message; within a group each message goes to one consumer.
+func Subscribe(servers, subject, group string, h Handler, opts ...ConsumerOption) (*Subscription, error) {
+	o := defaultConsumerOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.workers <= 0 || o.pullBatch <= 0 || o.pullWait <= 0 {
+		return nil, errors.New("qmq: subscribe: workers, pull batch and pull wait must be positive")
+	}
+	p, err := NewPuller(servers, subject, group, WithConsumerName(o.name))
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message),
+		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for range o.workers {
+		s.workers.Add(1)
+		go s.worker()
+	}
+	s.pulling.Add(2)
+	go s.pullLoop()
+	go s.heartbeatLoop()
+	go s.ackLoop()
+	return s, nil
+}
+
+// Consumer returns the subscription's consumer name.
+func (s *Subscription) Consumer() string { return s.p.consumer }
+
+func (s *Subscription) pullLoop() {
+	defer s.pulling.Done()
+	backoff := 50 * time.Millisecond
+	for s.ctx.Err() == nil {
+		msgs, err := s.p.Pull(s.ctx, s.opts.pullBatch, s.opts.pullWait)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.opts.logger.Warn("qmq: pull failed", "subject", s.p.subject, "group", s.p.group, "error", err)
+			sleep(s.ctx, backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		// Every pulled message is handed to a worker, even during Close: it
+		// was recorded as ours and would otherwise wait for session expiry.
+		for _, m := range msgs {
+			s.work <- m
+		}
+	}
+}
+
+func (s *Subscription) heartbeatLoop() {
+	defer s.pulling.Done()
+	t := time.NewTicker(s.opts.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(s.ctx, s.opts.heartbeat)
+			if err := s.p.Heartbeat(ctx); err != nil && s.ctx.Err() == nil {
+				s.opts.logger.Warn("qmq: heartbeat failed", "subject", s.p.subject, "group", s.p.group, "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (s *Subscription) worker() {
+	defer s.workers.Done()
+	for m := range s.work {
+		s.process(m)
+	}
+}
+
+// process runs the handler until it succeeds, with backoff between tries.
+// After Close it makes one more try, then leaves the message unacked.
+func (s *Subscription) process(m *Message) {
+	backoff := s.opts.retryBackoff
+	for {
+		err := s.h(context.Background(), m)
+		if err == nil {
+			s.ack(m.pullSeq)
+			return
+		}
+		s.opts.logger.Warn("qmq: handler failed; retrying", "subject", m.subject, "id", m.id, "error", err)
+		if s.ctx.Err() != nil || !sleep(s.ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (s *Subscription) ack(seq int64) {
+	s.ackMu.Lock()
+	s.toAck = append(s.toAck, seq)
+	s.ackMu.Unlock()
+	select {
+	case s.ackKick <- struct{}{}:
+	default:
+	}
+}
+
+// ackLoop sends acks in batches, at most every ackInterval, until Close
+// has flushed the last ones.
+func (s *Subscription) ackLoop() {
+	defer close(s.ackDone)
+	for {
+		_, open := <-s.ackKick
+		s.flushAcks()
+		if !open {
+			return
+		}
+		select {
+		case <-time.After(s.opts.ackInterval):
+		case <-s.ctx.Done():
+		}
+	}
+}
+
+func (s *Subscription) flushAcks() {
+	s.ackMu.Lock()
+	seqs := s.toAck
+	s.toAck = nil
+	s.ackMu.Unlock()
+	if len(seqs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.p.ackSeqs(ctx, seqs); err != nil {
+		s.opts.logger.Warn("qmq: ack failed; the messages will be redelivered", "subject", s.p.subject, "messages", len(seqs), "error", err)
+	}
+}
+
+// Close stops pulling, lets in-flight handlers finish, acknowledges what
+// they processed, and closes the connections. Idempotent.
+func (s *Subscription) Close() error {
+	s.closed.Do(func() {
+		s.cancel()
+		s.pulling.Wait()
+		close(s.work)
+		s.workers.Wait()
+		close(s.ackKick)
+		<-s.ackDone
+		s.p.Close()
+	})
+	return nil
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

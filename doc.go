@@ -1,0 +1,21 @@
+// Package qmq is the Go client of the queue: QMQ's programming model in
+// idiomatic Go.
+//
+// A Producer makes messages with GenerateMessage, sets typed properties,
+// tags and a body, and sends them with SendMessage (returns once the broker
+// group has committed and applied the message) or SendAsync (reports to a
+// SendListener). Concurrent sends are batched into one request; retriable
+// failures (a leader change, a lost connection) are retried with the same
+// message id, which the broker deduplicates.
+//
+// A Consumer subscribes a Handler to a subject as a member of a consumer
+// group: every group gets every message, and within a group each message
+// goes to one consumer, whatever the number of consumers. A handler that
+// returns nil acknowledges its message. Puller is the plain pull API for
+// callers that drive consumption themselves.
+//
+//	p, _ := qmq.NewProducer("127.0.0.1:6222")
+//	m := p.GenerateMessage("orders.created")
+//	m.SetString("order", "42")
+//	err := p.SendMessage(ctx, m)
+package qmq

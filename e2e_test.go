@@ -1,0 +1,196 @@
+package qmq_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/server"
+)
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startBroker starts a one-node broker group and waits until it leads.
+func startBroker(t *testing.T, tweak func(*server.Config)) *server.Node {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Status().State != "Leader" || n.Status().LeaderAddr == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("broker never became leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+func TestSendAndSubscribe(t *testing.T) {
+	n := startBroker(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const total = 500
+	sent := map[string]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range total {
+		m := p.GenerateMessage("orders.created")
+		m.SetInt("n", int64(i))
+		m.SetBool("even", i%2 == 0)
+		m.SetBody([]byte("hello"))
+		sent[m.ID()] = true
+		wg.Add(1)
+		if i%2 == 0 {
+			go func() {
+				defer wg.Done()
+				if err := p.SendMessage(ctx, m); err != nil {
+					t.Errorf("send: %v", err)
+				}
+			}()
+		} else {
+			p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
+				defer wg.Done()
+				if err != nil {
+					t.Errorf("async send: %v", err)
+				}
+			}))
+		}
+	}
+	wg.Wait()
+
+	// Two groups each get every message; two consumers in one group share them.
+	got := map[string]map[string]int{"billing": {}, "audit": {}}
+	done := make(chan struct{}, 1)
+	handler := func(group string) qmq.Handler {
+		return func(_ context.Context, m *qmq.Message) error {
+			if _, err := m.Int("n"); err != nil {
+				t.Errorf("property n: %v", err)
+			}
+			mu.Lock()
+			got[group][m.ID()]++
+			if len(got["billing"]) == total && len(got["audit"]) == total {
+				select {
+				case done <- struct{}{}:
+				default:
+				}
+			}
+			mu.Unlock()
+			return nil
+		}
+	}
+	var subs []*qmq.Subscription
+	for _, group := range []string{"billing", "billing", "audit"} {
+		s, err := qmq.Subscribe(n.ClientAddr(), "orders.created", group, handler(group), qmq.WithWorkers(3), qmq.WithPullWait(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("not every message arrived: billing %d, audit %d of %d", len(got["billing"]), len(got["audit"]), total)
+	}
+	for _, s := range subs {
+		s.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for group, ids := range got {
+		for id, count := range ids {
+			if !sent[id] {
+				t.Errorf("%s received %s, which was never sent", group, id)
+			}
+			if count != 1 {
+				t.Errorf("%s received %s %d times", group, id, count)
+			}
+		}
+	}
+}
+
+func TestPullerAckAndReclaim(t *testing.T) {
+	n := startBroker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 3 {
+		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	msgs, err := a.Pull(ctx, 10, time.Second)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("pull: %d messages, %v", len(msgs), err)
+	}
+	if err := a.Ack(ctx, msgs[1]); err != nil {
+		t.Fatal(err)
+	}
+	// a goes silent: after its session expires, b receives the two it never acked.
+	b, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var again []*qmq.Message
+	for len(again) < 2 && ctx.Err() == nil {
+		more, err := b.Pull(ctx, 10, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, more...)
+	}
+	if len(again) != 2 || again[0].ID() != msgs[0].ID() || again[1].ID() != msgs[2].ID() {
+		t.Fatalf("redelivered %v, want the unacked %s and %s", ids(again), msgs[0].ID(), msgs[2].ID())
+	}
+}
+
+func ids(msgs []*qmq.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID()
+	}
+	return out
+}

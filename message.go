@@ -1,0 +1,147 @@
+package qmq
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// Message is one message: a subject, typed properties, tags and a body.
+// Producers make them with GenerateMessage; consumers receive them.
+// Properties travel as strings; the typed setters and getters convert.
+type Message struct {
+	id        string
+	subject   string
+	createdAt time.Time
+	tags      []string
+	props     []logs.Property
+	body      []byte
+
+	pullSeq int64 // set on received messages: what the consumer acks
+}
+
+// ID returns the message's id, unique without coordination. The broker
+// deduplicates retried sends by it.
+func (m *Message) ID() string { return m.id }
+
+// Subject returns the message's subject.
+func (m *Message) Subject() string { return m.subject }
+
+// CreatedAt returns when the producer generated the message.
+func (m *Message) CreatedAt() time.Time { return m.createdAt }
+
+// Body returns the message's body.
+func (m *Message) Body() []byte { return m.body }
+
+// SetBody sets the message's body.
+func (m *Message) SetBody(b []byte) { m.body = b }
+
+// Tags returns the message's tags.
+func (m *Message) Tags() []string { return m.tags }
+
+// AddTag adds a tag (at most 10 per message).
+func (m *Message) AddTag(tag string) { m.tags = append(m.tags, tag) }
+
+// SetString sets a string property, replacing any earlier value.
+func (m *Message) SetString(key, value string) {
+	for i := range m.props {
+		if m.props[i].Key == key {
+			m.props[i].Value = value
+			return
+		}
+	}
+	m.props = append(m.props, logs.Property{Key: key, Value: value})
+}
+
+// SetInt sets an integer property.
+func (m *Message) SetInt(key string, v int64) { m.SetString(key, strconv.FormatInt(v, 10)) }
+
+// SetBool sets a boolean property.
+func (m *Message) SetBool(key string, v bool) { m.SetString(key, strconv.FormatBool(v)) }
+
+// SetTime sets a time property (RFC 3339 with nanoseconds).
+func (m *Message) SetTime(key string, v time.Time) { m.SetString(key, v.Format(time.RFC3339Nano)) }
+
+// Property returns a property's value and whether it is set.
+func (m *Message) Property(key string) (string, bool) {
+	for _, p := range m.props {
+		if p.Key == key {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// String returns a property, or "" if it is not set.
+func (m *Message) String(key string) string {
+	v, _ := m.Property(key)
+	return v
+}
+
+// Int returns an integer property; an error if it is missing or not an integer.
+func (m *Message) Int(key string) (int64, error) {
+	v, err := m.typed(key)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("qmq: property %q is not an integer: %w", key, err)
+	}
+	return n, nil
+}
+
+// Bool returns a boolean property; an error if it is missing or not a boolean.
+func (m *Message) Bool(key string) (bool, error) {
+	v, err := m.typed(key)
+	if err != nil {
+		return false, err
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("qmq: property %q is not a boolean: %w", key, err)
+	}
+	return b, nil
+}
+
+// Time returns a time property; an error if it is missing or not a time.
+func (m *Message) Time(key string) (time.Time, error) {
+	v, err := m.typed(key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("qmq: property %q is not an RFC 3339 time: %w", key, err)
+	}
+	return t, nil
+}
+
+func (m *Message) typed(key string) (string, error) {
+	v, ok := m.Property(key)
+	if !ok {
+		return "", fmt.Errorf("qmq: property %q is not set", key)
+	}
+	return v, nil
+}
+
+// Properties returns the message's properties as a map.
+func (m *Message) Properties() map[string]string {
+	out := make(map[string]string, len(m.props))
+	for _, p := range m.props {
+		out[p.Key] = p.Value
+	}
+	return out
+}
+
+func (m *Message) toLog() *logs.Message {
+	return &logs.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
+		Tags: m.tags, Properties: m.props, Body: m.body}
+}
+
+func fromLog(l *logs.Message, pullSeq int64) *Message {
+	return &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
+		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq}
+}

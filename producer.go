@@ -1,0 +1,265 @@
+package qmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// ErrClosed is returned by a closed Producer or Consumer.
+var ErrClosed = errors.New("qmq: closed")
+
+// SendListener hears the outcome of an asynchronous send (QMQ's
+// MessageSendStateListener). Its methods run on the producer's goroutines:
+// keep them short.
+type SendListener interface {
+	OnSuccess(m *Message)
+	OnFailed(m *Message, err error)
+}
+
+// SendFunc adapts a function to a SendListener: err is nil on success.
+type SendFunc func(m *Message, err error)
+
+// OnSuccess calls f(m, nil).
+func (f SendFunc) OnSuccess(m *Message) { f(m, nil) }
+
+// OnFailed calls f(m, err).
+func (f SendFunc) OnFailed(m *Message, err error) { f(m, err) }
+
+type producerOptions struct {
+	maxBatch    int
+	maxInflight int
+	sendTimeout time.Duration
+	now         func() time.Time
+}
+
+// ProducerOption configures a Producer.
+type ProducerOption func(*producerOptions)
+
+// WithBatchSize caps how many messages one send request carries.
+// Default 1,000.
+func WithBatchSize(n int) ProducerOption { return func(o *producerOptions) { o.maxBatch = n } }
+
+// WithMaxInflight caps how many send requests may await their answer at
+// once. Default 8.
+func WithMaxInflight(n int) ProducerOption { return func(o *producerOptions) { o.maxInflight = n } }
+
+// WithSendTimeout bounds an asynchronous send, retries included; a
+// synchronous send is bounded by its context. Default 30 s.
+func WithSendTimeout(d time.Duration) ProducerOption {
+	return func(o *producerOptions) { o.sendTimeout = d }
+}
+
+// Producer sends messages. It is safe for concurrent use; concurrent sends
+// are batched into shared requests.
+type Producer struct {
+	c     *client
+	opts  producerOptions
+	queue chan *pending
+	slots chan struct{}
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex // enqueue holds it shared; Close exclusively
+	closed bool
+}
+
+// pending is one message waiting for its batch.
+type pending struct {
+	ctx  context.Context
+	msg  *Message
+	done func(error)
+}
+
+// NewProducer returns a Producer for the broker group at servers
+// (comma-separated HOST:PORT list; any member will do).
+func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
+	c, err := newClient(servers)
+	if err != nil {
+		return nil, err
+	}
+	o := producerOptions{maxBatch: 1000, maxInflight: 8, sendTimeout: 30 * time.Second, now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxBatch <= 0 || o.maxBatch > fsm.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 {
+		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d and timeout %s must be positive",
+			o.maxBatch, fsm.MaxBatchMessages, o.maxInflight, o.sendTimeout)
+	}
+	p := &Producer{c: c, opts: o, queue: make(chan *pending, 4*o.maxBatch),
+		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}
+	p.wg.Add(1)
+	go p.run()
+	return p, nil
+}
+
+// GenerateMessage returns a new message for subject with a fresh id.
+func (p *Producer) GenerateMessage(subject string) *Message {
+	now := p.opts.now()
+	return &Message{id: newMessageID(now), subject: subject, createdAt: now}
+}
+
+// check validates a message before it is queued, so one bad message never
+// fails a batch of good ones.
+func check(m *Message) error {
+	if err := fsm.CheckName("subject", m.subject); err != nil {
+		return err
+	}
+	return m.toLog().Check()
+}
+
+// SendMessage sends m and returns once the broker group has committed and
+// applied it (or found it already stored). Retriable failures are retried
+// until ctx ends.
+func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
+	done := make(chan error, 1)
+	if err := p.enqueue(ctx, m, func(err error) { done <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
+	}
+}
+
+// SendAsync sends m in the background and reports to l (which may be nil).
+func (p *Producer) SendAsync(m *Message, l SendListener) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.sendTimeout)
+	report := func(err error) {
+		cancel()
+		if l == nil {
+			return
+		}
+		if err != nil {
+			l.OnFailed(m, err)
+		} else {
+			l.OnSuccess(m)
+		}
+	}
+	if err := p.enqueue(ctx, m, report); err != nil {
+		report(err)
+	}
+}
+
+func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) error {
+	if err := check(m); err != nil {
+		return fmt.Errorf("qmq: send %s: %w", m.id, err)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	select {
+	case p.queue <- &pending{ctx: ctx, msg: m, done: done}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
+	}
+}
+
+// run gathers queued messages into batches and sends up to maxInflight at
+// once.
+func (p *Producer) run() {
+	defer p.wg.Done()
+	var sends sync.WaitGroup
+	defer sends.Wait()
+	for {
+		var first *pending
+		select {
+		case first = <-p.queue:
+		case <-p.stop:
+			// Close: send what is still queued, then stop.
+			select {
+			case first = <-p.queue:
+			default:
+				return
+			}
+		}
+		batch := []*pending{first}
+	gather:
+		for len(batch) < p.opts.maxBatch {
+			select {
+			case q := <-p.queue:
+				batch = append(batch, q)
+			default:
+				break gather
+			}
+		}
+		p.slots <- struct{}{}
+		sends.Add(1)
+		go func() {
+			defer func() { <-p.slots; sends.Done() }()
+			p.sendBatch(batch)
+		}()
+	}
+}
+
+// sendBatch sends one batch, retrying retriable failures with the same ids
+// until the earliest context among its messages ends.
+func (p *Producer) sendBatch(batch []*pending) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.sendTimeout)
+	defer cancel()
+	live := batch[:0:0]
+	for _, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
+			continue
+		}
+		live = append(live, q)
+		if dl, ok := q.ctx.Deadline(); ok {
+			var c context.CancelFunc
+			ctx, c = context.WithDeadline(ctx, dl)
+			defer c()
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	req := &transport.SendRequest{Messages: make([]*logs.Message, len(live))}
+	for i, q := range live {
+		req.Messages[i] = q.msg.toLog()
+	}
+	body, err := p.c.call(ctx, transport.TypeSend, req.Encode())
+	var resp *transport.SendResponse
+	if err == nil {
+		resp, err = transport.DecodeSendResponse(body)
+	}
+	if err == nil && len(resp.Results) != len(live) {
+		err = fmt.Errorf("qmq: broker answered %d results for %d messages", len(resp.Results), len(live))
+	}
+	for i, q := range live {
+		switch {
+		case err != nil:
+			q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
+		case resp.Results[i].Status == transport.SendRejected:
+			q.done(fmt.Errorf("qmq: send %s: rejected: %s", q.msg.id, resp.Results[i].Error))
+		default:
+			q.done(nil)
+		}
+	}
+}
+
+// Close sends what is queued, waits for every send in flight, and closes
+// the connections. Idempotent.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.c.close()
+	return nil
+}

@@ -1,0 +1,120 @@
+package qmq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// Puller is the plain pull API: the caller pulls messages of one subject
+// as one consumer of a group, and acknowledges them explicitly. Messages
+// pulled and not acknowledged go back to the group when the consumer's
+// session expires (it pulls, acks and heartbeats to keep it).
+type Puller struct {
+	c                        *client
+	subject, group, consumer string
+}
+
+// NewPuller returns a Puller for subject as a consumer of group at servers.
+// The consumer's name is unique to this Puller unless WithConsumerName is
+// given (a restarted process that reuses its name takes over what its
+// earlier life left unacked).
+func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller, error) {
+	o := defaultConsumerOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
+	if err := id.Check(); err != nil {
+		return nil, fmt.Errorf("qmq: %w", err)
+	}
+	c, err := newClient(servers)
+	if err != nil {
+		return nil, err
+	}
+	return &Puller{c: c, subject: subject, group: group, consumer: o.name}, nil
+}
+
+// Consumer returns the consumer name this Puller pulls as.
+func (p *Puller) Consumer() string { return p.consumer }
+
+// Pull returns up to max messages, waiting up to wait (a long poll) for at
+// least one; an empty result means none arrived in time.
+func (p *Puller) Pull(ctx context.Context, max int, wait time.Duration) ([]*Message, error) {
+	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: max, Wait: wait}
+	// The broker answers within wait; allow for the round trip and a retry.
+	cctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
+	defer cancel()
+	body, err := p.c.call(cctx, transport.TypePull, req.Encode())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := transport.DecodePullResponse(body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Message, len(resp.Messages))
+	for i, m := range resp.Messages {
+		out[i] = fromLog(m.Message, m.PullSeq)
+	}
+	return out, nil
+}
+
+// Ack acknowledges messages this Puller pulled, in any order.
+func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
+	seqs := make([]int64, len(msgs))
+	for i, m := range msgs {
+		seqs[i] = m.pullSeq
+	}
+	return p.ackSeqs(ctx, seqs)
+}
+
+func (p *Puller) ackSeqs(ctx context.Context, seqs []int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	req := &transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Ranges: toRanges(seqs)}
+	_, err := p.c.call(ctx, transport.TypeAck, req.Encode())
+	return err
+}
+
+// Heartbeat keeps the consumer's session alive without pulling.
+func (p *Puller) Heartbeat(ctx context.Context) error {
+	req := &transport.HeartbeatRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer}
+	_, err := p.c.call(ctx, transport.TypeHeartbeat, req.Encode())
+	return err
+}
+
+// Close closes the Puller's connections.
+func (p *Puller) Close() error {
+	p.c.close()
+	return nil
+}
+
+// toRanges turns pull sequences into sorted inclusive ranges.
+func toRanges(seqs []int64) []transport.AckRange {
+	sorted := append([]int64(nil), seqs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	var out []transport.AckRange
+	for _, s := range sorted {
+		if n := len(out); n > 0 && s <= out[n-1].Last+1 {
+			out[n-1].Last = max(out[n-1].Last, s)
+			continue
+		}
+		out = append(out, transport.AckRange{First: s, Last: s})
+	}
+	return out
+}
+
+func defaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || fsm.CheckName("consumer", host) != nil {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
+}

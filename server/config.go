@@ -1,0 +1,121 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// Config configures a broker-group node. Start from DefaultConfig.
+type Config struct {
+	// ID names the node in its Raft group; unique within the group.
+	ID string
+	// Group names the broker group.
+	Group string
+	// DataDir holds the Raft log, snapshots and the state machine's logs.
+	DataDir string
+	// ClientAddr is where clients connect (HOST:PORT); port 0 picks one.
+	ClientAddr string
+	// AdvertiseAddr is the client address other nodes hand to clients, when it
+	// differs from the listening address. Default: the address listened on.
+	AdvertiseAddr string
+	// RaftAddr is where the group's Raft traffic flows (HOST:PORT).
+	RaftAddr string
+	// HTTPAddr serves /status and /metrics (HOST:PORT); empty disables it.
+	HTTPAddr string
+	// Bootstrap makes this node a one-voter group if it has no Raft state yet.
+	// Other nodes are added with qmqctl join.
+	Bootstrap bool
+
+	// SessionTimeout is how long a consumer may go without a pull, ack or
+	// heartbeat before the leader reclaims its unacked messages. Default 30 s.
+	SessionTimeout time.Duration
+	// ApplyTimeout bounds one Raft proposal. Default 10 s.
+	ApplyTimeout time.Duration
+	// MaxBatchMessages and MaxBatchBytes cap one group-commit batch: the
+	// leader packs concurrent sends into one Raft entry up to these.
+	// Defaults 4096 messages and 4 MiB.
+	MaxBatchMessages int
+	MaxBatchBytes    int
+	// MaxInflightBatches is how many batches may await commit at once while
+	// the next one is being gathered. Default 16.
+	MaxInflightBatches int
+	// MaxPullWait caps a pull's long-poll wait. Default 30 s.
+	MaxPullWait time.Duration
+
+	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
+	// snapshot every 2 minutes or 16,384 entries, keeping 10,240 entries.
+	HeartbeatTimeout  time.Duration
+	ElectionTimeout   time.Duration
+	LeaderLease       time.Duration
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+
+	// FSM configures the state machine; its Dir is set from DataDir.
+	FSM fsm.Config
+	// Now is the leader's clock, stamped into commands. Default time.Now.
+	Now func() time.Time
+	// Logger is the root logger. Default: hclog at info level on stderr.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a configuration with every default set.
+func DefaultConfig() Config {
+	return Config{
+		SessionTimeout:     30 * time.Second,
+		ApplyTimeout:       10 * time.Second,
+		MaxBatchMessages:   4096,
+		MaxBatchBytes:      4 << 20,
+		MaxInflightBatches: 16,
+		MaxPullWait:        30 * time.Second,
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLease:        500 * time.Millisecond,
+		SnapshotInterval:   2 * time.Minute,
+		SnapshotThreshold:  16384,
+		TrailingLogs:       10240,
+		FSM:                fsm.DefaultConfig(""),
+		Now:                time.Now,
+		Logger:             hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	if err := fsm.CheckName("node id", c.ID); err != nil {
+		return fmt.Errorf("server: config: %w", err)
+	}
+	if err := fsm.CheckName("group", c.Group); err != nil {
+		return fmt.Errorf("server: config: %w", err)
+	}
+	if c.DataDir == "" {
+		return errors.New("server: config: data directory is empty")
+	}
+	for name, addr := range map[string]string{"client": c.ClientAddr, "raft": c.RaftAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("server: config: %s address %q: %w", name, addr, err)
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return fmt.Errorf("server: config: http address %q: %w", c.HTTPAddr, err)
+		}
+	}
+	switch {
+	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0:
+		return errors.New("server: config: timeouts must be positive")
+	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > fsm.MaxBatchMessages:
+		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, fsm.MaxBatchMessages)
+	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:
+		return errors.New("server: config: batch limits must be positive")
+	case c.Now == nil || c.Logger == nil:
+		return errors.New("server: config: Now and Logger must be set")
+	}
+	return nil
+}

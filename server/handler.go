@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// handle answers one client request.
+func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
+	n.metrics.requests.WithLabelValues(t.String()).Inc()
+	switch t {
+	case transport.TypeSend:
+		return n.handleSend(ctx, p)
+	case transport.TypePull:
+		return n.handlePull(ctx, p)
+	case transport.TypeAck:
+		return n.handleAck(ctx, p)
+	case transport.TypeHeartbeat:
+		return n.handleHeartbeat(p)
+	case transport.TypeStatus:
+		return json.Marshal(n.Status())
+	case transport.TypeJoin:
+		return n.handleJoin(ctx, p)
+	case transport.TypeLeave:
+		return n.handleLeave(ctx, p)
+	}
+	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
+}
+
+func (n *Node) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+}
+
+func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodeSendRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	size := 0
+	for i, m := range req.Messages {
+		if err := fsm.CheckName("subject", m.Subject); err != nil {
+			return nil, transport.Errorf(transport.Invalid, "message %d: %v", i, err)
+		}
+		size += len(m.Body)
+	}
+	if len(req.Messages) == 0 {
+		return (&transport.SendResponse{}).Encode(), nil
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	results, err := n.batcher.send(ctx, req.Messages, size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(results))}
+	for i, r := range results {
+		switch r.Status {
+		case fsm.Appended:
+			resp.Results[i].Status = transport.SendAppended
+		case fsm.Duplicate:
+			resp.Results[i].Status = transport.SendDuplicate
+		default:
+			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: errString(r.Err)}
+		}
+	}
+	n.metrics.messagesIn.Add(float64(len(results)))
+	return resp.Encode(), nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "rejected"
+	}
+	return err.Error()
+}
+
+func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodePullRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	if err := id.Check(); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if req.Max <= 0 {
+		return nil, transport.Errorf(transport.Invalid, "pull of %d messages", req.Max)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	n.sessions.touch(id)
+	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
+	defer deadline.Stop()
+	for {
+		changed := n.notify.wait(req.Subject)
+		pctx, cancel := n.requestContext(ctx)
+		cmd := &fsm.Pull{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max}
+		resp, err := n.propose(pctx, cmd.Encode())
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if entries := resp.(*fsm.PullResult).Entries; len(entries) > 0 {
+			return n.pulledMessages(req.Subject, entries)
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return (&transport.PullResponse{}).Encode(), nil
+		case <-ctx.Done():
+			return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
+		}
+	}
+}
+
+// pulledMessages reads the messages a pull handed out.
+func (n *Node) pulledMessages(subject string, entries []fsm.Pulled) ([]byte, error) {
+	resp := &transport.PullResponse{Messages: make([]transport.PulledMessage, 0, len(entries))}
+	for _, e := range entries {
+		m, err := n.fsm.Message(subject, e.ConsumeSeq)
+		if errors.Is(err, logs.ErrRetained) {
+			continue // removed by retention after it was handed out
+		}
+		if err != nil {
+			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
+		}
+		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})
+	}
+	n.metrics.messagesOut.Add(float64(len(resp.Messages)))
+	return resp.Encode(), nil
+}
+
+func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodeAckRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	if err := id.Check(); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	n.sessions.touch(id)
+	cmd := &fsm.Ack{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	for _, r := range req.Ranges {
+		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: r.First, Last: r.Last})
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(ctx, cmd.Encode())
+	if err != nil {
+		return nil, err
+	}
+	return (&transport.AckResponse{AckPos: resp.(*fsm.AckResult).AckPos}).Encode(), nil
+}
+
+func (n *Node) handleHeartbeat(p []byte) ([]byte, error) {
+	req, err := transport.DecodeHeartbeatRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	if err := id.Check(); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	n.sessions.touch(id)
+	return nil, nil
+}

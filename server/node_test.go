@@ -1,0 +1,71 @@
+package server
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// freeAddr returns a loopback address with a port free at the time of the call.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// testLogger routes a node's logs through t.Log.
+func testLogger(t *testing.T, name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: tWriter{t}})
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+var _ io.Writer = tWriter{}
+
+// startNode starts a node with fast Raft timings; it stops at cleanup.
+func startNode(t *testing.T, id string, bootstrap bool, tweak func(*Config)) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Group, cfg.DataDir = id, "g1", t.TempDir()
+	cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = "127.0.0.1:0", freeAddr(t), "127.0.0.1:0"
+	cfg.Bootstrap = bootstrap
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Logger = testLogger(t, id)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitLeader(t *testing.T, n *Node) {
+	waitFor(t, 10*time.Second, "leadership", func() bool {
+		return n.isLeader() && n.fsm.MemberAddr(n.cfg.ID) == n.ClientAddr()
+	})
+}
+

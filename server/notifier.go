@@ -1,0 +1,50 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// notifier wakes long-polling pulls when their subject may have something
+// new: after appends are applied, and after entries are reclaimed.
+type notifier struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+func newNotifier() *notifier { return &notifier{ch: map[string]chan struct{}{}} }
+
+// wait returns a channel closed at the subject's next change. Take it
+// before looking, so a change between looking and waiting is not missed.
+func (n *notifier) wait(subject string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch := n.ch[subject]
+	if ch == nil {
+		ch = make(chan struct{})
+		n.ch[subject] = ch
+	}
+	return ch
+}
+
+// kick wakes the subject's waiters.
+func (n *notifier) kick(subject string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch := n.ch[subject]; ch != nil {
+		close(ch)
+		delete(n.ch, subject)
+	}
+}
+
+// subjects wakes the waiters of every subject in msgs.
+func (n *notifier) subjects(msgs []*logs.Message) {
+	last := ""
+	for _, m := range msgs {
+		if m.Subject != last {
+			n.kick(m.Subject)
+			last = m.Subject
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// sessions is the leader's view of which consumers are alive. Every pull,
+// ack and heartbeat touches a consumer's session; one that stays silent for
+// SessionTimeout has its unacked messages reclaimed for the rest of its
+// group. Sessions are soft state: a new leader starts every consumer that
+// holds unacked messages with a fresh timeout.
+type sessions struct {
+	n    *Node
+	mu   sync.Mutex
+	seen map[fsm.ConsumerID]time.Time
+}
+
+func newSessions(n *Node) *sessions {
+	return &sessions{n: n, seen: map[fsm.ConsumerID]time.Time{}}
+}
+
+func (s *sessions) touch(id fsm.ConsumerID) {
+	now := s.n.cfg.Now()
+	s.mu.Lock()
+	s.seen[id] = now
+	s.mu.Unlock()
+}
+
+// run expires sessions until ctx (the leadership) ends.
+func (s *sessions) run(ctx context.Context) {
+	now := s.n.cfg.Now()
+	s.mu.Lock()
+	for _, id := range s.n.fsm.ConsumersWithUnacked() {
+		if _, ok := s.seen[id]; !ok {
+			s.seen[id] = now
+		}
+	}
+	s.mu.Unlock()
+	tick := time.NewTicker(max(s.n.cfg.SessionTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			clear(s.seen)
+			s.mu.Unlock()
+			return
+		case <-tick.C:
+			for _, id := range s.expired() {
+				s.reclaim(ctx, id)
+			}
+		}
+	}
+}
+
+func (s *sessions) expired() []fsm.ConsumerID {
+	cutoff := s.n.cfg.Now().Add(-s.n.cfg.SessionTimeout)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []fsm.ConsumerID
+	for id, t := range s.seen {
+		if t.Before(cutoff) {
+			out = append(out, id)
+			delete(s.seen, id)
+		}
+	}
+	return out
+}
+
+func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID) {
+	cmd := &fsm.Reclaim{Now: s.n.cfg.Now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer}
+	resp, err := s.n.propose(ctx, cmd.Encode())
+	if err != nil {
+		s.n.log.Warn("reclaiming an expired consumer", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)
+		return
+	}
+	if r := resp.(*fsm.ReclaimResult); r.Reclaimed > 0 {
+		s.n.log.Info("consumer session expired: messages reclaimed for its group",
+			"consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "messages", r.Reclaimed)
+		s.n.notify.kick(id.Subject)
+	}
+}

@@ -1,0 +1,50 @@
+package transport
+
+import "encoding/json"
+
+// Membership requests are rare and human-driven, so their payloads are
+// JSON. Status answers with the server's status as JSON too.
+
+// JoinRequest asks a group's leader to add a node as a voter.
+type JoinRequest struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"`
+}
+
+// LeaveRequest asks a group's leader to remove a node.
+type LeaveRequest struct {
+	ID string `json:"id"`
+}
+
+// DecodeJSON decodes a JSON payload into v, as an INVALID error on failure.
+func DecodeJSON(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return Errorf(Invalid, "malformed JSON payload: %v", err)
+	}
+	return nil
+}
+
+// Status is a node's answer to a status request (and its /status page).
+type Status struct {
+	ID           string   `json:"id"`
+	Group        string   `json:"group"`
+	State        string   `json:"state"`       // Leader, Follower, Candidate or Shutdown
+	Leader       string   `json:"leader"`      // the leader's node id, "" if unknown
+	LeaderAddr   string   `json:"leader_addr"` // the leader's client address
+	Term         uint64   `json:"term"`
+	CommitIndex  uint64   `json:"commit_index"`  // highest Raft index known committed
+	AppliedIndex uint64   `json:"applied_index"` // highest index applied to the state machine
+	LastIndex    uint64   `json:"last_index"`    // highest index in this node's Raft log
+	ClientAddr   string   `json:"client_addr"`
+	RaftAddr     string   `json:"raft_addr"`
+	Members      []Member `json:"members"`
+}
+
+// Member is one member of a broker group.
+type Member struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"` // "" until the member's address is recorded
+	Suffrage   string `json:"suffrage"`    // Voter, Nonvoter or Staging
+}

@@ -5,13 +5,17 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build test ci bench fuzz lint
+.PHONY: help build run test ci bench fuzz lint
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## compile every package
+build: ## compile every package, and qmqd and qmqctl into bin/
 	$(GO) build $(PKGS)
+	$(GO) build -o bin/ ./cli/qmqd ./cli/qmqctl
+
+run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
+	$(GO) run ./cli/qmqd dev
 
 test: ## run the unit tests, fuzz seed corpora and in-process cluster tests
 	$(GO) test -count=1 $(PKGS)

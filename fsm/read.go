@@ -41,6 +41,9 @@ type LogEnds struct {
 func (f *FSM) Ends() LogEnds {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.store == nil {
+		return LogEnds{Applied: f.Applied()}
+	}
 	e := f.store.ends()
 	return LogEnds{Applied: f.Applied(), Messages: e.messages, Pulls: e.pulls, Consume: e.consume}
 }

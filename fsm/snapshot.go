@@ -157,3 +157,25 @@ func syncTree(dir string) error {
 		return syncDir(path)
 	})
 }
+
+// CatchUp restores the newest snapshot in store if it is ahead of the FSM.
+// Call it before starting Raft with NoSnapshotRestoreOnStart: Raft resumes
+// applying after its newest snapshot, so a snapshot received from a leader
+// whose Restore did not finish (a crash, a failed write) would otherwise
+// leave a gap of entries that are never applied.
+func (f *FSM) CatchUp(store raft.SnapshotStore) error {
+	metas, err := store.List()
+	if err != nil {
+		return fmt.Errorf("fsm: list snapshots: %w", err)
+	}
+	if len(metas) == 0 || metas[0].Index <= f.Applied() {
+		return nil
+	}
+	meta, rc, err := store.Open(metas[0].ID)
+	if err != nil {
+		return fmt.Errorf("fsm: open snapshot %s: %w", metas[0].ID, err)
+	}
+	f.log.Warn("state machine is behind its newest snapshot: restoring it",
+		"applied-index", f.Applied(), "snapshot-index", meta.Index)
+	return f.Restore(rc)
+}

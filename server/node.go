@@ -124,6 +124,9 @@ func (n *Node) openRaft() error {
 	if err != nil {
 		return err
 	}
+	if err := n.fsm.CatchUp(snaps); err != nil {
+		return err
+	}
 	advertise, err := net.ResolveTCPAddr("tcp", n.cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("server: raft address: %w", err)

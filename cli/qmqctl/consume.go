@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq"
+)
+
+// consumed is the JSON line printed for each message.
+type consumed struct {
+	ID         string            `json:"id"`
+	Subject    string            `json:"subject"`
+	Properties map[string]string `json:"properties"`
+	Tags       []string          `json:"tags,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	Body       string            `json:"body"`
+}
+
+func consumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "consume",
+		Usage: "consume messages as one consumer of a group; prints one JSON object per message",
+		Description: "Pulls messages of --subject as a consumer of --group, prints each as a JSON line, and\n" +
+			"acknowledges it once printed. Exits after --count messages, or after --timeout with none.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to consume"},
+			&cli.StringFlag{Name: "group", Required: true, Usage: "consumer `GROUP`: every group gets every message"},
+			&cli.StringFlag{Name: "consumer", Usage: "consumer `NAME` within the group (default: unique to this run)"},
+			&cli.IntFlag{Name: "count", Value: 0, Usage: "exit after `N` messages (0: until --timeout passes with none)"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "exit after `DUR` with no message"},
+		},
+		Action: func(c *cli.Context) error {
+			var opts []qmq.ConsumerOption
+			if name := c.String("consumer"); name != "" {
+				opts = append(opts, qmq.WithConsumerName(name))
+			}
+			p, err := qmq.NewPuller(c.String("server"), c.String("subject"), c.String("group"), opts...)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			ctx, cancel := signalContext()
+			defer cancel()
+			enc := json.NewEncoder(os.Stdout)
+			count, want := 0, c.Int("count")
+			for want == 0 || count < want {
+				max := 100
+				if want > 0 {
+					max = min(max, want-count)
+				}
+				msgs, err := p.Pull(ctx, max, c.Duration("timeout"))
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				if len(msgs) == 0 {
+					break
+				}
+				for _, m := range msgs {
+					enc.Encode(consumed{ID: m.ID(), Subject: m.Subject(), Properties: m.Properties(),
+						Tags: m.Tags(), CreatedAt: m.CreatedAt(), Body: string(m.Body())})
+				}
+				if err := p.Ack(ctx, msgs...); err != nil {
+					return fmt.Errorf("ack: %w", err)
+				}
+				count += len(msgs)
+			}
+			return nil
+		},
+	}
+}

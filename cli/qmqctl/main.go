@@ -1,0 +1,36 @@
+// Command qmqctl is the queue's operator and user tool: send and consume
+// messages, show a group's status, add and remove nodes, and benchmark.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq"
+)
+
+// errFailed makes qmqctl exit 1 after a command already said what failed.
+var errFailed = errors.New("")
+
+func main() {
+	app := &cli.App{
+		Name:  "qmqctl",
+		Usage: "send, consume and administer QMQ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name: "server", Value: qmq.DefaultServer, EnvVars: []string{"QMQ_SERVER"},
+				Usage: "broker `HOST:PORT[,HOST:PORT…]`: any member of the group will do",
+			},
+		},
+		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), benchCommand()},
+	}
+	if err := app.Run(os.Args); err != nil {
+		if err != errFailed {
+			fmt.Fprintln(os.Stderr, "qmqctl:", err)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq"
+)
+
+func sendCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "send",
+		Usage:     "send messages; prints the id of each acknowledged one",
+		ArgsUsage: "[BODY]",
+		Description: "Sends --count messages with the same subject, properties, tags and body, and prints one\n" +
+			"message id per line as each is acknowledged (committed on a quorum). Exits 1 if any failed.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to send to"},
+			&cli.StringSliceFlag{Name: "property", Aliases: []string{"p"}, Usage: "property `KEY=VALUE` (repeatable)"},
+			&cli.StringSliceFlag{Name: "tag", Usage: "tag (repeatable, at most 10)"},
+			&cli.IntFlag{Name: "count", Value: 1, Usage: "how many messages to send"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a message after `DUR`"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return fmt.Errorf("send takes at most one BODY argument, got %d (quote the body)", c.NArg())
+			}
+			props, err := parseProperties(c.StringSlice("property"))
+			if err != nil {
+				return err
+			}
+			if c.Int("count") < 1 {
+				return fmt.Errorf("--count must be at least 1")
+			}
+			p, err := qmq.NewProducer(c.String("server"), qmq.WithSendTimeout(c.Duration("timeout")))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			failed := 0
+			for range c.Int("count") {
+				m := p.GenerateMessage(c.String("subject"))
+				for _, kv := range props {
+					m.SetString(kv[0], kv[1])
+				}
+				for _, tag := range c.StringSlice("tag") {
+					m.AddTag(tag)
+				}
+				m.SetBody([]byte(c.Args().First()))
+				wg.Add(1)
+				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
+					defer wg.Done()
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						failed++
+						fmt.Fprintf(os.Stderr, "qmqctl: %v\n", err)
+						return
+					}
+					fmt.Println(m.ID())
+				}))
+			}
+			wg.Wait()
+			if failed > 0 {
+				fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", failed, c.Int("count"))
+				return errFailed
+			}
+			return nil
+		},
+	}
+}
+
+// parseProperties splits KEY=VALUE flags.
+func parseProperties(flags []string) ([][2]string, error) {
+	var out [][2]string
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--property %q: want KEY=VALUE", f)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// signalContext is cancelled on SIGINT/SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signalNotifyContext(context.Background())
+}

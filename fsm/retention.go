@@ -9,7 +9,7 @@ import "github.com/qmqgo/qmq/logs"
 func (f *FSM) retain(now int64) {
 	r := f.cfg.Retention
 	ml := f.store.messages
-	if (r.MaxAge == 0 && r.MaxBytes == 0) || len(ml.Log().Segments()) < 2 {
+	if (r.MaxAge == 0 && r.MaxBytes == 0) || ml.Log().SegmentCount() < 2 {
 		return
 	}
 	must(0, f.store.flush())
@@ -17,7 +17,13 @@ func (f *FSM) retain(now int64) {
 	if keep <= ml.Log().Start() {
 		return
 	}
+	// Removed segments cannot come back, so first make this state the
+	// checkpoint: a restart must never return to a checkpoint older than
+	// the removal (Open could not cut the logs back to it, and replay would
+	// meet a different message-log start than the first time).
+	must(f.writeCheckpoint())
 	removed := must(ml.Log().RemoveBefore(keep))
+	f.dedup.forgetBefore(ml.Log().Start())
 	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())
 	for _, subject := range f.store.subjects() {
 		cl := f.store.consumeLog(subject)

@@ -533,3 +533,6 @@ func (l *Log) Close() error {
 	}
 	return err
 }
+
+// SegmentCount returns how many segments the log has (sealed and active).
+func (l *Log) SegmentCount() int { return len(l.segments()) }

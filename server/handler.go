@@ -98,10 +98,11 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if !n.isLeader() {
 		return nil, n.notLeader()
 	}
-	n.sessions.touch(id)
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
 	for {
+		// A long poll is a sign of life for as long as it waits.
+		n.sessions.touch(id)
 		changed := n.notify.wait(req.Subject)
 		pctx, cancel := n.requestContext(ctx)
 		cmd := &fsm.Pull{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max}

@@ -1,0 +1,102 @@
+package qmq
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestTypedProperties(t *testing.T) {
+	m := &Message{}
+	when := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+	m.SetString("s", "v")
+	m.SetInt("i", -42)
+	m.SetBool("b", true)
+	m.SetTime("t", when)
+	m.SetString("s", "replaced")
+
+	if got := m.String("s"); got != "replaced" {
+		t.Errorf("String = %q", got)
+	}
+	if got, err := m.Int("i"); err != nil || got != -42 {
+		t.Errorf("Int = %d, %v", got, err)
+	}
+	if got, err := m.Bool("b"); err != nil || !got {
+		t.Errorf("Bool = %v, %v", got, err)
+	}
+	if got, err := m.Time("t"); err != nil || !got.Equal(when) {
+		t.Errorf("Time = %v, %v", got, err)
+	}
+	if _, err := m.Int("s"); err == nil {
+		t.Error("Int of a non-integer property succeeded")
+	}
+	if _, err := m.Bool("missing"); err == nil {
+		t.Error("Bool of a missing property succeeded")
+	}
+	want := map[string]string{"s": "replaced", "i": "-42", "b": "true", "t": when.Format(time.RFC3339Nano)}
+	if got := m.Properties(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Properties = %v, want %v", got, want)
+	}
+	if len(m.props) != 4 {
+		t.Errorf("setting a property twice stored it twice: %v", m.props)
+	}
+}
+
+func TestMessageSurvivesTheWire(t *testing.T) {
+	m := &Message{id: "id", subject: "s", createdAt: time.UnixMilli(1700000000123), body: []byte("b")}
+	m.SetInt("n", 7)
+	m.AddTag("red")
+	l := m.toLog()
+	if err := l.Check(); err != nil {
+		t.Fatal(err)
+	}
+	back := fromLog(l, 9)
+	if back.ID() != "id" || back.Subject() != "s" || !back.CreatedAt().Equal(m.CreatedAt()) ||
+		string(back.Body()) != "b" || back.String("n") != "7" || back.Tags()[0] != "red" || back.pullSeq != 9 {
+		t.Fatalf("round trip changed the message: %+v", back)
+	}
+}
+
+func TestMessageIDsAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	now := time.Now()
+	for range 10000 {
+		id := newMessageID(now)
+		if seen[id] {
+			t.Fatalf("id %s generated twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestToRanges(t *testing.T) {
+	got := toRanges([]int64{5, 1, 2, 3, 9, 2, 10, 7})
+	want := []struct{ f, l int64 }{{1, 3}, {5, 5}, {7, 7}, {9, 10}}
+	if len(got) != len(want) {
+		t.Fatalf("toRanges = %v", got)
+	}
+	for i, w := range want {
+		if got[i].First != w.f || got[i].Last != w.l {
+			t.Fatalf("toRanges = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestProducerRefusesInvalidMessages(t *testing.T) {
+	p, err := NewProducer("127.0.0.1:1") // never dialled: the message is refused first
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	bad := p.GenerateMessage("no spaces allowed")
+	if err := p.SendMessage(t.Context(), bad); err == nil {
+		t.Fatal("a message with an invalid subject was accepted")
+	}
+	huge := p.GenerateMessage("ok")
+	for i := range 11 {
+		huge.AddTag(string(rune('a' + i)))
+	}
+	if err := p.SendMessage(t.Context(), huge); err == nil {
+		t.Fatal("a message with 11 tags was accepted")
+	}
+}

@@ -18,6 +18,10 @@ const DefaultServer = "127.0.0.1:6222"
 // transport.Code for the codes and which are retriable.
 type Error = transport.Error
 
+// maxElectionBackoff caps the pause between retries while a group has no
+// leader (NOT_LEADER without an address, or its nodes unreachable).
+const maxElectionBackoff = 100 * time.Millisecond
+
 // client holds connections to a broker group's nodes and finds the leader.
 // Requests go to the leader; NOT_LEADER answers redirect, and retriable
 // failures are retried (with backoff) until the context ends.
@@ -116,7 +120,7 @@ func (c *client) conn(ctx context.Context, addr string) (*transport.Conn, error)
 // retriable failures until ctx ends. A leader change costs latency, not an
 // error.
 func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]byte, error) {
-	backoff := 20 * time.Millisecond
+	backoff := 10 * time.Millisecond
 	var last error
 	for attempt := 0; ; attempt++ {
 		addr := c.target()
@@ -155,7 +159,13 @@ func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]
 		case <-ctx.Done():
 			return nil, fmt.Errorf("qmq: %s: %w (last error: %v)", t, ctx.Err(), last)
 		}
-		backoff = min(backoff*2, time.Second)
+		// While a group elects a leader, poll often: the wait after the
+		// election ends is pure added latency. Other failures back off further.
+		limit := time.Second
+		if e.Code == transport.NotLeader || e.Code == transport.Unavailable {
+			limit = maxElectionBackoff
+		}
+		backoff = min(backoff*2, limit)
 	}
 }
 

@@ -51,11 +51,13 @@ type Node struct {
 }
 
 // New opens the node's storage, starts Raft and its listeners.
-func New(cfg Config) (n *Node, err error) {
+func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), leaderCh: make(chan bool, 16)}
+	// n is not the named result: every failure returns nil, and the
+	// deferred Close below must still see the node.
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), leaderCh: make(chan bool, 16)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

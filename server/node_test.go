@@ -68,4 +68,3 @@ func waitLeader(t *testing.T, n *Node) {
 		return n.isLeader() && n.fsm.MemberAddr(n.cfg.ID) == n.ClientAddr()
 	})
 }
-

@@ -1,0 +1,558 @@
+// Package test holds multi-process end-to-end tests: real qmqd processes on
+// loopback ports, driven by qmqctl and the SDK, killed with SIGKILL and
+// restarted from their data.
+//
+// cluster.go is the reusable harness:
+//
+//	c := NewCluster(t, "g1", "--election-timeout", "500ms")
+//	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap
+//	n2 := c.Start("n2", false) // then: c.Ctl("--server", n1.ClientAddr, "join", …)
+//	c.WaitFor(10*time.Second, "n1 leads", func() error { … })
+//	n1.Kill(); n1.Restart()
+//
+// Every process is started with its own data directory under t.TempDir()
+// and its own log file; t.Cleanup SIGKILLs and reaps every process still
+// running, and prints the tail of every node's log when the test failed.
+// Nothing here sleeps for a fixed time: waits poll each node's /status.
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+)
+
+// logTailLines is how much of each node's log a failed test prints.
+const logTailLines = 60
+
+// binaries are qmqd and qmqctl, built once per test binary.
+var binaries struct {
+	once         sync.Once
+	dir          string
+	qmqd, qmqctl string
+	err          error
+	took         time.Duration
+	removeOnce   sync.Once
+}
+
+// Binaries builds qmqd and qmqctl (without -race, whatever the test binary
+// was built with) into a temporary directory, once per test binary, and
+// returns their paths. RemoveBinaries deletes them (TestMain calls it).
+func Binaries(t testing.TB) (qmqd, qmqctl string) {
+	t.Helper()
+	b := &binaries
+	b.once.Do(func() {
+		start := time.Now()
+		defer func() { b.took = time.Since(start) }()
+		gomod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			b.err = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(gomod)))
+		if b.dir, err = os.MkdirTemp("", "qmq-e2e-bin-"); err != nil {
+			b.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.dir+string(filepath.Separator), "./cli/qmqd", "./cli/qmqctl")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build in %s: %w\n%s", root, err, out)
+			return
+		}
+		b.qmqd, b.qmqctl = filepath.Join(b.dir, "qmqd"), filepath.Join(b.dir, "qmqctl")
+	})
+	if b.err != nil {
+		t.Fatalf("building qmqd and qmqctl: %v", b.err)
+	}
+	return b.qmqd, b.qmqctl
+}
+
+// RemoveBinaries deletes the binaries Binaries built, if any.
+func RemoveBinaries() {
+	binaries.removeOnce.Do(func() {
+		if binaries.dir != "" {
+			os.RemoveAll(binaries.dir)
+		}
+	})
+}
+
+// usedPorts keeps FreeAddr from handing out a port twice in one test binary.
+var usedPorts struct {
+	sync.Mutex
+	m map[string]bool
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago and
+// that this test binary has not handed out before.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	usedPorts.Lock()
+	defer usedPorts.Unlock()
+	if usedPorts.m == nil {
+		usedPorts.m = map[string]bool{}
+	}
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("allocating a port: %v", err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !usedPorts.m[addr] {
+			usedPorts.m[addr] = true
+			return addr
+		}
+	}
+	t.Fatal("allocating a port: no unused port after 100 tries")
+	return ""
+}
+
+// Cluster is a set of qmqd broker processes of one group.
+type Cluster struct {
+	t      testing.TB
+	Group  string
+	flags  []string // appended to every `qmqd broker` command line
+	dir    string
+	qmqd   string
+	qmqctl string
+	http   *http.Client
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// Node is one qmqd process slot: its addresses and data survive Kill and
+// Restart.
+type Node struct {
+	ID         string
+	ClientAddr string
+	RaftAddr   string
+	HTTPAddr   string
+	DataDir    string
+	LogPath    string
+
+	c         *Cluster
+	bootstrap bool // only the first start passes --bootstrap
+
+	// Guarded by c.mu.
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd is reaped
+	waitErr error         // cmd.Wait's answer; read after exited is closed
+	killed  bool          // the harness killed it: exiting is expected
+	starts  int
+}
+
+// NewCluster returns an empty cluster of group; flags are added to every
+// node's command line (e.g. "--election-timeout", "500ms").
+func NewCluster(t testing.TB, group string, flags ...string) *Cluster {
+	t.Helper()
+	qmqd, qmqctl := Binaries(t)
+	t.Logf("qmqd and qmqctl built in %s (once per test binary)", binaries.took.Round(time.Millisecond))
+	// TempDir first: cleanups run last-in first-out, so every process is
+	// dead before its directory is removed.
+	c := &Cluster{t: t, Group: group, flags: flags, dir: t.TempDir(), qmqd: qmqd, qmqctl: qmqctl,
+		http: &http.Client{Timeout: 2 * time.Second}}
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+// cleanup SIGKILLs and reaps every process, then prints the logs' tails if
+// the test failed.
+func (c *Cluster) cleanup() {
+	c.mu.Lock()
+	nodes := append([]*Node(nil), c.nodes...)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		if err := n.kill(); err != nil {
+			c.t.Errorf("cleanup: %v", err)
+		}
+	}
+	c.http.CloseIdleConnections()
+	if c.t.Failed() {
+		for _, n := range nodes {
+			c.t.Logf("---- last %d lines of %s (%s) ----\n%s", logTailLines, n.ID, n.LogPath, tail(n.LogPath, logTailLines))
+		}
+	}
+}
+
+// tail returns the last lines of a file.
+func tail(path string, lines int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var ring []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		ring = append(ring, sc.Text())
+		if len(ring) > lines {
+			ring = ring[1:]
+		}
+	}
+	return strings.Join(ring, "\n")
+}
+
+// Start starts a new node id with fresh addresses and an empty data
+// directory; bootstrap passes --bootstrap.
+func (c *Cluster) Start(id string, bootstrap bool) *Node {
+	c.t.Helper()
+	if c.Node(id) != nil {
+		c.t.Fatalf("node %s already exists", id)
+	}
+	n := &Node{
+		ID: id, ClientAddr: FreeAddr(c.t), RaftAddr: FreeAddr(c.t), HTTPAddr: FreeAddr(c.t),
+		DataDir: filepath.Join(c.dir, id, "data"), LogPath: filepath.Join(c.dir, id, "qmqd.log"),
+		c: c, bootstrap: bootstrap,
+	}
+	if err := os.MkdirAll(filepath.Dir(n.LogPath), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	n.start()
+	return n
+}
+
+// Node returns the node named id, or nil.
+func (c *Cluster) Node(id string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Nodes returns every node started, in start order.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// ClientAddrs returns every node's client address, comma-separated: the
+// server list the SDK and qmqctl take.
+func (c *Cluster) ClientAddrs() string {
+	var addrs []string
+	for _, n := range c.Nodes() {
+		addrs = append(addrs, n.ClientAddr)
+	}
+	return strings.Join(addrs, ",")
+}
+
+// Args returns the node's qmqd command line (without the binary).
+func (n *Node) Args() []string {
+	args := []string{"broker", "--id", n.ID, "--group", n.c.Group, "--data", n.DataDir,
+		"--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr}
+	n.c.mu.Lock()
+	first := n.starts == 0
+	n.c.mu.Unlock()
+	if n.bootstrap && first {
+		args = append(args, "--bootstrap")
+	}
+	return append(args, n.c.flags...)
+}
+
+func (n *Node) start() {
+	t := n.c.t
+	t.Helper()
+	args := n.Args()
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	fmt.Fprintf(logf, "==== %s harness: start: qmqd %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
+	cmd := exec.Command(n.c.qmqd, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	if n.cmd != nil && !isClosed(n.exited) {
+		t.Fatalf("node %s is already running (pid %d)", n.ID, n.cmd.Process.Pid)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting node %s: %v", n.ID, err)
+	}
+	exited := make(chan struct{})
+	n.cmd, n.exited, n.killed = cmd, exited, false
+	n.starts++
+	go func() {
+		err := cmd.Wait()
+		n.c.mu.Lock()
+		if n.exited == exited {
+			n.waitErr = err
+		}
+		n.c.mu.Unlock()
+		close(exited)
+	}()
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill SIGKILLs the node and waits until the process is reaped.
+func (n *Node) Kill() {
+	n.c.t.Helper()
+	if err := n.kill(); err != nil {
+		n.c.t.Fatal(err)
+	}
+}
+
+func (n *Node) kill() error {
+	n.c.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	if cmd == nil {
+		n.c.mu.Unlock()
+		return nil
+	}
+	n.killed = true
+	n.c.mu.Unlock()
+	if !isClosed(exited) {
+		// An error here means it already exited; Wait still reaps it.
+		cmd.Process.Kill()
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("node %s (pid %d) not reaped 30s after SIGKILL", n.ID, cmd.Process.Pid)
+	}
+}
+
+// Restart starts the killed node again: same flags, addresses and data,
+// without --bootstrap.
+func (n *Node) Restart() {
+	n.c.t.Helper()
+	n.c.mu.Lock()
+	running := n.cmd != nil && !isClosed(n.exited)
+	n.c.mu.Unlock()
+	if running {
+		n.c.t.Fatalf("restart %s: it is still running", n.ID)
+	}
+	n.c.t.Logf("restarting %s", n.ID)
+	n.start()
+}
+
+// Running reports whether the node's process is alive.
+func (n *Node) Running() bool {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return n.cmd != nil && !isClosed(n.exited)
+}
+
+// Pid returns the process id of the node's current (or last) process.
+func (n *Node) Pid() int {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// unexpectedExit returns an error if the node's process exited without the
+// harness killing it.
+func (n *Node) unexpectedExit() error {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	if n.cmd == nil || n.killed || !isClosed(n.exited) {
+		return nil
+	}
+	return fmt.Errorf("node %s (pid %d) exited on its own (%v); its log %s ends: %s",
+		n.ID, n.cmd.Process.Pid, n.waitErr, n.LogPath, tail(n.LogPath, 1))
+}
+
+// Status fetches the node's /status over HTTP.
+func (n *Node) Status() (*qmq.Status, error) {
+	resp, err := n.c.http.Get("http://" + n.HTTPAddr + "/status")
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.ID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("node %s: /status answered %s", n.ID, resp.Status)
+	}
+	var st qmq.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("node %s: decoding /status: %w", n.ID, err)
+	}
+	return &st, nil
+}
+
+// Statuses fetches the status of every running node, by id; it fails if any
+// running node does not answer.
+func (c *Cluster) Statuses() (map[string]*qmq.Status, error) {
+	out := map[string]*qmq.Status{}
+	for _, n := range c.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		st, err := n.Status()
+		if err != nil {
+			return nil, err
+		}
+		out[n.ID] = st
+	}
+	return out, nil
+}
+
+// Leader returns the running node that reports itself leader with the
+// highest term, or an error if none does.
+func (c *Cluster) Leader() (*Node, *qmq.Status, error) {
+	var best *Node
+	var bestSt *qmq.Status
+	var errs []error
+	for _, n := range c.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		st, err := n.Status()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st.State == "Leader" && (bestSt == nil || st.Term > bestSt.Term) {
+			best, bestSt = n, st
+		}
+	}
+	if best == nil {
+		if len(errs) > 0 {
+			return nil, nil, fmt.Errorf("no running node reports itself leader: %w", errors.Join(errs...))
+		}
+		return nil, nil, errors.New("no running node reports itself leader")
+	}
+	return best, bestSt, nil
+}
+
+// Converged checks that every running node answers, all name the same
+// leader, that leader is running and says so itself, and all report the
+// same applied index; it returns the statuses.
+func (c *Cluster) Converged() (map[string]*qmq.Status, error) {
+	sts, err := c.Statuses()
+	if err != nil {
+		return nil, err
+	}
+	if len(sts) == 0 {
+		return nil, errors.New("no node is running")
+	}
+	var leader string
+	var applied uint64
+	first := true
+	for _, st := range sts {
+		if first {
+			leader, applied, first = st.Leader, st.AppliedIndex, false
+		}
+		if st.Leader == "" || st.Leader != leader || st.AppliedIndex != applied {
+			return sts, fmt.Errorf("not converged: %s", Describe(sts))
+		}
+	}
+	if ls := sts[leader]; ls == nil || ls.State != "Leader" {
+		return sts, fmt.Errorf("leader %s is not running or does not lead: %s", leader, Describe(sts))
+	}
+	return sts, nil
+}
+
+// Describe summarises statuses on one line, sorted by id.
+func Describe(sts map[string]*qmq.Status) string {
+	ids := make([]string, 0, len(sts))
+	for id := range sts {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	for _, id := range ids {
+		st := sts[id]
+		fmt.Fprintf(&b, "[%s %s leader=%q term=%d commit=%d applied=%d last=%d members=%d] ",
+			id, st.State, st.Leader, st.Term, st.CommitIndex, st.AppliedIndex, st.LastIndex, len(st.Members))
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// Ctl runs qmqctl with args (bounded by 30 s) and returns its combined
+// output.
+func (c *Cluster) Ctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.qmqctl, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("qmqctl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Join adds node n to the group with `qmqctl --server via join …`.
+func (c *Cluster) Join(via string, n *Node) {
+	c.t.Helper()
+	if _, err := c.Ctl("--server", via, "join", "--group", c.Group, "--id", n.ID,
+		"--raft", n.RaftAddr, "--addr", n.ClientAddr); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Poll calls cond every 20 ms until it returns nil or timeout passes; it
+// then returns cond's last error. Safe on any goroutine.
+func Poll(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitFor polls cond until it returns nil; the test fails (naming what was
+// awaited and cond's last error) if timeout passes first, or at once if a
+// node dies without the harness killing it. Call it on the test goroutine.
+func (c *Cluster) WaitFor(timeout time.Duration, what string, cond func() error) {
+	c.t.Helper()
+	start := time.Now()
+	var exitErr error
+	err := Poll(timeout, func() error {
+		for _, n := range c.Nodes() {
+			if exitErr = n.unexpectedExit(); exitErr != nil {
+				return nil // stop polling
+			}
+		}
+		return cond()
+	})
+	switch {
+	case exitErr != nil:
+		c.t.Fatalf("waiting for %s: %v", what, exitErr)
+	case err != nil:
+		c.t.Fatalf("waiting for %s: not true after %s: %v", what, timeout, err)
+	}
+	c.t.Logf("%s (after %s)", what, time.Since(start).Round(time.Millisecond))
+}

@@ -10,7 +10,6 @@ func (f *FSM) applyAck(c *Ack) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
 	}
-	f.st.stamp(c.Now)
 	cs := f.st.consumer(consumerKey{c.Subject, c.Group, c.Consumer}, false)
 	if cs == nil {
 		return fmt.Errorf("%w: unknown consumer %s of group %s on %s", ErrInvalid, c.Consumer, c.Group, c.Subject)
@@ -21,6 +20,9 @@ func (f *FSM) applyAck(c *Ack) any {
 				ErrInvalid, r.First, r.Last, c.Consumer, cs.next-1)
 		}
 	}
+	// Stamped only once the ack is known to be valid: a refused command
+	// changes nothing, not even the state's clock.
+	f.st.stamp(c.Now)
 	for _, r := range c.Ranges {
 		for seq := max(r.First, cs.ackPos); seq <= r.Last; seq++ {
 			cs.window[seq-cs.ackPos].acked = true

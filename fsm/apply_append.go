@@ -27,8 +27,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		f.dedup.add(m.ID, now, seen{offset: off, size: size})
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}
-	f.retain(now)
-	return res
+	return res // ApplyBatch runs retention next
 }
 
 // isDuplicate reports whether id was appended within the window, and where.

@@ -24,7 +24,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	if cl == nil || n <= 0 {
 		return res
 	}
-	start := cl.StartSeq()
+	start := f.firstRetained(cl)
 	for len(res.Entries) < n && len(g.redeliver) > 0 {
 		seq := g.redeliver[0]
 		g.redeliver = g.redeliver[1:]
@@ -37,6 +37,17 @@ func (f *FSM) applyPull(c *Pull) any {
 		res.Entries = append(res.Entries, f.hand(cs, g.cursor))
 	}
 	return res
+}
+
+// firstRetained returns the first sequence of cl whose message is still in
+// the message log. Retention removes consume-log entries a whole segment at
+// a time, so the first entries of a consume log may point at messages that
+// are gone; a pull must not hand those out.
+func (f *FSM) firstRetained(cl *logs.ConsumeLog) int64 {
+	if ms := f.store.messages.Log().Start(); ms > 0 {
+		return must(cl.SeqAtOrAfter(ms))
+	}
+	return cl.StartSeq()
 }
 
 // group returns the group's state, creating it at the start of the

@@ -51,11 +51,28 @@ func (d *dedup) add(id string, appendedAt int64, s seen) {
 func (d *dedup) expire(now int64) {
 	n := 0
 	for n < len(d.fifo) && d.fifo[n].appendedAt < now-d.window {
-		e := d.fifo[n]
+		n++
+	}
+	d.drop(n)
+}
+
+// forgetBefore forgets ids whose messages lie before message-log offset
+// off, which retention removed: the window then holds exactly what load
+// rebuilds from the log, and never points at a removed message.
+func (d *dedup) forgetBefore(off int64) {
+	n := 0
+	for n < len(d.fifo) && d.fifo[n].offset < off {
+		n++
+	}
+	d.drop(n)
+}
+
+// drop forgets the oldest n ids.
+func (d *dedup) drop(n int) {
+	for _, e := range d.fifo[:n] {
 		if d.seen[e.hash].offset == e.offset {
 			delete(d.seen, e.hash)
 		}
-		n++
 	}
 	if n > 0 {
 		d.fifo = d.fifo[n:]

@@ -210,6 +210,10 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 			out[i] = f.applyCommand(e)
 		}
 		f.st.applied = e.Index
+		if _, ok := out[i].(*AppendResult); ok {
+			// Once the entry is wholly applied: retention may checkpoint.
+			f.retain(f.st.now)
+		}
 	}
 	if err := f.store.flush(); err != nil {
 		panic(fmt.Sprintf("fsm: storage failed at index %d: %v", f.st.applied, err))

@@ -16,11 +16,8 @@ import (
 // and recovery never cuts below a checkpoint), so the snapshot stays valid
 // while the logs grow. Raft calls it on the FSM goroutine.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	if err := f.store.sync(); err != nil {
-		return nil, err
-	}
-	cp := (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
-	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
+	cp, err := f.writeCheckpoint()
+	if err != nil {
 		return nil, err
 	}
 	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
@@ -41,6 +38,19 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return &fsmSnapshot{dir: staging, manifest: m}, nil
+}
+
+// writeCheckpoint makes the logs durable and then records the state and
+// the logs' ends in the checkpoint, which it returns.
+func (f *FSM) writeCheckpoint() ([]byte, error) {
+	if err := f.store.sync(); err != nil {
+		return nil, err
+	}
+	cp := (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
+	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
+		return nil, err
+	}
+	return cp, nil
 }
 
 // fsmSnapshot is a snapshot waiting to be persisted.

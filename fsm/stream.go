@@ -151,8 +151,13 @@ func readStream(r io.Reader, create func(rel string) (io.WriteCloser, error)) (*
 	if n > maxManifest {
 		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrBadSnapshot, n)
 	}
-	mb := make([]byte, n+4)
-	if _, err := io.ReadFull(r, mb); err != nil {
+	// Read what arrives rather than allocate what the header claims: a
+	// corrupt length must not cost a gigabyte.
+	mb, err := io.ReadAll(io.LimitReader(r, int64(n)+4))
+	if err == nil && len(mb) < int(n)+4 {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: manifest: %w", ErrBadSnapshot, err)
 	}
 	if crc32.Checksum(mb[:n], castagnoli) != binary.LittleEndian.Uint32(mb[n:]) {

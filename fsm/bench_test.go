@@ -1,0 +1,79 @@
+package fsm
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// benchAppendEntry returns the Raft entry at index appending n messages of
+// size-byte bodies with ids unique to index.
+func benchAppendEntry(index uint64, now int64, n, size int) *raft.Log {
+	body := make([]byte, size)
+	msgs := make([]*logs.Message, n)
+	for i := range msgs {
+		msgs[i] = &logs.Message{ID: fmt.Sprintf("b%d-%d", index, i), Subject: "bench", CreatedAt: now, Body: body}
+	}
+	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}
+}
+
+func benchmarkApplyAppend(b *testing.B, size int) {
+	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer() // encoding is the leader's work, not the FSM's
+		e := benchAppendEntry(uint64(i+1), int64(i), 1000, size)
+		b.StartTimer()
+		r := f.Apply(e).(*AppendResult)
+		if r.Messages[999].Status != Appended {
+			b.Fatalf("message status %d", r.Messages[999].Status)
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkApplyAppend1000: one Append of 1,000 messages of 128 B per op.
+func BenchmarkApplyAppend1000(b *testing.B) { benchmarkApplyAppend(b, 128) }
+
+// BenchmarkApplyAppend1000_1KiB: one Append of 1,000 messages of 1 KiB per op.
+func BenchmarkApplyAppend1000_1KiB(b *testing.B) { benchmarkApplyAppend(b, 1<<10) }
+
+// BenchmarkPullAck: per op, a Pull of 100 entries and the Ack of them,
+// both applied as Raft entries.
+func BenchmarkPullAck(b *testing.B) {
+	cfg := DefaultConfig(b.TempDir())
+	cfg.DedupWindow = 0 // keep the window (and memory) small across refills
+	f := unitOpen(b, cfg)
+	index, available := uint64(0), 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if available < 100 {
+			b.StopTimer()
+			for range 10 {
+				index++
+				f.Apply(benchAppendEntry(index, int64(index), 1000, 16))
+			}
+			available += 10_000
+			b.StartTimer()
+		}
+		index++
+		r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand,
+			Data: (&Pull{Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100}).Encode()}).(*PullResult)
+		if len(r.Entries) != 100 {
+			b.Fatalf("pulled %d entries", len(r.Entries))
+		}
+		available -= 100
+		index++
+		ack := &Ack{Now: int64(index), Subject: "bench", Group: "g", Consumer: "c",
+			Ranges: []AckRange{{First: r.Entries[0].PullSeq, Last: r.Entries[99].PullSeq}}}
+		if a := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: ack.Encode()}).(*AckResult); a.AckPos != r.Entries[99].PullSeq+1 {
+			b.Fatalf("ack position %d", a.AckPos)
+		}
+	}
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "entries/s")
+}

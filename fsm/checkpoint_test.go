@@ -1,0 +1,474 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// takeSnapshot snapshots f (writing its checkpoint) and persists the
+// snapshot into raft's in-memory store, as Raft would.
+func takeSnapshot(tb testing.TB, f *FSM) {
+	tb.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		tb.Fatalf("Snapshot: %v", err)
+	}
+	defer snap.Release()
+	sink, err := raft.NewInmemSnapshotStore().Create(1, f.Applied(), 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := snap.Persist(sink); err != nil {
+		tb.Fatalf("Persist: %v", err)
+	}
+}
+
+func TestRestartFromCheckpoint(t *testing.T) {
+	// 20 KB bodies: the message log rolls a few times, before and after the
+	// snapshot.
+	entries := unitWorkload(150, 20_000)
+	ref := unitFSM(t)
+	want := applyAll(ref, entries)
+
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
+	first := applyAll(f, entries[:80])
+	takeSnapshot(t, f)
+	atSnapshot := f.Ends()
+	first = append(first, applyAll(f, entries[80:130])...)
+	if !slices.Equal(first, want[:130]) {
+		t.Fatal("the FSM under test and the reference answered differently")
+	}
+	if f.Ends().Messages == atSnapshot.Messages || len(f.store.messages.Log().Segments()) < 2 {
+		t.Fatal("the workload does not write past the snapshot or roll the message log")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	g := unitOpen(t, cfg)
+	if g.Applied() != 80 {
+		t.Fatalf("reopened at index %d, want the snapshot's 80", g.Applied())
+	}
+	if ends := g.Ends(); !reflect.DeepEqual(ends, atSnapshot) {
+		t.Fatalf("reopened with log ends %+v, want the snapshot's %+v", ends, atSnapshot)
+	}
+	// Raft replays from its snapshot; anything older is skipped.
+	for i, r := range applyAll(g, entries[70:80]) {
+		if r != "nil" {
+			t.Fatalf("replayed entry %d below the checkpoint: %s", 71+i, r)
+		}
+	}
+	replay := applyAll(g, entries[80:])
+	if !slices.Equal(replay[:50], first[80:130]) {
+		t.Fatalf("replay answered differently from the first time:\n%v\n%v", replay[:50], first[80:130])
+	}
+	if !slices.Equal(replay, want[80:]) {
+		t.Fatal("replay answered differently from the reference")
+	}
+	wantSameFiles(t, ref.cfg.Dir, cfg.Dir)
+	if !bytes.Equal(stateBytes(ref), stateBytes(g)) || ref.Applied() != g.Applied() {
+		t.Fatal("state differs from the reference")
+	}
+	wantSameReads(t, ref, g)
+
+	// The dedup window survived: ids from before and after the checkpoint
+	// are still recognized.
+	for _, fsm := range []*FSM{ref, g} {
+		res := appendAt(t, fsm, 151, 1_200_000, unitMsg("m-1-0", "x", 1), unitMsg("m-145-2", "x", 1), unitMsg("new", "x", 1))
+		if s := []MessageStatus{res.Messages[0].Status, res.Messages[1].Status, res.Messages[2].Status}; !slices.Equal(s, []MessageStatus{Duplicate, Duplicate, Appended}) {
+			t.Fatalf("statuses after restart %v, want duplicate, duplicate, appended", s)
+		}
+	}
+	wantSameFiles(t, ref.cfg.Dir, cfg.Dir)
+}
+
+func TestRestartWithoutCheckpoint(t *testing.T) {
+	entries := unitWorkload(60, 30_000)
+	ref := unitFSM(t)
+	want := applyAll(ref, entries)
+
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
+	applyAll(f, entries)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g := unitOpen(t, cfg)
+	if g.Applied() != 0 {
+		t.Fatalf("reopened at index %d, want 0", g.Applied())
+	}
+	if e := g.Ends(); e.Messages != 0 || e.Pulls != 0 || len(e.Consume) != 0 {
+		t.Fatalf("reopened with log ends %+v, want everything empty", e)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, dataDir, consumeDir, "orders")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("consume log unknown to the (empty) checkpoint survived: %v", err)
+	}
+	if got := applyAll(g, entries); !slices.Equal(got, want) {
+		t.Fatal("replay answered differently from the reference")
+	}
+	wantSameFiles(t, ref.cfg.Dir, cfg.Dir)
+	wantSameReads(t, ref, g)
+}
+
+func TestDedupWindowSurvivesRestart(t *testing.T) {
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
+	appendAt(t, f, 1, 1000, unitMsg("old", "s", 1))
+	appendAt(t, f, 2, 500_000, unitMsg("a", "s", 1), unitMsg("b", "s", 1))
+	takeSnapshot(t, f)
+	appendAt(t, f, 3, 500_001, unitMsg("after", "s", 1))
+	f.Close()
+
+	g := unitOpen(t, cfg)
+	window := cfg.DedupWindow.Milliseconds()
+	// At 1000+window+1 "old" has left the window; a and b have not.
+	res := appendAt(t, g, 3, 1000+window+1, unitMsg("a", "s", 1), unitMsg("old", "s", 1), unitMsg("b", "t", 1), unitMsg("after", "s", 1))
+	want := []MessageStatus{Duplicate, Appended, Duplicate, Appended}
+	for i, r := range res.Messages {
+		if r.Status != want[i] {
+			t.Fatalf("message %d: %+v, want status %d", i, r, want[i])
+		}
+	}
+	// Just past the window for a and b.
+	res = appendAt(t, g, 4, 500_000+window+1, unitMsg("a", "s", 1), unitMsg("after", "s", 1))
+	if res.Messages[0].Status != Appended || res.Messages[1].Status != Duplicate {
+		t.Fatalf("past the window: %+v", res.Messages)
+	}
+}
+
+func TestOpenFinishesInterruptedRestore(t *testing.T) {
+	src := unitFSM(t)
+	applyAll(src, unitWorkload(30, 100))
+	takeSnapshot(t, src)
+
+	// A crash after the restore directory was complete, before the swap.
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
+	appendAt(t, f, 1, 1, unitMsg("stale", "stale", 1))
+	f.Close()
+	copyTree(t, filepath.Join(src.cfg.Dir, dataDir), filepath.Join(cfg.Dir, restoreDir))
+	os.MkdirAll(filepath.Join(cfg.Dir, oldDir), 0o755)
+	g := unitOpen(t, cfg)
+	if g.Applied() != src.Applied() {
+		t.Fatalf("applied %d after finishing the restore, want %d", g.Applied(), src.Applied())
+	}
+	wantSameFiles(t, src.cfg.Dir, cfg.Dir)
+	for _, d := range []string{restoreDir, oldDir} {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, d)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left behind: %v", d, err)
+		}
+	}
+
+	// An incomplete restore directory (no checkpoint) is discarded.
+	g.Close()
+	copyTree(t, filepath.Join(src.cfg.Dir, dataDir, messagesDir), filepath.Join(cfg.Dir, restoreDir, messagesDir))
+	h := unitOpen(t, cfg)
+	if h.Applied() != src.Applied() {
+		t.Fatalf("applied %d, want %d", h.Applied(), src.Applied())
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, restoreDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("incomplete restore left behind: %v", err)
+	}
+}
+
+func copyTree(tb testing.TB, from, to string) {
+	tb.Helper()
+	err := filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// busyFSM returns an FSM whose state uses every part of the checkpoint:
+// two subjects, groups with redelivery queues, consumers with windows
+// holding acked and unacked entries, members and a dedup window.
+func busyFSM(tb testing.TB) *FSM {
+	f := unitFSM(tb)
+	appendAt(tb, f, 1, 1000, unitMsg("a", "s", 10), unitMsg("b", "s", 10), unitMsg("c", "t", 10), unitMsg("d", "s", 10))
+	pullAt(tb, f, 2, 1000, "s", "g1", "c1", 3)
+	pullAt(tb, f, 3, 1000, "s", "g2", "c1", 2)
+	pullAt(tb, f, 4, 1000, "t", "g1", "c2", 1)
+	ackAt(tb, f, 5, 1000, "s", "g1", "c1", AckRange{1, 1})
+	ackAt(tb, f, 6, 1000, "s", "g2", "c1", AckRange{0, 0})
+	reclaimAt(tb, f, 7, 2000, "t", "g1", "c2")
+	pullAt(tb, f, 8, 2000, "s", "g1", "c3", 1)
+	pullAt(tb, f, 9, 2000, "empty", "g", "c", 1)
+	applyAt(f, 10, &SetMember{Now: 2000, ID: "node2", ClientAddr: "10.0.0.2:7000"})
+	applyAt(f, 11, &SetMember{Now: 2000, ID: "node1", ClientAddr: "10.0.0.1:7000"})
+	return f
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	f := busyFSM(t)
+	cp := &checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}
+	b := cp.encode()
+	got, err := decodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.st, f.st) {
+		t.Fatalf("decoded state\n%+v\nwant\n%+v", got.st, f.st)
+	}
+	if !reflect.DeepEqual(got.ends, cp.ends) || got.dedupFrom != cp.dedupFrom {
+		t.Fatalf("decoded ends %+v from %d, want %+v from %d", got.ends, got.dedupFrom, cp.ends, cp.dedupFrom)
+	}
+	if !bytes.Equal(got.encode(), b) {
+		t.Fatal("re-encoding differs")
+	}
+	// The file Snapshot writes is this encoding.
+	takeSnapshot(t, f)
+	onDisk, err := os.ReadFile(filepath.Join(f.cfg.Dir, dataDir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(onDisk, b) {
+		t.Fatal("the checkpoint file differs from the encoding of the state")
+	}
+	// And reopening gives the same state back.
+	before := stateBytes(f)
+	f.Close()
+	g := unitOpen(t, f.cfg)
+	if !bytes.Equal(stateBytes(g), before) || g.Applied() != 11 || g.MemberAddr("node1") != "10.0.0.1:7000" {
+		t.Fatal("reopened state differs")
+	}
+}
+
+// seal appends the checkpoint checksum to body.
+func seal(body []byte) []byte {
+	return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+}
+
+// rawCheckpoint builds a checkpoint body field by field, so that tests can
+// write what the encoder never would.
+type rawCheckpoint struct {
+	msgEnd, pullEnd, dedupFrom int64
+	subjects                   []string // consume logs, each ending at 0
+	groups                     [][2]string
+	consumers                  []rawConsumer
+	members                    [][2]string
+}
+
+type rawConsumer struct {
+	s, g, c      string
+	ackPos, next uint64
+	window       [][3]uint64 // seq, pos, acked byte
+}
+
+func (r rawCheckpoint) body() []byte {
+	b := []byte{checkpointVersion}
+	for _, v := range []int64{1, 1000, r.msgEnd, r.pullEnd, r.dedupFrom} {
+		b = binenc.AppendUint64(b, uint64(v))
+	}
+	b = binenc.AppendUvarint(b, uint64(len(r.subjects)))
+	for _, s := range r.subjects {
+		b = binenc.AppendUint64(binenc.AppendString(b, s), 0)
+	}
+	b = binenc.AppendUvarint(b, uint64(len(r.groups)))
+	for _, g := range r.groups {
+		b = binenc.AppendString(binenc.AppendString(b, g[0]), g[1])
+		b = binenc.AppendUvarint(binenc.AppendUvarint(b, 7), 0) // cursor, no redeliveries
+	}
+	b = binenc.AppendUvarint(b, uint64(len(r.consumers)))
+	for _, c := range r.consumers {
+		b = appendNames(b, c.s, c.g, c.c)
+		b = binenc.AppendUvarint(binenc.AppendUvarint(b, c.ackPos), c.next)
+		b = binenc.AppendUvarint(b, uint64(len(c.window)))
+		for _, w := range c.window {
+			b = append(binenc.AppendUvarint(binenc.AppendUvarint(b, w[0]), w[1]), byte(w[2]))
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(r.members)))
+	for _, m := range r.members {
+		b = binenc.AppendString(binenc.AppendString(b, m[0]), m[1])
+	}
+	return b
+}
+
+func TestDecodeCheckpointRejects(t *testing.T) {
+	valid := rawCheckpoint{
+		msgEnd: 100, dedupFrom: -1,
+		subjects:  []string{"a", "b"},
+		groups:    [][2]string{{"a", "g"}, {"b", "g"}},
+		consumers: []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}}, {"b", "g", "c", 0, 0, nil}},
+		members:   [][2]string{{"n1", "x"}, {"n2", "y"}},
+	}
+	if _, err := decodeCheckpoint(seal(valid.body())); err != nil {
+		t.Fatalf("the valid raw checkpoint: %v", err)
+	}
+	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encode(), seal(valid.body())) {
+		t.Fatal("the valid raw checkpoint does not re-encode to itself")
+	}
+	mutate := func(m func(*rawCheckpoint)) []byte {
+		r := valid
+		r.consumers = slices.Clone(valid.consumers)
+		m(&r)
+		return seal(r.body())
+	}
+	good := seal(valid.body())
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"four bytes", []byte{1, 2, 3, 4}},
+		{"checksum", append(append([]byte(nil), good[:len(good)-1]...), good[len(good)-1]^1)},
+		{"flipped bit", func() []byte { b := bytes.Clone(good); b[9] ^= 1; return b }()},
+		{"version", seal(append([]byte{checkpointVersion + 1}, valid.body()[1:]...))},
+		{"truncated", seal(valid.body()[:len(valid.body())-1])},
+		{"trailing", seal(append(valid.body(), 0))},
+		{"negative message end", mutate(func(r *rawCheckpoint) { r.msgEnd = -1 })},
+		{"dedup past the end", mutate(func(r *rawCheckpoint) { r.dedupFrom = 101 })},
+		{"dedup below -1", mutate(func(r *rawCheckpoint) { r.dedupFrom = -2 })},
+		{"bad subject", mutate(func(r *rawCheckpoint) { r.subjects = []string{"../x"} })},
+		{"window too short", mutate(func(r *rawCheckpoint) { r.consumers[0].next = 4 })},
+		{"next below ack", mutate(func(r *rawCheckpoint) { r.consumers[1].ackPos, r.consumers[1].next = 2, 1 })},
+		// Encodings the encoder never writes: refused, so that a checkpoint
+		// has one encoding and never describes contradictory state.
+		{"duplicate subject", mutate(func(r *rawCheckpoint) { r.subjects = []string{"a", "a"} })},
+		{"unsorted subjects", mutate(func(r *rawCheckpoint) { r.subjects = []string{"b", "a"} })},
+		{"duplicate group", mutate(func(r *rawCheckpoint) { r.groups = [][2]string{{"a", "g"}, {"a", "g"}} })},
+		{"unsorted groups", mutate(func(r *rawCheckpoint) { r.groups = [][2]string{{"b", "g"}, {"a", "g"}} })},
+		{"duplicate consumer", mutate(func(r *rawCheckpoint) { r.consumers[1] = r.consumers[0] })},
+		{"acked byte 2", mutate(func(r *rawCheckpoint) {
+			r.consumers[0].window = [][3]uint64{{5, 0, 2}, {6, 1, 0}}
+		})},
+		{"duplicate member", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n1", "x"}, {"n1", "y"}} })},
+		{"unsorted members", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n2", "x"}, {"n1", "y"}} })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := decodeCheckpoint(tc.b)
+			if !errors.Is(err, ErrBadCheckpoint) || c != nil {
+				t.Fatalf("decodeCheckpoint = %v, %v; want ErrBadCheckpoint", c, err)
+			}
+		})
+	}
+}
+
+func mustDecodeCheckpoint(tb testing.TB, b []byte) *checkpoint {
+	tb.Helper()
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+func TestOpenRefusesBadCheckpoint(t *testing.T) {
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
+	appendAt(t, f, 1, 1, unitMsg("a", "s", 1))
+	takeSnapshot(t, f)
+	f.Close()
+	path := filepath.Join(cfg.Dir, dataDir, checkpointFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[3] ^= 0x10
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := Open(cfg); !errors.Is(err, ErrBadCheckpoint) {
+		if g != nil {
+			g.Close()
+		}
+		t.Fatalf("Open with a corrupt checkpoint: %v, want ErrBadCheckpoint", err)
+	}
+}
+
+// retentionWorkload returns n entries appending ~100 KiB messages to two
+// subjects, with pulls and acks of two groups, at a leader time moving
+// 10 s an entry.
+func retentionWorkload(n int) []*raft.Log {
+	var out []*raft.Log
+	for i := 1; i <= n; i++ {
+		now := int64(i * 10_000)
+		subject := []string{"s", "t"}[i%2]
+		var cmd encoder
+		switch i % 4 {
+		case 0, 1, 2:
+			cmd = &Append{Now: now, Messages: []*logs.Message{bigMsg(fmt.Sprint("m", i), subject), bigMsg(fmt.Sprint("m", i-6), subject)}}
+		case 3:
+			if i%8 == 3 {
+				cmd = &Pull{Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}
+			} else {
+				cmd = &Ack{Now: now, Subject: subject, Group: "g", Consumer: "c", Ranges: []AckRange{{0, 0}}}
+			}
+		}
+		out = append(out, unitEntry(uint64(i), cmd))
+	}
+	return out
+}
+
+func TestRestartAfterRetention(t *testing.T) {
+	// Retention removes segments well after the last snapshot: the restarted
+	// FSM must still open, and replay must give what the reference gave.
+	for _, r := range []logs.Retention{{MaxBytes: 3 << 20}, {MaxAge: 200_000}} {
+		t.Run(fmt.Sprintf("%+v", r), func(t *testing.T) {
+			entries := retentionWorkload(120)
+			ref := retentionFSM(t, r)
+			want := applyAll(ref, entries)
+
+			cfg := unitConfig(t.TempDir())
+			cfg.Retention = r
+			f := unitOpen(t, cfg)
+			applyAll(f, entries[:10])
+			takeSnapshot(t, f)
+			applyAll(f, entries[10:90])
+			if f.store.messages.Log().Start() == 0 {
+				t.Fatal("no retention after the snapshot")
+			}
+			f.Close()
+
+			g := unitOpen(t, cfg)
+			// Retention checkpointed before it removed segments.
+			applied := g.Applied()
+			if applied <= 10 || applied > 90 {
+				t.Fatalf("reopened at %d", applied)
+			}
+			// Raft replays from its snapshot (index 10); the entries up to the
+			// checkpoint are skipped, the rest answer as the first time.
+			for i, got := range applyAll(g, entries[10:]) {
+				index := uint64(11 + i)
+				if index <= applied && got != "nil" {
+					t.Fatalf("entry %d at or below the checkpoint %d: %s", index, applied, got)
+				}
+				if index > applied && got != want[index-1] {
+					t.Fatalf("entry %d: %s, first time %s", index, got, want[index-1])
+				}
+			}
+			wantSameFiles(t, ref.cfg.Dir, cfg.Dir)
+			wantSameReads(t, ref, g)
+			if !bytes.Equal(stateBytes(ref), stateBytes(g)) {
+				t.Fatal("state differs from the reference")
+			}
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// sampleCommands returns one command of every type, some at their limits.
+func sampleCommands() map[string]encoder {
+	full := unitMsg("id-1", "orders", 64)
+	full.Index, full.CreatedAt, full.AppendedAt = 7, -5, 1<<40
+	full.Tags = []string{"eu", "vip"}
+	full.Properties = []logs.Property{{Key: "k", Value: "v"}, {Key: "empty", Value: ""}}
+	many := make([]AckRange, MaxAckRanges)
+	for i := range many {
+		many[i] = AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
+	}
+	long := strings.Repeat("n", MaxNameLen)
+	return map[string]encoder{
+		"append":         &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
+		"append empty":   &Append{Now: -1},
+		"pull":           &Pull{Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
+		"pull max":       &Pull{Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
+		"ack":            &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 3}, {7, 7}}},
+		"ack no ranges":  &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{}},
+		"ack max ranges": &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
+		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c"},
+		"member":         &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
+		"member removal": &SetMember{Now: 3, ID: "node1"},
+	}
+}
+
+func TestCommandRoundTrip(t *testing.T) {
+	for name, cmd := range sampleCommands() {
+		t.Run(name, func(t *testing.T) {
+			enc := cmd.Encode()
+			got, err := Decode(enc)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, cmd) {
+				t.Fatalf("decoded %#v, want %#v", got, cmd)
+			}
+			if again := got.(encoder).Encode(); !bytes.Equal(again, enc) {
+				t.Fatalf("re-encoded %x, want %x", again, enc)
+			}
+			if CommandType(enc[0]).String() != strings.Fields(name)[0] {
+				t.Fatalf("type byte %d is %q", enc[0], CommandType(enc[0]))
+			}
+		})
+	}
+}
+
+func TestCommandTypeValues(t *testing.T) {
+	// The values are written into the Raft log.
+	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim} {
+		if ct != want {
+			t.Fatalf("%s = %d, want %d", ct, ct, want)
+		}
+	}
+	if s := CommandType(99).String(); s != "command(99)" {
+		t.Fatalf("unknown type prints %q", s)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	pull := (&Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()
+	app := (&Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 3)}}).Encode()
+	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
+	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
+	tooMany := binenc.AppendUvarint(header(CmdAppend), MaxBatchMessages+1)
+	longName := appendNames(header(CmdReclaim), strings.Repeat("s", MaxNameLen+1), "g", "c")
+	// Subject "s" with a 2-byte length prefix, then group and consumer.
+	nonMinimalName := binenc.AppendString(binenc.AppendString(append(nonMinimal(header(CmdReclaim), 1), 's'), "g"), "c")
+	ranges := appendNames(header(CmdAck), "s", "g", "c")
+	tooManyRanges := binenc.AppendUvarint(append([]byte(nil), ranges...), MaxAckRanges+1)
+	badMessage := append(header(CmdAppend), 1)
+	badMessage = (&logs.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"type only", []byte{byte(CmdPull)}},
+		{"no time", []byte{byte(CmdPull), commandVersion, 1, 2}},
+		{"unknown type", header(99)},
+		{"type zero", header(0)},
+		{"future version", append([]byte{byte(CmdPull), commandVersion + 1}, pull[2:]...)},
+		{"truncated pull", pull[:len(pull)-1]},
+		{"trailing byte", append(append([]byte(nil), pull...), 0)},
+		{"truncated append", app[:len(app)-1]},
+		{"too many messages", tooMany},
+		{"name too long", longName},
+		{"too many ranges", tooManyRanges},
+		{"invalid message", badMessage},
+		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
+		{"non-minimal max", nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1)},
+		{"non-minimal name length", nonMinimalName},
+		{"non-minimal range", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, err := Decode(tc.b)
+			if !errors.Is(err, ErrBadCommand) || cmd != nil {
+				t.Fatalf("Decode(%x) = %#v, %v; want ErrBadCommand", tc.b, cmd, err)
+			}
+		})
+	}
+	// The non-minimal samples above are well-formed apart from the varint.
+	for _, b := range [][]byte{
+		binenc.AppendUvarint(header(CmdAppend), 0),
+		binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1),
+		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
+		appendNames(header(CmdReclaim), "s", "g", "c"),
+	} {
+		if _, err := Decode(b); err != nil {
+			t.Fatalf("Decode(%x): %v", b, err)
+		}
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"a", true},
+		{"0", true},
+		{"orders.created", true},
+		{"a-b_c:d.e", true},
+		{"Z9", true},
+		{strings.Repeat("x", MaxNameLen), true},
+		{"", false},
+		{strings.Repeat("x", MaxNameLen+1), false},
+		{".", false},
+		{"..", false},
+		{".a", false},
+		{"-a", false},
+		{"_a", false},
+		{":a", false},
+		{"a/b", false},
+		{`a\b`, false},
+		{"a b", false},
+		{"a\x00", false},
+		{"é", false},
+	} {
+		err := CheckName("subject", tc.name)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("CheckName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package fsm
+
+// Helpers for the unit tests, fuzz tests and benchmarks of this package.
+// Names carry a "unit" prefix (or are methods) so that they do not collide
+// with the cluster tests' helpers in the same package.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// unitConfig returns a configuration with the smallest segments Validate
+// allows, so that tests roll segments without writing much.
+func unitConfig(dir string) Config {
+	cfg := DefaultConfig(dir)
+	cfg.SegmentSize = 1 << 20
+	cfg.IndexSegmentSize = 64 << 10
+	return cfg
+}
+
+// unitOpen opens an FSM on cfg and closes it when the test ends.
+func unitOpen(tb testing.TB, cfg Config) *FSM {
+	tb.Helper()
+	f, err := Open(cfg)
+	if err != nil {
+		tb.Fatalf("Open(%s): %v", cfg.Dir, err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return f
+}
+
+// unitFSM opens an FSM in a fresh directory; mutate (if any) adjusts its
+// configuration first.
+func unitFSM(tb testing.TB, mutate ...func(*Config)) *FSM {
+	tb.Helper()
+	cfg := unitConfig(tb.TempDir())
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return unitOpen(tb, cfg)
+}
+
+// encoder is every command.
+type encoder interface{ Encode() []byte }
+
+// unitEntry returns the Raft entry carrying cmd at index.
+func unitEntry(index uint64, cmd encoder) *raft.Log {
+	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: cmd.Encode()}
+}
+
+// applyAt applies cmd as the Raft entry at index.
+func applyAt(f *FSM, index uint64, cmd encoder) any {
+	return f.Apply(unitEntry(index, cmd))
+}
+
+// unitMsg returns a message of subject with a body of size bytes.
+func unitMsg(id, subject string, size int) *logs.Message {
+	var body []byte // nil when empty, as decoded
+	if size > 0 {
+		body = make([]byte, size)
+	}
+	for i := range body {
+		body[i] = byte(i*7 + len(id))
+	}
+	return &logs.Message{ID: id, Subject: subject, CreatedAt: 42, Body: body}
+}
+
+// resultAs asserts that an Apply response has type T.
+func resultAs[T any](tb testing.TB, r any) T {
+	tb.Helper()
+	v, ok := r.(T)
+	if !ok {
+		tb.Fatalf("response %T (%v), want %T", r, r, *new(T))
+	}
+	return v
+}
+
+func appendAt(tb testing.TB, f *FSM, index uint64, now int64, msgs ...*logs.Message) *AppendResult {
+	tb.Helper()
+	return resultAs[*AppendResult](tb, applyAt(f, index, &Append{Now: now, Messages: msgs}))
+}
+
+func pullAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, n int) *PullResult {
+	tb.Helper()
+	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: n}))
+}
+
+func ackAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, ranges ...AckRange) *AckResult {
+	tb.Helper()
+	return resultAs[*AckResult](tb, applyAt(f, index, &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer, Ranges: ranges}))
+}
+
+func reclaimAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string) *ReclaimResult {
+	tb.Helper()
+	return resultAs[*ReclaimResult](tb, applyAt(f, index, &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}))
+}
+
+// wantInvalid asserts that a response is an error wrapping ErrInvalid.
+func wantInvalid(tb testing.TB, r any) {
+	tb.Helper()
+	err, ok := r.(error)
+	if !ok || !errors.Is(err, ErrInvalid) {
+		tb.Fatalf("response %T (%v), want an error wrapping ErrInvalid", r, r)
+	}
+}
+
+// consumeSeqs returns the consume-log sequences a pull handed out.
+func consumeSeqs(r *PullResult) []int64 {
+	out := []int64{}
+	for _, e := range r.Entries {
+		out = append(out, e.ConsumeSeq)
+	}
+	return out
+}
+
+// seqRange returns from, from+1, …, to-1.
+func seqRange(from, to int64) []int64 {
+	out := []int64{}
+	for s := from; s < to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+// stateBytes encodes everything the FSM holds besides its logs and its
+// applied index, together with the log ends: two FSMs (or one FSM at two
+// times) with equal stateBytes hold the same state.
+func stateBytes(f *FSM) []byte {
+	applied := f.st.applied
+	f.st.applied = 0
+	defer func() { f.st.applied = applied }()
+	return (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
+}
+
+// wantStateUnchanged asserts that the FSM's state equals before.
+func wantStateUnchanged(tb testing.TB, f *FSM, before []byte) {
+	tb.Helper()
+	if after := stateBytes(f); !bytes.Equal(before, after) {
+		tb.Fatalf("state changed:\nbefore %x\nafter  %x", before, after)
+	}
+}
+
+// dataFiles reads every file of the FSM directory dir's data (the logs),
+// except the checkpoint, by slash-separated relative path.
+func dataFiles(tb testing.TB, dir string) map[string][]byte {
+	tb.Helper()
+	root := filepath.Join(dir, dataDir)
+	files := map[string][]byte{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == checkpointFile {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		files[rel] = b
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("reading %s: %v", root, err)
+	}
+	return files
+}
+
+// wantSameFiles asserts that two FSM directories hold byte-identical logs.
+func wantSameFiles(tb testing.TB, dirA, dirB string) {
+	tb.Helper()
+	a, b := dataFiles(tb, dirA), dataFiles(tb, dirB)
+	if len(a) == 0 {
+		tb.Fatalf("%s holds no data files", dirA)
+	}
+	var diffs []string
+	for _, name := range sortedKeys(a) {
+		other, ok := b[name]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("%s: only in the first", name))
+		case !bytes.Equal(a[name], other):
+			diffs = append(diffs, fmt.Sprintf("%s: %d bytes vs %d bytes, contents differ", name, len(a[name]), len(other)))
+		}
+	}
+	for _, name := range sortedKeys(b) {
+		if _, ok := a[name]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: only in the second", name))
+		}
+	}
+	if len(diffs) > 0 {
+		tb.Fatalf("data files of %s and %s differ:\n%s", dirA, dirB, strings.Join(diffs, "\n"))
+	}
+}
+
+// describe renders an Apply response for comparing two runs (errors by
+// message, pointers by value).
+func describe(r any) string {
+	switch v := r.(type) {
+	case nil:
+		return "nil"
+	case error:
+		return "error: " + v.Error()
+	case *AppendResult:
+		var b strings.Builder
+		for _, m := range v.Messages {
+			fmt.Fprintf(&b, "{%d %d %d %v}", m.Status, m.Offset, m.Seq, m.Err)
+		}
+		return "append " + b.String()
+	case *PullResult:
+		return fmt.Sprintf("pull %v", v.Entries)
+	case *AckResult:
+		return fmt.Sprintf("ack %+v", *v)
+	case *ReclaimResult:
+		return fmt.Sprintf("reclaim %+v", *v)
+	}
+	return fmt.Sprintf("%T %v", r, r)
+}
+
+// applyAll applies entries one at a time and returns the described
+// responses.
+func applyAll(f *FSM, entries []*raft.Log) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = describe(f.Apply(e))
+	}
+	return out
+}
+
+// unitWorkload returns n Raft entries (indices 1..n) of a deterministic mix
+// of every command on two subjects, two groups and three consumers,
+// including duplicates, a rejected message, refused acks, reclaims and
+// configuration entries. The leader time moves forward by 1 s per entry,
+// far less than the default dedup window.
+func unitWorkload(n int, bodySize int) []*raft.Log {
+	subjects := []string{"orders", "payments.eu"}
+	groups := []string{"billing", "audit"}
+	consumers := []string{"c1", "c2", "c3"}
+	var out []*raft.Log
+	for i := 1; i <= n; i++ {
+		now := int64(1_000_000 + i*1000)
+		idx := uint64(i)
+		subject := subjects[i%2]
+		group := groups[(i/2)%2]
+		consumer := consumers[(i/3)%3]
+		var cmd encoder
+		switch i % 9 {
+		case 0:
+			out = append(out, &raft.Log{Index: idx, Term: 1, Type: raft.LogConfiguration, Data: []byte{byte(i)}})
+			continue
+		case 1, 4, 6:
+			msgs := []*logs.Message{}
+			for j := range 3 {
+				msgs = append(msgs, unitMsg(fmt.Sprintf("m-%d-%d", i, j), subject, bodySize+j))
+			}
+			msgs[2].Tags = []string{"t1", "t2"}
+			msgs[2].Properties = []logs.Property{{Key: "k", Value: fmt.Sprint(i)}}
+			if i > 10 {
+				msgs = append(msgs, unitMsg(fmt.Sprintf("m-%d-0", i-9), subjects[(i-9)%2], 5)) // a duplicate
+			}
+			if i%4 == 0 {
+				msgs = append(msgs, unitMsg("bad", "no/slash", 1)) // rejected
+			}
+			cmd = &Append{Now: now, Messages: msgs}
+		case 2, 5:
+			cmd = &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+		case 3, 7:
+			// Acks of sequences 0..i/10: refused while the consumer has not
+			// pulled that far, otherwise applied (repeatedly: harmless).
+			cmd = &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer,
+				Ranges: []AckRange{{First: int64(i / 10), Last: int64(i / 10)}, {First: 0, Last: 0}}}
+		case 8:
+			if i%16 == 8 {
+				cmd = &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}
+			} else {
+				cmd = &Pull{Now: now - 5000, Subject: subject, Group: group, Consumer: consumers[(i+1)%3], Max: 4}
+			}
+		}
+		out = append(out, unitEntry(idx, cmd))
+	}
+	return out
+}
+
+// unitSink is a raft.SnapshotSink in memory.
+type unitSink struct {
+	bytes.Buffer
+	closed, canceled bool
+}
+
+func (s *unitSink) ID() string    { return "unit" }
+func (s *unitSink) Close() error  { s.closed = true; return nil }
+func (s *unitSink) Cancel() error { s.canceled = true; return nil }
+
+// snapshotStream takes a snapshot of f and returns its whole stream.
+func snapshotStream(tb testing.TB, f *FSM) []byte {
+	tb.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		tb.Fatalf("Snapshot: %v", err)
+	}
+	defer snap.Release()
+	var sink unitSink
+	if err := snap.Persist(&sink); err != nil {
+		tb.Fatalf("Persist: %v", err)
+	}
+	if !sink.closed || sink.canceled {
+		tb.Fatalf("Persist left the sink closed=%v canceled=%v", sink.closed, sink.canceled)
+	}
+	return sink.Bytes()
+}
+
+// messagesOf reads every message of subject from sequence from up to the
+// consume log's end, rendered for comparison.
+func messagesOf(tb testing.TB, f *FSM, subject string) []string {
+	tb.Helper()
+	cl := f.store.consumeLog(subject)
+	if cl == nil {
+		return nil
+	}
+	var out []string
+	for seq := cl.StartSeq(); seq < cl.EndSeq(); seq++ {
+		m, err := f.Message(subject, seq)
+		if err != nil {
+			// Paths in the message differ between FSMs: keep the kind.
+			kind := "other"
+			for _, k := range []error{logs.ErrRetained, logs.ErrBeyondEnd, logs.ErrCorrupt, logs.ErrClosed} {
+				if errors.Is(err, k) {
+					kind = k.Error()
+				}
+			}
+			out = append(out, fmt.Sprintf("%d: error %s", seq, kind))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d: %d %s %s %d %v %v %x", seq, m.Index, m.ID, m.Subject, m.AppendedAt, m.Tags, m.Properties, m.Body))
+	}
+	return out
+}
+
+// wantSameReads asserts that two FSMs return the same messages for every
+// subject either knows.
+func wantSameReads(tb testing.TB, a, b *FSM) {
+	tb.Helper()
+	subjects := append(a.store.subjects(), b.store.subjects()...)
+	slices.Sort(subjects)
+	for _, s := range slices.Compact(subjects) {
+		ma, mb := messagesOf(tb, a, s), messagesOf(tb, b, s)
+		if !slices.Equal(ma, mb) {
+			tb.Fatalf("subject %s reads differ:\n%v\n%v", s, ma, mb)
+		}
+	}
+}

@@ -24,7 +24,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	if cl == nil || n <= 0 {
 		return res
 	}
-	start := f.firstRetained(cl)
+	start := f.firstRetained(c.Subject, cl)
 	for len(res.Entries) < n && len(g.redeliver) > 0 {
 		seq := g.redeliver[0]
 		g.redeliver = g.redeliver[1:]
@@ -42,12 +42,19 @@ func (f *FSM) applyPull(c *Pull) any {
 // firstRetained returns the first sequence of cl whose message is still in
 // the message log. Retention removes consume-log entries a whole segment at
 // a time, so the first entries of a consume log may point at messages that
-// are gone; a pull must not hand those out.
-func (f *FSM) firstRetained(cl *logs.ConsumeLog) int64 {
-	if ms := f.store.messages.Log().Start(); ms > 0 {
-		return must(cl.SeqAtOrAfter(ms))
+// are gone; a pull must not hand those out. The answer only changes when
+// retention removes messages, so it is cached per subject until then.
+func (f *FSM) firstRetained(subject string, cl *logs.ConsumeLog) int64 {
+	ms := f.store.messages.Log().Start()
+	if ms == 0 {
+		return cl.StartSeq()
 	}
-	return cl.StartSeq()
+	if seq, ok := f.firstLive[subject]; ok {
+		return seq
+	}
+	seq := must(cl.SeqAtOrAfter(ms))
+	f.firstLive[subject] = seq
+	return seq
 }
 
 // group returns the group's state, creating it at the start of the

@@ -94,6 +94,8 @@ type FSM struct {
 	stateMu sync.RWMutex // held for writing while a batch applies; readers of st take it
 	st      *state
 	dedup   *dedup
+	// firstLive caches firstRetained per subject; retention clears it.
+	firstLive map[string]int64
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
@@ -169,7 +171,7 @@ func (f *FSM) load(dir string) error {
 		}
 		d.expire(cp.st.now)
 	}
-	f.store, f.st, f.dedup = s, cp.st, d
+	f.store, f.st, f.dedup, f.firstLive = s, cp.st, d, map[string]int64{}
 	f.applied.Store(cp.st.applied)
 	return nil
 }

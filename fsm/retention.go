@@ -24,6 +24,7 @@ func (f *FSM) retain(now int64) {
 	must(f.writeCheckpoint())
 	removed := must(ml.Log().RemoveBefore(keep))
 	f.dedup.forgetBefore(ml.Log().Start())
+	clear(f.firstLive)
 	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())
 	for _, subject := range f.store.subjects() {
 		cl := f.store.consumeLog(subject)

@@ -49,7 +49,10 @@ type Config struct {
 	MaxPullWait time.Duration
 
 	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
-	// snapshot every 2 minutes or 16,384 entries, keeping 10,240 entries.
+	// snapshot every 30 s or 2,048 entries, keeping 1,024 entries. Entries
+	// are group-commit batches (up to MaxBatchBytes each) and snapshots
+	// copy nothing, so both counts are kept small: they bound the Raft log
+	// on disk and the replay after a restart.
 	HeartbeatTimeout  time.Duration
 	ElectionTimeout   time.Duration
 	LeaderLease       time.Duration
@@ -77,9 +80,9 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:   1000 * time.Millisecond,
 		ElectionTimeout:    1000 * time.Millisecond,
 		LeaderLease:        500 * time.Millisecond,
-		SnapshotInterval:   2 * time.Minute,
-		SnapshotThreshold:  16384,
-		TrailingLogs:       10240,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  2048,
+		TrailingLogs:       1024,
 		FSM:                fsm.DefaultConfig(""),
 		Now:                time.Now,
 		Logger:             hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),

@@ -40,6 +40,7 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
 	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{1, 2}}}).Encode())
 	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
+	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
 	f.Add((&PullResponse{Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if q, err := DecodeSendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
@@ -54,6 +55,10 @@ func FuzzDecodeRequests(f *testing.F) {
 		if q, err := DecodeHeartbeatRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("heartbeat request does not re-encode to its input")
 		}
+		var join JoinRequest
+		DecodeJSON(in, &join)
+		var status Status
+		DecodeJSON(in, &status)
 		DecodeSendResponse(in)
 		DecodePullResponse(in)
 		DecodeAckResponse(in)

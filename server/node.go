@@ -147,6 +147,10 @@ func (n *Node) openRaft() error {
 	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
 	rc.TrailingLogs = n.cfg.TrailingLogs
 	rc.NotifyCh = n.leaderCh
+	// Let proposals queue while the leader writes the previous ones, so they
+	// share the next disk write. Apply's own timeout is loosened by this;
+	// every proposal is still bounded by the caller's context.
+	rc.BatchApplyCh = true
 	// The state machine keeps its own checkpoint; restoring the last snapshot
 	// on start would only redo work (see fsm/DESIGN.md).
 	rc.NoSnapshotRestoreOnStart = true

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq"
+)
+
+func benchConsumeCommand() *cli.Command {
+	flags := append(benchSubjectFlags(),
+		&cli.StringFlag{Name: "group", Value: "bench", Usage: "consumer `GROUP` to consume as (every group gets every message: a new group starts from the subject's beginning)"},
+		&cli.IntFlag{Name: "consumers", Value: 1, Usage: "`N` consumers of the group pulling at once, each its own qmq.Puller; with several subjects, max(N, --subjects) pullers, puller k reading subject k mod --subjects"},
+		&cli.IntFlag{Name: "pull-batch", Value: 1000, Usage: "pull at most `N` messages at a time (the broker caps a pull at 1,000 by default)"},
+		&cli.DurationFlag{Name: "idle", Value: 5 * time.Second, Usage: "a consumer stops once a pull has waited `DUR` with nothing to deliver (the backlog is drained)"},
+	)
+	flags = append(flags, benchRunFlags("stop after receiving `N` messages in all (several consumers may overshoot by part of a batch)")...)
+	return &cli.Command{
+		Name:  "consume",
+		Usage: "drain messages with Pull and Ack; report throughput and end-to-end latency",
+		Description: "Each consumer pulls up to --pull-batch messages, records them, acknowledges the whole batch\n" +
+			"and waits for the ack to be committed before pulling again. Stops at --count, after\n" +
+			"--duration, or once the backlog is drained (--idle). The elapsed time ends at the last ack.\n\n" +
+			"Latency is end to end: from the message's CreatedAt (stamped by the producer, stored with\n" +
+			"millisecond precision, so figures can read up to 1 ms high) to its receipt by the puller.\n" +
+			"It assumes the producer's clock agrees with this one. Draining an old backlog measures the\n" +
+			"backlog's age; run `bench produce` alongside for a live end-to-end figure.\n\n" +
+			"Examples:\n" +
+			"  qmqctl bench produce --count 200000 && qmqctl bench consume --group g1 --count 200000",
+		Flags: flags,
+		Action: func(c *cli.Context) error {
+			subjects, err := benchSubjects(c)
+			if err != nil {
+				return err
+			}
+			count, duration, err := benchLimits(c)
+			if err != nil {
+				return err
+			}
+			cfg := consumeConfig{
+				server: c.String("server"), subjects: subjects, group: c.String("group"),
+				consumers: c.Int("consumers"), pullBatch: c.Int("pull-batch"), idle: c.Duration("idle"),
+				count: count, duration: duration, progress: !c.Bool("no-progress"), errOut: os.Stderr,
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			go func() { <-ctx.Done(); stop() }()
+			sum, err := runConsume(ctx, cfg)
+			if sum != nil {
+				if werr := sum.write(os.Stdout, c.Bool("json")); werr != nil && err == nil {
+					err = werr
+				}
+			}
+			return err
+		},
+	}
+}
+
+type consumeConfig struct {
+	server    string
+	subjects  []string
+	group     string
+	consumers int
+	pullBatch int
+	idle      time.Duration
+	count     int64         // 0: no limit
+	duration  time.Duration // 0: no limit
+	progress  bool
+	errOut    io.Writer
+}
+
+// runConsume drains the subjects. On a pull or ack failure it stops every
+// consumer and returns the summary of what was done with the error.
+func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
+	switch {
+	case cfg.consumers < 1 || cfg.pullBatch < 1:
+		return nil, fmt.Errorf("--consumers and --pull-batch must be at least 1")
+	case cfg.idle <= 0:
+		return nil, fmt.Errorf("--idle must be positive")
+	}
+	pullers := make([]*qmq.Puller, 0, max(cfg.consumers, len(cfg.subjects)))
+	defer func() {
+		for _, p := range pullers {
+			p.Close()
+		}
+	}()
+	for k := range cap(pullers) {
+		p, err := qmq.NewPuller(cfg.server, cfg.subjects[k%len(cfg.subjects)], cfg.group)
+		if err != nil {
+			return nil, err
+		}
+		pullers = append(pullers, p)
+	}
+
+	// A failure stops the other consumers too; pulls are not cancelled by
+	// the deadline (only by an interrupt) so that no pulled batch goes unacked.
+	stopCtx, stopAll := context.WithCancel(context.Background())
+	defer stopAll()
+	var deadline time.Time
+	var received, bytes atomic.Int64
+	var lastAck atomic.Int64 // nanoseconds since start
+	var errOnce sync.Once
+	var firstErr error
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; stopAll() })
+	}
+	recorder := newLatencyRecorder(0)
+
+	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "consume", &received)
+	start := time.Now()
+	if cfg.duration > 0 {
+		deadline = start.Add(cfg.duration)
+	}
+	var wg sync.WaitGroup
+	for _, p := range pullers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []time.Duration
+			defer func() { recorder.addAll(local) }()
+			for ctx.Err() == nil && stopCtx.Err() == nil {
+				want := int64(cfg.pullBatch)
+				if cfg.count > 0 {
+					left := cfg.count - received.Load()
+					if left <= 0 {
+						return
+					}
+					want = min(want, left)
+				}
+				wait := cfg.idle
+				if !deadline.IsZero() {
+					left := time.Until(deadline)
+					if left < time.Millisecond {
+						return
+					}
+					wait = min(wait, left)
+				}
+				msgs, err := p.Pull(ctx, int(want), wait)
+				now := time.Now()
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("pull %s: %w", p.Consumer(), err))
+					}
+					return
+				}
+				if len(msgs) == 0 {
+					if !deadline.IsZero() && time.Until(deadline) < time.Millisecond {
+						return // the run's time is up
+					}
+					if wait == cfg.idle {
+						return // drained: nothing for --idle
+					}
+					continue
+				}
+				var n int64
+				for _, m := range msgs {
+					local = append(local, max(now.Sub(m.CreatedAt()), 0))
+					n += int64(len(m.Body()))
+				}
+				// Acknowledge even when interrupted: the batch is ours.
+				actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err = p.Ack(actx, msgs...)
+				cancel()
+				if err != nil {
+					fail(fmt.Errorf("ack %s: %w", p.Consumer(), err))
+					return
+				}
+				at := int64(time.Since(start))
+				for {
+					old := lastAck.Load()
+					if at <= old || lastAck.CompareAndSwap(old, at) {
+						break
+					}
+				}
+				bytes.Add(n)
+				received.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	wg.Wait()
+	bar.stop()
+
+	sum := &benchSummary{
+		Mode: "consume", Server: cfg.server, Subjects: cfg.subjects, Group: cfg.group,
+		Clients: len(pullers), Batch: cfg.pullBatch,
+		Messages: received.Load(), Bytes: bytes.Load(),
+		Latency:   summarizeLatencies(recorder.take()),
+		LatencyOf: "end to end: CreatedAt (ms precision, can read up to 1 ms high) to receipt by the puller",
+	}
+	sum.rates(time.Duration(lastAck.Load()))
+	switch {
+	case firstErr != nil:
+		sum.Note = "stopped by an error: " + firstErr.Error()
+	case ctx.Err() != nil:
+		sum.Note = "interrupted: figures cover the messages received before the interrupt"
+	case cfg.count > 0 && sum.Messages < cfg.count && (deadline.IsZero() || time.Now().Before(deadline)):
+		sum.Note = fmt.Sprintf("drained after %d of %d messages: nothing more arrived within --idle %s", sum.Messages, cfg.count, cfg.idle)
+	}
+	return sum, firstErr
+}

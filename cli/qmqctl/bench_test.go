@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/server"
+)
+
+// startBroker starts a one-node broker group in-process and returns its
+// client address once it leads.
+func startBroker(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := l.Addr().String()
+	l.Close()
+	cfg := server.DefaultConfig()
+	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", raftAddr
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	n, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Status().State != "Leader" {
+		if time.Now().After(deadline) {
+			t.Fatal("broker never became leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n.ClientAddr()
+}
+
+func TestBenchProduceThenConsume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker")
+	}
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	subjects := []string{"bench-0", "bench-1"}
+
+	var errs bytes.Buffer
+	sum, err := runProduce(ctx, produceConfig{server: addr, subjects: subjects, size: 100, count: 3000,
+		inflight: 200, producers: 2, batch: 100, requests: 4, timeout: 10 * time.Second, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Messages != 3000 || sum.Failed != 0 || sum.Bytes != 300000 || sum.Latency.Samples != 3000 {
+		t.Fatalf("produce: %+v; errors: %s", sum, errs.String())
+	}
+	if sum.MsgsPerS <= 0 || sum.Latency.P50 <= 0 || sum.Latency.P50 > sum.Latency.P999 || sum.Latency.P999 > sum.Latency.Max {
+		t.Errorf("produce figures look wrong: %+v", sum)
+	}
+
+	// One message at a time, for a fixed duration.
+	one, err := runProduce(ctx, produceConfig{server: addr, subjects: []string{"single"}, size: 10, duration: 300 * time.Millisecond,
+		inflight: 1, producers: 1, batch: 1000, requests: 8, timeout: 10 * time.Second, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Messages == 0 || one.Failed != 0 || one.Elapsed < 0.3 {
+		t.Errorf("produce --inflight 1 --duration 300ms: %+v", one)
+	}
+
+	got, err := runConsume(ctx, consumeConfig{server: addr, subjects: subjects, group: "g", consumers: 2,
+		pullBatch: 250, idle: 500 * time.Millisecond, count: 3000, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Messages != 3000 || got.Bytes != 300000 || got.Latency.Samples != 3000 || got.Note != "" {
+		t.Fatalf("consume: %+v", got)
+	}
+
+	// The group is drained: a second run ends after --idle with nothing.
+	again, err := runConsume(ctx, consumeConfig{server: addr, subjects: subjects, group: "g", consumers: 1,
+		pullBatch: 250, idle: 200 * time.Millisecond, count: 10, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Messages != 0 || !strings.Contains(again.Note, "drained") {
+		t.Errorf("second consume: %+v", again)
+	}
+	// Another group gets every message again.
+	other, err := runConsume(ctx, consumeConfig{server: addr, subjects: []string{"bench-0"}, group: "other", consumers: 1,
+		pullBatch: 1000, idle: 200 * time.Millisecond, count: 1500, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Messages != 1500 {
+		t.Errorf("consume of bench-0 by a new group: %+v", other)
+	}
+}
+
+func TestBenchProduceReportsFailures(t *testing.T) {
+	// Nothing listens on the address: every send fails within its timeout.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var errs bytes.Buffer
+	sum, err := runProduce(context.Background(), produceConfig{server: addr, subjects: []string{"s"}, size: 1, count: 20,
+		inflight: 10, producers: 1, batch: 10, requests: 1, timeout: 300 * time.Millisecond, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Failed != 20 || sum.Messages != 0 {
+		t.Errorf("against no broker: %+v", sum)
+	}
+	if n := strings.Count(errs.String(), "\n"); n != maxShownErrors+1 {
+		t.Errorf("printed %d error lines, want %d:\n%s", n, maxShownErrors+1, errs.String())
+	}
+}

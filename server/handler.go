@@ -88,15 +88,12 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
-	if err := id.Check(); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
-	}
 	if req.Max <= 0 {
 		return nil, transport.Errorf(transport.Invalid, "pull of %d messages", req.Max)
 	}
-	if !n.isLeader() {
-		return nil, n.notLeader()
+	id, err := n.consumerRequest(req.Subject, req.Group, req.Consumer)
+	if err != nil {
+		return nil, err
 	}
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
@@ -146,14 +143,9 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
-	if err := id.Check(); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
+		return nil, err
 	}
-	if !n.isLeader() {
-		return nil, n.notLeader()
-	}
-	n.sessions.touch(id)
 	cmd := &fsm.Ack{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
 	for _, r := range req.Ranges {
 		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: r.First, Last: r.Last})
@@ -172,13 +164,21 @@ func (n *Node) handleHeartbeat(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := fsm.ConsumerID{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	_, err = n.consumerRequest(req.Subject, req.Group, req.Consumer)
+	return nil, err
+}
+
+// consumerRequest checks the names of a consumer's request, that this node
+// leads, and touches the consumer's session: every pull, ack and heartbeat
+// is a sign of life.
+func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID, error) {
+	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: consumer}
 	if err := id.Check(); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
+		return id, transport.Errorf(transport.Invalid, "%v", err)
 	}
 	if !n.isLeader() {
-		return nil, n.notLeader()
+		return id, n.notLeader()
 	}
 	n.sessions.touch(id)
-	return nil, nil
+	return id, nil
 }

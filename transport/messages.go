@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,7 +125,11 @@ func DecodeSendRequest(b []byte) (*SendRequest, error) {
 	for i := 0; i < n && r.Err() == nil; i++ {
 		m, err := logs.ReadMessage(r)
 		if err != nil {
-			return nil, Errorf(Invalid, "send: message %d: %v", i, err)
+			code := Invalid
+			if errors.Is(err, binenc.ErrTooLong) {
+				code = TooLarge // a body, property or tag above its limit
+			}
+			return nil, Errorf(code, "send: message %d: %v", i, err)
 		}
 		q.Messages = append(q.Messages, m)
 	}

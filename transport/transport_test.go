@@ -266,3 +266,12 @@ func TestServerClosesOnBadFrames(t *testing.T) {
 		t.Fatalf("after bad clients: %q, %v", b, err)
 	}
 }
+
+func TestOversizeMessageIsTooLarge(t *testing.T) {
+	m := sampleMessage()
+	m.Body = make([]byte, logs.MaxBodyLen+1)
+	b := (&SendRequest{Messages: []*logs.Message{m}}).Encode()
+	if _, err := DecodeSendRequest(b); CodeOf(err) != TooLarge {
+		t.Fatalf("oversize body: %v, want TOO_LARGE", err)
+	}
+}

@@ -59,6 +59,14 @@ func (a *Admin) Leave(ctx context.Context, id string) error {
 	return err
 }
 
+// TransferLeader asks the group's leader to hand leadership to node id, or
+// to the most up-to-date voter when id is "", and waits until it is done.
+func (a *Admin) TransferLeader(ctx context.Context, id string) error {
+	b, _ := json.Marshal(transport.TransferRequest{ID: id})
+	_, err := a.c.call(ctx, transport.TypeTransfer, b)
+	return err
+}
+
 // Close closes the Admin's connections.
 func (a *Admin) Close() error {
 	a.c.close()

@@ -207,3 +207,29 @@ func TestBadFramesDoNotHurtTheNode(t *testing.T) {
 		t.Fatalf("after bad input: status %+v, %v", st, err)
 	}
 }
+
+func TestTransferLeader(t *testing.T) {
+	nodes := startGroup(t)
+	old := leaderOf(nodes)
+	var target *Node
+	for _, n := range nodes {
+		if n != old {
+			target = n
+			break
+		}
+	}
+	admin, err := qmq.NewAdmin(old.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := admin.TransferLeader(ctx, target.cfg.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the target to lead", func() bool { return target.isLeader() })
+	if err := admin.TransferLeader(ctx, "nobody"); transport.CodeOf(err) != transport.Invalid {
+		t.Fatalf("transfer to a non-member: %v, want INVALID", err)
+	}
+}

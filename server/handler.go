@@ -29,6 +29,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleJoin(ctx, p)
 	case transport.TypeLeave:
 		return n.handleLeave(ctx, p)
+	case transport.TypeTransfer:
+		return n.handleTransfer(p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
 }

@@ -12,6 +12,12 @@ type JoinRequest struct {
 	ClientAddr string `json:"client_addr"`
 }
 
+// TransferRequest asks a group's leader to hand leadership to the node ID,
+// or to any up-to-date voter when ID is empty (for rolling restarts).
+type TransferRequest struct {
+	ID string `json:"id,omitempty"`
+}
+
 // LeaveRequest asks a group's leader to remove a node.
 type LeaveRequest struct {
 	ID string `json:"id"`

@@ -43,6 +43,7 @@ const (
 	TypeStatus    Type = 5
 	TypeJoin      Type = 6
 	TypeLeave     Type = 7
+	TypeTransfer  Type = 8
 )
 
 func (t Type) String() string {
@@ -61,6 +62,8 @@ func (t Type) String() string {
 		return "join"
 	case TypeLeave:
 		return "leave"
+	case TypeTransfer:
+		return "transfer-leader"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

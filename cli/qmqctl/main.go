@@ -25,7 +25,7 @@ func main() {
 				Usage: "broker `HOST:PORT[,HOST:PORT…]`: any member of the group will do",
 			},
 		},
-		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), benchCommand()},
+		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), benchCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		if err != errFailed {

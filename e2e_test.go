@@ -194,3 +194,51 @@ func ids(msgs []*qmq.Message) []string {
 	}
 	return out
 }
+
+// Messages near the size limit, sent together, must not make a request or
+// a pull reply exceed the frame limit.
+func TestLargeMessagesTravelInBoundedFrames(t *testing.T) {
+	n := startBroker(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var wg sync.WaitGroup
+	for i := range 6 {
+		m := p.GenerateMessage("blobs")
+		m.SetBody(make([]byte, 3<<20+i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.SendMessage(ctx, m); err != nil {
+				t.Errorf("send of a 3 MiB message: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	c, err := qmq.NewPuller(n.ClientAddr(), "blobs", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := 0
+	for got < 6 && ctx.Err() == nil {
+		msgs, err := c.Pull(ctx, 100, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 6 {
+			t.Fatal("one reply carried 18 MiB of messages")
+		}
+		got += len(msgs)
+		if err := c.Ack(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != 6 {
+		t.Fatalf("consumed %d of 6", got)
+	}
+}

@@ -172,24 +172,33 @@ func (p *Producer) run() {
 	defer p.wg.Done()
 	var sends sync.WaitGroup
 	defer sends.Wait()
+	var carried *pending
 	for {
-		var first *pending
-		select {
-		case first = <-p.queue:
-		case <-p.stop:
-			// Close: send what is still queued, then stop.
+		first := carried
+		carried = nil
+		if first == nil {
 			select {
 			case first = <-p.queue:
-			default:
-				return
+			case <-p.stop:
+				// Close: send what is still queued, then stop.
+				select {
+				case first = <-p.queue:
+				default:
+					return
+				}
 			}
 		}
-		batch := []*pending{first}
+		batch, size := []*pending{first}, first.msg.size()
 	gather:
-		for len(batch) < p.opts.maxBatch {
+		for len(batch) < p.opts.maxBatch && size < maxRequestBytes {
 			select {
 			case q := <-p.queue:
+				if size+q.msg.size() > maxRequestBytes {
+					carried = q // too big for this request: it starts the next
+					break gather
+				}
 				batch = append(batch, q)
+				size += q.msg.size()
 			default:
 				break gather
 			}
@@ -206,8 +215,7 @@ func (p *Producer) run() {
 // sendBatch sends one batch, retrying retriable failures with the same ids
 // until the earliest context among its messages ends.
 func (p *Producer) sendBatch(batch []*pending) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.sendTimeout)
-	defer cancel()
+	deadline := time.Now().Add(p.opts.sendTimeout)
 	live := batch[:0:0]
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
@@ -215,12 +223,12 @@ func (p *Producer) sendBatch(batch []*pending) {
 			continue
 		}
 		live = append(live, q)
-		if dl, ok := q.ctx.Deadline(); ok {
-			var c context.CancelFunc
-			ctx, c = context.WithDeadline(ctx, dl)
-			defer c()
+		if dl, ok := q.ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
 		}
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	if len(live) == 0 {
 		return
 	}
@@ -263,3 +271,10 @@ func (p *Producer) Close() error {
 	p.c.close()
 	return nil
 }
+
+// maxRequestBytes bounds the messages of one send request, well below the
+// broker's frame limit; a larger single message travels alone.
+const maxRequestBytes = 4 << 20
+
+// size is the message's encoded size.
+func (m *Message) size() int { return m.toLog().EncodedSize() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
@@ -18,6 +19,9 @@ import (
 type Puller struct {
 	c                        *client
 	subject, group, consumer string
+
+	mu   sync.Mutex
+	next int64 // one past the highest pull sequence received
 }
 
 // NewPuller returns a Puller for subject as a consumer of group at servers.
@@ -43,10 +47,18 @@ func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller,
 // Consumer returns the consumer name this Puller pulls as.
 func (p *Puller) Consumer() string { return p.consumer }
 
-// Pull returns up to max messages, waiting up to wait (a long poll) for at
-// least one; an empty result means none arrived in time.
-func (p *Puller) Pull(ctx context.Context, max int, wait time.Duration) ([]*Message, error) {
-	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: max, Wait: wait}
+// Pull returns up to limit messages, waiting up to wait (a long poll) for at
+// least one; an empty result means none arrived in time. A message pulled
+// and not acknowledged comes again only after the consumer's session
+// expires, or to a new Puller with the same consumer name. Call Pull from
+// one goroutine at a time.
+func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
+	p.mu.Lock()
+	from := p.next
+	p.mu.Unlock()
+	// Asking from the next sequence we expect makes the broker hand again
+	// anything it handed out in a reply we never received.
+	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from}
 	// The broker answers within wait; allow for the round trip and a retry.
 	cctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
 	defer cancel()
@@ -59,9 +71,12 @@ func (p *Puller) Pull(ctx context.Context, max int, wait time.Duration) ([]*Mess
 		return nil, err
 	}
 	out := make([]*Message, len(resp.Messages))
+	p.mu.Lock()
 	for i, m := range resp.Messages {
 		out[i] = fromLog(m.Message, m.PullSeq)
+		p.next = max(p.next, m.PullSeq+1)
 	}
+	p.mu.Unlock()
 	return out, nil
 }
 

@@ -21,10 +21,15 @@ func (f *FSM) applyPull(c *Pull) any {
 	cs := f.st.consumer(consumerKey{c.Subject, c.Group, c.Consumer}, true)
 	n := min(c.Max, f.cfg.MaxPull, f.cfg.MaxUnacked-cs.unacked())
 	res := &PullResult{}
+	if c.Resend {
+		f.resend(cs, c.From, min(c.Max, f.cfg.MaxPull), res)
+	}
+	n = min(n, c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries))
 	if cl == nil || n <= 0 {
 		return res
 	}
 	start := f.firstRetained(c.Subject, cl)
+	n += len(res.Entries)
 	for len(res.Entries) < n && len(g.redeliver) > 0 {
 		seq := g.redeliver[0]
 		g.redeliver = g.redeliver[1:]
@@ -37,6 +42,20 @@ func (f *FSM) applyPull(c *Pull) any {
 		res.Entries = append(res.Entries, f.hand(cs, g.cursor))
 	}
 	return res
+}
+
+// resend hands cs again the entries it holds unacked at or after pull
+// sequence from, up to limit: the consumer asked from there, so it never
+// received them. This makes a pull whose reply was lost harmless.
+func (f *FSM) resend(cs *consumer, from int64, limit int, res *PullResult) {
+	if from < 0 || from >= cs.next {
+		return
+	}
+	for i := int(max(from-cs.ackPos, 0)); i < len(cs.window) && len(res.Entries) < limit; i++ {
+		if p := cs.window[i]; !p.acked {
+			res.Entries = append(res.Entries, Pulled{PullSeq: cs.ackPos + int64(i), ConsumeSeq: p.consumeSeq})
+		}
+	}
 }
 
 // firstRetained returns the first sequence of cl whose message is still in

@@ -68,13 +68,18 @@ type Append struct {
 	Messages []*logs.Message
 }
 
-// Pull hands up to Max entries of Subject to Consumer of Group. Payload:
+// Pull hands up to Max entries of Subject to Consumer of Group. With
+// Resend, From is the consumer's next expected pull sequence: entries it
+// was handed at or after From and has not acked are handed again first,
+// because the reply that carried them never reached it. Payload:
 //
-//	subject | group | consumer | max uvarint
+//	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0)
 type Pull struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Max                      int
+	Resend                   bool
+	From                     int64
 }
 
 // AckRange is an inclusive range of pull sequences.
@@ -131,7 +136,12 @@ func (c *Append) Encode() []byte {
 // Encode returns the command's bytes.
 func (c *Pull) Encode() []byte {
 	b := appendNames(appendHeader(nil, CmdPull, c.Now), c.Subject, c.Group, c.Consumer)
-	return binenc.AppendUvarint(b, uint64(c.Max))
+	b = binenc.AppendUvarint(b, uint64(c.Max))
+	from := uint64(0)
+	if c.Resend {
+		from = uint64(c.From) + 1
+	}
+	return binenc.AppendUvarint(b, from)
 }
 
 // Encode returns the command's bytes.
@@ -181,6 +191,9 @@ func Decode(b []byte) (any, error) {
 		c := &Pull{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		c.Max = int(r.Uvarint())
+		if from := r.Uvarint(); from > 0 {
+			c.Resend, c.From = true, int64(from-1)
+		}
 		cmd = c
 	case CmdAck:
 		c := &Ack{Now: now}

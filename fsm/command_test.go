@@ -101,7 +101,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
-		{"non-minimal max", nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1)},
+		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0)},
 		{"non-minimal name length", nonMinimalName},
 		{"non-minimal range", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0)},
 	} {
@@ -115,7 +115,7 @@ func TestDecodeRejects(t *testing.T) {
 	// The non-minimal samples above are well-formed apart from the varint.
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(header(CmdAppend), 0),
-		binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1),
+		binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0),
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
 		appendNames(header(CmdReclaim), "s", "g", "c"),
 	} {

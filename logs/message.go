@@ -151,6 +151,29 @@ func ReadMessage(r *binenc.Reader) (*Message, error) {
 	return m, nil
 }
 
+// EncodedSize returns len(m.AppendEncoded(nil)) without encoding.
+func (m *Message) EncodedSize() int {
+	n := 1 + 3*8 + stringSize(len(m.ID)) + stringSize(len(m.Subject)) + uvarintSize(uint64(len(m.Tags)))
+	for _, t := range m.Tags {
+		n += stringSize(len(t))
+	}
+	n += uvarintSize(uint64(len(m.Properties)))
+	for _, p := range m.Properties {
+		n += stringSize(len(p.Key)) + stringSize(len(p.Value))
+	}
+	return n + stringSize(len(m.Body))
+}
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+func stringSize(n int) int { return uvarintSize(uint64(n)) + n }
+
 // TagMask returns a 64-bit Bloom filter of tags: each tag sets one bit. A
 // consumer filtering by tag skips an entry whose mask lacks its tag's bit
 // without reading the message.

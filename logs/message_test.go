@@ -55,6 +55,9 @@ func TestMessageRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			enc := tc.m.AppendEncoded([]byte("prefix"))[len("prefix"):]
+			if len(enc) != tc.m.EncodedSize() {
+				t.Fatalf("encoded %d bytes, EncodedSize %d", len(enc), tc.m.EncodedSize())
+			}
 			got, err := DecodeMessage(enc)
 			if err != nil {
 				t.Fatal(err)

@@ -104,14 +104,14 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 		n.sessions.touch(id)
 		changed := n.notify.wait(req.Subject)
 		pctx, cancel := n.requestContext(ctx)
-		cmd := &fsm.Pull{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max}
+		cmd := &fsm.Pull{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max, Resend: true, From: req.From}
 		resp, err := n.propose(pctx, cmd.Encode())
 		cancel()
 		if err != nil {
 			return nil, err
 		}
 		if entries := resp.(*fsm.PullResult).Entries; len(entries) > 0 {
-			return n.pulledMessages(req.Subject, entries)
+			return n.pulledMessages(req.Subject, id, entries)
 		}
 		select {
 		case <-changed:
@@ -123,18 +123,33 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	}
 }
 
-// pulledMessages reads the messages a pull handed out.
-func (n *Node) pulledMessages(subject string, entries []fsm.Pulled) ([]byte, error) {
+// maxPullReply bounds a pull's reply well below the client's frame limit.
+// Entries left out come again on the consumer's next pull, which asks from
+// the first pull sequence it has not received.
+const maxPullReply = transport.DefaultMaxFrame / 2
+
+// pulledMessages reads the messages a pull handed out, at least one and no
+// more than fit in maxPullReply.
+func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, entries []fsm.Pulled) ([]byte, error) {
 	resp := &transport.PullResponse{Messages: make([]transport.PulledMessage, 0, len(entries))}
+	size := 0
+	var gone []int64
 	for _, e := range entries {
 		m, err := n.fsm.Message(subject, e.ConsumeSeq)
 		if errors.Is(err, logs.ErrRetained) {
-			continue // removed by retention after it was handed out
+			gone = append(gone, e.PullSeq) // removed by retention after it was handed out
+			continue
 		}
 		if err != nil {
 			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
 		}
+		if size += m.EncodedSize(); size > maxPullReply && len(resp.Messages) > 0 {
+			break
+		}
 		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})
+	}
+	if len(gone) > 0 {
+		n.ackGone(subject, consumer, gone)
 	}
 	n.metrics.messagesOut.Add(float64(len(resp.Messages)))
 	return resp.Encode(), nil
@@ -183,4 +198,19 @@ func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID,
 	}
 	n.sessions.touch(id)
 	return id, nil
+}
+
+// ackGone acknowledges, on the consumer's behalf, entries whose messages
+// retention removed before they could be delivered: nobody can process
+// them, and left unacked they would hold the consumer's ack position back.
+func (n *Node) ackGone(subject string, id fsm.ConsumerID, seqs []int64) {
+	cmd := &fsm.Ack{Now: n.cfg.Now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer}
+	for _, s := range seqs {
+		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: s, Last: s})
+	}
+	ctx, cancel := n.requestContext(n.ctx)
+	defer cancel()
+	if _, err := n.propose(ctx, cmd.Encode()); err != nil {
+		n.log.Warn("acknowledging messages removed by retention", "subject", subject, "consumer", id.Consumer, "error", err)
+	}
 }

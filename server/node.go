@@ -169,7 +169,13 @@ func (n *Node) openRaft() error {
 			}
 		}
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, n.bolt, n.bolt, snaps, n.trans); err != nil {
+	// Followers are fed from memory: without a cache the leader reads every
+	// entry back from bolt (and decodes it) to replicate it.
+	logs, err := raft.NewLogCache(1024, n.bolt)
+	if err != nil {
+		return fmt.Errorf("server: raft log cache: %w", err)
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.bolt, snaps, n.trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	return nil

@@ -49,14 +49,18 @@ type SendResponse struct {
 	Results []SendResult
 }
 
-// PullRequest: version | subject | group | consumer | max | wait-ms
+// PullRequest: version | subject | group | consumer | max | wait-ms | from
 //
 // The server answers as soon as it has at least one message, or after
-// Wait with none (a long poll).
+// Wait with none (a long poll). From is the next pull sequence the consumer
+// expects (one past the highest it received): messages it was handed from
+// there on and has not acked come again first, so a lost reply loses
+// nothing.
 type PullRequest struct {
 	Subject, Group, Consumer string
 	Max                      int
 	Wait                     time.Duration
+	From                     int64
 }
 
 // PulledMessage is one message handed to a consumer; PullSeq is what it acks.
@@ -169,7 +173,8 @@ func readNames(r *binenc.Reader) (string, string, string) {
 func (q *PullRequest) Encode() []byte {
 	b := appendNames(header(), q.Subject, q.Group, q.Consumer)
 	b = binenc.AppendUvarint(b, uint64(q.Max))
-	return binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
+	b = binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
+	return binenc.AppendUvarint(b, uint64(q.From))
 }
 
 // DecodePullRequest decodes a pull payload.
@@ -183,6 +188,10 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 		return nil, Errorf(Invalid, "pull: wait of %d ms is above an hour", wait)
 	}
 	q.Wait = time.Duration(wait) * time.Millisecond
+	q.From = int64(r.Uvarint())
+	if q.From < 0 {
+		return nil, Errorf(Invalid, "pull: from %d", q.From)
+	}
 	return q, done("pull", r)
 }
 

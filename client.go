@@ -150,7 +150,11 @@ func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]
 		case e.Code == transport.NotLeader:
 			c.setLeader("") // election under way: try others after a pause
 		case e.Code == transport.Unavailable:
-			c.forget(addr)
+			if conn == nil || isDone(conn) {
+				c.forget(addr) // the connection itself failed
+			} else {
+				c.setLeader("") // the node answered, but cannot serve now
+			}
 		case !e.Retriable():
 			return nil, err
 		}
@@ -176,5 +180,14 @@ func (c *client) close() {
 	for addr, conn := range c.conns {
 		conn.Close()
 		delete(c.conns, addr)
+	}
+}
+
+func isDone(conn *transport.Conn) bool {
+	select {
+	case <-conn.Done():
+		return true
+	default:
+		return false
 	}
 }

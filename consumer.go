@@ -185,7 +185,10 @@ func (s *Subscription) ackLoop() {
 	defer close(s.ackDone)
 	for {
 		_, open := <-s.ackKick
-		s.flushAcks()
+		// Acks are idempotent: failed ones are retried until they land, or
+		// until Close's last attempt (then the messages are redelivered).
+		for !s.flushAcks() && open && sleep(s.ctx, time.Second) {
+		}
 		if !open {
 			return
 		}
@@ -196,19 +199,28 @@ func (s *Subscription) ackLoop() {
 	}
 }
 
-func (s *Subscription) flushAcks() {
+// flushAcks sends the acks gathered so far; on failure it keeps them for
+// the next flush and reports false.
+func (s *Subscription) flushAcks() bool {
 	s.ackMu.Lock()
 	seqs := s.toAck
 	s.toAck = nil
 	s.ackMu.Unlock()
 	if len(seqs) == 0 {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.p.ackSeqs(ctx, seqs); err != nil {
-		s.opts.logger.Warn("qmq: ack failed; the messages will be redelivered", "subject", s.p.subject, "messages", len(seqs), "error", err)
+		// Acks are idempotent: keep them for the next flush. After Close the
+		// last attempt has failed, and the messages will be redelivered.
+		s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "messages", len(seqs), "error", err)
+		s.ackMu.Lock()
+		s.toAck = append(s.toAck, seqs...)
+		s.ackMu.Unlock()
+		return false
 	}
+	return true
 }
 
 // Close stops pulling, lets in-flight handlers finish, acknowledges what

@@ -32,6 +32,13 @@ func (s *sessions) touch(id fsm.ConsumerID) {
 
 // run expires sessions until ctx (the leadership) ends.
 func (s *sessions) run(ctx context.Context) {
+	// Apply everything the old leader committed first: a consumer it handed
+	// entries to just before failing must be among those seeded below.
+	for s.n.raft.Barrier(s.n.cfg.ApplyTimeout).Error() != nil {
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 	now := s.n.cfg.Now()
 	s.mu.Lock()
 	for _, id := range s.n.fsm.ConsumersWithUnacked() {
@@ -75,12 +82,29 @@ func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID) {
 	cmd := &fsm.Reclaim{Now: s.n.cfg.Now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer}
 	resp, err := s.n.propose(ctx, cmd.Encode())
 	if err != nil {
-		s.n.log.Warn("reclaiming an expired consumer", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)
+		s.n.log.Warn("reclaiming an expired consumer; will retry", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)
+		s.mu.Lock()
+		if _, alive := s.seen[id]; !alive {
+			s.seen[id] = time.Time{} // still expired: the next tick tries again
+		}
+		s.mu.Unlock()
 		return
 	}
 	if r := resp.(*fsm.ReclaimResult); r.Reclaimed > 0 {
 		s.n.log.Info("consumer session expired: messages reclaimed for its group",
 			"consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "messages", r.Reclaimed)
 		s.n.notify.kick(id.Subject)
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

@@ -84,7 +84,8 @@ type progress struct {
 }
 
 // startProgress shows a bar if stderr is a terminal and show is true; total
-// 0 draws a spinner with the count and rate instead. stop is never nil.
+// 0 draws a spinner with the count and rate instead. Calling stop on the
+// result is always safe, with or without a bar.
 func startProgress(show bool, total int64, duration time.Duration, desc string, n *atomic.Int64) *progress {
 	p := &progress{done: make(chan struct{}), wg: make(chan struct{})}
 	if !show || !term.IsTerminal(int(os.Stderr.Fd())) {

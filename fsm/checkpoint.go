@@ -27,6 +27,7 @@ import (
 //	consumer-count uvarint | (subject, group, name, ack-pos uvarint, next uvarint,
 //	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
 //	member-count uvarint | (id, client-address)…                      sorted by id
+//	retain-from u64
 type checkpoint struct {
 	st        *state
 	ends      *logEnds
@@ -93,6 +94,7 @@ func (c *checkpoint) encode() []byte {
 		b = binenc.AppendString(b, id)
 		b = binenc.AppendString(b, st.members[id])
 	}
+	b = binenc.AppendUint64(b, uint64(st.retainFrom))
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -142,6 +144,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		id := r.String(MaxNameLen)
 		st.members[id] = r.String(MaxAddrLen)
 	}
+	st.retainFrom = r.Int64()
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
@@ -161,7 +164,8 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 // check refuses a checkpoint whose numbers contradict each other; a
 // decoder must not hand the FSM state it would later trip over.
 func (c *checkpoint) check() error {
-	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages {
+	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages ||
+		c.st.retainFrom < 0 || c.st.retainFrom > c.ends.messages {
 		return fmt.Errorf("%w: negative or inconsistent log ends", ErrBadCheckpoint)
 	}
 	for s, end := range c.ends.consume {

@@ -308,7 +308,7 @@ func (r rawCheckpoint) body() []byte {
 	for _, m := range r.members {
 		b = binenc.AppendString(binenc.AppendString(b, m[0]), m[1])
 	}
-	return b
+	return binenc.AppendUint64(b, 0) // retain-from
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {

@@ -172,6 +172,9 @@ func (f *FSM) load(dir string) error {
 		d.expire(cp.st.now)
 	}
 	f.store, f.st, f.dedup, f.firstLive = s, cp.st, d, map[string]int64{}
+	if s.messages.Log().Start() < cp.st.retainFrom {
+		f.removeBefore(cp.st.retainFrom) // a crash interrupted the last removal
+	}
 	f.applied.Store(cp.st.applied)
 	return nil
 }

@@ -17,11 +17,21 @@ func (f *FSM) retain(now int64) {
 	if keep <= ml.Log().Start() {
 		return
 	}
-	// Removed segments cannot come back, so first make this state the
-	// checkpoint: a restart must never return to a checkpoint older than
-	// the removal (Open could not cut the logs back to it, and replay would
-	// meet a different message-log start than the first time).
+	// Removed segments cannot come back, so first make this state, with
+	// the new start, the checkpoint: a restart must never return to a
+	// checkpoint older than the removal (Open could not cut the logs back to
+	// it), and Open finishes a removal that a crash interrupted.
+	f.st.retainFrom = keep
 	must(f.writeCheckpoint())
+	f.removeBefore(keep)
+}
+
+// removeBefore removes the message-log segments before keep, the
+// consume-log entries pointing into them, and the pull-log segments no
+// unacked entry needs. It depends only on the logs and the state, so a
+// removal finished on open removes what the interrupted one would have.
+func (f *FSM) removeBefore(keep int64) {
+	ml := f.store.messages
 	removed := must(ml.Log().RemoveBefore(keep))
 	f.dedup.forgetBefore(ml.Log().Start())
 	clear(f.firstLive)

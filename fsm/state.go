@@ -61,6 +61,10 @@ type state struct {
 	consumers []*consumer // by id
 	byKey     map[consumerKey]*consumer
 	members   map[string]string // node id → client address
+	// retainFrom is where retention last decided the message log starts.
+	// The checkpoint records it before any file is deleted, so a removal
+	// that a crash interrupted is finished on open.
+	retainFrom int64
 }
 
 func newState() *state {

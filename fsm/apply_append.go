@@ -33,11 +33,15 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 // isDuplicate reports whether id was appended within the window, and where.
 // The window holds hashes; a hit is confirmed by reading that message.
 func (f *FSM) isDuplicate(id string) (int64, bool) {
-	s, ok := f.dedup.lookup(id)
-	if !ok {
+	candidates := f.dedup.lookup(id)
+	if len(candidates) == 0 {
 		return 0, false
 	}
 	must(0, f.store.messages.Log().Flush())
-	prev := must(f.store.messages.Read(s.offset, s.size))
-	return s.offset, prev.ID == id
+	for _, s := range candidates {
+		if prev := must(f.store.messages.Read(s.offset, s.size)); prev.ID == id {
+			return s.offset, true
+		}
+	}
+	return 0, false
 }

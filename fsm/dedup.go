@@ -5,12 +5,14 @@ import "hash/fnv"
 // dedup remembers the message ids appended within the window, so that a
 // producer retrying a send (after a timeout or a leader change) does not
 // append the message twice. It keeps 64-bit hashes of ids, not the ids: a
-// hash hit is confirmed by reading the message it points at, so a collision
-// never drops a message, and memory stays near 40 bytes an id.
+// hash hit is confirmed by reading the message it points at. Ids whose
+// hashes collide are all kept (in more), so a collision costs a read, never
+// a duplicate or a lost message.
 type dedup struct {
-	window int64           // milliseconds
-	seen   map[uint64]seen // id hash → newest message with it
-	fifo   []dedupEntry    // in append order, so in appended-at order
+	window int64             // milliseconds
+	seen   map[uint64]seen   // id hash → newest message with it
+	more   map[uint64][]seen // older messages whose ids share that hash
+	fifo   []dedupEntry      // in append order, so in appended-at order
 }
 
 type seen struct {
@@ -25,7 +27,7 @@ type dedupEntry struct {
 }
 
 func newDedup(window int64) *dedup {
-	return &dedup{window: window, seen: map[uint64]seen{}}
+	return &dedup{window: window, seen: map[uint64]seen{}, more: map[uint64][]seen{}}
 }
 
 func hashID(id string) uint64 {
@@ -34,15 +36,26 @@ func hashID(id string) uint64 {
 	return h.Sum64()
 }
 
-// lookup returns the message last appended with id's hash, if any.
-func (d *dedup) lookup(id string) (seen, bool) {
-	s, ok := d.seen[hashID(id)]
-	return s, ok
+// lookup returns the messages appended with id's hash: the candidates to
+// read and compare.
+func (d *dedup) lookup(id string) []seen { return d.lookupHash(hashID(id)) }
+
+func (d *dedup) lookupHash(h uint64) []seen {
+	s, ok := d.seen[h]
+	if !ok {
+		return nil
+	}
+	return append([]seen{s}, d.more[h]...)
 }
 
-// add records a message appended at time appendedAt.
-func (d *dedup) add(id string, appendedAt int64, s seen) {
-	h := hashID(id)
+// add records a message appended at time appendedAt, whose id the caller
+// found to be new.
+func (d *dedup) add(id string, appendedAt int64, s seen) { d.addHash(hashID(id), appendedAt, s) }
+
+func (d *dedup) addHash(h uint64, appendedAt int64, s seen) {
+	if old, ok := d.seen[h]; ok {
+		d.more[h] = append(d.more[h], old) // another id with the same hash
+	}
 	d.seen[h] = s
 	d.fifo = append(d.fifo, dedupEntry{hash: h, appendedAt: appendedAt, offset: s.offset})
 }
@@ -70,9 +83,7 @@ func (d *dedup) forgetBefore(off int64) {
 // drop forgets the oldest n ids.
 func (d *dedup) drop(n int) {
 	for _, e := range d.fifo[:n] {
-		if d.seen[e.hash].offset == e.offset {
-			delete(d.seen, e.hash)
-		}
+		d.forget(e.hash, e.offset)
 	}
 	if n > 0 {
 		d.fifo = d.fifo[n:]
@@ -90,4 +101,28 @@ func (d *dedup) oldest() int64 {
 		return -1
 	}
 	return d.fifo[0].offset
+}
+
+// forget removes the message at offset from the entries of hash h.
+func (d *dedup) forget(h uint64, offset int64) {
+	more := d.more[h]
+	if d.seen[h].offset == offset {
+		if len(more) == 0 {
+			delete(d.seen, h)
+			return
+		}
+		d.seen[h], more = more[len(more)-1], more[:len(more)-1]
+	} else {
+		for i, s := range more {
+			if s.offset == offset {
+				more = append(more[:i], more[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(more) == 0 {
+		delete(d.more, h)
+	} else {
+		d.more[h] = more
+	}
 }

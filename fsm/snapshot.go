@@ -103,6 +103,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		err = syncTree(tmp)
 	}
 	if err == nil {
+		// Open the restored logs where they are first: a snapshot that cannot
+		// be opened is refused while the current state is still intact.
+		err = f.tryLoad(tmp, m.checkpoint)
+	}
+	if err == nil {
 		// The checkpoint is written last: its presence marks the restore complete.
 		err = writeFileAtomic(tmp, checkpointFile, m.checkpoint)
 	}
@@ -119,16 +124,21 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	data, old := filepath.Join(f.cfg.Dir, dataDir), filepath.Join(f.cfg.Dir, oldDir)
 	if err := os.Rename(data, old); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+		return f.reopen(fmt.Errorf("fsm: restore: %w", err))
 	}
 	if err := os.Rename(tmp, data); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+		if rerr := os.Rename(old, data); rerr != nil {
+			panic(fmt.Sprintf("fsm: restore: %v, and putting the old data back: %v", err, rerr))
+		}
+		return f.reopen(fmt.Errorf("fsm: restore: %w", err))
 	}
 	if err := os.RemoveAll(old); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+		f.log.Warn("removing the data a restore replaced", "error", err)
 	}
 	if err := f.load(data); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+		// The same files opened a moment ago: the disk is failing. Stop; on
+		// restart Open finds the restored data in place.
+		panic(fmt.Sprintf("fsm: restore: reopening restored data: %v", err))
 	}
 	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return nil
@@ -188,4 +198,26 @@ func (f *FSM) CatchUp(store raft.SnapshotStore) error {
 	f.log.Warn("state machine is behind its newest snapshot: restoring it",
 		"applied-index", f.Applied(), "snapshot-index", meta.Index)
 	return f.Restore(rc)
+}
+
+// tryLoad opens the store in dir with checkpoint cp and closes it again.
+func (f *FSM) tryLoad(dir string, cp []byte) error {
+	c, err := decodeCheckpoint(cp)
+	if err != nil {
+		return err
+	}
+	s, err := openStore(dir, f.cfg, c.ends)
+	if err != nil {
+		return err
+	}
+	return s.close()
+}
+
+// reopen reopens the current data after a restore failed, so the FSM stays
+// usable, and returns err.
+func (f *FSM) reopen(err error) error {
+	if lerr := f.load(filepath.Join(f.cfg.Dir, dataDir)); lerr != nil {
+		panic(fmt.Sprintf("%v; reopening the current data: %v", err, lerr))
+	}
+	return err
 }

@@ -63,6 +63,14 @@ type ConsumerID struct {
 // Check reports whether every name of id is valid.
 func (id ConsumerID) Check() error { return checkNames(id.Subject, id.Group, id.Consumer) }
 
+// HoldsUnacked reports whether the consumer holds entries awaiting an ack.
+func (f *FSM) HoldsUnacked(id ConsumerID) bool {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	c := f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}]
+	return c != nil && c.unacked() > 0
+}
+
 // ConsumersWithUnacked returns the consumers holding unacked entries, in
 // the order they were first seen. A new leader starts their sessions.
 func (f *FSM) ConsumersWithUnacked() []ConsumerID {

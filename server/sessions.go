@@ -58,7 +58,9 @@ func (s *sessions) run(ctx context.Context) {
 			return
 		case <-tick.C:
 			for _, id := range s.expired() {
-				s.reclaim(ctx, id)
+				if s.n.fsm.HoldsUnacked(id) { // else there is nothing to hand back
+					s.reclaim(ctx, id)
+				}
 			}
 		}
 	}

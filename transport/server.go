@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -108,7 +109,7 @@ func (s *Server) serveConn(c net.Conn) {
 	}()
 	log := s.Logger.With("remote", c.RemoteAddr().String())
 	r := bufio.NewReaderSize(c, 64<<10)
-	w := &frameWriter{w: bufio.NewWriterSize(c, 64<<10)}
+	w := &frameWriter{c: c, w: bufio.NewWriterSize(c, 64<<10)}
 	sem := make(chan struct{}, s.MaxInFlight)
 	var handlers sync.WaitGroup
 	defer handlers.Wait()
@@ -147,12 +148,18 @@ func (s *Server) serveConn(c net.Conn) {
 // frameWriter serialises response writes on one connection.
 type frameWriter struct {
 	mu sync.Mutex
+	c  net.Conn
 	w  *bufio.Writer
 }
+
+// writeTimeout bounds one response write: a client that stops reading has
+// its connection closed instead of pinning handlers and their memory.
+const writeTimeout = 30 * time.Second
 
 func (fw *frameWriter) write(f Frame) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	fw.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := WriteFrame(fw.w, f); err != nil {
 		return err
 	}

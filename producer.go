@@ -50,8 +50,8 @@ func WithBatchSize(n int) ProducerOption { return func(o *producerOptions) { o.m
 // once. Default 8.
 func WithMaxInflight(n int) ProducerOption { return func(o *producerOptions) { o.maxInflight = n } }
 
-// WithSendTimeout bounds an asynchronous send, retries included; a
-// synchronous send is bounded by its context. Default 30 s.
+// WithSendTimeout bounds an asynchronous send, retries included, and a
+// synchronous send whose context has no deadline. Default 30 s.
 func WithSendTimeout(d time.Duration) ProducerOption {
 	return func(o *producerOptions) { o.sendTimeout = d }
 }
@@ -213,9 +213,11 @@ func (p *Producer) run() {
 }
 
 // sendBatch sends one batch, retrying retriable failures with the same ids
-// until the earliest context among its messages ends.
+// until the latest deadline among its messages (a message without one
+// counts the send timeout). A synchronous caller whose own deadline passes
+// first has already returned; the others are not cut short by it.
 func (p *Producer) sendBatch(batch []*pending) {
-	deadline := time.Now().Add(p.opts.sendTimeout)
+	var deadline time.Time
 	live := batch[:0:0]
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
@@ -223,7 +225,11 @@ func (p *Producer) sendBatch(batch []*pending) {
 			continue
 		}
 		live = append(live, q)
-		if dl, ok := q.ctx.Deadline(); ok && dl.Before(deadline) {
+		dl, ok := q.ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(p.opts.sendTimeout)
+		}
+		if dl.After(deadline) {
 			deadline = dl
 		}
 	}

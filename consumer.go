@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -113,7 +115,7 @@ func (s *Subscription) pullLoop() {
 				return
 			}
 			s.opts.logger.Warn("qmq: pull failed", "subject", s.p.subject, "group", s.p.group, "error", err)
-			sleep(s.ctx, backoff)
+			wait.Sleep(s.ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
@@ -162,7 +164,7 @@ func (s *Subscription) process(m *Message) {
 			return
 		}
 		s.opts.logger.Warn("qmq: handler failed; retrying", "subject", m.subject, "id", m.id, "error", err)
-		if s.ctx.Err() != nil || !sleep(s.ctx, backoff) {
+		if s.ctx.Err() != nil || !wait.Sleep(s.ctx, backoff) {
 			return
 		}
 		backoff = min(backoff*2, 30*time.Second)
@@ -187,7 +189,7 @@ func (s *Subscription) ackLoop() {
 		_, open := <-s.ackKick
 		// Acks are idempotent: failed ones are retried until they land, or
 		// until Close's last attempt (then the messages are redelivered).
-		for !s.flushAcks() && open && sleep(s.ctx, time.Second) {
+		for !s.flushAcks() && open && wait.Sleep(s.ctx, time.Second) {
 		}
 		if !open {
 			return
@@ -236,16 +238,4 @@ func (s *Subscription) Close() error {
 		s.p.Close()
 	})
 	return nil
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // sessions is the leader's view of which consumers are alive. Every pull,
@@ -35,7 +36,7 @@ func (s *sessions) run(ctx context.Context) {
 	// Apply everything the old leader committed first: a consumer it handed
 	// entries to just before failing must be among those seeded below.
 	for s.n.raft.Barrier(s.n.cfg.ApplyTimeout).Error() != nil {
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !wait.Sleep(ctx, 100*time.Millisecond) {
 			return
 		}
 	}
@@ -96,17 +97,5 @@ func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID) {
 		s.n.log.Info("consumer session expired: messages reclaimed for its group",
 			"consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "messages", r.Reclaimed)
 		s.n.notify.kick(id.Subject)
-	}
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -72,6 +72,13 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	}
 	out := make([]*Message, len(resp.Messages))
 	p.mu.Lock()
+	for _, m := range resp.Messages {
+		if m.PullSeq < from {
+			// Below what we asked from: the broker reclaimed this consumer (its
+			// session expired) and registered it afresh, numbering from 0 again.
+			p.next = 0
+		}
+	}
 	for i, m := range resp.Messages {
 		out[i] = fromLog(m.Message, m.PullSeq)
 		p.next = max(p.next, m.PullSeq+1)

@@ -2,7 +2,7 @@ package fsm
 
 // applyReclaim puts a consumer's unacked entries on its group's redelivery
 // queue, in pull order, so the rest of the group receives them, and
-// releases them from the consumer: a late ack for them is ignored.
+// forgets the consumer: a late ack from it is refused as unknown.
 func (f *FSM) applyReclaim(c *Reclaim) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
@@ -20,7 +20,9 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 			n++
 		}
 	}
-	cs.window = nil
-	cs.ackPos = cs.next
+	// The consumer is gone: forget it, so that consumers that come and go
+	// (every process start picks a new name by default) do not pile up. If
+	// it returns it is registered afresh, its pull sequences from 0.
+	f.st.forget(cs)
 	return &ReclaimResult{Reclaimed: n}
 }

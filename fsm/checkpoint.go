@@ -24,7 +24,7 @@ import (
 //	subject-count uvarint | (subject, consume-end u64)…              sorted by subject
 //	group-count uvarint | (subject, group, cursor uvarint,
 //	                       redeliver-count uvarint, seq uvarint…)…   sorted by subject, group
-//	consumer-count uvarint | (subject, group, name, ack-pos uvarint, next uvarint,
+//	consumer-count uvarint | (0 for a reclaimed id | 1, subject, group, name, ack-pos uvarint, next uvarint,
 //	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
 //	member-count uvarint | (id, client-address)…                      sorted by id
 //	retain-from u64
@@ -74,6 +74,11 @@ func (c *checkpoint) encode() []byte {
 	}
 	b = binenc.AppendUvarint(b, uint64(len(st.consumers)))
 	for _, c := range st.consumers {
+		if c == nil { // reclaimed: its id is never given again
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
 		b = appendNames(b, c.key.subject, c.key.group, c.key.name)
 		b = binenc.AppendUvarint(b, uint64(c.ackPos))
 		b = binenc.AppendUvarint(b, uint64(c.next))
@@ -131,6 +136,10 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		st.groups[k] = g
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		if r.Byte() == 0 {
+			st.consumers = append(st.consumers, nil)
+			continue
+		}
 		s, g, name := readNames(r)
 		cs := st.consumer(consumerKey{s, g, name}, true)
 		cs.ackPos = int64(r.Uvarint())
@@ -174,6 +183,9 @@ func (c *checkpoint) check() error {
 		}
 	}
 	for _, cs := range c.st.consumers {
+		if cs == nil {
+			continue
+		}
 		if cs.ackPos < 0 || cs.next < cs.ackPos || cs.next-cs.ackPos != int64(len(cs.window)) {
 			return fmt.Errorf("%w: consumer %v: ack position %d, next %d, window %d", ErrBadCheckpoint, cs.key, cs.ackPos, cs.next, len(cs.window))
 		}

@@ -297,6 +297,7 @@ func (r rawCheckpoint) body() []byte {
 	}
 	b = binenc.AppendUvarint(b, uint64(len(r.consumers)))
 	for _, c := range r.consumers {
+		b = append(b, 1) // present, not reclaimed
 		b = appendNames(b, c.s, c.g, c.c)
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, c.ackPos), c.next)
 		b = binenc.AppendUvarint(b, uint64(len(c.window)))

@@ -63,12 +63,12 @@ type ConsumerID struct {
 // Check reports whether every name of id is valid.
 func (id ConsumerID) Check() error { return checkNames(id.Subject, id.Group, id.Consumer) }
 
-// HoldsUnacked reports whether the consumer holds entries awaiting an ack.
-func (f *FSM) HoldsUnacked(id ConsumerID) bool {
+// Knows reports whether the consumer is registered (it pulled, and was not
+// reclaimed since).
+func (f *FSM) Knows(id ConsumerID) bool {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
-	c := f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}]
-	return c != nil && c.unacked() > 0
+	return f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}] != nil
 }
 
 // ConsumersWithUnacked returns the consumers holding unacked entries, in
@@ -78,7 +78,7 @@ func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 	defer f.stateMu.RUnlock()
 	var out []ConsumerID
 	for _, c := range f.st.consumers {
-		if c.unacked() > 0 {
+		if c != nil && c.unacked() > 0 {
 			out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
 		}
 	}

@@ -91,6 +91,12 @@ func (s *state) consumer(key consumerKey, create bool) *consumer {
 	return c
 }
 
+// forget removes a consumer; its id is never given again.
+func (s *state) forget(c *consumer) {
+	delete(s.byKey, c.key)
+	s.consumers[c.id] = nil
+}
+
 // sortedGroups returns the groups in (subject, group) order, for encodings
 // that must not depend on map order.
 func (s *state) sortedGroups() []groupKey {

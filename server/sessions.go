@@ -59,7 +59,7 @@ func (s *sessions) run(ctx context.Context) {
 			return
 		case <-tick.C:
 			for _, id := range s.expired() {
-				if s.n.fsm.HoldsUnacked(id) { // else there is nothing to hand back
+				if s.n.fsm.Knows(id) { // else it never pulled, or was reclaimed already
 					s.reclaim(ctx, id)
 				}
 			}

@@ -24,6 +24,12 @@ type Server struct {
 	Logger      hclog.Logger
 	MaxFrame    int // default DefaultMaxFrame
 	MaxInFlight int // per connection; default 1024
+	// MaxInFlightBytes bounds the request payloads held by running handlers
+	// across all connections; a connection whose next request does not fit
+	// waits before reading on. Default 256 MiB.
+	MaxInFlightBytes int64
+
+	budget *budget
 
 	mu     sync.Mutex
 	lis    net.Listener
@@ -51,6 +57,10 @@ func (s *Server) Serve(lis net.Listener) error {
 	if s.MaxInFlight <= 0 {
 		s.MaxInFlight = 1024
 	}
+	if s.MaxInFlightBytes <= 0 {
+		s.MaxInFlightBytes = 256 << 20
+	}
+	s.budget = newBudget(s.MaxInFlightBytes)
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
 	}
@@ -134,9 +144,13 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		sem <- struct{}{}
+		n := int64(len(f.Payload))
+		if !s.budget.take(s.ctx, n) {
+			return // shutting down
+		}
 		handlers.Add(1)
 		go func() {
-			defer func() { <-sem; handlers.Done() }()
+			defer func() { s.budget.give(n); <-sem; handlers.Done() }()
 			body, err := s.Handler(s.ctx, f.Type, f.Payload)
 			if werr := w.write(Frame{Type: f.Type | ResponseBit, ID: f.ID, Payload: EncodeStatus(err, body)}); werr != nil {
 				c.Close()
@@ -164,4 +178,48 @@ func (fw *frameWriter) write(f Frame) error {
 		return err
 	}
 	return fw.w.Flush()
+}
+
+// budget is a pool of bytes shared by every connection's handlers.
+type budget struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	free  int64
+	total int64
+}
+
+func newBudget(total int64) *budget {
+	b := &budget{free: total, total: total}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// take waits until n bytes are free (a request larger than the whole budget
+// waits for all of it) and takes them; false if ctx ended first.
+func (b *budget) take(ctx context.Context, n int64) bool {
+	n = min(n, b.total)
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.free < n {
+		if ctx.Err() != nil {
+			return false
+		}
+		b.cond.Wait()
+	}
+	b.free -= n
+	return true
+}
+
+func (b *budget) give(n int64) {
+	n = min(n, b.total)
+	b.mu.Lock()
+	b.free += n
+	b.cond.Broadcast()
+	b.mu.Unlock()
 }

@@ -275,3 +275,32 @@ func TestOversizeMessageIsTooLarge(t *testing.T) {
 		t.Fatalf("oversize body: %v, want TOO_LARGE", err)
 	}
 }
+
+func TestBudgetWaitsForBytes(t *testing.T) {
+	b := newBudget(100)
+	ctx := context.Background()
+	if !b.take(ctx, 80) {
+		t.Fatal("take of 80 from 100 failed")
+	}
+	got := make(chan bool)
+	go func() { got <- b.take(ctx, 50) }()
+	select {
+	case <-got:
+		t.Fatal("took 50 bytes with only 20 free")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.give(80)
+	if !<-got {
+		t.Fatal("take did not succeed once the bytes were given back")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { got <- b.take(cctx, 100) }()
+	cancel()
+	if <-got {
+		t.Fatal("take succeeded after its context ended")
+	}
+	b.give(50)
+	if !b.take(ctx, 1000) { // larger than the budget: waits for all of it
+		t.Fatal("take of more than the budget failed with everything free")
+	}
+}

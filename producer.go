@@ -74,6 +74,8 @@ type Producer struct {
 type pending struct {
 	ctx  context.Context
 	msg  *Message
+	wire *logs.Message // msg as sent, built once at enqueue
+	size int           // wire's encoded size
 	done func(error)
 }
 
@@ -106,12 +108,13 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 }
 
 // check validates a message before it is queued, so one bad message never
-// fails a batch of good ones.
-func check(m *Message) error {
+// fails a batch of good ones, and returns it as it will be sent.
+func check(m *Message) (*logs.Message, error) {
 	if err := fsm.CheckName("subject", m.subject); err != nil {
-		return err
+		return nil, err
 	}
-	return m.toLog().Check()
+	w := m.toLog()
+	return w, w.Check()
 }
 
 // SendMessage sends m and returns once the broker group has committed and
@@ -150,7 +153,8 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 }
 
 func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) error {
-	if err := check(m); err != nil {
+	wire, err := check(m)
+	if err != nil {
 		return fmt.Errorf("qmq: send %s: %w", m.id, err)
 	}
 	p.mu.RLock()
@@ -159,7 +163,7 @@ func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) er
 		return ErrClosed
 	}
 	select {
-	case p.queue <- &pending{ctx: ctx, msg: m, done: done}:
+	case p.queue <- &pending{ctx: ctx, msg: m, wire: wire, size: wire.EncodedSize(), done: done}:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
@@ -188,17 +192,17 @@ func (p *Producer) run() {
 				}
 			}
 		}
-		batch, size := []*pending{first}, first.msg.size()
+		batch, size := []*pending{first}, first.size
 	gather:
 		for len(batch) < p.opts.maxBatch && size < maxRequestBytes {
 			select {
 			case q := <-p.queue:
-				if size+q.msg.size() > maxRequestBytes {
+				if size+q.size > maxRequestBytes {
 					carried = q // too big for this request: it starts the next
 					break gather
 				}
 				batch = append(batch, q)
-				size += q.msg.size()
+				size += q.size
 			default:
 				break gather
 			}
@@ -240,7 +244,7 @@ func (p *Producer) sendBatch(batch []*pending) {
 	}
 	req := &transport.SendRequest{Messages: make([]*logs.Message, len(live))}
 	for i, q := range live {
-		req.Messages[i] = q.msg.toLog()
+		req.Messages[i] = q.wire
 	}
 	body, err := p.c.call(ctx, transport.TypeSend, req.Encode())
 	var resp *transport.SendResponse
@@ -281,6 +285,3 @@ func (p *Producer) Close() error {
 // maxRequestBytes bounds the messages of one send request, well below the
 // broker's frame limit; a larger single message travels alone.
 const maxRequestBytes = 4 << 20
-
-// size is the message's encoded size.
-func (m *Message) size() int { return m.toLog().EncodedSize() }

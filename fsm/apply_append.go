@@ -22,8 +22,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		m.Index, m.AppendedAt = index, now
 		off, size, err := f.store.messages.Append(m)
 		must(0, err)
-		cl := must(f.store.createConsumeLog(m.Subject))
-		seq := must(cl.Append(logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
+		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
 		f.dedup.add(m.ID, now, seen{offset: off, size: size})
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}

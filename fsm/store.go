@@ -35,6 +35,8 @@ type store struct {
 
 	mu      sync.RWMutex
 	consume map[string]*logs.ConsumeLog
+
+	touched map[*logs.ConsumeLog]struct{} // consume logs appended to since the last flush
 }
 
 // logEnds records where each log ended when a checkpoint was taken.
@@ -53,6 +55,7 @@ func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
 		dir:     dir,
 		opts:    logs.Options{SegmentSize: cfg.IndexSegmentSize},
 		consume: map[string]*logs.ConsumeLog{},
+		touched: map[*logs.ConsumeLog]struct{}{},
 	}
 	var err error
 	msgOpts := logs.Options{SegmentSize: cfg.SegmentSize, DurableEnd: ends.messages}
@@ -126,20 +129,21 @@ func (s *store) consumeLog(subject string) *logs.ConsumeLog {
 	return s.consume[subject]
 }
 
-// createConsumeLog returns the subject's consume log, creating it if needed.
-// Only the writer calls it.
-func (s *store) createConsumeLog(subject string) (*logs.ConsumeLog, error) {
-	if cl := s.consumeLog(subject); cl != nil {
-		return cl, nil
+// appendConsume appends e to the subject's consume log, creating the log
+// if needed, and returns the entry's sequence. Only the writer calls it.
+func (s *store) appendConsume(subject string, e logs.ConsumeEntry) (int64, error) {
+	cl := s.consumeLog(subject)
+	if cl == nil {
+		var err error
+		if cl, err = logs.OpenConsumeLog(filepath.Join(s.dir, consumeDir, subject), s.opts); err != nil {
+			return 0, err
+		}
+		s.mu.Lock()
+		s.consume[subject] = cl
+		s.mu.Unlock()
 	}
-	cl, err := logs.OpenConsumeLog(filepath.Join(s.dir, consumeDir, subject), s.opts)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.consume[subject] = cl
-	s.mu.Unlock()
-	return cl, nil
+	s.touched[cl] = struct{}{}
+	return cl.Append(e)
 }
 
 // subjects returns the subjects with a consume log, sorted.
@@ -179,12 +183,22 @@ func (s *store) ends() *logEnds {
 }
 
 // flush makes every appended record visible to readers.
+// Only the writer calls it, after every batch: it touches the message and
+// pull logs and the consume logs appended to since the last flush, not
+// every subject's.
 func (s *store) flush() error {
-	for _, l := range s.all() {
-		if err := l.log.Flush(); err != nil {
+	if err := s.messages.Log().Flush(); err != nil {
+		return err
+	}
+	if err := s.pulls.Log().Flush(); err != nil {
+		return err
+	}
+	for cl := range s.touched {
+		if err := cl.Log().Flush(); err != nil {
 			return err
 		}
 	}
+	clear(s.touched)
 	return nil
 }
 

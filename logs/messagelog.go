@@ -9,6 +9,9 @@ import (
 type MessageLog struct {
 	log *Log
 	buf []byte // reused encoding buffer; only the writer uses it
+	// firstAt caches the appended-at time of each sealed segment's first
+	// message, so the age rule reads it once, not on every Append.
+	firstAt map[int64]int64
 }
 
 // maxEncodedMessage bounds one encoded message: the body plus every other
@@ -23,7 +26,7 @@ func OpenMessageLog(dir string, opts Options) (*MessageLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MessageLog{log: l}, nil
+	return &MessageLog{log: l, firstAt: map[int64]int64{}}, nil
 }
 
 // Log returns the underlying log, for Flush, Sync, retention and snapshots.
@@ -106,11 +109,11 @@ func (ml *MessageLog) RetainFrom(r Retention, now int64) (int64, error) {
 		if r.MaxAge > 0 && next.Size > 0 {
 			// Appended-at only grows along the log, so when the first message of
 			// the next segment is too old, all of this one is.
-			m, err := ml.ReadAt(next.Base)
+			at, err := ml.firstAppendedAt(next.Base)
 			if err != nil {
 				return 0, err
 			}
-			tooOld = m.AppendedAt < now-r.MaxAge
+			tooOld = at < now-r.MaxAge
 		}
 		if !tooBig && !tooOld {
 			break
@@ -119,4 +122,23 @@ func (ml *MessageLog) RetainFrom(r Retention, now int64) (int64, error) {
 		keepFrom = next.Base
 	}
 	return keepFrom, nil
+}
+
+// firstAppendedAt returns the appended-at time of the message at base, the
+// first of its segment. Only the writer calls it.
+func (ml *MessageLog) firstAppendedAt(base int64) (int64, error) {
+	if at, ok := ml.firstAt[base]; ok {
+		return at, nil
+	}
+	m, err := ml.ReadAt(base)
+	if err != nil {
+		return 0, err
+	}
+	for b := range ml.firstAt { // forget segments retention removed
+		if b < ml.log.Start() {
+			delete(ml.firstAt, b)
+		}
+	}
+	ml.firstAt[base] = m.AppendedAt
+	return m.AppendedAt, nil
 }

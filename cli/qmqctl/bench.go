@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -139,4 +140,45 @@ func (p *progress) stop() {
 		close(p.done)
 	}
 	<-p.wg
+}
+
+// benchTarget is what every benchmark takes from the shared flags.
+type benchTarget struct {
+	server   string
+	subjects []string
+	count    int64         // 0: no limit
+	duration time.Duration // 0: no limit
+	progress bool
+}
+
+// runBench reads the shared flags, runs a benchmark under a context that
+// the first Ctrl-C cancels (a second kills at once), prints its summary
+// (also when it stopped early), and exits 1 if any message failed.
+func runBench(c *cli.Context, run func(context.Context, benchTarget) (*benchSummary, error)) error {
+	subjects, err := benchSubjects(c)
+	if err != nil {
+		return err
+	}
+	count, duration, err := benchLimits(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	go func() { <-ctx.Done(); stop() }() // restore the default handler: a second Ctrl-C kills
+	sum, err := run(ctx, benchTarget{server: c.String("server"), subjects: subjects,
+		count: count, duration: duration, progress: !c.Bool("no-progress")})
+	if sum != nil {
+		if werr := sum.write(os.Stdout, c.Bool("json")); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if sum.Failed > 0 {
+		fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", sum.Failed, sum.Failed+sum.Messages)
+		return errFailed
+	}
+	return nil
 }

@@ -36,29 +36,13 @@ func benchConsumeCommand() *cli.Command {
 			"  qmqctl bench produce --count 200000 && qmqctl bench consume --group g1 --count 200000",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
-			subjects, err := benchSubjects(c)
-			if err != nil {
-				return err
-			}
-			count, duration, err := benchLimits(c)
-			if err != nil {
-				return err
-			}
-			cfg := consumeConfig{
-				server: c.String("server"), subjects: subjects, group: c.String("group"),
-				consumers: c.Int("consumers"), pullBatch: c.Int("pull-batch"), idle: c.Duration("idle"),
-				count: count, duration: duration, progress: !c.Bool("no-progress"), errOut: os.Stderr,
-			}
-			ctx, stop := signalContext()
-			defer stop()
-			go func() { <-ctx.Done(); stop() }()
-			sum, err := runConsume(ctx, cfg)
-			if sum != nil {
-				if werr := sum.write(os.Stdout, c.Bool("json")); werr != nil && err == nil {
-					err = werr
-				}
-			}
-			return err
+			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
+				return runConsume(ctx, consumeConfig{
+					server: b.server, subjects: b.subjects, group: c.String("group"),
+					consumers: c.Int("consumers"), pullBatch: c.Int("pull-batch"), idle: c.Duration("idle"),
+					count: b.count, duration: b.duration, progress: b.progress, errOut: os.Stderr,
+				})
+			})
 		},
 	}
 }

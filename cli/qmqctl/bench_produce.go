@@ -37,35 +37,14 @@ func benchProduceCommand() *cli.Command {
 			"  qmqctl bench produce --inflight 1 --duration 10s",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
-			subjects, err := benchSubjects(c)
-			if err != nil {
-				return err
-			}
-			count, duration, err := benchLimits(c)
-			if err != nil {
-				return err
-			}
-			cfg := produceConfig{
-				server: c.String("server"), subjects: subjects, size: c.Int("size"),
-				count: count, duration: duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
-				batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
-				progress: !c.Bool("no-progress"), errOut: os.Stderr,
-			}
-			ctx, stop := signalContext()
-			defer stop()
-			go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
-			sum, err := runProduce(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			if err := sum.write(os.Stdout, c.Bool("json")); err != nil {
-				return err
-			}
-			if sum.Failed > 0 {
-				fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", sum.Failed, sum.Failed+sum.Messages)
-				return errFailed
-			}
-			return nil
+			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
+				return runProduce(ctx, produceConfig{
+					server: b.server, subjects: b.subjects, size: c.Int("size"),
+					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
+					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
+					progress: b.progress, errOut: os.Stderr,
+				})
+			})
 		},
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -89,9 +88,4 @@ func parseProperties(flags []string) ([][2]string, error) {
 		out = append(out, [2]string{k, v})
 	}
 	return out, nil
-}
-
-// signalContext is cancelled on SIGINT/SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signalNotifyContext(context.Background())
 }

@@ -5,29 +5,43 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // Status is one node's report of itself and its group.
 type Status = transport.Status
 
-// Admin runs operator requests against a broker group.
+// Cluster is the metaserver's view of every broker group.
+type Cluster = transport.Cluster
+
+// Route is where a subject lives.
+type Route = transport.Route
+
+// MetaGroup names the metaserver group in Join, Leave and TransferLeader.
+const MetaGroup = meta.GroupName
+
+// Admin runs operator requests against a cluster: through any metaserver
+// node, or any broker node (which forwards to its metaserver).
 type Admin struct {
-	c *client
+	c *transport.GroupClient
 }
 
-// NewAdmin returns an Admin for the group at servers.
+// NewAdmin returns an Admin for the cluster at servers.
 func NewAdmin(servers string) (*Admin, error) {
-	c, err := newClient(servers)
+	c, err := transport.NewGroupClient(transport.SplitServers(servers))
 	if err != nil {
 		return nil, err
 	}
 	return &Admin{c: c}, nil
 }
 
+// Servers returns the addresses the Admin was given.
+func (a *Admin) Servers() []string { return a.c.Servers() }
+
 // Status asks the node at addr for its status (no redirect to the leader).
 func (a *Admin) Status(ctx context.Context, addr string) (*Status, error) {
-	conn, err := a.c.conn(ctx, addr)
+	conn, err := a.c.Conn(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -42,33 +56,120 @@ func (a *Admin) Status(ctx context.Context, addr string) (*Status, error) {
 	return &st, nil
 }
 
-// Servers returns the addresses the Admin was given.
-func (a *Admin) Servers() []string { return append([]string(nil), a.c.servers...) }
+// call sends a JSON request through the metaserver and decodes the JSON
+// answer into out, unless out is nil.
+func (a *Admin) call(ctx context.Context, t transport.Type, req, out any) error {
+	var payload []byte
+	if req != nil {
+		payload, _ = json.Marshal(req)
+	}
+	body, err := a.c.Call(ctx, t, payload)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("qmq: %s: %w", t, err)
+	}
+	return nil
+}
 
-// Join adds a node to the group as a voter, through the group's leader.
-func (a *Admin) Join(ctx context.Context, id, raftAddr, clientAddr string) error {
-	b, _ := json.Marshal(transport.JoinRequest{ID: id, RaftAddr: raftAddr, ClientAddr: clientAddr})
-	_, err := a.c.call(ctx, transport.TypeJoin, b)
+// Cluster returns the metaserver's view of the cluster.
+func (a *Admin) Cluster(ctx context.Context) (*Cluster, error) {
+	var c Cluster
+	return &c, a.call(ctx, transport.TypeCluster, nil, &c)
+}
+
+// Route returns where subject lives, assigning it on first use.
+func (a *Admin) Route(ctx context.Context, subject string) (*Route, error) {
+	var r Route
+	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject}, &r)
+}
+
+// Subjects returns every subject's route.
+func (a *Admin) Subjects(ctx context.Context) ([]Route, error) {
+	var rs []Route
+	return rs, a.call(ctx, transport.TypeSubjects, nil, &rs)
+}
+
+// Assign adds broker groups to subject's route: the named ones, or, with
+// count > 0, as many as it takes (chosen by load) to reach count groups.
+func (a *Admin) Assign(ctx context.Context, subject string, groups []string, count int) (*Route, error) {
+	var r Route
+	return &r, a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, Groups: groups, Count: count}, &r)
+}
+
+// SetWritable drains a broker group (false: producers stop sending to it,
+// consumers finish what it holds) or opens it again (true).
+func (a *Admin) SetWritable(ctx context.Context, group string, writable bool) error {
+	return a.call(ctx, transport.TypeSetWritable, transport.SetWritableRequest{Group: group, Writable: writable}, nil)
+}
+
+// groupClient returns a client for the nodes of group (MetaGroup for the
+// metaserver group), found through the metaserver.
+func (a *Admin) groupClient(ctx context.Context, group string) (*transport.GroupClient, error) {
+	c, err := a.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var servers []string
+	if group == MetaGroup {
+		for _, m := range c.Meta.Members {
+			if m.ClientAddr != "" {
+				servers = append(servers, m.ClientAddr)
+			}
+		}
+	}
+	for _, g := range c.Groups {
+		if g.Name == group {
+			for _, n := range g.Nodes {
+				servers = append(servers, n.ClientAddr)
+			}
+		}
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("qmq: no group %q is known to the metaserver: start its first node with --bootstrap (and --meta), then join the others", group)
+	}
+	return transport.NewGroupClient(servers)
+}
+
+// groupCall sends a membership request to group's leader.
+func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, req any) error {
+	gc, err := a.groupClient(ctx, group)
+	if err != nil {
+		return err
+	}
+	defer gc.Close()
+	b, _ := json.Marshal(req)
+	_, err = gc.Call(ctx, t, b)
 	return err
 }
 
-// Leave removes a node from the group, through the group's leader.
-func (a *Admin) Leave(ctx context.Context, id string) error {
-	b, _ := json.Marshal(transport.LeaveRequest{ID: id})
-	_, err := a.c.call(ctx, transport.TypeLeave, b)
-	return err
+// Join adds a node to group (a broker group, or MetaGroup) as a voter,
+// through the group's leader.
+func (a *Admin) Join(ctx context.Context, group, id, raftAddr, clientAddr string) error {
+	return a.groupCall(ctx, group, transport.TypeJoin, transport.JoinRequest{ID: id, RaftAddr: raftAddr, ClientAddr: clientAddr})
 }
 
-// TransferLeader asks the group's leader to hand leadership to node id, or
-// to the most up-to-date voter when id is "", and waits until it is done.
-func (a *Admin) TransferLeader(ctx context.Context, id string) error {
-	b, _ := json.Marshal(transport.TransferRequest{ID: id})
-	_, err := a.c.call(ctx, transport.TypeTransfer, b)
-	return err
+// Leave removes a node from group, through the group's leader; a broker
+// node is then forgotten by the metaserver too.
+func (a *Admin) Leave(ctx context.Context, group, id string) error {
+	if err := a.groupCall(ctx, group, transport.TypeLeave, transport.LeaveRequest{ID: id}); err != nil {
+		return err
+	}
+	if group == MetaGroup {
+		return nil
+	}
+	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{Group: group, ID: id}, nil)
+}
+
+// TransferLeader asks group's leader to hand leadership to node id, or to
+// the most up-to-date voter when id is "", and waits until it is done.
+func (a *Admin) TransferLeader(ctx context.Context, group, id string) error {
+	return a.groupCall(ctx, group, transport.TypeTransfer, transport.TransferRequest{ID: id})
 }
 
 // Close closes the Admin's connections.
 func (a *Admin) Close() error {
-	a.c.close()
+	a.c.Close()
 	return nil
 }

@@ -67,7 +67,7 @@ type Subscription struct {
 	workers sync.WaitGroup
 
 	ackMu   sync.Mutex
-	toAck   []int64
+	toAck   map[string][]int64 // pull sequences by broker group
 	ackKick chan struct{}
 	ackDone chan struct{}
 	closed  sync.Once
@@ -88,7 +88,7 @@ func Subscribe(servers, subject, group string, h Handler, opts ...ConsumerOption
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message),
+	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message), toAck: map[string][]int64{},
 		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range o.workers {
@@ -160,7 +160,7 @@ func (s *Subscription) process(m *Message) {
 	for {
 		err := s.h(context.Background(), m)
 		if err == nil {
-			s.ack(m.pullSeq)
+			s.ack(m)
 			return
 		}
 		s.opts.logger.Warn("qmq: handler failed; retrying", "subject", m.subject, "id", m.id, "error", err)
@@ -171,9 +171,9 @@ func (s *Subscription) process(m *Message) {
 	}
 }
 
-func (s *Subscription) ack(seq int64) {
+func (s *Subscription) ack(m *Message) {
 	s.ackMu.Lock()
-	s.toAck = append(s.toAck, seq)
+	s.toAck[m.brokerGroup] = append(s.toAck[m.brokerGroup], m.pullSeq)
 	s.ackMu.Unlock()
 	select {
 	case s.ackKick <- struct{}{}:
@@ -205,24 +205,25 @@ func (s *Subscription) ackLoop() {
 // the next flush and reports false.
 func (s *Subscription) flushAcks() bool {
 	s.ackMu.Lock()
-	seqs := s.toAck
-	s.toAck = nil
+	pending := s.toAck
+	s.toAck = map[string][]int64{}
 	s.ackMu.Unlock()
-	if len(seqs) == 0 {
-		return true
+	ok := true
+	for group, seqs := range pending {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.p.ackSeqs(ctx, group, seqs)
+		cancel()
+		if err != nil {
+			// Acks are idempotent: keep them for the next flush. After Close the
+			// last attempt has failed, and the messages will be redelivered.
+			s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", group, "messages", len(seqs), "error", err)
+			s.ackMu.Lock()
+			s.toAck[group] = append(s.toAck[group], seqs...)
+			s.ackMu.Unlock()
+			ok = false
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.p.ackSeqs(ctx, seqs); err != nil {
-		// Acks are idempotent: keep them for the next flush. After Close the
-		// last attempt has failed, and the messages will be redelivered.
-		s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "messages", len(seqs), "error", err)
-		s.ackMu.Lock()
-		s.toAck = append(s.toAck, seqs...)
-		s.ackMu.Unlock()
-		return false
-	}
-	return true
+	return ok
 }
 
 // Close stops pulling, lets in-flight handlers finish, acknowledges what

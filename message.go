@@ -19,7 +19,8 @@ type Message struct {
 	props     []logs.Property
 	body      []byte
 
-	pullSeq int64 // set on received messages: what the consumer acks
+	pullSeq     int64  // set on received messages: what the consumer acks
+	brokerGroup string // set on received messages: the group it came from
 }
 
 // ID returns the message's id, unique without coordination. The broker
@@ -141,7 +142,7 @@ func (m *Message) toLog() *logs.Message {
 		Tags: m.tags, Properties: m.props, Body: m.body}
 }
 
-func fromLog(l *logs.Message, pullSeq int64) *Message {
+func fromLog(l *logs.Message, pullSeq int64, brokerGroup string) *Message {
 	return &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
-		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq}
+		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq, brokerGroup: brokerGroup}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -59,7 +60,7 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 // Producer sends messages. It is safe for concurrent use; concurrent sends
 // are batched into shared requests.
 type Producer struct {
-	c     *client
+	r     *router
 	opts  producerOptions
 	queue chan *pending
 	slots chan struct{}
@@ -79,10 +80,12 @@ type pending struct {
 	done func(error)
 }
 
-// NewProducer returns a Producer for the broker group at servers
-// (comma-separated HOST:PORT list; any member will do).
+// NewProducer returns a Producer for the cluster at servers: a
+// comma-separated HOST:PORT list of metaserver nodes or broker nodes (any
+// one will do). Each subject's messages are spread over its writable broker
+// groups.
 func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
-	c, err := newClient(servers)
+	r, err := newRouter(servers)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +97,7 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d and timeout %s must be positive",
 			o.maxBatch, fsm.MaxBatchMessages, o.maxInflight, o.sendTimeout)
 	}
-	p := &Producer{c: c, opts: o, queue: make(chan *pending, 4*o.maxBatch),
+	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go p.run()
@@ -239,22 +242,105 @@ func (p *Producer) sendBatch(batch []*pending) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if len(live) == 0 {
-		return
+	p.deliver(ctx, live)
+}
+
+// failoverAfter is how long a send keeps trying one broker group before
+// it moves to another writable group of the subject. A leader election
+// takes about a second; a message moved after a timeout may be stored in
+// both groups (at-least-once).
+const failoverAfter = 5 * time.Second
+
+// deliver sends msgs to their subjects' broker groups, one request per
+// group, moving those a group cannot take to another group, until ctx ends.
+func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
+	avoid := map[string]bool{} // groups that failed this batch
+	backoff := 10 * time.Millisecond
+	for len(msgs) > 0 {
+		byGroup := map[string][]*pending{}
+		chosen := map[string]string{} // subject → group, one per subject per round
+		for _, q := range msgs {
+			g, ok := chosen[q.msg.subject]
+			if !ok {
+				rt, err := p.r.lookup(ctx, q.msg.subject, "")
+				if err != nil {
+					q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
+					continue
+				}
+				g = rt.pick(avoid)
+				chosen[q.msg.subject] = g
+			}
+			if g == "" {
+				q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, errNoWritableGroup))
+				continue
+			}
+			byGroup[g] = append(byGroup[g], q)
+		}
+		var (
+			mu    sync.Mutex
+			wg    sync.WaitGroup
+			retry []*pending
+		)
+		for g, qs := range byGroup {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !p.sendTo(ctx, g, qs) {
+					mu.Lock()
+					avoid[g] = true
+					retry = append(retry, qs...)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(retry) > 0 {
+			// Ask again where the subjects live before moving them.
+			for _, q := range retry {
+				if _, ok := chosen[q.msg.subject]; ok {
+					delete(chosen, q.msg.subject)
+					p.r.refresh(ctx, q.msg.subject, "")
+				}
+			}
+			if !wait.Sleep(ctx, backoff) {
+				for _, q := range retry {
+					q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, ctx.Err()))
+				}
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+		msgs = retry
 	}
-	req := &transport.SendRequest{Messages: make([]*logs.Message, len(live))}
-	for i, q := range live {
+}
+
+// sendTo sends one request to a broker group and reports each message's
+// outcome, or returns false, reporting nothing, when the messages should
+// move to another group: the group is drained, or it stayed unreachable
+// for failoverAfter while ctx still has time.
+func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) bool {
+	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
+	for i, q := range qs {
 		req.Messages[i] = q.wire
 	}
-	body, err := p.c.call(ctx, transport.TypeSend, req.Encode())
+	c := p.r.group(group)
+	actx, cancel := context.WithTimeout(ctx, failoverAfter)
+	body, err := c.Call(actx, transport.TypeSend, req.Encode())
+	cancel()
 	var resp *transport.SendResponse
 	if err == nil {
 		resp, err = transport.DecodeSendResponse(body)
 	}
-	if err == nil && len(resp.Results) != len(live) {
-		err = fmt.Errorf("qmq: broker answered %d results for %d messages", len(resp.Results), len(live))
+	if err == nil && len(resp.Results) != len(qs) {
+		err = fmt.Errorf("qmq: broker answered %d results for %d messages", len(resp.Results), len(qs))
 	}
-	for i, q := range live {
+	if err != nil && ctx.Err() == nil {
+		var e *transport.Error
+		if transport.CodeOf(err) == transport.ReadOnly || (errors.As(err, &e) && e.Retriable()) || actx.Err() != nil {
+			return false
+		}
+	}
+	for i, q := range qs {
 		switch {
 		case err != nil:
 			q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
@@ -264,6 +350,7 @@ func (p *Producer) sendBatch(batch []*pending) {
 			q.done(nil)
 		}
 	}
+	return true
 }
 
 // Close sends what is queued, waits for every send in flight, and closes
@@ -278,7 +365,7 @@ func (p *Producer) Close() error {
 	close(p.stop)
 	p.mu.Unlock()
 	p.wg.Wait()
-	p.c.close()
+	p.r.close()
 	return nil
 }
 

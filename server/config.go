@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/fsm/meta"
 )
 
 // Config configures a broker-group node. Start from DefaultConfig.
@@ -31,6 +32,14 @@ type Config struct {
 	// Bootstrap makes this node a one-voter group if it has no Raft state yet.
 	// Other nodes are added with qmqctl join.
 	Bootstrap bool
+	// Meta lists metaserver client addresses (any subset of the group). The
+	// node registers there on start and reports every MetaHeartbeat; it
+	// forwards clients' route requests there. Empty: a standalone group
+	// that answers route requests with itself.
+	Meta []string
+	// MetaHeartbeat is how often the node reports to the metaserver.
+	// Default 2 s.
+	MetaHeartbeat time.Duration
 
 	// SessionTimeout is how long a consumer may go without a pull, ack or
 	// heartbeat before the leader reclaims its unacked messages. Default 30 s.
@@ -53,12 +62,7 @@ type Config struct {
 	// are group-commit batches (up to MaxBatchBytes each) and snapshots
 	// copy nothing, so both counts are kept small: they bound the Raft log
 	// on disk and the replay after a restart.
-	HeartbeatTimeout  time.Duration
-	ElectionTimeout   time.Duration
-	LeaderLease       time.Duration
-	SnapshotInterval  time.Duration
-	SnapshotThreshold uint64
-	TrailingLogs      uint64
+	RaftTiming
 
 	// FSM configures the state machine; its Dir is set from DataDir.
 	FSM fsm.Config
@@ -77,15 +81,18 @@ func DefaultConfig() Config {
 		MaxBatchBytes:      4 << 20,
 		MaxInflightBatches: 16,
 		MaxPullWait:        30 * time.Second,
-		HeartbeatTimeout:   1000 * time.Millisecond,
-		ElectionTimeout:    1000 * time.Millisecond,
-		LeaderLease:        500 * time.Millisecond,
-		SnapshotInterval:   30 * time.Second,
-		SnapshotThreshold:  2048,
-		TrailingLogs:       1024,
-		FSM:                fsm.DefaultConfig(""),
-		Now:                time.Now,
-		Logger:             hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),
+		MetaHeartbeat:      2 * time.Second,
+		RaftTiming: RaftTiming{
+			HeartbeatTimeout:  1000 * time.Millisecond,
+			ElectionTimeout:   1000 * time.Millisecond,
+			LeaderLease:       500 * time.Millisecond,
+			SnapshotInterval:  30 * time.Second,
+			SnapshotThreshold: 2048,
+			TrailingLogs:      1024,
+		},
+		FSM:    fsm.DefaultConfig(""),
+		Now:    time.Now,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),
 	}
 }
 
@@ -94,8 +101,13 @@ func (c *Config) Validate() error {
 	if err := fsm.CheckName("node id", c.ID); err != nil {
 		return fmt.Errorf("server: config: %w", err)
 	}
-	if err := fsm.CheckName("group", c.Group); err != nil {
+	if err := meta.CheckBrokerGroup(c.Group); err != nil {
 		return fmt.Errorf("server: config: %w", err)
+	}
+	for _, addr := range c.Meta {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("server: config: metaserver address %q: %w", addr, err)
+		}
 	}
 	if c.DataDir == "" {
 		return errors.New("server: config: data directory is empty")
@@ -111,7 +123,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
-	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0:
+	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0 || c.MetaHeartbeat <= 0:
 		return errors.New("server: config: timeouts must be positive")
 	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > fsm.MaxBatchMessages:
 		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, fsm.MaxBatchMessages)

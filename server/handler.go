@@ -31,12 +31,11 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleLeave(ctx, p)
 	case transport.TypeTransfer:
 		return n.handleTransfer(p)
+	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
+		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects:
+		return n.forwardToMeta(ctx, t, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
-}
-
-func (n *Node) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 }
 
 func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
@@ -56,6 +55,9 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	if !n.isLeader() {
 		return nil, n.notLeader()
+	}
+	if !n.writable.Load() {
+		return nil, transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()

@@ -9,12 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/transport"
@@ -23,13 +22,11 @@ import (
 // Node is one member of a broker group: a Raft node over the broker state
 // machine, a client listener and an admin HTTP listener.
 type Node struct {
+	raftGroup
 	cfg Config
 	log hclog.Logger
 
-	fsm   *fsm.FSM
-	raft  *raft.Raft
-	bolt  *raftboltdb.BoltStore
-	trans *raft.NetworkTransport
+	fsm *fsm.FSM
 
 	client     *transport.Server
 	clientLis  net.Listener
@@ -37,17 +34,19 @@ type Node struct {
 	httpSrv    *http.Server
 	httpLis    net.Listener
 
+	meta     *transport.GroupClient // nil without a metaserver
+	writable atomic.Bool            // false while the metaserver drains the group
+
 	batcher  *batcher
 	sessions *sessions
 	notify   *notifier
 	metrics  *metrics
 
-	leaderCh chan bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	closeMu  sync.Mutex
-	closed   bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
 }
 
 // New opens the node's storage, starts Raft and its listeners.
@@ -57,7 +56,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	// n is not the named result: every failure returns nil, and the
 	// deferred Close below must still see the node.
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), leaderCh: make(chan bool, 16)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -92,8 +91,11 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if err := n.startMetaLink(); err != nil {
+		return nil, err
+	}
 	n.goLoop(n.batcher.run)
-	n.goLoop(n.watchLeadership)
+	n.goLoop(func() { n.watchLeadership(n.ctx, n.metrics.leaderChanges.Inc, n.startLeading) })
 	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
 	return n, nil
 }
@@ -114,14 +116,6 @@ func (n *Node) openRaft() error {
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
 	}
-	n.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(n.cfg.DataDir, "raft.db"),
-		// Without these, bolt rewrites its whole freelist on every commit.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return fmt.Errorf("server: open raft log: %w", err)
-	}
 	snaps, err := fsm.NewSnapshotStore(filepath.Join(n.cfg.DataDir, "snapshots"), 2, n.log)
 	if err != nil {
 		return err
@@ -129,56 +123,15 @@ func (n *Node) openRaft() error {
 	if err := n.fsm.CatchUp(snaps); err != nil {
 		return err
 	}
-	advertise, err := net.ResolveTCPAddr("tcp", n.cfg.RaftAddr)
-	if err != nil {
-		return fmt.Errorf("server: raft address: %w", err)
+	n.raftGroup = raftGroup{
+		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout,
+		memberAddr: n.fsm.MemberAddr,
+		setMember: func(id, addr string) []byte {
+			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()
+		},
 	}
-	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 8, 10*time.Second, n.log.Named("raft-net"))
-	if err != nil {
-		return fmt.Errorf("server: listen for raft: %w", err)
-	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(n.cfg.ID)
-	rc.Logger = n.log.Named("raft")
-	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
-	rc.ElectionTimeout = n.cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = n.cfg.LeaderLease
-	rc.SnapshotInterval = n.cfg.SnapshotInterval
-	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
-	rc.TrailingLogs = n.cfg.TrailingLogs
-	rc.NotifyCh = n.leaderCh
-	// Let proposals queue while the leader writes the previous ones, so they
-	// share the next disk write. Apply's own timeout is loosened by this;
-	// every proposal is still bounded by the caller's context.
-	rc.BatchApplyCh = true
-	// The state machine keeps its own checkpoint; restoring the last snapshot
-	// on start would only redo work (see fsm/DESIGN.md).
-	rc.NoSnapshotRestoreOnStart = true
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fmt.Errorf("server: raft config: %w", err)
-	}
-	if n.cfg.Bootstrap {
-		has, err := raft.HasExistingState(n.bolt, n.bolt, snaps)
-		if err != nil {
-			return fmt.Errorf("server: check raft state: %w", err)
-		}
-		if !has {
-			cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.trans.LocalAddr()}}}
-			if err := raft.BootstrapCluster(rc, n.bolt, n.bolt, snaps, n.trans, cfg); err != nil {
-				return fmt.Errorf("server: bootstrap: %w", err)
-			}
-		}
-	}
-	// Followers are fed from memory: without a cache the leader reads every
-	// entry back from bolt (and decodes it) to replicate it.
-	logs, err := raft.NewLogCache(1024, n.bolt)
-	if err != nil {
-		return fmt.Errorf("server: raft log cache: %w", err)
-	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.bolt, snaps, n.trans); err != nil {
-		return fmt.Errorf("server: start raft: %w", err)
-	}
-	return nil
+	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, bootstrap: n.cfg.Bootstrap,
+		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true})
 }
 
 // ClientAddr returns the address clients should use for this node.
@@ -218,20 +171,14 @@ func (n *Node) Close() error {
 		n.httpSrv.Shutdown(ctx)
 		cancel()
 	}
-	if n.raft != nil {
-		if err := n.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, n.shutdown())
 	n.wg.Wait()
-	if n.trans != nil {
-		errs = append(errs, n.trans.Close())
-	}
-	if n.bolt != nil {
-		errs = append(errs, n.bolt.Close())
-	}
+	errs = append(errs, n.closeStores()...)
 	if n.fsm != nil {
 		errs = append(errs, n.fsm.Close())
+	}
+	if n.meta != nil {
+		n.meta.Close()
 	}
 	n.log.Info("stopped")
 	return errors.Join(errs...)

@@ -8,13 +8,14 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // applyAsync proposes an encoded command; the one place that calls
 // raft.Apply. Resolve the future with result.
-func (n *Node) applyAsync(cmd []byte) raft.ApplyFuture {
-	return n.raft.Apply(cmd, n.cfg.ApplyTimeout)
+func (g *raftGroup) applyAsync(cmd []byte) raft.ApplyFuture {
+	return g.raft.Apply(cmd, g.applyTimeout)
 }
 
 // propose proposes an encoded command and waits until it is committed and
@@ -22,8 +23,8 @@ func (n *Node) applyAsync(cmd []byte) raft.ApplyFuture {
 // back as an INVALID *transport.Error; losing leadership as NOT_LEADER with
 // the leader's client address, which the client retries there (commands are
 // safe to retry: sends carry ids the state machine deduplicates).
-func (n *Node) propose(ctx context.Context, cmd []byte) (any, error) {
-	f := n.applyAsync(cmd)
+func (g *raftGroup) propose(ctx context.Context, cmd []byte) (any, error) {
+	f := g.applyAsync(cmd)
 	done := make(chan struct{})
 	go func() {
 		f.Error()
@@ -31,20 +32,20 @@ func (n *Node) propose(ctx context.Context, cmd []byte) (any, error) {
 	}()
 	select {
 	case <-done:
-		return n.result(f)
+		return g.result(f)
 	case <-ctx.Done():
 		return nil, transport.Errorf(transport.Timeout, "waiting for commit: %v", ctx.Err())
 	}
 }
 
 // result unpacks a finished apply future.
-func (n *Node) result(f raft.ApplyFuture) (any, error) {
+func (g *raftGroup) result(f raft.ApplyFuture) (any, error) {
 	if err := f.Error(); err != nil {
-		return nil, n.raftError(err)
+		return nil, g.raftError(err)
 	}
 	resp := f.Response()
 	if err, ok := resp.(error); ok {
-		if errors.Is(err, fsm.ErrInvalid) {
+		if errors.Is(err, fsm.ErrInvalid) || errors.Is(err, meta.ErrInvalid) {
 			return nil, transport.Errorf(transport.Invalid, "%v", err)
 		}
 		return nil, transport.Errorf(transport.Internal, "%v", err)
@@ -53,11 +54,11 @@ func (n *Node) result(f raft.ApplyFuture) (any, error) {
 }
 
 // raftError maps a Raft failure to the wire error a client acts on.
-func (n *Node) raftError(err error) error {
+func (g *raftGroup) raftError(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return n.notLeader()
+		return g.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return transport.Errorf(transport.Timeout, "raft: %v", err)
 	case errors.Is(err, raft.ErrRaftShutdown):
@@ -68,14 +69,14 @@ func (n *Node) raftError(err error) error {
 
 // notLeader is the NOT_LEADER error naming the current leader's client
 // address, when this node knows it.
-func (n *Node) notLeader() error {
-	_, id := n.raft.LeaderWithID()
-	e := &transport.Error{Code: transport.NotLeader, Message: fmt.Sprintf("node %s is not the leader of group %s", n.cfg.ID, n.cfg.Group)}
+func (g *raftGroup) notLeader() error {
+	_, id := g.raft.LeaderWithID()
+	e := &transport.Error{Code: transport.NotLeader, Message: fmt.Sprintf("node %s is not the leader of group %s", g.id, g.group)}
 	if id != "" {
-		e.Leader = n.fsm.MemberAddr(string(id))
+		e.Leader = g.memberAddr(string(id))
 	}
 	return e
 }
 
 // isLeader reports whether this node is the group's leader now.
-func (n *Node) isLeader() bool { return n.raft.State() == raft.Leader }
+func (g *raftGroup) isLeader() bool { return g.raft.State() == raft.Leader }

@@ -19,6 +19,7 @@ const (
 	Timeout     Code = 5 // retriable: the deadline passed; the outcome is unknown
 	Internal    Code = 6 // a bug or a storage failure on the server
 	UnknownType Code = 7 // the server does not know the request type
+	ReadOnly    Code = 8 // the broker group is drained: send to another group of the subject
 )
 
 var codeInfo = map[Code]struct {
@@ -33,6 +34,7 @@ var codeInfo = map[Code]struct {
 	Timeout:     {"TIMEOUT", true},
 	Internal:    {"INTERNAL", false},
 	UnknownType: {"UNKNOWN_TYPE", false},
+	ReadOnly:    {"READONLY", false},
 }
 
 func (c Code) String() string {

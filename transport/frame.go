@@ -44,6 +44,17 @@ const (
 	TypeJoin      Type = 6
 	TypeLeave     Type = 7
 	TypeTransfer  Type = 8
+
+	// Metaserver requests. Brokers forward them to their metaserver, so a
+	// client may send them to any node of the cluster.
+	TypeRoute           Type = 9  // where a subject lives
+	TypeRegister        Type = 10 // a broker node announces itself
+	TypeBrokerHeartbeat Type = 11 // a broker node reports its position
+	TypeCluster         Type = 12 // every group, its nodes and their positions
+	TypeAssign          Type = 13 // route a subject to more broker groups
+	TypeSetWritable     Type = 14 // drain a broker group, or open it again
+	TypeSubjects        Type = 15 // every subject's route
+	TypeDeregister      Type = 16 // forget a broker node that left its group
 )
 
 func (t Type) String() string {
@@ -64,6 +75,22 @@ func (t Type) String() string {
 		return "leave"
 	case TypeTransfer:
 		return "transfer-leader"
+	case TypeRoute:
+		return "route"
+	case TypeRegister:
+		return "register"
+	case TypeBrokerHeartbeat:
+		return "broker-heartbeat"
+	case TypeCluster:
+		return "cluster"
+	case TypeAssign:
+		return "assign"
+	case TypeSetWritable:
+		return "set-writable"
+	case TypeSubjects:
+		return "subjects"
+	case TypeDeregister:
+		return "deregister"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -13,41 +13,95 @@ import (
 	"github.com/qmqgo/qmq"
 )
 
+// withAdmin runs fn with an Admin for --server and a deadline.
+func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *qmq.Admin) error) error {
+	a, err := qmq.NewAdmin(c.String("server"))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return fn(ctx, a)
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
-		Usage: "show every member of the group: state, leader, term, commit and applied index",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each member's status as JSON"}},
+		Usage: "show every group of the cluster: members, leader, term, applied index and lag",
+		Description: "Asks the metaserver (through --server) for every broker group, and each metaserver node\n" +
+			"for its own position. LAG is how many entries a node's applied index trails its leader's;\n" +
+			"broker figures come from heartbeats, so they are up to a few seconds old (SEEN).",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
-			a, err := qmq.NewAdmin(c.String("server"))
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			statuses := groupStatus(ctx, a)
-			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(statuses)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "GROUP\tID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLAST\tCLIENT\tRAFT")
-			for _, s := range statuses {
-				if s.err != "" {
-					fmt.Fprintf(w, "%s\t%s\tunreachable\t\t\t\t\t\t%s\t%s (%s)\n", s.Group, s.ID, s.ClientAddr, s.RaftAddr, s.err)
-					continue
+			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				cl, err := a.Cluster(ctx)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Group, s.ID, s.State, s.Leader,
-					s.Term, s.CommitIndex, s.AppliedIndex, s.LastIndex, s.ClientAddr, s.RaftAddr)
-			}
-			return w.Flush()
+				metas := metaStatus(ctx, a, cl)
+				if c.Bool("json") {
+					return printJSON(struct {
+						Meta []memberStatus `json:"meta"`
+						*qmq.Cluster
+					}{metas, cl})
+				}
+				return printStatusTable(metas, cl)
+			})
 		},
 	}
 }
 
-// memberStatus is one member's status, or why it could not be had.
+func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tSEEN\tCLIENT\tRAFT")
+	var leaderApplied uint64
+	for _, s := range metas {
+		if s.State == "Leader" {
+			leaderApplied = s.AppliedIndex
+		}
+	}
+	for _, s := range metas {
+		if s.err != "" {
+			fmt.Fprintf(w, "meta\t%s\tunreachable\t\t\t\t\t%s\t%s (%s)\n", s.ID, s.ClientAddr, s.RaftAddr, s.err)
+			continue
+		}
+		lag := uint64(0)
+		if leaderApplied > s.AppliedIndex {
+			lag = leaderApplied - s.AppliedIndex
+		}
+		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\tnow\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag, s.ClientAddr, s.RaftAddr)
+	}
+	for _, g := range cl.Groups {
+		name := g.Name
+		switch {
+		case !g.Available:
+			name += " (unavailable)"
+		case !g.Writable:
+			name += " (readonly)"
+		}
+		for _, n := range g.Nodes {
+			seen := "never"
+			if n.SeenMillis >= 0 {
+				seen = (time.Duration(n.SeenMillis) * time.Millisecond).Round(100 * time.Millisecond).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", name, n.ID, n.State, n.Term, n.AppliedIndex, n.Lag, seen, n.ClientAddr, n.RaftAddr)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Printf("%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
+	return nil
+}
+
+// memberStatus is one metaserver node's status, or why it could not be had.
 type memberStatus struct {
 	qmq.Status
 	err string
@@ -60,28 +114,17 @@ func (m memberStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m.Status)
 }
 
-// groupStatus asks the first reachable server for the membership, then
-// every member for its own status.
-func groupStatus(ctx context.Context, a *qmq.Admin) []memberStatus {
-	var first *qmq.Status
-	var lastErr error
-	for _, addr := range a.Servers() {
-		if first, lastErr = a.Status(ctx, addr); lastErr == nil {
-			break
-		}
-	}
-	if first == nil {
-		return []memberStatus{{Status: qmq.Status{ClientAddr: a.Servers()[0]}, err: lastErr.Error()}}
-	}
+// metaStatus asks every metaserver node for its own status.
+func metaStatus(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []memberStatus {
 	var out []memberStatus
-	for _, m := range first.Members {
+	for _, m := range cl.Meta.Members {
 		if m.ClientAddr == "" {
-			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, Group: first.Group, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"})
+			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"})
 			continue
 		}
 		s, err := a.Status(ctx, m.ClientAddr)
 		if err != nil {
-			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, Group: first.Group, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: err.Error()})
+			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: err.Error()})
 			continue
 		}
 		out = append(out, memberStatus{Status: *s})
@@ -89,22 +132,25 @@ func groupStatus(ctx context.Context, a *qmq.Admin) []memberStatus {
 	return out
 }
 
+var groupFlag = &cli.StringFlag{Name: "group", Required: true, Usage: "the broker group's `NAME`, or meta for the metaserver group"}
+
 func joinCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "join",
-		Usage: "add a node to a broker group as a voter (through the group's leader)",
-		Description: "Start the new node first (qmqd broker … without --bootstrap), then join it:\n" +
-			"  qmqctl --server ANY-MEMBER join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
-			"Joining a node that is already a member with the same addresses succeeds.",
+		Usage: "add a node to a broker group or to the metaserver group (through its leader)",
+		Description: "Start the new node first (qmqd broker|meta … without --bootstrap), then join it:\n" +
+			"  qmqctl --server META join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+			"The group's members are found through the metaserver (--group meta for the metaserver\n" +
+			"group itself). Joining a node that is already a member with the same addresses succeeds.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "group", Required: true, Usage: "the group's `NAME` (checked against the server's)"},
+			groupFlag,
 			&cli.StringFlag{Name: "id", Required: true, Usage: "the new node's `ID`"},
 			&cli.StringFlag{Name: "raft", Required: true, Usage: "the new node's Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "addr", Required: true, Usage: "the new node's client `HOST:PORT`"},
 		},
 		Action: func(c *cli.Context) error {
-			return withGroup(c, func(ctx context.Context, a *qmq.Admin) error {
-				if err := a.Join(ctx, c.String("id"), c.String("raft"), c.String("addr")); err != nil {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				if err := a.Join(ctx, c.String("group"), c.String("id"), c.String("raft"), c.String("addr")); err != nil {
 					return err
 				}
 				fmt.Printf("node %s joined group %s\n", c.String("id"), c.String("group"))
@@ -117,14 +163,16 @@ func joinCommand() *cli.Command {
 func leaveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "leave",
-		Usage: "remove a node from a broker group (through the group's leader)",
+		Usage: "remove a node from a broker group or the metaserver group (through its leader)",
+		Description: "Removes the node from the group's Raft configuration; a broker node is also forgotten by\n" +
+			"the metaserver. Stop the node's process afterwards.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "group", Required: true, Usage: "the group's `NAME` (checked against the server's)"},
+			groupFlag,
 			&cli.StringFlag{Name: "id", Required: true, Usage: "the `ID` of the node to remove"},
 		},
 		Action: func(c *cli.Context) error {
-			return withGroup(c, func(ctx context.Context, a *qmq.Admin) error {
-				if err := a.Leave(ctx, c.String("id")); err != nil {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				if err := a.Leave(ctx, c.String("group"), c.String("id")); err != nil {
 					return err
 				}
 				fmt.Printf("node %s left group %s\n", c.String("id"), c.String("group"))
@@ -132,24 +180,4 @@ func leaveCommand() *cli.Command {
 			})
 		},
 	}
-}
-
-// withGroup runs fn with an Admin after checking that --server belongs to
-// the --group named, so a join never lands in the wrong group.
-func withGroup(c *cli.Context, fn func(context.Context, *qmq.Admin) error) error {
-	a, err := qmq.NewAdmin(c.String("server"))
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := a.Status(ctx, a.Servers()[0])
-	if err != nil {
-		return err
-	}
-	if st.Group != c.String("group") {
-		return fmt.Errorf("server %s belongs to group %q, not %q", a.Servers()[0], st.Group, c.String("group"))
-	}
-	return fn(ctx, a)
 }

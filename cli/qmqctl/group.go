@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,26 +13,139 @@ import (
 func groupCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "group",
-		Usage: "operate on a broker group",
+		Usage: "operate on a broker group: leadership, drain",
 		Subcommands: []*cli.Command{{
 			Name:  "transfer-leader",
-			Usage: "hand the group's leadership to another voter (before restarting the leader)",
+			Usage: "hand a group's leadership to another voter (before restarting the leader)",
 			Description: "Asks the leader to hand over to --to, or to the most up-to-date voter, and waits until\n" +
 				"it has. Clients follow the new leader after one quick redirect instead of waiting for an\n" +
 				"election timeout. Use it before stopping the leader in a rolling restart.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "group", Required: true, Usage: "the group's `NAME` (checked against the server's)"},
+				groupFlag,
 				&cli.StringFlag{Name: "to", Usage: "node `ID` to hand leadership to (default: the most up-to-date voter)"},
 			},
 			Action: func(c *cli.Context) error {
-				return withGroup(c, func(ctx context.Context, a *qmq.Admin) error {
-					if err := a.TransferLeader(ctx, c.String("to")); err != nil {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					if err := a.TransferLeader(ctx, c.String("group"), c.String("to")); err != nil {
 						return err
 					}
 					fmt.Printf("group %s: leadership transferred\n", c.String("group"))
 					return nil
 				})
 			},
+		}, writableCommand("readonly", false,
+			"drain a broker group: producers stop sending to it, consumers finish what it holds",
+			"Producers move to the subject's other groups; the group's leader refuses new sends with\n"+
+				"READONLY from its next heartbeat (within seconds). Consumers keep pulling from it until it is\n"+
+				"empty. A subject whose only group is readonly cannot be sent to: assign it another first."),
+			writableCommand("writable", true, "open a drained broker group to sends again", ""),
+		},
+	}
+}
+
+func writableCommand(name string, writable bool, usage, description string) *cli.Command {
+	return &cli.Command{
+		Name: name, Usage: usage, Description: description, ArgsUsage: "GROUP",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("group %s takes one argument, the group's name", name)
+			}
+			group := c.Args().First()
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				if err := a.SetWritable(ctx, group, writable); err != nil {
+					return err
+				}
+				fmt.Printf("group %s is %s\n", group, name)
+				return nil
+			})
+		},
+	}
+}
+
+func subjectCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "subject",
+		Usage: "show or change where subjects live",
+		Subcommands: []*cli.Command{{
+			Name:      "show",
+			Usage:     "show a subject's broker groups and consumer groups (every subject without an argument)",
+			ArgsUsage: "[SUBJECT]",
+			Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
+			Action: func(c *cli.Context) error {
+				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					var routes []qmq.Route
+					if c.NArg() > 0 {
+						r, err := a.Route(ctx, c.Args().First())
+						if err != nil {
+							return err
+						}
+						routes = []qmq.Route{*r}
+					} else {
+						var err error
+						if routes, err = a.Subjects(ctx); err != nil {
+							return err
+						}
+					}
+					if c.Bool("json") {
+						return printJSON(routes)
+					}
+					for _, r := range routes {
+						printRoute(&r)
+					}
+					return nil
+				})
+			},
+		}, {
+			Name:      "assign",
+			Usage:     "route a subject to more broker groups",
+			ArgsUsage: "SUBJECT",
+			Description: "Adds the --groups named, or as many groups as it takes (least loaded first) for the\n" +
+				"subject to live in --count groups. A route never loses a group: to move a subject off\n" +
+				"a group, assign it elsewhere and drain the group with `qmqctl group readonly`.",
+			Flags: []cli.Flag{
+				&cli.StringSliceFlag{Name: "groups", Usage: "broker groups to add, `G1,G2`"},
+				&cli.IntFlag{Name: "count", Usage: "how many groups the subject should live in"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return fmt.Errorf("subject assign takes one argument, the subject")
+				}
+				if (len(c.StringSlice("groups")) > 0) == (c.Int("count") > 0) {
+					return fmt.Errorf("give either --groups or --count")
+				}
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					r, err := a.Assign(ctx, c.Args().First(), c.StringSlice("groups"), c.Int("count"))
+					if err != nil {
+						return err
+					}
+					printRoute(r)
+					return nil
+				})
+			},
 		}},
 	}
+}
+
+func printRoute(r *qmq.Route) {
+	fmt.Printf("%s\n", r.Subject)
+	for _, g := range r.Groups {
+		state := "writable"
+		if !g.Writable {
+			state = "readonly"
+		}
+		if !g.Available {
+			state += ", unavailable"
+		}
+		fmt.Printf("  group %s (%s) leader %s servers %v\n", g.Name, state, orNone(g.Leader), g.Servers)
+	}
+	if len(r.ConsumerGroups) > 0 {
+		fmt.Printf("  consumer groups %v\n", r.ConsumerGroups)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

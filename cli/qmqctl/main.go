@@ -22,10 +22,10 @@ func main() {
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name: "server", Value: qmq.DefaultServer, EnvVars: []string{"QMQ_SERVER"},
-				Usage: "broker `HOST:PORT[,HOST:PORT…]`: any member of the group will do",
+				Usage: "metaserver or broker `HOST:PORT[,HOST:PORT…]`: any node of the cluster will do",
 			},
 		},
-		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), benchCommand()},
+		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), subjectCommand(), benchCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		if err != errFailed {

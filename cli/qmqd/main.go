@@ -1,13 +1,16 @@
 // Command qmqd is the queue's server daemon.
 //
 //	qmqd dev      a complete one-node installation on embedded defaults
+//	qmqd meta     one node of the metaserver group (routing, membership)
 //	qmqd broker   one node of a broker group (a Raft cluster)
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -15,19 +18,21 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/transport"
 )
 
 func main() {
 	app := &cli.App{
 		Name:  "qmqd",
-		Usage: "the QMQ broker daemon",
-		Description: "Runs broker nodes. `qmqd dev` starts a complete one-node queue with no other setup;\n" +
-			"`qmqd broker` runs one node of a replicated broker group: bootstrap the first node with\n" +
-			"--bootstrap, then add the others with `qmqctl join`.",
+		Usage: "the QMQ server daemon",
+		Description: "`qmqd dev` starts a complete one-node queue with no other setup. A production cluster is\n" +
+			"a metaserver group (`qmqd meta`, three nodes) and broker groups (`qmqd broker --meta …`,\n" +
+			"three nodes each): bootstrap the first node of each group with --bootstrap, then add the\n" +
+			"others with `qmqctl join`. docs/operations.md walks through it.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "trace, debug, info, warn or error", EnvVars: []string{"QMQ_LOG_LEVEL"}},
 		},
-		Commands: []*cli.Command{devCommand(), brokerCommand()},
+		Commands: []*cli.Command{devCommand(), metaCommand(), brokerCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "qmqd:", err)
@@ -39,21 +44,92 @@ func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
 		Usage: "run a complete one-node queue on embedded defaults",
-		Description: "Starts one node that bootstraps its own group; data survives restarts in --data.\n" +
-			"Send and consume with `qmqctl send` / `qmqctl consume` (their default server is this one).",
+		Description: "Starts one metaserver node and one broker node in this process, each bootstrapping its\n" +
+			"own group; data survives restarts in --data. Send and consume with `qmqctl send` /\n" +
+			"`qmqctl consume` (their default server is this one).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data", Value: "qmq-data", Usage: "data `DIR`"},
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:6222", Usage: "client `HOST:PORT`"},
-			&cli.StringFlag{Name: "http", Value: "127.0.0.1:6280", Usage: "admin HTTP `HOST:PORT` (/status, /metrics)"},
-			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "Raft `HOST:PORT`"},
+			&cli.StringFlag{Name: "data", Value: "qmq-data", Usage: "data `DIR` (broker/ and meta/ inside)"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:6222", Usage: "broker client `HOST:PORT`"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:6280", Usage: "broker admin HTTP `HOST:PORT` (/status, /metrics)"},
+			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
+			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
+			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
 		},
 		Action: func(c *cli.Context) error {
+			logger, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			// One voter per group: elections are instant, so short timeouts cost nothing.
+			fast := func(t *server.RaftTiming) {
+				t.HeartbeatTimeout, t.ElectionTimeout, t.LeaderLease = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
+			}
+			mcfg := server.DefaultMetaConfig()
+			mcfg.ID, mcfg.Bootstrap, mcfg.Logger = "dev-meta", true, logger
+			mcfg.DataDir, mcfg.ClientAddr, mcfg.RaftAddr = filepath.Join(c.String("data"), "meta"), c.String("meta-listen"), c.String("meta-raft")
+			fast(&mcfg.RaftTiming)
+			m, err := server.NewMeta(mcfg)
+			if err != nil {
+				return err
+			}
 			cfg := server.DefaultConfig()
-			cfg.ID, cfg.Group, cfg.Bootstrap = "dev", "dev", true
-			cfg.DataDir, cfg.ClientAddr, cfg.HTTPAddr, cfg.RaftAddr = c.String("data"), c.String("listen"), c.String("http"), c.String("raft")
-			// One voter: elections are instant, so the short timeouts cost nothing.
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
-			return run(c, cfg)
+			cfg.ID, cfg.Group, cfg.Bootstrap, cfg.Logger = "dev", "dev", true, logger
+			cfg.DataDir, cfg.ClientAddr, cfg.HTTPAddr, cfg.RaftAddr = filepath.Join(c.String("data"), "broker"), c.String("listen"), c.String("http"), c.String("raft")
+			cfg.Meta = []string{m.ClientAddr()}
+			fast(&cfg.RaftTiming)
+			n, err := server.New(cfg)
+			if err != nil {
+				m.Close()
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s (metaserver %s), http %s, data %s\n",
+				n.ClientAddr(), m.ClientAddr(), n.HTTPAddr(), c.String("data"))
+			waitForSignal()
+			return errors.Join(n.Close(), m.Close())
+		},
+	}
+}
+
+func metaCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "meta",
+		Usage: "run one node of the metaserver group",
+		Description: "The metaserver holds the broker groups, their members and the subject routes, in a Raft\n" +
+			"group of its own (three nodes in production). Start the first with --bootstrap; start the\n" +
+			"others without it and add each with\n" +
+			"  qmqctl --server FIRST join --group meta --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+			"Brokers find it through their --meta flag; clients may use any metaserver address.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in the metaserver group"},
+			&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
+			&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT` (clients and brokers connect here)"},
+			&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` (other members dial it)"},
+			&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
+			&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
+			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new metaserver group with this node as its only voter (ignored once it has data)"},
+			&cli.IntFlag{Name: "subject-groups", Value: 2, Usage: "assign a new subject to `K` broker groups (fewer if fewer are available)"},
+			&cli.DurationFlag{Name: "group-timeout", Value: 10 * time.Second, Usage: "mark a broker group unavailable after `DUR` without a heartbeat from its leader"},
+			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout"},
+		},
+		Action: func(c *cli.Context) error {
+			logger, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			cfg := server.DefaultMetaConfig()
+			cfg.ID, cfg.DataDir, cfg.Logger = c.String("id"), c.String("data"), logger
+			cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = c.String("listen"), c.String("raft"), c.String("http")
+			cfg.AdvertiseAddr, cfg.Bootstrap = c.String("advertise"), c.Bool("bootstrap")
+			cfg.SubjectGroups, cfg.GroupTimeout = c.Int("subject-groups"), c.Duration("group-timeout")
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Duration("election-timeout"), c.Duration("election-timeout")
+			cfg.LeaderLease = cfg.HeartbeatTimeout / 2
+			m, err := server.NewMeta(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "qmqd: metaserver node %s: clients %s, raft %s, http %s\n", cfg.ID, m.ClientAddr(), cfg.RaftAddr, m.HTTPAddr())
+			waitForSignal()
+			return m.Close()
 		},
 	}
 }
@@ -64,8 +140,10 @@ func brokerCommand() *cli.Command {
 		Usage: "run one node of a broker group",
 		Description: "Every node of a group gets a unique --id and its own --data. Start the first with\n" +
 			"--bootstrap; start the others without it and add each with\n" +
-			"  qmqctl --server FIRST join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
-			"A restarted node needs no flags beyond its usual ones: it rejoins from its data.",
+			"  qmqctl --server META join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+			"With --meta the node registers with the metaserver on start and reports to it every few\n" +
+			"seconds; nothing needs registering by hand. A restarted node needs no flags beyond its\n" +
+			"usual ones: it rejoins from its data.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in the group"},
 			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
@@ -73,39 +151,48 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
 			&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` (other members dial it)"},
 			&cli.StringFlag{Name: "http", Required: true, Usage: "admin HTTP `HOST:PORT` (/status, /metrics)"},
+			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new group with this node as its only voter (ignored once it has data)"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout"},
 		},
 		Action: func(c *cli.Context) error {
+			logger, err := newLogger(c)
+			if err != nil {
+				return err
+			}
 			cfg := server.DefaultConfig()
-			cfg.ID, cfg.Group, cfg.DataDir = c.String("id"), c.String("group"), c.String("data")
+			cfg.ID, cfg.Group, cfg.DataDir, cfg.Logger = c.String("id"), c.String("group"), c.String("data"), logger
 			cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = c.String("listen"), c.String("raft"), c.String("http")
 			cfg.AdvertiseAddr, cfg.Bootstrap = c.String("advertise"), c.Bool("bootstrap")
+			cfg.Meta = transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Duration("election-timeout"), c.Duration("election-timeout")
 			cfg.LeaderLease = cfg.HeartbeatTimeout / 2
-			return run(c, cfg)
+			n, err := server.New(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "qmqd: node %s of group %s: clients %s, raft %s, http %s\n",
+				cfg.ID, cfg.Group, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
+			waitForSignal()
+			return n.Close()
 		},
 	}
 }
 
-// run starts a node and stops it on SIGINT or SIGTERM.
-func run(c *cli.Context, cfg server.Config) error {
+func newLogger(c *cli.Context) (hclog.Logger, error) {
 	level := hclog.LevelFromString(c.String("log-level"))
 	if level == hclog.NoLevel {
-		return fmt.Errorf("unknown --log-level %q", c.String("log-level"))
+		return nil, fmt.Errorf("unknown --log-level %q", c.String("log-level"))
 	}
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: level, Output: os.Stderr})
-	n, err := server.New(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "qmqd: node %s of group %s: clients %s, raft %s, http %s\n",
-		cfg.ID, cfg.Group, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
+	return hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: level, Output: os.Stderr}), nil
+}
+
+// waitForSignal returns on SIGINT or SIGTERM.
+func waitForSignal() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
-	return n.Close()
 }

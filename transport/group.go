@@ -1,4 +1,4 @@
-package qmq
+package transport
 
 import (
 	"context"
@@ -7,49 +7,69 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/qmqgo/qmq/transport"
 )
-
-// DefaultServer is the address `qmqd dev` listens on.
-const DefaultServer = "127.0.0.1:6222"
-
-// Error is an error answered by a broker, with its wire code; see
-// transport.Code for the codes and which are retriable.
-type Error = transport.Error
 
 // maxElectionBackoff caps the pause between retries while a group has no
 // leader (NOT_LEADER without an address, or its nodes unreachable).
 const maxElectionBackoff = 100 * time.Millisecond
 
-// client holds connections to a broker group's nodes and finds the leader.
-// Requests go to the leader; NOT_LEADER answers redirect, and retriable
-// failures are retried (with backoff) until the context ends.
-type client struct {
+// GroupClient holds connections to the nodes of one Raft group (a broker
+// group or the metaserver group) and finds its leader. Requests go to the
+// leader; NOT_LEADER answers redirect, and retriable failures are retried
+// (with backoff) until the context ends. It is safe for concurrent use.
+type GroupClient struct {
 	servers []string
 
 	mu     sync.Mutex
-	conns  map[string]*transport.Conn
+	conns  map[string]*Conn
 	leader string // best guess; "" when unknown
 	next   int    // round-robin over servers when the leader is unknown
 	closed bool
 }
 
-func newClient(servers string) (*client, error) {
+// SplitServers splits a comma-separated address list, dropping blanks.
+func SplitServers(servers string) []string {
 	var list []string
 	for _, s := range strings.Split(servers, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			list = append(list, s)
 		}
 	}
-	if len(list) == 0 {
+	return list
+}
+
+// NewGroupClient returns a client for the group whose nodes answer at
+// servers (any subset will do: NOT_LEADER answers name the leader).
+func NewGroupClient(servers []string) (*GroupClient, error) {
+	if len(servers) == 0 {
 		return nil, errors.New("qmq: no server address given")
 	}
-	return &client{servers: list, conns: map[string]*transport.Conn{}}, nil
+	return &GroupClient{servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
+}
+
+// Servers returns the addresses the client tries when it knows no leader.
+func (c *GroupClient) Servers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.servers...)
+}
+
+// SetServers replaces the addresses to try (the group's membership
+// changed) and takes leader as the leader's address unless it is "".
+func (c *GroupClient) SetServers(servers []string, leader string) {
+	if len(servers) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servers = append(c.servers[:0:0], servers...)
+	if leader != "" {
+		c.leader = leader
+	}
 }
 
 // target returns the address to try next.
-func (c *client) target() string {
+func (c *GroupClient) target() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leader != "" {
@@ -60,7 +80,7 @@ func (c *client) target() string {
 	return addr
 }
 
-func (c *client) setLeader(addr string) {
+func (c *GroupClient) setLeader(addr string) {
 	c.mu.Lock()
 	c.leader = addr
 	c.mu.Unlock()
@@ -68,7 +88,7 @@ func (c *client) setLeader(addr string) {
 
 // forget drops a failed address: its connection, and the leader guess if
 // it was the leader.
-func (c *client) forget(addr string) {
+func (c *GroupClient) forget(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if conn := c.conns[addr]; conn != nil {
@@ -80,7 +100,8 @@ func (c *client) forget(addr string) {
 	}
 }
 
-func (c *client) conn(ctx context.Context, addr string) (*transport.Conn, error) {
+// Conn returns the connection to addr, dialling it if needed.
+func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -98,7 +119,7 @@ func (c *client) conn(ctx context.Context, addr string) (*transport.Conn, error)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := transport.Dial(dctx, addr)
+	conn, err := Dial(dctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -116,15 +137,15 @@ func (c *client) conn(ctx context.Context, addr string) (*transport.Conn, error)
 	return conn, nil
 }
 
-// call sends a request to the leader, following redirects and retrying
+// Call sends a request to the leader, following redirects and retrying
 // retriable failures until ctx ends. A leader change costs latency, not an
 // error.
-func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]byte, error) {
+func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
 	backoff := 10 * time.Millisecond
 	var last error
 	for attempt := 0; ; attempt++ {
 		addr := c.target()
-		conn, err := c.conn(ctx, addr)
+		conn, err := c.Conn(ctx, addr)
 		var body []byte
 		if err == nil {
 			body, err = conn.Call(ctx, t, payload)
@@ -132,7 +153,7 @@ func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]
 		if err == nil {
 			return body, nil
 		}
-		var e *transport.Error
+		var e *Error
 		if !errors.As(err, &e) {
 			return nil, err
 		}
@@ -144,12 +165,12 @@ func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]
 		}
 		last = err
 		switch {
-		case e.Code == transport.NotLeader && e.Leader != "" && e.Leader != addr:
+		case e.Code == NotLeader && e.Leader != "" && e.Leader != addr:
 			c.setLeader(e.Leader)
 			continue // redirect at once
-		case e.Code == transport.NotLeader:
+		case e.Code == NotLeader:
 			c.setLeader("") // election under way: try others after a pause
-		case e.Code == transport.Unavailable:
+		case e.Code == Unavailable:
 			if conn == nil || isDone(conn) {
 				c.forget(addr) // the connection itself failed
 			} else {
@@ -166,14 +187,15 @@ func (c *client) call(ctx context.Context, t transport.Type, payload []byte) ([]
 		// While a group elects a leader, poll often: the wait after the
 		// election ends is pure added latency. Other failures back off further.
 		limit := time.Second
-		if e.Code == transport.NotLeader || e.Code == transport.Unavailable {
+		if e.Code == NotLeader || e.Code == Unavailable {
 			limit = maxElectionBackoff
 		}
 		backoff = min(backoff*2, limit)
 	}
 }
 
-func (c *client) close() {
+// Close closes every connection; later calls fail.
+func (c *GroupClient) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -183,7 +205,7 @@ func (c *client) close() {
 	}
 }
 
-func isDone(conn *transport.Conn) bool {
+func isDone(conn *Conn) bool {
 	select {
 	case <-conn.Done():
 		return true

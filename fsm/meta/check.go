@@ -1,0 +1,104 @@
+package meta
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// MaxGroupsPerSubject bounds a route.
+const MaxGroupsPerSubject = 64
+
+func checkName(what, s string) error {
+	if err := fsm.CheckName(what, s); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckAddr reports whether s is a HOST:PORT address.
+func CheckAddr(what, s string) error {
+	if len(s) > 255 {
+		return fmt.Errorf("%w: %s address of %d bytes", ErrInvalid, what, len(s))
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Errorf("%w: %s address %q: %v", ErrInvalid, what, s, err)
+	}
+	return nil
+}
+
+// GroupName is the metaserver group's own name, which no broker group
+// may take.
+const GroupName = "meta"
+
+// CheckBrokerGroup reports whether s may name a broker group.
+func CheckBrokerGroup(s string) error {
+	if err := checkName("group", s); err != nil {
+		return err
+	}
+	if s == GroupName {
+		return fmt.Errorf("%w: group name %q is the metaserver's", ErrInvalid, s)
+	}
+	return nil
+}
+
+func (c *Register) check() error {
+	if err := CheckBrokerGroup(c.Group); err != nil {
+		return err
+	}
+	if err := checkName("node id", c.ID); err != nil {
+		return err
+	}
+	if err := CheckAddr("raft", c.RaftAddr); err != nil {
+		return err
+	}
+	if err := CheckAddr("client", c.ClientAddr); err != nil {
+		return err
+	}
+	if c.HTTPAddr != "" {
+		return CheckAddr("http", c.HTTPAddr)
+	}
+	return nil
+}
+
+func (c *Deregister) check() error {
+	if err := checkName("group", c.Group); err != nil {
+		return err
+	}
+	return checkName("node id", c.ID)
+}
+
+func (c *Assign) check() error {
+	if err := checkName("subject", c.Subject); err != nil {
+		return err
+	}
+	if len(c.Groups) == 0 || len(c.Groups) > MaxGroupsPerSubject {
+		return fmt.Errorf("%w: %d groups for subject %s (1..%d)", ErrInvalid, len(c.Groups), c.Subject, MaxGroupsPerSubject)
+	}
+	for _, g := range c.Groups {
+		if err := checkName("group", g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *SetWritable) check() error { return checkName("group", c.Group) }
+
+func (c *Consumer) check() error {
+	if err := checkName("subject", c.Subject); err != nil {
+		return err
+	}
+	return checkName("consumer group", c.Group)
+}
+
+func (c *Member) check() error {
+	if err := checkName("node id", c.ID); err != nil {
+		return err
+	}
+	if c.ClientAddr != "" {
+		return CheckAddr("client", c.ClientAddr)
+	}
+	return nil
+}

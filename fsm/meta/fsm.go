@@ -1,0 +1,160 @@
+package meta
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// maxSnapshot bounds a snapshot read by Restore.
+const maxSnapshot = 256 << 20
+
+// FSM is the metaserver's raft.FSM. Its read methods are safe to call from
+// any goroutine and return copies.
+type FSM struct {
+	mu      sync.RWMutex
+	s       *state
+	applied uint64
+}
+
+// New returns an empty state machine.
+func New() *FSM { return &FSM{s: newState()} }
+
+// Apply applies one committed entry. A refused command changes nothing and
+// returns an error wrapping ErrInvalid; otherwise the result is nil.
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	cmd, err := Decode(l.Data)
+	if err != nil {
+		return err
+	}
+	return f.s.apply(cmd)
+}
+
+// Applied returns the index of the last entry applied.
+func (f *FSM) Applied() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
+}
+
+// Snapshot captures the state as JSON.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := json.Marshal(f.s)
+	if err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	return snapshot(b), nil
+}
+
+// Restore replaces the state with a snapshot's. A snapshot that does not
+// decode or check leaves the state as it was.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSnapshot+1))
+	if err != nil {
+		return fmt.Errorf("meta: read snapshot: %w", err)
+	}
+	s, err := decodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.s = s
+	f.mu.Unlock()
+	return nil
+}
+
+func decodeState(b []byte) (*state, error) {
+	if len(b) > maxSnapshot {
+		return nil, fmt.Errorf("%w: snapshot over %d bytes", ErrInvalid, maxSnapshot)
+	}
+	s := newState()
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("%w: snapshot: %v", ErrInvalid, err)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}
+
+// GroupNames returns the registered broker groups, sorted.
+func (f *FSM) GroupNames() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return slices.Sorted(maps.Keys(f.s.Groups))
+}
+
+// Group returns a copy of a registered group.
+func (f *FSM) Group(name string) (Group, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	g := f.s.Groups[name]
+	if g == nil {
+		return Group{}, false
+	}
+	return Group{ReadOnly: g.ReadOnly, Nodes: maps.Clone(g.Nodes)}, true
+}
+
+// Route returns a copy of a subject's route.
+func (f *FSM) Route(subject string) (Route, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r := f.s.Subjects[subject]
+	if r == nil {
+		return Route{}, false
+	}
+	return Route{Groups: slices.Clone(r.Groups), Consumers: slices.Clone(r.Consumers)}, true
+}
+
+// Subjects returns every routed subject, sorted.
+func (f *FSM) Subjects() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return slices.Sorted(maps.Keys(f.s.Subjects))
+}
+
+// SubjectCounts returns how many subjects are routed to each group.
+func (f *FSM) SubjectCounts() map[string]int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]int, len(f.s.Groups))
+	for _, r := range f.s.Subjects {
+		for _, g := range r.Groups {
+			out[g]++
+		}
+	}
+	return out
+}
+
+// MemberAddr returns a metaserver node's client address, or "".
+func (f *FSM) MemberAddr(id string) string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.Members[id]
+}

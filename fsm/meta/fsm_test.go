@@ -1,0 +1,175 @@
+package meta
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func apply(t *testing.T, f *FSM, cmd any) error {
+	t.Helper()
+	idx := f.Applied() + 1
+	res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(cmd)})
+	if res == nil {
+		return nil
+	}
+	return res.(error)
+}
+
+func mustApply(t *testing.T, f *FSM, cmd any) {
+	t.Helper()
+	if err := apply(t, f, cmd); err != nil {
+		t.Fatalf("%T: %v", cmd, err)
+	}
+}
+
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	s, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(snapshot)
+}
+
+func TestRoutesGrowAndNeverShrink(t *testing.T) {
+	f := New()
+	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Register{Group: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g2", "g1"}})
+	r, ok := f.Route("orders")
+	if !ok || !slices.Equal(r.Groups, []string{"g1", "g2"}) {
+		t.Fatalf("route %v %v, want [g1 g2]", r, ok)
+	}
+	if counts := f.SubjectCounts(); counts["g1"] != 1 || counts["g2"] != 1 {
+		t.Fatalf("counts %v", counts)
+	}
+	// A node leaving does not drop its group while subjects route to it.
+	mustApply(t, f, &Deregister{Group: "g2", ID: "a"})
+	if _, ok := f.Group("g2"); !ok {
+		t.Fatal("group g2 forgotten while orders routes to it")
+	}
+	mustApply(t, f, &Deregister{Group: "g2", ID: "a"}) // idempotent
+}
+
+func TestRefusedCommandsChangeNothing(t *testing.T) {
+	f := New()
+	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	before := snapshotBytes(t, f)
+	for _, cmd := range []any{
+		&Assign{Subject: "orders", Groups: []string{"g1", "nope"}},
+		&SetWritable{Group: "nope"},
+		&Consumer{Subject: "unrouted", Group: "c"},
+		&Register{Group: "g1", ID: "b", RaftAddr: "no-port", ClientAddr: "127.0.0.1:2"},
+		&Assign{Subject: "bad/subject", Groups: []string{"g1"}},
+	} {
+		if err := apply(t, f, cmd); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%T %+v: %v, want ErrInvalid", cmd, cmd, err)
+		}
+	}
+	if after := snapshotBytes(t, f); !bytes.Equal(before, after) {
+		t.Fatalf("refused commands changed the state:\n%s\n%s", before, after)
+	}
+}
+
+func TestConsumersAndWritable(t *testing.T) {
+	f := New()
+	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	for _, c := range []string{"ship", "bill", "ship"} {
+		mustApply(t, f, &Consumer{Subject: "orders", Group: c})
+	}
+	if r, _ := f.Route("orders"); !slices.Equal(r.Consumers, []string{"bill", "ship"}) {
+		t.Fatalf("consumers %v", r.Consumers)
+	}
+	mustApply(t, f, &SetWritable{Group: "g1", Writable: false})
+	if g, _ := f.Group("g1"); !g.ReadOnly {
+		t.Fatal("g1 not readonly")
+	}
+	mustApply(t, f, &Member{ID: "m1", ClientAddr: "127.0.0.1:9"})
+	if f.MemberAddr("m1") != "127.0.0.1:9" {
+		t.Fatal("member address not recorded")
+	}
+}
+
+type sink struct{ bytes.Buffer }
+
+func (*sink) ID() string    { return "test" }
+func (*sink) Cancel() error { return nil }
+func (*sink) Close() error  { return nil }
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	f := New()
+	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:3"})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	mustApply(t, f, &Consumer{Subject: "orders", Group: "ship"})
+	mustApply(t, f, &Member{ID: "m1", ClientAddr: "127.0.0.1:9"})
+	snap, _ := f.Snapshot()
+	var s sink
+	if err := snap.Persist(&s); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f), snapshotBytes(t, g)) {
+		t.Fatal("restored state differs")
+	}
+	// A snapshot that does not check leaves the state alone.
+	bad := bytes.Replace(s.Bytes(), []byte(`"g1"`), []byte(`"g/1"`), 1)
+	if err := g.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("restore of a bad snapshot: %v", err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f), snapshotBytes(t, g)) {
+		t.Fatal("a refused snapshot changed the state")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(&Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}))
+	f.Add(Encode(&Assign{Subject: "s", Groups: []string{"g1"}}))
+	f.Add(Encode(&Consumer{Subject: "s", Group: "c"}))
+	f.Add([]byte{9, '{', '}'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cmd, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		// What decodes applies without panicking, and re-encodes to a command
+		// that decodes the same.
+		New().s.apply(cmd)
+		if _, err := Decode(Encode(cmd)); err != nil {
+			t.Fatalf("re-encoded %T does not decode: %v", cmd, err)
+		}
+	})
+}
+
+func FuzzRestore(f *testing.F) {
+	f.Add([]byte(`{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}`))
+	f.Add([]byte(`{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decodeState(b)
+		if err != nil {
+			return
+		}
+		// A state that checks answers every read without panicking.
+		m := &FSM{s: s}
+		for _, subject := range m.Subjects() {
+			m.Route(subject)
+		}
+		for _, g := range m.GroupNames() {
+			m.Group(g)
+		}
+		m.SubjectCounts()
+	})
+}

@@ -1,0 +1,147 @@
+package qmq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmqgo/qmq/transport"
+)
+
+// DefaultServer is the address `qmqd dev` listens on.
+const DefaultServer = "127.0.0.1:6222"
+
+// Error is an error answered by a server, with its wire code; see
+// transport.Code for the codes and which are retriable.
+type Error = transport.Error
+
+// routeTTL is how long a route is used before it is asked for again; a
+// failure refreshes it sooner.
+const routeTTL = 30 * time.Second
+
+// router finds where subjects live. It asks the metaserver (or any broker
+// node, which asks the metaserver), caches the answers, and keeps one
+// client per broker group.
+type router struct {
+	meta *transport.GroupClient
+
+	mu     sync.Mutex
+	routes map[string]*route
+	groups map[string]*transport.GroupClient
+}
+
+// route is a cached answer.
+type route struct {
+	transport.Route
+	fetched time.Time
+	next    atomic.Uint32 // round robin over writable groups
+}
+
+func newRouter(servers string) (*router, error) {
+	meta, err := transport.NewGroupClient(transport.SplitServers(servers))
+	if err != nil {
+		return nil, err
+	}
+	return &router{meta: meta, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
+}
+
+// lookup returns subject's route, from the cache while it is fresh.
+// consumerGroup, if set, is recorded as a consumer of the subject on the
+// first fetch.
+func (r *router) lookup(ctx context.Context, subject, consumerGroup string) (*route, error) {
+	r.mu.Lock()
+	rt := r.routes[subject]
+	r.mu.Unlock()
+	if rt != nil && time.Since(rt.fetched) < routeTTL {
+		return rt, nil
+	}
+	return r.refresh(ctx, subject, consumerGroup)
+}
+
+// refresh asks for subject's route again.
+func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*route, error) {
+	b, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: consumerGroup})
+	body, err := r.meta.Call(ctx, transport.TypeRoute, b)
+	if err != nil {
+		return nil, fmt.Errorf("qmq: route of %s: %w", subject, err)
+	}
+	rt := &route{fetched: time.Now()}
+	if err := json.Unmarshal(body, &rt.Route); err != nil {
+		return nil, fmt.Errorf("qmq: route of %s: %w", subject, err)
+	}
+	if len(rt.Groups) == 0 {
+		return nil, fmt.Errorf("qmq: route of %s names no broker group", subject)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range rt.Groups {
+		if c := r.groups[g.Name]; c != nil {
+			c.SetServers(g.Servers, g.Leader)
+			continue
+		}
+		servers := g.Servers
+		if len(servers) == 0 && g.Leader != "" {
+			servers = []string{g.Leader}
+		}
+		c, err := transport.NewGroupClient(servers)
+		if err != nil {
+			return nil, fmt.Errorf("qmq: route of %s: group %s: %w", subject, g.Name, err)
+		}
+		if g.Leader != "" {
+			c.SetServers(servers, g.Leader)
+		}
+		r.groups[g.Name] = c
+	}
+	if old := r.routes[subject]; old != nil {
+		rt.next.Store(old.next.Load())
+	}
+	r.routes[subject] = rt
+	return rt, nil
+}
+
+// group returns the client of a broker group the router has seen.
+func (r *router) group(name string) *transport.GroupClient {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.groups[name]
+}
+
+func (r *router) close() {
+	r.meta.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.groups {
+		c.Close()
+	}
+}
+
+// pick chooses the broker group to send to: writable groups in turn,
+// preferring available ones and those not in avoid (groups that just
+// failed). It returns "" when no group is writable.
+func (rt *route) pick(avoid map[string]bool) string {
+	var best []string
+	for pass := 0; pass < 3 && len(best) == 0; pass++ {
+		for _, g := range rt.Groups {
+			ok := g.Writable
+			if pass == 0 {
+				ok = ok && g.Available && !avoid[g.Name]
+			} else if pass == 1 {
+				ok = ok && !avoid[g.Name]
+			}
+			if ok {
+				best = append(best, g.Name)
+			}
+		}
+	}
+	if len(best) == 0 {
+		return ""
+	}
+	return best[int(rt.next.Add(1))%len(best)]
+}
+
+// errNoWritableGroup means every broker group of a subject is drained.
+var errNoWritableGroup = errors.New("qmq: every broker group of the subject is readonly")

@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// MetaNode is one member of the metaserver group: a Raft node over the
+// meta state machine (broker groups, routes), the broker heartbeats it
+// receives while it leads, a client listener and an admin HTTP listener.
+type MetaNode struct {
+	raftGroup
+	cfg MetaConfig
+	log hclog.Logger
+
+	fsm        *meta.FSM
+	health     *health
+	assignMu   sync.Mutex // one route assignment at a time, so racing first uses agree
+	clientAddr string
+
+	client    *transport.Server
+	clientLis net.Listener
+	httpSrv   *http.Server
+	httpLis   net.Listener
+	registry  *prometheus.Registry
+	requests  *prometheus.CounterVec
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// NewMeta opens a metaserver node's storage, starts Raft and its listeners.
+func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", meta.GroupName), fsm: meta.New()}
+	m.health = newHealth(cfg.GroupTimeout, cfg.Now)
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("server: create data directory: %w", err)
+	}
+	if m.clientLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
+		return nil, fmt.Errorf("server: listen for clients: %w", err)
+	}
+	m.clientAddr = cfg.AdvertiseAddr
+	if m.clientAddr == "" {
+		m.clientAddr = m.clientLis.Addr().String()
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, m.log.Named("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("server: snapshot store: %w", err)
+	}
+	m.raftGroup = raftGroup{
+		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout,
+		memberAddr: m.fsm.MemberAddr,
+		setMember: func(id, addr string) []byte {
+			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})
+		},
+	}
+	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, bootstrap: cfg.Bootstrap,
+		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps}); err != nil {
+		return nil, err
+	}
+	m.newMetrics()
+	m.client = &transport.Server{Handler: m.handle, Logger: m.log.Named("client")}
+	m.goLoop(func() {
+		if err := m.client.Serve(m.clientLis); err != nil {
+			m.log.Error("client listener stopped", "error", err)
+		}
+	})
+	if cfg.HTTPAddr != "" {
+		if m.httpSrv, m.httpLis, err = serveHTTP(cfg.HTTPAddr, func() any { return m.Status() }, m.registry, m.log, m.goLoop); err != nil {
+			return nil, err
+		}
+	}
+	m.goLoop(func() {
+		m.watchLeadership(m.ctx, func() {}, func(ctx context.Context) {
+			// Heartbeats went to the old leader: start afresh, giving every
+			// group one timeout to report before calling it unavailable.
+			m.health.reset()
+			m.goLoop(func() { m.announce(ctx, m.clientAddr) })
+		})
+	})
+	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
+	return m, nil
+}
+
+func (m *MetaNode) goLoop(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+func (m *MetaNode) newMetrics() {
+	m.registry = prometheus.NewRegistry()
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_requests_total", Help: "Requests received by the metaserver, by type.",
+	}, []string{"type"})
+	m.registry.MustRegister(m.requests, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_raft_applied_index", Help: "Last Raft index applied."},
+			func() float64 { return float64(m.fsm.Applied()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_raft_leader", Help: "1 if this node leads the metaserver group."},
+			func() float64 {
+				if m.isLeader() {
+					return 1
+				}
+				return 0
+			}),
+	)
+}
+
+// ClientAddr returns the address clients should use for this node.
+func (m *MetaNode) ClientAddr() string { return m.clientAddr }
+
+// HTTPAddr returns the admin listener's address, or "".
+func (m *MetaNode) HTTPAddr() string {
+	if m.httpLis == nil {
+		return ""
+	}
+	return m.httpLis.Addr().String()
+}
+
+// Raft exposes the Raft node, for tests and admin tools.
+func (m *MetaNode) Raft() *raft.Raft { return m.raft }
+
+// Status reports the node's Raft position and the metaserver group.
+func (m *MetaNode) Status() Status { return m.status(m.fsm.Applied(), m.clientAddr) }
+
+// handle answers one request.
+func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
+	m.requests.WithLabelValues(t.String()).Inc()
+	switch t {
+	case transport.TypeStatus:
+		return json.Marshal(m.Status())
+	case transport.TypeJoin:
+		return m.handleJoin(ctx, p)
+	case transport.TypeLeave:
+		return m.handleLeave(ctx, p)
+	case transport.TypeTransfer:
+		return m.handleTransfer(p)
+	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeHeartbeat:
+		return nil, transport.Errorf(transport.Invalid, "%s to a metaserver: ask it for the subject's route, then use a broker group", t)
+	}
+	if !m.isLeader() {
+		return nil, m.notLeader()
+	}
+	ctx, cancel := m.requestContext(ctx)
+	defer cancel()
+	switch t {
+	case transport.TypeRoute:
+		return m.handleRoute(ctx, p)
+	case transport.TypeRegister:
+		return m.handleRegister(ctx, p)
+	case transport.TypeDeregister:
+		return m.handleDeregister(ctx, p)
+	case transport.TypeBrokerHeartbeat:
+		return m.handleBrokerHeartbeat(p)
+	case transport.TypeCluster:
+		return json.Marshal(m.cluster())
+	case transport.TypeAssign:
+		return m.handleAssign(ctx, p)
+	case transport.TypeSetWritable:
+		return m.handleSetWritable(ctx, p)
+	case transport.TypeSubjects:
+		return m.handleSubjects()
+	}
+	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
+}
+
+// Close stops the node. Idempotent.
+func (m *MetaNode) Close() error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	m.cancel()
+	if m.client != nil {
+		m.client.Close()
+	} else if m.clientLis != nil {
+		m.clientLis.Close()
+	}
+	if m.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	errs := []error{m.shutdown()}
+	m.wg.Wait()
+	errs = append(errs, m.closeStores()...)
+	m.log.Info("stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// MetaConfig configures a metaserver node. Start from DefaultMetaConfig.
+type MetaConfig struct {
+	// ID names the node in the metaserver group; unique within it.
+	ID string
+	// DataDir holds the Raft log and snapshots.
+	DataDir string
+	// ClientAddr is where clients and brokers connect (HOST:PORT).
+	ClientAddr string
+	// AdvertiseAddr is the client address handed out, if not ClientAddr.
+	AdvertiseAddr string
+	// RaftAddr is where the metaserver group's Raft traffic flows.
+	RaftAddr string
+	// HTTPAddr serves /status and /metrics; empty disables it.
+	HTTPAddr string
+	// Bootstrap makes this node a one-voter group if it has no Raft state.
+	Bootstrap bool
+
+	// SubjectGroups is how many broker groups a subject is assigned to on
+	// its first use (fewer if fewer are available). Default 2.
+	SubjectGroups int
+	// GroupTimeout is how long a broker group's leader may go without a
+	// heartbeat before the group is marked unavailable. Default 10 s.
+	GroupTimeout time.Duration
+	// ApplyTimeout bounds one Raft proposal. Default 10 s.
+	ApplyTimeout time.Duration
+	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
+	// snapshot every 2 minutes or 1,024 entries, keeping 1,024.
+	RaftTiming
+
+	// Now is the clock heartbeats are timed by. Default time.Now.
+	Now func() time.Time
+	// Logger is the root logger.
+	Logger hclog.Logger
+}
+
+// DefaultMetaConfig returns a configuration with every default set.
+func DefaultMetaConfig() MetaConfig {
+	return MetaConfig{
+		SubjectGroups: 2,
+		GroupTimeout:  10 * time.Second,
+		ApplyTimeout:  10 * time.Second,
+		RaftTiming: RaftTiming{
+			HeartbeatTimeout:  time.Second,
+			ElectionTimeout:   time.Second,
+			LeaderLease:       500 * time.Millisecond,
+			SnapshotInterval:  2 * time.Minute,
+			SnapshotThreshold: 1024,
+			TrailingLogs:      1024,
+		},
+		Now:    time.Now,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *MetaConfig) Validate() error {
+	if err := fsm.CheckName("node id", c.ID); err != nil {
+		return fmt.Errorf("server: meta config: %w", err)
+	}
+	if c.DataDir == "" {
+		return errors.New("server: meta config: data directory is empty")
+	}
+	for name, addr := range map[string]string{"client": c.ClientAddr, "raft": c.RaftAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("server: meta config: %s address %q: %w", name, addr, err)
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return fmt.Errorf("server: meta config: http address %q: %w", c.HTTPAddr, err)
+		}
+	}
+	switch {
+	case c.SubjectGroups <= 0:
+		return fmt.Errorf("server: meta config: subject groups %d must be positive", c.SubjectGroups)
+	case c.GroupTimeout <= 0 || c.ApplyTimeout <= 0:
+		return errors.New("server: meta config: timeouts must be positive")
+	case c.Now == nil || c.Logger == nil:
+		return errors.New("server: meta config: Now and Logger must be set")
+	}
+	return nil
+}

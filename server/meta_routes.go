@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// handleRoute answers where a subject lives, assigning it to broker groups
+// on its first use and recording the asking consumer group.
+func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.RouteRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if err := fsm.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if req.ConsumerGroup != "" {
+		if err := fsm.CheckName("consumer group", req.ConsumerGroup); err != nil {
+			return nil, transport.Errorf(transport.Invalid, "%v", err)
+		}
+	}
+	if _, ok := m.fsm.Route(req.Subject); !ok {
+		if err := m.assign(ctx, req.Subject, m.cfg.SubjectGroups); err != nil {
+			return nil, err
+		}
+	}
+	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && !slices.Contains(r.Consumers, req.ConsumerGroup) {
+		if _, err := m.propose(ctx, meta.Encode(&meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup})); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(m.route(req.Subject))
+}
+
+// assign routes subject to more groups, chosen by load, until it has
+// count (or every writable, available group).
+func (m *MetaNode) assign(ctx context.Context, subject string, count int) error {
+	m.assignMu.Lock()
+	defer m.assignMu.Unlock()
+	r, _ := m.fsm.Route(subject) // again, under the lock: a racing request may have assigned it
+	need := count - len(r.Groups)
+	if need <= 0 {
+		return nil
+	}
+	picked := m.pickGroups(need, r.Groups)
+	if len(picked) == 0 {
+		if len(r.Groups) > 0 {
+			return nil // nothing more to add; the route stands
+		}
+		return transport.Errorf(transport.Unavailable, "no writable broker group is available for subject %s", subject)
+	}
+	_, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: subject, Groups: picked}))
+	if err == nil {
+		m.log.Info("subject assigned", "subject", subject, "groups", picked)
+	}
+	return err
+}
+
+// pickGroups chooses up to n writable, available groups not in exclude,
+// least loaded first: fewest subjects, then fewest message bytes.
+func (m *MetaNode) pickGroups(n int, exclude []string) []string {
+	counts := m.fsm.SubjectCounts()
+	type candidate struct {
+		name     string
+		subjects int
+		bytes    int64
+	}
+	var cands []candidate
+	for _, name := range m.fsm.GroupNames() {
+		g, _ := m.fsm.Group(name)
+		if g.ReadOnly || slices.Contains(exclude, name) {
+			continue
+		}
+		h := m.health.group(name)
+		if !h.available {
+			continue
+		}
+		cands = append(cands, candidate{name, counts[name], h.load.MessageBytes})
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if a.subjects != b.subjects {
+			return a.subjects < b.subjects
+		}
+		return a.bytes < b.bytes
+	})
+	var out []string
+	for _, c := range cands[:min(n, len(cands))] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// route describes a subject's route with each group's servers and health.
+func (m *MetaNode) route(subject string) transport.Route {
+	r, _ := m.fsm.Route(subject)
+	out := transport.Route{Subject: subject, ConsumerGroups: r.Consumers, Groups: []transport.GroupRoute{}}
+	for _, name := range r.Groups {
+		g, _ := m.fsm.Group(name)
+		h := m.health.group(name)
+		gr := transport.GroupRoute{Name: name, Writable: !g.ReadOnly, Available: h.available, Leader: h.leaderAddr}
+		for _, id := range sortedKeys(g.Nodes) {
+			gr.Servers = append(gr.Servers, g.Nodes[id].ClientAddr)
+		}
+		out.Groups = append(out.Groups, gr)
+	}
+	return out
+}
+
+func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.AssignRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if err := fsm.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	switch {
+	case len(req.Groups) > 0 && req.Count != 0:
+		return nil, transport.Errorf(transport.Invalid, "name the groups or give a count, not both")
+	case len(req.Groups) > 0:
+		if _, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: req.Subject, Groups: req.Groups})); err != nil {
+			return nil, err
+		}
+	case req.Count > 0 && req.Count <= meta.MaxGroupsPerSubject:
+		if err := m.assign(ctx, req.Subject, req.Count); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, transport.Errorf(transport.Invalid, "count %d outside 1..%d", req.Count, meta.MaxGroupsPerSubject)
+	}
+	return json.Marshal(m.route(req.Subject))
+}
+
+func (m *MetaNode) handleSubjects() ([]byte, error) {
+	out := []transport.Route{}
+	for _, s := range m.fsm.Subjects() {
+		out = append(out, m.route(s))
+	}
+	return json.Marshal(out)
+}
+
+func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.SetWritableRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if _, err := m.propose(ctx, meta.Encode(&meta.SetWritable{Group: req.Group, Writable: req.Writable})); err != nil {
+		return nil, err
+	}
+	m.log.Info("broker group writable changed", "group", req.Group, "writable", req.Writable)
+	return nil, nil
+}
+
+func (m *MetaNode) handleRegister(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.RegisterRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	want := meta.Node{RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
+	if g, ok := m.fsm.Group(req.Group); ok && g.Nodes[req.ID] == want {
+		return nil, nil // a restart with the same addresses: nothing to record
+	}
+	cmd := &meta.Register{Group: req.Group, ID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
+	if _, err := m.propose(ctx, meta.Encode(cmd)); err != nil {
+		return nil, err
+	}
+	m.log.Info("broker node registered", "group", req.Group, "id", req.ID, "client", req.ClientAddr)
+	return nil, nil
+}
+
+func (m *MetaNode) handleDeregister(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.DeregisterRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if _, err := m.propose(ctx, meta.Encode(&meta.Deregister{Group: req.Group, ID: req.ID})); err != nil {
+		return nil, err
+	}
+	m.health.forget(req.Group, req.ID)
+	m.log.Info("broker node deregistered", "group", req.Group, "id", req.ID)
+	return nil, nil
+}
+
+// handleBrokerHeartbeat records a broker node's report and answers whether
+// its group takes sends.
+func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
+	var hb transport.BrokerHeartbeat
+	if err := transport.DecodeJSON(p, &hb); err != nil {
+		return nil, err
+	}
+	g, ok := m.fsm.Group(hb.Status.Group)
+	if !ok {
+		return nil, transport.Errorf(transport.Invalid, "broker group %q is not registered", hb.Status.Group)
+	}
+	if _, ok := g.Nodes[hb.Status.ID]; !ok {
+		return nil, transport.Errorf(transport.Invalid, "node %q of group %s is not registered", hb.Status.ID, hb.Status.Group)
+	}
+	m.health.record(&hb)
+	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly})
+}
+
+// cluster describes every broker group from registrations and heartbeats.
+func (m *MetaNode) cluster() transport.Cluster {
+	counts := m.fsm.SubjectCounts()
+	c := transport.Cluster{Meta: m.Status(), Groups: []transport.GroupStatus{}, Subjects: len(m.fsm.Subjects())}
+	for _, name := range m.fsm.GroupNames() {
+		g, _ := m.fsm.Group(name)
+		h := m.health.group(name)
+		gs := transport.GroupStatus{Name: name, Writable: !g.ReadOnly, Available: h.available,
+			Leader: h.leader, Term: h.term, Subjects: counts[name], Load: h.load, Nodes: []transport.NodeStatus{}}
+		for _, id := range sortedKeys(g.Nodes) {
+			n := g.Nodes[id]
+			ns := transport.NodeStatus{ID: id, ClientAddr: n.ClientAddr, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr,
+				State: "Unknown", SeenMillis: -1}
+			if hb, ok := h.nodes[id]; ok {
+				ns.State, ns.Term, ns.AppliedIndex = hb.status.State, hb.status.Term, hb.status.AppliedIndex
+				ns.SeenMillis = m.health.age(hb)
+				if h.leader != "" && h.applied > ns.AppliedIndex {
+					ns.Lag = h.applied - ns.AppliedIndex
+				}
+			}
+			gs.Nodes = append(gs.Nodes, ns)
+		}
+		c.Groups = append(c.Groups, gs)
+	}
+	return c
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/wait"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// The broker's link to its metaserver: it registers on start (no manual
+// step before a node's first start), reports its position every
+// MetaHeartbeat, learns from the reply whether its group is writable, and
+// forwards clients' metaserver requests.
+
+// startMetaLink starts registration and heartbeats when a metaserver is
+// configured.
+func (n *Node) startMetaLink() error {
+	n.writable.Store(true)
+	if len(n.cfg.Meta) == 0 {
+		return nil
+	}
+	var err error
+	if n.meta, err = transport.NewGroupClient(n.cfg.Meta); err != nil {
+		return err
+	}
+	n.goLoop(n.reportToMeta)
+	return nil
+}
+
+// reportToMeta registers the node, retrying until the metaserver answers,
+// then heartbeats until the node closes.
+func (n *Node) reportToMeta() {
+	req := transport.RegisterRequest{Group: n.cfg.Group, ID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr,
+		ClientAddr: n.clientAddr, HTTPAddr: n.HTTPAddr()}
+	body, _ := json.Marshal(req)
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		_, err := n.meta.Call(ctx, transport.TypeRegister, body)
+		cancel()
+		if err == nil {
+			n.log.Info("registered with the metaserver")
+			break
+		}
+		if n.ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("registering with the metaserver; will retry", "error", err)
+		if !wait.Sleep(n.ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	t := time.NewTicker(n.cfg.MetaHeartbeat)
+	defer t.Stop()
+	for {
+		n.heartbeatMeta()
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *Node) heartbeatMeta() {
+	ends := n.fsm.Ends()
+	hb := transport.BrokerHeartbeat{Status: n.Status(),
+		Load: transport.Load{Subjects: len(ends.Consume), MessageBytes: ends.Messages}}
+	body, _ := json.Marshal(hb)
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.MetaHeartbeat)
+	defer cancel()
+	resp, err := n.meta.Call(ctx, transport.TypeBrokerHeartbeat, body)
+	if err != nil {
+		if n.ctx.Err() == nil {
+			n.log.Warn("heartbeat to the metaserver", "error", err)
+		}
+		return
+	}
+	var reply transport.HeartbeatReply
+	if err := json.Unmarshal(resp, &reply); err != nil {
+		n.log.Warn("heartbeat reply from the metaserver", "error", err)
+		return
+	}
+	if n.writable.Swap(reply.Writable) != reply.Writable {
+		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
+	}
+}
+
+// forwardToMeta answers a metaserver request by asking the metaserver. A
+// standalone node answers route requests with its own group.
+func (n *Node) forwardToMeta(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
+	if n.meta == nil {
+		switch t {
+		case transport.TypeRoute:
+			return n.standaloneRoute(p)
+		case transport.TypeCluster:
+			return json.Marshal(n.standaloneCluster())
+		}
+		return nil, transport.Errorf(transport.Invalid, "%s: node %s has no metaserver (start it with --meta)", t, n.cfg.ID)
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	body, err := n.meta.Call(ctx, t, p)
+	var e *transport.Error
+	if err != nil && !errors.As(err, &e) {
+		return nil, transport.Errorf(transport.Unavailable, "metaserver: %v", err)
+	}
+	return body, err
+}
+
+// standaloneRoute routes every subject to this node's own group.
+func (n *Node) standaloneRoute(p []byte) ([]byte, error) {
+	var req transport.RouteRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	st := n.Status()
+	g := transport.GroupRoute{Name: n.cfg.Group, Writable: true, Available: true, Leader: st.LeaderAddr}
+	for _, m := range st.Members {
+		if m.ClientAddr != "" {
+			g.Servers = append(g.Servers, m.ClientAddr)
+		}
+	}
+	if len(g.Servers) == 0 {
+		g.Servers = []string{n.clientAddr}
+	}
+	return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{g}})
+}
+
+// standaloneCluster describes this node's group as the whole cluster.
+func (n *Node) standaloneCluster() transport.Cluster {
+	st := n.Status()
+	g := transport.GroupStatus{Name: n.cfg.Group, Writable: true, Available: st.Leader != "",
+		Leader: st.Leader, Term: st.Term, Nodes: []transport.NodeStatus{}}
+	for _, m := range st.Members {
+		ns := transport.NodeStatus{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, State: "Unknown", SeenMillis: -1}
+		if m.ID == n.cfg.ID {
+			ns.State, ns.Term, ns.AppliedIndex, ns.SeenMillis = st.State, st.Term, st.AppliedIndex, 0
+		}
+		g.Nodes = append(g.Nodes, ns)
+	}
+	return transport.Cluster{Groups: []transport.GroupStatus{g}}
+}

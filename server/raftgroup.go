@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// RaftTiming is a Raft group's timing.
+type RaftTiming struct {
+	HeartbeatTimeout  time.Duration
+	ElectionTimeout   time.Duration
+	LeaderLease       time.Duration
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+}
+
+// raftGroup is what a broker node and a metaserver node share: a Raft node
+// with its log store and transport, proposals, leadership, and the
+// membership requests an operator sends to a group.
+type raftGroup struct {
+	id, group    string
+	log          hclog.Logger
+	applyTimeout time.Duration
+
+	raft     *raft.Raft
+	bolt     *raftboltdb.BoltStore
+	trans    *raft.NetworkTransport
+	leaderCh chan bool
+
+	// memberAddr returns a member's client address from the group's state.
+	memberAddr func(id string) string
+	// setMember encodes the command that records a member's client address
+	// ("" forgets the member).
+	setMember func(id, clientAddr string) []byte
+}
+
+// raftSetup is how to open a raftGroup.
+type raftSetup struct {
+	dir, addr string
+	bootstrap bool
+	timing    RaftTiming
+	fsm       raft.FSM
+	snaps     raft.SnapshotStore
+	// ownCheckpoint skips restoring the last snapshot on start: the state
+	// machine keeps its own (see fsm/DESIGN.md).
+	ownCheckpoint bool
+}
+
+func (g *raftGroup) open(s raftSetup) error {
+	var err error
+	g.leaderCh = make(chan bool, 16)
+	g.bolt, err = raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(s.dir, "raft.db"),
+		// Without these, bolt rewrites its whole freelist on every commit.
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		return fmt.Errorf("server: open raft log: %w", err)
+	}
+	advertise, err := net.ResolveTCPAddr("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("server: raft address: %w", err)
+	}
+	g.trans, err = raft.NewTCPTransportWithLogger(s.addr, advertise, 8, 10*time.Second, g.log.Named("raft-net"))
+	if err != nil {
+		return fmt.Errorf("server: listen for raft: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(g.id)
+	rc.Logger = g.log.Named("raft")
+	rc.HeartbeatTimeout = s.timing.HeartbeatTimeout
+	rc.ElectionTimeout = s.timing.ElectionTimeout
+	rc.LeaderLeaseTimeout = s.timing.LeaderLease
+	rc.SnapshotInterval = s.timing.SnapshotInterval
+	rc.SnapshotThreshold = s.timing.SnapshotThreshold
+	rc.TrailingLogs = s.timing.TrailingLogs
+	rc.NotifyCh = g.leaderCh
+	// Let proposals queue while the leader writes the previous ones, so they
+	// share the next disk write. Apply's own timeout is loosened by this;
+	// every proposal is still bounded by the caller's context.
+	rc.BatchApplyCh = true
+	rc.NoSnapshotRestoreOnStart = s.ownCheckpoint
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("server: raft config: %w", err)
+	}
+	if s.bootstrap {
+		has, err := raft.HasExistingState(g.bolt, g.bolt, s.snaps)
+		if err != nil {
+			return fmt.Errorf("server: check raft state: %w", err)
+		}
+		if !has {
+			cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
+			if err := raft.BootstrapCluster(rc, g.bolt, g.bolt, s.snaps, g.trans, cfg); err != nil {
+				return fmt.Errorf("server: bootstrap: %w", err)
+			}
+		}
+	}
+	// Followers are fed from memory: without a cache the leader reads every
+	// entry back from bolt (and decodes it) to replicate it.
+	logs, err := raft.NewLogCache(1024, g.bolt)
+	if err != nil {
+		return fmt.Errorf("server: raft log cache: %w", err)
+	}
+	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.bolt, s.snaps, g.trans); err != nil {
+		return fmt.Errorf("server: start raft: %w", err)
+	}
+	return nil
+}
+
+// shutdown stops Raft; closeStores then closes its transport and log.
+func (g *raftGroup) shutdown() error {
+	if g.raft == nil {
+		return nil
+	}
+	return g.raft.Shutdown().Error()
+}
+
+func (g *raftGroup) closeStores() []error {
+	var errs []error
+	if g.trans != nil {
+		errs = append(errs, g.trans.Close())
+	}
+	if g.bolt != nil {
+		errs = append(errs, g.bolt.Close())
+	}
+	return errs
+}
+
+func (g *raftGroup) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.applyTimeout)
+}
+
+// status reports the node's Raft position and its group's members.
+func (g *raftGroup) status(applied uint64, clientAddr string) Status {
+	stats := g.raft.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	_, leaderID := g.raft.LeaderWithID()
+	s := Status{
+		ID: g.id, Group: g.group, State: g.raft.State().String(),
+		Leader: string(leaderID), Term: num("term"), CommitIndex: num("commit_index"),
+		AppliedIndex: applied, LastIndex: g.raft.LastIndex(),
+		ClientAddr: clientAddr, RaftAddr: string(g.trans.LocalAddr()),
+	}
+	if leaderID != "" {
+		s.LeaderAddr = g.memberAddr(string(leaderID))
+	}
+	if f := g.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			s.Members = append(s.Members, Member{ID: string(srv.ID), RaftAddr: string(srv.Address),
+				ClientAddr: g.memberAddr(string(srv.ID)), Suffrage: srv.Suffrage.String()})
+		}
+	}
+	return s
+}
+
+// watchLeadership runs lead while this node leads, cancelling its context
+// the moment leadership is lost; changed is called on every change.
+func (g *raftGroup) watchLeadership(ctx context.Context, changed func(), lead func(ctx context.Context)) {
+	var cancel context.CancelFunc
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			cancel = nil
+		}
+	}
+	defer stop()
+	for {
+		select {
+		case leader := <-g.leaderCh:
+			changed()
+			switch {
+			case leader && cancel == nil:
+				g.log.Info("became leader")
+				cancel = startTerm(ctx, lead)
+			case !leader && cancel != nil:
+				g.log.Info("lost leadership")
+				stop()
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// startTerm runs lead with a context of its own and returns its cancel.
+func startTerm(ctx context.Context, lead func(ctx context.Context)) context.CancelFunc {
+	ctx, cancel := context.WithCancel(ctx)
+	lead(ctx)
+	return cancel
+}
+
+// announce records this node's client address in the group's state if it
+// is missing or stale (a bootstrapped node, or one that moved).
+func (g *raftGroup) announce(ctx context.Context, clientAddr string) {
+	if g.memberAddr(g.id) == clientAddr {
+		return
+	}
+	ctx, cancel := g.requestContext(ctx)
+	defer cancel()
+	if _, err := g.propose(ctx, g.setMember(g.id, clientAddr)); err != nil {
+		g.log.Warn("recording this node's client address", "error", err)
+	}
+}

@@ -1,0 +1,125 @@
+package transport
+
+// The metaserver's requests are rare next to sends and pulls (clients cache
+// routes), so their payloads are JSON like the membership requests.
+
+// RouteRequest asks where a subject lives. The metaserver assigns a subject
+// it has not seen to broker groups on this first use. ConsumerGroup, when
+// set, records that group as a consumer of the subject.
+type RouteRequest struct {
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"consumer_group,omitempty"`
+}
+
+// Route is where a subject lives: producers send to its writable groups,
+// consumers pull from all of them.
+type Route struct {
+	Subject        string       `json:"subject"`
+	Groups         []GroupRoute `json:"groups"`
+	ConsumerGroups []string     `json:"consumer_groups,omitempty"`
+}
+
+// GroupRoute is one broker group of a route.
+type GroupRoute struct {
+	Name string `json:"name"`
+	// Writable is false while the group is drained (readonly).
+	Writable bool `json:"writable"`
+	// Available is false when the group's leader has missed heartbeats.
+	Available bool `json:"available"`
+	// Leader is the leader's client address, "" if unknown.
+	Leader string `json:"leader,omitempty"`
+	// Servers are the client addresses of the group's nodes.
+	Servers []string `json:"servers"`
+}
+
+// RegisterRequest announces a broker node to the metaserver. Nodes send it
+// on every start; it is idempotent.
+type RegisterRequest struct {
+	Group      string `json:"group"`
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"`
+	HTTPAddr   string `json:"http_addr,omitempty"`
+}
+
+// DeregisterRequest makes the metaserver forget a broker node.
+type DeregisterRequest struct {
+	Group string `json:"group"`
+	ID    string `json:"id"`
+}
+
+// BrokerHeartbeat is a broker node's periodic report of its position. The
+// metaserver keeps it in memory only.
+type BrokerHeartbeat struct {
+	Status Status `json:"status"`
+	Load   Load   `json:"load"`
+}
+
+// Load is what a broker group holds, reported by its leader; routing
+// prefers groups that hold less.
+type Load struct {
+	Subjects     int   `json:"subjects"`
+	MessageBytes int64 `json:"message_bytes"`
+}
+
+// HeartbeatReply tells a broker node what the metaserver decided for its
+// group.
+type HeartbeatReply struct {
+	Writable bool `json:"writable"`
+}
+
+// AssignRequest routes a subject to more broker groups: the named ones, or
+// as many more as needed (chosen by load) for Count groups in all. A route
+// never loses a group, so consumers never miss what one holds; drain a
+// group with SetWritableRequest instead.
+type AssignRequest struct {
+	Subject string   `json:"subject"`
+	Groups  []string `json:"groups,omitempty"`
+	Count   int      `json:"count,omitempty"`
+}
+
+// SetWritableRequest drains a broker group (Writable false: no new sends,
+// consumers finish what it holds) or opens it again.
+type SetWritableRequest struct {
+	Group    string `json:"group"`
+	Writable bool   `json:"writable"`
+}
+
+// Cluster is the metaserver's view of the whole cluster.
+type Cluster struct {
+	// Meta is the answering metaserver leader's own status; its Members are
+	// the metaserver group.
+	Meta   Status        `json:"meta"`
+	Groups []GroupStatus `json:"groups"`
+	// Subjects is how many subjects have routes.
+	Subjects int `json:"subjects"`
+}
+
+// GroupStatus is one broker group as the metaserver sees it.
+type GroupStatus struct {
+	Name      string       `json:"name"`
+	Writable  bool         `json:"writable"`
+	Available bool         `json:"available"`
+	Leader    string       `json:"leader,omitempty"` // the leader's node id
+	Term      uint64       `json:"term"`
+	Subjects  int          `json:"subjects"` // subjects routed to the group
+	Load      Load         `json:"load"`
+	Nodes     []NodeStatus `json:"nodes"`
+}
+
+// NodeStatus is one broker node: what it registered and its last heartbeat.
+type NodeStatus struct {
+	ID         string `json:"id"`
+	ClientAddr string `json:"client_addr"`
+	RaftAddr   string `json:"raft_addr"`
+	HTTPAddr   string `json:"http_addr,omitempty"`
+	// State is the node's Raft state at its last heartbeat, or "Unknown".
+	State        string `json:"state"`
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// Lag is how many entries the node's applied index trails its group
+	// leader's, both at their last heartbeats.
+	Lag uint64 `json:"lag"`
+	// SeenMillis is how long ago its last heartbeat arrived; -1 if never.
+	SeenMillis int64 `json:"seen_ms"`
+}

@@ -221,7 +221,7 @@ func (m *MetaNode) cluster() transport.Cluster {
 			ns := transport.NodeStatus{ID: id, ClientAddr: n.ClientAddr, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr,
 				State: "Unknown", SeenMillis: -1}
 			if hb, ok := h.nodes[id]; ok {
-				ns.State, ns.Term, ns.AppliedIndex = hb.status.State, hb.status.Term, hb.status.AppliedIndex
+				ns.State, ns.Term, ns.AppliedIndex, ns.Backlog = hb.status.State, hb.status.Term, hb.status.AppliedIndex, hb.status.Backlog
 				ns.SeenMillis = m.health.age(hb)
 				if h.leader != "" && h.applied > ns.AppliedIndex {
 					ns.Lag = h.applied - ns.AppliedIndex

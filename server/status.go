@@ -21,7 +21,11 @@ type Status = transport.Status
 type Member = transport.Member
 
 // Status reports the node's Raft and state-machine position.
-func (n *Node) Status() Status { return n.status(n.fsm.Applied(), n.clientAddr) }
+func (n *Node) Status() Status {
+	s := n.status(n.fsm.Applied(), n.clientAddr)
+	s.Backlog, s.ReadOnly = n.fsm.Backlog(), !n.writable.Load()
+	return s
+}
 
 func (n *Node) serveHTTP() (err error) {
 	n.httpSrv, n.httpLis, err = serveHTTP(n.cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry, n.log, n.goLoop)

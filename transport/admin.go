@@ -45,6 +45,11 @@ type Status struct {
 	ClientAddr   string   `json:"client_addr"`
 	RaftAddr     string   `json:"raft_addr"`
 	Members      []Member `json:"members"`
+	// Broker nodes only: deliveries the known consumer groups still owe
+	// (not yet pulled, or pulled and unacknowledged), and whether the
+	// metaserver has drained the group.
+	Backlog  int64 `json:"backlog,omitempty"`
+	ReadOnly bool  `json:"readonly,omitempty"`
 }
 
 // Member is one member of a broker group.

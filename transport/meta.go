@@ -120,6 +120,8 @@ type NodeStatus struct {
 	// Lag is how many entries the node's applied index trails its group
 	// leader's, both at their last heartbeats.
 	Lag uint64 `json:"lag"`
+	// Backlog is the node's Status.Backlog at its last heartbeat.
+	Backlog int64 `json:"backlog"`
 	// SeenMillis is how long ago its last heartbeat arrived; -1 if never.
 	SeenMillis int64 `json:"seen_ms"`
 }

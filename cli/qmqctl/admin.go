@@ -37,7 +37,8 @@ func statusCommand() *cli.Command {
 		Usage: "show every group of the cluster: members, leader, term, applied index and lag",
 		Description: "Asks the metaserver (through --server) for every broker group, and each metaserver node\n" +
 			"for its own position. LAG is how many entries a node's applied index trails its leader's;\n" +
-			"broker figures come from heartbeats, so they are up to a few seconds old (SEEN).",
+			"BACKLOG is how many deliveries its consumer groups still owe. Broker figures come from\n" +
+			"heartbeats, so they are up to a few seconds old (SEEN).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
 			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
@@ -60,7 +61,7 @@ func statusCommand() *cli.Command {
 
 func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tSEEN\tCLIENT\tRAFT")
+	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tCLIENT\tRAFT")
 	var leaderApplied uint64
 	for _, s := range metas {
 		if s.State == "Leader" {
@@ -69,14 +70,14 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	}
 	for _, s := range metas {
 		if s.err != "" {
-			fmt.Fprintf(w, "meta\t%s\tunreachable\t\t\t\t\t%s\t%s (%s)\n", s.ID, s.ClientAddr, s.RaftAddr, s.err)
+			fmt.Fprintf(w, "meta\t%s\tunreachable\t\t\t\t\t\t%s\t%s (%s)\n", s.ID, s.ClientAddr, s.RaftAddr, s.err)
 			continue
 		}
 		lag := uint64(0)
 		if leaderApplied > s.AppliedIndex {
 			lag = leaderApplied - s.AppliedIndex
 		}
-		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\tnow\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag, s.ClientAddr, s.RaftAddr)
+		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\t-\tnow\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag, s.ClientAddr, s.RaftAddr)
 	}
 	for _, g := range cl.Groups {
 		name := g.Name
@@ -91,7 +92,7 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 			if n.SeenMillis >= 0 {
 				seen = (time.Duration(n.SeenMillis) * time.Millisecond).Round(100 * time.Millisecond).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", name, n.ID, n.State, n.Term, n.AppliedIndex, n.Lag, seen, n.ClientAddr, n.RaftAddr)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", name, n.ID, n.State, n.Term, n.AppliedIndex, n.Lag, n.Backlog, seen, n.ClientAddr, n.RaftAddr)
 		}
 	}
 	if err := w.Flush(); err != nil {

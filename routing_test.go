@@ -1,0 +1,171 @@
+package qmq_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// startMeta starts a one-node metaserver group.
+func startMeta(t *testing.T) *server.MetaNode {
+	t.Helper()
+	cfg := server.DefaultMetaConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = "m1", t.TempDir(), true
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+	m, err := server.NewMeta(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// drained reports how many messages of subject a broker group holds and
+// how many of its consumers hold unacknowledged ones.
+func drained(n *server.Node, subject string) (held int64, unacked int) {
+	return n.FSM().Ends().Consume[subject], len(n.FSM().ConsumersWithUnacked())
+}
+
+// collector gathers what a subscription receives, by id.
+type collector struct {
+	mu   sync.Mutex
+	got  map[string]int
+	want int
+	done chan struct{}
+}
+
+func newCollector(want int) *collector {
+	return &collector{got: map[string]int{}, want: want, done: make(chan struct{})}
+}
+
+func (c *collector) handle(_ context.Context, m *qmq.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got[m.ID()]++
+	if len(c.got) == c.want {
+		close(c.done)
+	}
+	return nil
+}
+
+func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	var wg sync.WaitGroup
+	for range n {
+		m := p.GenerateMessage(subject)
+		ids[m.ID()] = true
+		wg.Add(1)
+		p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Errorf("send: %v", err)
+			}
+		}))
+	}
+	wg.Wait()
+	return ids
+}
+
+// TestSubjectSpansGroupsAndDrains checks routing end to end: a subject's
+// sends are spread over its two broker groups, a consumer connected to a
+// broker of one group gets them all exactly once, a drained group takes no
+// more sends, and its consumers empty it.
+func TestSubjectSpansGroupsAndDrains(t *testing.T) {
+	m := startMeta(t)
+	groups := map[string]*server.Node{}
+	for _, g := range []string{"g1", "g2"} {
+		groups[g] = startBroker(t, func(c *server.Config) {
+			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
+		})
+	}
+	admin, err := qmq.NewAdmin(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		c, err := admin.Cluster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != "" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sent := sendAll(t, p, "orders", 400)
+	for name, n := range groups {
+		if held, _ := drained(n, "orders"); held == 0 {
+			t.Fatalf("group %s got none of the subject's messages", name)
+		}
+	}
+
+	// Drain g2; wait until its leader refuses sends, then send more.
+	if err := admin.SetWritable(ctx, "g2", false); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := transport.Dial(ctx, groups["g2"].ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	probe := (&transport.SendRequest{Messages: []*logs.Message{{ID: "probe", Subject: "probe"}}}).Encode()
+	for {
+		if _, err := conn.Call(ctx, transport.TypeSend, probe); transport.CodeOf(err) == transport.ReadOnly {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatal("g2 never became readonly")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	heldBefore, _ := drained(groups["g2"], "orders")
+	for id := range sendAll(t, p, "orders", 200) {
+		sent[id] = true
+	}
+	if held, _ := drained(groups["g2"], "orders"); held != heldBefore {
+		t.Fatalf("the drained group took %d more messages", held-heldBefore)
+	}
+
+	// One consumer, connected to a g1 broker, gets everything from both.
+	c := newCollector(len(sent))
+	sub, err := qmq.Subscribe(groups["g1"].ClientAddr(), "orders", "billing", c.handle, qmq.WithPullWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		t.Fatalf("received %d of %d", len(c.got), len(sent))
+	}
+	sub.Close()
+	c.mu.Lock()
+	for id, n := range c.got {
+		if !sent[id] || n != 1 {
+			t.Errorf("message %s: sent %v, received %d times", id, sent[id], n)
+		}
+	}
+	c.mu.Unlock()
+	// The drained group ends empty: everything it holds was acknowledged.
+	if _, unacked := drained(groups["g2"], "orders"); unacked != 0 {
+		t.Fatalf("drained group still has %d consumers with unacked messages", unacked)
+	}
+}

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// startMeta starts a metaserver node with fast timings; it stops at cleanup.
+func startMeta(t *testing.T, id string, bootstrap bool) *MetaNode {
+	t.Helper()
+	cfg := DefaultMetaConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), bootstrap
+	cfg.ClientAddr, cfg.RaftAddr = freeAddr(t), freeAddr(t)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.GroupTimeout = 600 * time.Millisecond
+	cfg.Logger = testLogger(t, id)
+	m, err := NewMeta(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// startMetaBroker starts a one-node broker group reporting to metas.
+func startMetaBroker(t *testing.T, group string, metas ...*MetaNode) *Node {
+	t.Helper()
+	var addrs []string
+	for _, m := range metas {
+		addrs = append(addrs, m.ClientAddr())
+	}
+	return startNode(t, group+"-n1", true, func(c *Config) {
+		c.Group, c.Meta, c.MetaHeartbeat = group, addrs, 100*time.Millisecond
+		c.ClientAddr = freeAddr(t) // fixed, so a restart keeps it
+	})
+}
+
+func newAdmin(t *testing.T, addr string) *qmq.Admin {
+	t.Helper()
+	a, err := qmq.NewAdmin(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// groupAvailable reports what the metaserver says of a group's health.
+func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known bool) {
+	c, err := a.Cluster(ctxFor(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range c.Groups {
+		if g.Name == name {
+			return g.Available && g.Leader != "", true
+		}
+	}
+	return false, false
+}
+
+func routeGroups(r *qmq.Route) []string {
+	var out []string
+	for _, g := range r.Groups {
+		out = append(out, g.Name)
+	}
+	return out
+}
+
+func TestMetaRoutesByLoadAndHealth(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	brokers := map[string]*Node{}
+	for _, g := range []string{"g1", "g2", "g3"} {
+		brokers[g] = startMetaBroker(t, g, m)
+	}
+	a := newAdmin(t, m.ClientAddr())
+	waitFor(t, 10*time.Second, "three available groups", func() bool {
+		for g := range brokers {
+			if ok, _ := groupAvailable(t, a, g); !ok {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Six subjects × two groups each, least loaded first: four per group.
+	counts := map[string]int{}
+	for _, s := range []string{"s0", "s1", "s2", "s3", "s4", "s5"} {
+		r, err := a.Route(ctxFor(t, 5*time.Second), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Groups) != 2 {
+			t.Fatalf("%s routed to %v, want 2 groups", s, routeGroups(r))
+		}
+		for _, g := range r.Groups {
+			counts[g.Name]++
+		}
+	}
+	if counts["g1"] != 4 || counts["g2"] != 4 || counts["g3"] != 4 {
+		t.Fatalf("assignments per group %v, want 4 each", counts)
+	}
+
+	// A drained group takes no new subjects, and its leader refuses sends.
+	if err := a.SetWritable(ctxFor(t, 5*time.Second), "g3", false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Route(ctxFor(t, 5*time.Second), "after-drain")
+	if err != nil || slices.Contains(routeGroups(r), "g3") {
+		t.Fatalf("route %v (%v): includes the readonly g3", r, err)
+	}
+	waitFor(t, 5*time.Second, "g3's leader to learn it is readonly", func() bool { return !brokers["g3"].writable.Load() })
+	conn, err := transport.Dial(ctxFor(t, 5*time.Second), brokers["g3"].ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "x", Subject: "s0"}}}
+	if _, err := conn.Call(ctxFor(t, 5*time.Second), transport.TypeSend, req.Encode()); transport.CodeOf(err) != transport.ReadOnly {
+		t.Fatalf("send to a drained group: %v, want READONLY", err)
+	}
+
+	// A group whose leader stops heartbeating is unavailable and gets no new
+	// subjects; it comes back by itself.
+	g2 := brokers["g2"]
+	cfg := g2.cfg
+	g2.Close()
+	waitFor(t, 5*time.Second, "g2 to be marked unavailable", func() bool {
+		ok, known := groupAvailable(t, a, "g2")
+		return known && !ok
+	})
+	r, err = a.Route(ctxFor(t, 5*time.Second), "while-g2-down")
+	if err != nil || !slices.Equal(routeGroups(r), []string{"g1"}) {
+		t.Fatalf("route %v (%v), want only g1 (g2 down, g3 readonly)", r, err)
+	}
+	restarted, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restarted.Close() })
+	waitFor(t, 10*time.Second, "g2 to come back", func() bool { ok, _ := groupAvailable(t, a, "g2"); return ok })
+}
+
+func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
+	m1 := startMeta(t, "m1", true)
+	waitFor(t, 10*time.Second, "m1 to lead", func() bool { return m1.isLeader() && m1.fsm.MemberAddr("m1") != "" })
+	metas := []*MetaNode{m1}
+	a := newAdmin(t, m1.ClientAddr())
+	for _, id := range []string{"m2", "m3"} {
+		m := startMeta(t, id, false)
+		if err := a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, id, m.cfg.RaftAddr, m.ClientAddr()); err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+		metas = append(metas, m)
+	}
+	b := startMetaBroker(t, "g1", metas...)
+	// Through the broker, which forwards to the metaserver.
+	ab := newAdmin(t, b.ClientAddr())
+	before, err := ab.Route(ctxFor(t, 10*time.Second), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "every metaserver node to apply the route", func() bool {
+		for _, m := range metas {
+			if _, ok := m.fsm.Route("orders"); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	m1.Close()
+	after, err := ab.Route(ctxFor(t, 20*time.Second), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(routeGroups(before), routeGroups(after)) {
+		t.Fatalf("route changed across the metaserver failover: %v → %v", routeGroups(before), routeGroups(after))
+	}
+	// The new leader learns the group's health from heartbeats.
+	waitFor(t, 10*time.Second, "g1 to report to the new leader", func() bool {
+		c, err := ab.Cluster(ctxFor(t, 5*time.Second))
+		return err == nil && len(c.Groups) == 1 && c.Groups[0].Leader == "g1-n1" && c.Meta.ID != "m1"
+	})
+}

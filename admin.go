@@ -15,8 +15,14 @@ type Status = transport.Status
 // Cluster is the metaserver's view of every broker group.
 type Cluster = transport.Cluster
 
+// GroupStatus is one broker group in a Cluster.
+type GroupStatus = transport.GroupStatus
+
 // Route is where a subject lives.
 type Route = transport.Route
+
+// GroupRoute is one broker group of a Route.
+type GroupRoute = transport.GroupRoute
 
 // MetaGroup names the metaserver group in Join, Leave and TransferLeader.
 const MetaGroup = meta.GroupName

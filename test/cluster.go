@@ -2,13 +2,19 @@
 // loopback ports, driven by qmqctl and the SDK, killed with SIGKILL and
 // restarted from their data.
 //
-// cluster.go is the reusable harness:
+// cluster.go is the reusable harness. A Cluster is one Raft group of
+// processes: a broker group or the metaserver group.
 //
 //	c := NewCluster(t, "g1", "--election-timeout", "500ms")
 //	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap
-//	n2 := c.Start("n2", false) // then: c.Ctl("--server", n1.ClientAddr, "join", …)
+//	n2 := c.Start("n2", false) // then: c.Join(via, n2), which runs qmqctl join
 //	c.WaitFor(10*time.Second, "n1 leads", func() error { … })
 //	n1.Kill(); n1.Restart()
+//
+//	meta := NewMetaGroup(t)                 // qmqd meta nodes
+//	meta.Form("", "m1", "m2", "m3")         // bootstrap m1, join the others
+//	g1 := NewCluster(t, "g1", "--meta", meta.ClientAddrs())
+//	g1.Form(meta.ClientAddrs(), "a", "b", "c") // joined through the metaserver
 //
 // Every process is started with its own data directory under t.TempDir()
 // and its own log file; t.Cleanup SIGKILLs and reaps every process still
@@ -124,10 +130,11 @@ func FreeAddr(t testing.TB) string {
 	return ""
 }
 
-// Cluster is a set of qmqd broker processes of one group.
+// Cluster is a set of qmqd processes of one Raft group.
 type Cluster struct {
 	t      testing.TB
 	Group  string
+	meta   bool     // a metaserver group: `qmqd meta` processes
 	flags  []string // appended to every `qmqd broker` command line
 	dir    string
 	qmqd   string
@@ -170,6 +177,15 @@ func NewCluster(t testing.TB, group string, flags ...string) *Cluster {
 	c := &Cluster{t: t, Group: group, flags: flags, dir: t.TempDir(), qmqd: qmqd, qmqctl: qmqctl,
 		http: &http.Client{Timeout: 2 * time.Second}}
 	t.Cleanup(c.cleanup)
+	return c
+}
+
+// NewMetaGroup returns an empty metaserver group; flags are added to every
+// node's command line.
+func NewMetaGroup(t testing.TB, flags ...string) *Cluster {
+	t.Helper()
+	c := NewCluster(t, qmq.MetaGroup, flags...)
+	c.meta = true
 	return c
 }
 
@@ -264,8 +280,11 @@ func (c *Cluster) ClientAddrs() string {
 
 // Args returns the node's qmqd command line (without the binary).
 func (n *Node) Args() []string {
-	args := []string{"broker", "--id", n.ID, "--group", n.c.Group, "--data", n.DataDir,
-		"--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr}
+	args := []string{"broker", "--group", n.c.Group}
+	if n.c.meta {
+		args = []string{"meta"}
+	}
+	args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr)
 	n.c.mu.Lock()
 	first := n.starts == 0
 	n.c.mu.Unlock()
@@ -511,10 +530,14 @@ func (c *Cluster) Ctl(args ...string) (string, error) {
 // Join adds node n to the group with `qmqctl --server via join …`.
 func (c *Cluster) Join(via string, n *Node) {
 	c.t.Helper()
-	if _, err := c.Ctl("--server", via, "join", "--group", c.Group, "--id", n.ID,
-		"--raft", n.RaftAddr, "--addr", n.ClientAddr); err != nil {
+	if err := c.join(via, n); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+func (c *Cluster) join(via string, n *Node) error {
+	_, err := c.Ctl("--server", via, "join", "--group", c.Group, "--id", n.ID, "--raft", n.RaftAddr, "--addr", n.ClientAddr)
+	return err
 }
 
 // Poll calls cond every 20 ms until it returns nil or timeout passes; it
@@ -555,4 +578,48 @@ func (c *Cluster) WaitFor(timeout time.Duration, what string, cond func() error)
 		c.t.Fatalf("waiting for %s: not true after %s: %v", what, timeout, err)
 	}
 	c.t.Logf("%s (after %s)", what, time.Since(start).Round(time.Millisecond))
+}
+
+// Form starts the group's nodes: the first bootstraps, the others join
+// with qmqctl through via (a metaserver address; "" for the first node's
+// own address). It returns once every node reports the same leader, all
+// members and the same applied index.
+func (c *Cluster) Form(via string, ids ...string) []*Node {
+	c.t.Helper()
+	first := c.Start(ids[0], true)
+	c.WaitFor(20*time.Second, c.Group+": "+first.ID+" leads and reports its leader_addr", func() error {
+		st, err := first.Status()
+		if err != nil {
+			return err
+		}
+		if st.State != "Leader" || st.LeaderAddr == "" {
+			return fmt.Errorf("%s: state %s, leader_addr %q", first.ID, st.State, st.LeaderAddr)
+		}
+		return nil
+	})
+	if via == "" {
+		via = first.ClientAddr
+	}
+	nodes := []*Node{first}
+	for _, id := range ids[1:] {
+		n := c.Start(id, false)
+		c.WaitFor(20*time.Second, n.ID+" answers /status", func() error { _, err := n.Status(); return err })
+		// Through a metaserver, the join fails until the group's first node
+		// has registered; joining is idempotent, so retry it.
+		c.WaitFor(20*time.Second, "qmqctl join "+n.ID, func() error { return c.join(via, n) })
+		nodes = append(nodes, n)
+	}
+	c.WaitFor(20*time.Second, fmt.Sprintf("%s: all %d nodes agree", c.Group, len(ids)), func() error {
+		sts, err := c.Converged()
+		if err != nil {
+			return err
+		}
+		for id, st := range sts {
+			if len(st.Members) != len(ids) {
+				return fmt.Errorf("%s knows %d members: %s", id, len(st.Members), Describe(sts))
+			}
+		}
+		return nil
+	})
+	return nodes
 }

@@ -232,6 +232,11 @@ func (s *Subscription) Close() error {
 	s.closed.Do(func() {
 		s.cancel()
 		s.pulling.Wait()
+		// Pulls still under way end within the pull wait; what they and
+		// earlier pulls brought is ours, so the workers process it too.
+		for _, m := range s.p.drain() {
+			s.work <- m
+		}
 		close(s.work)
 		s.workers.Wait()
 		close(s.ackKick)

@@ -21,16 +21,23 @@ import (
 type Puller struct {
 	r                        *router
 	subject, group, consumer string
+	ctx                      context.Context // background pulls; Close cancels it
+	cancel                   context.CancelFunc
 
-	mu     sync.Mutex
-	groups map[string]*groupPuller // by broker group
-	buf    []*Message              // pulled, not yet returned
+	mu       sync.Mutex
+	groups   map[string]*groupPuller // by broker group
+	buf      []*Message              // pulled, not yet returned
+	inflight int                     // pulls under way
+	errs     []error                 // failures since the last Pull began
+	changed  chan struct{}           // closed (and replaced) when a pull ends
 }
 
-// groupPuller is the Puller's state in one broker group.
+// groupPuller is the Puller's state in one broker group. Guarded by
+// Puller.mu.
 type groupPuller struct {
 	name string
-	next int64 // one past the highest pull sequence received; under Puller.mu
+	next int64 // one past the highest pull sequence received
+	busy bool  // a pull is under way: at most one per group
 }
 
 // NewPuller returns a Puller for subject as a consumer of group, for the
@@ -51,7 +58,10 @@ func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller,
 	if err != nil {
 		return nil, err
 	}
-	return &Puller{r: r, subject: subject, group: group, consumer: o.name, groups: map[string]*groupPuller{}}, nil
+	p := &Puller{r: r, subject: subject, group: group, consumer: o.name,
+		groups: map[string]*groupPuller{}, changed: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
 }
 
 // Consumer returns the consumer name this Puller pulls as.
@@ -79,12 +89,13 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 }
 
 // Pull returns up to limit messages, waiting up to wait (a long poll) for at
-// least one; an empty result means none arrived in time. It pulls from all
-// of the subject's broker groups at once and returns as soon as one has
-// messages; what the others return in the meantime is kept for the next
-// call. A message pulled and not acknowledged comes again only after the
-// consumer's session expires, or to a new Puller with the same consumer
-// name. Call Pull from one goroutine at a time.
+// least one; an empty result means none arrived in time. It long-polls every
+// broker group of the subject at once, at most one pull per group, and
+// returns as soon as any has messages; pulls still under way go on, and
+// what they bring is returned by later calls. A message pulled and not
+// acknowledged comes again only after the consumer's session expires, or to
+// a new Puller with the same consumer name. Call Pull from one goroutine at
+// a time.
 func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
 	if out := p.take(limit); len(out) > 0 {
 		return out, nil
@@ -93,65 +104,107 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		errs    []error
-		success bool
-	)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errs = nil
 	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msgs, err := p.pullGroup(pctx, g, limit, wait)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if pctx.Err() == nil {
-					errs = append(errs, err)
-				}
-				return
+		if !g.busy {
+			g.busy = true
+			p.inflight++
+			go p.pullGroup(g, limit, wait)
+		}
+	}
+	for {
+		if out := p.takeLocked(limit); len(out) > 0 {
+			return out, nil
+		}
+		if p.inflight == 0 {
+			if len(p.errs) >= len(groups) {
+				return nil, errors.Join(p.errs...) // every group failed
 			}
-			success = true
-			if len(msgs) > 0 {
-				cancel() // the others stop waiting; what they took comes again on their next pull
-			}
-		}()
+			return nil, nil
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+			p.mu.Lock()
+		case <-ctx.Done():
+			p.mu.Lock()
+			return nil, ctx.Err()
+		}
 	}
-	wg.Wait()
-	if out := p.take(limit); len(out) > 0 || success {
-		return out, nil
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	return nil, errors.Join(errs...)
 }
 
-// take removes up to limit messages from the buffer.
 func (p *Puller) take(limit int) []*Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.takeLocked(limit)
+}
+
+// takeLocked removes up to limit messages from the buffer.
+func (p *Puller) takeLocked(limit int) []*Message {
 	n := min(limit, len(p.buf))
 	out := p.buf[:n:n]
 	p.buf = p.buf[n:]
 	return out
 }
 
-// pullGroup pulls from one broker group into the buffer.
-func (p *Puller) pullGroup(ctx context.Context, g *groupPuller, limit int, wait time.Duration) ([]*Message, error) {
+// drain waits for the pulls under way and returns every message pulled and
+// not yet returned: a closing Subscription hands them to its workers.
+func (p *Puller) drain() []*Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.inflight > 0 {
+		changed := p.changed
+		p.mu.Unlock()
+		<-changed
+		p.mu.Lock()
+	}
+	out := p.buf
+	p.buf = nil
+	return out
+}
+
+// pullGroup pulls from one broker group into the buffer; it runs on its own
+// goroutine, bounded by the Puller's life and the long poll's length.
+func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	p.mu.Lock()
 	from := g.next
 	p.mu.Unlock()
+	msgs, err := p.fetch(g.name, from, limit, wait)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g.busy = false
+	p.inflight--
+	close(p.changed)
+	p.changed = make(chan struct{})
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf("group %s: %w", g.name, err))
+		return
+	}
+	for _, m := range msgs {
+		if m.PullSeq < from {
+			// Below what we asked from: the broker reclaimed this consumer (its
+			// session expired) and registered it afresh, numbering from 0 again.
+			g.next = 0
+		}
+	}
+	for _, m := range msgs {
+		p.buf = append(p.buf, fromLog(m.Message, m.PullSeq, g.name))
+		g.next = max(g.next, m.PullSeq+1)
+	}
+}
+
+// fetch sends one pull request to a broker group.
+func (p *Puller) fetch(group string, from int64, limit int, wait time.Duration) ([]transport.PulledMessage, error) {
 	// Asking from the next sequence we expect makes the broker hand again
 	// anything it handed out in a reply we never received.
 	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from}
 	// The broker answers within wait; allow for the round trip and a retry.
-	cctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, wait+10*time.Second)
 	defer cancel()
-	body, err := p.r.group(g.name).Call(cctx, transport.TypePull, req.Encode())
+	body, err := p.r.group(group).Call(ctx, transport.TypePull, req.Encode())
 	if err != nil {
 		p.r.refresh(ctx, p.subject, p.group) // the group may have moved
 		return nil, err
@@ -160,22 +213,7 @@ func (p *Puller) pullGroup(ctx context.Context, g *groupPuller, limit int, wait 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Message, len(resp.Messages))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range resp.Messages {
-		if m.PullSeq < from {
-			// Below what we asked from: the broker reclaimed this consumer (its
-			// session expired) and registered it afresh, numbering from 0 again.
-			g.next = 0
-		}
-	}
-	for i, m := range resp.Messages {
-		out[i] = fromLog(m.Message, m.PullSeq, g.name)
-		g.next = max(g.next, m.PullSeq+1)
-	}
-	p.buf = append(p.buf, out...)
-	return out, nil
+	return resp.Messages, nil
 }
 
 // Ack acknowledges messages this Puller pulled, in any order.
@@ -217,8 +255,12 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close closes the Puller's connections.
+// Close stops the pulls under way and closes the Puller's connections.
+// Messages pulled and not returned come again after the consumer's
+// session expires.
 func (p *Puller) Close() error {
+	p.cancel()
+	p.drain()
 	p.r.close()
 	return nil
 }

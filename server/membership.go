@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -29,6 +32,13 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	if !g.isLeader() {
 		return nil, g.notLeader()
 	}
+	if !g.isVoter(req.ID, req.RaftAddr) {
+		// A voter that cannot be reached costs the group its quorum (a
+		// one-node group stops at once), so a mistyped join must fail here.
+		if err := checkJoiner(ctx, g.group, &req); err != nil {
+			return nil, transport.Errorf(transport.Invalid, "refusing to add node %s: %v", req.ID, err)
+		}
+	}
 	f := g.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, g.applyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, g.raftError(err)
@@ -40,6 +50,51 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	g.log.Info("node joined", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
 	return nil, nil
+}
+
+// isVoter reports whether id is already a voter at raftAddr.
+func (g *raftGroup) isVoter(id, raftAddr string) bool {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id && string(s.Address) == raftAddr && s.Suffrage == raft.Voter {
+			return true
+		}
+	}
+	return false
+}
+
+// checkJoiner asks the joining node for its status and checks that it is
+// the node the request names: its id, its Raft address, and a node of this
+// group (a broker node cannot join the metaserver group, nor one group's
+// node another's).
+func checkJoiner(ctx context.Context, group string, req *transport.JoinRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := transport.Dial(ctx, req.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("its client address does not answer: %w", err)
+	}
+	defer conn.Close()
+	body, err := conn.Call(ctx, transport.TypeStatus, nil)
+	if err != nil {
+		return fmt.Errorf("its client address does not answer a status request: %w", err)
+	}
+	var st transport.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return fmt.Errorf("its status: %w", err)
+	}
+	switch {
+	case st.ID != req.ID:
+		return fmt.Errorf("%s is node %q, not %q", req.ClientAddr, st.ID, req.ID)
+	case st.Group != group:
+		return fmt.Errorf("node %s is a node of group %q, not %q", st.ID, st.Group, group)
+	case st.RaftAddr != req.RaftAddr:
+		return fmt.Errorf("node %s listens for Raft on %s, not %s", st.ID, st.RaftAddr, req.RaftAddr)
+	}
+	return nil
 }
 
 // handleLeave removes a node from the group.

@@ -12,7 +12,7 @@ import (
 )
 
 // startMeta starts a metaserver node with fast timings; it stops at cleanup.
-func startMeta(t *testing.T, id string, bootstrap bool) *MetaNode {
+func startMeta(t testing.TB, id string, bootstrap bool) *MetaNode {
 	t.Helper()
 	cfg := DefaultMetaConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), bootstrap
@@ -29,7 +29,7 @@ func startMeta(t *testing.T, id string, bootstrap bool) *MetaNode {
 }
 
 // startMetaBroker starts a one-node broker group reporting to metas.
-func startMetaBroker(t *testing.T, group string, metas ...*MetaNode) *Node {
+func startMetaBroker(t testing.TB, group string, metas ...*MetaNode) *Node {
 	t.Helper()
 	var addrs []string
 	for _, m := range metas {
@@ -193,4 +193,40 @@ func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
 		c, err := ab.Cluster(ctxFor(t, 5*time.Second))
 		return err == nil && len(c.Groups) == 1 && c.Groups[0].Leader == "g1-n1" && c.Meta.ID != "m1"
 	})
+}
+
+// TestJoinRefusesNodesThatAreNotWhatTheyClaim: a voter that cannot be
+// reached costs a group its quorum, so join checks the node first.
+func TestJoinRefusesNodesThatAreNotWhatTheyClaim(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	b := startMetaBroker(t, "g1", m)
+	waitLeader(t, b)
+	a := newAdmin(t, m.ClientAddr())
+	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	spare := startMeta(t, "m2", false)
+	for name, req := range map[string][3]string{ // group, id, raft address; the client address is spare's
+		"unreachable":     {"g1", "n9", freeAddr(t)},
+		"wrong id":        {qmq.MetaGroup, "m9", spare.cfg.RaftAddr},
+		"wrong raft":      {qmq.MetaGroup, "m2", freeAddr(t)},
+		"another group's": {"g1", "m2", spare.cfg.RaftAddr},
+	} {
+		client := spare.ClientAddr()
+		if name == "unreachable" {
+			client = freeAddr(t)
+		}
+		err := a.Join(ctxFor(t, 10*time.Second), req[0], req[1], req[2], client)
+		if transport.CodeOf(err) != transport.Invalid {
+			t.Errorf("%s: join answered %v, want INVALID", name, err)
+		}
+	}
+	if n := len(m.Status().Members); n != 1 || !m.isLeader() {
+		t.Fatalf("metaserver group has %d members (leader %v) after refused joins", n, m.isLeader())
+	}
+	if n := len(b.Status().Members); n != 1 || !b.isLeader() {
+		t.Fatalf("broker group has %d members (leader %v) after refused joins", n, b.isLeader())
+	}
+	// The real thing joins.
+	if err := a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, "m2", spare.cfg.RaftAddr, spare.ClientAddr()); err != nil {
+		t.Fatal(err)
+	}
 }

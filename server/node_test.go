@@ -10,7 +10,7 @@ import (
 )
 
 // freeAddr returns a loopback address with a port free at the time of the call.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -21,18 +21,18 @@ func freeAddr(t *testing.T) string {
 }
 
 // testLogger routes a node's logs through t.Log.
-func testLogger(t *testing.T, name string) hclog.Logger {
+func testLogger(t testing.TB, name string) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: tWriter{t}})
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 var _ io.Writer = tWriter{}
 
 // startNode starts a node with fast Raft timings; it stops at cleanup.
-func startNode(t *testing.T, id string, bootstrap bool, tweak func(*Config)) *Node {
+func startNode(t testing.TB, id string, bootstrap bool, tweak func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ID, cfg.Group, cfg.DataDir = id, "g1", t.TempDir()
@@ -52,7 +52,7 @@ func startNode(t *testing.T, id string, bootstrap bool, tweak func(*Config)) *No
 }
 
 // waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

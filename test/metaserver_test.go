@@ -281,6 +281,23 @@ func TestNineProcessCluster(t *testing.T) {
 		return nil
 	})
 
+	// A node leaves its group and the metaserver forgets it.
+	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--group", "g3", "--id", "g3c"); err != nil {
+		t.Fatal(err)
+	}
+	groups["g3"].Node("g3c").Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := admin.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range cl.Groups {
+		if g.Name == "g3" && len(g.Nodes) != 2 {
+			t.Errorf("g3 has %d registered nodes after g3c left, want 2", len(g.Nodes))
+		}
+	}
+
 	out, err := meta.Ctl("--server", metaAddrs, "status")
 	if err != nil {
 		t.Fatal(err)

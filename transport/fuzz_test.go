@@ -41,6 +41,8 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{1, 2}}}).Encode())
 	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
 	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
+	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
+	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
 	f.Add((&PullResponse{Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if q, err := DecodeSendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
@@ -55,8 +57,10 @@ func FuzzDecodeRequests(f *testing.F) {
 		if q, err := DecodeHeartbeatRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("heartbeat request does not re-encode to its input")
 		}
-		var join JoinRequest
-		DecodeJSON(in, &join)
+		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
+			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{}} {
+			DecodeJSON(in, v)
+		}
 		var status Status
 		DecodeJSON(in, &status)
 		DecodeSendResponse(in)

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/transport"
+)
+
+// FuzzMetaRequests feeds arbitrary requests to a running metaserver node
+// and to a broker that forwards to it: each is answered or refused, never
+// a crash, and both keep serving.
+func FuzzMetaRequests(f *testing.F) {
+	seed := func(t transport.Type, v any) {
+		b, _ := json.Marshal(v)
+		f.Add(uint8(t), b)
+	}
+	seed(transport.TypeRoute, transport.RouteRequest{Subject: "s", ConsumerGroup: "c"})
+	seed(transport.TypeRegister, transport.RegisterRequest{Group: "g9", ID: "x", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	seed(transport.TypeRegister, transport.RegisterRequest{Group: "meta", ID: "x", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	seed(transport.TypeBrokerHeartbeat, transport.BrokerHeartbeat{Status: transport.Status{ID: "x", Group: "g9", State: "Leader"}})
+	seed(transport.TypeAssign, transport.AssignRequest{Subject: "s", Count: 1000})
+	seed(transport.TypeAssign, transport.AssignRequest{Subject: "s", Groups: []string{"nope"}})
+	seed(transport.TypeSetWritable, transport.SetWritableRequest{Group: "nope"})
+	seed(transport.TypeDeregister, transport.DeregisterRequest{Group: "g/1", ID: ""})
+	seed(transport.TypeJoin, transport.JoinRequest{ID: "x", RaftAddr: "bad", ClientAddr: "bad"})
+	f.Add(uint8(transport.TypeRoute), []byte("{"))
+	f.Add(uint8(transport.TypeCluster), []byte(nil))
+	f.Add(uint8(200), []byte("x"))
+
+	// One cluster for every input: starting Raft per input would measure
+	// start-up, not the handlers.
+	quiet := quietTB{f}
+	m := startMeta(quiet, "m1", true)
+	b := startMetaBroker(quiet, "g1", m)
+	waitFor(f, 10*time.Second, "the broker to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.handle(ctx, transport.Type(typ), payload)
+		b.handle(ctx, transport.Type(typ), payload)
+		if !m.isLeader() {
+			t.Fatal("the metaserver lost leadership")
+		}
+		if _, err := m.handle(ctx, transport.TypeCluster, nil); err != nil {
+			t.Fatalf("the metaserver stopped answering: %v", err)
+		}
+	})
+}
+
+// quietTB drops logs: a fuzz target may not log through its testing.F.
+type quietTB struct{ testing.TB }
+
+func (quietTB) Log(...any) {}

@@ -3,7 +3,9 @@ package qmq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/transport"
@@ -85,10 +87,11 @@ func (a *Admin) Cluster(ctx context.Context) (*Cluster, error) {
 	return &c, a.call(ctx, transport.TypeCluster, nil, &c)
 }
 
-// Route returns where subject lives, assigning it on first use.
+// Route returns where subject lives; a subject nothing was sent to or
+// consumed from has no route, which is INVALID.
 func (a *Admin) Route(ctx context.Context, subject string) (*Route, error) {
 	var r Route
-	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject}, &r)
+	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject, Lookup: true}, &r)
 }
 
 // Subjects returns every subject's route.
@@ -138,16 +141,25 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 	return transport.NewGroupClient(servers)
 }
 
-// groupCall sends a membership request to group's leader.
+// groupCall sends a membership request to group's leader. The group's
+// nodes are asked of the metaserver again between tries: a group whose
+// first node has only just started may not have all of them registered yet.
 func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, req any) error {
-	gc, err := a.groupClient(ctx, group)
-	if err != nil {
-		return err
-	}
-	defer gc.Close()
 	b, _ := json.Marshal(req)
-	_, err = gc.Call(ctx, t, b)
-	return err
+	for {
+		gc, err := a.groupClient(ctx, group)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = gc.Call(actx, t, b)
+		cancel()
+		gc.Close()
+		var e *transport.Error
+		if err == nil || ctx.Err() != nil || (errors.As(err, &e) && !e.Retriable()) || (!errors.As(err, &e) && actx.Err() == nil) {
+			return err
+		}
+	}
 }
 
 // Join adds a node to group (a broker group, or MetaGroup) as a voter,

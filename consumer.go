@@ -232,9 +232,10 @@ func (s *Subscription) Close() error {
 	s.closed.Do(func() {
 		s.cancel()
 		s.pulling.Wait()
-		// Pulls still under way end within the pull wait; what they and
+		// Pulls still under way end within the pull wait (one that is
+		// retrying an unreachable group is stopped then); what they and
 		// earlier pulls brought is ours, so the workers process it too.
-		for _, m := range s.p.drain() {
+		for _, m := range s.p.drain(s.opts.pullWait + time.Second) {
 			s.work <- m
 		}
 		close(s.work)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -245,19 +247,33 @@ func (p *Producer) sendBatch(batch []*pending) {
 	p.deliver(ctx, live)
 }
 
-// failoverAfter is how long a send keeps trying one broker group before
-// it moves to another writable group of the subject. A leader election
-// takes about a second; a message moved after a timeout may be stored in
-// both groups (at-least-once).
-const failoverAfter = 5 * time.Second
+// recheckAfter is how long a send keeps trying one broker group before it
+// asks the metaserver whether the group is still alive.
+const recheckAfter = 5 * time.Second
+
+// outcome is what became of one request to a broker group.
+type outcome int
+
+const (
+	reported outcome = iota // every message's outcome was reported
+	moveOn                  // the group cannot take them: try another group
+	tryAgain                // the outcome is unknown: retry the same group
+)
 
 // deliver sends msgs to their subjects' broker groups, one request per
-// group, moving those a group cannot take to another group, until ctx ends.
+// group, until ctx ends. Messages whose outcome is unknown (a timeout, a
+// leader election) are retried on the same group with the same ids, which
+// it deduplicates. They move to another writable group of the subject only
+// when theirs refuses them (drained) or the metaserver marks it
+// unavailable; a message moved after a timeout may be stored in both
+// groups (at-least-once).
 func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
-	avoid := map[string]bool{} // groups that failed this batch
+	avoid := map[string]bool{}        // groups that cannot take this batch
+	sticky := map[string][]*pending{} // to retry on the same group
 	backoff := 10 * time.Millisecond
-	for len(msgs) > 0 {
-		byGroup := map[string][]*pending{}
+	for len(msgs) > 0 || len(sticky) > 0 {
+		byGroup := sticky
+		sticky = map[string][]*pending{}
 		chosen := map[string]string{} // subject → group, one per subject per round
 		for _, q := range msgs {
 			g, ok := chosen[q.msg.subject]
@@ -279,53 +295,76 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 		var (
 			mu    sync.Mutex
 			wg    sync.WaitGroup
-			retry []*pending
+			moved []*pending
 		)
 		for g, qs := range byGroup {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if !p.sendTo(ctx, g, qs) {
-					mu.Lock()
+				out := p.sendTo(ctx, g, qs)
+				if out == tryAgain && !p.stillUsable(ctx, g, qs) {
+					out = moveOn
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch out {
+				case moveOn:
 					avoid[g] = true
-					retry = append(retry, qs...)
-					mu.Unlock()
+					moved = append(moved, qs...)
+				case tryAgain:
+					sticky[g] = qs
 				}
 			}()
 		}
 		wg.Wait()
-		if len(retry) > 0 {
-			// Ask again where the subjects live before moving them.
-			for _, q := range retry {
-				if _, ok := chosen[q.msg.subject]; ok {
-					delete(chosen, q.msg.subject)
-					p.r.refresh(ctx, q.msg.subject, "")
-				}
-			}
-			if !wait.Sleep(ctx, backoff) {
-				for _, q := range retry {
+		msgs = moved
+		if len(msgs) == 0 && len(sticky) == 0 {
+			return
+		}
+		if !wait.Sleep(ctx, backoff) {
+			for _, qs := range append(slices.Collect(maps.Values(sticky)), msgs) {
+				for _, q := range qs {
 					q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, ctx.Err()))
 				}
-				return
 			}
-			backoff = min(2*backoff, time.Second)
+			return
 		}
-		msgs = retry
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
-// sendTo sends one request to a broker group and reports each message's
-// outcome, or returns false, reporting nothing, when the messages should
-// move to another group: the group is drained, or it stayed unreachable
-// for failoverAfter while ctx still has time.
-func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) bool {
+// stillUsable asks the metaserver again where qs's subjects live and
+// reports whether group is still a writable, available group of theirs.
+func (p *Producer) stillUsable(ctx context.Context, group string, qs []*pending) bool {
+	seen := map[string]bool{}
+	for _, q := range qs {
+		if seen[q.msg.subject] {
+			continue
+		}
+		seen[q.msg.subject] = true
+		rt, err := p.r.refresh(ctx, q.msg.subject, "")
+		if err != nil {
+			continue // the metaserver does not answer: assume the group lives
+		}
+		i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
+		if i < 0 || !rt.Groups[i].Writable || !rt.Groups[i].Available {
+			return false
+		}
+	}
+	return true
+}
+
+// sendTo sends one request to a broker group, trying for up to
+// recheckAfter, and reports each message's outcome unless the group
+// refused them as drained (moveOn) or their outcome is still unknown while
+// ctx has time (tryAgain).
+func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outcome {
 	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
 	for i, q := range qs {
 		req.Messages[i] = q.wire
 	}
-	c := p.r.group(group)
-	actx, cancel := context.WithTimeout(ctx, failoverAfter)
-	body, err := c.Call(actx, transport.TypeSend, req.Encode())
+	actx, cancel := context.WithTimeout(ctx, recheckAfter)
+	body, err := p.r.group(group).Call(actx, transport.TypeSend, req.Encode())
 	cancel()
 	var resp *transport.SendResponse
 	if err == nil {
@@ -336,8 +375,11 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) bool
 	}
 	if err != nil && ctx.Err() == nil {
 		var e *transport.Error
-		if transport.CodeOf(err) == transport.ReadOnly || (errors.As(err, &e) && e.Retriable()) || actx.Err() != nil {
-			return false
+		switch {
+		case transport.CodeOf(err) == transport.ReadOnly:
+			return moveOn // refused, so stored nowhere: safe to move
+		case errors.As(err, &e) && e.Retriable(), actx.Err() != nil:
+			return tryAgain
 		}
 	}
 	for i, q := range qs {
@@ -350,7 +392,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) bool
 			q.done(nil)
 		}
 	}
-	return true
+	return reported
 }
 
 // Close sends what is queued, waits for every send in flight, and closes

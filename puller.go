@@ -28,7 +28,6 @@ type Puller struct {
 	groups   map[string]*groupPuller // by broker group
 	buf      []*Message              // pulled, not yet returned
 	inflight int                     // pulls under way
-	errs     []error                 // failures since the last Pull began
 	changed  chan struct{}           // closed (and replaced) when a pull ends
 }
 
@@ -38,6 +37,7 @@ type groupPuller struct {
 	name string
 	next int64 // one past the highest pull sequence received
 	busy bool  // a pull is under way: at most one per group
+	err  error // how the last pull failed; nil if it succeeded
 }
 
 // NewPuller returns a Puller for subject as a consumer of group, for the
@@ -104,9 +104,10 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	if err != nil {
 		return nil, err
 	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.errs = nil
 	for _, g := range groups {
 		if !g.busy {
 			g.busy = true
@@ -119,21 +120,35 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 			return out, nil
 		}
 		if p.inflight == 0 {
-			if len(p.errs) >= len(groups) {
-				return nil, errors.Join(p.errs...) // every group failed
-			}
-			return nil, nil
+			return nil, failures(groups)
 		}
 		changed := p.changed
 		p.mu.Unlock()
 		select {
 		case <-changed:
 			p.mu.Lock()
+		case <-timer.C:
+			// Nothing within wait. A pull to a group that does not answer is
+			// still retrying; it goes on in the background.
+			p.mu.Lock()
+			return nil, failures(groups)
 		case <-ctx.Done():
 			p.mu.Lock()
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// failures returns an error if the last pull from every group failed.
+func failures(groups []*groupPuller) error {
+	var errs []error
+	for _, g := range groups {
+		if g.err == nil {
+			return nil
+		}
+		errs = append(errs, g.err)
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Puller) take(limit int) []*Message {
@@ -150,15 +165,22 @@ func (p *Puller) takeLocked(limit int) []*Message {
 	return out
 }
 
-// drain waits for the pulls under way and returns every message pulled and
-// not yet returned: a closing Subscription hands them to its workers.
-func (p *Puller) drain() []*Message {
+// drain waits up to patience for the pulls under way, then stops them, and
+// returns every message pulled and not yet returned: a closing
+// Subscription hands them to its workers.
+func (p *Puller) drain(patience time.Duration) []*Message {
+	timer := time.NewTimer(patience)
+	defer timer.Stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.inflight > 0 {
 		changed := p.changed
 		p.mu.Unlock()
-		<-changed
+		select {
+		case <-changed:
+		case <-timer.C:
+			p.cancel() // what a stopped pull took comes again after the session expires
+		}
 		p.mu.Lock()
 	}
 	out := p.buf
@@ -180,9 +202,10 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
-		p.errs = append(p.errs, fmt.Errorf("group %s: %w", g.name, err))
+		g.err = fmt.Errorf("group %s: %w", g.name, err)
 		return
 	}
+	g.err = nil
 	for _, m := range msgs {
 		if m.PullSeq < from {
 			// Below what we asked from: the broker reclaimed this consumer (its
@@ -220,6 +243,9 @@ func (p *Puller) fetch(group string, from int64, limit int, wait time.Duration) 
 func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
 	byGroup := map[string][]int64{}
 	for _, m := range msgs {
+		if m.brokerGroup == "" || p.r.group(m.brokerGroup) == nil {
+			return fmt.Errorf("qmq: ack %s: not a message this Puller pulled", m.id)
+		}
 		byGroup[m.brokerGroup] = append(byGroup[m.brokerGroup], m.pullSeq)
 	}
 	var errs []error
@@ -260,7 +286,7 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 // session expires.
 func (p *Puller) Close() error {
 	p.cancel()
-	p.drain()
+	p.drain(0)
 	p.r.close()
 	return nil
 }

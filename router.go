@@ -59,7 +59,13 @@ func (r *router) lookup(ctx context.Context, subject, consumerGroup string) (*ro
 	if rt != nil && time.Since(rt.fetched) < routeTTL {
 		return rt, nil
 	}
-	return r.refresh(ctx, subject, consumerGroup)
+	fresh, err := r.refresh(ctx, subject, consumerGroup)
+	if err != nil && rt != nil {
+		// The metaserver is unreachable: the brokers may well not be, and
+		// where a subject lives rarely changes. Keep using what we know.
+		return rt, nil
+	}
+	return fresh, err
 }
 
 // refresh asks for subject's route again.
@@ -73,8 +79,16 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 	if err := json.Unmarshal(body, &rt.Route); err != nil {
 		return nil, fmt.Errorf("qmq: route of %s: %w", subject, err)
 	}
+	// A group with no node to reach (all left it) cannot be used: drop it.
+	reachable := rt.Groups[:0]
+	for _, g := range rt.Groups {
+		if len(g.Servers) > 0 {
+			reachable = append(reachable, g)
+		}
+	}
+	rt.Groups = reachable
 	if len(rt.Groups) == 0 {
-		return nil, fmt.Errorf("qmq: route of %s names no broker group", subject)
+		return nil, fmt.Errorf("qmq: route of %s names no reachable broker group", subject)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -83,17 +97,11 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 			c.SetServers(g.Servers, g.Leader)
 			continue
 		}
-		servers := g.Servers
-		if len(servers) == 0 && g.Leader != "" {
-			servers = []string{g.Leader}
-		}
-		c, err := transport.NewGroupClient(servers)
+		c, err := transport.NewGroupClient(g.Servers)
 		if err != nil {
 			return nil, fmt.Errorf("qmq: route of %s: group %s: %w", subject, g.Name, err)
 		}
-		if g.Leader != "" {
-			c.SetServers(servers, g.Leader)
-		}
+		c.SetServers(g.Servers, g.Leader)
 		r.groups[g.Name] = c
 	}
 	if old := r.routes[subject]; old != nil {
@@ -140,7 +148,7 @@ func (rt *route) pick(avoid map[string]bool) string {
 	if len(best) == 0 {
 		return ""
 	}
-	return best[int(rt.next.Add(1))%len(best)]
+	return best[rt.next.Add(1)%uint32(len(best))]
 }
 
 // errNoWritableGroup means every broker group of a subject is drained.

@@ -15,13 +15,16 @@ import (
 )
 
 // startMeta starts a one-node metaserver group.
-func startMeta(t *testing.T) *server.MetaNode {
+func startMeta(t *testing.T, tweak func(*server.MetaConfig)) *server.MetaNode {
 	t.Helper()
 	cfg := server.DefaultMetaConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = "m1", t.TempDir(), true
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	m, err := server.NewMeta(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,8 +33,9 @@ func startMeta(t *testing.T) *server.MetaNode {
 	return m
 }
 
-// drained reports how many messages of subject a broker group holds and
-// how many of its consumers hold unacknowledged ones.
+// drained reports how far a broker group's consume log of subject reaches
+// (in bytes: it grows with every message) and how many of its consumers
+// hold unacknowledged messages.
 func drained(n *server.Node, subject string) (held int64, unacked int) {
 	return n.FSM().Ends().Consume[subject], len(n.FSM().ConsumersWithUnacked())
 }
@@ -58,11 +62,16 @@ func (c *collector) handle(_ context.Context, m *qmq.Message) error {
 	return nil
 }
 
+// sendAll sends n messages in rounds of 50 concurrent ones: each round is
+// at least one request, and a producer spreads requests over the groups.
 func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		if i%50 == 0 {
+			wg.Wait()
+		}
 		m := p.GenerateMessage(subject)
 		ids[m.ID()] = true
 		wg.Add(1)
@@ -82,7 +91,7 @@ func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bo
 // broker of one group gets them all exactly once, a drained group takes no
 // more sends, and its consumers empty it.
 func TestSubjectSpansGroupsAndDrains(t *testing.T) {
-	m := startMeta(t)
+	m := startMeta(t, nil)
 	groups := map[string]*server.Node{}
 	for _, g := range []string{"g1", "g2"} {
 		groups[g] = startBroker(t, func(c *server.Config) {
@@ -167,5 +176,32 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 	// The drained group ends empty: everything it holds was acknowledged.
 	if _, unacked := drained(groups["g2"], "orders"); unacked != 0 {
 		t.Fatalf("drained group still has %d consumers with unacked messages", unacked)
+	}
+}
+
+// TestProducerMovesOffADeadGroup: when one of a subject's groups dies
+// whole, sends wait on it only until the metaserver marks it unavailable,
+// then go to the subject's other group; none fails.
+func TestProducerMovesOffADeadGroup(t *testing.T) {
+	m := startMeta(t, func(c *server.MetaConfig) { c.GroupTimeout = time.Second })
+	groups := map[string]*server.Node{}
+	for _, g := range []string{"g1", "g2"} {
+		groups[g] = startBroker(t, func(c *server.Config) {
+			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
+		})
+	}
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendAll(t, p, "orders", 100) // routes orders to both groups
+	held, _ := drained(groups["g1"], "orders")
+	groups["g2"].Close()
+	start := time.Now()
+	sendAll(t, p, "orders", 200) // fails the test if any send fails
+	t.Logf("200 sends took %s with one of the two groups dead", time.Since(start).Round(time.Millisecond))
+	if after, _ := drained(groups["g1"], "orders"); after <= held {
+		t.Fatal("the live group took none of the sends")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,7 +31,8 @@ type MetaNode struct {
 
 	fsm        *meta.FSM
 	health     *health
-	assignMu   sync.Mutex // one route assignment at a time, so racing first uses agree
+	ready      atomic.Bool // leading, and caught up with every earlier term's entries
+	assignMu   sync.Mutex  // one route assignment at a time, so racing first uses agree
 	clientAddr string
 
 	client    *transport.Server
@@ -98,15 +100,31 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		}
 	}
 	m.goLoop(func() {
-		m.watchLeadership(m.ctx, func() {}, func(ctx context.Context) {
-			// Heartbeats went to the old leader: start afresh, giving every
-			// group one timeout to report before calling it unavailable.
-			m.health.reset()
-			m.goLoop(func() { m.announce(ctx, m.clientAddr) })
+		m.watchLeadership(m.ctx, func() { m.ready.Store(false) }, func(ctx context.Context) {
+			m.goLoop(func() { m.lead(ctx) })
 		})
 	})
 	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
 	return m, nil
+}
+
+// lead readies a new leader: it serves requests only once it has applied
+// every entry of earlier terms (a barrier), or it could assign a subject a
+// second time, or call a drained group writable, from stale state.
+func (m *MetaNode) lead(ctx context.Context) {
+	for m.raft.Barrier(m.cfg.ApplyTimeout).Error() != nil {
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	// Heartbeats went to the old leader: start afresh, giving every group
+	// one timeout to report before calling it unavailable.
+	m.health.reset()
+	if ctx.Err() != nil {
+		return
+	}
+	m.ready.Store(true)
+	m.announce(ctx, m.clientAddr)
 }
 
 func (m *MetaNode) goLoop(fn func()) {
@@ -170,6 +188,9 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 	}
 	if !m.isLeader() {
 		return nil, m.notLeader()
+	}
+	if !m.ready.Load() {
+		return nil, transport.Errorf(transport.Unavailable, "metaserver node %s has just become leader and is catching up", m.cfg.ID)
 	}
 	ctx, cancel := m.requestContext(ctx)
 	defer cancel()

@@ -27,13 +27,18 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 		}
 	}
 	if _, ok := m.fsm.Route(req.Subject); !ok {
+		if req.Lookup {
+			return nil, transport.Errorf(transport.Invalid, "subject %s has no route: nothing was sent to it or consumed from it", req.Subject)
+		}
 		if err := m.assign(ctx, req.Subject, m.cfg.SubjectGroups); err != nil {
 			return nil, err
 		}
 	}
 	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && !slices.Contains(r.Consumers, req.ConsumerGroup) {
+		// Knowing the consumer groups is for operators; a consumer is served
+		// its route even when recording it fails (say, a subject at the limit).
 		if _, err := m.propose(ctx, meta.Encode(&meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup})); err != nil {
-			return nil, err
+			m.log.Warn("recording a consumer group", "subject", req.Subject, "group", req.ConsumerGroup, "error", err)
 		}
 	}
 	return json.Marshal(m.route(req.Subject))
@@ -56,19 +61,23 @@ func (m *MetaNode) assign(ctx context.Context, subject string, count int) error 
 		}
 		return transport.Errorf(transport.Unavailable, "no writable broker group is available for subject %s", subject)
 	}
-	_, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: subject, Groups: picked}))
+	// A first use only creates: should the route exist after all, it stands.
+	_, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0}))
 	if err == nil {
 		m.log.Info("subject assigned", "subject", subject, "groups", picked)
 	}
 	return err
 }
 
-// pickGroups chooses up to n writable, available groups not in exclude,
-// least loaded first: fewest subjects, then fewest message bytes.
+// pickGroups chooses up to n writable, available groups not in exclude:
+// groups whose leader has reported before those only presumed alive (a new
+// metaserver leader's first timeout), then least loaded first: fewest
+// subjects, then fewest message bytes.
 func (m *MetaNode) pickGroups(n int, exclude []string) []string {
 	counts := m.fsm.SubjectCounts()
 	type candidate struct {
 		name     string
+		presumed bool
 		subjects int
 		bytes    int64
 	}
@@ -82,10 +91,13 @@ func (m *MetaNode) pickGroups(n int, exclude []string) []string {
 		if !h.available {
 			continue
 		}
-		cands = append(cands, candidate{name, counts[name], h.load.MessageBytes})
+		cands = append(cands, candidate{name, h.leader == "", counts[name], h.load.MessageBytes})
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
+		if a.presumed != b.presumed {
+			return !a.presumed
+		}
 		if a.subjects != b.subjects {
 			return a.subjects < b.subjects
 		}
@@ -126,7 +138,7 @@ func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
 	case len(req.Groups) > 0 && req.Count != 0:
 		return nil, transport.Errorf(transport.Invalid, "name the groups or give a count, not both")
 	case len(req.Groups) > 0:
-		if _, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: req.Subject, Groups: req.Groups})); err != nil {
+		if err := m.proposeChecked(ctx, &meta.Assign{Subject: req.Subject, Groups: req.Groups}); err != nil {
 			return nil, err
 		}
 	case req.Count > 0 && req.Count <= meta.MaxGroupsPerSubject:
@@ -152,7 +164,7 @@ func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, err
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if _, err := m.propose(ctx, meta.Encode(&meta.SetWritable{Group: req.Group, Writable: req.Writable})); err != nil {
+	if err := m.proposeChecked(ctx, &meta.SetWritable{Group: req.Group, Writable: req.Writable}); err != nil {
 		return nil, err
 	}
 	m.log.Info("broker group writable changed", "group", req.Group, "writable", req.Writable)
@@ -169,7 +181,7 @@ func (m *MetaNode) handleRegister(ctx context.Context, p []byte) ([]byte, error)
 		return nil, nil // a restart with the same addresses: nothing to record
 	}
 	cmd := &meta.Register{Group: req.Group, ID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
-	if _, err := m.propose(ctx, meta.Encode(cmd)); err != nil {
+	if err := m.proposeChecked(ctx, cmd); err != nil {
 		return nil, err
 	}
 	m.log.Info("broker node registered", "group", req.Group, "id", req.ID, "client", req.ClientAddr)
@@ -181,7 +193,7 @@ func (m *MetaNode) handleDeregister(ctx context.Context, p []byte) ([]byte, erro
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if _, err := m.propose(ctx, meta.Encode(&meta.Deregister{Group: req.Group, ID: req.ID})); err != nil {
+	if err := m.proposeChecked(ctx, &meta.Deregister{Group: req.Group, ID: req.ID}); err != nil {
 		return nil, err
 	}
 	m.health.forget(req.Group, req.ID)
@@ -196,15 +208,13 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 	if err := transport.DecodeJSON(p, &hb); err != nil {
 		return nil, err
 	}
-	g, ok := m.fsm.Group(hb.Status.Group)
-	if !ok {
-		return nil, transport.Errorf(transport.Invalid, "broker group %q is not registered", hb.Status.Group)
-	}
+	g, _ := m.fsm.Group(hb.Status.Group)
 	if _, ok := g.Nodes[hb.Status.ID]; !ok {
-		return nil, transport.Errorf(transport.Invalid, "node %q of group %s is not registered", hb.Status.ID, hb.Status.Group)
+		// Not a node we know: its report must not make a group look alive.
+		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Registered: false})
 	}
 	m.health.record(&hb)
-	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly})
+	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Registered: true})
 }
 
 // cluster describes every broker group from registrations and heartbeats.
@@ -232,6 +242,16 @@ func (m *MetaNode) cluster() transport.Cluster {
 		c.Groups = append(c.Groups, gs)
 	}
 	return c
+}
+
+// proposeChecked checks a command before proposing it, so a malformed
+// request is refused without costing a Raft entry.
+func (m *MetaNode) proposeChecked(ctx context.Context, cmd meta.Command) error {
+	if err := meta.Check(cmd); err != nil {
+		return transport.Errorf(transport.Invalid, "%v", err)
+	}
+	_, err := m.propose(ctx, meta.Encode(cmd))
+	return err
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -71,6 +72,27 @@ func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known b
 	return false, false
 }
 
+// useSubject asks for a subject's route as a producer does, assigning it on
+// first use.
+func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
+	t.Helper()
+	c, err := transport.NewGroupClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := json.Marshal(transport.RouteRequest{Subject: subject})
+	body, err := c.Call(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
+	if err != nil {
+		return nil, err
+	}
+	var r qmq.Route
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r, nil
+}
+
 func routeGroups(r *qmq.Route) []string {
 	var out []string
 	for _, g := range r.Groups {
@@ -98,7 +120,7 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 	// Six subjects × two groups each, least loaded first: four per group.
 	counts := map[string]int{}
 	for _, s := range []string{"s0", "s1", "s2", "s3", "s4", "s5"} {
-		r, err := a.Route(ctxFor(t, 5*time.Second), s)
+		r, err := useSubject(t, m.ClientAddr(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,12 +134,19 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 	if counts["g1"] != 4 || counts["g2"] != 4 || counts["g3"] != 4 {
 		t.Fatalf("assignments per group %v, want 4 each", counts)
 	}
+	// Looking a subject up (qmqctl subject show) assigns nothing.
+	if _, err := a.Route(ctxFor(t, 5*time.Second), "never-used"); transport.CodeOf(err) != transport.Invalid {
+		t.Fatalf("lookup of an unused subject: %v, want INVALID", err)
+	}
+	if _, ok := m.fsm.Route("never-used"); ok {
+		t.Fatal("a lookup created a route")
+	}
 
 	// A drained group takes no new subjects, and its leader refuses sends.
 	if err := a.SetWritable(ctxFor(t, 5*time.Second), "g3", false); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.Route(ctxFor(t, 5*time.Second), "after-drain")
+	r, err := useSubject(t, m.ClientAddr(), "after-drain")
 	if err != nil || slices.Contains(routeGroups(r), "g3") {
 		t.Fatalf("route %v (%v): includes the readonly g3", r, err)
 	}
@@ -141,7 +170,7 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 		ok, known := groupAvailable(t, a, "g2")
 		return known && !ok
 	})
-	r, err = a.Route(ctxFor(t, 5*time.Second), "while-g2-down")
+	r, err = useSubject(t, m.ClientAddr(), "while-g2-down")
 	if err != nil || !slices.Equal(routeGroups(r), []string{"g1"}) {
 		t.Fatalf("route %v (%v), want only g1 (g2 down, g3 readonly)", r, err)
 	}
@@ -151,6 +180,30 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 	}
 	t.Cleanup(func() { restarted.Close() })
 	waitFor(t, 10*time.Second, "g2 to come back", func() bool { ok, _ := groupAvailable(t, a, "g2"); return ok })
+}
+
+// TestBrokerRegistersAgain: a node the metaserver forgot while it is still
+// a member of its group registers again from its next heartbeat.
+func TestBrokerRegistersAgain(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	b := startMetaBroker(t, "g1", m)
+	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	c, err := transport.NewGroupClient([]string{m.ClientAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, _ := json.Marshal(transport.DeregisterRequest{Group: "g1", ID: b.cfg.ID})
+	if _, err := c.Call(ctxFor(t, 5*time.Second), transport.TypeDeregister, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.fsm.Group("g1"); ok {
+		t.Fatal("g1 still registered after its only node was deregistered")
+	}
+	waitFor(t, 10*time.Second, "the node to register again", func() bool {
+		g, ok := m.fsm.Group("g1")
+		return ok && g.Nodes[b.cfg.ID].ClientAddr == b.ClientAddr()
+	})
 }
 
 func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
@@ -168,7 +221,7 @@ func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
 	b := startMetaBroker(t, "g1", metas...)
 	// Through the broker, which forwards to the metaserver.
 	ab := newAdmin(t, b.ClientAddr())
-	before, err := ab.Route(ctxFor(t, 10*time.Second), "orders")
+	before, err := useSubject(t, b.ClientAddr(), "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +234,7 @@ func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
 		return true
 	})
 	m1.Close()
-	after, err := ab.Route(ctxFor(t, 20*time.Second), "orders")
+	after, err := ab.Route(ctxFor(t, 20*time.Second), "orders") // a lookup: it must not assign again
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,29 @@ func (n *Node) startMetaLink() error {
 }
 
 // reportToMeta registers the node, retrying until the metaserver answers,
-// then heartbeats until the node closes.
+// then heartbeats until the node closes, registering again whenever the
+// metaserver does not know the node while it is still a member of its group.
 func (n *Node) reportToMeta() {
+	if !n.registerWithMeta() {
+		return
+	}
+	t := time.NewTicker(n.cfg.MetaHeartbeat)
+	defer t.Stop()
+	for {
+		if !n.heartbeatMeta() && n.isMember() && !n.registerWithMeta() {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// registerWithMeta registers the node, retrying with backoff; false means
+// the node is closing.
+func (n *Node) registerWithMeta() bool {
 	req := transport.RegisterRequest{Group: n.cfg.Group, ID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr,
 		ClientAddr: n.clientAddr, HTTPAddr: n.HTTPAddr()}
 	body, _ := json.Marshal(req)
@@ -43,30 +64,34 @@ func (n *Node) reportToMeta() {
 		cancel()
 		if err == nil {
 			n.log.Info("registered with the metaserver")
-			break
+			return true
 		}
 		if n.ctx.Err() != nil {
-			return
+			return false
 		}
 		n.log.Warn("registering with the metaserver; will retry", "error", err)
 		if !wait.Sleep(n.ctx, backoff) {
-			return
+			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-	t := time.NewTicker(n.cfg.MetaHeartbeat)
-	defer t.Stop()
-	for {
-		n.heartbeatMeta()
-		select {
-		case <-t.C:
-		case <-n.ctx.Done():
-			return
-		}
-	}
 }
 
-func (n *Node) heartbeatMeta() {
+// isMember reports whether the node is in its group's Raft configuration,
+// as far as it knows. A node removed with qmqctl leave may not learn it,
+// so stop its process after leave.
+func (n *Node) isMember() bool {
+	for _, m := range n.Status().Members {
+		if m.ID == n.cfg.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// heartbeatMeta reports the node's position; it returns false only when
+// the metaserver answered that it does not know the node.
+func (n *Node) heartbeatMeta() bool {
 	ends := n.fsm.Ends()
 	hb := transport.BrokerHeartbeat{Status: n.Status(),
 		Load: transport.Load{Subjects: len(ends.Consume), MessageBytes: ends.Messages}}
@@ -78,16 +103,20 @@ func (n *Node) heartbeatMeta() {
 		if n.ctx.Err() == nil {
 			n.log.Warn("heartbeat to the metaserver", "error", err)
 		}
-		return
+		return true
 	}
 	var reply transport.HeartbeatReply
 	if err := json.Unmarshal(resp, &reply); err != nil {
 		n.log.Warn("heartbeat reply from the metaserver", "error", err)
-		return
+		return true
 	}
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
 	}
+	if !reply.Registered {
+		n.log.Warn("the metaserver does not know this node")
+	}
+	return reply.Registered
 }
 
 // forwardToMeta answers a metaserver request by asking the metaserver. A

@@ -227,7 +227,7 @@ func TestNineProcessCluster(t *testing.T) {
 	for i := range 4 {
 		s := fmt.Sprintf("new%02d", i)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := admin.Route(ctx, s)
+		r, err := admin.Assign(ctx, s, nil, 2)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -281,11 +281,11 @@ func TestNineProcessCluster(t *testing.T) {
 		return nil
 	})
 
-	// A node leaves its group and the metaserver forgets it.
+	// A node is stopped and removed from its group; the metaserver forgets it.
+	groups["g3"].Node("g3c").Kill()
 	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--group", "g3", "--id", "g3c"); err != nil {
 		t.Fatal(err)
 	}
-	groups["g3"].Node("g3c").Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cl, err := admin.Cluster(ctx)

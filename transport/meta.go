@@ -4,11 +4,13 @@ package transport
 // routes), so their payloads are JSON like the membership requests.
 
 // RouteRequest asks where a subject lives. The metaserver assigns a subject
-// it has not seen to broker groups on this first use. ConsumerGroup, when
-// set, records that group as a consumer of the subject.
+// it has not seen to broker groups on this first use, unless Lookup is set
+// (then an unknown subject is INVALID). ConsumerGroup, when set, records
+// that group as a consumer of the subject.
 type RouteRequest struct {
 	Subject       string `json:"subject"`
 	ConsumerGroup string `json:"consumer_group,omitempty"`
+	Lookup        bool   `json:"lookup,omitempty"`
 }
 
 // Route is where a subject lives: producers send to its writable groups,
@@ -66,6 +68,9 @@ type Load struct {
 // group.
 type HeartbeatReply struct {
 	Writable bool `json:"writable"`
+	// Registered is false when the metaserver does not know the node (it
+	// was deregistered, or the metaserver was rebuilt).
+	Registered bool `json:"registered"`
 }
 
 // AssignRequest routes a subject to more broker groups: the named ones, or

@@ -165,8 +165,9 @@ func leaveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "leave",
 		Usage: "remove a node from a broker group or the metaserver group (through its leader)",
-		Description: "Removes the node from the group's Raft configuration; a broker node is also forgotten by\n" +
-			"the metaserver. Stop the node's process afterwards.",
+		Description: "Stop the node's process first, then run this: it removes the node from the group's Raft\n" +
+			"configuration and, for a broker node, from the metaserver. (A removed node left running\n" +
+			"may not learn of its removal, and would register with the metaserver again.)",
 		Flags: []cli.Flag{
 			groupFlag,
 			&cli.StringFlag{Name: "id", Required: true, Usage: "the `ID` of the node to remove"},

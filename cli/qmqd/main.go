@@ -60,6 +60,10 @@ func devCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := os.Stat(filepath.Join(c.String("data"), "raft.db")); err == nil {
+				return fmt.Errorf("%s holds a broker's data at its top level, from a qmqd dev before the metaserver; "+
+					"move it to %s to keep it, or use another --data", c.String("data"), filepath.Join(c.String("data"), "broker"))
+			}
 			// One voter per group: elections are instant, so short timeouts cost nothing.
 			fast := func(t *server.RaftTiming) {
 				t.HeartbeatTimeout, t.ElectionTimeout, t.LeaderLease = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond

@@ -41,10 +41,13 @@ type Deregister struct {
 }
 
 // Assign adds broker groups to a subject's route, creating the route.
-// Groups already in it are ignored; a route never loses a group.
+// Groups already in it are ignored; a route never loses a group. With
+// IfNew it only creates: a subject that has a route keeps it as it is (a
+// new leader deciding a first use on stale state adds nothing).
 type Assign struct {
 	Subject string   `json:"subject"`
 	Groups  []string `json:"groups"`
+	IfNew   bool     `json:"if_new,omitempty"`
 }
 
 // SetWritable drains a group (false) or opens it again (true).
@@ -67,7 +70,7 @@ type Member struct {
 }
 
 // Encode returns the command as a Raft log entry: its op byte, then JSON.
-func Encode(cmd any) []byte {
+func Encode(cmd Command) []byte {
 	var op Op
 	switch cmd.(type) {
 	case *Register:
@@ -92,13 +95,21 @@ func Encode(cmd any) []byte {
 	return append([]byte{byte(op)}, b...)
 }
 
+// Command is any of the commands above.
+type Command interface{ check() error }
+
+// Check reports whether a command is well formed: every name and address
+// in it valid. Apply checks again; the server checks first so that a bad
+// request costs no Raft entry.
+func Check(cmd Command) error { return cmd.check() }
+
 // Decode parses a Raft log entry into its command, checking every name and
 // address in it.
-func Decode(b []byte) (any, error) {
+func Decode(b []byte) (Command, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty command", ErrInvalid)
 	}
-	var cmd interface{ check() error }
+	var cmd Command
 	switch Op(b[0]) {
 	case OpRegister:
 		cmd = &Register{}

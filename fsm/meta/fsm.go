@@ -48,11 +48,17 @@ func (f *FSM) Applied() uint64 {
 	return f.applied
 }
 
+// snapshotDoc is a snapshot's JSON: the state and the index it reflects.
+type snapshotDoc struct {
+	Applied uint64 `json:"applied"`
+	State   *state `json:"state"`
+}
+
 // Snapshot captures the state as JSON.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b, err := json.Marshal(f.s)
+	b, err := json.Marshal(snapshotDoc{Applied: f.applied, State: f.s})
 	if err != nil {
 		return nil, fmt.Errorf("meta: snapshot: %w", err)
 	}
@@ -67,28 +73,31 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("meta: read snapshot: %w", err)
 	}
-	s, err := decodeState(b)
+	doc, err := decodeSnapshot(b)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.s = s
+	f.s, f.applied = doc.State, doc.Applied
 	f.mu.Unlock()
 	return nil
 }
 
-func decodeState(b []byte) (*state, error) {
+func decodeSnapshot(b []byte) (*snapshotDoc, error) {
 	if len(b) > maxSnapshot {
 		return nil, fmt.Errorf("%w: snapshot over %d bytes", ErrInvalid, maxSnapshot)
 	}
-	s := newState()
-	if err := json.Unmarshal(b, s); err != nil {
+	doc := &snapshotDoc{State: newState()}
+	if err := json.Unmarshal(b, doc); err != nil {
 		return nil, fmt.Errorf("%w: snapshot: %v", ErrInvalid, err)
 	}
-	if err := s.check(); err != nil {
+	if doc.State == nil {
+		return nil, fmt.Errorf("%w: snapshot has no state", ErrInvalid)
+	}
+	if err := doc.State.check(); err != nil {
 		return nil, err
 	}
-	return s, nil
+	return doc, nil
 }
 
 type snapshot []byte

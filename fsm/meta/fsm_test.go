@@ -2,7 +2,9 @@ package meta
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -10,7 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-func apply(t *testing.T, f *FSM, cmd any) error {
+func apply(t *testing.T, f *FSM, cmd Command) error {
 	t.Helper()
 	idx := f.Applied() + 1
 	res := f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: Encode(cmd)})
@@ -20,11 +22,21 @@ func apply(t *testing.T, f *FSM, cmd any) error {
 	return res.(error)
 }
 
-func mustApply(t *testing.T, f *FSM, cmd any) {
+func mustApply(t *testing.T, f *FSM, cmd Command) {
 	t.Helper()
 	if err := apply(t, f, cmd); err != nil {
 		t.Fatalf("%T: %v", cmd, err)
 	}
+}
+
+// stateBytes is the state alone, without the applied index.
+func stateBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	b, err := json.Marshal(f.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func snapshotBytes(t *testing.T, f *FSM) []byte {
@@ -61,8 +73,18 @@ func TestRefusedCommandsChangeNothing(t *testing.T) {
 	f := New()
 	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
-	before := snapshotBytes(t, f)
-	for _, cmd := range []any{
+	// A route at its limit: one more group is refused, and the route is left
+	// as it was (not grown and then refused).
+	var many []string
+	for i := range MaxGroupsPerSubject {
+		g := fmt.Sprintf("m%02d", i)
+		mustApply(t, f, &Register{Group: g, ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		many = append(many, g)
+	}
+	mustApply(t, f, &Assign{Subject: "full", Groups: many[:MaxGroupsPerSubject-1]})
+	before := stateBytes(t, f)
+	for _, cmd := range []Command{
+		&Assign{Subject: "full", Groups: []string{"g1", many[MaxGroupsPerSubject-1]}},
 		&Assign{Subject: "orders", Groups: []string{"g1", "nope"}},
 		&SetWritable{Group: "nope"},
 		&Consumer{Subject: "unrouted", Group: "c"},
@@ -73,8 +95,23 @@ func TestRefusedCommandsChangeNothing(t *testing.T) {
 			t.Errorf("%T %+v: %v, want ErrInvalid", cmd, cmd, err)
 		}
 	}
-	if after := snapshotBytes(t, f); !bytes.Equal(before, after) {
+	if after := stateBytes(t, f); !bytes.Equal(before, after) {
 		t.Fatalf("refused commands changed the state:\n%s\n%s", before, after)
+	}
+	// And what the state holds still restores.
+	if err := New().Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAssignIfNewKeepsAnExistingRoute(t *testing.T) {
+	f := New()
+	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Register{Group: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}, IfNew: true})
+	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g2"}, IfNew: true})
+	if r, _ := f.Route("orders"); !slices.Equal(r.Groups, []string{"g1"}) {
+		t.Fatalf("route %v, want the first assignment [g1] alone", r.Groups)
 	}
 }
 
@@ -122,6 +159,9 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if !bytes.Equal(snapshotBytes(t, f), snapshotBytes(t, g)) {
 		t.Fatal("restored state differs")
 	}
+	if g.Applied() != f.Applied() {
+		t.Fatalf("restored applied index %d, want %d", g.Applied(), f.Applied())
+	}
 	// A snapshot that does not check leaves the state alone.
 	bad := bytes.Replace(s.Bytes(), []byte(`"g1"`), []byte(`"g/1"`), 1)
 	if err := g.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrInvalid) {
@@ -145,25 +185,36 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		// What decodes applies without panicking, and re-encodes to a command
-		// that decodes the same.
-		New().s.apply(cmd)
 		if _, err := Decode(Encode(cmd)); err != nil {
 			t.Fatalf("re-encoded %T does not decode: %v", cmd, err)
+		}
+		// Applied to a state that has a group and a route: a refused command
+		// changes nothing, and whatever the state becomes restores.
+		m := New()
+		mustApply(t, m, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		mustApply(t, m, &Assign{Subject: "s", Groups: []string{"g1"}})
+		before := stateBytes(t, m)
+		err = apply(t, m, cmd)
+		if err != nil && !bytes.Equal(before, stateBytes(t, m)) {
+			t.Fatalf("refused %T changed the state", cmd)
+		}
+		if _, err := decodeSnapshot(snapshotBytes(t, m)); err != nil {
+			t.Fatalf("state after %T does not restore: %v", cmd, err)
 		}
 	})
 }
 
 func FuzzRestore(f *testing.F) {
-	f.Add([]byte(`{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}`))
-	f.Add([]byte(`{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}`))
+	f.Add([]byte(`{"applied":7,"state":{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}}`))
+	f.Add([]byte(`{"state":{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}}`))
+	f.Add([]byte(`{"applied":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := decodeState(b)
+		doc, err := decodeSnapshot(b)
 		if err != nil {
 			return
 		}
 		// A state that checks answers every read without panicking.
-		m := &FSM{s: s}
+		m := &FSM{s: doc.State}
 		for _, subject := range m.Subjects() {
 			m.Route(subject)
 		}

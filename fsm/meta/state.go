@@ -111,9 +111,14 @@ func (s *state) apply(cmd any) error {
 				return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, g)
 			}
 		}
-		r := s.Subjects[c.Subject]
-		if r == nil {
-			r = &Route{}
+		old := s.Subjects[c.Subject]
+		if old != nil && c.IfNew {
+			return nil // assigned meanwhile: the earlier assignment stands
+		}
+		// Build the new route aside: a refused command changes nothing.
+		r := &Route{}
+		if old != nil {
+			r = &Route{Groups: slices.Clone(old.Groups), Consumers: old.Consumers}
 		}
 		for _, g := range c.Groups {
 			if !slices.Contains(r.Groups, g) {

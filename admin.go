@@ -3,7 +3,6 @@ package qmq
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -141,9 +140,10 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 	return transport.NewGroupClient(servers)
 }
 
-// groupCall sends a membership request to group's leader. The group's
-// nodes are asked of the metaserver again between tries: a group whose
-// first node has only just started may not have all of them registered yet.
+// groupCall sends a membership request to group's leader. While no node
+// it knows of leads (a group whose first node has only just started may
+// not have every node registered yet), it asks the metaserver for the
+// group's nodes again; a request that reached a leader is never repeated.
 func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, req any) error {
 	b, _ := json.Marshal(req)
 	for {
@@ -151,12 +151,14 @@ func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, r
 		if err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = gc.Call(actx, t, b)
 		cancel()
 		gc.Close()
-		var e *transport.Error
-		if err == nil || ctx.Err() != nil || (errors.As(err, &e) && !e.Retriable()) || (!errors.As(err, &e) && actx.Err() == nil) {
+		if err == nil || ctx.Err() != nil || actx.Err() == nil {
+			return err
+		}
+		if code := transport.CodeOf(err); code != transport.NotLeader && code != transport.Unavailable {
 			return err
 		}
 	}

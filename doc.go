@@ -1,6 +1,12 @@
 // Package qmq is the Go client of the queue: QMQ's programming model in
 // idiomatic Go.
 //
+// Clients take the address of any node of the cluster (a metaserver node,
+// or a broker node, which forwards): they ask where each subject lives,
+// cache the answer, and talk to its broker groups directly. A subject lives
+// in one or more broker groups; producers spread its messages over them,
+// consumers pull from all of them.
+//
 // A Producer makes messages with GenerateMessage, sets typed properties,
 // tags and a body, and sends them with SendMessage (returns once the broker
 // group has committed and applied the message) or SendAsync (reports to a

@@ -19,8 +19,9 @@ type Message struct {
 	props     []logs.Property
 	body      []byte
 
-	pullSeq     int64  // set on received messages: what the consumer acks
-	brokerGroup string // set on received messages: the group it came from
+	pullSeq     int64   // set on received messages: what the consumer acks
+	brokerGroup string  // set on received messages: the group it came from
+	puller      *Puller // set on received messages: who pulled it
 }
 
 // ID returns the message's id, unique without coordination. The broker
@@ -32,6 +33,10 @@ func (m *Message) Subject() string { return m.subject }
 
 // CreatedAt returns when the producer generated the message.
 func (m *Message) CreatedAt() time.Time { return m.createdAt }
+
+// BrokerGroup returns the broker group a received message came from; ""
+// for a message being sent.
+func (m *Message) BrokerGroup() string { return m.brokerGroup }
 
 // Body returns the message's body.
 func (m *Message) Body() []byte { return m.body }

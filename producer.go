@@ -302,17 +302,24 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 			go func() {
 				defer wg.Done()
 				out := p.sendTo(ctx, g, qs)
-				if out == tryAgain && !p.stillUsable(ctx, g, qs) {
-					out = moveOn
+				if out == reported {
+					return
+				}
+				// Ask again where the subjects live. After a refusal the group
+				// is drained; after a failure, the messages stay on it unless
+				// the metaserver no longer calls it writable and available.
+				keep, move := p.recheck(ctx, g, qs)
+				if out == moveOn {
+					keep, move = nil, qs
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				switch out {
-				case moveOn:
+				if len(move) > 0 {
 					avoid[g] = true
-					moved = append(moved, qs...)
-				case tryAgain:
-					sticky[g] = qs
+					moved = append(moved, move...)
+				}
+				if len(keep) > 0 {
+					sticky[g] = keep
 				}
 			}()
 		}
@@ -333,25 +340,32 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 	}
 }
 
-// stillUsable asks the metaserver again where qs's subjects live and
-// reports whether group is still a writable, available group of theirs.
-func (p *Producer) stillUsable(ctx context.Context, group string, qs []*pending) bool {
-	seen := map[string]bool{}
+// recheck asks the metaserver again, briefly, where qs's subjects live and
+// splits qs into the messages whose subject still has group as a writable,
+// available group (keep) and the others (move). If the metaserver does not
+// answer, the group is presumed alive.
+func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (keep, move []*pending) {
+	usable := map[string]bool{}
 	for _, q := range qs {
-		if seen[q.msg.subject] {
-			continue
+		ok, seen := usable[q.msg.subject]
+		if !seen {
+			ok = true
+			rctx, cancel := context.WithTimeout(ctx, staleRefresh)
+			rt, err := p.r.refresh(rctx, q.msg.subject, "")
+			cancel()
+			if err == nil {
+				i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
+				ok = i >= 0 && rt.Groups[i].Writable && rt.Groups[i].Available
+			}
+			usable[q.msg.subject] = ok
 		}
-		seen[q.msg.subject] = true
-		rt, err := p.r.refresh(ctx, q.msg.subject, "")
-		if err != nil {
-			continue // the metaserver does not answer: assume the group lives
-		}
-		i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
-		if i < 0 || !rt.Groups[i].Writable || !rt.Groups[i].Available {
-			return false
+		if ok {
+			keep = append(keep, q)
+		} else {
+			move = append(move, q)
 		}
 	}
-	return true
+	return keep, move
 }
 
 // sendTo sends one request to a broker group, trying for up to

@@ -104,7 +104,9 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	if err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(wait)
+	// Pulls answer within wait; allow for the round trip before giving up
+	// on a group that does not answer (its pull goes on in the background).
+	timer := time.NewTimer(wait + time.Second)
 	defer timer.Stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -128,8 +130,6 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 		case <-changed:
 			p.mu.Lock()
 		case <-timer.C:
-			// Nothing within wait. A pull to a group that does not answer is
-			// still retrying; it goes on in the background.
 			p.mu.Lock()
 			return nil, failures(groups)
 		case <-ctx.Done():
@@ -214,7 +214,9 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 		}
 	}
 	for _, m := range msgs {
-		p.buf = append(p.buf, fromLog(m.Message, m.PullSeq, g.name))
+		msg := fromLog(m.Message, m.PullSeq, g.name)
+		msg.puller = p
+		p.buf = append(p.buf, msg)
 		g.next = max(g.next, m.PullSeq+1)
 	}
 }
@@ -243,7 +245,7 @@ func (p *Puller) fetch(group string, from int64, limit int, wait time.Duration) 
 func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
 	byGroup := map[string][]int64{}
 	for _, m := range msgs {
-		if m.brokerGroup == "" || p.r.group(m.brokerGroup) == nil {
+		if m.puller != p {
 			return fmt.Errorf("qmq: ack %s: not a message this Puller pulled", m.id)
 		}
 		byGroup[m.brokerGroup] = append(byGroup[m.brokerGroup], m.pullSeq)

@@ -23,11 +23,16 @@ type Error = transport.Error
 // failure refreshes it sooner.
 const routeTTL = 30 * time.Second
 
+// staleRefresh bounds asking for a route already cached: a metaserver that
+// does not answer must not hold sends and pulls, which go to the brokers.
+const staleRefresh = 2 * time.Second
+
 // router finds where subjects live. It asks the metaserver (or any broker
 // node, which asks the metaserver), caches the answers, and keeps one
 // client per broker group.
 type router struct {
 	meta *transport.GroupClient
+	ttl  time.Duration // routeTTL; tests shorten it
 
 	mu     sync.Mutex
 	routes map[string]*route
@@ -37,7 +42,7 @@ type router struct {
 // route is a cached answer.
 type route struct {
 	transport.Route
-	fetched time.Time
+	fetched time.Time     // guarded by router.mu once cached
 	next    atomic.Uint32 // round robin over writable groups
 }
 
@@ -46,7 +51,7 @@ func newRouter(servers string) (*router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &router{meta: meta, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
+	return &router{meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
 }
 
 // lookup returns subject's route, from the cache while it is fresh.
@@ -55,17 +60,32 @@ func newRouter(servers string) (*router, error) {
 func (r *router) lookup(ctx context.Context, subject, consumerGroup string) (*route, error) {
 	r.mu.Lock()
 	rt := r.routes[subject]
+	fresh := rt != nil && time.Since(rt.fetched) < r.ttl
 	r.mu.Unlock()
-	if rt != nil && time.Since(rt.fetched) < routeTTL {
+	if fresh {
 		return rt, nil
 	}
-	fresh, err := r.refresh(ctx, subject, consumerGroup)
-	if err != nil && rt != nil {
-		// The metaserver is unreachable: the brokers may well not be, and
-		// where a subject lives rarely changes. Keep using what we know.
-		return rt, nil
+	if rt == nil {
+		return r.refresh(ctx, subject, consumerGroup)
 	}
-	return fresh, err
+	return r.refreshStale(ctx, rt, consumerGroup), nil
+}
+
+// refreshStale asks for a cached route again, briefly; if the metaserver
+// does not answer, it keeps using the cached route (the brokers may well be
+// reachable, and where a subject lives rarely changes) and asks again in a
+// few seconds.
+func (r *router) refreshStale(ctx context.Context, rt *route, consumerGroup string) *route {
+	ctx, cancel := context.WithTimeout(ctx, staleRefresh)
+	defer cancel()
+	fresh, err := r.refresh(ctx, rt.Subject, consumerGroup)
+	if err != nil {
+		r.mu.Lock()
+		rt.fetched = time.Now().Add(5*time.Second - r.ttl)
+		r.mu.Unlock()
+		return rt
+	}
+	return fresh
 }
 
 // refresh asks for subject's route again.

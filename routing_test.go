@@ -205,3 +205,37 @@ func TestProducerMovesOffADeadGroup(t *testing.T) {
 		t.Fatal("the live group took none of the sends")
 	}
 }
+
+// TestPullerWithoutWait: a pull that waits for nothing still returns what
+// is ready, and a Puller acks only what it pulled itself.
+func TestPullerWithoutWait(t *testing.T) {
+	n := startBroker(t, nil)
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendAll(t, p, "jobs", 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	msgs, err := a.Pull(ctx, 10, 0)
+	if err != nil || len(msgs) != 5 {
+		t.Fatalf("pull without waiting: %d messages (%v), want the 5 ready", len(msgs), err)
+	}
+	other, err := qmq.NewPuller(n.ClientAddr(), "jobs", "auditors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Ack(ctx, msgs[0]); err == nil {
+		t.Fatal("a Puller acked a message another Puller pulled")
+	}
+	if err := a.Ack(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,12 +1,21 @@
-// Package server is a broker node: one member of a broker group's Raft
-// cluster (hashicorp/raft with raft-boltdb as log and stable store, TCP
-// transport, the fsm package's hard-link snapshot store), serving the
-// client protocol of package transport and an admin HTTP listener with
-// /status and /metrics.
+// Package server holds the two kinds of node of a cluster, each one member
+// of a Raft group (hashicorp/raft with raft-boltdb as log and stable store,
+// TCP transport) serving the client protocol of package transport and an
+// admin HTTP listener with /status and /metrics.
 //
-// The leader packs concurrent sends into one Raft entry (group commit),
-// answers each send only after its entry is committed and applied, serves
-// long-poll pulls, and reclaims the unacked messages of consumers whose
-// sessions expired. Followers answer NOT_LEADER with the leader's client
-// address. DESIGN.md in this directory explains the choices.
+// A broker node (Node, New) is a member of a broker group over the fsm
+// package's state machine. Its leader packs concurrent sends into one Raft
+// entry (group commit), answers each send only after its entry is committed
+// and applied, serves long-poll pulls, and reclaims the unacked messages of
+// consumers whose sessions expired. With a metaserver configured it
+// registers there, heartbeats, refuses sends while its group is drained,
+// and forwards clients' metaserver requests.
+//
+// A metaserver node (MetaNode, NewMeta) is a member of the metaserver group
+// over the fsm/meta state machine: it assigns subjects to broker groups,
+// tracks the groups' health from heartbeats, and answers where subjects
+// live.
+//
+// Followers answer NOT_LEADER with the leader's client address. DESIGN.md
+// in this directory explains the choices.
 package server

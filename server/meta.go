@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -31,8 +32,8 @@ type MetaNode struct {
 
 	fsm        *meta.FSM
 	health     *health
-	ready      atomic.Bool // leading, and caught up with every earlier term's entries
-	assignMu   sync.Mutex  // one route assignment at a time, so racing first uses agree
+	readyTerm  atomic.Uint64 // the term in which this node led and caught up (a barrier); 0 if none
+	assignMu   sync.Mutex    // one route assignment at a time, so racing first uses agree
 	clientAddr string
 
 	client    *transport.Server
@@ -100,7 +101,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		}
 	}
 	m.goLoop(func() {
-		m.watchLeadership(m.ctx, func() { m.ready.Store(false) }, func(ctx context.Context) {
+		m.watchLeadership(m.ctx, func() {}, func(ctx context.Context) {
 			m.goLoop(func() { m.lead(ctx) })
 		})
 	})
@@ -112,19 +113,26 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 // every entry of earlier terms (a barrier), or it could assign a subject a
 // second time, or call a drained group writable, from stale state.
 func (m *MetaNode) lead(ctx context.Context) {
-	for m.raft.Barrier(m.cfg.ApplyTimeout).Error() != nil {
-		if ctx.Err() != nil {
+	for {
+		term := m.raft.CurrentTerm()
+		if m.raft.Barrier(m.cfg.ApplyTimeout).Error() == nil && m.raft.CurrentTerm() == term {
+			// Heartbeats went to the old leader: start afresh, giving every
+			// group one timeout to report before calling it unavailable.
+			m.health.reset()
+			m.readyTerm.Store(term)
+			break
+		}
+		if !wait.Sleep(ctx, 50*time.Millisecond) {
 			return
 		}
 	}
-	// Heartbeats went to the old leader: start afresh, giving every group
-	// one timeout to report before calling it unavailable.
-	m.health.reset()
-	if ctx.Err() != nil {
-		return
-	}
-	m.ready.Store(true)
 	m.announce(ctx, m.clientAddr)
+}
+
+// ready reports whether this node leads and has caught up in the current
+// term: leadership regained in a later term needs a barrier of its own.
+func (m *MetaNode) ready() bool {
+	return m.isLeader() && m.readyTerm.Load() == m.raft.CurrentTerm()
 }
 
 func (m *MetaNode) goLoop(fn func()) {
@@ -189,7 +197,7 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 	if !m.isLeader() {
 		return nil, m.notLeader()
 	}
-	if !m.ready.Load() {
+	if !m.ready() {
 		return nil, transport.Errorf(transport.Unavailable, "metaserver node %s has just become leader and is catching up", m.cfg.ID)
 	}
 	ctx, cancel := m.requestContext(ctx)

@@ -211,10 +211,10 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 	g, _ := m.fsm.Group(hb.Status.Group)
 	if _, ok := g.Nodes[hb.Status.ID]; !ok {
 		// Not a node we know: its report must not make a group look alive.
-		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Registered: false})
+		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Unknown: true})
 	}
 	m.health.record(&hb)
-	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Registered: true})
+	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly})
 }
 
 // cluster describes every broker group from registrations and heartbeats.

@@ -113,10 +113,10 @@ func (n *Node) heartbeatMeta() bool {
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
 	}
-	if !reply.Registered {
+	if reply.Unknown {
 		n.log.Warn("the metaserver does not know this node")
 	}
-	return reply.Registered
+	return !reply.Unknown
 }
 
 // forwardToMeta answers a metaserver request by asking the metaserver. A

@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -363,6 +364,26 @@ func (n *Node) kill() error {
 		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("node %s (pid %d) not reaped 30s after SIGKILL", n.ID, cmd.Process.Pid)
+	}
+}
+
+// Pause stops the node's process with SIGSTOP: it is alive but answers
+// nothing, as a node whose disk or machine hangs. Resume continues it.
+func (n *Node) Pause() { n.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused node with SIGCONT.
+func (n *Node) Resume() { n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) {
+	n.c.t.Helper()
+	n.c.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.c.mu.Unlock()
+	if cmd == nil || isClosed(exited) {
+		n.c.t.Fatalf("%s %s: it is not running", sig, n.ID)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		n.c.t.Fatalf("%s %s: %v", sig, n.ID, err)
 	}
 }
 

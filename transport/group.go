@@ -161,7 +161,7 @@ func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte,
 			if last == nil {
 				last = err
 			}
-			return nil, fmt.Errorf("qmq: %s: %w (last error: %v)", t, ctx.Err(), last)
+			return nil, fmt.Errorf("qmq: %s: %w (last error: %w)", t, ctx.Err(), last)
 		}
 		last = err
 		switch {
@@ -182,7 +182,7 @@ func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte,
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("qmq: %s: %w (last error: %v)", t, ctx.Err(), last)
+			return nil, fmt.Errorf("qmq: %s: %w (last error: %w)", t, ctx.Err(), last)
 		}
 		// While a group elects a leader, poll often: the wait after the
 		// election ends is pure added latency. Other failures back off further.

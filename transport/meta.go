@@ -68,9 +68,9 @@ type Load struct {
 // group.
 type HeartbeatReply struct {
 	Writable bool `json:"writable"`
-	// Registered is false when the metaserver does not know the node (it
-	// was deregistered, or the metaserver was rebuilt).
-	Registered bool `json:"registered"`
+	// Unknown is true when the metaserver does not know the node (it was
+	// deregistered, or the metaserver was rebuilt): register again.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // AssignRequest routes a subject to more broker groups: the named ones, or

@@ -19,6 +19,7 @@ type consumed struct {
 	Tags       []string          `json:"tags,omitempty"`
 	CreatedAt  time.Time         `json:"created_at"`
 	Body       string            `json:"body"`
+	Group      string            `json:"broker_group"` // where it was stored
 }
 
 func consumeCommand() *cli.Command {
@@ -65,7 +66,7 @@ func consumeCommand() *cli.Command {
 				}
 				for _, m := range msgs {
 					enc.Encode(consumed{ID: m.ID(), Subject: m.Subject(), Properties: m.Properties(),
-						Tags: m.Tags(), CreatedAt: m.CreatedAt(), Body: string(m.Body())})
+						Tags: m.Tags(), CreatedAt: m.CreatedAt(), Body: string(m.Body()), Group: m.BrokerGroup()})
 				}
 				if err := p.Ack(ctx, msgs...); err != nil {
 					return fmt.Errorf("ack: %w", err)

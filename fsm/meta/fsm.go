@@ -87,7 +87,7 @@ func decodeSnapshot(b []byte) (*snapshotDoc, error) {
 	if len(b) > maxSnapshot {
 		return nil, fmt.Errorf("%w: snapshot over %d bytes", ErrInvalid, maxSnapshot)
 	}
-	doc := &snapshotDoc{State: newState()}
+	doc := &snapshotDoc{}
 	if err := json.Unmarshal(b, doc); err != nil {
 		return nil, fmt.Errorf("%w: snapshot: %v", ErrInvalid, err)
 	}

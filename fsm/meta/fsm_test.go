@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -162,6 +163,13 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if g.Applied() != f.Applied() {
 		t.Fatalf("restored applied index %d, want %d", g.Applied(), f.Applied())
 	}
+	// A snapshot without its state (or a bare state) is refused, not taken
+	// for an empty one.
+	for _, bad := range []string{`{"applied":9}`, `{"groups":{},"subjects":{},"members":{}}`, `{"applied":9,"state":{}}`} {
+		if err := g.Restore(io.NopCloser(strings.NewReader(bad))); !errors.Is(err, ErrInvalid) {
+			t.Errorf("restore of %s: %v, want ErrInvalid", bad, err)
+		}
+	}
 	// A snapshot that does not check leaves the state alone.
 	bad := bytes.Replace(s.Bytes(), []byte(`"g1"`), []byte(`"g/1"`), 1)
 	if err := g.Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrInvalid) {
@@ -207,7 +215,8 @@ func FuzzDecode(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"applied":7,"state":{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}}`))
 	f.Add([]byte(`{"state":{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}}`))
-	f.Add([]byte(`{"applied":1}`))
+	f.Add([]byte(`{"applied":1}`))                            // no state: refused
+	f.Add([]byte(`{"groups":{},"subjects":{},"members":{}}`)) // a bare state: refused
 	f.Fuzz(func(t *testing.T, b []byte) {
 		doc, err := decodeSnapshot(b)
 		if err != nil {

@@ -109,18 +109,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("server: config: metaserver address %q: %w", addr, err)
 		}
 	}
-	if c.DataDir == "" {
-		return errors.New("server: config: data directory is empty")
-	}
-	for name, addr := range map[string]string{"client": c.ClientAddr, "raft": c.RaftAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("server: config: %s address %q: %w", name, addr, err)
-		}
-	}
-	if c.HTTPAddr != "" {
-		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			return fmt.Errorf("server: config: http address %q: %w", c.HTTPAddr, err)
-		}
+	if err := checkNode("config", c.DataDir, c.ClientAddr, c.RaftAddr, c.HTTPAddr); err != nil {
+		return err
 	}
 	switch {
 	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0 || c.MetaHeartbeat <= 0:
@@ -131,6 +121,24 @@ func (c *Config) Validate() error {
 		return errors.New("server: config: batch limits must be positive")
 	case c.Now == nil || c.Logger == nil:
 		return errors.New("server: config: Now and Logger must be set")
+	}
+	return nil
+}
+
+// checkNode checks what every node's configuration has: a data directory,
+// client and Raft addresses, and an optional HTTP address.
+func checkNode(what, dataDir, clientAddr, raftAddr, httpAddr string) error {
+	if dataDir == "" {
+		return fmt.Errorf("server: %s: data directory is empty", what)
+	}
+	addrs := []struct{ name, addr string }{{"client", clientAddr}, {"raft", raftAddr}, {"http", httpAddr}}
+	for _, a := range addrs {
+		if a.addr == "" && a.name == "http" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("server: %s: %s address %q: %w", what, a.name, a.addr, err)
+		}
 	}
 	return nil
 }

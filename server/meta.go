@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,27 +24,17 @@ import (
 // receives while it leads, a client listener and an admin HTTP listener.
 type MetaNode struct {
 	raftGroup
+	host
 	cfg MetaConfig
 	log hclog.Logger
 
-	fsm        *meta.FSM
-	health     *health
-	readyTerm  atomic.Uint64 // the term in which this node led and caught up (a barrier); 0 if none
-	assignMu   sync.Mutex    // one route assignment at a time, so racing first uses agree
-	clientAddr string
+	fsm       *meta.FSM
+	health    *health
+	readyTerm atomic.Uint64 // the term in which this node led and caught up (a barrier); 0 if none
+	assignMu  sync.Mutex    // one route assignment at a time, so racing first uses agree
 
-	client    *transport.Server
-	clientLis net.Listener
-	httpSrv   *http.Server
-	httpLis   net.Listener
-	registry  *prometheus.Registry
-	requests  *prometheus.CounterVec
-
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
 }
 
 // NewMeta opens a metaserver node's storage, starts Raft and its listeners.
@@ -57,21 +44,14 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	}
 	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", meta.GroupName), fsm: meta.New()}
 	m.health = newHealth(cfg.GroupTimeout, cfg.Now)
-	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.host = newHost(m.log)
 	defer func() {
 		if err != nil {
 			m.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("server: create data directory: %w", err)
-	}
-	if m.clientLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
-		return nil, fmt.Errorf("server: listen for clients: %w", err)
-	}
-	m.clientAddr = cfg.AdvertiseAddr
-	if m.clientAddr == "" {
-		m.clientAddr = m.clientLis.Addr().String()
+	if err := m.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr); err != nil {
+		return nil, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, m.log.Named("snapshots"))
 	if err != nil {
@@ -89,16 +69,8 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, err
 	}
 	m.newMetrics()
-	m.client = &transport.Server{Handler: m.handle, Logger: m.log.Named("client")}
-	m.goLoop(func() {
-		if err := m.client.Serve(m.clientLis); err != nil {
-			m.log.Error("client listener stopped", "error", err)
-		}
-	})
-	if cfg.HTTPAddr != "" {
-		if m.httpSrv, m.httpLis, err = serveHTTP(cfg.HTTPAddr, func() any { return m.Status() }, m.registry, m.log, m.goLoop); err != nil {
-			return nil, err
-		}
+	if err := m.serve(m.handle, cfg.HTTPAddr, func() any { return m.Status() }, m.registry); err != nil {
+		return nil, err
 	}
 	m.goLoop(func() {
 		m.watchLeadership(m.ctx, func() {}, func(ctx context.Context) {
@@ -135,14 +107,6 @@ func (m *MetaNode) ready() bool {
 	return m.isLeader() && m.readyTerm.Load() == m.raft.CurrentTerm()
 }
 
-func (m *MetaNode) goLoop(fn func()) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		fn()
-	}()
-}
-
 func (m *MetaNode) newMetrics() {
 	m.registry = prometheus.NewRegistry()
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -160,17 +124,6 @@ func (m *MetaNode) newMetrics() {
 				return 0
 			}),
 	)
-}
-
-// ClientAddr returns the address clients should use for this node.
-func (m *MetaNode) ClientAddr() string { return m.clientAddr }
-
-// HTTPAddr returns the admin listener's address, or "".
-func (m *MetaNode) HTTPAddr() string {
-	if m.httpLis == nil {
-		return ""
-	}
-	return m.httpLis.Addr().String()
 }
 
 // Raft exposes the Raft node, for tests and admin tools.
@@ -227,20 +180,8 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 func (m *MetaNode) Close() error {
 	m.closeMu.Lock()
 	defer m.closeMu.Unlock()
-	if m.closed {
+	if !m.beginClose() {
 		return nil
-	}
-	m.closed = true
-	m.cancel()
-	if m.client != nil {
-		m.client.Close()
-	} else if m.clientLis != nil {
-		m.clientLis.Close()
-	}
-	if m.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		m.httpSrv.Shutdown(ctx)
-		cancel()
 	}
 	errs := []error{m.shutdown()}
 	m.wg.Wait()

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,18 +69,8 @@ func (c *MetaConfig) Validate() error {
 	if err := fsm.CheckName("node id", c.ID); err != nil {
 		return fmt.Errorf("server: meta config: %w", err)
 	}
-	if c.DataDir == "" {
-		return errors.New("server: meta config: data directory is empty")
-	}
-	for name, addr := range map[string]string{"client": c.ClientAddr, "raft": c.RaftAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("server: meta config: %s address %q: %w", name, addr, err)
-		}
-	}
-	if c.HTTPAddr != "" {
-		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			return fmt.Errorf("server: meta config: http address %q: %w", c.HTTPAddr, err)
-		}
+	if err := checkNode("meta config", c.DataDir, c.ClientAddr, c.RaftAddr, c.HTTPAddr); err != nil {
+		return err
 	}
 	switch {
 	case c.SubjectGroups <= 0:

@@ -1,16 +1,9 @@
 package server
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -23,16 +16,11 @@ import (
 // machine, a client listener and an admin HTTP listener.
 type Node struct {
 	raftGroup
+	host
 	cfg Config
 	log hclog.Logger
 
 	fsm *fsm.FSM
-
-	client     *transport.Server
-	clientLis  net.Listener
-	clientAddr string // advertised
-	httpSrv    *http.Server
-	httpLis    net.Listener
 
 	meta     *transport.GroupClient // nil without a metaserver
 	writable atomic.Bool            // false while the metaserver drains the group
@@ -41,12 +29,6 @@ type Node struct {
 	sessions *sessions
 	notify   *notifier
 	metrics  *metrics
-
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
 }
 
 // New opens the node's storage, starts Raft and its listeners.
@@ -57,21 +39,14 @@ func New(cfg Config) (_ *Node, err error) {
 	// n is not the named result: every failure returns nil, and the
 	// deferred Close below must still see the node.
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group)}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.host = newHost(n.log)
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("server: create data directory: %w", err)
-	}
-	if n.clientLis, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
-		return nil, fmt.Errorf("server: listen for clients: %w", err)
-	}
-	n.clientAddr = cfg.AdvertiseAddr
-	if n.clientAddr == "" {
-		n.clientAddr = n.clientLis.Addr().String()
+	if err := n.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr); err != nil {
+		return nil, err
 	}
 	if err := n.openRaft(); err != nil {
 		return nil, err
@@ -80,16 +55,8 @@ func New(cfg Config) (_ *Node, err error) {
 	n.notify = newNotifier()
 	n.sessions = newSessions(n)
 	n.batcher = newBatcher(n)
-	n.client = &transport.Server{Handler: n.handle, Logger: n.log.Named("client")}
-	n.goLoop(func() {
-		if err := n.client.Serve(n.clientLis); err != nil {
-			n.log.Error("client listener stopped", "error", err)
-		}
-	})
-	if cfg.HTTPAddr != "" {
-		if err := n.serveHTTP(); err != nil {
-			return nil, err
-		}
+	if err := n.serve(n.handle, cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry); err != nil {
+		return nil, err
 	}
 	if err := n.startMetaLink(); err != nil {
 		return nil, err
@@ -98,14 +65,6 @@ func New(cfg Config) (_ *Node, err error) {
 	n.goLoop(func() { n.watchLeadership(n.ctx, n.metrics.leaderChanges.Inc, n.startLeading) })
 	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
 	return n, nil
-}
-
-func (n *Node) goLoop(fn func()) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		fn()
-	}()
 }
 
 func (n *Node) openRaft() error {
@@ -134,17 +93,6 @@ func (n *Node) openRaft() error {
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true})
 }
 
-// ClientAddr returns the address clients should use for this node.
-func (n *Node) ClientAddr() string { return n.clientAddr }
-
-// HTTPAddr returns the admin listener's address, or "".
-func (n *Node) HTTPAddr() string {
-	if n.httpLis == nil {
-		return ""
-	}
-	return n.httpLis.Addr().String()
-}
-
 // Raft exposes the Raft node, for tests and admin tools.
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
@@ -155,23 +103,10 @@ func (n *Node) FSM() *fsm.FSM { return n.fsm }
 func (n *Node) Close() error {
 	n.closeMu.Lock()
 	defer n.closeMu.Unlock()
-	if n.closed {
+	if !n.beginClose() {
 		return nil
 	}
-	n.closed = true
-	n.cancel()
-	var errs []error
-	if n.client != nil {
-		n.client.Close()
-	} else if n.clientLis != nil {
-		n.clientLis.Close()
-	}
-	if n.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		n.httpSrv.Shutdown(ctx)
-		cancel()
-	}
-	errs = append(errs, n.shutdown())
+	errs := []error{n.shutdown()}
 	n.wg.Wait()
 	errs = append(errs, n.closeStores()...)
 	if n.fsm != nil {

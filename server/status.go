@@ -27,11 +27,6 @@ func (n *Node) Status() Status {
 	return s
 }
 
-func (n *Node) serveHTTP() (err error) {
-	n.httpSrv, n.httpLis, err = serveHTTP(n.cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry, n.log, n.goLoop)
-	return err
-}
-
 // serveHTTP serves /status (status's answer as JSON) and /metrics at addr.
 func serveHTTP(addr string, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/qmqgo/qmq/transport"
+)
+
+// host is what a broker node and a metaserver node run besides Raft: the
+// client listener, the admin HTTP listener, the node's goroutines, and its
+// life from start to Close.
+type host struct {
+	hlog       hclog.Logger
+	clientAddr string // advertised to clients
+
+	client    *transport.Server
+	clientLis net.Listener
+	httpSrv   *http.Server
+	httpLis   net.Listener
+
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+func newHost(log hclog.Logger) host {
+	ctx, cancel := context.WithCancel(context.Background())
+	return host{hlog: log, ctx: ctx, cancel: cancel}
+}
+
+// listen creates the data directory and opens the client listener;
+// advertise ("" for the address listened on) is the address handed out.
+func (h *host) listen(dataDir, clientAddr, advertise string) error {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("server: create data directory: %w", err)
+	}
+	var err error
+	if h.clientLis, err = net.Listen("tcp", clientAddr); err != nil {
+		return fmt.Errorf("server: listen for clients: %w", err)
+	}
+	h.clientAddr = advertise
+	if h.clientAddr == "" {
+		h.clientAddr = h.clientLis.Addr().String()
+	}
+	return nil
+}
+
+// serve answers client requests with handler, and /status and /metrics at
+// httpAddr unless it is "".
+func (h *host) serve(handler transport.Handler, httpAddr string, status func() any, reg *prometheus.Registry) error {
+	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client")}
+	h.goLoop(func() {
+		if err := h.client.Serve(h.clientLis); err != nil {
+			h.hlog.Error("client listener stopped", "error", err)
+		}
+	})
+	if httpAddr == "" {
+		return nil
+	}
+	var err error
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, status, reg, h.hlog, h.goLoop)
+	return err
+}
+
+// goLoop runs fn on a goroutine that Close waits for.
+func (h *host) goLoop(fn func()) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		fn()
+	}()
+}
+
+// ClientAddr returns the address clients should use for this node.
+func (h *host) ClientAddr() string { return h.clientAddr }
+
+// HTTPAddr returns the admin listener's address, or "".
+func (h *host) HTTPAddr() string {
+	if h.httpLis == nil {
+		return ""
+	}
+	return h.httpLis.Addr().String()
+}
+
+// beginClose marks the node closing, cancels its context and stops its
+// listeners; it returns false if the node was closed already. The caller
+// holds closeMu.
+func (h *host) beginClose() bool {
+	if h.closed {
+		return false
+	}
+	h.closed = true
+	h.cancel()
+	if h.client != nil {
+		h.client.Close()
+	} else if h.clientLis != nil {
+		h.clientLis.Close()
+	}
+	if h.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	return true
+}

@@ -226,8 +226,12 @@ func TestNineProcessCluster(t *testing.T) {
 	var fresh []string
 	for i := range 4 {
 		s := fmt.Sprintf("new%02d", i)
+		// The first send to a subject assigns it.
+		if err := w.send(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := admin.Assign(ctx, s, nil, 2)
+		r, err := admin.Route(ctx, s)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -268,18 +268,26 @@ func (p *Puller) ackSeqs(ctx context.Context, group string, seqs []int64) error 
 }
 
 // Heartbeat keeps the consumer's session alive, in every broker group of
-// the subject, without pulling.
+// the subject at once (one group that does not answer delays no other),
+// without pulling.
 func (p *Puller) Heartbeat(ctx context.Context) error {
 	groups, err := p.brokerGroups(ctx)
 	if err != nil {
 		return err
 	}
 	req := (&transport.HeartbeatRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer}).Encode()
-	var errs []error
-	for _, g := range groups {
-		_, err := p.r.group(g.name).Call(ctx, transport.TypeHeartbeat, req)
-		errs = append(errs, err)
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.r.group(g.name).Call(ctx, transport.TypeHeartbeat, req); err != nil {
+				errs[i] = fmt.Errorf("group %s: %w", g.name, err)
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/wait"
@@ -201,29 +202,36 @@ func (s *Subscription) ackLoop() {
 	}
 }
 
-// flushAcks sends the acks gathered so far; on failure it keeps them for
-// the next flush and reports false.
+// flushAcks sends the acks gathered so far, to every broker group at once
+// (one that does not answer delays no other); failed ones are kept for the
+// next flush, and it reports false.
 func (s *Subscription) flushAcks() bool {
 	s.ackMu.Lock()
 	pending := s.toAck
 	s.toAck = map[string][]int64{}
 	s.ackMu.Unlock()
-	ok := true
+	var ok atomic.Bool
+	ok.Store(true)
+	var wg sync.WaitGroup
 	for group, seqs := range pending {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s.p.ackSeqs(ctx, group, seqs)
-		cancel()
-		if err != nil {
-			// Acks are idempotent: keep them for the next flush. After Close the
-			// last attempt has failed, and the messages will be redelivered.
-			s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", group, "messages", len(seqs), "error", err)
-			s.ackMu.Lock()
-			s.toAck[group] = append(s.toAck[group], seqs...)
-			s.ackMu.Unlock()
-			ok = false
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.p.ackSeqs(ctx, group, seqs); err != nil {
+				// Acks are idempotent: keep them for the next flush. After Close
+				// the last attempt has failed, and the messages will be redelivered.
+				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", group, "messages", len(seqs), "error", err)
+				s.ackMu.Lock()
+				s.toAck[group] = append(s.toAck[group], seqs...)
+				s.ackMu.Unlock()
+				ok.Store(false)
+			}
+		}()
 	}
-	return ok
+	wg.Wait()
+	return ok.Load()
 }
 
 // Close stops pulling, lets in-flight handlers finish, acknowledges what

@@ -50,9 +50,11 @@ type Kind uint8
 
 // Kinds of log. The values are written to disk: never renumber them.
 const (
-	KindMessage Kind = 1
-	KindConsume Kind = 2
-	KindPull    Kind = 3
+	KindMessage  Kind = 1
+	KindConsume  Kind = 2
+	KindPull     Kind = 3
+	KindSchedule Kind = 4 // delaywheel: delayed messages of one hour of delivery time
+	KindDispatch Kind = 5 // delaywheel: which of an hour's entries were fired
 )
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, fileSuffix) }

@@ -1,0 +1,200 @@
+package delaywheel
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+func openSchedule(t *testing.T, dir string, maxOpen int) *Schedule {
+	t.Helper()
+	s, err := OpenSchedule(dir, maxOpen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func msg(id string) *logs.Message {
+	return &logs.Message{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("body of " + id)}
+}
+
+// pending loads an hour and returns its entries' refs by message id.
+func pending(t *testing.T, s *Schedule, hour int64) map[string]Entry {
+	t.Helper()
+	out := map[string]Entry{}
+	err := s.Load(hour, func(e Entry) error {
+		_, m, err := s.Read(e.Ref)
+		if err != nil {
+			return err
+		}
+		out[m.ID] = e
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestScheduleAppendReadDispatchRemove(t *testing.T) {
+	s := openSchedule(t, t.TempDir(), 4)
+	h := int64(493_000) // an hour in 2026
+	at := h * HourMillis
+	refs := map[string]uint64{}
+	for i, id := range []string{"a", "b", "c"} {
+		ref, err := s.Append(at+int64(i)*1000, msg(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[id] = ref
+	}
+	// One due in the next hour goes to that hour's directory.
+	next, err := s.Append(at+HourMillis+5, msg("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hour, _ := SplitRef(next); hour != h+1 {
+		t.Fatalf("entry due in hour %d stored in hour %d", h+1, hour)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	gotAt, m, err := s.Read(refs["b"])
+	if err != nil || gotAt != at+1000 || m.ID != "b" || string(m.Body) != "body of b" {
+		t.Fatalf("read b: at %d, %+v, %v", gotAt, m, err)
+	}
+	if err := s.Dispatch(refs["a"]); err != nil {
+		t.Fatal(err)
+	}
+	s.Flush()
+	if p := pending(t, s, h); len(p) != 2 || p["b"].At != at+1000 || p["c"].Ref != refs["c"] {
+		t.Fatalf("pending after dispatching a: %v", p)
+	}
+	hours, _ := s.Hours()
+	if len(hours) != 2 || hours[0] != h || hours[1] != h+1 {
+		t.Fatalf("hours %v, want [%d %d]", hours, h, h+1)
+	}
+	if err := s.Remove(h); err != nil {
+		t.Fatal(err)
+	}
+	if hours, _ := s.Hours(); len(hours) != 1 || hours[0] != h+1 {
+		t.Fatalf("hours after removing %d: %v", h, hours)
+	}
+	if p := pending(t, s, h); len(p) != 0 {
+		t.Fatalf("a removed hour still has %d entries", len(p))
+	}
+}
+
+// TestScheduleKeepsFewHoursOpen appends to many hours with at most 3 open:
+// every entry survives the closing and reopening of its hour.
+func TestScheduleKeepsFewHoursOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := openSchedule(t, dir, 3)
+	base := int64(493_000)
+	for i := range 40 {
+		hour := base + int64(i%10)*24 // ten hours a day apart, revisited
+		if _, err := s.Append(hour*HourMillis+int64(i), msg(string(rune('A'+i)))); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.open) > 3 {
+			t.Fatalf("%d hours open, at most 3 allowed", len(s.open))
+		}
+	}
+	s.Close()
+	s = openSchedule(t, dir, 3)
+	total := 0
+	for i := range 10 {
+		total += len(pending(t, s, base+int64(i)*24))
+	}
+	if total != 40 {
+		t.Fatalf("%d entries after reopening, want 40", total)
+	}
+}
+
+// TestScheduleRecoversATornTail: a crash mid-append leaves a partial
+// record at the end of an hour's records; reopening drops it and keeps
+// every whole record before it.
+func TestScheduleRecoversATornTail(t *testing.T) {
+	dir := t.TempDir()
+	s := openSchedule(t, dir, 4)
+	h := int64(493_000)
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.Append(h*HourMillis, msg(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, HourName(h), "records", "*"))
+	sort.Strings(segs)
+	last := segs[len(segs)-1]
+	fi, err := os.Stat(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(last, fi.Size()-7); err != nil { // tear the last record
+		t.Fatal(err)
+	}
+	s = openSchedule(t, dir, 4)
+	p := pending(t, s, h)
+	_, hasA := p["a"]
+	_, hasB := p["b"]
+	if len(p) != 2 || !hasA || !hasB {
+		t.Fatalf("after a torn tail: %v, want a and b", p)
+	}
+	if _, ok := p["c"]; ok {
+		t.Fatal("the torn record came back")
+	}
+	// Appending goes on after the cut.
+	if _, err := s.Append(h*HourMillis, msg("d")); err != nil {
+		t.Fatal(err)
+	}
+	s.Flush()
+	if p := pending(t, s, h); len(p) != 3 {
+		t.Fatalf("after appending past the cut: %d entries, want 3", len(p))
+	}
+}
+
+func TestRefsAndHourNames(t *testing.T) {
+	for _, c := range []struct{ hour, off int64 }{{0, 0}, {493_000, 16}, {maxRefHour, maxRefOffset}} {
+		if h, o := SplitRef(MakeRef(c.hour, c.off)); h != c.hour || o != c.off {
+			t.Errorf("ref of (%d, %d) splits into (%d, %d)", c.hour, c.off, h, o)
+		}
+	}
+	at := int64(1_795_831_200_000) // 2026-11-28T02:00:00Z
+	if got := HourName(Hour(at + 59*60*1000)); got != "2026112802" {
+		t.Errorf("hour name %s, want 2026112802", got)
+	}
+	if Hour(-1) != -1 {
+		t.Errorf("Hour(-1) = %d, want -1", Hour(-1))
+	}
+}
+
+// FuzzDecodeRecord: any bytes decode to a record or to an error wrapping
+// logs.ErrCorrupt, and a record re-encodes to the same bytes.
+func FuzzDecodeRecord(f *testing.F) {
+	good := msg("a").AppendEncoded(binary.LittleEndian.AppendUint64(nil, 12345))
+	f.Add(good)
+	f.Add(good[:8])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		at, m, err := decodeRecord(p)
+		if err != nil {
+			if !errors.Is(err, logs.ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		again := m.AppendEncoded(binary.LittleEndian.AppendUint64(nil, uint64(at)))
+		if !bytes.Equal(again, p) {
+			t.Fatal("record does not re-encode to its bytes")
+		}
+	})
+}

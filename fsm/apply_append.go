@@ -1,8 +1,14 @@
 package fsm
 
 import (
+	"fmt"
+
 	"github.com/qmqgo/qmq/logs"
 )
+
+// errDelayedNotYet refuses delayed messages until the state machine keeps a
+// schedule log.
+var errDelayedNotYet = fmt.Errorf("%w: delayed delivery is not available on this broker yet", ErrInvalid)
 
 // applyAppend appends each message to the message log and its subject's
 // consume log, unless its id was appended within the dedup window.
@@ -13,6 +19,12 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	for i, m := range c.Messages {
 		if err := CheckName("subject", m.Subject); err != nil {
 			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: err}
+			continue
+		}
+		if m.DeliverAt != 0 {
+			// Until the schedule log is part of this state machine, a delayed
+			// message is refused rather than delivered at once.
+			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: errDelayedNotYet}
 			continue
 		}
 		if off, dup := f.isDuplicate(m.ID); dup {

@@ -17,6 +17,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add((&Message{ID: "a", Subject: "b", Tags: []string{"x", "y"}, Body: make([]byte, 300)}).AppendEncoded(nil))
 	f.Add([]byte{})
 	f.Add([]byte{messageVersion})
+	f.Add((&Message{ID: "a", Subject: "b", DeliverAt: 1_795_831_200_000}).AppendEncoded(nil))
 	f.Add([]byte("garbage, not a message at all"))
 	f.Add(bytes.Repeat([]byte{0xff}, 64))
 	f.Add(overlongSubject())

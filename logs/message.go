@@ -20,8 +20,13 @@ const (
 	MaxBodyLen     = 8 << 20
 )
 
-// messageVersion is the first byte of every encoded message.
-const messageVersion = 1
+// The first byte of every encoded message: version 2 adds a delivery time
+// and is used only for messages that have one, so that every message has
+// exactly one encoding.
+const (
+	messageVersion        = 1
+	messageVersionDelayed = 2
+)
 
 // ErrInvalidMessage means a message breaks one of the limits above or its
 // encoding is malformed.
@@ -37,7 +42,8 @@ type Property struct {
 //
 // Encoding (all integers little-endian, strings uvarint-length-prefixed):
 //
-//	version u8 | index u64 | created-at i64 | appended-at i64 | id | subject |
+//	version u8 | index u64 | created-at i64 | appended-at i64 |
+//	[deliver-at i64, version 2 only] | id | subject |
 //	tag-count uvarint | tags… | property-count uvarint | (key, value)… | body
 type Message struct {
 	Index      uint64 // Raft index of the command that appended it
@@ -45,6 +51,7 @@ type Message struct {
 	Subject    string
 	CreatedAt  int64 // producer's clock, Unix milliseconds
 	AppendedAt int64 // leader-stamped, Unix milliseconds
+	DeliverAt  int64 // when to deliver it, Unix milliseconds; 0 for at once
 	Tags       []string
 	Properties []Property
 	Body       []byte
@@ -53,6 +60,8 @@ type Message struct {
 // Check reports whether m is within the message limits.
 func (m *Message) Check() error {
 	switch {
+	case m.DeliverAt < 0:
+		return fmt.Errorf("%w: delivery time %d before the epoch", ErrInvalidMessage, m.DeliverAt)
 	case m.ID == "" || len(m.ID) > MaxIDLen:
 		return fmt.Errorf("%w: id length %d (1..%d)", ErrInvalidMessage, len(m.ID), MaxIDLen)
 	case m.Subject == "" || len(m.Subject) > MaxSubjectLen:
@@ -81,10 +90,17 @@ func (m *Message) Check() error {
 // AppendEncoded appends m's encoding to b. Call Check first: the encoder
 // does not validate.
 func (m *Message) AppendEncoded(b []byte) []byte {
-	b = append(b, messageVersion)
+	version := byte(messageVersion)
+	if m.DeliverAt != 0 {
+		version = messageVersionDelayed
+	}
+	b = append(b, version)
 	b = binenc.AppendUint64(b, m.Index)
 	b = binenc.AppendUint64(b, uint64(m.CreatedAt))
 	b = binenc.AppendUint64(b, uint64(m.AppendedAt))
+	if m.DeliverAt != 0 {
+		b = binenc.AppendUint64(b, uint64(m.DeliverAt))
+	}
 	b = binenc.AppendString(b, m.ID)
 	b = binenc.AppendString(b, m.Subject)
 	b = binenc.AppendUvarint(b, uint64(len(m.Tags)))
@@ -117,16 +133,17 @@ func DecodeMessage(p []byte) (*Message, error) {
 // decoders use it to read messages embedded in a batch. The Reader refuses
 // overlong varints, so a message has exactly one encoding.
 func ReadMessage(r *binenc.Reader) (*Message, error) {
-	if v := r.Byte(); r.Err() == nil && v != messageVersion {
+	v := r.Byte()
+	if r.Err() == nil && v != messageVersion && v != messageVersionDelayed {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, v)
 	}
-	m := &Message{
-		Index:      r.Uint64(),
-		CreatedAt:  r.Int64(),
-		AppendedAt: r.Int64(),
-		ID:         r.String(MaxIDLen),
-		Subject:    r.String(MaxSubjectLen),
+	m := &Message{Index: r.Uint64(), CreatedAt: r.Int64(), AppendedAt: r.Int64()}
+	if v == messageVersionDelayed {
+		if m.DeliverAt = r.Int64(); r.Err() == nil && m.DeliverAt == 0 {
+			return nil, fmt.Errorf("%w: version 2 without a delivery time", ErrInvalidMessage)
+		}
 	}
+	m.ID, m.Subject = r.String(MaxIDLen), r.String(MaxSubjectLen)
 	if n := r.Count(MaxTags); n > 0 {
 		m.Tags = make([]string, n)
 		for i := range m.Tags {
@@ -154,6 +171,9 @@ func ReadMessage(r *binenc.Reader) (*Message, error) {
 // EncodedSize returns len(m.AppendEncoded(nil)) without encoding.
 func (m *Message) EncodedSize() int {
 	n := 1 + 3*8 + stringSize(len(m.ID)) + stringSize(len(m.Subject)) + uvarintSize(uint64(len(m.Tags)))
+	if m.DeliverAt != 0 {
+		n += 8 // version 2's delivery time
+	}
 	for _, t := range m.Tags {
 		n += stringSize(len(t))
 	}

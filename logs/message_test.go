@@ -49,6 +49,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{"properties only", &Message{ID: "a", Subject: "b", Properties: []Property{{"k", "v"}}}},
 		{"body only", &Message{ID: "a", Subject: "b", Body: []byte{0}}},
 		{"limits", limits},
+		{"delayed", &Message{ID: "a", Subject: "b", DeliverAt: 1_795_831_200_000, Body: []byte("later")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.m.Check(); err != nil {
@@ -146,7 +147,12 @@ func TestDecodeMessageRejects(t *testing.T) {
 		{"empty", nil},
 		{"trailing byte", append(bytes.Clone(enc), 0)},
 		{"version 0", withVersion(0)},
-		{"version 2", withVersion(2)},
+		{"version 3", withVersion(3)},
+		// Version 2 read as a delivery time the created-at of a version-1
+		// encoding shifted by 8 bytes, so it fails further on; with a zero
+		// delivery time it is refused outright (version 1 is its encoding).
+		{"version 2 shape of version 1", withVersion(2)},
+		{"version 2 without a delivery time", zeroDeliverAt()},
 		{"invalid message", noID},
 		{"overlong length", overlongSubject()},
 	} {
@@ -162,6 +168,13 @@ func TestDecodeMessageRejects(t *testing.T) {
 			t.Fatalf("prefix of %d bytes: %v, want ErrInvalidMessage", n, err)
 		}
 	}
+}
+
+// zeroDeliverAt returns a version-2 encoding whose delivery time is 0.
+func zeroDeliverAt() []byte {
+	enc := (&Message{ID: "a", Subject: "b", DeliverAt: 1}).AppendEncoded(nil)
+	clear(enc[25:33]) // version, index, created-at, appended-at, then deliver-at
+	return enc
 }
 
 // overlongSubject returns a message encoding whose subject length is a

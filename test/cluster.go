@@ -307,6 +307,7 @@ func (n *Node) start() {
 	fmt.Fprintf(logf, "==== %s harness: start: qmqd %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
 	cmd := exec.Command(n.c.qmqd, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = dieWithParent()
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
 	if n.cmd != nil && !isClosed(n.exited) {
@@ -327,6 +328,13 @@ func (n *Node) start() {
 		n.c.mu.Unlock()
 		close(exited)
 	}()
+}
+
+// dieWithParent makes the kernel SIGKILL a child when the test process
+// dies, so that a test binary killed mid-run (a timeout, ^C) leaves no
+// server running.
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
 func isClosed(ch chan struct{}) bool {

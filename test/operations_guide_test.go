@@ -58,6 +58,7 @@ func TestOperationsGuide(t *testing.T) {
 			}
 			cmd := exec.Command("sh", "-c", "exec "+qmqd+line[len("qmqd"):])
 			cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+			cmd.SysProcAttr = dieWithParent()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}

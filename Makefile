@@ -17,7 +17,7 @@ build: ## compile every package, and qmqd and qmqctl into bin/
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev
 
-test: ## run the unit tests, fuzz seed corpora and in-process cluster tests
+test: ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters
 	$(GO) test -count=1 $(PKGS)
 
 ci: lint ## what CI runs: lint, then every test with the race detector

@@ -176,7 +176,11 @@ func (a *Admin) Leave(ctx context.Context, group, id string) error {
 	if err := a.groupCall(ctx, group, transport.TypeLeave, transport.LeaveRequest{ID: id}); err != nil {
 		return err
 	}
-	if group == MetaGroup {
+	c, err := a.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	if group == MetaGroup || c.Meta.ID == "" { // the metaserver group, or a group without one
 		return nil
 	}
 	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{Group: group, ID: id}, nil)

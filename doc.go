@@ -14,11 +14,12 @@
 // failures (a leader change, a lost connection) are retried with the same
 // message id, which the broker deduplicates.
 //
-// A Consumer subscribes a Handler to a subject as a member of a consumer
-// group: every group gets every message, and within a group each message
-// goes to one consumer, whatever the number of consumers. A handler that
-// returns nil acknowledges its message. Puller is the plain pull API for
-// callers that drive consumption themselves.
+// Subscribe delivers a subject's messages to a Handler as one consumer of a
+// consumer group, returning a Subscription to Close: every group gets every
+// message, and within a group each message goes to one consumer, whatever
+// the number of consumers. A handler that returns nil acknowledges its
+// message. Puller is the plain pull API for callers that drive consumption
+// themselves.
 //
 //	p, _ := qmq.NewProducer("127.0.0.1:6222")
 //	m := p.GenerateMessage("orders.created")

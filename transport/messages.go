@@ -90,7 +90,7 @@ type AckResponse struct {
 
 // HeartbeatRequest: version | subject | group | consumer. It keeps the
 // consumer's session alive; its unacked messages are reclaimed for the rest
-// of the group when heartbeats stop. The response body is just the version.
+// of the group when heartbeats stop. The response body is empty.
 type HeartbeatRequest struct {
 	Subject, Group, Consumer string
 }

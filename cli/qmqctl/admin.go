@@ -47,6 +47,7 @@ func statusCommand() *cli.Command {
 					return err
 				}
 				metas := metaStatus(ctx, a, cl)
+				fillUnreported(ctx, a, cl)
 				if c.Bool("json") {
 					return printJSON(struct {
 						Meta []memberStatus `json:"meta"`
@@ -100,6 +101,34 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	}
 	fmt.Printf("%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
 	return nil
+}
+
+// fillUnreported asks every broker node the metaserver has no heartbeat
+// from (one just started, or every node but the answering one of a group
+// without a metaserver) for its status directly.
+func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
+	for gi := range cl.Groups {
+		g := &cl.Groups[gi]
+		var leaderApplied uint64
+		for ni := range g.Nodes {
+			n := &g.Nodes[ni]
+			if n.SeenMillis < 0 {
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				if st, err := a.Status(sctx, n.ClientAddr); err == nil {
+					n.State, n.Term, n.AppliedIndex, n.Backlog, n.SeenMillis = st.State, st.Term, st.AppliedIndex, st.Backlog, 0
+				}
+				cancel()
+			}
+			if n.State == "Leader" {
+				leaderApplied = n.AppliedIndex
+			}
+		}
+		for ni := range g.Nodes {
+			if n := &g.Nodes[ni]; n.State != "Unknown" && leaderApplied > n.AppliedIndex {
+				n.Lag = leaderApplied - n.AppliedIndex
+			}
+		}
+	}
 }
 
 // memberStatus is one metaserver node's status, or why it could not be had.

@@ -20,7 +20,7 @@ func benchProduceCommand() *cli.Command {
 		&cli.IntFlag{Name: "inflight", Value: 1000, Usage: "messages in flight per producer (the window): at most `N` sent and not yet acknowledged; 1 measures one-at-a-time latency"},
 		&cli.IntFlag{Name: "producers", Value: 1, Usage: "`N` producers sending at once, each its own qmq.Producer with its own connections and window"},
 		&cli.IntFlag{Name: "batch", Value: 1000, Usage: "SDK batch: at most `N` messages in one send request (qmq.WithBatchSize)"},
-		&cli.IntFlag{Name: "requests", Value: 8, Usage: "SDK requests in flight per producer (qmq.WithMaxInflight)"},
+		&cli.IntFlag{Name: "requests", Value: 8, Usage: "`N` SDK requests in flight per producer (qmq.WithMaxInflight)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "count a message as failed if it is not acknowledged within `DUR` (qmq.WithSendTimeout)"},
 	)
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)

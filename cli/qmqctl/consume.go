@@ -26,8 +26,12 @@ func consumeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "consume",
 		Usage: "consume messages as one consumer of a group; prints one JSON object per message",
-		Description: "Pulls messages of --subject as a consumer of --group, prints each as a JSON line, and\n" +
-			"acknowledges it once printed. Exits after --count messages, or after --timeout with none.",
+		Description: "Pulls messages of --subject as a consumer of --group, prints each as a JSON line (with the\n" +
+			"broker group it came from), and acknowledges it once printed. Exits after --count messages,\n" +
+			"or after --timeout (at most 30 s: brokers answer a pull by then) with none.\n" +
+			"It pulls from every broker group of the subject at once, so it may take a few more than\n" +
+			"--count; those go back to the group when its session expires (30 s), or at once to a\n" +
+			"later run with the same --consumer NAME.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to consume"},
 			&cli.StringFlag{Name: "group", Required: true, Usage: "consumer `GROUP`: every group gets every message"},

@@ -13,7 +13,7 @@ import (
 func groupCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "group",
-		Usage: "operate on a broker group: leadership, drain",
+		Usage: "operate on a group: hand over leadership (any group, meta included), drain a broker group",
 		Subcommands: []*cli.Command{{
 			Name:  "transfer-leader",
 			Usage: "hand a group's leadership to another voter (before restarting the leader)",
@@ -98,13 +98,13 @@ func subjectCommand() *cli.Command {
 		}, {
 			Name:      "assign",
 			Usage:     "route a subject to more broker groups",
-			ArgsUsage: "SUBJECT",
+			ArgsUsage: "SUBJECT (after the options)",
 			Description: "Adds the --groups named, or as many groups as it takes (least loaded first) for the\n" +
 				"subject to live in --count groups. A route never loses a group: to move a subject off\n" +
 				"a group, assign it elsewhere and drain the group with `qmqctl group readonly`.",
 			Flags: []cli.Flag{
 				&cli.StringSliceFlag{Name: "groups", Usage: "broker groups to add, `G1,G2`"},
-				&cli.IntFlag{Name: "count", Usage: "how many groups the subject should live in"},
+				&cli.IntFlag{Name: "count", Usage: "live in `K` groups in all (at most 64; fewer if fewer are writable and available)", DefaultText: "not set"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {

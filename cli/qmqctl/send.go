@@ -22,8 +22,8 @@ func sendCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to send to"},
 			&cli.StringSliceFlag{Name: "property", Aliases: []string{"p"}, Usage: "property `KEY=VALUE` (repeatable)"},
-			&cli.StringSliceFlag{Name: "tag", Usage: "tag (repeatable, at most 10)"},
-			&cli.IntFlag{Name: "count", Value: 1, Usage: "how many messages to send"},
+			&cli.StringSliceFlag{Name: "tag", Usage: "`TAG` (repeatable, at most 10)"},
+			&cli.IntFlag{Name: "count", Value: 1, Usage: "send `N` messages"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a message after `DUR`"},
 		},
 		Action: func(c *cli.Context) error {

@@ -113,7 +113,7 @@ func metaCommand() *cli.Command {
 			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new metaserver group with this node as its only voter (ignored once it has data)"},
 			&cli.IntFlag{Name: "subject-groups", Value: 2, Usage: "assign a new subject to `K` broker groups (fewer if fewer are available)"},
 			&cli.DurationFlag{Name: "group-timeout", Value: 10 * time.Second, Usage: "mark a broker group unavailable after `DUR` without a heartbeat from its leader"},
-			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout"},
+			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
 		},
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -145,6 +145,7 @@ func brokerCommand() *cli.Command {
 		Description: "Every node of a group gets a unique --id and its own --data. Start the first with\n" +
 			"--bootstrap; start the others without it and add each with\n" +
 			"  qmqctl --server META join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+			"(--server: a metaserver address, or for a group without one, the first node's).\n" +
 			"With --meta the node registers with the metaserver on start and reports to it every few\n" +
 			"seconds; nothing needs registering by hand. A restarted node needs no flags beyond its\n" +
 			"usual ones: it rejoins from its data.",
@@ -154,12 +155,12 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
 			&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
 			&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` (other members dial it)"},
-			&cli.StringFlag{Name: "http", Required: true, Usage: "admin HTTP `HOST:PORT` (/status, /metrics)"},
+			&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
 			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new group with this node as its only voter (ignored once it has data)"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
-			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout"},
+			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
 		},
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)

@@ -55,6 +55,7 @@ const (
 	KindPull     Kind = 3
 	KindSchedule Kind = 4 // delaywheel: delayed messages of one hour of delivery time
 	KindDispatch Kind = 5 // delaywheel: which of an hour's entries were fired
+	KindJournal  Kind = 6 // delaywheel: delayed appends by time, for the dedup window
 )
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, fileSuffix) }

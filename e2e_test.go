@@ -17,6 +17,11 @@ type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
+// testLogger routes a node's warnings and errors through t.Log.
+func testLogger(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -33,8 +38,8 @@ func startBroker(t *testing.T, tweak func(*server.Config)) *server.Node {
 	cfg := server.DefaultConfig()
 	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+	cfg.SetElectionTimeout(300 * time.Millisecond)
+	cfg.Logger = testLogger(t)
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -306,11 +306,15 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 					return
 				}
 				// Ask again where the subjects live. After a refusal the group
-				// is drained; after a failure, the messages stay on it unless
-				// the metaserver no longer calls it writable and available.
-				keep, move := p.recheck(ctx, g, qs)
+				// is drained: move them (the fresh routes say so to the next
+				// pick). After a failure they stay on it unless the metaserver
+				// no longer calls it writable and available.
+				var keep, move []*pending
 				if out == moveOn {
-					keep, move = nil, qs
+					p.refreshRoutes(ctx, qs)
+					move = qs
+				} else {
+					keep, move = p.recheck(ctx, g, qs)
 				}
 				mu.Lock()
 				defer mu.Unlock()
@@ -340,24 +344,35 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 	}
 }
 
-// recheck asks the metaserver again, briefly, where qs's subjects live and
-// splits qs into the messages whose subject still has group as a writable,
-// available group (keep) and the others (move). If the metaserver does not
-// answer, the group is presumed alive.
-func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (keep, move []*pending) {
-	usable := map[string]bool{}
+// refreshRoutes asks the metaserver again, briefly, where qs's subjects
+// live; a subject it does not answer for is left out.
+func (p *Producer) refreshRoutes(ctx context.Context, qs []*pending) map[string]*route {
+	out := map[string]*route{}
+	tried := map[string]bool{}
 	for _, q := range qs {
-		ok, seen := usable[q.msg.subject]
-		if !seen {
-			ok = true
-			rctx, cancel := context.WithTimeout(ctx, staleRefresh)
-			rt, err := p.r.refresh(rctx, q.msg.subject, "")
-			cancel()
-			if err == nil {
-				i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
-				ok = i >= 0 && rt.Groups[i].Writable && rt.Groups[i].Available
-			}
-			usable[q.msg.subject] = ok
+		if tried[q.msg.subject] {
+			continue
+		}
+		tried[q.msg.subject] = true
+		rctx, cancel := context.WithTimeout(ctx, staleRefresh)
+		if rt, err := p.r.refresh(rctx, q.msg.subject, ""); err == nil {
+			out[q.msg.subject] = rt
+		}
+		cancel()
+	}
+	return out
+}
+
+// recheck splits qs into the messages whose subject still has group as a
+// writable, available group (keep) and the others (move). A subject the
+// metaserver does not answer for presumes the group alive.
+func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (keep, move []*pending) {
+	routes := p.refreshRoutes(ctx, qs)
+	for _, q := range qs {
+		ok := true
+		if rt := routes[q.msg.subject]; rt != nil {
+			i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
+			ok = i >= 0 && rt.Groups[i].Writable && rt.Groups[i].Available
 		}
 		if ok {
 			keep = append(keep, q)

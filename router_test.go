@@ -1,13 +1,8 @@
 package qmq
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -42,55 +37,5 @@ func TestPickPrefersWritableAvailableGroupsInTurn(t *testing.T) {
 	rt.Groups = rt.Groups[3:]
 	if g := rt.pick(nil); g != "" {
 		t.Fatalf("picked %s when only a drained group remains", g)
-	}
-}
-
-// TestSendsGoOnWhileTheMetaserverIsDown: a route past its time to live is
-// asked for again only briefly; while the metaserver does not answer, sends
-// go on to the broker group the cached route names.
-func TestSendsGoOnWhileTheMetaserverIsDown(t *testing.T) {
-	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Error})
-	fast := server.RaftTiming{HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-		LeaderLease: 150 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 1024, TrailingLogs: 1024}
-	mcfg := server.DefaultMetaConfig()
-	mcfg.ID, mcfg.DataDir, mcfg.Bootstrap, mcfg.Logger, mcfg.RaftTiming = "m1", t.TempDir(), true, logger, fast
-	mcfg.ClientAddr, mcfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
-	m, err := server.NewMeta(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	cfg := server.DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap, cfg.Logger, cfg.RaftTiming = "n1", "g1", t.TempDir(), true, logger, fast
-	cfg.ClientAddr, cfg.RaftAddr, cfg.Meta = "127.0.0.1:0", "127.0.0.1:0", []string{m.ClientAddr()}
-	b, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-
-	p, err := NewProducer(m.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
-	p.r.ttl = 0 // every route is stale from now on
-	for range 3 {
-		start := time.Now()
-		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		err := p.SendMessage(sctx, p.GenerateMessage("orders"))
-		scancel()
-		if err != nil {
-			t.Fatalf("send with the metaserver down: %v", err)
-		}
-		if d := time.Since(start); d > staleRefresh+2*time.Second {
-			t.Errorf("send took %s with the metaserver down; a stale route is refreshed for at most %s", d, staleRefresh)
-		}
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
@@ -20,8 +18,8 @@ func startMeta(t *testing.T, tweak func(*server.MetaConfig)) *server.MetaNode {
 	cfg := server.DefaultMetaConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = "m1", t.TempDir(), true
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
+	cfg.SetElectionTimeout(300 * time.Millisecond)
+	cfg.Logger = testLogger(t)
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -237,5 +235,38 @@ func TestPullerWithoutWait(t *testing.T) {
 	}
 	if err := a.Ack(ctx, msgs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSendsGoOnWhileTheMetaserverIsDown: a route past its time to live is
+// asked for again only briefly; while the metaserver does not answer, sends
+// go on to the broker group the cached route names.
+func TestSendsGoOnWhileTheMetaserverIsDown(t *testing.T) {
+	m := startMeta(t, nil)
+	startBroker(t, func(c *server.Config) { c.Meta = []string{m.ClientAddr()} })
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	qmq.SetRouteTTL(p, 0) // every route is stale from now on
+	for range 3 {
+		start := time.Now()
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.SendMessage(sctx, p.GenerateMessage("orders"))
+		scancel()
+		if err != nil {
+			t.Fatalf("send with the metaserver down: %v", err)
+		}
+		// A stale route is asked for again for at most 2 s.
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("send took %s with the metaserver down: the stale route was not kept", d)
+		}
 	}
 }

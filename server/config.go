@@ -14,24 +14,11 @@ import (
 
 // Config configures a broker-group node. Start from DefaultConfig.
 type Config struct {
-	// ID names the node in its Raft group; unique within the group.
-	ID string
+	// NodeConfig is the node's id, data directory, addresses and bootstrap
+	// flag. Its DataDir also holds the state machine's logs.
+	NodeConfig
 	// Group names the broker group.
 	Group string
-	// DataDir holds the Raft log, snapshots and the state machine's logs.
-	DataDir string
-	// ClientAddr is where clients connect (HOST:PORT); port 0 picks one.
-	ClientAddr string
-	// AdvertiseAddr is the client address other nodes hand to clients, when it
-	// differs from the listening address. Default: the address listened on.
-	AdvertiseAddr string
-	// RaftAddr is where the group's Raft traffic flows (HOST:PORT).
-	RaftAddr string
-	// HTTPAddr serves /status and /metrics (HOST:PORT); empty disables it.
-	HTTPAddr string
-	// Bootstrap makes this node a one-voter group if it has no Raft state yet.
-	// Other nodes are added with qmqctl join.
-	Bootstrap bool
 	// Meta lists metaserver client addresses (any subset of the group). The
 	// node registers there on start and reports every MetaHeartbeat; it
 	// forwards clients' route requests there. Empty: a standalone group
@@ -98,8 +85,8 @@ func DefaultConfig() Config {
 
 // Validate reports the first setting that cannot work.
 func (c *Config) Validate() error {
-	if err := fsm.CheckName("node id", c.ID); err != nil {
-		return fmt.Errorf("server: config: %w", err)
+	if err := c.NodeConfig.check("config"); err != nil {
+		return err
 	}
 	if err := meta.CheckBrokerGroup(c.Group); err != nil {
 		return fmt.Errorf("server: config: %w", err)
@@ -108,9 +95,6 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("server: config: metaserver address %q: %w", addr, err)
 		}
-	}
-	if err := checkNode("config", c.DataDir, c.ClientAddr, c.RaftAddr, c.HTTPAddr); err != nil {
-		return err
 	}
 	switch {
 	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0 || c.MetaHeartbeat <= 0:
@@ -125,13 +109,37 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// checkNode checks what every node's configuration has: a data directory,
-// client and Raft addresses, and an optional HTTP address.
-func checkNode(what, dataDir, clientAddr, raftAddr, httpAddr string) error {
-	if dataDir == "" {
+// NodeConfig is what every node is configured with, broker or metaserver.
+type NodeConfig struct {
+	// ID names the node in its Raft group; unique within the group.
+	ID string
+	// DataDir holds the node's Raft log and snapshots.
+	DataDir string
+	// ClientAddr is where clients (and, for a metaserver, brokers) connect
+	// (HOST:PORT); port 0 picks one.
+	ClientAddr string
+	// AdvertiseAddr is the client address handed out, when it differs from
+	// the listening address. Default: the address listened on.
+	AdvertiseAddr string
+	// RaftAddr is where the group's Raft traffic flows (HOST:PORT).
+	RaftAddr string
+	// HTTPAddr serves /status and /metrics (HOST:PORT); empty disables it.
+	HTTPAddr string
+	// Bootstrap makes this node a one-voter group if it has no Raft state
+	// yet. Other nodes are added with qmqctl join.
+	Bootstrap bool
+}
+
+// check reports the first setting that cannot work; what names the
+// configuration in the error.
+func (c *NodeConfig) check(what string) error {
+	if err := fsm.CheckName("node id", c.ID); err != nil {
+		return fmt.Errorf("server: %s: %w", what, err)
+	}
+	if c.DataDir == "" {
 		return fmt.Errorf("server: %s: data directory is empty", what)
 	}
-	addrs := []struct{ name, addr string }{{"client", clientAddr}, {"raft", raftAddr}, {"http", httpAddr}}
+	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}}
 	for _, a := range addrs {
 		if a.addr == "" && a.name == "http" {
 			continue

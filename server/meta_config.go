@@ -6,26 +6,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/qmqgo/qmq/fsm"
 )
 
 // MetaConfig configures a metaserver node. Start from DefaultMetaConfig.
 type MetaConfig struct {
-	// ID names the node in the metaserver group; unique within it.
-	ID string
-	// DataDir holds the Raft log and snapshots.
-	DataDir string
-	// ClientAddr is where clients and brokers connect (HOST:PORT).
-	ClientAddr string
-	// AdvertiseAddr is the client address handed out, if not ClientAddr.
-	AdvertiseAddr string
-	// RaftAddr is where the metaserver group's Raft traffic flows.
-	RaftAddr string
-	// HTTPAddr serves /status and /metrics; empty disables it.
-	HTTPAddr string
-	// Bootstrap makes this node a one-voter group if it has no Raft state.
-	Bootstrap bool
+	// NodeConfig is the node's id, data directory, addresses and bootstrap
+	// flag, within the metaserver group.
+	NodeConfig
 
 	// SubjectGroups is how many broker groups a subject is assigned to on
 	// its first use (fewer if fewer are available). Default 2.
@@ -66,10 +53,7 @@ func DefaultMetaConfig() MetaConfig {
 
 // Validate reports the first setting that cannot work.
 func (c *MetaConfig) Validate() error {
-	if err := fsm.CheckName("node id", c.ID); err != nil {
-		return fmt.Errorf("server: meta config: %w", err)
-	}
-	if err := checkNode("meta config", c.DataDir, c.ClientAddr, c.RaftAddr, c.HTTPAddr); err != nil {
+	if err := c.NodeConfig.check("meta config"); err != nil {
 		return err
 	}
 	switch {

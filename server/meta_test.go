@@ -18,7 +18,7 @@ func startMeta(t testing.TB, id string, bootstrap bool) *MetaNode {
 	cfg := DefaultMetaConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), bootstrap
 	cfg.ClientAddr, cfg.RaftAddr = freeAddr(t), freeAddr(t)
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.SetElectionTimeout(300 * time.Millisecond)
 	cfg.GroupTimeout = 600 * time.Millisecond
 	cfg.Logger = testLogger(t, id)
 	m, err := NewMeta(cfg)

@@ -38,7 +38,7 @@ func startNode(t testing.TB, id string, bootstrap bool, tweak func(*Config)) *No
 	cfg.ID, cfg.Group, cfg.DataDir = id, "g1", t.TempDir()
 	cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = "127.0.0.1:0", freeAddr(t), "127.0.0.1:0"
 	cfg.Bootstrap = bootstrap
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.SetElectionTimeout(300 * time.Millisecond)
 	cfg.Logger = testLogger(t, id)
 	if tweak != nil {
 		tweak(&cfg)

@@ -24,6 +24,12 @@ type RaftTiming struct {
 	TrailingLogs      uint64
 }
 
+// SetElectionTimeout sets the heartbeat and election timeouts to d and the
+// leader lease to half of it: the one knob operators turn.
+func (t *RaftTiming) SetElectionTimeout(d time.Duration) {
+	t.HeartbeatTimeout, t.ElectionTimeout, t.LeaderLease = d, d, d/2
+}
+
 // raftGroup is what a broker node and a metaserver node share: a Raft node
 // with its log store and transport, proposals, leadership, and the
 // membership requests an operator sends to a group.

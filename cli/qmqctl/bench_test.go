@@ -27,7 +27,7 @@ func startBroker(t *testing.T) string {
 	cfg := server.DefaultConfig()
 	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", raftAddr
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLease = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	cfg.SetElectionTimeout(300 * time.Millisecond)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
 	n, err := server.New(cfg)
 	if err != nil {

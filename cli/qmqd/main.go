@@ -65,22 +65,20 @@ func devCommand() *cli.Command {
 					"move it to %s to keep it, or use another --data", c.String("data"), filepath.Join(c.String("data"), "broker"))
 			}
 			// One voter per group: elections are instant, so short timeouts cost nothing.
-			fast := func(t *server.RaftTiming) {
-				t.HeartbeatTimeout, t.ElectionTimeout, t.LeaderLease = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
-			}
 			mcfg := server.DefaultMetaConfig()
-			mcfg.ID, mcfg.Bootstrap, mcfg.Logger = "dev-meta", true, logger
-			mcfg.DataDir, mcfg.ClientAddr, mcfg.RaftAddr = filepath.Join(c.String("data"), "meta"), c.String("meta-listen"), c.String("meta-raft")
-			fast(&mcfg.RaftTiming)
+			mcfg.NodeConfig = server.NodeConfig{ID: "dev-meta", DataDir: filepath.Join(c.String("data"), "meta"),
+				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true}
+			mcfg.Logger = logger
+			mcfg.SetElectionTimeout(200 * time.Millisecond)
 			m, err := server.NewMeta(mcfg)
 			if err != nil {
 				return err
 			}
 			cfg := server.DefaultConfig()
-			cfg.ID, cfg.Group, cfg.Bootstrap, cfg.Logger = "dev", "dev", true, logger
-			cfg.DataDir, cfg.ClientAddr, cfg.HTTPAddr, cfg.RaftAddr = filepath.Join(c.String("data"), "broker"), c.String("listen"), c.String("http"), c.String("raft")
-			cfg.Meta = []string{m.ClientAddr()}
-			fast(&cfg.RaftTiming)
+			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
+				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
+			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
+			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
 				m.Close()
@@ -103,30 +101,19 @@ func metaCommand() *cli.Command {
 			"others without it and add each with\n" +
 			"  qmqctl --server FIRST join --group meta --id ID --raft HOST:PORT --addr HOST:PORT\n" +
 			"Brokers find it through their --meta flag; clients may use any metaserver address.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in the metaserver group"},
-			&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
-			&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT` (clients and brokers connect here)"},
-			&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` (other members dial it)"},
-			&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
-			&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
-			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new metaserver group with this node as its only voter (ignored once it has data)"},
+		Flags: append(nodeFlags("the metaserver group"),
 			&cli.IntFlag{Name: "subject-groups", Value: 2, Usage: "assign a new subject to `K` broker groups (fewer if fewer are available)"},
 			&cli.DurationFlag{Name: "group-timeout", Value: 10 * time.Second, Usage: "mark a broker group unavailable after `DUR` without a heartbeat from its leader"},
-			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
 				return err
 			}
 			cfg := server.DefaultMetaConfig()
-			cfg.ID, cfg.DataDir, cfg.Logger = c.String("id"), c.String("data"), logger
-			cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = c.String("listen"), c.String("raft"), c.String("http")
-			cfg.AdvertiseAddr, cfg.Bootstrap = c.String("advertise"), c.Bool("bootstrap")
+			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.SubjectGroups, cfg.GroupTimeout = c.Int("subject-groups"), c.Duration("group-timeout")
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Duration("election-timeout"), c.Duration("election-timeout")
-			cfg.LeaderLease = cfg.HeartbeatTimeout / 2
+			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			m, err := server.NewMeta(cfg)
 			if err != nil {
 				return err
@@ -149,32 +136,21 @@ func brokerCommand() *cli.Command {
 			"With --meta the node registers with the metaserver on start and reports to it every few\n" +
 			"seconds; nothing needs registering by hand. A restarted node needs no flags beyond its\n" +
 			"usual ones: it rejoins from its data.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in the group"},
+		Flags: append(nodeFlags("the group"),
 			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
-			&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
-			&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
-			&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` (other members dial it)"},
-			&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
-			&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
-			&cli.BoolFlag{Name: "bootstrap", Usage: "start a new group with this node as its only voter (ignored once it has data)"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
-			&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
 				return err
 			}
 			cfg := server.DefaultConfig()
-			cfg.ID, cfg.Group, cfg.DataDir, cfg.Logger = c.String("id"), c.String("group"), c.String("data"), logger
-			cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = c.String("listen"), c.String("raft"), c.String("http")
-			cfg.AdvertiseAddr, cfg.Bootstrap = c.String("advertise"), c.Bool("bootstrap")
-			cfg.Meta = transport.SplitServers(c.String("meta"))
+			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
+			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Duration("election-timeout"), c.Duration("election-timeout")
-			cfg.LeaderLease = cfg.HeartbeatTimeout / 2
+			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			n, err := server.New(cfg)
 			if err != nil {
 				return err
@@ -185,6 +161,26 @@ func brokerCommand() *cli.Command {
 			return n.Close()
 		},
 	}
+}
+
+// nodeFlags are the flags of every node, of a group described by group.
+func nodeFlags(group string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in " + group},
+		&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
+		&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
+		&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT`: an IP address the other members dial"},
+		&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
+		&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
+		&cli.BoolFlag{Name: "bootstrap", Usage: "start " + group + " with this node as its only voter (ignored once it has data)"},
+		&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
+	}
+}
+
+// nodeConfig reads nodeFlags.
+func nodeConfig(c *cli.Context) server.NodeConfig {
+	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
+		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap")}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

@@ -12,9 +12,13 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-func openSchedule(t *testing.T, dir string, maxOpen int) *Schedule {
+func openSchedule(t *testing.T, dir string, maxOpen int, known ...map[int64]HourEnds) *Schedule {
 	t.Helper()
-	s, err := OpenSchedule(dir, maxOpen)
+	var k map[int64]HourEnds
+	if len(known) > 0 {
+		k = known[0]
+	}
+	s, err := OpenSchedule(dir, maxOpen, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +82,14 @@ func TestScheduleAppendReadDispatchRemove(t *testing.T) {
 	if p := pending(t, s, h); len(p) != 2 || p["b"].At != at+1000 || p["c"].Ref != refs["c"] {
 		t.Fatalf("pending after dispatching a: %v", p)
 	}
-	hours, _ := s.Hours()
+	hours := s.Hours()
 	if len(hours) != 2 || hours[0] != h || hours[1] != h+1 {
 		t.Fatalf("hours %v, want [%d %d]", hours, h, h+1)
 	}
 	if err := s.Remove(h); err != nil {
 		t.Fatal(err)
 	}
-	if hours, _ := s.Hours(); len(hours) != 1 || hours[0] != h+1 {
+	if hours := s.Hours(); len(hours) != 1 || hours[0] != h+1 {
 		t.Fatalf("hours after removing %d: %v", h, hours)
 	}
 	if p := pending(t, s, h); len(p) != 0 {
@@ -109,7 +113,7 @@ func TestScheduleKeepsFewHoursOpen(t *testing.T) {
 		}
 	}
 	s.Close()
-	s = openSchedule(t, dir, 3)
+	s = openSchedule(t, dir, 3, s.ends) // every hour closed: its ends known
 	total := 0
 	for i := range 10 {
 		total += len(pending(t, s, base+int64(i)*24))
@@ -120,8 +124,8 @@ func TestScheduleKeepsFewHoursOpen(t *testing.T) {
 }
 
 // TestScheduleRecoversATornTail: a crash mid-append leaves a partial
-// record at the end of an hour's records; reopening drops it and keeps
-// every whole record before it.
+// record after the last checkpoint; reopening cuts the hour back to the
+// checkpoint's ends, and appending goes on from there.
 func TestScheduleRecoversATornTail(t *testing.T) {
 	dir := t.TempDir()
 	s := openSchedule(t, dir, 4)
@@ -130,35 +134,79 @@ func TestScheduleRecoversATornTail(t *testing.T) {
 		if _, err := s.Append(h*HourMillis, msg(id)); err != nil {
 			t.Fatal(err)
 		}
+		if id == "b" { // the checkpoint: a and b are durable
+			if err := s.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkpoint, _ := s.Ends(h)
+	s.Flush()
+	if e, _ := s.Ends(h); e.Records <= checkpoint.Records {
+		t.Fatalf("ends %v after c, checkpoint %v", e, checkpoint)
 	}
 	s.Close()
-	segs, _ := filepath.Glob(filepath.Join(dir, HourName(h), "records", "*"))
-	sort.Strings(segs)
-	last := segs[len(segs)-1]
-	fi, err := os.Stat(last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(last, fi.Size()-7); err != nil { // tear the last record
-		t.Fatal(err)
-	}
-	s = openSchedule(t, dir, 4)
+	tearLastRecord(t, filepath.Join(dir, HourName(h), "records"))
+	s = openSchedule(t, dir, 4, map[int64]HourEnds{h: checkpoint})
 	p := pending(t, s, h)
 	_, hasA := p["a"]
 	_, hasB := p["b"]
 	if len(p) != 2 || !hasA || !hasB {
 		t.Fatalf("after a torn tail: %v, want a and b", p)
 	}
-	if _, ok := p["c"]; ok {
-		t.Fatal("the torn record came back")
-	}
-	// Appending goes on after the cut.
 	if _, err := s.Append(h*HourMillis, msg("d")); err != nil {
 		t.Fatal(err)
 	}
 	s.Flush()
 	if p := pending(t, s, h); len(p) != 3 {
 		t.Fatalf("after appending past the cut: %d entries, want 3", len(p))
+	}
+}
+
+// TestScheduleOpenKeepsOnlyCheckpointedHours: an hour the checkpoint does
+// not name was created after it (Raft replays its appends) and is removed;
+// a record torn below a checkpoint's end is an error, not silently cut.
+func TestScheduleOpenKeepsOnlyCheckpointedHours(t *testing.T) {
+	dir := t.TempDir()
+	s := openSchedule(t, dir, 4)
+	h := int64(493_000)
+	for _, hour := range []int64{h, h + 1} {
+		for _, id := range []string{"a", "b"} {
+			if _, err := s.Append(hour*HourMillis, msg(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Close()
+	known := map[int64]HourEnds{h: s.ends[h]}
+	s = openSchedule(t, dir, 4, known)
+	if hours := s.Hours(); len(hours) != 1 || hours[0] != h {
+		t.Fatalf("hours after open: %v, want only %d", hours, h)
+	}
+	if len(pending(t, s, h+1)) != 0 {
+		t.Fatal("entries of an hour the checkpoint does not name")
+	}
+	s.Close()
+	tearLastRecord(t, filepath.Join(dir, HourName(h), "records"))
+	s = openSchedule(t, dir, 4, known)
+	err := s.Load(h, func(Entry) error { return nil })
+	if !errors.Is(err, logs.ErrCorrupt) {
+		t.Fatalf("a record torn below the checkpoint: %v, want ErrCorrupt", err)
+	}
+}
+
+// tearLastRecord cuts 7 bytes off the newest segment in dir.
+func tearLastRecord(t *testing.T, dir string) {
+	t.Helper()
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"))
+	sort.Strings(segs)
+	last := segs[len(segs)-1]
+	fi, err := os.Stat(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(last, fi.Size()-7); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,36 +1,36 @@
 package fsm
 
 import (
-	"fmt"
-
 	"github.com/qmqgo/qmq/logs"
 )
 
-// errDelayedNotYet refuses delayed messages until the state machine keeps a
-// schedule log.
-var errDelayedNotYet = fmt.Errorf("%w: delayed delivery is not available on this broker yet", ErrInvalid)
-
 // applyAppend appends each message to the message log and its subject's
-// consume log, unless its id was appended within the dedup window.
+// consume log, unless its id was appended within the dedup window. A
+// message due after the leader-stamped time goes to the schedule log
+// instead; one due at or before it is an ordinary message.
 func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	now := f.st.stamp(c.Now)
 	f.dedup.expire(now)
+	f.delayedDedup.expire(now)
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
 	for i, m := range c.Messages {
 		if err := CheckName("subject", m.Subject); err != nil {
 			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: err}
 			continue
 		}
-		if m.DeliverAt != 0 {
-			// Until the schedule log is part of this state machine, a delayed
-			// message is refused rather than delivered at once.
-			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: errDelayedNotYet}
-			continue
-		}
 		if off, dup := f.isDuplicate(m.ID); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
 			continue
 		}
+		if ref, dup := f.isDelayedDuplicate(m.ID); dup {
+			res.Messages[i] = MessageResult{Status: Duplicate, Offset: -1, Seq: -1, Ref: ref}
+			continue
+		}
+		if m.DeliverAt > now {
+			res.Messages[i] = f.schedule(index, now, m)
+			continue
+		}
+		m.DeliverAt = 0 // due already: delivered at once, like any message
 		m.Index, m.AppendedAt = index, now
 		off, size, err := f.store.messages.Append(m)
 		must(0, err)

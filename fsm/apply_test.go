@@ -792,21 +792,3 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 		t.Fatalf("the entry before the first pulled: %v, want ErrRetained", err)
 	}
 }
-
-// TestAppendRefusesDelayedMessagesForNow: a message with a delivery time is
-// refused, never stored for delivery at once.
-func TestAppendRefusesDelayedMessagesForNow(t *testing.T) {
-	f := unitFSM(t)
-	later := unitMsg("later", "s", 8)
-	later.DeliverAt = 2_000_000
-	res := appendAt(t, f, 1, 1000, unitMsg("now", "s", 8), later)
-	if res.Messages[0].Status != Appended || res.Messages[1].Status != Rejected {
-		t.Fatalf("statuses %v %v, want appended then rejected", res.Messages[0].Status, res.Messages[1].Status)
-	}
-	if ends := f.Ends(); ends.Consume["s"] == 0 {
-		t.Fatal("the immediate message was not appended")
-	}
-	if got := messagesOf(t, f, "s"); len(got) != 1 || !strings.Contains(got[0], " now s ") {
-		t.Fatalf("subject holds %v, want only the immediate message", got)
-	}
-}

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 )
 
@@ -27,14 +29,20 @@ import (
 //	consumer-count uvarint | (0 for a reclaimed id | 1, subject, group, name, ack-pos uvarint, next uvarint,
 //	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
 //	member-count uvarint | (id, client-address)…                      sorted by id
-//	retain-from u64
+//	retain-from u64 |
+//	journal-end u64 |                                                 (version 2 on)
+//	hour-count uvarint | (hour uvarint, pending uvarint,
+//	                      records-end uvarint, dispatched-end uvarint)…  sorted by hour
+//	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
+//
+// Version 1 (before delayed messages) ends at retain-from; it still opens.
 type checkpoint struct {
 	st        *state
 	ends      *logEnds
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 1
+const checkpointVersion = 2
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -46,9 +54,16 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // ErrBadCheckpoint means a checkpoint or snapshot manifest does not decode.
 var ErrBadCheckpoint = errors.New("fsm: malformed checkpoint")
 
-func (c *checkpoint) encode() []byte {
+// currentCheckpoint returns the FSM's state and its logs' ends now.
+func (f *FSM) currentCheckpoint() *checkpoint {
+	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.oldest()}
+}
+
+func (c *checkpoint) encode() []byte { return c.encodeVersion(checkpointVersion) }
+
+func (c *checkpoint) encodeVersion(version byte) []byte {
 	st := c.st
-	b := []byte{checkpointVersion}
+	b := []byte{version}
 	b = binenc.AppendUint64(b, st.applied)
 	b = binenc.AppendUint64(b, uint64(st.now))
 	b = binenc.AppendUint64(b, uint64(c.ends.messages))
@@ -100,6 +115,24 @@ func (c *checkpoint) encode() []byte {
 		b = binenc.AppendString(b, st.members[id])
 	}
 	b = binenc.AppendUint64(b, uint64(st.retainFrom))
+	if version >= 2 {
+		b = binenc.AppendUint64(b, uint64(c.ends.journal))
+		hours := slices.Sorted(maps.Keys(st.hours))
+		b = binenc.AppendUvarint(b, uint64(len(hours)))
+		for _, h := range hours {
+			e := c.ends.hours[h]
+			b = binenc.AppendUvarint(b, uint64(h))
+			b = binenc.AppendUvarint(b, uint64(st.hours[h].pending))
+			b = binenc.AppendUvarint(b, uint64(e.Records))
+			b = binenc.AppendUvarint(b, uint64(e.Dispatched))
+		}
+		subjects := sortedKeys(st.delayed)
+		b = binenc.AppendUvarint(b, uint64(len(subjects)))
+		for _, s := range subjects {
+			b = binenc.AppendString(b, s)
+			b = binenc.AppendUvarint(b, uint64(st.delayed[s]))
+		}
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -112,13 +145,14 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrBadCheckpoint)
 	}
 	r := binenc.NewReader(body)
-	if v := r.Byte(); v != checkpointVersion {
-		return nil, fmt.Errorf("%w: unknown version %d", ErrBadCheckpoint, v)
+	version := r.Byte()
+	if version != 1 && version != checkpointVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", ErrBadCheckpoint, version)
 	}
 	st := newState()
 	st.applied = r.Uint64()
 	st.now = r.Int64()
-	c := &checkpoint{st: st, ends: &logEnds{consume: map[string]int64{}}}
+	c := &checkpoint{st: st, ends: &logEnds{consume: map[string]int64{}, hours: map[int64]delaywheel.HourEnds{}}}
 	c.ends.messages = r.Int64()
 	c.ends.pulls = r.Int64()
 	c.dedupFrom = r.Int64()
@@ -154,6 +188,18 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		st.members[id] = r.String(MaxAddrLen)
 	}
 	st.retainFrom = r.Int64()
+	if version >= 2 {
+		c.ends.journal = r.Int64()
+		for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+			h := int64(r.Uvarint())
+			st.hours[h] = &hourState{pending: int64(r.Uvarint())}
+			c.ends.hours[h] = delaywheel.HourEnds{Records: int64(r.Uvarint()), Dispatched: int64(r.Uvarint())}
+		}
+		for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+			subject := r.String(MaxNameLen)
+			st.delayed[subject] = int64(r.Uvarint())
+		}
+	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
@@ -164,7 +210,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	// sorted order, and acked as 0 or 1: refuse anything else (a repeated
 	// key would silently overwrite state), so a checkpoint has exactly one
 	// encoding.
-	if !bytes.Equal(c.encode(), b) {
+	if !bytes.Equal(c.encodeVersion(version), b) {
 		return nil, fmt.Errorf("%w: non-canonical encoding (repeated or unsorted keys)", ErrBadCheckpoint)
 	}
 	return c, nil
@@ -181,6 +227,26 @@ func (c *checkpoint) check() error {
 		if CheckName("subject", s) != nil || end < 0 {
 			return fmt.Errorf("%w: consume log %q ends at %d", ErrBadCheckpoint, s, end)
 		}
+	}
+	if c.ends.journal < 0 {
+		return fmt.Errorf("%w: journal ends at %d", ErrBadCheckpoint, c.ends.journal)
+	}
+	var pending, delayed int64
+	for h, hs := range c.st.hours {
+		e := c.ends.hours[h]
+		if !delaywheel.ValidHour(h) || hs.pending < 0 || e.Records < 0 || e.Dispatched < 0 || pending+hs.pending < pending {
+			return fmt.Errorf("%w: schedule hour %d: %d pending, ends %+v", ErrBadCheckpoint, h, hs.pending, e)
+		}
+		pending += hs.pending
+	}
+	for s, n := range c.st.delayed {
+		if CheckName("subject", s) != nil || n <= 0 || delayed+n < delayed {
+			return fmt.Errorf("%w: %d delayed messages of %q", ErrBadCheckpoint, n, s)
+		}
+		delayed += n
+	}
+	if pending != delayed {
+		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject", ErrBadCheckpoint, pending, delayed)
 	}
 	for _, cs := range c.st.consumers {
 		if cs == nil {
@@ -206,7 +272,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func readCheckpoint(dir string) (*checkpoint, error) {
 	b, err := os.ReadFile(filepath.Join(dir, checkpointFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return &checkpoint{st: newState(), ends: &logEnds{consume: map[string]int64{}}, dedupFrom: -1}, nil
+		return &checkpoint{st: newState(), ends: &logEnds{consume: map[string]int64{}, hours: map[int64]delaywheel.HourEnds{}}, dedupFrom: -1}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fsm: read checkpoint: %w", err)

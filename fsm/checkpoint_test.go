@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -227,7 +228,7 @@ func busyFSM(tb testing.TB) *FSM {
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	f := busyFSM(t)
-	cp := &checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}
+	cp := f.currentCheckpoint()
 	b := cp.encode()
 	got, err := decodeCheckpoint(b)
 	if err != nil {
@@ -273,6 +274,14 @@ type rawCheckpoint struct {
 	groups                     [][2]string
 	consumers                  []rawConsumer
 	members                    [][2]string
+	version                    byte        // default checkpointVersion
+	hours                      [][4]uint64 // hour, pending, records end, dispatched end
+	delayed                    []rawDelayed
+}
+
+type rawDelayed struct {
+	subject string
+	n       uint64
 }
 
 type rawConsumer struct {
@@ -282,7 +291,8 @@ type rawConsumer struct {
 }
 
 func (r rawCheckpoint) body() []byte {
-	b := []byte{checkpointVersion}
+	version := cmp.Or(r.version, checkpointVersion)
+	b := []byte{version}
 	for _, v := range []int64{1, 1000, r.msgEnd, r.pullEnd, r.dedupFrom} {
 		b = binenc.AppendUint64(b, uint64(v))
 	}
@@ -309,7 +319,22 @@ func (r rawCheckpoint) body() []byte {
 	for _, m := range r.members {
 		b = binenc.AppendString(binenc.AppendString(b, m[0]), m[1])
 	}
-	return binenc.AppendUint64(b, 0) // retain-from
+	b = binenc.AppendUint64(b, 0) // retain-from
+	if version < 2 {
+		return b
+	}
+	b = binenc.AppendUint64(b, 0) // journal end
+	b = binenc.AppendUvarint(b, uint64(len(r.hours)))
+	for _, h := range r.hours {
+		for _, v := range h {
+			b = binenc.AppendUvarint(b, v)
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(r.delayed)))
+	for _, d := range r.delayed {
+		b = binenc.AppendUvarint(binenc.AppendString(b, d.subject), d.n)
+	}
+	return b
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -319,9 +344,17 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		groups:    [][2]string{{"a", "g"}, {"b", "g"}},
 		consumers: []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}}, {"b", "g", "c", 0, 0, nil}},
 		members:   [][2]string{{"n1", "x"}, {"n2", "y"}},
+		hours:     [][4]uint64{{493_000, 2, 300, 0}, {493_001, 1, 100, 16}},
+		delayed:   []rawDelayed{{"a", 1}, {"b", 2}},
 	}
 	if _, err := decodeCheckpoint(seal(valid.body())); err != nil {
 		t.Fatalf("the valid raw checkpoint: %v", err)
+	}
+	// A checkpoint written before delayed messages (version 1) still opens.
+	v1 := valid
+	v1.version, v1.hours, v1.delayed = 1, nil, nil
+	if c, err := decodeCheckpoint(seal(v1.body())); err != nil || len(c.st.hours) != 0 {
+		t.Fatalf("a version 1 checkpoint: %v", err)
 	}
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encode(), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
@@ -362,6 +395,15 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		{"duplicate member", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n1", "x"}, {"n1", "y"}} })},
 		{"unsorted members", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n2", "x"}, {"n1", "y"}} })},
+		{"unsorted hours", mutate(func(r *rawCheckpoint) { r.hours = [][4]uint64{r.hours[1], r.hours[0]} })},
+		{"hour out of range", mutate(func(r *rawCheckpoint) { r.hours = [][4]uint64{{1 << 40, 3, 1, 0}} })},
+		{"pending by hour and by subject differ", mutate(func(r *rawCheckpoint) { r.delayed = r.delayed[:1] })},
+		{"zero delayed for a subject", mutate(func(r *rawCheckpoint) {
+			r.delayed = []rawDelayed{{"a", 3}, {"b", 0}}
+		})},
+		{"overflowing pending", mutate(func(r *rawCheckpoint) {
+			r.hours = [][4]uint64{{493_000, 1 << 63, 1, 0}, {493_001, 1 << 63, 1, 0}}
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := decodeCheckpoint(tc.b)

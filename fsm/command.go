@@ -19,6 +19,7 @@ const (
 	CmdAck     CommandType = 3
 	CmdReclaim CommandType = 4
 	CmdMember  CommandType = 5
+	CmdFire    CommandType = 6
 )
 
 func (t CommandType) String() string {
@@ -33,6 +34,8 @@ func (t CommandType) String() string {
 		return "reclaim"
 	case CmdMember:
 		return "member"
+	case CmdFire:
+		return "fire"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -45,6 +48,7 @@ const commandVersion = 1
 const (
 	MaxBatchMessages = 10000
 	MaxAckRanges     = 4096
+	MaxFireRefs      = 10000
 	MaxNameLen       = 200
 	MaxAddrLen       = 256
 )
@@ -112,6 +116,17 @@ type SetMember struct {
 	ClientAddr string
 }
 
+// Fire delivers delayed messages that are due: each named schedule entry
+// not yet fired moves into the message log and its subject's consume log.
+// An entry already fired, or not due at Now, is passed over, so a Fire may
+// be proposed again after a leader change. Payload:
+//
+//	count uvarint | ref u64…   (schedule references, delaywheel.MakeRef)
+type Fire struct {
+	Now  int64
+	Refs []uint64
+}
+
 func appendHeader(b []byte, t CommandType, now int64) []byte {
 	b = append(b, byte(t), commandVersion)
 	return binenc.AppendUint64(b, uint64(now))
@@ -166,7 +181,17 @@ func (c *SetMember) Encode() []byte {
 	return binenc.AppendString(b, c.ClientAddr)
 }
 
-// Decode decodes a command: *Append, *Pull, *Ack, *Reclaim or *SetMember.
+// Encode returns the command's bytes.
+func (c *Fire) Encode() []byte {
+	b := binenc.AppendUvarint(appendHeader(nil, CmdFire, c.Now), uint64(len(c.Refs)))
+	for _, ref := range c.Refs {
+		b = binenc.AppendUint64(b, ref)
+	}
+	return b
+}
+
+// Decode decodes a command: *Append, *Pull, *Ack, *Reclaim, *SetMember or
+// *Fire.
 func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
@@ -210,6 +235,14 @@ func Decode(b []byte) (any, error) {
 		cmd = c
 	case CmdMember:
 		cmd = &SetMember{Now: now, ID: r.String(MaxNameLen), ClientAddr: r.String(MaxAddrLen)}
+	case CmdFire:
+		c := &Fire{Now: now}
+		n := r.Count(MaxFireRefs)
+		c.Refs = make([]uint64, 0, n)
+		for i := 0; i < n && r.Err() == nil; i++ {
+			c.Refs = append(c.Refs, r.Uint64())
+		}
+		cmd = c
 	default:
 		if r.Err() == nil {
 			return nil, fmt.Errorf("%w: unknown type %d", ErrBadCommand, t)

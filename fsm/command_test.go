@@ -34,6 +34,8 @@ func sampleCommands() map[string]encoder {
 		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c"},
 		"member":         &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
 		"member removal": &SetMember{Now: 3, ID: "node1"},
+		"fire":           &Fire{Now: 4, Refs: []uint64{0, 1 << 44, math.MaxUint64}},
+		"fire none":      &Fire{Now: 4, Refs: []uint64{}},
 	}
 }
 

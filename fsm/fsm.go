@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -93,7 +94,12 @@ type FSM struct {
 	store   *store
 	stateMu sync.RWMutex // held for writing while a batch applies; readers of st take it
 	st      *state
-	dedup   *dedup
+	dedup   *dedup // ids appended to the message log
+	// delayedDedup holds ids scheduled for later, by schedule reference.
+	delayedDedup *dedup
+	// emptied are hours swept from the state, removed after the next checkpoint.
+	emptied    []int64
+	onSchedule atomic.Pointer[func(delaywheel.Entry)]
 	// firstLive caches firstRetained per subject; retention clears it.
 	firstLive map[string]int64
 
@@ -158,25 +164,48 @@ func (f *FSM) load(dir string) error {
 	if err != nil {
 		return err
 	}
-	d := newDedup(f.cfg.DedupWindow.Milliseconds())
-	if cp.dedupFrom >= 0 {
-		from := max(cp.dedupFrom, s.messages.Log().Start())
-		err := s.messages.Scan(from, func(off int64, size int, m *logs.Message) error {
-			d.add(m.ID, m.AppendedAt, seen{offset: off, size: size})
-			return nil
-		})
-		if err != nil {
-			s.close()
-			return fmt.Errorf("fsm: rebuild dedup window: %w", err)
-		}
-		d.expire(cp.st.now)
+	d, delayed, err := rebuildDedup(s, cp, f.cfg.DedupWindow.Milliseconds())
+	if err != nil {
+		s.close()
+		return err
 	}
-	f.store, f.st, f.dedup, f.firstLive = s, cp.st, d, map[string]int64{}
+	f.store, f.st, f.dedup, f.delayedDedup, f.firstLive = s, cp.st, d, delayed, map[string]int64{}
+	f.emptied = nil
 	if s.messages.Log().Start() < cp.st.retainFrom {
 		f.removeBefore(cp.st.retainFrom) // a crash interrupted the last removal
 	}
 	f.applied.Store(cp.st.applied)
 	return nil
+}
+
+// rebuildDedup rebuilds the dedup windows the checkpoint cp does not hold:
+// ids appended to the message log since the oldest the window held (fired
+// delayed messages are not counted again: their ids entered the window
+// when they were scheduled), and ids scheduled within the window, from the
+// journal.
+func rebuildDedup(s *store, cp *checkpoint, window int64) (*dedup, *dedup, error) {
+	d, delayed := newDedup(window), newDedup(window)
+	if cp.dedupFrom >= 0 {
+		from := max(cp.dedupFrom, s.messages.Log().Start())
+		err := s.messages.Scan(from, func(off int64, size int, m *logs.Message) error {
+			if m.DeliverAt == 0 {
+				d.add(m.ID, m.AppendedAt, seen{offset: off, size: size})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("fsm: rebuild dedup window: %w", err)
+		}
+		d.expire(cp.st.now)
+	}
+	err := s.journal.Since(cp.st.now-window, func(e delaywheel.JournalEntry) error {
+		delayed.addHash(e.Hash, e.AppendedAt, seen{offset: int64(e.Ref)})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("fsm: rebuild dedup window of delayed messages: %w", err)
+	}
+	return d, delayed, nil
 }
 
 // Close closes the logs. It does not checkpoint: Raft replays what was
@@ -211,8 +240,12 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 		if e.Index <= f.st.applied {
 			continue
 		}
+		hour := delaywheel.Hour(f.st.now)
 		if e.Type == raft.LogCommand {
 			out[i] = f.applyCommand(e)
+		}
+		if delaywheel.Hour(f.st.now) != hour {
+			f.sweepHours(f.st.now)
 		}
 		f.st.applied = e.Index
 		if _, ok := out[i].(*AppendResult); ok {
@@ -244,6 +277,8 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyReclaim(c)
 	case *SetMember:
 		return f.applySetMember(c)
+	case *Fire:
+		return f.applyFire(e.Index, c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

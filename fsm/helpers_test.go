@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -140,7 +141,7 @@ func stateBytes(f *FSM) []byte {
 	applied := f.st.applied
 	f.st.applied = 0
 	defer func() { f.st.applied = applied }()
-	return (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
+	return f.currentCheckpoint().encode()
 }
 
 // wantStateUnchanged asserts that the FSM's state equals before.
@@ -243,13 +244,17 @@ func applyAll(f *FSM, entries []*raft.Log) []string {
 // unitWorkload returns n Raft entries (indices 1..n) of a deterministic mix
 // of every command on two subjects, two groups and three consumers,
 // including duplicates, a rejected message, refused acks, reclaims and
-// configuration entries. The leader time moves forward by 1 s per entry,
-// far less than the default dedup window.
+// configuration entries, delayed messages (some due an hour later) and
+// Fires of them (including repeated, early and bogus references). The
+// leader time moves forward by 1 s per entry, far less than the default
+// dedup window.
 func unitWorkload(n int, bodySize int) []*raft.Log {
 	subjects := []string{"orders", "payments.eu"}
 	groups := []string{"billing", "audit"}
 	consumers := []string{"c1", "c2", "c3"}
 	var out []*raft.Log
+	hourEnds := map[int64]int64{} // where each hour's records end, as the FSM will write them
+	var scheduled []delaywheel.Entry
 	for i := 1; i <= n; i++ {
 		now := int64(1_000_000 + i*1000)
 		idx := uint64(i)
@@ -274,8 +279,36 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			if i%4 == 0 {
 				msgs = append(msgs, unitMsg("bad", "no/slash", 1)) // rejected
 			}
+			d := unitMsg(fmt.Sprintf("d-%d", i), subject, bodySize)
+			d.DeliverAt = now + 2500
+			if i%4 == 1 {
+				d.DeliverAt += delaywheel.HourMillis // the next hour
+			}
+			hour := delaywheel.Hour(d.DeliverAt)
+			scheduled = append(scheduled, delaywheel.Entry{At: d.DeliverAt, Ref: delaywheel.MakeRef(hour, hourEnds[hour])})
+			hourEnds[hour] += int64(logs.RecordSize(8 + d.EncodedSize()))
+			msgs = append(msgs, d)
+			if i > 10 {
+				again := unitMsg(fmt.Sprintf("d-%d", i-9), subject, bodySize) // a duplicate of a delayed message
+				again.DeliverAt = now + 1000
+				msgs = append(msgs, again)
+			}
 			cmd = &Append{Now: now, Messages: msgs}
-		case 2, 5:
+		case 5:
+			if i%18 != 5 {
+				cmd = &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+				break
+			}
+			// Every entry due, those fired before included, one not due yet
+			// and a reference that names no record.
+			fire := &Fire{Now: now, Refs: []uint64{delaywheel.MakeRef(delaywheel.Hour(now), 3)}}
+			for _, e := range scheduled {
+				if e.At <= now || len(fire.Refs) < 3 {
+					fire.Refs = append(fire.Refs, e.Ref)
+				}
+			}
+			cmd = fire
+		case 2:
 			cmd = &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
 		case 3, 7:
 			// Acks of sequences 0..i/10: refused while the consumer has not

@@ -44,7 +44,7 @@ func (f *FSM) Ends() LogEnds {
 	if f.store == nil {
 		return LogEnds{Applied: f.Applied()}
 	}
-	e := f.store.ends()
+	e := f.store.ends(nil)
 	return LogEnds{Applied: f.Applied(), Messages: e.messages, Pulls: e.pulls, Consume: e.consume}
 }
 

@@ -15,14 +15,19 @@ const (
 	Duplicate MessageStatus = 2
 	// Rejected: the message is invalid (see MessageResult.Err); nothing was written.
 	Rejected MessageStatus = 3
+	// Scheduled: the message is delayed; it was written to the schedule log
+	// (see MessageResult.Ref) and moves to the message log when due.
+	Scheduled MessageStatus = 4
 )
 
 // MessageResult is the outcome of one message of an Append.
 type MessageResult struct {
 	Status MessageStatus
-	Offset int64 // message-log offset (of the earlier copy for a Duplicate)
-	Seq    int64 // consume-log sequence; -1 unless Appended
-	Err    error // why it was Rejected
+	Offset int64  // message-log offset (of the earlier copy for a Duplicate); -1 for a delayed message
+	Seq    int64  // consume-log sequence; -1 unless Appended
+	Ref    uint64 // schedule reference of a delayed message (Scheduled, or a Duplicate of one)
+	At     int64  // due time of a Scheduled message
+	Err    error  // why it was Rejected
 }
 
 // AppendResult answers an Append, one result per message in order.
@@ -52,4 +57,11 @@ type AckResult struct {
 // to the group.
 type ReclaimResult struct {
 	Reclaimed int
+}
+
+// FireResult answers a Fire.
+type FireResult struct {
+	Fired    int      // entries moved into the message log now
+	Passed   int      // entries already fired, not due, or unknown: nothing done
+	Subjects []string // subjects that received messages, each once
 }

@@ -22,7 +22,7 @@ func (f *FSM) retain(now int64) {
 	// checkpoint older than the removal (Open could not cut the logs back to
 	// it), and Open finishes a removal that a crash interrupted.
 	f.st.retainFrom = keep
-	must(f.writeCheckpoint())
+	must2(f.writeCheckpoint())
 	f.removeBefore(keep)
 }
 

@@ -3,8 +3,10 @@ package fsm
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/hashicorp/raft"
@@ -16,41 +18,78 @@ import (
 // and recovery never cuts below a checkpoint), so the snapshot stays valid
 // while the logs grow. Raft calls it on the FSM goroutine.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	cp, err := f.writeCheckpoint()
+	cp, ends, err := f.writeCheckpoint()
+	if err != nil {
+		return nil, err
+	}
+	files, err := f.snapshotFiles(ends)
 	if err != nil {
 		return nil, err
 	}
 	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
 	m := &manifest{checkpoint: cp}
-	for _, nl := range f.store.all() {
-		for _, seg := range nl.log.Segments() {
-			rel := filepath.ToSlash(filepath.Join(nl.rel, filepath.Base(seg.Path)))
-			dst := filepath.Join(staging, filepath.FromSlash(rel))
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return nil, fmt.Errorf("fsm: snapshot: %w", err)
-			}
-			if err := os.Link(seg.Path, dst); err != nil {
-				os.RemoveAll(staging)
-				return nil, fmt.Errorf("fsm: snapshot: %w", err)
-			}
-			m.files = append(m.files, snapFile{rel: rel, size: seg.FileSize})
+	for _, seg := range files {
+		dst := filepath.Join(staging, filepath.FromSlash(seg.rel))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			os.RemoveAll(staging)
+			return nil, fmt.Errorf("fsm: snapshot: %w", err)
 		}
+		if err := os.Link(seg.path, dst); err != nil {
+			os.RemoveAll(staging)
+			return nil, fmt.Errorf("fsm: snapshot: %w", err)
+		}
+		m.files = append(m.files, snapFile{rel: seg.rel, size: seg.size})
 	}
 	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return &fsmSnapshot{dir: staging, manifest: m}, nil
 }
 
+// segmentFile is one segment in a snapshot: its path in the store, its
+// path relative to the store's directory, and its size then.
+type segmentFile struct {
+	path, rel string
+	size      int64
+}
+
+// snapshotFiles lists every segment a snapshot holds: those of the logs,
+// and those of the schedule's hours, up to the checkpoint's ends.
+func (f *FSM) snapshotFiles(ends *logEnds) ([]segmentFile, error) {
+	var out []segmentFile
+	for _, nl := range f.store.all() {
+		for _, seg := range nl.log.Segments() {
+			out = append(out, segmentFile{path: seg.Path, rel: filepath.ToSlash(filepath.Join(nl.rel, filepath.Base(seg.Path))), size: seg.FileSize})
+		}
+	}
+	for _, hour := range slices.Sorted(maps.Keys(ends.hours)) {
+		segs, err := f.store.sched.Files(hour, ends.hours[hour])
+		if err != nil {
+			return nil, fmt.Errorf("fsm: snapshot: %w", err)
+		}
+		for _, seg := range segs {
+			out = append(out, segmentFile{path: filepath.Join(f.store.dir, scheduleDir, seg.Path), rel: filepath.ToSlash(filepath.Join(scheduleDir, seg.Path)), size: seg.FileSize})
+		}
+	}
+	return out, nil
+}
+
 // writeCheckpoint makes the logs durable and then records the state and
-// the logs' ends in the checkpoint, which it returns.
-func (f *FSM) writeCheckpoint() ([]byte, error) {
+// the logs' ends in the checkpoint, which it returns with those ends. Once
+// it is written, the schedule hours emptied before it are removed, and the
+// journal drops what is older than any dedup window.
+func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 	if err := f.store.sync(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cp := (&checkpoint{st: f.st, ends: f.store.ends(), dedupFrom: f.dedup.oldest()}).encode()
+	c := f.currentCheckpoint()
+	cp := c.encode()
 	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cp, nil
+	f.removeEmptiedHours()
+	if err := f.store.journal.RemoveBefore(f.st.now - f.cfg.DedupWindow.Milliseconds()); err != nil {
+		f.log.Warn("trimming the journal", "error", err)
+	}
+	return cp, c.ends, nil
 }
 
 // fsmSnapshot is a snapshot waiting to be persisted.

@@ -65,10 +65,24 @@ type state struct {
 	// The checkpoint records it before any file is deleted, so a removal
 	// that a crash interrupted is finished on open.
 	retainFrom int64
+	// hours holds, per hour of delivery time, the delayed messages not yet
+	// fired; delayed counts them per subject.
+	hours   map[int64]*hourState
+	delayed map[string]int64
+}
+
+// hourState is one hour of the schedule log.
+type hourState struct {
+	pending int64
+	// fired holds the offsets of the hour's records already fired. It is
+	// rebuilt from the hour's dispatch log the first time a Fire needs it
+	// after a restart (nil until then).
+	fired map[int64]struct{}
 }
 
 func newState() *state {
-	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}, members: map[string]string{}}
+	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}, members: map[string]string{},
+		hours: map[int64]*hourState{}, delayed: map[string]int64{}}
 }
 
 // stamp advances the state's clock to a command's leader-stamped time. A new

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -16,13 +17,20 @@ import (
 //	messages/            the message log
 //	consume/<subject>/   one consume log per subject
 //	pull/                every consumer's pull log, merged
+//	schedule/<hour>/     delayed messages by hour of delivery (package delaywheel)
+//	journal/             delayed appends in order, for the dedup window
 //	checkpoint           the state made durable at the last snapshot
 const (
 	messagesDir    = "messages"
 	consumeDir     = "consume"
 	pullDir        = "pull"
+	scheduleDir    = "schedule"
+	journalDir     = "journal"
 	checkpointFile = "checkpoint"
 )
+
+// maxOpenHours bounds the schedule hours a store keeps open.
+const maxOpenHours = 16
 
 // store is the set of logs one FSM writes. The FSM goroutine is its only
 // writer; readers on other goroutines use the logs' lock-free reads and the
@@ -32,6 +40,8 @@ type store struct {
 	opts     logs.Options // for consume and pull logs
 	messages *logs.MessageLog
 	pulls    *logs.PullLog
+	sched    *delaywheel.Schedule
+	journal  *delaywheel.Journal
 
 	mu      sync.RWMutex
 	consume map[string]*logs.ConsumeLog
@@ -44,6 +54,8 @@ type logEnds struct {
 	messages int64
 	pulls    int64
 	consume  map[string]int64 // by subject
+	journal  int64
+	hours    map[int64]delaywheel.HourEnds // the hours holding delayed messages
 }
 
 // openStore opens the logs in dir. It treats everything below ends (from the
@@ -69,6 +81,16 @@ func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
 		return nil, err
 	}
 	if err := s.openConsumeLogs(ends); err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.sched, err = delaywheel.OpenSchedule(filepath.Join(dir, scheduleDir), maxOpenHours, ends.hours); err != nil {
+		s.close()
+		return nil, err
+	}
+	journalOpts := s.opts
+	journalOpts.DurableEnd = ends.journal
+	if s.journal, err = delaywheel.OpenJournal(filepath.Join(dir, journalDir), journalOpts); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -119,7 +141,8 @@ func (s *store) truncate(ends *logEnds) error {
 			return err
 		}
 	}
-	return nil
+	// Schedule hours are cut back when first opened (see OpenSchedule).
+	return s.journal.Log().TruncateTo(ends.journal)
 }
 
 // consumeLog returns the subject's consume log, or nil if it has none.
@@ -161,7 +184,7 @@ func (s *store) subjects() []string {
 // all returns every log with its path relative to the store's directory,
 // in a fixed order.
 func (s *store) all() []namedLog {
-	out := []namedLog{{messagesDir, s.messages.Log()}, {pullDir, s.pulls.Log()}}
+	out := []namedLog{{messagesDir, s.messages.Log()}, {pullDir, s.pulls.Log()}, {journalDir, s.journal.Log()}}
 	for _, subject := range s.subjects() {
 		out = append(out, namedLog{filepath.Join(consumeDir, subject), s.consumeLog(subject).Log()})
 	}
@@ -173,11 +196,15 @@ type namedLog struct {
 	log *logs.Log
 }
 
-// ends returns where every log ends now.
-func (s *store) ends() *logEnds {
-	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{}}
+// ends returns where every log ends now, the schedule's for hours.
+func (s *store) ends(hours map[int64]*hourState) *logEnds {
+	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{},
+		journal: s.journal.Log().End(), hours: map[int64]delaywheel.HourEnds{}}
 	for _, subject := range s.subjects() {
 		e.consume[subject] = s.consumeLog(subject).Log().End()
+	}
+	for hour := range hours {
+		e.hours[hour], _ = s.sched.Ends(hour)
 	}
 	return e
 }
@@ -199,7 +226,7 @@ func (s *store) flush() error {
 		}
 	}
 	clear(s.touched)
-	return nil
+	return errors.Join(s.journal.Log().Flush(), s.sched.Flush())
 }
 
 // sync makes every log durable.
@@ -208,6 +235,9 @@ func (s *store) sync() error {
 		if err := l.log.Sync(); err != nil {
 			return err
 		}
+	}
+	if err := s.sched.Sync(); err != nil {
+		return err
 	}
 	return syncDir(filepath.Join(s.dir, consumeDir))
 }
@@ -234,6 +264,12 @@ func (s *store) close() error {
 	}
 	if s.pulls != nil {
 		errs = append(errs, s.pulls.Log().Close())
+	}
+	if s.sched != nil {
+		errs = append(errs, s.sched.Close())
+	}
+	if s.journal != nil {
+		errs = append(errs, s.journal.Log().Close())
 	}
 	s.mu.Lock()
 	for _, cl := range s.consume {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 )
 
@@ -74,14 +75,17 @@ func decodeManifest(b []byte) (*manifest, error) {
 	return m, nil
 }
 
-// checkSnapPath accepts only messages/X.seg, pull/X.seg and
-// consume/SUBJECT/X.seg: a stream cannot write anywhere else.
+// checkSnapPath accepts only messages/X.seg, pull/X.seg, journal/X.seg,
+// consume/SUBJECT/X.seg and schedule/HOUR/records|dispatched/X.seg: a
+// stream cannot write anywhere else.
 func checkSnapPath(rel string) error {
 	parts := strings.Split(rel, "/")
 	ok := path.Clean(rel) == rel && strings.HasSuffix(rel, ".seg")
 	switch {
 	case !ok:
-	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir):
+	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir || parts[0] == journalDir):
+	case len(parts) == 4 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]) &&
+		(parts[2] == "records" || parts[2] == "dispatched"):
 	case len(parts) == 3 && parts[0] == consumeDir && CheckName("subject", parts[1]) == nil:
 	default:
 		ok = false

@@ -494,6 +494,39 @@ func (l *Log) Segments() []SegmentInfo {
 	return out
 }
 
+// SegmentFiles describes the segment files of a closed log in dir holding
+// records below end, without opening the log: each FileSize counts only
+// the bytes below end, so a tail past it (torn, or written after end was
+// recorded) is left out. Snapshots use it for logs they do not keep open.
+func SegmentFiles(dir string, end int64) ([]SegmentInfo, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("logs: list %s: %w", dir, err)
+	}
+	var out []SegmentInfo
+	for _, e := range entries {
+		base, ok := parseSegmentName(e.Name())
+		if !ok || !e.Type().IsRegular() || (base >= end && base > 0) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("logs: %w", err)
+		}
+		size := min(st.Size()-headerSize, end-base)
+		if size < 0 {
+			return nil, fmt.Errorf("%w: %s is shorter than its header", ErrCorrupt, path)
+		}
+		out = append(out, SegmentInfo{Base: base, Size: size, FileSize: headerSize + size, Path: path})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Base < out[j].Base })
+	if len(out) > 0 && end > 0 && out[len(out)-1].Base+out[len(out)-1].Size < end {
+		return nil, fmt.Errorf("%w: %s holds records up to %d, not %d", ErrCorrupt, dir, out[len(out)-1].Base+out[len(out)-1].Size, end)
+	}
+	return out, nil
+}
+
 // RemoveBefore deletes the sealed segments that hold only records before
 // offset off; the active segment is never removed. It returns how many it
 // removed. Readers that still hold a removed segment get ErrRetained.

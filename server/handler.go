@@ -72,6 +72,8 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 			resp.Results[i].Status = transport.SendAppended
 		case fsm.Duplicate:
 			resp.Results[i].Status = transport.SendDuplicate
+		case fsm.Scheduled:
+			resp.Results[i].Status = transport.SendScheduled
 		default:
 			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: errString(r.Err)}
 		}

@@ -31,11 +31,13 @@ type SendRequest struct {
 // SendStatus is the outcome of one message of a send.
 type SendStatus uint8
 
-// Send statuses. Appended and Duplicate both mean the message is stored.
+// Send statuses. Appended, Duplicate and Scheduled all mean the message is
+// stored.
 const (
 	SendAppended  SendStatus = 1
 	SendDuplicate SendStatus = 2
 	SendRejected  SendStatus = 3
+	SendScheduled SendStatus = 4 // stored for delivery at its DeliverAt
 )
 
 // SendResult is one message's outcome; Error explains a rejection.

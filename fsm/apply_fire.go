@@ -1,0 +1,68 @@
+package fsm
+
+import (
+	"errors"
+
+	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// applyFire moves each named schedule entry that is due and not yet fired
+// into the message log and its subject's consume log, appended at the
+// fire's time (consumers and retention see it as new), and records it in
+// its hour's dispatch log. Anything else in the command changes nothing:
+// an entry fired already (a Fire proposed again after a leader change), not
+// due at the proposer's time, or a reference naming no record.
+func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
+	now := f.st.stamp(c.Now)
+	res := &FireResult{}
+	must(0, f.store.sched.Flush())
+	subjects := map[string]bool{}
+	for _, ref := range c.Refs {
+		hour, off := delaywheel.SplitRef(ref)
+		hs := f.st.hours[hour]
+		if hs == nil {
+			res.Passed++
+			continue
+		}
+		fired := f.firedSet(hour, hs)
+		if _, done := fired[off]; done {
+			res.Passed++
+			continue
+		}
+		at, m, err := f.store.sched.Read(ref)
+		if err != nil {
+			if !badRef(err) {
+				must(0, err)
+			}
+			res.Passed++ // not a record: the same bytes give every replica the same answer
+			continue
+		}
+		if at > c.Now { // never early, by the proposer's clock
+			res.Passed++
+			continue
+		}
+		m.Index, m.AppendedAt = index, now
+		moff, size := must2(f.store.messages.Append(m))
+		must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: moff, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
+		must(0, f.store.sched.Dispatch(ref))
+		fired[off] = struct{}{}
+		hs.pending--
+		if f.st.delayed[m.Subject]--; f.st.delayed[m.Subject] <= 0 {
+			delete(f.st.delayed, m.Subject)
+		}
+		if !subjects[m.Subject] {
+			subjects[m.Subject] = true
+			res.Subjects = append(res.Subjects, m.Subject)
+		}
+		res.Fired++
+	}
+	return res
+}
+
+// badRef reports whether a read failed because the reference names no
+// record (rather than because the disk failed).
+func badRef(err error) bool {
+	return errors.Is(err, logs.ErrCorrupt) || errors.Is(err, logs.ErrBeyondEnd) ||
+		errors.Is(err, logs.ErrRetained) || errors.Is(err, logs.ErrRecordSize)
+}

@@ -1,0 +1,178 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// Delayed messages. An Append of a message due after the leader-stamped
+// time writes it to the schedule log of its hour of delivery (see package
+// delaywheel), counts it pending, and records it in the journal for the
+// dedup window; a Fire moves it to the message log when due. The leader
+// learns of every entry scheduled through OnSchedule, and loads whole hours
+// through LoadSchedule.
+
+// errTooFar refuses a delivery time the schedule's references cannot name.
+var errTooFar = fmt.Errorf("%w: delivery time beyond the year 2089", ErrInvalid)
+
+// schedule writes a delayed message: the schedule log, the journal, the
+// pending counts and the dedup window.
+func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
+	hour := delaywheel.Hour(m.DeliverAt)
+	if !delaywheel.ValidHour(hour) {
+		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: errTooFar}
+	}
+	m.Index, m.AppendedAt = index, now
+	ref := must(f.store.sched.Append(m.DeliverAt, m))
+	h := hashID(m.ID)
+	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
+	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
+	hs := f.st.hours[hour]
+	if hs == nil {
+		hs = &hourState{fired: map[int64]struct{}{}}
+		f.st.hours[hour] = hs
+	}
+	hs.pending++
+	f.st.delayed[m.Subject]++
+	if fn := f.onSchedule.Load(); fn != nil {
+		(*fn)(delaywheel.Entry{At: m.DeliverAt, Ref: ref})
+	}
+	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
+}
+
+// isDelayedDuplicate reports whether id was scheduled within the window,
+// and where. A hit is confirmed by reading the schedule record.
+func (f *FSM) isDelayedDuplicate(id string) (uint64, bool) {
+	candidates := f.delayedDedup.lookup(id)
+	if len(candidates) == 0 {
+		return 0, false
+	}
+	must(0, f.store.sched.Flush())
+	for _, s := range candidates {
+		// An hour is removed only after the dedup window of its last append
+		// has passed, so the record is there.
+		if _, prev := must2(f.store.sched.Read(uint64(s.offset))); prev.ID == id {
+			return uint64(s.offset), true
+		}
+	}
+	return 0, false
+}
+
+// firedSet returns the set of fired offsets of an hour, rebuilding it from
+// the dispatch log if this replica has not needed it since it opened.
+func (f *FSM) firedSet(hour int64, hs *hourState) map[int64]struct{} {
+	if hs.fired == nil {
+		hs.fired = map[int64]struct{}{}
+		must(0, f.store.sched.Dispatched(hour, func(off int64) { hs.fired[off] = struct{}{} }))
+	}
+	return hs.fired
+}
+
+// sweepHours forgets the hours whose every entry was fired, once their
+// last append's dedup window has passed too (no lookup reads them again,
+// and no append can add to an hour that has ended). Their directories go
+// after the next checkpoint, which no longer names them: until then, a
+// restart replays the Fires that emptied them, which read their records.
+// It runs when the state's clock enters a new hour, so every replica
+// sweeps at the same entry.
+func (f *FSM) sweepHours(now int64) {
+	for hour, hs := range f.st.hours {
+		if hs.pending == 0 && (hour+1)*delaywheel.HourMillis+f.cfg.DedupWindow.Milliseconds() <= now {
+			delete(f.st.hours, hour)
+			f.emptied = append(f.emptied, hour)
+		}
+	}
+}
+
+// removeEmptiedHours deletes the hours swept before a checkpoint that no
+// longer names them was written.
+func (f *FSM) removeEmptiedHours() {
+	for _, hour := range f.emptied {
+		if err := f.store.sched.Remove(hour); err != nil {
+			// Harmless: Open removes hours its checkpoint does not name.
+			f.log.Warn("removing an emptied schedule hour", "hour", delaywheel.HourName(hour), "error", err)
+		}
+	}
+	f.emptied = f.emptied[:0]
+}
+
+// OnSchedule sets a function called, on the apply goroutine, with every
+// delayed message as it is scheduled; nil stops the calls. It must not
+// block. A leader feeds its wheel from it.
+func (f *FSM) OnSchedule(fn func(delaywheel.Entry)) {
+	if fn == nil {
+		f.onSchedule.Store(nil)
+		return
+	}
+	f.onSchedule.Store(&fn)
+}
+
+// LoadSchedule calls fn with every entry of hour not yet fired (it may
+// also pass entries fired while it reads). Safe on any goroutine; appends
+// go on while it reads.
+func (f *FSM) LoadSchedule(hour int64, fn func(delaywheel.Entry) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return logs.ErrClosed
+	}
+	return f.store.sched.Load(hour, fn)
+}
+
+// DelayStats is what the schedule holds: pending delayed messages per hour
+// of delivery time and per subject.
+type DelayStats struct {
+	Pending  int64
+	Hours    []HourPending // oldest first
+	Subjects map[string]int64
+}
+
+// HourPending is the number of delayed messages pending in one hour.
+type HourPending struct {
+	Hour    int64 // hours since the Unix epoch (delaywheel.Hour)
+	Pending int64
+}
+
+// Delays returns the schedule's pending counts. Safe on any goroutine.
+func (f *FSM) Delays() DelayStats {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	out := DelayStats{Subjects: map[string]int64{}}
+	for hour, hs := range f.st.hours {
+		if hs.pending > 0 {
+			out.Hours = append(out.Hours, HourPending{Hour: hour, Pending: hs.pending})
+			out.Pending += hs.pending
+		}
+	}
+	slices.SortFunc(out.Hours, func(a, b HourPending) int { return int(a.Hour - b.Hour) })
+	for s, n := range f.st.delayed {
+		out.Subjects[s] = n
+	}
+	return out
+}
+
+// PendingHours returns the hours holding delayed messages not yet fired,
+// oldest first: a new leader loads those before the current hour (they are
+// overdue). Safe on any goroutine.
+func (f *FSM) PendingHours() []int64 {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	var out []int64
+	for hour, hs := range f.st.hours {
+		if hs.pending > 0 {
+			out = append(out, hour)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(fmt.Sprintf("fsm: storage failed: %v", err))
+	}
+	return a, b
+}

@@ -1,9 +1,12 @@
 package qmq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/qmqgo/qmq/fsm/meta"
@@ -190,6 +193,60 @@ func (a *Admin) Leave(ctx context.Context, group, id string) error {
 // the most up-to-date voter when id is "", and waits until it is done.
 func (a *Admin) TransferLeader(ctx context.Context, group, id string) error {
 	return a.groupCall(ctx, group, transport.TypeTransfer, transport.TransferRequest{ID: id})
+}
+
+// Delays returns every broker group's pending delayed messages, by hour of
+// delivery and by subject, each from one node of the group (its leader
+// when it answers).
+func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
+	c, err := a.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []transport.Delays
+	for _, g := range c.Groups {
+		nodes := slices.Clone(g.Nodes)
+		slices.SortStableFunc(nodes, func(x, y transport.NodeStatus) int {
+			return cmp.Compare(boolRank(x.ID != g.Leader), boolRank(y.ID != g.Leader))
+		})
+		var errs []error
+		for _, n := range nodes {
+			d, err := a.nodeDelays(ctx, n.ClientAddr)
+			if err == nil {
+				out = append(out, *d)
+				errs = nil
+				break
+			}
+			errs = append(errs, err)
+		}
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("qmq: delays of group %s: %w", g.Name, errors.Join(errs...))
+		}
+	}
+	return out, nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (a *Admin) nodeDelays(ctx context.Context, addr string) (*transport.Delays, error) {
+	conn, err := a.c.Conn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	body, err := conn.Call(ctx, transport.TypeDelays, nil)
+	if err != nil {
+		return nil, err
+	}
+	var d transport.Delays
+	if err := json.Unmarshal(body, &d); err != nil {
+		return nil, fmt.Errorf("qmq: delays from %s: %w", addr, err)
+	}
+	return &d, nil
 }
 
 // Close closes the Admin's connections.

@@ -18,6 +18,7 @@ type Message struct {
 	tags      []string
 	props     []logs.Property
 	body      []byte
+	deliverAt time.Time // zero: at once
 
 	pullSeq     int64   // set on received messages: what the consumer acks
 	brokerGroup string  // set on received messages: the group it came from
@@ -142,12 +143,36 @@ func (m *Message) Properties() map[string]string {
 	return out
 }
 
-func (m *Message) toLog() *logs.Message {
-	return &logs.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
+// SetDelay delays the message's delivery by d from now: consumers get it
+// no earlier than that. It sets the delivery time once, so a send retried
+// later keeps it. Zero or negative: at once.
+func (m *Message) SetDelay(d time.Duration) { m.SetDeliverAt(time.Now().Add(d)) }
+
+// SetDeliverAt delays the message's delivery until t (to the millisecond),
+// up to the producer's maximum delay ahead (two years by default). A time
+// already past is delivered at once; the zero time clears the delay.
+func (m *Message) SetDeliverAt(t time.Time) { m.deliverAt = t }
+
+// DeliverAt returns when the message is to be delivered: the zero time for
+// at once. On a received message it is the time it was scheduled for.
+func (m *Message) DeliverAt() time.Time { return m.deliverAt }
+
+// toLog returns the message as sent at now: a delivery time not after now
+// is sent as none.
+func (m *Message) toLog(now time.Time) *logs.Message {
+	l := &logs.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
 		Tags: m.tags, Properties: m.props, Body: m.body}
+	if m.deliverAt.After(now) {
+		l.DeliverAt = m.deliverAt.UnixMilli()
+	}
+	return l
 }
 
 func fromLog(l *logs.Message, pullSeq int64, brokerGroup string) *Message {
-	return &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
+	m := &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
 		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq, brokerGroup: brokerGroup}
+	if l.DeliverAt != 0 {
+		m.deliverAt = time.UnixMilli(l.DeliverAt)
+	}
+	return m
 }

@@ -46,14 +46,22 @@ func TestMessageSurvivesTheWire(t *testing.T) {
 	m := &Message{id: "id", subject: "s", createdAt: time.UnixMilli(1700000000123), body: []byte("b")}
 	m.SetInt("n", 7)
 	m.AddTag("red")
-	l := m.toLog()
+	now := time.UnixMilli(1700000000500)
+	m.SetDeliverAt(now.Add(time.Hour))
+	l := m.toLog(now)
 	if err := l.Check(); err != nil {
 		t.Fatal(err)
 	}
 	back := fromLog(l, 9, "g1")
 	if back.ID() != "id" || back.Subject() != "s" || !back.CreatedAt().Equal(m.CreatedAt()) ||
-		string(back.Body()) != "b" || back.String("n") != "7" || back.Tags()[0] != "red" || back.pullSeq != 9 {
+		string(back.Body()) != "b" || back.String("n") != "7" || back.Tags()[0] != "red" || back.pullSeq != 9 ||
+		!back.DeliverAt().Equal(now.Add(time.Hour)) {
 		t.Fatalf("round trip changed the message: %+v", back)
+	}
+	// A delivery time already past is sent as none: delivered at once.
+	m.SetDeliverAt(now.Add(-time.Hour))
+	if l := m.toLog(now); l.DeliverAt != 0 {
+		t.Fatalf("a past delivery time went out as %d", l.DeliverAt)
 	}
 }
 

@@ -39,7 +39,24 @@ type producerOptions struct {
 	maxBatch    int
 	maxInflight int
 	sendTimeout time.Duration
+	maxDelay    time.Duration
 	now         func() time.Time
+}
+
+// DefaultMaxDelay is two years (731 days): how far ahead a message may be
+// scheduled unless WithMaxDelay says otherwise. Brokers have the same
+// default (qmqd --max-delay).
+const DefaultMaxDelay = 731 * 24 * time.Hour
+
+// ErrDelayTooLong means a message's delivery time is further ahead than
+// the maximum delay. The send is refused; the time is never clamped.
+var ErrDelayTooLong = errors.New("qmq: delivery time beyond the maximum delay")
+
+// WithMaxDelay sets how far ahead a message may be scheduled; a send
+// beyond it fails with ErrDelayTooLong before reaching a broker. Brokers
+// enforce their own maximum too. Default DefaultMaxDelay.
+func WithMaxDelay(d time.Duration) ProducerOption {
+	return func(o *producerOptions) { o.maxDelay = d }
 }
 
 // ProducerOption configures a Producer.
@@ -91,13 +108,13 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := producerOptions{maxBatch: 1000, maxInflight: 8, sendTimeout: 30 * time.Second, now: time.Now}
+	o := producerOptions{maxBatch: 1000, maxInflight: 8, sendTimeout: 30 * time.Second, maxDelay: DefaultMaxDelay, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.maxBatch <= 0 || o.maxBatch > fsm.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 {
-		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d and timeout %s must be positive",
-			o.maxBatch, fsm.MaxBatchMessages, o.maxInflight, o.sendTimeout)
+	if o.maxBatch <= 0 || o.maxBatch > fsm.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 || o.maxDelay <= 0 {
+		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d, timeout %s and maximum delay %s must be positive",
+			o.maxBatch, fsm.MaxBatchMessages, o.maxInflight, o.sendTimeout, o.maxDelay)
 	}
 	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}
@@ -114,11 +131,16 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 
 // check validates a message before it is queued, so one bad message never
 // fails a batch of good ones, and returns it as it will be sent.
-func check(m *Message) (*logs.Message, error) {
+func (p *Producer) check(m *Message) (*logs.Message, error) {
 	if err := fsm.CheckName("subject", m.subject); err != nil {
 		return nil, err
 	}
-	w := m.toLog()
+	now := p.opts.now()
+	if limit := now.Add(p.opts.maxDelay); m.deliverAt.After(limit) {
+		return nil, fmt.Errorf("%w: %s is %s ahead, more than %s", ErrDelayTooLong,
+			m.deliverAt.UTC().Format(time.RFC3339), m.deliverAt.Sub(now).Round(time.Second), p.opts.maxDelay)
+	}
+	w := m.toLog(now)
 	return w, w.Check()
 }
 
@@ -158,7 +180,7 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 }
 
 func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) error {
-	wire, err := check(m)
+	wire, err := p.check(m)
 	if err != nil {
 		return fmt.Errorf("qmq: send %s: %w", m.id, err)
 	}

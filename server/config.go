@@ -43,6 +43,9 @@ type Config struct {
 	MaxInflightBatches int
 	// MaxPullWait caps a pull's long-poll wait. Default 30 s.
 	MaxPullWait time.Duration
+	// MaxDelay is how far ahead a delayed message may be due; a send beyond
+	// it is refused, not clamped. Default DefaultMaxDelay (two years).
+	MaxDelay time.Duration
 
 	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
 	// snapshot every 30 s or 2,048 entries, keeping 1,024 entries. Entries
@@ -59,6 +62,13 @@ type Config struct {
 	Logger hclog.Logger
 }
 
+// DefaultMaxDelay is two years (731 days): the furthest ahead a delayed
+// message may be due unless the broker is configured otherwise.
+const DefaultMaxDelay = 731 * 24 * time.Hour
+
+// MaxMaxDelay is the largest MaxDelay allowed: twenty years.
+const MaxMaxDelay = 20 * 366 * 24 * time.Hour
+
 // DefaultConfig returns a configuration with every default set.
 func DefaultConfig() Config {
 	return Config{
@@ -68,6 +78,7 @@ func DefaultConfig() Config {
 		MaxBatchBytes:      4 << 20,
 		MaxInflightBatches: 16,
 		MaxPullWait:        30 * time.Second,
+		MaxDelay:           DefaultMaxDelay,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -99,6 +110,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.SessionTimeout <= 0 || c.ApplyTimeout <= 0 || c.MaxPullWait <= 0 || c.MetaHeartbeat <= 0:
 		return errors.New("server: config: timeouts must be positive")
+	case c.MaxDelay <= 0 || c.MaxDelay > MaxMaxDelay:
+		return fmt.Errorf("server: config: MaxDelay %s outside (0, %s]", c.MaxDelay, MaxMaxDelay)
 	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > fsm.MaxBatchMessages:
 		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, fsm.MaxBatchMessages)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
@@ -25,6 +26,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleHeartbeat(p)
 	case transport.TypeStatus:
 		return json.Marshal(n.Status())
+	case transport.TypeDelays:
+		return json.Marshal(n.Delays())
 	case transport.TypeJoin:
 		return n.handleJoin(ctx, p)
 	case transport.TypeLeave:
@@ -59,27 +62,47 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if !n.writable.Load() {
 		return nil, transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
 	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	results, err := n.batcher.send(ctx, req.Messages, size)
-	if err != nil {
-		return nil, err
-	}
-	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(results))}
-	for i, r := range results {
-		switch r.Status {
-		case fsm.Appended:
-			resp.Results[i].Status = transport.SendAppended
-		case fsm.Duplicate:
-			resp.Results[i].Status = transport.SendDuplicate
-		case fsm.Scheduled:
-			resp.Results[i].Status = transport.SendScheduled
-		default:
-			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: errString(r.Err)}
+	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(req.Messages))}
+	// A delivery time too far ahead is refused here, per message.
+	limit := n.cfg.Now().Add(n.cfg.MaxDelay).UnixMilli()
+	var accepted []*logs.Message
+	var at []int // accepted[j] is req.Messages[at[j]]
+	for i, m := range req.Messages {
+		if m.DeliverAt > limit {
+			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: fmt.Sprintf(
+				"delivery time %s is more than the broker's maximum delay (%s) ahead",
+				time.UnixMilli(m.DeliverAt).UTC().Format(time.RFC3339), n.cfg.MaxDelay)}
+			continue
 		}
+		accepted = append(accepted, m)
+		at = append(at, i)
 	}
-	n.metrics.messagesIn.Add(float64(len(results)))
+	if len(accepted) > 0 {
+		ctx, cancel := n.requestContext(ctx)
+		defer cancel()
+		results, err := n.batcher.send(ctx, accepted, size)
+		if err != nil {
+			return nil, err
+		}
+		for j, r := range results {
+			resp.Results[at[j]] = sendResult(r)
+		}
+		n.metrics.messagesIn.Add(float64(len(results)))
+	}
 	return resp.Encode(), nil
+}
+
+// sendResult is the wire form of one message's outcome.
+func sendResult(r fsm.MessageResult) transport.SendResult {
+	switch r.Status {
+	case fsm.Appended:
+		return transport.SendResult{Status: transport.SendAppended}
+	case fsm.Duplicate:
+		return transport.SendResult{Status: transport.SendDuplicate}
+	case fsm.Scheduled:
+		return transport.SendResult{Status: transport.SendScheduled}
+	}
+	return transport.SendResult{Status: transport.SendRejected, Error: errString(r.Err)}
 }
 
 func errString(err error) string {

@@ -164,4 +164,5 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 func (n *Node) startLeading(ctx context.Context) {
 	n.goLoop(func() { n.sessions.run(ctx) })
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
+	n.goLoop(func() { n.runDelays(ctx) })
 }

@@ -15,6 +15,8 @@ type metrics struct {
 	messagesOut   prometheus.Counter
 	batchSize     prometheus.Histogram
 	leaderChanges prometheus.Counter
+	delaysFired   prometheus.Counter
+	delayLateness prometheus.Histogram
 }
 
 func newMetrics(n *Node) *metrics {
@@ -36,11 +38,20 @@ func newMetrics(n *Node) *metrics {
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "qmq_leadership_changes_total", Help: "Times this node gained or lost leadership.",
 		}),
+		delaysFired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "qmq_delayed_fired_total", Help: "Delayed messages this node, as leader, moved to their subjects.",
+		}),
+		delayLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "qmq_delayed_lateness_seconds",
+			Help:    "Time from a delayed message's delivery time to the commit of the Fire that delivered it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges,
+	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness,
+		gauge("qmq_delayed_pending", "Delayed messages stored and not yet due.", func() float64 { return float64(n.fsm.Delays().Pending) }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		gauge("qmq_raft_applied_index", "Last Raft index applied to the state machine.", func() float64 { return float64(n.fsm.Applied()) }),
 		gauge("qmq_raft_last_index", "Last index in the Raft log.", func() float64 { return float64(n.raft.LastIndex()) }),

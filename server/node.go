@@ -27,6 +27,7 @@ type Node struct {
 
 	batcher  *batcher
 	sessions *sessions
+	inbox    scheduleInbox // delayed entries scheduled while leading
 	notify   *notifier
 	metrics  *metrics
 }
@@ -75,6 +76,7 @@ func (n *Node) openRaft() error {
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
 	}
+	n.fsm.OnSchedule(n.inbox.add)
 	snaps, err := fsm.NewSnapshotStore(filepath.Join(n.cfg.DataDir, "snapshots"), 2, n.log)
 	if err != nil {
 		return err

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -25,6 +27,18 @@ func (n *Node) Status() Status {
 	s := n.status(n.fsm.Applied(), n.clientAddr)
 	s.Backlog, s.ReadOnly = n.fsm.Backlog(), !n.writable.Load()
 	return s
+}
+
+// Delays reports the pending delayed messages of this node's replica.
+func (n *Node) Delays() transport.Delays {
+	d := n.fsm.Delays()
+	out := transport.Delays{Group: n.cfg.Group, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
+		Pending: d.Pending, Hours: []transport.HourPending{}, Subjects: d.Subjects}
+	for _, h := range d.Hours {
+		out.Hours = append(out.Hours, transport.HourPending{
+			Hour: time.UnixMilli(h.Hour * delaywheel.HourMillis).UTC().Format(time.RFC3339), Pending: h.Pending})
+	}
+	return out
 }
 
 // serveHTTP serves /status (status's answer as JSON) and /metrics at addr.

@@ -59,3 +59,20 @@ type Member struct {
 	ClientAddr string `json:"client_addr"` // "" until the member's address is recorded
 	Suffrage   string `json:"suffrage"`    // Voter, Nonvoter or Staging
 }
+
+// Delays answers TypeDelays: a broker group's pending delayed messages as
+// one replica holds them.
+type Delays struct {
+	Group        string           `json:"group"`
+	Node         string           `json:"node"`
+	AppliedIndex uint64           `json:"applied_index"`
+	Pending      int64            `json:"pending"`
+	Hours        []HourPending    `json:"hours"`    // oldest first
+	Subjects     map[string]int64 `json:"subjects"` // subject → pending
+}
+
+// HourPending counts the delayed messages due within one UTC hour.
+type HourPending struct {
+	Hour    string `json:"hour"` // its first instant, RFC 3339
+	Pending int64  `json:"pending"`
+}

@@ -55,6 +55,10 @@ const (
 	TypeSetWritable     Type = 14 // drain a broker group, or open it again
 	TypeSubjects        Type = 15 // every subject's route
 	TypeDeregister      Type = 16 // forget a broker node that left its group
+
+	// TypeDelays asks a broker node for its group's pending delayed
+	// messages, by hour and by subject, from its own replica.
+	TypeDelays Type = 17
 )
 
 func (t Type) String() string {
@@ -91,6 +95,8 @@ func (t Type) String() string {
 		return "subjects"
 	case TypeDeregister:
 		return "deregister"
+	case TypeDelays:
+		return "delays"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

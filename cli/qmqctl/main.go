@@ -25,7 +25,7 @@ func main() {
 				Usage: "metaserver or broker `HOST:PORT[,HOST:PORT…]`: any node of the cluster will do",
 			},
 		},
-		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), subjectCommand(), benchCommand()},
+		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), subjectCommand(), delayCommand(), benchCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		if err != errFailed {

@@ -54,6 +54,7 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
+			&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay, Usage: "refuse delayed messages due more than `DUR` ahead (default two years)"},
 		},
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -78,6 +79,7 @@ func devCommand() *cli.Command {
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
+			cfg.MaxDelay = c.Duration("max-delay")
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
@@ -140,6 +142,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
+			&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay, Usage: "refuse delayed messages due more than `DUR` ahead (default two years)"},
 		),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -149,7 +152,7 @@ func brokerCommand() *cli.Command {
 			cfg := server.DefaultConfig()
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
-			cfg.SessionTimeout = c.Duration("session-timeout")
+			cfg.SessionTimeout, cfg.MaxDelay = c.Duration("session-timeout"), c.Duration("max-delay")
 			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			n, err := server.New(cfg)
 			if err != nil {

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/wait"
+)
+
+// delayPoll is how often the leader asks its wheel what is due. The wheel
+// is exact to the millisecond, so this, plus one Raft commit, is the
+// lateness of a delivery.
+const delayPoll = 10 * time.Millisecond
+
+// scheduleInbox collects the entries the state machine schedules while
+// this node leads, for the leader's wheel. The state machine calls add on
+// its apply goroutine, so add never blocks; outside a term it drops them
+// (the next leader loads them from the schedule log).
+type scheduleInbox struct {
+	mu      sync.Mutex
+	term    uint64 // the term collecting; 0 when none
+	entries []delaywheel.Entry
+}
+
+func (b *scheduleInbox) add(e delaywheel.Entry) {
+	b.mu.Lock()
+	if b.term != 0 {
+		b.entries = append(b.entries, e)
+	}
+	b.mu.Unlock()
+}
+
+// open starts collecting for a term, dropping anything left over.
+func (b *scheduleInbox) open(term uint64) {
+	b.mu.Lock()
+	b.term, b.entries = term, nil
+	b.mu.Unlock()
+}
+
+// close stops collecting, unless a later term has opened it since.
+func (b *scheduleInbox) close(term uint64) {
+	b.mu.Lock()
+	if b.term == term {
+		b.term, b.entries = 0, nil
+	}
+	b.mu.Unlock()
+}
+
+// take returns what was collected since the last take.
+func (b *scheduleInbox) take() []delaywheel.Entry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.entries
+	b.entries = nil
+	return out
+}
+
+// scheduleSource reads hours of the schedule log for the wheel.
+type scheduleSource struct{ f *fsm.FSM }
+
+func (s scheduleSource) Load(hour int64, fn func(delaywheel.Entry) error) error {
+	return s.f.LoadSchedule(hour, fn)
+}
+
+// runDelays is the leader's delay wheel for one term: it loads what is
+// pending, then proposes a Fire for whatever is due, every delayPoll,
+// until the term ends. A Fire that fails is tried again; one that
+// committed without this node learning so is harmless to repeat.
+func (n *Node) runDelays(ctx context.Context) {
+	term := n.raft.CurrentTerm()
+	n.inbox.open(term)
+	defer n.inbox.close(term)
+	// Apply everything earlier leaders committed first: the wheel must see
+	// every entry they scheduled and every Fire they made.
+	for n.raft.Barrier(n.cfg.ApplyTimeout).Error() != nil {
+		if !wait.Sleep(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	for ctx.Err() == nil {
+		err := n.fireDue(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("delay wheel stopped; reloading it", "error", err)
+		if !wait.Sleep(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// fireDue builds a wheel from the schedule log and fires from it until ctx
+// ends or the schedule cannot be read.
+func (n *Node) fireDue(ctx context.Context) error {
+	n.inbox.take() // the load below reads all of these
+	start := time.Now()
+	s, err := delaywheel.NewScheduler(scheduleSource{n.fsm}, n.cfg.Now().UnixMilli(), n.fsm.PendingHours())
+	if err != nil {
+		return err
+	}
+	n.log.Info("delay wheel loaded", "entries", s.Pending(), "took", time.Since(start).Round(time.Millisecond))
+	tick := time.NewTicker(delayPoll)
+	defer tick.Stop()
+	var due []delaywheel.Entry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		for _, e := range n.inbox.take() {
+			s.Add(e)
+		}
+		now := n.cfg.Now().UnixMilli()
+		if due, err = s.Due(now, due[:0]); err != nil {
+			return err
+		}
+		for len(due) > 0 && ctx.Err() == nil {
+			batch := due[:min(len(due), fsm.MaxFireRefs)]
+			due = due[len(batch):]
+			if !n.fire(ctx, now, batch) {
+				for _, e := range append(batch, due...) {
+					s.Add(e) // due already: back into the current slot
+				}
+				due = due[:0]
+			}
+		}
+	}
+}
+
+// fire proposes one Fire for entries due at now and reports whether it
+// committed.
+func (n *Node) fire(ctx context.Context, now int64, entries []delaywheel.Entry) bool {
+	refs := make([]uint64, len(entries))
+	for i, e := range entries {
+		refs[i] = e.Ref
+	}
+	rctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(rctx, (&fsm.Fire{Now: now, Refs: refs}).Encode())
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("fire failed; trying again", "entries", len(refs), "error", err)
+		}
+		return false
+	}
+	res := resp.(*fsm.FireResult)
+	for _, subject := range res.Subjects {
+		n.notify.kick(subject)
+	}
+	committed := n.cfg.Now()
+	for _, e := range entries {
+		n.metrics.delayLateness.Observe(committed.Sub(time.UnixMilli(e.At)).Seconds())
+	}
+	n.metrics.delaysFired.Add(float64(res.Fired))
+	return true
+}

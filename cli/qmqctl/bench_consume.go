@@ -88,7 +88,7 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 	stopCtx, stopAll := context.WithCancel(context.Background())
 	defer stopAll()
 	var deadline time.Time
-	var received, bytes atomic.Int64
+	var received, bytes, delayed, early atomic.Int64
 	var lastAck atomic.Int64 // nanoseconds since start
 	var errOnce sync.Once
 	var firstErr error
@@ -145,7 +145,15 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 				}
 				var n int64
 				for _, m := range msgs {
-					local = append(local, max(now.Sub(m.CreatedAt()), 0))
+					from := m.CreatedAt()
+					if at := m.DeliverAt(); !at.IsZero() {
+						delayed.Add(1)
+						if now.Before(at) {
+							early.Add(1)
+						}
+						from = at
+					}
+					local = append(local, max(now.Sub(from), 0))
 					n += int64(len(m.Body()))
 				}
 				// Acknowledge even when interrupted: the batch is ours.
@@ -174,11 +182,14 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 	sum := &benchSummary{
 		Mode: "consume", Server: cfg.server, Subjects: cfg.subjects, Group: cfg.group,
 		Clients: len(pullers), Batch: cfg.pullBatch,
-		Messages: received.Load(), Bytes: bytes.Load(),
+		Messages: received.Load(), Bytes: bytes.Load(), Delayed: delayed.Load(), Early: early.Load(),
 		Latency:   summarizeLatencies(recorder.take()),
-		LatencyOf: "end to end: CreatedAt (ms precision, can read up to 1 ms high) to receipt by the puller",
+		LatencyOf: "end to end: CreatedAt, or DeliverAt for a delayed message (ms precision, can read up to 1 ms high), to receipt by the puller",
 	}
 	sum.rates(time.Duration(lastAck.Load()))
+	if firstErr == nil && sum.Early > 0 {
+		firstErr = fmt.Errorf("%d delayed messages arrived before their delivery time", sum.Early)
+	}
 	switch {
 	case firstErr != nil:
 		sum.Note = "stopped by an error: " + firstErr.Error()

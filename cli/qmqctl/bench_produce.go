@@ -22,6 +22,9 @@ func benchProduceCommand() *cli.Command {
 		&cli.IntFlag{Name: "batch", Value: 1000, Usage: "SDK batch: at most `N` messages in one send request (qmq.WithBatchSize)"},
 		&cli.IntFlag{Name: "requests", Value: 8, Usage: "`N` SDK requests in flight per producer (qmq.WithMaxInflight)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "count a message as failed if it is not acknowledged within `DUR` (qmq.WithSendTimeout)"},
+		&cli.DurationFlag{Name: "deliver-in", Usage: "send delayed messages, the first due `DUR` after the run starts"},
+		&cli.DurationFlag{Name: "deliver-over", Usage: "with --deliver-in and --count: spread the due times evenly over `DUR` (0: all due at once)"},
+		&cli.BoolFlag{Name: "await-fired", Usage: "with --deliver-in: after sending, wait until the brokers hold none of the run's subjects pending, and report how fast they were fired"},
 	)
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)
 	return &cli.Command{
@@ -34,7 +37,8 @@ func benchProduceCommand() *cli.Command {
 			"send failed.\n\n" +
 			"Examples:\n" +
 			"  qmqctl bench produce --size 1024 --count 200000\n" +
-			"  qmqctl bench produce --inflight 1 --duration 10s",
+			"  qmqctl bench produce --inflight 1 --duration 10s\n" +
+			"  qmqctl bench produce --count 200000 --deliver-in 30s --deliver-over 20s   (10,000 due a second)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
 			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
@@ -42,6 +46,7 @@ func benchProduceCommand() *cli.Command {
 					server: b.server, subjects: b.subjects, size: c.Int("size"),
 					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
 					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
+					deliverIn: c.Duration("deliver-in"), deliverOver: c.Duration("deliver-over"), awaitFired: c.Bool("await-fired"),
 					progress: b.progress, errOut: os.Stderr,
 				})
 			})
@@ -60,8 +65,25 @@ type produceConfig struct {
 	batch     int
 	requests  int
 	timeout   time.Duration
-	progress  bool
-	errOut    io.Writer
+	// Delayed messages: the first due deliverIn after the start, the rest
+	// spread over deliverOver; awaitFired waits for them to be fired.
+	deliverIn, deliverOver time.Duration
+	awaitFired             bool
+	progress               bool
+	errOut                 io.Writer
+}
+
+// dueAt returns when the k-th message (from 1) of a run that started at
+// start is due, or the zero time for an ordinary message.
+func (cfg *produceConfig) dueAt(start time.Time, k int64) time.Time {
+	if cfg.deliverIn <= 0 {
+		return time.Time{}
+	}
+	at := start.Add(cfg.deliverIn)
+	if cfg.count > 0 {
+		at = at.Add(time.Duration(float64(cfg.deliverOver) * float64(k-1) / float64(cfg.count)))
+	}
+	return at
 }
 
 // maxShownErrors is how many send errors are printed; the rest are counted.
@@ -73,6 +95,12 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		return nil, fmt.Errorf("--size cannot be negative")
 	case cfg.inflight < 1 || cfg.producers < 1:
 		return nil, fmt.Errorf("--inflight and --producers must be at least 1")
+	case cfg.deliverIn < 0 || cfg.deliverOver < 0:
+		return nil, fmt.Errorf("--deliver-in and --deliver-over cannot be negative")
+	case cfg.deliverOver > 0 && (cfg.deliverIn == 0 || cfg.count == 0):
+		return nil, fmt.Errorf("--deliver-over needs --deliver-in and --count")
+	case cfg.awaitFired && cfg.deliverIn == 0:
+		return nil, fmt.Errorf("--await-fired needs --deliver-in")
 	}
 	producers := make([]*qmq.Producer, 0, cfg.producers)
 	defer func() {
@@ -147,6 +175,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 				}
 				m := p.GenerateMessage(cfg.subjects[(k-1)%int64(len(cfg.subjects))])
 				m.SetBody(body)
+				m.SetDeliverAt(cfg.dueAt(start, k))
 				sends.Add(1)
 				t0 := time.Now()
 				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
@@ -180,8 +209,54 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		LatencyOf: "enqueue (SendAsync) to acknowledgement (callback), successful sends only",
 	}
 	sum.rates(elapsed)
+	if cfg.deliverIn > 0 {
+		sum.DeliverIn, sum.DeliverOver = cfg.deliverIn.Seconds(), cfg.deliverOver.Seconds()
+	}
 	if ctx.Err() != nil {
 		sum.Note = "interrupted: figures cover the messages sent before the interrupt"
+		return sum, nil
+	}
+	if cfg.awaitFired && sum.Messages > 0 {
+		if err := awaitFired(ctx, cfg, start, sum); err != nil {
+			return sum, err
+		}
 	}
 	return sum, nil
+}
+
+// awaitFired polls the brokers' delay stats until none of the run's
+// subjects has a message pending, and records how long firing took from
+// the moment the first message fell due.
+func awaitFired(ctx context.Context, cfg produceConfig, start time.Time, sum *benchSummary) error {
+	a, err := qmq.NewAdmin(cfg.server)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	firstDue := cfg.dueAt(start, 1)
+	for {
+		groups, err := a.Delays(ctx)
+		if err != nil {
+			return fmt.Errorf("await fired: %w", err)
+		}
+		var pending int64
+		for _, g := range groups {
+			for _, s := range cfg.subjects {
+				pending += g.Subjects[s]
+			}
+		}
+		if pending == 0 {
+			took := time.Since(firstDue)
+			sum.FiredIn = took.Seconds()
+			if took > 0 {
+				sum.FiredPerS = float64(sum.Messages) / took.Seconds()
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -99,24 +99,34 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // benchSummary is what a bench run prints, as text or as JSON.
 type benchSummary struct {
-	Mode      string         `json:"mode"` // "produce" or "consume"
-	Server    string         `json:"server"`
-	Subjects  []string       `json:"subjects"`
-	Group     string         `json:"group,omitempty"`
-	Size      int            `json:"size_bytes,omitempty"` // produce: the body size sent
-	Clients   int            `json:"clients"`              // producers, or pullers
-	Inflight  int            `json:"inflight,omitempty"`   // produce: the window per producer
-	Batch     int            `json:"batch,omitempty"`      // produce: SDK batch; consume: pull batch
-	Requests  int            `json:"requests,omitempty"`   // produce: SDK requests in flight
-	Messages  int64          `json:"messages"`             // acknowledged (produce) or received and acked (consume)
-	Failed    int64          `json:"failed"`               // produce: sends that failed
-	Bytes     int64          `json:"bytes"`                // message bodies
-	Elapsed   float64        `json:"elapsed_s"`
-	MsgsPerS  float64        `json:"msgs_per_s"`
-	MBPerS    float64        `json:"mb_per_s"` // 10^6 bytes of message body a second
-	Latency   latencySummary `json:"latency"`
-	LatencyOf string         `json:"latency_of"`
-	Note      string         `json:"note,omitempty"`
+	Mode     string   `json:"mode"` // "produce" or "consume"
+	Server   string   `json:"server"`
+	Subjects []string `json:"subjects"`
+	Group    string   `json:"group,omitempty"`
+	Size     int      `json:"size_bytes,omitempty"` // produce: the body size sent
+	Clients  int      `json:"clients"`              // producers, or pullers
+	Inflight int      `json:"inflight,omitempty"`   // produce: the window per producer
+	Batch    int      `json:"batch,omitempty"`      // produce: SDK batch; consume: pull batch
+	Requests int      `json:"requests,omitempty"`   // produce: SDK requests in flight
+	Messages int64    `json:"messages"`             // acknowledged (produce) or received and acked (consume)
+	Failed   int64    `json:"failed"`               // produce: sends that failed
+	Bytes    int64    `json:"bytes"`                // message bodies
+	Elapsed  float64  `json:"elapsed_s"`
+	MsgsPerS float64  `json:"msgs_per_s"`
+	MBPerS   float64  `json:"mb_per_s"` // 10^6 bytes of message body a second
+	// Delayed runs. DeliverIn and DeliverOver (produce): when the messages
+	// were due. FiredIn and FiredPerS (produce --await-fired): from the
+	// first due time until none was pending. Early (consume): messages
+	// received before their delivery time, which must be 0.
+	DeliverIn   float64        `json:"deliver_in_s,omitempty"`
+	DeliverOver float64        `json:"deliver_over_s,omitempty"`
+	FiredIn     float64        `json:"fired_in_s,omitempty"`
+	FiredPerS   float64        `json:"fired_per_s,omitempty"`
+	Delayed     int64          `json:"delayed,omitempty"`
+	Early       int64          `json:"early"`
+	Latency     latencySummary `json:"latency"`
+	LatencyOf   string         `json:"latency_of"`
+	Note        string         `json:"note,omitempty"`
 }
 
 // rates fills in the throughput from Messages, Bytes and elapsed.
@@ -147,10 +157,19 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 			s.Clients, s.Inflight, s.Batch, s.Requests)
 		fmt.Fprintf(&b, "message      %d B body\n", s.Size)
 		fmt.Fprintf(&b, "sent         %d acknowledged, %d failed\n", s.Messages, s.Failed)
+		if s.DeliverIn > 0 {
+			fmt.Fprintf(&b, "delayed      due from %.3g s after the start, over %.3g s\n", s.DeliverIn, s.DeliverOver)
+		}
+		if s.FiredIn > 0 {
+			fmt.Fprintf(&b, "fired        all %d pending none %.3f s after the first was due: %.0f msgs/s\n", s.Messages, s.FiredIn, s.FiredPerS)
+		}
 	case "consume":
 		fmt.Fprintf(&b, "consumers    %d pullers in group %s, pulling up to %d at a time, acking every batch\n",
 			s.Clients, s.Group, s.Batch)
 		fmt.Fprintf(&b, "received     %d messages, all acknowledged\n", s.Messages)
+		if s.Delayed > 0 || s.Early > 0 {
+			fmt.Fprintf(&b, "delayed      %d of them, %d received before their delivery time\n", s.Delayed, s.Early)
+		}
 	}
 	fmt.Fprintf(&b, "elapsed      %.3f s\n", s.Elapsed)
 	fmt.Fprintf(&b, "throughput   %.0f msgs/s, %.2f MB/s of bodies (1 MB = 10^6 B)\n", s.MsgsPerS, s.MBPerS)

@@ -126,3 +126,41 @@ func TestBenchProduceReportsFailures(t *testing.T) {
 		t.Errorf("printed %d error lines, want %d:\n%s", n, maxShownErrors+1, errs.String())
 	}
 }
+
+// TestBenchDelayed: a delayed run waits for its messages to fire, and the
+// consumer counts them as delayed, none early, with latency from their
+// delivery time.
+func TestBenchDelayed(t *testing.T) {
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs bytes.Buffer
+	sum, err := runProduce(ctx, produceConfig{server: addr, subjects: []string{"later"}, size: 10, count: 500,
+		inflight: 100, producers: 1, batch: 100, requests: 4, timeout: 10 * time.Second,
+		deliverIn: 700 * time.Millisecond, deliverOver: 500 * time.Millisecond, awaitFired: true, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Messages != 500 || sum.FiredIn < 0.5 || sum.FiredPerS <= 0 || sum.DeliverIn != 0.7 {
+		t.Fatalf("delayed produce: %+v; errors: %s", sum, errs.String())
+	}
+	got, err := runConsume(ctx, consumeConfig{server: addr, subjects: []string{"later"}, group: "g", consumers: 1,
+		pullBatch: 100, idle: 500 * time.Millisecond, count: 500, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Messages != 500 || got.Delayed != 500 || got.Early != 0 {
+		t.Fatalf("delayed consume: %+v", got)
+	}
+	for _, bad := range []produceConfig{
+		{deliverOver: time.Second, count: 10},
+		{deliverIn: time.Second, deliverOver: time.Second},
+		{awaitFired: true, count: 10},
+		{deliverIn: -time.Second, count: 10},
+	} {
+		bad.server, bad.subjects, bad.inflight, bad.producers, bad.batch, bad.requests, bad.timeout = addr, []string{"x"}, 1, 1, 1, 1, time.Second
+		if _, err := runProduce(ctx, bad); err == nil {
+			t.Errorf("runProduce(%+v) accepted a bad combination", bad)
+		}
+	}
+}

@@ -18,6 +18,7 @@ type consumed struct {
 	Properties map[string]string `json:"properties"`
 	Tags       []string          `json:"tags,omitempty"`
 	CreatedAt  time.Time         `json:"created_at"`
+	DeliverAt  *time.Time        `json:"deliver_at,omitempty"` // a delayed message's delivery time
 	Body       string            `json:"body"`
 	Group      string            `json:"broker_group"` // where it was stored
 }
@@ -69,8 +70,12 @@ func consumeCommand() *cli.Command {
 					break
 				}
 				for _, m := range msgs {
-					enc.Encode(consumed{ID: m.ID(), Subject: m.Subject(), Properties: m.Properties(),
-						Tags: m.Tags(), CreatedAt: m.CreatedAt(), Body: string(m.Body()), Group: m.BrokerGroup()})
+					out := consumed{ID: m.ID(), Subject: m.Subject(), Properties: m.Properties(),
+						Tags: m.Tags(), CreatedAt: m.CreatedAt(), Body: string(m.Body()), Group: m.BrokerGroup()}
+					if at := m.DeliverAt(); !at.IsZero() {
+						out.DeliverAt = &at
+					}
+					enc.Encode(out)
 				}
 				if err := p.Ack(ctx, msgs...); err != nil {
 					return fmt.Errorf("ack: %w", err)

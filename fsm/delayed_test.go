@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,4 +258,42 @@ func TestTornScheduleTailRecovers(t *testing.T) {
 	if got := messagesOf(t, g, "s"); len(got) != 2 {
 		t.Fatalf("subject holds %v", got)
 	}
+}
+
+// FuzzFire: a Fire naming arbitrary references never panics, fires only
+// scheduled entries that are due, each at most once, and keeps the pending
+// counts equal to what was scheduled less what was fired.
+func FuzzFire(f *testing.F) {
+	f.Add([]byte{}, int64(0))
+	f.Add(binary.LittleEndian.AppendUint64(nil, delaywheel.MakeRef(unitHour, 0)), int64(2000))
+	f.Add(binary.LittleEndian.AppendUint64(nil, delaywheel.MakeRef(unitHour, 9)), int64(5000))
+	f.Add(binary.LittleEndian.AppendUint64(nil, ^uint64(0)), int64(-1))
+	f.Fuzz(func(t *testing.T, raw []byte, after int64) {
+		g := unitFSM(t)
+		var msgs []*logs.Message
+		for i := range 5 {
+			msgs = append(msgs, delayedMsg(fmt.Sprint("m", i), "s", unitNow+int64(i)*1000+1))
+		}
+		res := appendAt(t, g, 1, unitNow, msgs...)
+		refs := []uint64{res.Messages[0].Ref, res.Messages[4].Ref}
+		for len(raw) >= 8 {
+			refs = append(refs, binary.LittleEndian.Uint64(raw))
+			raw = raw[8:]
+		}
+		now := unitNow + after%(10*delaywheel.HourMillis)
+		r := fireAt(t, g, 2, now, refs...)
+		again := fireAt(t, g, 3, now, refs...)
+		due := 0
+		for _, m := range msgs {
+			if m.DeliverAt <= now {
+				due++
+			}
+		}
+		if r.Fired > due || again.Fired != 0 || r.Fired+r.Passed != len(refs) {
+			t.Fatalf("fired %+v then %+v of %d refs, %d due", r, again, len(refs), due)
+		}
+		if d := g.Delays(); d.Pending != int64(5-r.Fired) || int64(len(messagesOf(t, g, "s"))) != int64(r.Fired) {
+			t.Fatalf("after firing %d: %+v pending, subject holds %d", r.Fired, d, len(messagesOf(t, g, "s")))
+		}
+	})
 }

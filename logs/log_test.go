@@ -627,3 +627,40 @@ func TestNext(t *testing.T) {
 		t.Fatalf("after Flush: End %d, Next %d", l.End(), l.Next())
 	}
 }
+
+// TestSegmentFiles lists a closed log's segments without opening it, up
+// to a given end: bytes after it (a torn or later tail) are left out, and
+// an end the files do not reach is an error.
+func TestSegmentFiles(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Options{SegmentSize: 100})
+	var ends []int64
+	for range 6 {
+		if _, err := l.Append(make([]byte, 40)); err != nil {
+			t.Fatal(err)
+		}
+		l.Flush()
+		ends = append(ends, l.End())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := SegmentFiles(dir, ends[5])
+	if err != nil || len(all) < 2 {
+		t.Fatalf("SegmentFiles at the end: %v, %v", all, err)
+	}
+	last := all[len(all)-1]
+	if last.Base+last.Size != ends[5] || last.FileSize != headerSize+last.Size {
+		t.Fatalf("last segment %+v, log ends at %d", last, ends[5])
+	}
+	cut, err := SegmentFiles(dir, ends[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cut[len(cut)-1]; got.Base+got.Size != ends[2] || len(cut) > len(all) {
+		t.Fatalf("SegmentFiles(%d) = %+v", ends[2], cut)
+	}
+	if _, err := SegmentFiles(dir, ends[5]+48); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an end past the files: %v, want ErrCorrupt", err)
+	}
+}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +149,57 @@ func TestDelaysSurviveFailoverAndFullRestart(t *testing.T) {
 		wantDeliveredOnce(t, n, "timers", all)
 		if d := n.fsm.Delays(); d.Pending != 0 {
 			t.Errorf("%s: %d still pending", n.cfg.ID, d.Pending)
+		}
+	}
+}
+
+// TestDelaysAcrossHourBoundaries drives the leader's clock by hand across
+// two hour boundaries: entries due in the current hour, the next one and
+// the one after fire when the clock reaches them and not before, the last
+// loaded into the wheel only once the clock enters the hour before it.
+func TestDelaysAcrossHourBoundaries(t *testing.T) {
+	var offset atomic.Int64 // the fake clock: real time plus offset
+	base := time.Now().Truncate(time.Hour).Add(49 * time.Hour).Add(-time.Second)
+	offset.Store(int64(base.Sub(time.Now())))
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	set := func(at time.Time) { offset.Store(int64(at.Sub(time.Now()))) }
+	n := startNode(t, "n1", true, func(c *Config) { c.Now = clock })
+	waitLeader(t, n)
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	hour := base.Add(time.Second) // the first boundary
+	set(base)                     // the clock ran on while the node started
+	due := map[string]time.Time{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, at := range []time.Time{hour.Add(-500 * time.Millisecond), hour.Add(500 * time.Millisecond), hour.Add(time.Hour + 500*time.Millisecond)} {
+		m := p.GenerateMessage("boundary")
+		m.SetDeliverAt(at)
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		due[m.ID()] = at
+	}
+	if h := n.fsm.Delays().Hours; len(h) != 3 {
+		t.Fatalf("pending by hour: %+v, want three hours", h)
+	}
+	held := func() int { return len(subjectMessages(t, n, "boundary")) }
+	for i, step := range []time.Time{hour.Add(-400 * time.Millisecond), hour.Add(600 * time.Millisecond), hour.Add(time.Hour + 600*time.Millisecond)} {
+		// Just before the step's entry is due, it has not fired.
+		set(step.Add(-200 * time.Millisecond))
+		time.Sleep(5 * delayPoll)
+		if got := held(); got != i {
+			t.Fatalf("at %s: %d delivered, want %d", clock().UTC().Format(time.RFC3339Nano), got, i)
+		}
+		set(step)
+		waitFor(t, 5*time.Second, fmt.Sprintf("entry %d to fire", i+1), func() bool { return held() == i+1 })
+	}
+	for _, m := range subjectMessages(t, n, "boundary") {
+		if m.AppendedAt < due[m.ID].UnixMilli() {
+			t.Errorf("%s fired at %d, due %d", m.ID, m.AppendedAt, due[m.ID].UnixMilli())
 		}
 	}
 }

@@ -161,7 +161,7 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, "delayed      due from %.3g s after the start, over %.3g s\n", s.DeliverIn, s.DeliverOver)
 		}
 		if s.FiredIn > 0 {
-			fmt.Fprintf(&b, "fired        all %d pending none %.3f s after the first was due: %.0f msgs/s\n", s.Messages, s.FiredIn, s.FiredPerS)
+			fmt.Fprintf(&b, "fired        all %d within %.3f s of the first coming due: %.0f msgs/s\n", s.Messages, s.FiredIn, s.FiredPerS)
 		}
 	case "consume":
 		fmt.Fprintf(&b, "consumers    %d pullers in group %s, pulling up to %d at a time, acking every batch\n",

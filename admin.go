@@ -1,7 +1,6 @@
 package qmq
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,19 +50,25 @@ func (a *Admin) Servers() []string { return a.c.Servers() }
 
 // Status asks the node at addr for its status (no redirect to the leader).
 func (a *Admin) Status(ctx context.Context, addr string) (*Status, error) {
+	var st Status
+	return &st, a.nodeCall(ctx, addr, transport.TypeStatus, &st)
+}
+
+// nodeCall sends a request without payload to the node at addr (no
+// redirect) and decodes its JSON answer into out.
+func (a *Admin) nodeCall(ctx context.Context, addr string, t transport.Type, out any) error {
 	conn, err := a.c.Conn(ctx, addr)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	body, err := conn.Call(ctx, transport.TypeStatus, nil)
+	body, err := conn.Call(ctx, t, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var st Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("qmq: status from %s: %w", addr, err)
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("qmq: %s from %s: %w", t, addr, err)
 	}
-	return &st, nil
+	return nil
 }
 
 // call sends a JSON request through the metaserver and decodes the JSON
@@ -206,47 +211,25 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 	var out []transport.Delays
 	for _, g := range c.Groups {
 		nodes := slices.Clone(g.Nodes)
-		slices.SortStableFunc(nodes, func(x, y transport.NodeStatus) int {
-			return cmp.Compare(boolRank(x.ID != g.Leader), boolRank(y.ID != g.Leader))
-		})
+		if i := slices.IndexFunc(nodes, func(n transport.NodeStatus) bool { return n.ID == g.Leader }); i > 0 {
+			nodes[0], nodes[i] = nodes[i], nodes[0]
+		}
 		var errs []error
 		for _, n := range nodes {
-			d, err := a.nodeDelays(ctx, n.ClientAddr)
-			if err == nil {
-				out = append(out, *d)
-				errs = nil
-				break
+			var d transport.Delays
+			if err := a.nodeCall(ctx, n.ClientAddr, transport.TypeDelays, &d); err != nil {
+				errs = append(errs, err)
+				continue
 			}
-			errs = append(errs, err)
+			out = append(out, d)
+			errs = nil
+			break
 		}
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("qmq: delays of group %s: %w", g.Name, errors.Join(errs...))
 		}
 	}
 	return out, nil
-}
-
-func boolRank(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func (a *Admin) nodeDelays(ctx context.Context, addr string) (*transport.Delays, error) {
-	conn, err := a.c.Conn(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	body, err := conn.Call(ctx, transport.TypeDelays, nil)
-	if err != nil {
-		return nil, err
-	}
-	var d transport.Delays
-	if err := json.Unmarshal(body, &d); err != nil {
-		return nil, fmt.Errorf("qmq: delays from %s: %w", addr, err)
-	}
-	return &d, nil
 }
 
 // Close closes the Admin's connections.

@@ -17,15 +17,23 @@ import (
 // TestDelayedMessagesAreNeverEarly sends messages due over the next two
 // seconds beside ordinary ones, and checks that every one arrives, none
 // before its delivery time; it logs how late they were.
-func TestDelayedMessagesAreNeverEarly(t *testing.T) {
-	n := startBroker(t, nil)
+// brokerAndProducer starts a one-node group (tweaked) with a producer for
+// it, and a context for the test's sends.
+func brokerAndProducer(t *testing.T, tweak func(*server.Config)) (*server.Node, *qmq.Producer, context.Context) {
+	t.Helper()
+	n := startBroker(t, tweak)
 	p, err := qmq.NewProducer(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return n, p, ctx
+}
+
+func TestDelayedMessagesAreNeverEarly(t *testing.T) {
+	n, p, ctx := brokerAndProducer(t, nil)
 	due := map[string]time.Time{}
 	start := time.Now()
 	for i := range 300 {
@@ -84,14 +92,7 @@ func describeLateness(d []time.Duration) string {
 // one past the maximum is refused by the producer, and by a broker whose
 // maximum is shorter than the producer's.
 func TestDelayLimits(t *testing.T) {
-	n := startBroker(t, func(c *server.Config) { c.MaxDelay = 365 * 24 * time.Hour })
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.MaxDelay = 365 * 24 * time.Hour })
 
 	past := p.GenerateMessage("limits")
 	past.SetDeliverAt(time.Now().Add(-time.Hour))
@@ -112,7 +113,7 @@ func TestDelayLimits(t *testing.T) {
 	// by the broker, with its reason.
 	twoYears := p.GenerateMessage("limits")
 	twoYears.SetDelay(730 * 24 * time.Hour)
-	err = p.SendMessage(ctx, twoYears)
+	err := p.SendMessage(ctx, twoYears)
 	if err == nil || !strings.Contains(err.Error(), "maximum delay") {
 		t.Fatalf("a delay past the broker's maximum: %v", err)
 	}
@@ -124,14 +125,7 @@ func TestDelayLimits(t *testing.T) {
 // TestTwoYearDelayIsAccepted: the default maximum takes a delivery two
 // years ahead; it waits in its hour.
 func TestTwoYearDelayIsAccepted(t *testing.T) {
-	n := startBroker(t, nil)
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	n, p, ctx := brokerAndProducer(t, nil)
 	m := p.GenerateMessage("anniversary")
 	m.SetDelay(730 * 24 * time.Hour)
 	if err := p.SendMessage(ctx, m); err != nil {

@@ -37,9 +37,7 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
 	}
 	hs.pending++
 	f.st.delayed[m.Subject]++
-	if fn := f.onSchedule.Load(); fn != nil {
-		(*fn)(delaywheel.Entry{At: m.DeliverAt, Ref: ref})
-	}
+	f.scheduled = append(f.scheduled, delaywheel.Entry{At: m.DeliverAt, Ref: ref})
 	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
 }
 
@@ -100,14 +98,26 @@ func (f *FSM) removeEmptiedHours() {
 }
 
 // OnSchedule sets a function called, on the apply goroutine, with every
-// delayed message as it is scheduled; nil stops the calls. It must not
-// block. A leader feeds its wheel from it.
+// delayed message scheduled, once its batch is applied and its record is
+// readable (so a LoadSchedule that starts after the call sees it); nil
+// stops the calls. It must not block. A leader feeds its wheel from it.
 func (f *FSM) OnSchedule(fn func(delaywheel.Entry)) {
 	if fn == nil {
 		f.onSchedule.Store(nil)
 		return
 	}
 	f.onSchedule.Store(&fn)
+}
+
+// announceScheduled hands the entries the batch scheduled to OnSchedule's
+// function, after the batch was flushed.
+func (f *FSM) announceScheduled() {
+	if fn := f.onSchedule.Load(); fn != nil {
+		for _, e := range f.scheduled {
+			(*fn)(e)
+		}
+	}
+	f.scheduled = f.scheduled[:0]
 }
 
 // LoadSchedule calls fn with every entry of hour not yet fired (it may

@@ -98,7 +98,10 @@ type FSM struct {
 	// delayedDedup holds ids scheduled for later, by schedule reference.
 	delayedDedup *dedup
 	// emptied are hours swept from the state, removed after the next checkpoint.
-	emptied    []int64
+	emptied []int64
+	// scheduled are the entries the batch being applied scheduled, for
+	// onSchedule once they are readable.
+	scheduled  []delaywheel.Entry
 	onSchedule atomic.Pointer[func(delaywheel.Entry)]
 	// firstLive caches firstRetained per subject; retention clears it.
 	firstLive map[string]int64
@@ -257,6 +260,7 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 		panic(fmt.Sprintf("fsm: storage failed at index %d: %v", f.st.applied, err))
 	}
 	f.applied.Store(f.st.applied)
+	f.announceScheduled()
 	return out
 }
 

@@ -40,6 +40,10 @@ func main() {
 	}
 }
 
+// maxDelayFlag is --max-delay of the commands that run a broker.
+var maxDelayFlag = &cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay,
+	Usage: "refuse delayed messages due more than `DUR` ahead (17544h is two years: 731 days)"}
+
 func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
@@ -54,7 +58,7 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
-			&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay, Usage: "refuse delayed messages due more than `DUR` ahead (default two years)"},
+			maxDelayFlag,
 		},
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -142,7 +146,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
-			&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay, Usage: "refuse delayed messages due more than `DUR` ahead (default two years)"},
+			maxDelayFlag,
 		),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)

@@ -5,6 +5,9 @@ go 1.26
 require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.7.3
+	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/term v0.44.0
 )
 
 require (
@@ -12,10 +15,7 @@ require (
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/schollz/progressbar/v3 v3.19.1 // indirect
-	github.com/urfave/cli/v2 v2.27.7 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/term v0.44.0 // indirect
 )
 
 require (
@@ -38,6 +38,6 @@ require (
 	github.com/prometheus/procfs v0.16.1 // indirect
 	go.etcd.io/bbolt v1.3.5
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/sys v0.46.0
 	google.golang.org/protobuf v1.36.8 // indirect
 )

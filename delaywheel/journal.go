@@ -52,7 +52,11 @@ func (j *Journal) Append(e JournalEntry) error {
 	return err
 }
 
-const journalRecord = 8 + journalPayload // a record's header and payload
+// JournalRecordSize is a journal record's size, header and payload: the
+// journal's ends are multiples of it.
+const JournalRecordSize = 8 + journalPayload
+
+const journalRecord = JournalRecordSize
 
 func decodeJournal(p []byte) JournalEntry {
 	return JournalEntry{

@@ -44,23 +44,33 @@ func SplitRef(ref uint64) (hour, off int64) {
 }
 
 // Schedule is a broker group's schedule log. Each hour of delivery time has
-// a directory of its own holding two logs: the records (each a due time and
-// the whole message) and the dispatch log (the offset of each record
-// fired). Only hours in use are open, at most MaxOpen at once, so the
-// thousands of hours two years hold cost nothing until they are near.
+// a directory of its own holding two logs: the records (each the whole
+// message and its due time), whose segments lie in the hour's directory,
+// and in its subdirectory dispatched/ the dispatch log (the offset of each
+// record fired), created at the hour's first fire. Only hours in use are open, at
+// most maxOpen at once, so the thousands of hours two years hold cost
+// nothing until they are near.
 //
 // One goroutine writes (the state machine's apply); Load and Read may run
 // on others. A mutex guards which hours are open; the logs themselves are
 // read without locks below their flushed ends.
+//
+// Closing an hour does not fsync it: like the state machine's other logs,
+// the schedule must be durable only at a checkpoint (Raft replays what came
+// after), and Sync makes every hour written since the last one durable at
+// once. Messages due at random times up to two years ahead each touch a
+// different hour, so an fsync per close would cost an fsync per message.
 type Schedule struct {
 	dir     string
 	maxOpen int
 
-	mu    sync.Mutex
-	open  map[int64]*hourLog
-	ends  map[int64]HourEnds // every hour known and not open: where its logs end
-	fresh map[int64]bool     // hours not opened since OpenSchedule: cut back to ends on first open
-	clock uint64             // use counter, for closing the least recently used hour
+	mu      sync.Mutex
+	open    map[int64]*hourLog
+	closed  map[int64]*closedHour // every hour known and not open
+	clock   uint64                // use counter, for closing the least recently used hour
+	written map[int64]bool        // hours created or written since the last Sync
+	// closeErr is a failure to close an hour, reported by Sync and Close.
+	closeErr error
 }
 
 // HourEnds is where an hour's two logs end.
@@ -68,10 +78,37 @@ type HourEnds struct{ Records, Dispatched int64 }
 
 type hourLog struct {
 	records    *logs.Log
-	dispatched *logs.Log // fixed 8-byte payloads: record offsets
+	dispatched *logs.Log // nil until the hour's first dispatch
 	used       uint64
-	pins       int // loads reading it without the lock: not closed for room
+	pins       int // loads reading it without the lock: not closed meanwhile
 }
+
+func (h *hourLog) ends() HourEnds {
+	e := HourEnds{Records: h.records.End()}
+	if h.dispatched != nil {
+		e.Dispatched = h.dispatched.End()
+	}
+	return e
+}
+
+// closedHour is an hour not open: where its logs end, whether it still
+// needs cutting back to them (not opened since OpenSchedule), and its files
+// once a snapshot listed them (they do not change while it is closed).
+type closedHour struct {
+	ends  HourEnds
+	fresh bool
+	files []logs.SegmentInfo
+	// dispatched says the hour has a dispatch log; fresh hours may have
+	// one past the checkpoint's ends, so they look.
+	dispatched bool
+}
+
+// Record and dispatch sizes, for checking ends: a dispatch record is its
+// header and an 8-byte offset.
+const DispatchRecordSize = 16
+
+// ErrBusy means an hour is being read and cannot be removed now.
+var ErrBusy = errors.New("delaywheel: hour in use")
 
 // OpenSchedule opens the schedule log in dir, creating it. known names
 // every hour the caller's checkpoint holds, with where its logs ended then:
@@ -86,16 +123,16 @@ func OpenSchedule(dir string, maxOpen int, known map[int64]HourEnds) (*Schedule,
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("delaywheel: create schedule directory: %w", err)
 	}
-	s := &Schedule{dir: dir, maxOpen: maxOpen, open: map[int64]*hourLog{}, ends: map[int64]HourEnds{}, fresh: map[int64]bool{}}
+	s := &Schedule{dir: dir, maxOpen: maxOpen, open: map[int64]*hourLog{}, closed: map[int64]*closedHour{}, written: map[int64]bool{}}
 	for hour, e := range known {
-		s.ends[hour], s.fresh[hour] = e, true
+		s.closed[hour] = &closedHour{ends: e, fresh: true}
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("delaywheel: list schedule: %w", err)
 	}
 	for _, e := range entries {
-		if hour, ok := parseHourName(e.Name()); ok && !s.fresh[hour] {
+		if hour, ok := parseHourName(e.Name()); ok && s.closed[hour] == nil {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return nil, fmt.Errorf("delaywheel: remove hour %s: %w", e.Name(), err)
 			}
@@ -114,6 +151,14 @@ func parseHourName(name string) (int64, bool) {
 
 func (s *Schedule) hourDir(hour int64) string { return filepath.Join(s.dir, HourName(hour)) }
 
+// recordsDir is where an hour's records log keeps its segments: the hour's
+// directory itself, so that a new hour costs one directory, not two.
+func (s *Schedule) recordsDir(hour int64) string { return s.hourDir(hour) }
+
+func (s *Schedule) dispatchedDir(hour int64) string {
+	return filepath.Join(s.hourDir(hour), "dispatched")
+}
+
 // hour returns hour's logs, opening (and with create, creating) them and
 // closing the least recently used hour when too many are open. It returns
 // nil, nil for an hour that does not exist and create is false. s.mu is held.
@@ -123,73 +168,105 @@ func (s *Schedule) hour(hour int64, create bool) (*hourLog, error) {
 		h.used = s.clock
 		return h, nil
 	}
-	if hour < 0 || hour > maxRefHour {
+	if !ValidHour(hour) {
 		return nil, fmt.Errorf("delaywheel: hour %d out of range", hour)
 	}
-	if _, known := s.ends[hour]; !known && !create {
+	c := s.closed[hour]
+	if c == nil && !create {
 		return nil, nil
 	}
 	if len(s.open) >= s.maxOpen {
-		if err := s.closeLeastUsed(); err != nil {
-			return nil, err
-		}
+		s.closeLeastUsed()
 	}
-	h, err := s.openHour(hour)
+	if c == nil {
+		c = &closedHour{}
+		s.written[hour] = true // a new directory
+	}
+	h, err := s.openHour(hour, c)
 	if err != nil {
 		return nil, err
 	}
 	h.used = s.clock
 	s.open[hour] = h
-	delete(s.ends, hour)
+	delete(s.closed, hour)
 	return h, nil
 }
 
-// openHour opens an hour's two logs; an hour not opened since
-// OpenSchedule is cut back to the ends its checkpoint recorded.
-func (s *Schedule) openHour(hour int64) (*hourLog, error) {
-	dir, ends, fresh := s.hourDir(hour), s.ends[hour], s.fresh[hour]
-	records, err := logs.Open(filepath.Join(dir, "records"), logs.KindSchedule, logs.Options{DurableEnd: ends.Records})
+// openHour opens an hour's records, and its dispatch log if it has one; an
+// hour not opened since OpenSchedule is cut back to its checkpoint's ends.
+func (s *Schedule) openHour(hour int64, c *closedHour) (*hourLog, error) {
+	records, err := logs.Open(s.recordsDir(hour), logs.KindSchedule, logs.Options{DurableEnd: c.ends.Records})
 	if err != nil {
 		return nil, err
 	}
-	dispatched, err := logs.Open(filepath.Join(dir, "dispatched"), logs.KindDispatch, logs.Options{FixedPayload: 8, DurableEnd: ends.Dispatched})
-	if err != nil {
-		records.Close()
-		return nil, err
-	}
-	if fresh {
-		if err := errors.Join(records.TruncateTo(ends.Records), dispatched.TruncateTo(ends.Dispatched)); err != nil {
+	h := &hourLog{records: records}
+	if c.dispatched || c.ends.Dispatched > 0 || (c.fresh && exists(s.dispatchedDir(hour))) {
+		if err := s.openDispatched(hour, h, c.ends.Dispatched); err != nil {
 			records.Close()
-			dispatched.Close()
+			return nil, err
+		}
+	}
+	if c.fresh {
+		err := records.TruncateTo(c.ends.Records)
+		if h.dispatched != nil {
+			err = errors.Join(err, h.dispatched.TruncateTo(c.ends.Dispatched))
+		}
+		if err != nil {
+			h.close()
 			return nil, fmt.Errorf("delaywheel: recover hour %s: %w", HourName(hour), err)
 		}
-		delete(s.fresh, hour)
 	}
-	return &hourLog{records: records, dispatched: dispatched}, nil
+	return h, nil
 }
 
-// closeLeastUsed makes the least recently used open hour that no load is
-// reading durable and closes it. If every open hour is being read, none is
-// closed: the bound is exceeded until a load finishes.
-func (s *Schedule) closeLeastUsed() error {
+func (s *Schedule) openDispatched(hour int64, h *hourLog, durableEnd int64) error {
+	l, err := logs.Open(s.dispatchedDir(hour), logs.KindDispatch, logs.Options{FixedPayload: 8, DurableEnd: durableEnd})
+	if err != nil {
+		return err
+	}
+	h.dispatched = l
+	return nil
+}
+
+func (h *hourLog) close() error {
+	err := h.records.Close()
+	if h.dispatched != nil {
+		err = errors.Join(err, h.dispatched.Close())
+	}
+	return err
+}
+
+// closeLeastUsed closes the least recently used open hour that no load is
+// reading. If every open hour is being read, none is closed: the bound is
+// exceeded until a load finishes.
+func (s *Schedule) closeLeastUsed() {
 	oldest, found := int64(0), false
 	for hour, h := range s.open {
 		if h.pins == 0 && (!found || h.used < s.open[oldest].used) {
 			oldest, found = hour, true
 		}
 	}
-	if !found {
-		return nil
+	if found {
+		s.closeHour(oldest)
 	}
-	return s.closeHour(oldest)
 }
 
-func (s *Schedule) closeHour(hour int64) error {
+// closeHour flushes and closes an open hour. A failure to write is sticky
+// in the log and comes back from the next use of the hour or from Sync, so
+// it is not lost here.
+func (s *Schedule) closeHour(hour int64) {
 	h := s.open[hour]
 	delete(s.open, hour)
-	err := errors.Join(h.records.Sync(), h.dispatched.Sync(), h.records.Close(), h.dispatched.Close())
-	s.ends[hour] = HourEnds{Records: h.records.End(), Dispatched: h.dispatched.End()}
-	return err
+	if err := h.close(); err != nil {
+		s.written[hour] = true
+		s.closeErr = errors.Join(s.closeErr, fmt.Errorf("delaywheel: close hour %s: %w", HourName(hour), err))
+	}
+	s.closed[hour] = &closedHour{ends: h.ends(), dispatched: h.dispatched != nil}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Append writes a message due at at into its hour's records and returns
@@ -202,18 +279,36 @@ func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	payload := m.AppendEncoded(binary.LittleEndian.AppendUint64(make([]byte, 0, 8+m.EncodedSize()), uint64(at)))
-	off, err := h.records.Append(payload)
-	if err != nil {
-		return 0, err
-	}
+	off := h.records.Next()
 	if off > maxRefOffset {
 		return 0, fmt.Errorf("delaywheel: hour %s holds over %d bytes", HourName(hour), int64(maxRefOffset))
 	}
+	if _, err := h.records.Append(appendRecord(nil, off, at, m)); err != nil {
+		return 0, err
+	}
+	s.written[hour] = true
 	return MakeRef(hour, off), nil
 }
 
-// Read returns the due time and message a reference names.
+// A record's payload is its own offset in the hour's records, its due
+// time, and the message:
+//
+//	offset u64 | at i64 | message (logs.Message encoding)
+//
+// The offset makes a reference to anywhere but a record's start fail to
+// read, even where a message body holds bytes shaped like a record.
+// RecordSize returns how many bytes of an hour's records a message takes:
+// where the next record starts after it.
+func RecordSize(m *logs.Message) int64 { return int64(logs.RecordSize(16 + m.EncodedSize())) }
+
+func appendRecord(b []byte, off, at int64, m *logs.Message) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	b = binary.LittleEndian.AppendUint64(b, uint64(at))
+	return m.AppendEncoded(b)
+}
+
+// Read returns the due time and message a reference names. A reference to
+// anything but a record's start is an error wrapping logs.ErrCorrupt.
 func (s *Schedule) Read(ref uint64) (int64, *logs.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,20 +324,25 @@ func (s *Schedule) Read(ref uint64) (int64, *logs.Message, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return decodeRecord(p)
+	own, at, m, err := decodeRecord(p)
+	if err == nil && own != off {
+		err = fmt.Errorf("%w: schedule record at %d says it is at %d", logs.ErrCorrupt, off, own)
+	}
+	return at, m, err
 }
 
-func decodeRecord(p []byte) (int64, *logs.Message, error) {
+func decodeRecord(p []byte) (off, at int64, m *logs.Message, err error) {
 	r := binenc.NewReader(p)
-	at := r.Int64()
-	m, err := logs.ReadMessage(r)
+	off = r.Int64()
+	at = r.Int64()
+	m, err = logs.ReadMessage(r)
 	if err == nil {
 		err = r.Done()
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: schedule record: %w", logs.ErrCorrupt, err)
+		return 0, 0, nil, fmt.Errorf("%w: schedule record: %w", logs.ErrCorrupt, err)
 	}
-	return at, m, nil
+	return off, at, m, nil
 }
 
 // Dispatch records that the entry ref was fired.
@@ -257,14 +357,20 @@ func (s *Schedule) Dispatch(ref uint64) error {
 	if h == nil {
 		return fmt.Errorf("%w: no schedule for hour %s", logs.ErrBeyondEnd, HourName(hour))
 	}
+	if h.dispatched == nil {
+		if err := s.openDispatched(hour, h, 0); err != nil {
+			return err
+		}
+	}
 	_, err = h.dispatched.Append(binary.LittleEndian.AppendUint64(nil, uint64(off)))
+	s.written[hour] = true
 	return err
 }
 
 // Load calls fn with every entry of hour not yet dispatched, in the order
 // they were appended: what the leader puts into its wheel. It reads what
-// was flushed when it began, without holding up appends meanwhile; an entry
-// fired during the load may still be passed to fn.
+// was flushed, without holding up appends meanwhile; an entry fired during
+// the load may still be passed to fn.
 func (s *Schedule) Load(hour int64, fn func(Entry) error) error {
 	s.mu.Lock()
 	h, err := s.hour(hour, false)
@@ -273,6 +379,7 @@ func (s *Schedule) Load(hour int64, fn func(Entry) error) error {
 		return err
 	}
 	h.pins++
+	dispatched := h.dispatched
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -280,18 +387,20 @@ func (s *Schedule) Load(hour int64, fn func(Entry) error) error {
 		s.mu.Unlock()
 	}()
 	fired := map[int64]bool{}
-	err = h.dispatched.Scan(h.dispatched.Start(), func(_ int64, p []byte) error {
-		fired[int64(binary.LittleEndian.Uint64(p))] = true
-		return nil
-	})
-	if err != nil {
-		return err
+	if dispatched != nil {
+		err = dispatched.Scan(dispatched.Start(), func(_ int64, p []byte) error {
+			fired[int64(binary.LittleEndian.Uint64(p))] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return h.records.Scan(h.records.Start(), func(off int64, p []byte) error {
-		if fired[off] || len(p) < 8 {
+		if fired[off] || len(p) < 16 {
 			return nil
 		}
-		return fn(Entry{At: int64(binary.LittleEndian.Uint64(p)), Ref: MakeRef(hour, off)})
+		return fn(Entry{At: int64(binary.LittleEndian.Uint64(p[8:])), Ref: MakeRef(hour, off)})
 	})
 }
 
@@ -301,7 +410,7 @@ func (s *Schedule) Dispatched(hour int64, fn func(off int64)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, err := s.hour(hour, false)
-	if err != nil || h == nil {
+	if err != nil || h == nil || h.dispatched == nil {
 		return err
 	}
 	return h.dispatched.Scan(h.dispatched.Start(), func(_ int64, p []byte) error {
@@ -310,17 +419,19 @@ func (s *Schedule) Dispatched(hour int64, fn func(off int64)) error {
 	})
 }
 
-// Remove deletes an hour whose entries were all dispatched.
+// Remove deletes an hour whose entries were all dispatched. It returns
+// ErrBusy, and removes nothing, while a Load reads the hour.
 func (s *Schedule) Remove(hour int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open[hour] != nil {
-		if err := s.closeHour(hour); err != nil {
-			return err
+	if h := s.open[hour]; h != nil {
+		if h.pins > 0 {
+			return ErrBusy
 		}
+		s.closeHour(hour)
 	}
-	delete(s.ends, hour)
-	delete(s.fresh, hour)
+	delete(s.closed, hour)
+	delete(s.written, hour)
 	if err := os.RemoveAll(s.hourDir(hour)); err != nil {
 		return fmt.Errorf("delaywheel: remove hour %s: %w", HourName(hour), err)
 	}
@@ -333,34 +444,48 @@ func (s *Schedule) Ends(hour int64) (HourEnds, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h := s.open[hour]; h != nil {
-		return HourEnds{Records: h.records.End(), Dispatched: h.dispatched.End()}, true
+		return h.ends(), true
 	}
-	e, ok := s.ends[hour]
-	return e, ok
+	if c := s.closed[hour]; c != nil {
+		return c.ends, true
+	}
+	return HourEnds{}, false
 }
 
 // Files lists the segment files of an hour's two logs below ends, with
-// their paths relative to the schedule's directory, for a snapshot. The
-// caller synced the schedule first. Hours not open are listed without
-// opening them.
+// their paths relative to the schedule's directory, for a snapshot; the
+// caller flushed the schedule first. It reads only the hour's directories
+// (never the files), and lists a closed hour once, so a snapshot of
+// thousands of hours costs a listing of those touched since the last.
 func (s *Schedule) Files(hour int64, ends HourEnds) ([]logs.SegmentInfo, error) {
-	dir := s.hourDir(hour)
-	records, err := logs.SegmentFiles(filepath.Join(dir, "records"), ends.Records)
+	s.mu.Lock()
+	c := s.closed[hour]
+	if c != nil && c.files != nil && c.ends == ends {
+		s.mu.Unlock()
+		return c.files, nil
+	}
+	s.mu.Unlock()
+	out, err := logs.SegmentFiles(s.recordsDir(hour), ends.Records)
 	if err != nil {
 		return nil, err
 	}
-	dispatched, err := logs.SegmentFiles(filepath.Join(dir, "dispatched"), ends.Dispatched)
-	if err != nil {
-		return nil, err
-	}
-	out := append(records, dispatched...)
-	for i := range out {
-		rel, err := filepath.Rel(s.dir, out[i].Path)
+	if ends.Dispatched > 0 {
+		dispatched, err := logs.SegmentFiles(s.dispatchedDir(hour), ends.Dispatched)
 		if err != nil {
 			return nil, err
 		}
-		out[i].Path = rel
+		out = append(out, dispatched...)
 	}
+	for i := range out {
+		if out[i].Path, err = filepath.Rel(s.dir, out[i].Path); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	if c := s.closed[hour]; c != nil && c.ends == ends {
+		c.files = out
+	}
+	s.mu.Unlock()
 	return out, nil
 }
 
@@ -391,45 +516,53 @@ func (s *Schedule) Flush() error {
 	defer s.mu.Unlock()
 	var errs []error
 	for _, h := range s.open {
-		errs = append(errs, h.records.Flush(), h.dispatched.Flush())
+		errs = append(errs, h.records.Flush())
+		if h.dispatched != nil {
+			errs = append(errs, h.dispatched.Flush())
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// Sync makes every open hour durable (closed hours were synced when
-// closed), and the schedule's directory.
+// Sync makes every hour created or written since the last Sync durable,
+// open or closed, with their directories: see syncHours.
 func (s *Schedule) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
-	for _, h := range s.open {
-		errs = append(errs, h.records.Sync(), h.dispatched.Sync())
+	if err := s.closeErr; err != nil {
+		return err
 	}
-	errs = append(errs, syncDir(s.dir))
-	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("delaywheel: %w", err)
+	for hour := range s.written {
+		if h := s.open[hour]; h != nil {
+			if err := h.records.Flush(); err != nil {
+				return err
+			}
+			if h.dispatched != nil {
+				if err := h.dispatched.Flush(); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("delaywheel: sync %s: %w", dir, err)
+	if len(s.written) == 0 {
+		return nil
 	}
+	if err := syncHours(s.dir, s.written); err != nil {
+		return fmt.Errorf("delaywheel: sync schedule: %w", err)
+	}
+	clear(s.written)
 	return nil
 }
 
-// Close makes every open hour durable and closes it.
+// Close flushes and closes every open hour. It does not sync: call Sync
+// first where durability matters.
 func (s *Schedule) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
 	for hour := range s.open {
-		errs = append(errs, s.closeHour(hour))
+		s.closeHour(hour)
 	}
-	return errors.Join(errs...)
+	return s.closeErr
 }
 
 // String names the schedule by its directory, for logs.

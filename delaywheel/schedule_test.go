@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -113,7 +114,7 @@ func TestScheduleKeepsFewHoursOpen(t *testing.T) {
 		}
 	}
 	s.Close()
-	s = openSchedule(t, dir, 3, s.ends) // every hour closed: its ends known
+	s = openSchedule(t, dir, 3, knownEnds(s)) // every hour closed: its ends known
 	total := 0
 	for i := range 10 {
 		total += len(pending(t, s, base+int64(i)*24))
@@ -146,7 +147,7 @@ func TestScheduleRecoversATornTail(t *testing.T) {
 		t.Fatalf("ends %v after c, checkpoint %v", e, checkpoint)
 	}
 	s.Close()
-	tearLastRecord(t, filepath.Join(dir, HourName(h), "records"))
+	tearLastRecord(t, filepath.Join(dir, HourName(h)))
 	s = openSchedule(t, dir, 4, map[int64]HourEnds{h: checkpoint})
 	p := pending(t, s, h)
 	_, hasA := p["a"]
@@ -178,7 +179,7 @@ func TestScheduleOpenKeepsOnlyCheckpointedHours(t *testing.T) {
 		}
 	}
 	s.Close()
-	known := map[int64]HourEnds{h: s.ends[h]}
+	known := map[int64]HourEnds{h: knownEnds(s)[h]}
 	s = openSchedule(t, dir, 4, known)
 	if hours := s.Hours(); len(hours) != 1 || hours[0] != h {
 		t.Fatalf("hours after open: %v, want only %d", hours, h)
@@ -187,7 +188,7 @@ func TestScheduleOpenKeepsOnlyCheckpointedHours(t *testing.T) {
 		t.Fatal("entries of an hour the checkpoint does not name")
 	}
 	s.Close()
-	tearLastRecord(t, filepath.Join(dir, HourName(h), "records"))
+	tearLastRecord(t, filepath.Join(dir, HourName(h)))
 	s = openSchedule(t, dir, 4, known)
 	err := s.Load(h, func(Entry) error { return nil })
 	if !errors.Is(err, logs.ErrCorrupt) {
@@ -198,7 +199,7 @@ func TestScheduleOpenKeepsOnlyCheckpointedHours(t *testing.T) {
 // tearLastRecord cuts 7 bytes off the newest segment in dir.
 func tearLastRecord(t *testing.T, dir string) {
 	t.Helper()
-	segs, _ := filepath.Glob(filepath.Join(dir, "*"))
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
 	sort.Strings(segs)
 	last := segs[len(segs)-1]
 	fi, err := os.Stat(last)
@@ -225,24 +226,67 @@ func TestRefsAndHourNames(t *testing.T) {
 	}
 }
 
+// knownEnds returns the ends of every closed hour of s, as a checkpoint
+// would record them.
+func knownEnds(s *Schedule) map[int64]HourEnds {
+	out := map[int64]HourEnds{}
+	for hour, c := range s.closed {
+		out[hour] = c.ends
+	}
+	return out
+}
+
 // FuzzDecodeRecord: any bytes decode to a record or to an error wrapping
 // logs.ErrCorrupt, and a record re-encodes to the same bytes.
 func FuzzDecodeRecord(f *testing.F) {
-	good := msg("a").AppendEncoded(binary.LittleEndian.AppendUint64(nil, 12345))
+	good := appendRecord(nil, 96, 12345, msg("a"))
 	f.Add(good)
-	f.Add(good[:8])
+	f.Add(good[:16])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		at, m, err := decodeRecord(p)
+		off, at, m, err := decodeRecord(p)
 		if err != nil {
 			if !errors.Is(err, logs.ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
 		}
-		again := m.AppendEncoded(binary.LittleEndian.AppendUint64(nil, uint64(at)))
-		if !bytes.Equal(again, p) {
+		if again := appendRecord(nil, off, at, m); !bytes.Equal(again, p) {
 			t.Fatal("record does not re-encode to its bytes")
 		}
 	})
+}
+
+// TestReadRefusesAReferenceInsideARecord: a message body shaped like a
+// schedule record (length, checksum, payload) does not read as one when a
+// reference points into it.
+func TestReadRefusesAReferenceInsideARecord(t *testing.T) {
+	s := openSchedule(t, t.TempDir(), 4)
+	h := int64(493_000)
+	forged := msg("forged")
+	inner := appendRecord(nil, 0, h*HourMillis, forged)
+	var frame []byte
+	frame = binary.LittleEndian.AppendUint32(frame, uint32(len(inner)))
+	frame = binary.LittleEndian.AppendUint32(frame, crc32.Checksum(inner, crc32.MakeTable(crc32.Castagnoli)))
+	frame = append(frame, inner...)
+	carrier := msg("carrier")
+	carrier.Body = frame
+	ref, err := s.Append(h*HourMillis+5, carrier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Flush()
+	_, off := SplitRef(ref)
+	p, _ := s.open[h].records.Read(off)
+	at := bytes.Index(p, frame)
+	if at < 0 {
+		t.Fatal("the body is not in the record")
+	}
+	inside := MakeRef(h, off+8+int64(at)) // 8: the record's own header
+	if _, m, err := s.Read(inside); !errors.Is(err, logs.ErrCorrupt) {
+		t.Fatalf("a reference inside a record read %+v, %v; want ErrCorrupt", m, err)
+	}
+	if _, m, err := s.Read(ref); err != nil || m.ID != "carrier" {
+		t.Fatalf("the record itself: %+v, %v", m, err)
+	}
 }

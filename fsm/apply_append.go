@@ -12,6 +12,12 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	now := f.st.stamp(c.Now)
 	f.dedup.expire(now)
 	f.delayedDedup.expire(now)
+	// Delayed is due after the proposer's clock, which may be behind the
+	// state's (an earlier leader's clock ran ahead): it fires by the
+	// proposer's clock, never early by it. But never into an hour the
+	// state may have swept (see sweepHours), which lies a whole dedup
+	// window behind the state's clock.
+	scheduleAfter := max(c.Now, now-f.cfg.DedupWindow.Milliseconds())
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
 	for i, m := range c.Messages {
 		if err := CheckName("subject", m.Subject); err != nil {
@@ -26,7 +32,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: -1, Seq: -1, Ref: ref}
 			continue
 		}
-		if m.DeliverAt > now {
+		if m.DeliverAt > scheduleAfter {
 			res.Messages[i] = f.schedule(index, now, m)
 			continue
 		}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -111,4 +112,63 @@ func BenchmarkApplyFire1000(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "fires/s")
+}
+
+// BenchmarkApplyAppendSpread1000: one Append of 1,000 delayed messages of
+// 128 B per op, each due at a random hour of the next two years: every
+// message lands in a different hour of the schedule.
+func BenchmarkApplyAppendSpread1000(b *testing.B) {
+	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	const hour = int64(498_898)
+	body := make([]byte, 128)
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		now := hour*3_600_000 + int64(i)
+		msgs := make([]*logs.Message, 1000)
+		for j := range msgs {
+			at := now + 3_600_000 + rng.Int64N(17_500*3_600_000)
+			msgs[j] = &logs.Message{ID: fmt.Sprintf("s%d-%d", i, j), Subject: "bench", CreatedAt: now, Body: body, DeliverAt: at}
+		}
+		e := &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}
+		b.StartTimer()
+		if r := f.Apply(e).(*AppendResult); r.Messages[999].Status != Scheduled {
+			b.Fatalf("status %d", r.Messages[999].Status)
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkSnapshotScheduleHours: per op, one snapshot (checkpoint, then a
+// hard link of every segment) of a state machine whose schedule holds one
+// message in each of 2,000 hours, none touched since the last snapshot: the
+// cost a large schedule adds to every snapshot, on the apply goroutine.
+func BenchmarkSnapshotScheduleHours(b *testing.B) {
+	const hours = 2000
+	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	now := int64(498_898) * 3_600_000
+	msgs := make([]*logs.Message, hours)
+	for i := range msgs {
+		msgs[i] = &logs.Message{ID: fmt.Sprint("h", i), Subject: "bench", CreatedAt: now, Body: make([]byte, 128),
+			DeliverAt: now + int64(i+1)*3_600_000}
+	}
+	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()})
+	snap, err := f.Snapshot() // lists every hour once
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap.Release()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		snap, err := f.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		snap.Release()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/hours, "ns/hour")
 }

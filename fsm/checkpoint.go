@@ -228,13 +228,14 @@ func (c *checkpoint) check() error {
 			return fmt.Errorf("%w: consume log %q ends at %d", ErrBadCheckpoint, s, end)
 		}
 	}
-	if c.ends.journal < 0 {
+	if c.ends.journal < 0 || c.ends.journal%delaywheel.JournalRecordSize != 0 {
 		return fmt.Errorf("%w: journal ends at %d", ErrBadCheckpoint, c.ends.journal)
 	}
 	var pending, delayed int64
 	for h, hs := range c.st.hours {
 		e := c.ends.hours[h]
-		if !delaywheel.ValidHour(h) || hs.pending < 0 || e.Records < 0 || e.Dispatched < 0 || pending+hs.pending < pending {
+		if !delaywheel.ValidHour(h) || hs.pending < 0 || e.Records < 0 || (hs.pending > 0 && e.Records == 0) ||
+			e.Dispatched < 0 || e.Dispatched%delaywheel.DispatchRecordSize != 0 || pending+hs.pending < pending {
 			return fmt.Errorf("%w: schedule hour %d: %d pending, ends %+v", ErrBadCheckpoint, h, hs.pending, e)
 		}
 		pending += hs.pending

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -86,15 +87,21 @@ func (f *FSM) sweepHours(now int64) {
 }
 
 // removeEmptiedHours deletes the hours swept before a checkpoint that no
-// longer names them was written.
+// longer names them was written. One a leader is still reading is kept for
+// the next checkpoint.
 func (f *FSM) removeEmptiedHours() {
+	kept := f.emptied[:0]
 	for _, hour := range f.emptied {
-		if err := f.store.sched.Remove(hour); err != nil {
+		err := f.store.sched.Remove(hour)
+		switch {
+		case errors.Is(err, delaywheel.ErrBusy):
+			kept = append(kept, hour)
+		case err != nil:
 			// Harmless: Open removes hours its checkpoint does not name.
 			f.log.Warn("removing an emptied schedule hour", "hour", delaywheel.HourName(hour), "error", err)
 		}
 	}
-	f.emptied = f.emptied[:0]
+	f.emptied = kept
 }
 
 // OnSchedule sets a function called, on the apply goroutine, with every

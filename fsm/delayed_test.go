@@ -1,8 +1,11 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,7 +243,7 @@ func TestTornScheduleTailRecovers(t *testing.T) {
 	after := &Append{Now: unitNow + 10, Messages: []*logs.Message{delayedMsg("b", "s", unitNow+1000)}}
 	res := resultAs[*AppendResult](t, applyAt(f, 2, after))
 	f.Close()
-	segs, _ := filepath.Glob(filepath.Join(cfg.Dir, dataDir, scheduleDir, delaywheel.HourName(unitHour), "records", "*.seg"))
+	segs, _ := filepath.Glob(filepath.Join(cfg.Dir, dataDir, scheduleDir, delaywheel.HourName(unitHour), "*.seg"))
 	slices.Sort(segs)
 	fi, _ := os.Stat(segs[len(segs)-1])
 	if err := os.Truncate(segs[len(segs)-1], fi.Size()-5); err != nil {
@@ -297,3 +300,76 @@ func FuzzFire(f *testing.F) {
 		}
 	})
 }
+
+// TestScheduleFollowsTheProposersClock: a leader whose clock is behind the
+// state's (an earlier leader's ran ahead) still schedules what is due after
+// its own time, and fires it by its own clock. Only a time a whole dedup
+// window behind the state's clock is delivered at once: its hour may have
+// been swept already.
+func TestScheduleFollowsTheProposersClock(t *testing.T) {
+	f := unitFSM(t)
+	window := f.cfg.DedupWindow.Milliseconds()
+	appendAt(t, f, 1, unitNow+30_000, unitMsg("fast", "s", 1)) // the state's clock: 30 s ahead
+	res := appendAt(t, f, 2, unitNow, delayedMsg("due-in-10s", "s", unitNow+10_000))
+	if res.Messages[0].Status != Scheduled {
+		t.Fatalf("result %+v, want scheduled", res.Messages[0])
+	}
+	if r := fireAt(t, f, 3, unitNow+9_999, res.Messages[0].Ref); r.Fired != 0 {
+		t.Fatalf("fired by a clock 1 ms before its time: %+v", r)
+	}
+	if r := fireAt(t, f, 4, unitNow+10_000, res.Messages[0].Ref); r.Fired != 1 {
+		t.Fatalf("not fired at its time: %+v", r)
+	}
+	appendAt(t, f, 5, unitNow+2*window, unitMsg("faster", "s", 1)) // now a whole window ahead
+	res = appendAt(t, f, 6, unitNow+20_000, delayedMsg("behind-the-window", "s", unitNow+25_000))
+	if res.Messages[0].Status != Appended {
+		t.Fatalf("a time a window behind the state's clock: %+v, want appended", res.Messages[0])
+	}
+}
+
+// TestRestoreRefusesMissingScheduleFiles: a snapshot whose checkpoint names
+// a schedule hour it carries no files for is refused, and the state stays
+// as it was (it used to be accepted, and the first use of the hour then
+// stopped the node on every start).
+func TestRestoreRefusesMissingScheduleFiles(t *testing.T) {
+	src := unitFSM(t)
+	appendAt(t, src, 1, unitNow, delayedMsg("a", "s", unitNow+5000))
+	files := map[string][]byte{}
+	m, err := readStream(bytes.NewReader(snapshotStream(t, src)), func(rel string) (io.WriteCloser, error) {
+		return &captureFile{rel: rel, files: files}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := m.files[:0]
+	for _, file := range m.files {
+		if !strings.HasPrefix(file.rel, scheduleDir+"/") {
+			kept = append(kept, file)
+		}
+	}
+	if len(kept) == len(m.files) {
+		t.Fatal("the snapshot carries no schedule files")
+	}
+	m.files = kept
+	var stream bytes.Buffer
+	err = writeStream(&stream, m, func(rel string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(files[rel])), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := unitFSM(t)
+	appendAt(t, g, 1, unitNow, unitMsg("mine", "own", 1))
+	before := stateBytes(g)
+	if err := g.Restore(io.NopCloser(&stream)); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("Restore without the schedule's files: %v, want ErrBadSnapshot", err)
+	}
+	wantStateUnchanged(t, g, before)
+}
+
+// captureFile keeps what a snapshot stream writes for one file.
+type captureFile struct {
+	bytes.Buffer
+	rel   string
+	files map[string][]byte
+}
+
+func (c *captureFile) Close() error { c.files[c.rel] = c.Bytes(); return nil }

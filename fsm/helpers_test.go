@@ -286,7 +286,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			}
 			hour := delaywheel.Hour(d.DeliverAt)
 			scheduled = append(scheduled, delaywheel.Entry{At: d.DeliverAt, Ref: delaywheel.MakeRef(hour, hourEnds[hour])})
-			hourEnds[hour] += int64(logs.RecordSize(8 + d.EncodedSize()))
+			hourEnds[hour] += delaywheel.RecordSize(d)
 			msgs = append(msgs, d)
 			if i > 10 {
 				again := unitMsg(fmt.Sprintf("d-%d", i-9), subject, bodySize) // a duplicate of a delayed message

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/raft"
+	"github.com/qmqgo/qmq/delaywheel"
 )
 
 // Snapshot makes the logs durable, writes the checkpoint, and hard-links
@@ -28,11 +30,15 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
 	m := &manifest{checkpoint: cp}
+	made := map[string]bool{}
 	for _, seg := range files {
-		dst := filepath.Join(staging, filepath.FromSlash(seg.rel))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			os.RemoveAll(staging)
-			return nil, fmt.Errorf("fsm: snapshot: %w", err)
+		dst := stagedPath(staging, seg.rel)
+		if dir := filepath.Dir(dst); !made[dir] {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				os.RemoveAll(staging)
+				return nil, fmt.Errorf("fsm: snapshot: %w", err)
+			}
+			made[dir] = true
 		}
 		if err := os.Link(seg.path, dst); err != nil {
 			os.RemoveAll(staging)
@@ -42,6 +48,19 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return &fsmSnapshot{dir: staging, manifest: m}, nil
+}
+
+// stagedPath is where a snapshot keeps its link to the file rel (a path
+// of the manifest) under root. Schedule files are kept flat, in one
+// directory, with the hour's path folded into the name
+// (schedule/2026113014@dispatched@X.seg): a snapshot of thousands of hours
+// then creates one directory, not one per hour, and creating a directory
+// costs far more than a link.
+func stagedPath(root, rel string) string {
+	if rest, ok := strings.CutPrefix(rel, scheduleDir+"/"); ok {
+		return filepath.Join(root, scheduleDir, strings.ReplaceAll(rest, "/", "@"))
+	}
+	return filepath.Join(root, filepath.FromSlash(rel))
 }
 
 // segmentFile is one segment in a snapshot: its path in the store, its
@@ -115,7 +134,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) open(rel string) (io.ReadCloser, error) {
-	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	f, err := os.Open(stagedPath(s.dir, rel))
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
@@ -239,7 +258,9 @@ func (f *FSM) CatchUp(store raft.SnapshotStore) error {
 	return f.Restore(rc)
 }
 
-// tryLoad opens the store in dir with checkpoint cp and closes it again.
+// tryLoad opens the store in dir with checkpoint cp as load would, checks
+// that every schedule hour the checkpoint names has its files up to its
+// ends (hours are otherwise opened only when used), and closes it again.
 func (f *FSM) tryLoad(dir string, cp []byte) error {
 	c, err := decodeCheckpoint(cp)
 	if err != nil {
@@ -249,7 +270,16 @@ func (f *FSM) tryLoad(dir string, cp []byte) error {
 	if err != nil {
 		return err
 	}
-	return s.close()
+	defer s.close()
+	if _, _, err := rebuildDedup(s, c, f.cfg.DedupWindow.Milliseconds()); err != nil {
+		return err
+	}
+	for hour, ends := range c.ends.hours {
+		if _, err := s.sched.Files(hour, ends); err != nil {
+			return fmt.Errorf("%w: schedule hour %s: %w", ErrBadSnapshot, delaywheel.HourName(hour), err)
+		}
+	}
+	return nil
 }
 
 // reopen reopens the current data after a restore failed, so the FSM stays

@@ -146,6 +146,9 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		if hourFile, ok := strings.CutPrefix(rel, scheduleDir+string(filepath.Separator)); ok {
+			rel = filepath.Join(scheduleDir, strings.ReplaceAll(hourFile, "@", string(filepath.Separator))) // see stagedPath
+		}
 		live, err := os.Stat(filepath.Join(src.cfg.Dir, dataDir, rel))
 		if err != nil {
 			return err

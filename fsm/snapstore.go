@@ -147,7 +147,7 @@ func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(writeStream(pw, m, func(rel string) (io.ReadCloser, error) {
-			return os.Open(filepath.Join(dir, filesDir, filepath.FromSlash(rel)))
+			return os.Open(stagedPath(filepath.Join(dir, filesDir), rel))
 		}))
 	}()
 	return meta, pr, nil

@@ -76,16 +76,16 @@ func decodeManifest(b []byte) (*manifest, error) {
 }
 
 // checkSnapPath accepts only messages/X.seg, pull/X.seg, journal/X.seg,
-// consume/SUBJECT/X.seg and schedule/HOUR/records|dispatched/X.seg: a
-// stream cannot write anywhere else.
+// consume/SUBJECT/X.seg, schedule/HOUR/X.seg and
+// schedule/HOUR/dispatched/X.seg: a stream cannot write anywhere else.
 func checkSnapPath(rel string) error {
 	parts := strings.Split(rel, "/")
 	ok := path.Clean(rel) == rel && strings.HasSuffix(rel, ".seg")
 	switch {
 	case !ok:
 	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir || parts[0] == journalDir):
-	case len(parts) == 4 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]) &&
-		(parts[2] == "records" || parts[2] == "dispatched"):
+	case len(parts) == 3 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]):
+	case len(parts) == 4 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]) && parts[2] == "dispatched":
 	case len(parts) == 3 && parts[0] == consumeDir && CheckName("subject", parts[1]) == nil:
 	default:
 		ok = false

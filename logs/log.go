@@ -190,7 +190,9 @@ func (l *Log) recoverTail(s *segment) error {
 // the offset where valid data ends, plus that record's problem in bad; err
 // is only an I/O error or an error returned by fn.
 func (l *Log) scanSegment(s *segment, from, to int64, fn func(int64, []byte) error) (valid int64, bad error, err error) {
-	r := bufio.NewReaderSize(io.NewSectionReader(s.f, headerSize+from-s.base, to-from), 1<<20)
+	// A buffer no larger than what is read: recovering the tail of a small
+	// log (a schedule hour holding a few messages) must not cost 1 MiB.
+	r := bufio.NewReaderSize(io.NewSectionReader(s.f, headerSize+from-s.base, to-from), int(min(max(to-from, 4096), 1<<20)))
 	off := from
 	var h [recordHeader]byte
 	var buf []byte

@@ -15,37 +15,21 @@ import (
 // lateness of a delivery.
 const delayPoll = 10 * time.Millisecond
 
-// scheduleInbox collects the entries the state machine schedules while
-// this node leads, for the leader's wheel. The state machine calls add on
-// its apply goroutine, so add never blocks; outside a term it drops them
-// (the next leader loads them from the schedule log).
+// scheduleInbox collects the entries the state machine schedules during
+// one term of this node's leadership, for that term's wheel. The state
+// machine adds to the current term's inbox on its apply goroutine, so add
+// never blocks; between terms there is none, and entries go only to the
+// schedule log (the next leader loads them from there). Each term has its
+// own inbox, so a term's loop that is slow to stop never takes entries
+// from the next.
 type scheduleInbox struct {
 	mu      sync.Mutex
-	term    uint64 // the term collecting; 0 when none
 	entries []delaywheel.Entry
 }
 
 func (b *scheduleInbox) add(e delaywheel.Entry) {
 	b.mu.Lock()
-	if b.term != 0 {
-		b.entries = append(b.entries, e)
-	}
-	b.mu.Unlock()
-}
-
-// open starts collecting for a term, dropping anything left over.
-func (b *scheduleInbox) open(term uint64) {
-	b.mu.Lock()
-	b.term, b.entries = term, nil
-	b.mu.Unlock()
-}
-
-// close stops collecting, unless a later term has opened it since.
-func (b *scheduleInbox) close(term uint64) {
-	b.mu.Lock()
-	if b.term == term {
-		b.term, b.entries = 0, nil
-	}
+	b.entries = append(b.entries, e)
 	b.mu.Unlock()
 }
 
@@ -56,6 +40,14 @@ func (b *scheduleInbox) take() []delaywheel.Entry {
 	out := b.entries
 	b.entries = nil
 	return out
+}
+
+// scheduled hands an entry the state machine scheduled to the current
+// term's inbox, if this node leads.
+func (n *Node) scheduled(e delaywheel.Entry) {
+	if b := n.inbox.Load(); b != nil {
+		b.add(e)
+	}
 }
 
 // scheduleSource reads hours of the schedule log for the wheel.
@@ -70,9 +62,9 @@ func (s scheduleSource) Load(hour int64, fn func(delaywheel.Entry) error) error 
 // until the term ends. A Fire that fails is tried again; one that
 // committed without this node learning so is harmless to repeat.
 func (n *Node) runDelays(ctx context.Context) {
-	term := n.raft.CurrentTerm()
-	n.inbox.open(term)
-	defer n.inbox.close(term)
+	inbox := &scheduleInbox{}
+	n.inbox.Store(inbox)
+	defer n.inbox.CompareAndSwap(inbox, nil)
 	// Apply everything earlier leaders committed first: the wheel must see
 	// every entry they scheduled and every Fire they made.
 	for n.raft.Barrier(n.cfg.ApplyTimeout).Error() != nil {
@@ -81,7 +73,7 @@ func (n *Node) runDelays(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		err := n.fireDue(ctx)
+		err := n.fireDue(ctx, inbox)
 		if ctx.Err() != nil {
 			return
 		}
@@ -94,8 +86,8 @@ func (n *Node) runDelays(ctx context.Context) {
 
 // fireDue builds a wheel from the schedule log and fires from it until ctx
 // ends or the schedule cannot be read.
-func (n *Node) fireDue(ctx context.Context) error {
-	n.inbox.take() // the load below reads all of these
+func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
+	inbox.take() // the load below reads all of these
 	start := time.Now()
 	s, err := delaywheel.NewScheduler(scheduleSource{n.fsm}, n.cfg.Now().UnixMilli(), n.fsm.PendingHours())
 	if err != nil {
@@ -111,7 +103,10 @@ func (n *Node) fireDue(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		for _, e := range n.inbox.take() {
+		if ctx.Err() != nil {
+			return nil
+		}
+		for _, e := range inbox.take() {
 			s.Add(e)
 		}
 		now := n.cfg.Now().UnixMilli()

@@ -27,7 +27,7 @@ type Node struct {
 
 	batcher  *batcher
 	sessions *sessions
-	inbox    scheduleInbox // delayed entries scheduled while leading
+	inbox    atomic.Pointer[scheduleInbox] // the leading term's, else nil
 	notify   *notifier
 	metrics  *metrics
 }
@@ -76,7 +76,7 @@ func (n *Node) openRaft() error {
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
 	}
-	n.fsm.OnSchedule(n.inbox.add)
+	n.fsm.OnSchedule(n.scheduled)
 	snaps, err := fsm.NewSnapshotStore(filepath.Join(n.cfg.DataDir, "snapshots"), 2, n.log)
 	if err != nil {
 		return err

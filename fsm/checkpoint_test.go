@@ -274,7 +274,8 @@ type rawCheckpoint struct {
 	groups                     [][2]string
 	consumers                  []rawConsumer
 	members                    [][2]string
-	version                    byte        // default checkpointVersion
+	version                    byte // default checkpointVersion
+	journalEnd                 uint64
 	hours                      [][4]uint64 // hour, pending, records end, dispatched end
 	delayed                    []rawDelayed
 }
@@ -323,7 +324,7 @@ func (r rawCheckpoint) body() []byte {
 	if version < 2 {
 		return b
 	}
-	b = binenc.AppendUint64(b, 0) // journal end
+	b = binenc.AppendUint64(b, r.journalEnd)
 	b = binenc.AppendUvarint(b, uint64(len(r.hours)))
 	for _, h := range r.hours {
 		for _, v := range h {
@@ -340,12 +341,13 @@ func (r rawCheckpoint) body() []byte {
 func TestDecodeCheckpointRejects(t *testing.T) {
 	valid := rawCheckpoint{
 		msgEnd: 100, dedupFrom: -1,
-		subjects:  []string{"a", "b"},
-		groups:    [][2]string{{"a", "g"}, {"b", "g"}},
-		consumers: []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}}, {"b", "g", "c", 0, 0, nil}},
-		members:   [][2]string{{"n1", "x"}, {"n2", "y"}},
-		hours:     [][4]uint64{{493_000, 2, 300, 0}, {493_001, 1, 100, 16}},
-		delayed:   []rawDelayed{{"a", 1}, {"b", 2}},
+		subjects:   []string{"a", "b"},
+		groups:     [][2]string{{"a", "g"}, {"b", "g"}},
+		consumers:  []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}}, {"b", "g", "c", 0, 0, nil}},
+		members:    [][2]string{{"n1", "x"}, {"n2", "y"}},
+		hours:      [][4]uint64{{493_000, 2, 300, 0}, {493_001, 1, 100, 16}},
+		journalEnd: 96,
+		delayed:    []rawDelayed{{"a", 1}, {"b", 2}},
 	}
 	if _, err := decodeCheckpoint(seal(valid.body())); err != nil {
 		t.Fatalf("the valid raw checkpoint: %v", err)
@@ -361,7 +363,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	}
 	mutate := func(m func(*rawCheckpoint)) []byte {
 		r := valid
-		r.consumers = slices.Clone(valid.consumers)
+		r.consumers, r.hours = slices.Clone(valid.consumers), slices.Clone(valid.hours)
 		m(&r)
 		return seal(r.body())
 	}
@@ -395,6 +397,9 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		{"duplicate member", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n1", "x"}, {"n1", "y"}} })},
 		{"unsorted members", mutate(func(r *rawCheckpoint) { r.members = [][2]string{{"n2", "x"}, {"n1", "y"}} })},
+		{"journal end inside a record", mutate(func(r *rawCheckpoint) { r.journalEnd = 40 })},
+		{"dispatch end inside a record", mutate(func(r *rawCheckpoint) { r.hours[1][3] = 8 })},
+		{"pending without records", mutate(func(r *rawCheckpoint) { r.hours[0][2] = 0 })},
 		{"unsorted hours", mutate(func(r *rawCheckpoint) { r.hours = [][4]uint64{r.hours[1], r.hours[0]} })},
 		{"hour out of range", mutate(func(r *rawCheckpoint) { r.hours = [][4]uint64{{1 << 40, 3, 1, 0}} })},
 		{"pending by hour and by subject differ", mutate(func(r *rawCheckpoint) { r.delayed = r.delayed[:1] })},

@@ -103,8 +103,8 @@ type closedHour struct {
 	dispatched bool
 }
 
-// Record and dispatch sizes, for checking ends: a dispatch record is its
-// header and an 8-byte offset.
+// DispatchRecordSize is a dispatch record's size, its header and an
+// 8-byte offset: a dispatch log ends at a multiple of it.
 const DispatchRecordSize = 16
 
 // ErrBusy means an hour is being read and cannot be removed now.

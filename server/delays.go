@@ -117,8 +117,12 @@ func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 			batch := due[:min(len(due), fsm.MaxFireRefs)]
 			due = due[len(batch):]
 			if !n.fire(ctx, now, batch) {
-				for _, e := range append(batch, due...) {
-					s.Add(e) // due already: back into the current slot
+				// Due already: back into the current slot, for the next tick.
+				for _, e := range batch {
+					s.Add(e)
+				}
+				for _, e := range due {
+					s.Add(e)
 				}
 				due = due[:0]
 			}

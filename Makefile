@@ -5,7 +5,13 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci bench fuzz lint
+.PHONY: help build run test ci chaos bench fuzz lint
+
+# Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
+# for CHAOS_CI, `make chaos` for DURATION, with SEED to replay a run (default: the clock).
+CHAOS_CI ?= 5m
+DURATION ?= 30m
+SEED     ?=
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,8 +26,11 @@ run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-dat
 test: ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint ## what CI runs: lint, then every test with the race detector
-	$(GO) test -count=1 -race -timeout 20m $(PKGS)
+ci: lint ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (5m)
+	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
+
+chaos: ## a chaos run for DURATION (30m); SEED=N replays one; prints the seed, the faults and the findings
+	QMQ_CHAOS_DURATION=$(DURATION) QMQ_CHAOS_SEED=$(SEED) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 0 ./test/
 
 bench: ## run the benchmarks (BENCH=regexp to pick), 5 rounds each for medians
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKGS)

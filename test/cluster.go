@@ -3,7 +3,10 @@
 // restarted from their data.
 //
 // cluster.go is the reusable harness. A Cluster is one Raft group of
-// processes: a broker group or the metaserver group.
+// processes: a broker group or the metaserver group. chaos.go applies faults
+// to clusters on a seeded schedule, history.go records what clients did and
+// saw and checks it, and replicas.go compares a group's logs across nodes;
+// chaos_test.go puts them together (docs/reliability.md).
 //
 //	c := NewCluster(t, "g1", "--election-timeout", "500ms")
 //	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap

@@ -1,0 +1,297 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// Chaos applies faults from a catalogue to the groups of a cluster on a
+// seeded random schedule, one at a time, healing the cluster after each:
+// SIGKILL and restart of a leader, a follower, a random node or a whole
+// group, and SIGSTOP of a leader for a few seconds. The same seed gives the
+// same choices (the timing of the processes differs from run to run).
+type Chaos struct {
+	t      testLog
+	rng    *rand.Rand
+	meta   *Cluster
+	groups []*Cluster
+	start  time.Time
+
+	mu          sync.Mutex
+	Schedule    []string       // every fault applied, with its time since the start
+	Counts      map[string]int // faults applied, by kind
+	Unavailable []time.Duration
+}
+
+// testLog is what Chaos needs of a testing.TB.
+type testLog interface {
+	Helper()
+	Logf(string, ...any)
+	Fatalf(string, ...any)
+}
+
+// NewChaos returns a fault runner over the broker groups and the
+// metaserver group.
+func NewChaos(t testLog, seed uint64, meta *Cluster, groups ...*Cluster) *Chaos {
+	return &Chaos{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), meta: meta, groups: groups,
+		start: time.Now(), Counts: map[string]int{}}
+}
+
+// fault is one kind of fault: it is applied to a group and returns once
+// the group has a leader again (the nodes it stopped may still be down).
+type fault struct {
+	name   string
+	weight int
+	apply  func(ch *Chaos, c *Cluster) string // what it did, for the schedule
+	broker bool                               // broker groups only
+}
+
+// killLeaderFault is every other fault; the others are drawn from
+// otherFaults by weight.
+var (
+	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false}
+	otherFaults     = []fault{
+		{"kill-follower", 30, (*Chaos).killFollower, false},
+		{"kill-random", 20, (*Chaos).killRandom, false},
+		{"kill-group", 10, (*Chaos).killGroup, true},
+		{"pause-leader", 40, (*Chaos).pauseLeader, false},
+	}
+)
+
+// Run applies faults until d has passed, every other one a leader kill:
+// each to a random group (the metaserver's one time in five), then
+// restarts what it stopped, waits for every node to catch up, and pauses
+// for 0.5–2 s.
+func (ch *Chaos) Run(d time.Duration) {
+	total := 0
+	for _, f := range otherFaults {
+		total += f.weight
+	}
+	for i, deadline := 0, time.Now().Add(d); time.Now().Before(deadline); i++ {
+		f := killLeaderFault
+		if i%2 == 1 {
+			pick := ch.rng.IntN(total)
+			for _, f = range otherFaults {
+				if pick < f.weight {
+					break
+				}
+				pick -= f.weight
+			}
+		}
+		c := ch.groups[ch.rng.IntN(len(ch.groups))]
+		if ch.meta != nil && !f.broker && ch.rng.IntN(5) == 0 {
+			c = ch.meta
+		}
+		what := f.apply(ch, c)
+		ch.record(f.name, c.Group+": "+what)
+		ch.heal(c)
+		pause := time.NewTimer(time.Duration(500+ch.rng.IntN(1500)) * time.Millisecond)
+		<-pause.C
+	}
+}
+
+func (ch *Chaos) record(kind, what string) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.Counts[kind]++
+	line := fmt.Sprintf("%7.1fs %-13s %s", time.Since(ch.start).Seconds(), kind, what)
+	ch.Schedule = append(ch.Schedule, line)
+	ch.t.Logf("chaos: %s", line)
+}
+
+// leader returns the group's leader and its term.
+func (ch *Chaos) leader(c *Cluster) (*Node, uint64) {
+	ch.t.Helper()
+	var n *Node
+	var term uint64
+	c.WaitFor(30*time.Second, c.Group+" has a leader", func() error {
+		l, st, err := c.Leader()
+		if err == nil {
+			n, term = l, st.Term
+		}
+		return err
+	})
+	return n, term
+}
+
+// awaitNewLeader waits for a leader in a term after term, and for a broker
+// group returns how long sends to the group were refused from since on:
+// probe sends go to the group's nodes every 20 ms until one is stored.
+func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
+	ch.t.Helper()
+	c.WaitFor(30*time.Second, c.Group+": a leader after term "+fmt.Sprint(term), func() error {
+		_, st, err := c.Leader()
+		if err != nil {
+			return err
+		}
+		if st.Term <= term {
+			return fmt.Errorf("term %d", st.Term)
+		}
+		return nil
+	})
+	if c.meta {
+		return
+	}
+	var addrs []string
+	for _, n := range c.Nodes() {
+		addrs = append(addrs, n.ClientAddr)
+	}
+	gc, err := transport.NewGroupClient(addrs)
+	if err != nil {
+		ch.t.Fatalf("probe %s: %v", c.Group, err)
+	}
+	defer gc.Close()
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req := &transport.SendRequest{Messages: []*logs.Message{{ID: fmt.Sprintf("probe-%d-%d", since.UnixNano(), i), Subject: "chaos-probe", CreatedAt: time.Now().UnixMilli()}}}
+		_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(since) > time.Minute {
+			ch.t.Fatalf("%s refused sends for a minute after a fault: %v", c.Group, err)
+		}
+		timer := time.NewTimer(20 * time.Millisecond)
+		<-timer.C
+	}
+	ch.mu.Lock()
+	ch.Unavailable = append(ch.Unavailable, time.Since(since))
+	ch.mu.Unlock()
+}
+
+func (ch *Chaos) killLeader(c *Cluster) string {
+	l, term := ch.leader(c)
+	at := time.Now()
+	l.Kill()
+	ch.awaitNewLeader(c, term, at)
+	return fmt.Sprintf("SIGKILL %s (leader in term %d)", l.ID, term)
+}
+
+func (ch *Chaos) killFollower(c *Cluster) string {
+	l, _ := ch.leader(c)
+	var followers []*Node
+	for _, n := range c.Nodes() {
+		if n != l {
+			followers = append(followers, n)
+		}
+	}
+	f := followers[ch.rng.IntN(len(followers))]
+	f.Kill()
+	return fmt.Sprintf("SIGKILL %s (follower)", f.ID)
+}
+
+func (ch *Chaos) killRandom(c *Cluster) string {
+	nodes := c.Nodes()
+	n := nodes[ch.rng.IntN(len(nodes))]
+	l, term := ch.leader(c)
+	at := time.Now()
+	n.Kill()
+	if n == l {
+		ch.awaitNewLeader(c, term, at)
+	}
+	return fmt.Sprintf("SIGKILL %s", n.ID)
+}
+
+// killGroup kills every node of the group, then restarts them all.
+func (ch *Chaos) killGroup(c *Cluster) string {
+	_, term := ch.leader(c)
+	at := time.Now()
+	var ids []string
+	for _, n := range c.Nodes() {
+		n.Kill()
+		ids = append(ids, n.ID)
+	}
+	for _, n := range c.Nodes() {
+		n.Restart()
+	}
+	ch.awaitNewLeader(c, term, at)
+	return "SIGKILL " + strings.Join(ids, ", ") + ", then restart all"
+}
+
+// pauseLeader SIGSTOPs the leader for 2–5 s: the others elect a new one,
+// and the old one finds itself deposed when it resumes.
+func (ch *Chaos) pauseLeader(c *Cluster) string {
+	l, term := ch.leader(c)
+	d := time.Duration(2000+ch.rng.IntN(3000)) * time.Millisecond
+	at := time.Now()
+	l.Pause()
+	ch.awaitNewLeader(c, term, at)
+	if rest := d - time.Since(at); rest > 0 {
+		timer := time.NewTimer(rest)
+		<-timer.C
+	}
+	l.Resume()
+	return fmt.Sprintf("SIGSTOP %s (leader in term %d) for %s", l.ID, term, d)
+}
+
+// heal restarts the group's stopped nodes and waits until every node names
+// the same leader and has applied what that leader had applied when the
+// wait began. (Applied, not committed: the entries Raft adds on its own,
+// such as a new leader's no-op, are committed but never reach the state
+// machine, so a quiet group's applied index may stay below its commit
+// index.)
+func (ch *Chaos) heal(c *Cluster) {
+	ch.t.Helper()
+	for _, n := range c.Nodes() {
+		if !n.Running() {
+			n.Restart()
+		}
+	}
+	var target uint64
+	c.WaitFor(60*time.Second, c.Group+" healed", func() error {
+		sts, err := c.Statuses()
+		if err != nil {
+			return err
+		}
+		if len(sts) != len(c.Nodes()) {
+			return fmt.Errorf("%d of %d nodes answer", len(sts), len(c.Nodes()))
+		}
+		var leader string
+		for _, st := range sts {
+			if st.State == "Leader" {
+				leader = st.ID
+				if target == 0 {
+					target = st.AppliedIndex
+				}
+			}
+		}
+		if leader == "" {
+			return fmt.Errorf("no leader: %s", Describe(sts))
+		}
+		for _, st := range sts {
+			if st.Leader != leader || st.AppliedIndex < target {
+				return fmt.Errorf("not caught up to %d under %s: %s", target, leader, Describe(sts))
+			}
+		}
+		return nil
+	})
+}
+
+// Summary describes the run: faults by kind, and the longest time sends
+// were refused after a fault.
+func (ch *Chaos) Summary() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var kinds []string
+	for k, n := range ch.Counts {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	un := append([]time.Duration(nil), ch.Unavailable...)
+	sort.Slice(un, func(i, j int) bool { return un[i] < un[j] })
+	s := fmt.Sprintf("%d faults (%s)", len(ch.Schedule), strings.Join(kinds, ", "))
+	if len(un) > 0 {
+		s += fmt.Sprintf("; sends refused after a leader loss: median %s, longest %s (%d measured)",
+			un[len(un)/2].Round(time.Millisecond), un[len(un)-1].Round(time.Millisecond), len(un))
+	}
+	return s
+}

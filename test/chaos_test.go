@@ -1,0 +1,173 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+)
+
+// Chaos runs are configured from the environment, so that `make chaos`
+// and `make ci` can run longer ones than `make test`:
+//
+//	QMQ_CHAOS_DURATION  how long faults are applied (default 40s)
+//	QMQ_CHAOS_SEED      the fault schedule's seed (default: from the clock, printed)
+func chaosSettings(t *testing.T) (time.Duration, uint64) {
+	d := 40 * time.Second
+	if s := os.Getenv("QMQ_CHAOS_DURATION"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("QMQ_CHAOS_DURATION=%q: %v", s, err)
+		}
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("QMQ_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("QMQ_CHAOS_SEED=%q: %v", s, err)
+		}
+	}
+	return d, seed
+}
+
+// TestChaos runs a metaserver group and two broker groups of three
+// processes each under producers (synchronous and asynchronous, a tenth of
+// the messages delayed by up to 8 s) and two consumer groups, while Chaos
+// kills and pauses leaders, followers and whole groups. It then checks the
+// history: nothing acknowledged lost, nothing unexpected, nothing delivered
+// early; and that every broker group's replicas hold byte-identical logs.
+func TestChaos(t *testing.T) {
+	d, seed := chaosSettings(t)
+	t.Logf("chaos: seed %d, duration %s (reproduce: make chaos SEED=%d DURATION=%s)", seed, d, seed, d)
+	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
+	meta.Form("", "m1", "m2", "m3")
+	var groups []*Cluster
+	for _, g := range []string{"g1", "g2"} {
+		c := NewCluster(t, g, "--meta", meta.ClientAddrs(), "--election-timeout", "500ms")
+		c.Form(meta.ClientAddrs(), g+"a", g+"b", g+"c")
+		groups = append(groups, c)
+	}
+	servers := meta.ClientAddrs()
+	h := NewHistory()
+	subjects := []string{"orders", "payments", "refunds", "invoices"}
+	consumerGroups := []string{"billing", "audit"}
+
+	var subs []*qmq.Subscription
+	for _, s := range subjects {
+		for _, g := range consumerGroups {
+			sub, err := qmq.Subscribe(servers, s, g, func(_ context.Context, m *qmq.Message) error {
+				h.Delivered(g, m, time.Now())
+				return nil
+			}, qmq.WithPullWait(500*time.Millisecond), qmq.WithWorkers(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, sub)
+		}
+	}
+	defer func() {
+		for _, s := range subs {
+			s.Close()
+		}
+	}()
+
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for i := range 5 {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			send(t, h, servers, subjects, uint64(seed)+uint64(i), i == 0, stop)
+		}()
+	}
+
+	ch := NewChaos(t, seed, meta, groups...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos: FAILED with seed %d (make chaos SEED=%d DURATION=%s); faults so far:\n%s",
+				seed, seed, d, strings.Join(ch.Schedule, "\n"))
+		}
+	})
+	ch.Run(d)
+	close(stop)
+	senders.Wait()
+
+	// Lost messages never arrive: after two minutes the checker says which.
+	err := Poll(2*time.Minute, func() error {
+		if n := h.Undelivered(consumerGroups); n > 0 {
+			return fmt.Errorf("%d acknowledged messages not delivered everywhere", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("chaos: after waiting two minutes: %v", err)
+	}
+	for _, s := range subs {
+		s.Close()
+	}
+	report := h.Check(consumerGroups)
+	t.Logf("chaos: seed %d: %s", seed, ch.Summary())
+	t.Logf("chaos: fault schedule:\n%s", strings.Join(ch.Schedule, "\n"))
+	t.Logf("chaos: history: %s", report)
+	if !report.OK() {
+		t.Fatalf("chaos seed %d broke a promise: %s", seed, report)
+	}
+	if report.Acked < 1000 {
+		t.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
+	}
+	if want := int(d / (15 * time.Second)); ch.Counts["kill-leader"] < want {
+		t.Fatalf("%d leader kills in %s, want at least %d", ch.Counts["kill-leader"], d, want)
+	}
+	for _, c := range groups {
+		c.SameReplicas(time.Minute)
+	}
+}
+
+// send sends messages to subjects until stop: synchronously one at a time,
+// or (async) keeping up to 100 asynchronous sends in flight. A tenth of
+// the messages are delayed by up to 8 s.
+func send(t *testing.T, h *History, servers string, subjects []string, seed uint64, async bool, stop chan struct{}) {
+	p, err := qmq.NewProducer(servers, qmq.WithSendTimeout(20*time.Second))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	window := make(chan struct{}, 100)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		m := p.GenerateMessage(subjects[rng.IntN(len(subjects))])
+		m.SetBody([]byte(fmt.Sprintf("message %d", i)))
+		if rng.IntN(10) == 0 {
+			m.SetDelay(time.Duration(1+rng.IntN(8000)) * time.Millisecond)
+		}
+		h.Sending(m)
+		if !async {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			h.Sent(m, p.SendMessage(ctx, m))
+			cancel()
+			continue
+		}
+		window <- struct{}{}
+		inflight.Add(1)
+		p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
+			h.Sent(m, err)
+			<-window
+			inflight.Done()
+		}))
+	}
+}

@@ -134,8 +134,14 @@ type NodeConfig struct {
 	// AdvertiseAddr is the client address handed out, when it differs from
 	// the listening address. Default: the address listened on.
 	AdvertiseAddr string
-	// RaftAddr is where the group's Raft traffic flows (HOST:PORT).
+	// RaftAddr is where the node listens for its group's Raft traffic
+	// (HOST:PORT). A node listening on a specific IP also dials its peers
+	// from that IP.
 	RaftAddr string
+	// RaftAdvertiseAddr is the Raft address the group records for this
+	// node, when peers reach it elsewhere (through a proxy). Default:
+	// RaftAddr.
+	RaftAdvertiseAddr string
 	// HTTPAddr serves /status and /metrics (HOST:PORT); empty disables it.
 	HTTPAddr string
 	// Bootstrap makes this node a one-voter group if it has no Raft state
@@ -152,9 +158,9 @@ func (c *NodeConfig) check(what string) error {
 	if c.DataDir == "" {
 		return fmt.Errorf("server: %s: data directory is empty", what)
 	}
-	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}}
+	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"raft advertise", c.RaftAdvertiseAddr}}
 	for _, a := range addrs {
-		if a.addr == "" && a.name == "http" {
+		if a.addr == "" && (a.name == "http" || a.name == "raft advertise") {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {

@@ -64,7 +64,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})
 		},
 	}
-	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, bootstrap: cfg.Bootstrap,
+	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
 		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps}); err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func (n *Node) openRaft() error {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()
 		},
 	}
-	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, bootstrap: n.cfg.Bootstrap,
+	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true})
 }
 

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -60,6 +59,8 @@ type raftSetup struct {
 	// ownCheckpoint skips restoring the last snapshot on start: the state
 	// machine keeps its own (see fsm/DESIGN.md).
 	ownCheckpoint bool
+	// advertise is the Raft address handed to the group, if not addr.
+	advertise string
 }
 
 func (g *raftGroup) open(s raftSetup) error {
@@ -73,13 +74,8 @@ func (g *raftGroup) open(s raftSetup) error {
 	if err != nil {
 		return fmt.Errorf("server: open raft log: %w", err)
 	}
-	advertise, err := net.ResolveTCPAddr("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("server: raft address: %w", err)
-	}
-	g.trans, err = raft.NewTCPTransportWithLogger(s.addr, advertise, 8, 10*time.Second, g.log.Named("raft-net"))
-	if err != nil {
-		return fmt.Errorf("server: listen for raft: %w", err)
+	if g.trans, err = newRaftTransport(s.addr, s.advertise, g.log.Named("raft-net")); err != nil {
+		return err
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(g.id)

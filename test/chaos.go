@@ -16,7 +16,10 @@ import (
 // Chaos applies faults from a catalogue to the groups of a cluster on a
 // seeded random schedule, one at a time, healing the cluster after each:
 // SIGKILL and restart of a leader, a follower, a random node or a whole
-// group, and SIGSTOP of a leader for a few seconds. The same seed gives the
+// group, SIGSTOP of a leader for a few seconds, a node (the leader half the
+// time) cut from the rest of its group and from clients in both directions,
+// and a node whose every connection is slowed. Partitions and latency need
+// the clusters' proxies (Cluster.UseProxies). The same seed gives the
 // same choices (the timing of the processes differs from run to run).
 type Chaos struct {
 	t      testLog
@@ -59,10 +62,12 @@ type fault struct {
 var (
 	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false}
 	otherFaults     = []fault{
-		{"kill-follower", 30, (*Chaos).killFollower, false},
-		{"kill-random", 20, (*Chaos).killRandom, false},
-		{"kill-group", 10, (*Chaos).killGroup, true},
-		{"pause-leader", 40, (*Chaos).pauseLeader, false},
+		{"kill-follower", 20, (*Chaos).killFollower, false},
+		{"kill-random", 10, (*Chaos).killRandom, false},
+		{"kill-group", 5, (*Chaos).killGroup, true},
+		{"pause-leader", 20, (*Chaos).pauseLeader, false},
+		{"partition", 35, (*Chaos).partition, false},
+		{"slow-node", 10, (*Chaos).slowNode, false},
 	}
 )
 
@@ -231,6 +236,60 @@ func (ch *Chaos) pauseLeader(c *Cluster) string {
 	}
 	l.Resume()
 	return fmt.Sprintf("SIGSTOP %s (leader in term %d) for %s", l.ID, term, d)
+}
+
+// partition cuts one node of the group (the leader half the time) from the
+// others and from clients, in both directions, for 3–6 s: its proxies
+// refuse every connection, and the others' Raft proxies refuse its.
+func (ch *Chaos) partition(c *Cluster) string {
+	l, term := ch.leader(c)
+	nodes := c.Nodes()
+	victim := l
+	if ch.rng.IntN(2) == 0 {
+		victim = nodes[ch.rng.IntN(len(nodes))]
+	}
+	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
+	at := time.Now()
+	for _, n := range nodes {
+		if n == victim {
+			n.ClientProxy.Refuse(func(string) bool { return true })
+			n.RaftProxy.Refuse(func(string) bool { return true })
+		} else {
+			n.RaftProxy.Refuse(func(src string) bool { return src == victim.IP })
+		}
+	}
+	if victim == l {
+		ch.awaitNewLeader(c, term, at)
+	}
+	if rest := d - time.Since(at); rest > 0 {
+		timer := time.NewTimer(rest)
+		<-timer.C
+	}
+	for _, n := range nodes {
+		n.ClientProxy.Refuse(nil)
+		n.RaftProxy.Refuse(nil)
+	}
+	role := "follower"
+	if victim == l {
+		role = fmt.Sprintf("leader in term %d", term)
+	}
+	return fmt.Sprintf("cut %s (%s) off for %s", victim.ID, role, d)
+}
+
+// slowNode adds 20–150 ms to every chunk through one node's proxies, both
+// ways, for 3–6 s.
+func (ch *Chaos) slowNode(c *Cluster) string {
+	nodes := c.Nodes()
+	n := nodes[ch.rng.IntN(len(nodes))]
+	lat := time.Duration(20+ch.rng.IntN(130)) * time.Millisecond
+	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
+	n.ClientProxy.SetLatency(lat)
+	n.RaftProxy.SetLatency(lat)
+	timer := time.NewTimer(d)
+	<-timer.C
+	n.ClientProxy.SetLatency(0)
+	n.RaftProxy.SetLatency(0)
+	return fmt.Sprintf("%s slowed by %s for %s", n.ID, lat, d)
 }
 
 // heal restarts the group's stopped nodes and waits until every node names

@@ -38,19 +38,22 @@ func chaosSettings(t *testing.T) (time.Duration, uint64) {
 }
 
 // TestChaos runs a metaserver group and two broker groups of three
-// processes each under producers (synchronous and asynchronous, a tenth of
-// the messages delayed by up to 8 s) and two consumer groups, while Chaos
-// kills and pauses leaders, followers and whole groups. It then checks the
+// processes each, behind proxies, under producers (synchronous and
+// asynchronous, a tenth of the messages delayed by up to 8 s) and two
+// consumer groups, while Chaos kills, pauses, partitions and slows leaders,
+// followers and whole groups. It then checks the
 // history: nothing acknowledged lost, nothing unexpected, nothing delivered
 // early; and that every broker group's replicas hold byte-identical logs.
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
 	t.Logf("chaos: seed %d, duration %s (reproduce: make chaos SEED=%d DURATION=%s)", seed, d, seed, d)
 	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
+	meta.UseProxies()
 	meta.Form("", "m1", "m2", "m3")
 	var groups []*Cluster
 	for _, g := range []string{"g1", "g2"} {
 		c := NewCluster(t, g, "--meta", meta.ClientAddrs(), "--election-timeout", "500ms")
+		c.UseProxies()
 		c.Form(meta.ClientAddrs(), g+"a", g+"b", g+"c")
 		groups = append(groups, c)
 	}
@@ -124,6 +127,9 @@ func TestChaos(t *testing.T) {
 	}
 	if want := int(d / (15 * time.Second)); ch.Counts["kill-leader"] < want {
 		t.Fatalf("%d leader kills in %s, want at least %d", ch.Counts["kill-leader"], d, want)
+	}
+	if want := int(d / time.Minute); ch.Counts["partition"] < want {
+		t.Fatalf("%d partitions in %s, want at least %d", ch.Counts["partition"], d, want)
 	}
 	for _, c := range groups {
 		c.SameReplicas(time.Minute)

@@ -113,13 +113,36 @@ var usedPorts struct {
 // that this test binary has not handed out before.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	return freeAddrOn(t, "127.0.0.1")
+}
+
+// nodeIPs hands out loopback IPs, one per proxied node.
+var nodeIPs struct {
+	sync.Mutex
+	next int
+}
+
+// nextNodeIP returns a loopback IP no other node of this test binary has:
+// 127.0.0.2, 127.0.0.3, …
+func nextNodeIP(t testing.TB) string {
+	nodeIPs.Lock()
+	defer nodeIPs.Unlock()
+	if nodeIPs.next >= 250 {
+		t.Fatal("out of loopback IPs for nodes")
+	}
+	nodeIPs.next++
+	return fmt.Sprintf("127.0.0.%d", nodeIPs.next+1)
+}
+
+func freeAddrOn(t testing.TB, ip string) string {
+	t.Helper()
 	usedPorts.Lock()
 	defer usedPorts.Unlock()
 	if usedPorts.m == nil {
 		usedPorts.m = map[string]bool{}
 	}
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			t.Fatalf("allocating a port: %v", err)
 		}
@@ -145,9 +168,17 @@ type Cluster struct {
 	qmqctl string
 	http   *http.Client
 
-	mu    sync.Mutex
-	nodes []*Node
+	mu      sync.Mutex
+	nodes   []*Node
+	proxied bool // nodes get an IP of their own and proxies in front (UseProxies)
 }
+
+// UseProxies gives every node started from now on a loopback IP of its own,
+// from which it also dials its peers, and a Proxy in front of its client
+// and Raft ports: ClientAddr and RaftAddr are the proxies', the node
+// listens behind them. Partitions and added latency then act on the
+// proxies (Node.ClientProxy, Node.RaftProxy).
+func (c *Cluster) UseProxies() { c.proxied = true }
 
 // Node is one qmqd process slot: its addresses and data survive Kill and
 // Restart.
@@ -158,6 +189,11 @@ type Node struct {
 	HTTPAddr   string
 	DataDir    string
 	LogPath    string
+	// With proxies (Cluster.UseProxies): the node's own loopback IP, the
+	// addresses it listens on behind its proxies, and the proxies.
+	IP                     string
+	ClientBind, RaftBind   string
+	ClientProxy, RaftProxy *Proxy
 
 	c         *Cluster
 	bootstrap bool // only the first start passes --bootstrap
@@ -243,6 +279,9 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 		DataDir: filepath.Join(c.dir, id, "data"), LogPath: filepath.Join(c.dir, id, "qmqd.log"),
 		c: c, bootstrap: bootstrap,
 	}
+	if c.proxied {
+		n.proxy()
+	}
 	if err := os.MkdirAll(filepath.Dir(n.LogPath), 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -251,6 +290,27 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 	c.mu.Unlock()
 	n.start()
 	return n
+}
+
+// proxy gives the node its own IP and puts proxies in front of its ports;
+// they live as long as the test.
+func (n *Node) proxy() {
+	t := n.c.t
+	n.IP = nextNodeIP(t)
+	n.HTTPAddr = freeAddrOn(t, n.IP)
+	n.ClientBind, n.RaftBind = freeAddrOn(t, n.IP), freeAddrOn(t, n.IP)
+	var err error
+	if n.ClientProxy, err = NewProxy(freeAddrOn(t, n.IP), n.ClientBind); err != nil {
+		t.Fatalf("proxy for %s: %v", n.ID, err)
+	}
+	if n.RaftProxy, err = NewProxy(freeAddrOn(t, n.IP), n.RaftBind); err != nil {
+		t.Fatalf("proxy for %s: %v", n.ID, err)
+	}
+	n.ClientAddr, n.RaftAddr = n.ClientProxy.Addr(), n.RaftProxy.Addr()
+	t.Cleanup(func() {
+		n.ClientProxy.Close()
+		n.RaftProxy.Close()
+	})
 }
 
 // Node returns the node named id, or nil.
@@ -288,7 +348,12 @@ func (n *Node) Args() []string {
 	if n.c.meta {
 		args = []string{"meta"}
 	}
-	args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr)
+	if n.IP != "" {
+		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientBind, "--advertise", n.ClientAddr,
+			"--raft", n.RaftBind, "--raft-advertise", n.RaftAddr, "--http", n.HTTPAddr)
+	} else {
+		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr)
+	}
 	n.c.mu.Lock()
 	first := n.starts == 0
 	n.c.mu.Unlock()

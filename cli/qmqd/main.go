@@ -179,6 +179,7 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT`: an IP address the other members dial"},
 		&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
 		&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
+		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft `HOST:PORT` the other members dial, if not --raft (a proxy in front)"},
 		&cli.BoolFlag{Name: "bootstrap", Usage: "start " + group + " with this node as its only voter (ignored once it has data)"},
 		&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
 	}
@@ -187,7 +188,8 @@ func nodeFlags(group string) []cli.Flag {
 // nodeConfig reads nodeFlags.
 func nodeConfig(c *cli.Context) server.NodeConfig {
 	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
-		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap")}
+		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
+		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap")}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

@@ -1,0 +1,149 @@
+package test
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy forwards TCP connections from its listening address to a target,
+// and cuts or slows them on command: the chaos run puts one in front of
+// every node's client and Raft ports. Each node listens and dials from a
+// loopback IP of its own (127.0.0.x), so a proxy knows which node a
+// connection comes from.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	refuse  func(srcIP string) bool // nil: refuse nothing
+	latency time.Duration           // added to every chunk forwarded, each way
+	conns   map[*proxied]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type proxied struct {
+	srcIP          string
+	client, server net.Conn
+}
+
+func (p *proxied) close() {
+	p.client.Close()
+	p.server.Close()
+}
+
+// NewProxy listens on listen and forwards to target.
+func NewProxy(listen, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[*proxied]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr returns the address the proxy listens on.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Refuse makes the proxy refuse (and cut) connections from the source IPs
+// refuse says yes to; nil lets everything through again.
+func (p *Proxy) Refuse(refuse func(srcIP string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = refuse
+	for c := range p.conns {
+		if refuse != nil && refuse(c.srcIP) {
+			c.close()
+		}
+	}
+}
+
+// SetLatency delays every chunk forwarded, in both directions, by d.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = d
+	p.mu.Unlock()
+}
+
+// Close stops listening and cuts every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.close()
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		src := client.RemoteAddr().(*net.TCPAddr).IP.String()
+		p.mu.Lock()
+		refused := p.closed || (p.refuse != nil && p.refuse(src))
+		p.mu.Unlock()
+		if refused {
+			client.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.forward(client, src)
+	}
+}
+
+func (p *Proxy) forward(client net.Conn, src string) {
+	defer p.wg.Done()
+	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	c := &proxied{srcIP: src, client: client, server: server}
+	p.mu.Lock()
+	if p.closed || (p.refuse != nil && p.refuse(src)) {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	var both sync.WaitGroup
+	both.Add(2)
+	go func() { defer both.Done(); p.pipe(server, client); c.close() }()
+	go func() { defer both.Done(); p.pipe(client, server); c.close() }()
+	both.Wait()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// pipe copies src to dst, chunk by chunk, each after the current latency.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			d := p.latency
+			p.mu.Unlock()
+			if d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or a cut: the caller closes both sides
+		}
+	}
+}

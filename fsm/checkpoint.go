@@ -309,3 +309,28 @@ func writeFileAtomic(dir, name string, data []byte) error {
 	}
 	return syncDir(dir)
 }
+
+// DurableEnds is where a stopped state machine's logs were made durable:
+// what its checkpoint records. Bytes past these ends were never promised
+// durable (a crash may tear them), and opening cuts them off.
+type DurableEnds struct {
+	Messages int64
+	// Schedule gives, by hour directory name (2026113014), where that
+	// hour's records end.
+	Schedule map[string]int64
+}
+
+// ReadDurableEnds reads the checkpoint of the state machine in dir (the
+// Dir of its Config). Tools and tests use it; it must not run while the
+// state machine is open.
+func ReadDurableEnds(dir string) (DurableEnds, error) {
+	c, err := readCheckpoint(filepath.Join(dir, dataDir))
+	if err != nil {
+		return DurableEnds{}, err
+	}
+	out := DurableEnds{Messages: c.ends.messages, Schedule: map[string]int64{}}
+	for hour, e := range c.ends.hours {
+		out.Schedule[delaywheel.HourName(hour)] = e.Records
+	}
+	return out, nil
+}

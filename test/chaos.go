@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -18,7 +22,8 @@ import (
 // SIGKILL and restart of a leader, a follower, a random node or a whole
 // group, SIGSTOP of a leader for a few seconds, a node (the leader half the
 // time) cut from the rest of its group and from clients in both directions,
-// and a node whose every connection is slowed. Partitions and latency need
+// a node whose every connection is slowed, and a node killed and restarted
+// with the tail of a log torn past its checkpoint. Partitions and latency need
 // the clusters' proxies (Cluster.UseProxies). The same seed gives the
 // same choices (the timing of the processes differs from run to run).
 type Chaos struct {
@@ -68,6 +73,7 @@ var (
 		{"pause-leader", 20, (*Chaos).pauseLeader, false},
 		{"partition", 35, (*Chaos).partition, false},
 		{"slow-node", 10, (*Chaos).slowNode, false},
+		{"torn-write", 15, (*Chaos).tornWrite, true},
 	}
 )
 
@@ -353,4 +359,78 @@ func (ch *Chaos) Summary() string {
 			un[len(un)/2].Round(time.Millisecond), un[len(un)-1].Round(time.Millisecond), len(un))
 	}
 	return s
+}
+
+// tornWrite kills a node, tears the tail of its newest message-log segment
+// or of a schedule hour's newest records segment past what its checkpoint
+// made durable (what a crash could tear), by truncating it or overwriting
+// it with random bytes, and restarts it: the node must cut the tail off
+// and replay it from Raft.
+func (ch *Chaos) tornWrite(c *Cluster) string {
+	nodes := c.Nodes()
+	n := nodes[ch.rng.IntN(len(nodes))]
+	l, term := ch.leader(c)
+	at := time.Now()
+	n.Kill()
+	if n == l {
+		ch.awaitNewLeader(c, term, at)
+	}
+	fsmDir := filepath.Join(n.DataDir, "fsm")
+	ends, err := fsm.ReadDurableEnds(fsmDir)
+	if err != nil {
+		ch.t.Fatalf("torn write on %s: %v", n.ID, err)
+	}
+	dir, durable := filepath.Join(fsmDir, "data", "messages"), ends.Messages
+	if len(ends.Schedule) > 0 && ch.rng.IntN(3) == 0 {
+		var hours []string
+		for h := range ends.Schedule {
+			hours = append(hours, h)
+		}
+		sort.Strings(hours)
+		h := hours[ch.rng.IntN(len(hours))]
+		dir, durable = filepath.Join(fsmDir, "data", "schedule", h), ends.Schedule[h]
+	}
+	what := ch.tear(dir, durable)
+	n.Restart()
+	return fmt.Sprintf("%s: %s", n.ID, what)
+}
+
+// tear damages the newest segment in dir past logical offset durable.
+func (ch *Chaos) tear(dir string, durable int64) string {
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(segs) == 0 {
+		return "no segment in " + filepath.Base(dir)
+	}
+	sort.Strings(segs)
+	path := segs[len(segs)-1]
+	base, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(path), ".seg"), 10, 64)
+	fi, serr := os.Stat(path)
+	if err != nil || serr != nil {
+		ch.t.Fatalf("tear %s: %v %v", path, err, serr)
+	}
+	const header = 16 // a segment's header; offsets count records only
+	from := max(durable-base, 0) + header
+	if fi.Size() <= from {
+		return "nothing past the checkpoint in " + filepath.Base(dir)
+	}
+	cut := from + ch.rng.Int64N(fi.Size()-from)
+	if ch.rng.IntN(2) == 0 {
+		if err := os.Truncate(path, cut); err != nil {
+			ch.t.Fatalf("tear %s: %v", path, err)
+		}
+		return fmt.Sprintf("truncated %s/%s by %d bytes (past its checkpoint)", filepath.Base(dir), filepath.Base(path), fi.Size()-cut)
+	}
+	junk := make([]byte, fi.Size()-cut)
+	for i := range junk {
+		junk[i] = byte(ch.rng.IntN(256))
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteAt(junk, cut)
+		f.Close()
+	}
+	if err != nil {
+		ch.t.Fatalf("tear %s: %v", path, err)
+	}
+	return fmt.Sprintf("overwrote the last %d bytes of %s/%s (past its checkpoint)", len(junk), filepath.Base(dir), filepath.Base(path))
 }

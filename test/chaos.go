@@ -201,6 +201,12 @@ func (ch *Chaos) killFollower(c *Cluster) string {
 }
 
 func (ch *Chaos) killRandom(c *Cluster) string {
+	return fmt.Sprintf("SIGKILL %s", ch.killAny(c).ID)
+}
+
+// killAny SIGKILLs a random node of the group and, if it led, waits for
+// the next leader; it returns the node.
+func (ch *Chaos) killAny(c *Cluster) *Node {
 	nodes := c.Nodes()
 	n := nodes[ch.rng.IntN(len(nodes))]
 	l, term := ch.leader(c)
@@ -209,7 +215,7 @@ func (ch *Chaos) killRandom(c *Cluster) string {
 	if n == l {
 		ch.awaitNewLeader(c, term, at)
 	}
-	return fmt.Sprintf("SIGKILL %s", n.ID)
+	return n
 }
 
 // killGroup kills every node of the group, then restarts them all.
@@ -367,14 +373,7 @@ func (ch *Chaos) Summary() string {
 // it with random bytes, and restarts it: the node must cut the tail off
 // and replay it from Raft.
 func (ch *Chaos) tornWrite(c *Cluster) string {
-	nodes := c.Nodes()
-	n := nodes[ch.rng.IntN(len(nodes))]
-	l, term := ch.leader(c)
-	at := time.Now()
-	n.Kill()
-	if n == l {
-		ch.awaitNewLeader(c, term, at)
-	}
+	n := ch.killAny(c)
 	fsmDir := filepath.Join(n.DataDir, "fsm")
 	ends, err := fsm.ReadDurableEnds(fsmDir)
 	if err != nil {

@@ -33,10 +33,13 @@ type Chaos struct {
 	groups []*Cluster
 	start  time.Time
 
-	mu          sync.Mutex
-	Schedule    []string       // every fault applied, with its time since the start
-	Counts      map[string]int // faults applied, by kind
-	Unavailable []time.Duration
+	mu       sync.Mutex
+	Schedule []string       // every fault applied, with its time since the start
+	Counts   map[string]int // faults applied, by kind
+	// Unavailable holds, by fault kind, how long sends to a group were
+	// refused after each leader loss.
+	Unavailable map[string][]time.Duration
+	current     string // the kind of the fault being applied
 }
 
 // testLog is what Chaos needs of a testing.TB.
@@ -50,7 +53,7 @@ type testLog interface {
 // metaserver group.
 func NewChaos(t testLog, seed uint64, meta *Cluster, groups ...*Cluster) *Chaos {
 	return &Chaos{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), meta: meta, groups: groups,
-		start: time.Now(), Counts: map[string]int{}}
+		start: time.Now(), Counts: map[string]int{}, Unavailable: map[string][]time.Duration{}}
 }
 
 // fault is one kind of fault: it is applied to a group and returns once
@@ -101,6 +104,7 @@ func (ch *Chaos) Run(d time.Duration) {
 		if ch.meta != nil && !f.broker && ch.rng.IntN(5) == 0 {
 			c = ch.meta
 		}
+		ch.current = f.name
 		what := f.apply(ch, c)
 		ch.record(f.name, c.Group+": "+what)
 		ch.heal(c)
@@ -175,7 +179,7 @@ func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
 		<-timer.C
 	}
 	ch.mu.Lock()
-	ch.Unavailable = append(ch.Unavailable, time.Since(since))
+	ch.Unavailable[ch.current] = append(ch.Unavailable[ch.current], time.Since(since))
 	ch.mu.Unlock()
 }
 
@@ -347,22 +351,26 @@ func (ch *Chaos) heal(c *Cluster) {
 	})
 }
 
-// Summary describes the run: faults by kind, and the longest time sends
-// were refused after a fault.
+// Summary describes the run: faults by kind, and by kind of fault how long
+// sends were refused after a leader loss.
 func (ch *Chaos) Summary() string {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	var kinds []string
+	var kinds, refused []string
 	for k, n := range ch.Counts {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
+	for k, d := range ch.Unavailable {
+		un := append([]time.Duration(nil), d...)
+		sort.Slice(un, func(i, j int) bool { return un[i] < un[j] })
+		refused = append(refused, fmt.Sprintf("after %s median %s, longest %s (%d)",
+			k, un[len(un)/2].Round(time.Millisecond), un[len(un)-1].Round(time.Millisecond), len(un)))
+	}
 	sort.Strings(kinds)
-	un := append([]time.Duration(nil), ch.Unavailable...)
-	sort.Slice(un, func(i, j int) bool { return un[i] < un[j] })
+	sort.Strings(refused)
 	s := fmt.Sprintf("%d faults (%s)", len(ch.Schedule), strings.Join(kinds, ", "))
-	if len(un) > 0 {
-		s += fmt.Sprintf("; sends refused after a leader loss: median %s, longest %s (%d measured)",
-			un[len(un)/2].Round(time.Millisecond), un[len(un)-1].Round(time.Millisecond), len(un))
+	if len(refused) > 0 {
+		s += "; sends refused " + strings.Join(refused, "; ")
 	}
 	return s
 }

@@ -99,7 +99,7 @@ func (b *batcher) commit(calls []*sendCall, count int) {
 	for _, c := range calls {
 		msgs = append(msgs, c.msgs...)
 	}
-	cmd := &fsm.Append{Now: b.n.cfg.Now().UnixMilli(), Messages: msgs}
+	cmd := &fsm.Append{Now: b.n.clock.now().UnixMilli(), Messages: msgs}
 	future := b.n.applyAsync(cmd.Encode())
 	b.n.metrics.batchSize.Observe(float64(count))
 	go func() {

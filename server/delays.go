@@ -89,7 +89,7 @@ func (n *Node) runDelays(ctx context.Context) {
 func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 	inbox.take() // the load below reads all of these
 	start := time.Now()
-	s, err := delaywheel.NewScheduler(scheduleSource{n.fsm}, n.cfg.Now().UnixMilli(), n.fsm.PendingHours())
+	s, err := delaywheel.NewScheduler(scheduleSource{n.fsm}, n.clock.now().UnixMilli(), n.fsm.PendingHours())
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 		for _, e := range inbox.take() {
 			s.Add(e)
 		}
-		now := n.cfg.Now().UnixMilli()
+		now := n.clock.now().UnixMilli()
 		if due, err = s.Due(now, due[:0]); err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (n *Node) fire(ctx context.Context, now int64, entries []delaywheel.Entry) 
 	for _, subject := range res.Subjects {
 		n.notify.kick(subject)
 	}
-	committed := n.cfg.Now()
+	committed := n.clock.now()
 	for _, e := range entries {
 		n.metrics.delayLateness.Observe(committed.Sub(time.UnixMilli(e.At)).Seconds())
 	}

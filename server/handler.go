@@ -64,7 +64,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(req.Messages))}
 	// A delivery time too far ahead is refused here, per message.
-	limit := n.cfg.Now().Add(n.cfg.MaxDelay).UnixMilli()
+	limit := n.clock.now().Add(n.cfg.MaxDelay).UnixMilli()
 	var accepted []*logs.Message
 	var at []int // accepted[j] is req.Messages[at[j]]
 	for i, m := range req.Messages {
@@ -131,7 +131,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 		n.sessions.touch(id)
 		changed := n.notify.wait(req.Subject)
 		pctx, cancel := n.requestContext(ctx)
-		cmd := &fsm.Pull{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max, Resend: true, From: req.From}
+		cmd := &fsm.Pull{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max, Resend: true, From: req.From}
 		resp, err := n.propose(pctx, cmd.Encode())
 		cancel()
 		if err != nil {
@@ -190,7 +190,7 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Ack{Now: n.cfg.Now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
 	for _, r := range req.Ranges {
 		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: r.First, Last: r.Last})
 	}
@@ -231,7 +231,7 @@ func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID,
 // retention removed before they could be delivered: nobody can process
 // them, and left unacked they would hold the consumer's ack position back.
 func (n *Node) ackGone(subject string, id fsm.ConsumerID, seqs []int64) {
-	cmd := &fsm.Ack{Now: n.cfg.Now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer}
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer}
 	for _, s := range seqs {
 		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: s, Last: s})
 	}

@@ -162,6 +162,7 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 
 // startLeading starts the broker leader's work for one term.
 func (n *Node) startLeading(ctx context.Context) {
+	n.clock.start()
 	n.goLoop(func() { n.sessions.run(ctx) })
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
 	n.goLoop(func() { n.runDelays(ctx) })

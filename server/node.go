@@ -28,6 +28,7 @@ type Node struct {
 	batcher  *batcher
 	sessions *sessions
 	inbox    atomic.Pointer[scheduleInbox] // the leading term's, else nil
+	clock    termClock                     // what the leader stamps and fires by
 	notify   *notifier
 	metrics  *metrics
 }
@@ -41,6 +42,7 @@ func New(cfg Config) (_ *Node, err error) {
 	// deferred Close below must still see the node.
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group)}
 	n.host = newHost(n.log)
+	n.clock.wall = cfg.Now
 	defer func() {
 		if err != nil {
 			n.Close()

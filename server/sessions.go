@@ -25,7 +25,7 @@ func newSessions(n *Node) *sessions {
 }
 
 func (s *sessions) touch(id fsm.ConsumerID) {
-	now := s.n.cfg.Now()
+	now := s.n.clock.now()
 	s.mu.Lock()
 	s.seen[id] = now
 	s.mu.Unlock()
@@ -40,7 +40,7 @@ func (s *sessions) run(ctx context.Context) {
 			return
 		}
 	}
-	now := s.n.cfg.Now()
+	now := s.n.clock.now()
 	s.mu.Lock()
 	for _, id := range s.n.fsm.ConsumersWithUnacked() {
 		if _, ok := s.seen[id]; !ok {
@@ -68,7 +68,7 @@ func (s *sessions) run(ctx context.Context) {
 }
 
 func (s *sessions) expired() []fsm.ConsumerID {
-	cutoff := s.n.cfg.Now().Add(-s.n.cfg.SessionTimeout)
+	cutoff := s.n.clock.now().Add(-s.n.cfg.SessionTimeout)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []fsm.ConsumerID
@@ -82,7 +82,7 @@ func (s *sessions) expired() []fsm.ConsumerID {
 }
 
 func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID) {
-	cmd := &fsm.Reclaim{Now: s.n.cfg.Now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer}
+	cmd := &fsm.Reclaim{Now: s.n.clock.now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer}
 	resp, err := s.n.propose(ctx, cmd.Encode())
 	if err != nil {
 		s.n.log.Warn("reclaiming an expired consumer; will retry", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)

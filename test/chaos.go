@@ -23,7 +23,8 @@ import (
 // group, SIGSTOP of a leader for a few seconds, a node (the leader half the
 // time) cut from the rest of its group and from clients in both directions,
 // a node whose every connection is slowed, and a node killed and restarted
-// with the tail of a log torn past its checkpoint. Partitions and latency need
+// with the tail of a log torn past its checkpoint, and a leader's clock
+// jumping forward or back. Partitions and latency need
 // the clusters' proxies (Cluster.UseProxies). The same seed gives the
 // same choices (the timing of the processes differs from run to run).
 type Chaos struct {
@@ -77,6 +78,7 @@ var (
 		{"partition", 35, (*Chaos).partition, false},
 		{"slow-node", 10, (*Chaos).slowNode, false},
 		{"torn-write", 15, (*Chaos).tornWrite, true},
+		{"clock-jump", 15, (*Chaos).clockJump, true},
 	}
 )
 
@@ -290,6 +292,22 @@ func (ch *Chaos) partition(c *Cluster) string {
 		role = fmt.Sprintf("leader in term %d", term)
 	}
 	return fmt.Sprintf("cut %s (%s) off for %s", victim.ID, role, d)
+}
+
+// clockJump moves a broker group leader's clock 2–30 s forward or back
+// for 3–6 s: no delayed message may fire early, and nothing may be lost.
+func (ch *Chaos) clockJump(c *Cluster) string {
+	l, _ := ch.leader(c)
+	j := time.Duration(2000+ch.rng.IntN(28000)) * time.Millisecond
+	if ch.rng.IntN(2) == 0 {
+		j = -j
+	}
+	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
+	l.SetClockOffset(j)
+	timer := time.NewTimer(d)
+	<-timer.C
+	l.SetClockOffset(0)
+	return fmt.Sprintf("%s's clock (the leader's) moved %s for %s", l.ID, j, d)
 }
 
 // slowNode adds 20–150 ms to every chunk through one node's proxies, both

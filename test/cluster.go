@@ -194,6 +194,9 @@ type Node struct {
 	IP                     string
 	ClientBind, RaftBind   string
 	ClientProxy, RaftProxy *Proxy
+	// ClockFile, for a proxied broker node, holds an offset added to its
+	// clock (SetClockOffset).
+	ClockFile string
 
 	c         *Cluster
 	bootstrap bool // only the first start passes --bootstrap
@@ -307,10 +310,25 @@ func (n *Node) proxy() {
 		t.Fatalf("proxy for %s: %v", n.ID, err)
 	}
 	n.ClientAddr, n.RaftAddr = n.ClientProxy.Addr(), n.RaftProxy.Addr()
+	if !n.c.meta {
+		n.ClockFile = filepath.Join(filepath.Dir(n.LogPath), "clock-offset")
+	}
 	t.Cleanup(func() {
 		n.ClientProxy.Close()
 		n.RaftProxy.Close()
 	})
+}
+
+// SetClockOffset makes the proxied broker node's clock read d ahead of
+// the machine's (behind, for a negative d) within 100 ms.
+func (n *Node) SetClockOffset(d time.Duration) {
+	n.c.t.Helper()
+	if n.ClockFile == "" {
+		n.c.t.Fatalf("node %s has no clock offset file (a proxied broker node has)", n.ID)
+	}
+	if err := os.WriteFile(n.ClockFile, []byte(d.String()), 0o644); err != nil {
+		n.c.t.Fatal(err)
+	}
 }
 
 // Node returns the node named id, or nil.
@@ -351,6 +369,9 @@ func (n *Node) Args() []string {
 	if n.IP != "" {
 		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientBind, "--advertise", n.ClientAddr,
 			"--raft", n.RaftBind, "--raft-advertise", n.RaftAddr, "--http", n.HTTPAddr)
+		if n.ClockFile != "" {
+			args = append(args, "--clock-offset-file", n.ClockFile)
+		}
 	} else {
 		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr)
 	}

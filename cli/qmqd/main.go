@@ -147,6 +147,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			maxDelayFlag,
+			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
 		),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -157,6 +158,9 @@ func brokerCommand() *cli.Command {
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout, cfg.MaxDelay = c.Duration("session-timeout"), c.Duration("max-delay")
+			if path := c.String("clock-offset-file"); path != "" {
+				cfg.Now = fileClock(path, logger)
+			}
 			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			n, err := server.New(cfg)
 			if err != nil {

@@ -66,26 +66,26 @@ type fault struct {
 	broker bool                               // broker groups only
 }
 
-// killLeaderFault is every other fault; the others are drawn from
-// otherFaults by weight.
+// killLeaderFault is every other fault and partitionFault every fourth;
+// the others are drawn from otherFaults by weight.
 var (
 	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false}
+	partitionFault  = fault{"partition", 0, (*Chaos).partition, false}
 	otherFaults     = []fault{
 		{"kill-follower", 20, (*Chaos).killFollower, false},
 		{"kill-random", 10, (*Chaos).killRandom, false},
 		{"kill-group", 5, (*Chaos).killGroup, true},
 		{"pause-leader", 20, (*Chaos).pauseLeader, false},
-		{"partition", 35, (*Chaos).partition, false},
 		{"slow-node", 10, (*Chaos).slowNode, false},
 		{"torn-write", 15, (*Chaos).tornWrite, true},
 		{"clock-jump", 15, (*Chaos).clockJump, true},
 	}
 )
 
-// Run applies faults until d has passed, every other one a leader kill:
-// each to a random group (the metaserver's one time in five), then
-// restarts what it stopped, waits for every node to catch up, and pauses
-// for 0.5–2 s.
+// Run applies faults until d has passed, every other one a leader kill and
+// every fourth a partition: each to a random group (the metaserver's one
+// time in five), then restarts what it stopped, waits for every node to
+// catch up, and pauses for 0.5–2 s.
 func (ch *Chaos) Run(d time.Duration) {
 	total := 0
 	for _, f := range otherFaults {
@@ -93,7 +93,10 @@ func (ch *Chaos) Run(d time.Duration) {
 	}
 	for i, deadline := 0, time.Now().Add(d); time.Now().Before(deadline); i++ {
 		f := killLeaderFault
-		if i%2 == 1 {
+		switch {
+		case i%4 == 1:
+			f = partitionFault
+		case i%4 == 3:
 			pick := ch.rng.IntN(total)
 			for _, f = range otherFaults {
 				if pick < f.weight {

@@ -4,29 +4,26 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// Chaos applies faults from a catalogue to the groups of a cluster on a
-// seeded random schedule, one at a time, healing the cluster after each:
-// SIGKILL and restart of a leader, a follower, a random node or a whole
-// group, SIGSTOP of a leader for a few seconds, a node (the leader half the
-// time) cut from the rest of its group and from clients in both directions,
-// a node whose every connection is slowed, and a node killed and restarted
-// with the tail of a log torn past its checkpoint, and a leader's clock
-// jumping forward or back. Partitions and latency need
-// the clusters' proxies (Cluster.UseProxies). The same seed gives the
-// same choices (the timing of the processes differs from run to run).
+// Chaos applies faults from a catalogue (chaos_faults.go) to the groups of
+// a cluster on a seeded random schedule, one at a time, healing the
+// cluster after each: SIGKILL and restart of a leader, a follower, a random
+// node or a whole group; SIGSTOP of a leader for a few seconds; a node (the
+// leader half the time) cut from the rest of its group and from clients in
+// both directions; a node whose every connection is slowed; a node killed
+// and restarted with the tail of a log torn past its checkpoint; and a
+// leader's clock jumping forward or back. Partitions, latency and clock
+// jumps need the clusters' proxies (Cluster.UseProxies). The same seed
+// gives the same choices (the timing of the processes differs from run to
+// run).
 type Chaos struct {
 	t      testLog
 	rng    *rand.Rand
@@ -188,147 +185,6 @@ func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
 	ch.mu.Unlock()
 }
 
-func (ch *Chaos) killLeader(c *Cluster) string {
-	l, term := ch.leader(c)
-	at := time.Now()
-	l.Kill()
-	ch.awaitNewLeader(c, term, at)
-	return fmt.Sprintf("SIGKILL %s (leader in term %d)", l.ID, term)
-}
-
-func (ch *Chaos) killFollower(c *Cluster) string {
-	l, _ := ch.leader(c)
-	var followers []*Node
-	for _, n := range c.Nodes() {
-		if n != l {
-			followers = append(followers, n)
-		}
-	}
-	f := followers[ch.rng.IntN(len(followers))]
-	f.Kill()
-	return fmt.Sprintf("SIGKILL %s (follower)", f.ID)
-}
-
-func (ch *Chaos) killRandom(c *Cluster) string {
-	return fmt.Sprintf("SIGKILL %s", ch.killAny(c).ID)
-}
-
-// killAny SIGKILLs a random node of the group and, if it led, waits for
-// the next leader; it returns the node.
-func (ch *Chaos) killAny(c *Cluster) *Node {
-	nodes := c.Nodes()
-	n := nodes[ch.rng.IntN(len(nodes))]
-	l, term := ch.leader(c)
-	at := time.Now()
-	n.Kill()
-	if n == l {
-		ch.awaitNewLeader(c, term, at)
-	}
-	return n
-}
-
-// killGroup kills every node of the group, then restarts them all.
-func (ch *Chaos) killGroup(c *Cluster) string {
-	_, term := ch.leader(c)
-	at := time.Now()
-	var ids []string
-	for _, n := range c.Nodes() {
-		n.Kill()
-		ids = append(ids, n.ID)
-	}
-	for _, n := range c.Nodes() {
-		n.Restart()
-	}
-	ch.awaitNewLeader(c, term, at)
-	return "SIGKILL " + strings.Join(ids, ", ") + ", then restart all"
-}
-
-// pauseLeader SIGSTOPs the leader for 2–5 s: the others elect a new one,
-// and the old one finds itself deposed when it resumes.
-func (ch *Chaos) pauseLeader(c *Cluster) string {
-	l, term := ch.leader(c)
-	d := time.Duration(2000+ch.rng.IntN(3000)) * time.Millisecond
-	at := time.Now()
-	l.Pause()
-	ch.awaitNewLeader(c, term, at)
-	if rest := d - time.Since(at); rest > 0 {
-		timer := time.NewTimer(rest)
-		<-timer.C
-	}
-	l.Resume()
-	return fmt.Sprintf("SIGSTOP %s (leader in term %d) for %s", l.ID, term, d)
-}
-
-// partition cuts one node of the group (the leader half the time) from the
-// others and from clients, in both directions, for 3–6 s: its proxies
-// refuse every connection, and the others' Raft proxies refuse its.
-func (ch *Chaos) partition(c *Cluster) string {
-	l, term := ch.leader(c)
-	nodes := c.Nodes()
-	victim := l
-	if ch.rng.IntN(2) == 0 {
-		victim = nodes[ch.rng.IntN(len(nodes))]
-	}
-	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
-	at := time.Now()
-	for _, n := range nodes {
-		if n == victim {
-			n.ClientProxy.Refuse(func(string) bool { return true })
-			n.RaftProxy.Refuse(func(string) bool { return true })
-		} else {
-			n.RaftProxy.Refuse(func(src string) bool { return src == victim.IP })
-		}
-	}
-	if victim == l {
-		ch.awaitNewLeader(c, term, at)
-	}
-	if rest := d - time.Since(at); rest > 0 {
-		timer := time.NewTimer(rest)
-		<-timer.C
-	}
-	for _, n := range nodes {
-		n.ClientProxy.Refuse(nil)
-		n.RaftProxy.Refuse(nil)
-	}
-	role := "follower"
-	if victim == l {
-		role = fmt.Sprintf("leader in term %d", term)
-	}
-	return fmt.Sprintf("cut %s (%s) off for %s", victim.ID, role, d)
-}
-
-// clockJump moves a broker group leader's clock 2–30 s forward or back
-// for 3–6 s: no delayed message may fire early, and nothing may be lost.
-func (ch *Chaos) clockJump(c *Cluster) string {
-	l, _ := ch.leader(c)
-	j := time.Duration(2000+ch.rng.IntN(28000)) * time.Millisecond
-	if ch.rng.IntN(2) == 0 {
-		j = -j
-	}
-	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
-	l.SetClockOffset(j)
-	timer := time.NewTimer(d)
-	<-timer.C
-	l.SetClockOffset(0)
-	return fmt.Sprintf("%s's clock (the leader's) moved %s for %s", l.ID, j, d)
-}
-
-// slowNode adds 20–150 ms to every chunk through one node's proxies, both
-// ways, for 3–6 s.
-func (ch *Chaos) slowNode(c *Cluster) string {
-	nodes := c.Nodes()
-	n := nodes[ch.rng.IntN(len(nodes))]
-	lat := time.Duration(20+ch.rng.IntN(130)) * time.Millisecond
-	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
-	n.ClientProxy.SetLatency(lat)
-	n.RaftProxy.SetLatency(lat)
-	timer := time.NewTimer(d)
-	<-timer.C
-	n.ClientProxy.SetLatency(0)
-	n.RaftProxy.SetLatency(0)
-	return fmt.Sprintf("%s slowed by %s for %s", n.ID, lat, d)
-}
-
 // heal restarts the group's stopped nodes and waits until every node names
 // the same leader and has applied what that leader had applied when the
 // wait began. (Applied, not committed: the entries Raft adds on its own,
@@ -394,71 +250,4 @@ func (ch *Chaos) Summary() string {
 		s += "; sends refused " + strings.Join(refused, "; ")
 	}
 	return s
-}
-
-// tornWrite kills a node, tears the tail of its newest message-log segment
-// or of a schedule hour's newest records segment past what its checkpoint
-// made durable (what a crash could tear), by truncating it or overwriting
-// it with random bytes, and restarts it: the node must cut the tail off
-// and replay it from Raft.
-func (ch *Chaos) tornWrite(c *Cluster) string {
-	n := ch.killAny(c)
-	fsmDir := filepath.Join(n.DataDir, "fsm")
-	ends, err := fsm.ReadDurableEnds(fsmDir)
-	if err != nil {
-		ch.t.Fatalf("torn write on %s: %v", n.ID, err)
-	}
-	dir, durable := filepath.Join(fsmDir, "data", "messages"), ends.Messages
-	if len(ends.Schedule) > 0 && ch.rng.IntN(3) == 0 {
-		var hours []string
-		for h := range ends.Schedule {
-			hours = append(hours, h)
-		}
-		sort.Strings(hours)
-		h := hours[ch.rng.IntN(len(hours))]
-		dir, durable = filepath.Join(fsmDir, "data", "schedule", h), ends.Schedule[h]
-	}
-	what := ch.tear(dir, durable)
-	n.Restart()
-	return fmt.Sprintf("%s: %s", n.ID, what)
-}
-
-// tear damages the newest segment in dir past logical offset durable.
-func (ch *Chaos) tear(dir string, durable int64) string {
-	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
-	if len(segs) == 0 {
-		return "no segment in " + filepath.Base(dir)
-	}
-	sort.Strings(segs)
-	path := segs[len(segs)-1]
-	base, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(path), ".seg"), 10, 64)
-	fi, serr := os.Stat(path)
-	if err != nil || serr != nil {
-		ch.t.Fatalf("tear %s: %v %v", path, err, serr)
-	}
-	const header = 16 // a segment's header; offsets count records only
-	from := max(durable-base, 0) + header
-	if fi.Size() <= from {
-		return "nothing past the checkpoint in " + filepath.Base(dir)
-	}
-	cut := from + ch.rng.Int64N(fi.Size()-from)
-	if ch.rng.IntN(2) == 0 {
-		if err := os.Truncate(path, cut); err != nil {
-			ch.t.Fatalf("tear %s: %v", path, err)
-		}
-		return fmt.Sprintf("truncated %s/%s by %d bytes (past its checkpoint)", filepath.Base(dir), filepath.Base(path), fi.Size()-cut)
-	}
-	junk := make([]byte, fi.Size()-cut)
-	for i := range junk {
-		junk[i] = byte(ch.rng.IntN(256))
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteAt(junk, cut)
-		f.Close()
-	}
-	if err != nil {
-		ch.t.Fatalf("tear %s: %v", path, err)
-	}
-	return fmt.Sprintf("overwrote the last %d bytes of %s/%s (past its checkpoint)", len(junk), filepath.Base(dir), filepath.Base(path))
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -563,11 +562,6 @@ func (s *Schedule) Close() error {
 		s.closeHour(hour)
 	}
 	return s.closeErr
-}
-
-// String names the schedule by its directory, for logs.
-func (s *Schedule) String() string {
-	return "schedule " + s.dir + " (" + strconv.Itoa(len(s.open)) + " hours open)"
 }
 
 // ValidHour reports whether a reference can name hour.

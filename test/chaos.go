@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq/logs"
@@ -25,7 +26,7 @@ import (
 // gives the same choices (the timing of the processes differs from run to
 // run).
 type Chaos struct {
-	t      testLog
+	t      testing.TB
 	rng    *rand.Rand
 	meta   *Cluster
 	groups []*Cluster
@@ -40,16 +41,9 @@ type Chaos struct {
 	current     string // the kind of the fault being applied
 }
 
-// testLog is what Chaos needs of a testing.TB.
-type testLog interface {
-	Helper()
-	Logf(string, ...any)
-	Fatalf(string, ...any)
-}
-
 // NewChaos returns a fault runner over the broker groups and the
 // metaserver group.
-func NewChaos(t testLog, seed uint64, meta *Cluster, groups ...*Cluster) *Chaos {
+func NewChaos(t testing.TB, seed uint64, meta *Cluster, groups ...*Cluster) *Chaos {
 	return &Chaos{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), meta: meta, groups: groups,
 		start: time.Now(), Counts: map[string]int{}, Unavailable: map[string][]time.Duration{}}
 }

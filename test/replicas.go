@@ -75,16 +75,16 @@ func sameFiles(files map[string]map[string][]byte) error {
 			first = id
 		}
 	}
-	for id, fs := range files {
+	for id, theirs := range files {
 		for rel, b := range files[first] {
-			if other, ok := fs[rel]; !ok {
+			if other, ok := theirs[rel]; !ok {
 				return fmt.Errorf("%s has %s, %s has not", first, rel, id)
 			} else if !bytes.Equal(b, other) {
 				return fmt.Errorf("%s differs between %s and %s (%d and %d bytes)", rel, first, id, len(b), len(other))
 			}
 		}
-		if len(fs) != len(files[first]) {
-			return fmt.Errorf("%s has %d files, %s has %d", id, len(fs), first, len(files[first]))
+		if len(theirs) != len(files[first]) {
+			return fmt.Errorf("%s has %d files, %s has %d", id, len(theirs), first, len(files[first]))
 		}
 	}
 	return nil

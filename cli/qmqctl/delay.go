@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"text/tabwriter"
@@ -60,21 +61,12 @@ func printDelays(out io.Writer, groups []transport.Delays) error {
 		}
 	}
 	fmt.Fprintf(w, "total\t\t\t%d\n\nHOUR (UTC)\tPENDING\n", total)
-	for _, h := range sortedKeys(hours) {
+	for _, h := range slices.Sorted(maps.Keys(hours)) {
 		fmt.Fprintf(w, "%s\t%d\n", h, hours[h])
 	}
 	fmt.Fprintln(w, "\nSUBJECT\tPENDING")
-	for _, s := range sortedKeys(subjects) {
+	for _, s := range slices.Sorted(maps.Keys(subjects)) {
 		fmt.Fprintf(w, "%s\t%d\n", s, subjects[s])
 	}
 	return w.Flush()
-}
-
-func sortedKeys(m map[string]int64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

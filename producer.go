@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
@@ -46,7 +47,19 @@ type producerOptions struct {
 // DefaultMaxDelay is two years (731 days): how far ahead a message may be
 // scheduled unless WithMaxDelay says otherwise. Brokers have the same
 // default (qmqd --max-delay).
-const DefaultMaxDelay = 731 * 24 * time.Hour
+const DefaultMaxDelay = limits.DefaultMaxDelay
+
+// MaxMessageSize is the largest message, in encoded bytes: its id,
+// subject, tags, properties and body with their length prefixes, and
+// about 30 bytes more. A message over it is refused with
+// ErrMessageTooLarge before it is sent (and by the broker). Each field has
+// its own limit too: a body of at most 8 MiB, 256 properties of at most
+// 64 KiB each.
+const MaxMessageSize = limits.MaxMessage
+
+// ErrMessageTooLarge means a message is over MaxMessageSize, or one of its
+// fields over its own limit.
+var ErrMessageTooLarge = logs.ErrMessageTooLarge
 
 // ErrDelayTooLong means a message's delivery time is further ahead than
 // the maximum delay. The send is refused; the time is never clamped.
@@ -112,9 +125,9 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.maxBatch <= 0 || o.maxBatch > fsm.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 || o.maxDelay <= 0 {
+	if o.maxBatch <= 0 || o.maxBatch > limits.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 || o.maxDelay <= 0 {
 		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d, timeout %s and maximum delay %s must be positive",
-			o.maxBatch, fsm.MaxBatchMessages, o.maxInflight, o.sendTimeout, o.maxDelay)
+			o.maxBatch, limits.MaxBatchMessages, o.maxInflight, o.sendTimeout, o.maxDelay)
 	}
 	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}

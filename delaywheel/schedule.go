@@ -109,6 +109,10 @@ const DispatchRecordSize = 16
 // ErrBusy means an hour is being read and cannot be removed now.
 var ErrBusy = errors.New("delaywheel: hour in use")
 
+// ErrHourFull means an hour's records reach the largest offset a reference
+// can name (16 TiB): nothing more can be scheduled in that hour.
+var ErrHourFull = errors.New("delaywheel: schedule hour full")
+
 // OpenSchedule opens the schedule log in dir, creating it. known names
 // every hour the caller's checkpoint holds, with where its logs ended then:
 // those hours are cut back to those ends when first opened, and every other
@@ -280,7 +284,7 @@ func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
 	}
 	off := h.records.Next()
 	if off > maxRefOffset {
-		return 0, fmt.Errorf("delaywheel: hour %s holds over %d bytes", HourName(hour), int64(maxRefOffset))
+		return 0, fmt.Errorf("%w: hour %s holds over %d bytes", ErrHourFull, HourName(hour), int64(maxRefOffset))
 	}
 	if _, err := h.records.Append(appendRecord(nil, off, at, m)); err != nil {
 		return 0, err

@@ -20,8 +20,8 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	scheduleAfter := max(c.Now, now-f.cfg.DedupWindow.Milliseconds())
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
 	for i, m := range c.Messages {
-		if err := CheckName("subject", m.Subject); err != nil {
-			res.Messages[i] = MessageResult{Status: Rejected, Seq: -1, Err: err}
+		if err := CheckMessage(m); err != nil {
+			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
 			continue
 		}
 		if off, dup := f.isDuplicate(m.ID); dup {

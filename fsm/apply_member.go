@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/qmqgo/qmq/internal/limits"
+)
 
 // applySetMember records (or, with an empty address, forgets) a member's
 // client address.
@@ -8,7 +12,7 @@ func (f *FSM) applySetMember(c *SetMember) any {
 	if err := CheckName("node id", c.ID); err != nil {
 		return err
 	}
-	if len(c.ClientAddr) > MaxAddrLen {
+	if len(c.ClientAddr) > limits.MaxAddr {
 		return fmt.Errorf("%w: client address of %d bytes", ErrInvalid, len(c.ClientAddr))
 	}
 	f.st.stamp(c.Now)

@@ -482,14 +482,41 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 	}
 }
 
-func TestApplyPanicsOnUndecodableCommand(t *testing.T) {
+func TestApplyRefusesMalformedCommand(t *testing.T) {
+	// The same bytes fail alike on every replica: a deterministic refusal
+	// that changes nothing but the applied index, never a panic.
 	f := unitFSM(t)
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "does not decode") {
-			t.Fatalf("recovered %v, want a decode panic", r)
-		}
-	}()
-	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(CmdPull), commandVersion, 1}})
+	appendN(t, f, 1, "s", "m", 1)
+	before := stateBytes(f)
+	r := f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte{byte(CmdPull), commandVersion, 1}})
+	wantInvalid(t, r)
+	if !errors.Is(r.(error), ErrBadCommand) {
+		t.Fatalf("response %v, want ErrBadCommand", r)
+	}
+	wantStateUnchanged(t, f, before)
+	if f.Applied() != 2 {
+		t.Fatalf("applied %d, want 2", f.Applied())
+	}
+}
+
+func TestApplyStopsOnUnknownCommand(t *testing.T) {
+	// A command of a type or version this build does not know comes from a
+	// newer leader: replicas that know it apply it, so skipping it would
+	// diverge. The node stops instead, naming the fix.
+	for name, data := range map[string][]byte{
+		"type":    {99, commandVersion, 0, 0, 0, 0, 0, 0, 0, 0},
+		"version": {byte(CmdPull), commandVersion + 7, 0, 0, 0, 0, 0, 0, 0, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := unitFSM(t)
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "must be upgraded") {
+					t.Fatalf("recovered %v, want a panic asking for an upgrade", r)
+				}
+			}()
+			f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+		})
+	}
 }
 
 func TestReadsDuringApply(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // checkpoint is the FSM's state at one applied index together with where
@@ -157,11 +158,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	c.ends.pulls = r.Int64()
 	c.dedupFrom = r.Int64()
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
-		subject := r.String(MaxNameLen)
+		subject := r.String(limits.MaxName)
 		c.ends.consume[subject] = r.Int64()
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
-		k := groupKey{subject: r.String(MaxNameLen), group: r.String(MaxNameLen)}
+		k := groupKey{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
 		g := &group{cursor: int64(r.Uvarint())}
 		m := r.Count(r.Remaining())
 		for i := 0; i < m && r.Err() == nil; i++ {
@@ -184,8 +185,8 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		}
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
-		id := r.String(MaxNameLen)
-		st.members[id] = r.String(MaxAddrLen)
+		id := r.String(limits.MaxName)
+		st.members[id] = r.String(limits.MaxAddr)
 	}
 	st.retainFrom = r.Int64()
 	if version >= 2 {
@@ -196,7 +197,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			c.ends.hours[h] = delaywheel.HourEnds{Records: int64(r.Uvarint()), Dispatched: int64(r.Uvarint())}
 		}
 		for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
-			subject := r.String(MaxNameLen)
+			subject := r.String(limits.MaxName)
 			st.delayed[subject] = int64(r.Uvarint())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -44,19 +45,15 @@ func (t CommandType) String() string {
 // payload encoding that follows.
 const commandVersion = 1
 
-// Limits on commands, checked by the decoder.
-const (
-	MaxBatchMessages = 10000
-	MaxAckRanges     = 4096
-	MaxFireRefs      = 10000
-	MaxNameLen       = 200
-	MaxAddrLen       = 256
-)
-
-// ErrBadCommand means a command's bytes do not decode. A committed command
-// that does not decode is a bug or a version skew; Apply panics on it rather
-// than let replicas diverge.
+// ErrBadCommand means a command's bytes do not decode. Apply refuses such
+// a command alike on every replica (the bytes are the same everywhere).
 var ErrBadCommand = errors.New("fsm: malformed command")
+
+// ErrUnknownCommand means a command's type or payload version is one this
+// build does not know (it wraps ErrBadCommand): a leader of a newer
+// version proposed it. Apply stops the node rather than skip it, because
+// replicas that know it apply it: the node must be upgraded.
+var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 
 // Every command starts with the same header:
 //
@@ -196,14 +193,14 @@ func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
 	if v := r.Byte(); r.Err() == nil && v != commandVersion {
-		return nil, fmt.Errorf("%w: %s version %d", ErrBadCommand, t, v)
+		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownCommand, t, v)
 	}
 	now := r.Int64()
 	var cmd any
 	switch t {
 	case CmdAppend:
 		c := &Append{Now: now}
-		n := r.Count(MaxBatchMessages)
+		n := r.Count(limits.MaxBatchMessages)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			m, err := logs.ReadMessage(r)
 			if err != nil {
@@ -223,7 +220,7 @@ func Decode(b []byte) (any, error) {
 	case CmdAck:
 		c := &Ack{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
-		n := r.Count(MaxAckRanges)
+		n := r.Count(limits.MaxAckRanges)
 		c.Ranges = make([]AckRange, 0, n)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			c.Ranges = append(c.Ranges, AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
@@ -234,10 +231,10 @@ func Decode(b []byte) (any, error) {
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		cmd = c
 	case CmdMember:
-		cmd = &SetMember{Now: now, ID: r.String(MaxNameLen), ClientAddr: r.String(MaxAddrLen)}
+		cmd = &SetMember{Now: now, ID: r.String(limits.MaxName), ClientAddr: r.String(limits.MaxAddr)}
 	case CmdFire:
 		c := &Fire{Now: now}
-		n := r.Count(MaxFireRefs)
+		n := r.Count(limits.MaxFireRefs)
 		c.Refs = make([]uint64, 0, n)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			c.Refs = append(c.Refs, r.Uint64())
@@ -245,7 +242,7 @@ func Decode(b []byte) (any, error) {
 		cmd = c
 	default:
 		if r.Err() == nil {
-			return nil, fmt.Errorf("%w: unknown type %d", ErrBadCommand, t)
+			return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, t)
 		}
 	}
 	if err := r.Done(); err != nil {
@@ -255,5 +252,5 @@ func Decode(b []byte) (any, error) {
 }
 
 func readNames(r *binenc.Reader) (subject, group, consumer string) {
-	return r.String(MaxNameLen), r.String(MaxNameLen), r.String(MaxNameLen)
+	return r.String(limits.MaxName), r.String(limits.MaxName), r.String(limits.MaxName)
 }

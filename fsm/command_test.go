@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -18,11 +19,11 @@ func sampleCommands() map[string]encoder {
 	full.Index, full.CreatedAt, full.AppendedAt = 7, -5, 1<<40
 	full.Tags = []string{"eu", "vip"}
 	full.Properties = []logs.Property{{Key: "k", Value: "v"}, {Key: "empty", Value: ""}}
-	many := make([]AckRange, MaxAckRanges)
+	many := make([]AckRange, limits.MaxAckRanges)
 	for i := range many {
 		many[i] = AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
 	}
-	long := strings.Repeat("n", MaxNameLen)
+	long := strings.Repeat("n", limits.MaxName)
 	return map[string]encoder{
 		"append":         &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
 		"append empty":   &Append{Now: -1},
@@ -77,12 +78,12 @@ func TestDecodeRejects(t *testing.T) {
 	app := (&Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 3)}}).Encode()
 	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
-	tooMany := binenc.AppendUvarint(header(CmdAppend), MaxBatchMessages+1)
-	longName := appendNames(header(CmdReclaim), strings.Repeat("s", MaxNameLen+1), "g", "c")
+	tooMany := binenc.AppendUvarint(header(CmdAppend), limits.MaxBatchMessages+1)
+	longName := appendNames(header(CmdReclaim), strings.Repeat("s", limits.MaxName+1), "g", "c")
 	// Subject "s" with a 2-byte length prefix, then group and consumer.
 	nonMinimalName := binenc.AppendString(binenc.AppendString(append(nonMinimal(header(CmdReclaim), 1), 's'), "g"), "c")
 	ranges := appendNames(header(CmdAck), "s", "g", "c")
-	tooManyRanges := binenc.AppendUvarint(append([]byte(nil), ranges...), MaxAckRanges+1)
+	tooManyRanges := binenc.AppendUvarint(append([]byte(nil), ranges...), limits.MaxAckRanges+1)
 	badMessage := append(header(CmdAppend), 1)
 	badMessage = (&logs.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
 	for _, tc := range []struct {
@@ -137,9 +138,9 @@ func TestCheckName(t *testing.T) {
 		{"orders.created", true},
 		{"a-b_c:d.e", true},
 		{"Z9", true},
-		{strings.Repeat("x", MaxNameLen), true},
+		{strings.Repeat("x", limits.MaxName), true},
 		{"", false},
-		{strings.Repeat("x", MaxNameLen+1), false},
+		{strings.Repeat("x", limits.MaxName+1), false},
 		{".", false},
 		{"..", false},
 		{".a", false},

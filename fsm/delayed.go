@@ -16,18 +16,18 @@ import (
 // learns of every entry scheduled through OnSchedule, and loads whole hours
 // through LoadSchedule.
 
-// errTooFar refuses a delivery time the schedule's references cannot name.
-var errTooFar = fmt.Errorf("%w: delivery time beyond the year 2089", ErrInvalid)
-
 // schedule writes a delayed message: the schedule log, the journal, the
 // pending counts and the dedup window.
 func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
-	hour := delaywheel.Hour(m.DeliverAt)
-	if !delaywheel.ValidHour(hour) {
-		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: errTooFar}
-	}
+	hour := delaywheel.Hour(m.DeliverAt) // a valid hour: CheckMessage saw to it
 	m.Index, m.AppendedAt = index, now
-	ref := must(f.store.sched.Append(m.DeliverAt, m))
+	ref, err := f.store.sched.Append(m.DeliverAt, m)
+	if errors.Is(err, delaywheel.ErrHourFull) {
+		// The hour's records reach what a reference can name: the same
+		// state gives every replica the same answer.
+		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+	}
+	must(0, err)
 	h := hashID(m.ID)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
 	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})

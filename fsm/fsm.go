@@ -267,8 +267,12 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 // applyCommand is the one place a command is dispatched to its handler.
 func (f *FSM) applyCommand(e *raft.Log) any {
 	cmd, err := Decode(e.Data)
+	if errors.Is(err, ErrUnknownCommand) {
+		panic(fmt.Sprintf("fsm: entry %d: %v: this node must be upgraded to the version of the leader that proposed it", e.Index, err))
+	}
 	if err != nil {
-		panic(fmt.Sprintf("fsm: entry %d does not decode: %v", e.Index, err))
+		// The same bytes fail alike on every replica: refused, nothing changed.
+		return fmt.Errorf("%w: entry %d: %w", ErrInvalid, e.Index, err)
 	}
 	switch c := cmd.(type) {
 	case *Append:

@@ -6,12 +6,15 @@ import (
 	"hash/fnv"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
-// Limits of one message, enforced by the encoder and the decoder alike.
+// Limits of one message's fields, enforced by Check and by the decoder.
+// Check also holds the whole encoding to limits.MaxMessage, which is what
+// lets a stored message fit every frame and record it travels in.
 const (
 	MaxIDLen       = 128
-	MaxSubjectLen  = 200
+	MaxSubjectLen  = limits.MaxName
 	MaxTags        = 10
 	MaxTagLen      = 128
 	MaxProperties  = 256
@@ -31,6 +34,11 @@ const (
 // ErrInvalidMessage means a message breaks one of the limits above or its
 // encoding is malformed.
 var ErrInvalidMessage = errors.New("logs: invalid message")
+
+// ErrMessageTooLarge means a message's encoding is over limits.MaxMessage
+// bytes (or one of its fields over its own limit). It wraps
+// ErrInvalidMessage.
+var ErrMessageTooLarge = fmt.Errorf("%w: too large", ErrInvalidMessage)
 
 // Property is one key/value pair of a message. A message keeps its
 // properties in the order the producer set them.
@@ -57,8 +65,23 @@ type Message struct {
 	Body       []byte
 }
 
-// Check reports whether m is within the message limits.
+// Check reports whether m may be sent and stored: every field within its
+// limit, and the whole encoding within limits.MaxMessage. Producers, the
+// leader and the state machine all check with it.
 func (m *Message) Check() error {
+	if err := m.checkFields(); err != nil {
+		return err
+	}
+	if n := m.EncodedSize(); n > limits.MaxMessage {
+		return fmt.Errorf("%w: %d bytes encoded (at most %d)", ErrMessageTooLarge, n, limits.MaxMessage)
+	}
+	return nil
+}
+
+// checkFields reports whether every field of m is within its limit. The
+// decoder checks only this much, so that a message stored under an earlier
+// total limit still reads.
+func (m *Message) checkFields() error {
 	switch {
 	case m.DeliverAt < 0:
 		return fmt.Errorf("%w: delivery time %d before the epoch", ErrInvalidMessage, m.DeliverAt)
@@ -71,7 +94,7 @@ func (m *Message) Check() error {
 	case len(m.Properties) > MaxProperties:
 		return fmt.Errorf("%w: %d properties (at most %d)", ErrInvalidMessage, len(m.Properties), MaxProperties)
 	case len(m.Body) > MaxBodyLen:
-		return fmt.Errorf("%w: body of %d bytes (at most %d)", ErrInvalidMessage, len(m.Body), MaxBodyLen)
+		return fmt.Errorf("%w: body of %d bytes (at most %d)", ErrMessageTooLarge, len(m.Body), MaxBodyLen)
 	}
 	for _, t := range m.Tags {
 		if t == "" || len(t) > MaxTagLen {
@@ -162,7 +185,7 @@ func ReadMessage(r *binenc.Reader) (*Message, error) {
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
-	if err := m.Check(); err != nil {
+	if err := m.checkFields(); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -78,7 +79,7 @@ func (b *batcher) run() {
 		for count < b.n.cfg.MaxBatchMessages && size < b.n.cfg.MaxBatchBytes {
 			select {
 			case c := <-b.in:
-				if count+len(c.msgs) > fsm.MaxBatchMessages {
+				if count+len(c.msgs) > limits.MaxBatchMessages {
 					carried = c
 					break gather
 				}

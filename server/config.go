@@ -10,6 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // Config configures a broker-group node. Start from DefaultConfig.
@@ -64,7 +65,7 @@ type Config struct {
 
 // DefaultMaxDelay is two years (731 days): the furthest ahead a delayed
 // message may be due unless the broker is configured otherwise.
-const DefaultMaxDelay = 731 * 24 * time.Hour
+const DefaultMaxDelay = limits.DefaultMaxDelay
 
 // MaxMaxDelay is the largest MaxDelay allowed: twenty years.
 const MaxMaxDelay = 20 * 366 * 24 * time.Hour
@@ -112,8 +113,8 @@ func (c *Config) Validate() error {
 		return errors.New("server: config: timeouts must be positive")
 	case c.MaxDelay <= 0 || c.MaxDelay > MaxMaxDelay:
 		return fmt.Errorf("server: config: MaxDelay %s outside (0, %s]", c.MaxDelay, MaxMaxDelay)
-	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > fsm.MaxBatchMessages:
-		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, fsm.MaxBatchMessages)
+	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > limits.MaxBatchMessages:
+		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, limits.MaxBatchMessages)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:
 		return errors.New("server: config: batch limits must be positive")
 	case c.Now == nil || c.Logger == nil:

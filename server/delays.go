@@ -7,6 +7,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/wait"
 )
 
@@ -114,7 +115,7 @@ func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 			return err
 		}
 		for len(due) > 0 && ctx.Err() == nil {
-			batch := due[:min(len(due), fsm.MaxFireRefs)]
+			batch := due[:min(len(due), limits.MaxFireRefs)]
 			due = due[len(batch):]
 			if !n.fire(ctx, now, batch) {
 				// Due already: back into the current slot, for the next tick.

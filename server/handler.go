@@ -48,10 +48,12 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	size := 0
 	for i, m := range req.Messages {
-		if err := fsm.CheckName("subject", m.Subject); err != nil {
+		// Everything apply would refuse is refused here, before it costs a
+		// Raft entry (the decoder checked the message limits already).
+		if err := fsm.CheckMessage(m); err != nil {
 			return nil, transport.Errorf(transport.Invalid, "message %d: %v", i, err)
 		}
-		size += len(m.Body)
+		size += m.EncodedSize()
 	}
 	if len(req.Messages) == 0 {
 		return (&transport.SendResponse{}).Encode(), nil

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // A frame on the wire:
@@ -25,7 +27,7 @@ import (
 const (
 	frameHeader = 4 + 1 + 8
 	// DefaultMaxFrame is the largest frame accepted unless configured.
-	DefaultMaxFrame = 16 << 20
+	DefaultMaxFrame = limits.MaxFrame
 	// ResponseBit marks a response's type.
 	ResponseBit = 0x80
 )

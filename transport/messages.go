@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -15,13 +16,7 @@ import (
 // version byte.
 const payloadVersion = 1
 
-// Limits checked by the decoders.
-const (
-	MaxBatch    = 10000
-	MaxRanges   = 4096
-	maxName     = 200
-	maxErrorLen = 4096
-)
+// The decoders hold every count and name to the limits of package limits.
 
 // SendRequest: version | count | message…
 type SendRequest struct {
@@ -127,13 +122,16 @@ func (q *SendRequest) Encode() []byte {
 func DecodeSendRequest(b []byte) (*SendRequest, error) {
 	r := newReader(b)
 	q := &SendRequest{}
-	n := r.Count(MaxBatch)
+	n := r.Count(limits.MaxBatchMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		m, err := logs.ReadMessage(r)
+		if err == nil {
+			err = m.Check() // the limits of a stored message, its whole size among them
+		}
 		if err != nil {
 			code := Invalid
-			if errors.Is(err, binenc.ErrTooLong) {
-				code = TooLarge // a body, property or tag above its limit
+			if errors.Is(err, binenc.ErrTooLong) || errors.Is(err, logs.ErrMessageTooLarge) {
+				code = TooLarge // a body, property or tag above its limit, or the whole message
 			}
 			return nil, Errorf(code, "send: message %d: %v", i, err)
 		}
@@ -156,9 +154,9 @@ func (p *SendResponse) Encode() []byte {
 func DecodeSendResponse(b []byte) (*SendResponse, error) {
 	r := newReader(b)
 	p := &SendResponse{}
-	n := r.Count(MaxBatch)
+	n := r.Count(limits.MaxBatchMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		p.Results = append(p.Results, SendResult{Status: SendStatus(r.Byte()), Error: r.String(maxErrorLen)})
+		p.Results = append(p.Results, SendResult{Status: SendStatus(r.Byte()), Error: r.String(limits.MaxErrorText)})
 	}
 	return p, done("send response", r)
 }
@@ -168,7 +166,7 @@ func appendNames(b []byte, subject, group, consumer string) []byte {
 }
 
 func readNames(r *binenc.Reader) (string, string, string) {
-	return r.String(maxName), r.String(maxName), r.String(maxName)
+	return r.String(limits.MaxName), r.String(limits.MaxName), r.String(limits.MaxName)
 }
 
 // Encode returns the payload.
@@ -184,7 +182,7 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 	r := newReader(b)
 	q := &PullRequest{}
 	q.Subject, q.Group, q.Consumer = readNames(r)
-	q.Max = r.Count(MaxBatch)
+	q.Max = r.Count(limits.MaxPullMessages)
 	wait := r.Uvarint()
 	if wait > uint64(time.Hour/time.Millisecond) {
 		return nil, Errorf(Invalid, "pull: wait of %d ms is above an hour", wait)
@@ -211,7 +209,7 @@ func (p *PullResponse) Encode() []byte {
 func DecodePullResponse(b []byte) (*PullResponse, error) {
 	r := newReader(b)
 	p := &PullResponse{}
-	n := r.Count(MaxBatch)
+	n := r.Count(limits.MaxPullMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		seq := int64(r.Uvarint())
 		m, err := logs.ReadMessage(r)
@@ -238,7 +236,7 @@ func DecodeAckRequest(b []byte) (*AckRequest, error) {
 	r := newReader(b)
 	q := &AckRequest{}
 	q.Subject, q.Group, q.Consumer = readNames(r)
-	n := r.Count(MaxRanges)
+	n := r.Count(limits.MaxAckRanges)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		rg := AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
 		if r.Err() == nil && (rg.First < 0 || rg.Last < rg.First) {
@@ -283,8 +281,8 @@ func EncodeStatus(err error, body []byte) []byte {
 		if e, ok := err.(*Error); ok {
 			msg, leader = e.Message, e.Leader
 		}
-		if len(msg) > maxErrorLen {
-			msg = msg[:maxErrorLen]
+		if len(msg) > limits.MaxErrorText {
+			msg = msg[:limits.MaxErrorText]
 		}
 		b = binenc.AppendString(b, msg)
 		b = binenc.AppendString(b, leader)
@@ -300,7 +298,7 @@ func DecodeStatus(b []byte) ([]byte, error) {
 	if code == OK && r.Err() == nil {
 		return b[1:], nil
 	}
-	e := &Error{Code: code, Message: r.String(maxErrorLen), Leader: r.String(maxName + 64)}
+	e := &Error{Code: code, Message: r.String(limits.MaxErrorText), Leader: r.String(limits.MaxAddr)}
 	if r.Err() != nil {
 		return nil, fmt.Errorf("%w: response status: %w", ErrMalformed, r.Err())
 	}

@@ -1,0 +1,55 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// ErrInvalid means a command names something badly or asks for something
+// impossible; the command changes nothing.
+var ErrInvalid = errors.New("fsm: invalid request")
+
+// CheckName reports whether s is a valid subject, group, consumer or node
+// name (limits.CheckName), as an error wrapping ErrInvalid.
+func CheckName(what, s string) error {
+	if err := limits.CheckName(what, s); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+func checkNames(subject, group, consumer string) error {
+	if err := CheckName("subject", subject); err != nil {
+		return err
+	}
+	if err := CheckName("group", group); err != nil {
+		return err
+	}
+	return CheckName("consumer", consumer)
+}
+
+// errTooFar refuses a delivery time the schedule's references cannot name.
+var errTooFar = fmt.Errorf("%w: delivery time beyond the year 2089", ErrInvalid)
+
+// CheckMessage reports whether an Append may carry m: a valid subject
+// name, every message limit (logs.Message.Check, the encoded size among
+// them), and for a delayed message a delivery time the schedule can name.
+// The leader checks each message with it before proposing, and apply
+// checks again, so that what apply would refuse is never proposed, and
+// what a leader proposes anyway is refused alike on every replica.
+func CheckMessage(m *logs.Message) error {
+	if err := CheckName("subject", m.Subject); err != nil {
+		return err
+	}
+	if err := m.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if m.DeliverAt > 0 && !delaywheel.ValidHour(delaywheel.Hour(m.DeliverAt)) {
+		return errTooFar
+	}
+	return nil
+}

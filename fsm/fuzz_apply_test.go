@@ -1,0 +1,135 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// FuzzApplyAtLimits drives two replicas with the same commands, built from
+// the fuzzer's bytes out of values at, just under and just over every limit
+// a command meets (message size, names, counts, delivery times, pull sizes,
+// ack ranges, addresses), and mutated command bytes. No replica may panic,
+// both must answer every entry alike, and their state and logs must stay
+// byte-identical. The seeds reach every limit; `make fuzz` explores more.
+func FuzzApplyAtLimits(f *testing.F) {
+	// Each step is four bytes: a kind of command and three picks from the
+	// tables of limitEntries.
+	for _, seed := range [][]byte{
+		{ // message sizes: at the limit (delayed), one under, fired hours later; one over; a frame's worth, delayed
+			0, 2, 0, 1, 0, 1, 0, 0, 6, 1, 0, 0, 2, 0, 0, 2, 4, 1, 1, 0, 0, 3, 0, 0, 1, 4, 0, 1,
+		},
+		{ // delivery times at and past the last hour; names at 200 and 201 bytes, empty and bad; addresses at and over 256; pull sizes
+			0, 0, 1, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 4, 6, 0, 0, 3, 0, 7, 1, 0, 0, 7, 2, 1, 0, 3, 1, 1, 4, 2, 0, 2, 5, 2, 0, 0, 3, 6, 2, 0, 0,
+		},
+		{ // counts at and over their limits, cut and changed bytes, a reclaim, a jump in time
+			8, 0, 0, 0, 8, 1, 0, 0, 6, 0, 1, 0, 2, 0, 0, 1, 4, 0, 2, 0, 4, 3, 3, 0, 9, 5, 0, 0, 10, 5, 7, 0, 5, 0, 0, 0, 11, 3, 0, 0,
+		},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, recipe []byte) {
+		entries := limitEntries(recipe)
+		a, b := unitFSM(t), unitFSM(t)
+		for _, e := range entries {
+			ra, rb := describe(a.Apply(e)), describe(b.Apply(e))
+			if ra != rb {
+				t.Fatalf("entry %d: replicas answered\n%s\n%s", e.Index, ra, rb)
+			}
+		}
+		if sa, sb := stateBytes(a), stateBytes(b); !bytes.Equal(sa, sb) {
+			t.Fatal("replicas hold different state")
+		}
+		wantSameFiles(t, a.cfg.Dir, b.cfg.Dir)
+		wantSameReads(t, a, b)
+	})
+}
+
+// limitEntries turns a recipe into Raft entries, at most 12, one command
+// each: every four bytes are a step, a kind of command and three picks of
+// values from the tables below.
+func limitEntries(recipe []byte) []*raft.Log {
+	const now = 1_800_000_000_000
+	pick := func(i int, n int) int {
+		if i < len(recipe) {
+			return int(recipe[i]) % n
+		}
+		return 0
+	}
+	sizes := []int{100, limits.MaxMessage - 1, limits.MaxMessage, limits.MaxMessage + 1, limits.MaxFrame - 8}
+	// name(k, usual): the usual name, or one at or over the limit, or bad.
+	odd := []string{strings.Repeat("n", limits.MaxName), strings.Repeat("n", limits.MaxName+1), "", "bad/name", "-x"}
+	name := func(k int, usual string) string {
+		if k%6 == 0 {
+			return usual
+		}
+		return odd[k%6-1]
+	}
+	lastHour := (int64(1)<<20 - 1) * delaywheel.HourMillis
+	delays := []int64{0, now + 1000, now - 1000, lastHour, lastHour + delaywheel.HourMillis - 1, lastHour + delaywheel.HourMillis, 1 << 62}
+	counts := []int{0, 1, 1000, limits.MaxPullMessages, limits.MaxPullMessages + 1, -1}
+	var out []*raft.Log
+	var refs []uint64
+	for i, step := 0, 0; i < len(recipe) && step < 12; i, step = i+4, step+1 {
+		index := uint64(step + 1)
+		at := int64(now + step*1000)
+		var data []byte
+		switch recipe[i] % 12 {
+		case 0, 1: // an append: a message of a size from the table, maybe delayed, and a small one maybe badly named
+			m := testmsg.OfSize(fmt.Sprint("m", step), "s", delays[pick(i+3, len(delays))], sizes[pick(i+1, len(sizes))])
+			small := unitMsg(fmt.Sprint("s", step), name(pick(i+2, 6), "s"), 3)
+			data = (&Append{Now: at, Messages: []*logs.Message{m, small}}).Encode()
+			if m.DeliverAt > at { // what a Fire may name later
+				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
+			}
+		case 2, 3: // a pull, maybe asking for a resend
+			data = (&Pull{Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
+				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1}).Encode()
+		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
+			ranges := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
+			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
+			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Consumer: "c"}
+			for k := range n {
+				c.Ranges = append(c.Ranges, ranges[k%len(ranges)])
+			}
+			data = c.Encode()
+		case 5:
+			data = (&Reclaim{Now: at, Subject: name(pick(i+1, 6), "s"), Group: "g", Consumer: "c"}).Encode()
+		case 6: // a fire, hours later, of what was scheduled and of bogus references, or of too many
+			c := &Fire{Now: at + int64(pick(i+1, 3))*delaywheel.HourMillis, Refs: append([]uint64{1 << 63, 0}, refs...)}
+			if pick(i+2, 2) == 1 {
+				for len(c.Refs) <= limits.MaxFireRefs {
+					c.Refs = append(c.Refs, uint64(len(c.Refs)))
+				}
+			}
+			data = c.Encode()
+		case 7: // a member, its address at and over its limit
+			data = (&SetMember{Now: at, ID: name(pick(i+1, 6), "n1"), ClientAddr: strings.Repeat("a", limits.MaxAddr+pick(i+2, 2))}).Encode()
+		case 8: // an append of as many messages as a command may hold, or one more
+			msgs := make([]*logs.Message, limits.MaxBatchMessages+pick(i+1, 2))
+			for k := range msgs {
+				msgs[k] = unitMsg(fmt.Sprint("b", step, "-", k), "s", 0)
+			}
+			data = (&Append{Now: at, Messages: msgs}).Encode()
+		case 9, 10: // a valid command's bytes, cut short or with one byte changed
+			data = (&Pull{Now: at, Subject: "s", Group: "g", Consumer: "c", Max: 3}).Encode()
+			if pos := pick(i+1, len(data)); recipe[i]%2 == 1 {
+				data = data[:pos]
+			} else {
+				data[max(pos, 2)] ^= byte(pick(i+2, 255) + 1) // type and version stay known
+			}
+		case 11: // a leader time days ahead: expiry, sweeps and retention must agree
+			data = (&Append{Now: at + int64(pick(i+1, 4))*24*delaywheel.HourMillis, Messages: []*logs.Message{unitMsg(fmt.Sprint("t", step), "s", 1)}}).Encode()
+		}
+		out = append(out, &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+// Package limits holds the limits that more than one layer enforces: the
+// SDK checks a message against them before sending it, the wire decoders
+// and the leader before proposing it, the state machine again when it
+// applies it, and the logs size their records by them. Defining each once
+// is what makes "a message one layer accepts fits every other" true by
+// construction: a message of MaxMessage encoded bytes fits a send frame, a
+// Raft entry, a message-log record, a schedule record and a pull reply
+// (TestLimitsFitEveryPath in package server sends one through all of them).
+package limits
+
+import "time"
+
+// The wire.
+const (
+	// MaxFrame is the largest frame on the client protocol: its length
+	// field (everything after the 4-byte length) may not exceed it.
+	MaxFrame = 16 << 20
+
+	// Envelope bounds what a frame carries besides one message: the frame
+	// header (13 bytes), a response status (1), a payload version (1), a
+	// count, a pull sequence and an epoch (uvarints of at most 10 bytes
+	// each). It is generous so that a field added to a request or reply
+	// later cannot push a largest message over MaxFrame.
+	Envelope = 4 << 10
+
+	// MaxMessage is the largest encoded message (the logs.Message encoding,
+	// which is both the wire form and the message-log record): MaxFrame less
+	// the envelope, so that one message always fits a send frame and a pull
+	// reply.
+	MaxMessage = MaxFrame - Envelope
+
+	// ScheduleRecordHeader is what a schedule record adds to a message (its
+	// own offset and its due time): a schedule record's payload is at most
+	// MaxMessage + ScheduleRecordHeader bytes.
+	ScheduleRecordHeader = 16
+)
+
+// Counts in one request or command.
+const (
+	// MaxBatchMessages bounds the messages of one send request and of one
+	// Append command.
+	MaxBatchMessages = 10000
+	// MaxPullMessages bounds what one pull may ask for.
+	MaxPullMessages = 10000
+	// MaxAckRanges bounds the ranges of one ack request and Ack command.
+	MaxAckRanges = 4096
+	// MaxFireRefs bounds the schedule references of one Fire command.
+	MaxFireRefs = 10000
+)
+
+// Names and addresses.
+const (
+	// MaxName bounds a subject, consumer group, consumer, broker group or
+	// node name (see CheckName).
+	MaxName = 200
+	// MaxAddr bounds a HOST:PORT address recorded in replicated state.
+	MaxAddr = 256
+	// MaxErrorText bounds the text of an error on the wire.
+	MaxErrorText = 4096
+)
+
+// Time.
+const (
+	// DefaultMaxDelay is two years (731 days): how far ahead a delayed
+	// message may be due unless a producer or a broker is configured
+	// otherwise.
+	DefaultMaxDelay = 731 * 24 * time.Hour
+)

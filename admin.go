@@ -232,6 +232,44 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 	return out, nil
 }
 
+// ForgetGroupResult is what forgetting a consumer group removed from one
+// broker group.
+type ForgetGroupResult struct {
+	BrokerGroup string
+	transport.ForgetGroupResult
+}
+
+// ForgetConsumerGroup removes consumer group of subject from the state of
+// every broker group of the subject: its position, its queue of messages
+// to deliver again, and its consumers with what they held unacknowledged.
+// For a group that is gone for good; if it consumes again it starts
+// afresh, at the oldest message each broker group still keeps.
+func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) ([]ForgetGroupResult, error) {
+	r, err := a.Route(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	req, _ := json.Marshal(transport.ForgetGroupRequest{Subject: subject, Group: group})
+	var out []ForgetGroupResult
+	for _, g := range r.Groups {
+		gc, err := transport.NewGroupClient(g.Servers)
+		if err != nil {
+			return out, fmt.Errorf("qmq: forget %s of %s in broker group %s: %w", group, subject, g.Name, err)
+		}
+		body, err := gc.Call(ctx, transport.TypeForgetGroup, req)
+		gc.Close()
+		if err != nil {
+			return out, fmt.Errorf("qmq: forget %s of %s in broker group %s: %w", group, subject, g.Name, err)
+		}
+		res := ForgetGroupResult{BrokerGroup: g.Name}
+		if err := json.Unmarshal(body, &res.ForgetGroupResult); err != nil {
+			return out, fmt.Errorf("qmq: forget-group answer of %s: %w", g.Name, err)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
 // Close closes the Admin's connections.
 func (a *Admin) Close() error {
 	a.c.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/wait"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -68,7 +69,7 @@ type Subscription struct {
 	workers sync.WaitGroup
 
 	ackMu   sync.Mutex
-	toAck   map[string][]int64 // pull sequences by broker group
+	toAck   map[ackKey][]int64 // pull sequences by broker group and registration
 	ackKick chan struct{}
 	ackDone chan struct{}
 	closed  sync.Once
@@ -89,7 +90,7 @@ func Subscribe(servers, subject, group string, h Handler, opts ...ConsumerOption
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message), toAck: map[string][]int64{},
+	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message), toAck: map[ackKey][]int64{},
 		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range o.workers {
@@ -174,7 +175,8 @@ func (s *Subscription) process(m *Message) {
 
 func (s *Subscription) ack(m *Message) {
 	s.ackMu.Lock()
-	s.toAck[m.brokerGroup] = append(s.toAck[m.brokerGroup], m.pullSeq)
+	k := ackKey{m.brokerGroup, m.epoch}
+	s.toAck[k] = append(s.toAck[k], m.pullSeq)
 	s.ackMu.Unlock()
 	select {
 	case s.ackKick <- struct{}{}:
@@ -203,28 +205,39 @@ func (s *Subscription) ackLoop() {
 }
 
 // flushAcks sends the acks gathered so far, to every broker group at once
-// (one that does not answer delays no other); failed ones are kept for the
-// next flush, and it reports false.
+// (one that does not answer delays no other). Acks that failed in a way a
+// retry can mend are kept for the next flush, and it reports false; acks
+// refused for good are dropped: a registration that ended (its messages
+// went back to the group and come again) or a request the broker refuses.
 func (s *Subscription) flushAcks() bool {
 	s.ackMu.Lock()
 	pending := s.toAck
-	s.toAck = map[string][]int64{}
+	s.toAck = map[ackKey][]int64{}
 	s.ackMu.Unlock()
 	var ok atomic.Bool
 	ok.Store(true)
 	var wg sync.WaitGroup
-	for group, seqs := range pending {
+	for k, seqs := range pending {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := s.p.ackSeqs(ctx, group, seqs); err != nil {
+			err := s.p.ackSeqs(ctx, k, seqs)
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrStaleAck):
+				s.opts.logger.Info("qmq: acks dropped: the consumer's session had expired; the messages come again",
+					"subject", s.p.subject, "broker_group", k.group, "messages", len(seqs))
+			case !retriable(err):
+				s.opts.logger.Warn("qmq: acks dropped: the broker refused them", "subject", s.p.subject,
+					"broker_group", k.group, "messages", len(seqs), "error", err)
+			default:
 				// Acks are idempotent: keep them for the next flush. After Close
 				// the last attempt has failed, and the messages will be redelivered.
-				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", group, "messages", len(seqs), "error", err)
+				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", k.group, "messages", len(seqs), "error", err)
 				s.ackMu.Lock()
-				s.toAck[group] = append(s.toAck[group], seqs...)
+				s.toAck[k] = append(s.toAck[k], seqs...)
 				s.ackMu.Unlock()
 				ok.Store(false)
 			}
@@ -232,6 +245,17 @@ func (s *Subscription) flushAcks() bool {
 	}
 	wg.Wait()
 	return ok.Load()
+}
+
+// retriable reports whether a failed request may succeed if sent again:
+// a broker's answer says so; any other failure (a lookup, a connection)
+// may mend.
+func retriable(err error) bool {
+	var e *transport.Error
+	if errors.As(err, &e) {
+		return e.Retriable()
+	}
+	return true
 }
 
 // Close stops pulling, lets in-flight handlers finish, acknowledges what

@@ -21,6 +21,7 @@ type Message struct {
 	deliverAt time.Time // zero: at once
 
 	pullSeq     int64   // set on received messages: what the consumer acks
+	epoch       uint64  // set on received messages: the registration that pulled it
 	brokerGroup string  // set on received messages: the group it came from
 	puller      *Puller // set on received messages: who pulled it
 }
@@ -168,9 +169,9 @@ func (m *Message) toLog(now time.Time) *logs.Message {
 	return l
 }
 
-func fromLog(l *logs.Message, pullSeq int64, brokerGroup string) *Message {
+func fromLog(l *logs.Message, pullSeq int64, epoch uint64, brokerGroup string) *Message {
 	m := &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
-		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq, brokerGroup: brokerGroup}
+		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq, epoch: epoch, brokerGroup: brokerGroup}
 	if l.DeliverAt != 0 {
 		m.deliverAt = time.UnixMilli(l.DeliverAt)
 	}

@@ -52,9 +52,9 @@ func TestMessageSurvivesTheWire(t *testing.T) {
 	if err := l.Check(); err != nil {
 		t.Fatal(err)
 	}
-	back := fromLog(l, 9, "g1")
+	back := fromLog(l, 9, 3, "g1")
 	if back.ID() != "id" || back.Subject() != "s" || !back.CreatedAt().Equal(m.CreatedAt()) ||
-		string(back.Body()) != "b" || back.String("n") != "7" || back.Tags()[0] != "red" || back.pullSeq != 9 ||
+		string(back.Body()) != "b" || back.String("n") != "7" || back.Tags()[0] != "red" || back.pullSeq != 9 || back.epoch != 3 ||
 		!back.DeliverAt().Equal(now.Add(time.Hour)) {
 		t.Fatalf("round trip changed the message: %+v", back)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -34,10 +35,11 @@ type Puller struct {
 // groupPuller is the Puller's state in one broker group. Guarded by
 // Puller.mu.
 type groupPuller struct {
-	name string
-	next int64 // one past the highest pull sequence received
-	busy bool  // a pull is under way: at most one per group
-	err  error // how the last pull failed; nil if it succeeded
+	name  string
+	next  int64  // one past the highest pull sequence received
+	epoch uint64 // the consumer's registration there (0 until the first reply names it)
+	busy  bool   // a pull is under way: at most one per group
+	err   error  // how the last pull failed; nil if it succeeded
 }
 
 // NewPuller returns a Puller for subject as a consumer of group, for the
@@ -192,9 +194,9 @@ func (p *Puller) drain(patience time.Duration) []*Message {
 // goroutine, bounded by the Puller's life and the long poll's length.
 func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	p.mu.Lock()
-	from := g.next
+	from, epoch := g.next, g.epoch
 	p.mu.Unlock()
-	msgs, err := p.fetch(g.name, from, limit, wait)
+	resp, err := p.fetch(g.name, from, epoch, limit, wait)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	g.busy = false
@@ -206,15 +208,14 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 		return
 	}
 	g.err = nil
-	for _, m := range msgs {
-		if m.PullSeq < from {
-			// Below what we asked from: the broker reclaimed this consumer (its
-			// session expired) and registered it afresh, numbering from 0 again.
-			g.next = 0
-		}
+	if resp.Epoch != 0 && resp.Epoch != g.epoch {
+		// A new registration: the broker reclaimed this consumer (its
+		// session expired) and registered it afresh, numbering from 0 again.
+		// Acks of what the earlier one pulled are refused as stale.
+		g.epoch, g.next = resp.Epoch, 0
 	}
-	for _, m := range msgs {
-		msg := fromLog(m.Message, m.PullSeq, g.name)
+	for _, m := range resp.Messages {
+		msg := fromLog(m.Message, m.PullSeq, resp.Epoch, g.name)
 		msg.puller = p
 		p.buf = append(p.buf, msg)
 		g.next = max(g.next, m.PullSeq+1)
@@ -222,10 +223,10 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 }
 
 // fetch sends one pull request to a broker group.
-func (p *Puller) fetch(group string, from int64, limit int, wait time.Duration) ([]transport.PulledMessage, error) {
+func (p *Puller) fetch(group string, from int64, epoch uint64, limit int, wait time.Duration) (*transport.PullResponse, error) {
 	// Asking from the next sequence we expect makes the broker hand again
 	// anything it handed out in a reply we never received.
-	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from}
+	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch}
 	// The broker answers within wait; allow for the round trip and a retry.
 	ctx, cancel := context.WithTimeout(p.ctx, wait+10*time.Second)
 	defer cancel()
@@ -234,37 +235,62 @@ func (p *Puller) fetch(group string, from int64, limit int, wait time.Duration) 
 		p.r.refresh(ctx, p.subject, p.group) // the group may have moved
 		return nil, err
 	}
-	resp, err := transport.DecodePullResponse(body)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Messages, nil
+	return transport.DecodePullResponse(body)
 }
 
-// Ack acknowledges messages this Puller pulled, in any order.
+// ErrStaleAck means an acknowledgement came too late: the consumer's
+// session expired before it, so the broker gave the messages back to the
+// consumer group (they are delivered again, maybe to another consumer)
+// and refused the ack.
+var ErrStaleAck = errors.New("qmq: ack refused: the consumer's session expired and its messages went back to the group")
+
+// Ack acknowledges messages this Puller pulled, in any order. Messages
+// whose acknowledgement came after the consumer's session expired are not
+// acknowledged: the error wraps ErrStaleAck, and they come again.
 func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
-	byGroup := map[string][]int64{}
+	byPull := map[ackKey][]int64{}
 	for _, m := range msgs {
 		if m.puller != p {
 			return fmt.Errorf("qmq: ack %s: not a message this Puller pulled", m.id)
 		}
-		byGroup[m.brokerGroup] = append(byGroup[m.brokerGroup], m.pullSeq)
+		k := ackKey{m.brokerGroup, m.epoch}
+		byPull[k] = append(byPull[k], m.pullSeq)
 	}
 	var errs []error
-	for g, seqs := range byGroup {
-		errs = append(errs, p.ackSeqs(ctx, g, seqs))
+	for k, seqs := range byPull {
+		errs = append(errs, p.ackSeqs(ctx, k, seqs))
 	}
 	return errors.Join(errs...)
 }
 
-func (p *Puller) ackSeqs(ctx context.Context, group string, seqs []int64) error {
-	c := p.r.group(group)
+// ackKey says where acks go: the broker group, and the consumer's
+// registration there that pulled the messages.
+type ackKey struct {
+	group string
+	epoch uint64
+}
+
+// ackSeqs acknowledges pull sequences of one registration, in requests of
+// at most limits.MaxAckRanges ranges. A refusal because the registration
+// ended wraps ErrStaleAck.
+func (p *Puller) ackSeqs(ctx context.Context, k ackKey, seqs []int64) error {
+	c := p.r.group(k.group)
 	if len(seqs) == 0 || c == nil {
 		return nil
 	}
-	req := &transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Ranges: toRanges(seqs)}
-	_, err := c.Call(ctx, transport.TypeAck, req.Encode())
-	return err
+	ranges := toRanges(seqs)
+	for len(ranges) > 0 {
+		n := min(len(ranges), limits.MaxAckRanges)
+		req := &transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: k.epoch, Ranges: ranges[:n]}
+		if _, err := c.Call(ctx, transport.TypeAck, req.Encode()); err != nil {
+			if transport.CodeOf(err) == transport.StaleConsumer {
+				return fmt.Errorf("%w (group %s): %w", ErrStaleAck, k.group, err)
+			}
+			return err
+		}
+		ranges = ranges[n:]
+	}
+	return nil
 }
 
 // Heartbeat keeps the consumer's session alive, in every broker group of

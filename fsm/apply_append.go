@@ -1,8 +1,29 @@
 package fsm
 
 import (
+	"fmt"
+
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
+
+// maxSubjects is limits.MaxSubjects; tests lower it.
+var maxSubjects = limits.MaxSubjects
+
+// checkNewSubject refuses a message whose subject would be one more than
+// maxSubjects. The subject counts once a message of it is written (see
+// useSubject): f.subjects must always equal what load rebuilds from the
+// logs and the state, or replicas that restarted would decide otherwise.
+func (f *FSM) checkNewSubject(subject string) error {
+	if _, ok := f.subjects[subject]; ok || len(f.subjects) < maxSubjects {
+		return nil
+	}
+	return fmt.Errorf("%w: the broker group holds %d subjects (at most %d)", ErrLimit, len(f.subjects), maxSubjects)
+}
+
+// useSubject counts subject once a message (or a delayed one) of it is
+// written.
+func (f *FSM) useSubject(subject string) { f.subjects[subject] = struct{}{} }
 
 // applyAppend appends each message to the message log and its subject's
 // consume log, unless its id was appended within the dedup window. A
@@ -32,6 +53,10 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: -1, Seq: -1, Ref: ref}
 			continue
 		}
+		if err := f.checkNewSubject(m.Subject); err != nil {
+			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
+			continue
+		}
 		if m.DeliverAt > scheduleAfter {
 			res.Messages[i] = f.schedule(index, now, m)
 			continue
@@ -42,6 +67,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		must(0, err)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
 		f.dedup.add(m.ID, now, seen{offset: off, size: size})
+		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}
 	return res // ApplyBatch runs retention next

@@ -3,11 +3,15 @@ package fsm
 import (
 	"fmt"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
 // applyPull hands out entries to a consumer: first the group's redelivery
-// queue, then from the group's cursor, recording each in the pull log.
+// queue, then from the group's cursor, recording each in the pull log. A
+// pull of a subject without messages registers nothing, so names a client
+// makes up cost no state; a new group or consumer past a limit of package
+// limits is refused.
 func (f *FSM) applyPull(c *Pull) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
@@ -15,17 +19,32 @@ func (f *FSM) applyPull(c *Pull) any {
 	if c.Max <= 0 {
 		return fmt.Errorf("%w: pull of %d entries", ErrInvalid, c.Max)
 	}
-	f.st.stamp(c.Now)
 	cl := f.store.consumeLog(c.Subject)
-	g := f.group(groupKey{c.Subject, c.Group}, cl)
-	cs := f.st.consumer(consumerKey{c.Subject, c.Group, c.Consumer}, true)
-	n := min(c.Max, f.cfg.MaxPull, f.cfg.MaxUnacked-cs.unacked())
-	res := &PullResult{}
-	if c.Resend {
+	if cl == nil {
+		f.st.stamp(c.Now)
+		return &PullResult{}
+	}
+	gk, ck := groupKey{c.Subject, c.Group}, consumerKey{c.Subject, c.Group, c.Consumer}
+	cs := f.st.byKey[ck]
+	if cs == nil {
+		if err := f.canRegister(gk); err != nil {
+			return err
+		}
+	}
+	f.st.stamp(c.Now)
+	g := f.group(gk, cl)
+	if cs == nil {
+		cs = f.st.register(ck)
+	}
+	res := &PullResult{Epoch: cs.epoch}
+	if c.Resend && (c.Epoch == 0 || c.Epoch == cs.epoch) {
+		// An epoch of an earlier registration asks from that one's
+		// sequences: its entries went back to the group when it was
+		// reclaimed, and this one has handed it nothing it could miss.
 		f.resend(cs, c.From, min(c.Max, f.cfg.MaxPull), res)
 	}
-	n = min(n, c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries))
-	if cl == nil || n <= 0 {
+	n := min(c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries), f.cfg.MaxUnacked-cs.unacked())
+	if n <= 0 {
 		return res
 	}
 	start := f.firstRetained(c.Subject, cl)
@@ -42,6 +61,31 @@ func (f *FSM) applyPull(c *Pull) any {
 		res.Entries = append(res.Entries, f.hand(cs, g.cursor))
 	}
 	return res
+}
+
+// The limits of package limits on consumers and groups; tests lower them.
+var (
+	maxConsumers         = limits.MaxConsumers
+	maxConsumersPerGroup = limits.MaxConsumersPerGroup
+	maxGroups            = limits.MaxGroups
+	maxGroupsPerSubject  = limits.MaxGroupsPerSubject
+)
+
+// canRegister reports whether a new consumer of group k may register: the
+// limits on consumers, and on groups if k is new.
+func (f *FSM) canRegister(k groupKey) error {
+	g := f.st.groups[k]
+	switch {
+	case len(f.st.consumers) >= maxConsumers:
+		return fmt.Errorf("%w: the broker group has %d consumers registered (at most %d)", ErrLimit, len(f.st.consumers), maxConsumers)
+	case g != nil && g.consumers >= maxConsumersPerGroup:
+		return fmt.Errorf("%w: consumer group %s of %s has %d consumers (at most %d)", ErrLimit, k.group, k.subject, g.consumers, maxConsumersPerGroup)
+	case g == nil && f.st.groupsOf[k.subject] >= maxGroupsPerSubject:
+		return fmt.Errorf("%w: subject %s has %d consumer groups (at most %d)", ErrLimit, k.subject, f.st.groupsOf[k.subject], maxGroupsPerSubject)
+	case g == nil && len(f.st.groups) >= maxGroups:
+		return fmt.Errorf("%w: the broker group has %d consumer groups (at most %d)", ErrLimit, len(f.st.groups), maxGroups)
+	}
+	return nil
 }
 
 // resend hands cs again the entries it holds unacked at or after pull
@@ -82,18 +126,16 @@ func (f *FSM) group(k groupKey, cl *logs.ConsumeLog) *group {
 	if g := f.st.groups[k]; g != nil {
 		return g
 	}
-	g := &group{}
-	if cl != nil {
-		g.cursor = cl.StartSeq()
-	}
-	f.st.groups[k] = g
+	g := &group{cursor: cl.StartSeq()}
+	f.st.addGroup(k, g)
 	return g
 }
 
 // hand gives consume-log sequence seq to consumer cs as its next pull
-// sequence.
+// sequence. The pull log records the consumer by the low 32 bits of its
+// epoch (the record's field is 32 bits; nothing reads it back but tools).
 func (f *FSM) hand(cs *consumer, seq int64) Pulled {
-	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: cs.id, PullSeq: cs.next, ConsumeSeq: seq}))
+	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: uint32(cs.epoch), PullSeq: cs.next, ConsumeSeq: seq}))
 	cs.window = append(cs.window, pulled{consumeSeq: seq, pos: pos})
 	p := Pulled{PullSeq: cs.next, ConsumeSeq: seq}
 	cs.next++

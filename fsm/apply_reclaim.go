@@ -2,17 +2,19 @@ package fsm
 
 // applyReclaim puts a consumer's unacked entries on its group's redelivery
 // queue, in pull order, so the rest of the group receives them, and
-// forgets the consumer: a late ack from it is refused as unknown.
+// forgets the consumer: a late ack from it is refused as stale. A Reclaim
+// naming an epoch other than the consumer's registration (a retried
+// proposal arriving after the consumer registered afresh) does nothing.
 func (f *FSM) applyReclaim(c *Reclaim) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
 	}
 	f.st.stamp(c.Now)
-	cs := f.st.consumer(consumerKey{c.Subject, c.Group, c.Consumer}, false)
-	if cs == nil {
+	cs := f.st.byKey[consumerKey{c.Subject, c.Group, c.Consumer}]
+	if cs == nil || (c.Epoch != 0 && c.Epoch != cs.epoch) {
 		return &ReclaimResult{}
 	}
-	g := f.group(groupKey{c.Subject, c.Group}, f.store.consumeLog(c.Subject))
+	g := f.st.groups[groupKey{c.Subject, c.Group}]
 	n := 0
 	for _, p := range cs.window {
 		if !p.acked {
@@ -22,7 +24,8 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 	}
 	// The consumer is gone: forget it, so that consumers that come and go
 	// (every process start picks a new name by default) do not pile up. If
-	// it returns it is registered afresh, its pull sequences from 0.
+	// it returns it is registered afresh, with a new epoch and its pull
+	// sequences from 0.
 	f.st.forget(cs)
 	return &ReclaimResult{Reclaimed: n}
 }

@@ -802,7 +802,7 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 	if pl.Start() == 0 || pl.Start()%logs.PullRecordSize != 0 {
 		t.Fatalf("pull log starts at %d after every entry was acked", pl.Start())
 	}
-	if got, err := f.store.pulls.Get(pl.Start() / logs.PullRecordSize); err != nil || got.Consumer != 1 {
+	if got, err := f.store.pulls.Get(pl.Start() / logs.PullRecordSize); err != nil || got.Consumer != 2 { // the second consumer's epoch
 		t.Fatalf("first retained pull entry %+v, %v", got, err)
 	}
 	// Pulls skip entries whose messages are gone, even those the consume

@@ -13,6 +13,19 @@ import (
 // impossible; the command changes nothing.
 var ErrInvalid = errors.New("fsm: invalid request")
 
+// ErrStaleConsumer means an ack names a registration of its consumer that
+// is gone: the consumer's session expired, its unacked entries went back
+// to its group, and it was forgotten (it may have registered afresh since,
+// with a new epoch). The ack changes nothing; the entries it names are
+// delivered again, to whichever consumer of the group pulls them. It wraps
+// ErrInvalid.
+var ErrStaleConsumer = fmt.Errorf("%w: stale consumer", ErrInvalid)
+
+// ErrLimit means a command would take the state past one of the limits of
+// package limits (subjects, consumer groups, consumers); it wraps
+// ErrInvalid and changes nothing.
+var ErrLimit = fmt.Errorf("%w: limit reached", ErrInvalid)
+
 // CheckName reports whether s is a valid subject, group, consumer or node
 // name (limits.CheckName), as an error wrapping ErrInvalid.
 func CheckName(what, s string) error {

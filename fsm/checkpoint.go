@@ -27,23 +27,28 @@ import (
 //	subject-count uvarint | (subject, consume-end u64)…              sorted by subject
 //	group-count uvarint | (subject, group, cursor uvarint,
 //	                       redeliver-count uvarint, seq uvarint…)…   sorted by subject, group
-//	consumer-count uvarint | (0 for a reclaimed id | 1, subject, group, name, ack-pos uvarint, next uvarint,
-//	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by id
+//	consumer-count uvarint | (epoch uvarint, subject, group, name, ack-pos uvarint, next uvarint,
+//	                          window-count uvarint, (seq uvarint, pos uvarint, acked u8)…)…  by epoch
 //	member-count uvarint | (id, client-address)…                      sorted by id
 //	retain-from u64 |
 //	journal-end u64 |                                                 (version 2 on)
 //	hour-count uvarint | (hour uvarint, pending uvarint,
 //	                      records-end uvarint, dispatched-end uvarint)…  sorted by hour
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
+//	next-epoch uvarint                                                (version 3 on)
 //
-// Version 1 (before delayed messages) ends at retain-from; it still opens.
+// Versions 1 and 2 still open. Before version 3 consumers had no epochs:
+// the list held every consumer ever registered, by number, a reclaimed one
+// as a single 0 byte (and 1 before a live one's fields); consumer number i
+// opens as epoch i+1. Version 1 (before delayed messages) ends at
+// retain-from.
 type checkpoint struct {
 	st        *state
 	ends      *logEnds
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 2
+const checkpointVersion = 3
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -88,27 +93,7 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 			b = binenc.AppendUvarint(b, uint64(seq))
 		}
 	}
-	b = binenc.AppendUvarint(b, uint64(len(st.consumers)))
-	for _, c := range st.consumers {
-		if c == nil { // reclaimed: its id is never given again
-			b = append(b, 0)
-			continue
-		}
-		b = append(b, 1)
-		b = appendNames(b, c.key.subject, c.key.group, c.key.name)
-		b = binenc.AppendUvarint(b, uint64(c.ackPos))
-		b = binenc.AppendUvarint(b, uint64(c.next))
-		b = binenc.AppendUvarint(b, uint64(len(c.window)))
-		for _, p := range c.window {
-			b = binenc.AppendUvarint(b, uint64(p.consumeSeq))
-			b = binenc.AppendUvarint(b, uint64(p.pos))
-			acked := byte(0)
-			if p.acked {
-				acked = 1
-			}
-			b = append(b, acked)
-		}
-	}
+	b = appendConsumers(b, st, version)
 	ids := sortedKeys(st.members)
 	b = binenc.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
@@ -134,7 +119,52 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 			b = binenc.AppendUvarint(b, uint64(st.delayed[s]))
 		}
 	}
+	if version >= 3 {
+		b = binenc.AppendUvarint(b, st.nextEpoch)
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// appendConsumers encodes the consumers: by epoch from version 3, by
+// number before it (epoch-1, a gap as a 0 byte).
+func appendConsumers(b []byte, st *state, version byte) []byte {
+	consumers := st.sortedConsumers()
+	if version < 3 {
+		b = binenc.AppendUvarint(b, st.nextEpoch-1)
+	} else {
+		b = binenc.AppendUvarint(b, uint64(len(consumers)))
+	}
+	next := uint64(1) // before version 3: the epoch the list reached
+	for _, c := range consumers {
+		if version < 3 {
+			for ; next < c.epoch; next++ {
+				b = append(b, 0) // a consumer reclaimed
+			}
+			b = append(b, 1)
+			next++
+		} else {
+			b = binenc.AppendUvarint(b, c.epoch)
+		}
+		b = appendNames(b, c.key.subject, c.key.group, c.key.name)
+		b = binenc.AppendUvarint(b, uint64(c.ackPos))
+		b = binenc.AppendUvarint(b, uint64(c.next))
+		b = binenc.AppendUvarint(b, uint64(len(c.window)))
+		for _, p := range c.window {
+			b = binenc.AppendUvarint(b, uint64(p.consumeSeq))
+			b = binenc.AppendUvarint(b, uint64(p.pos))
+			acked := byte(0)
+			if p.acked {
+				acked = 1
+			}
+			b = append(b, acked)
+		}
+	}
+	if version < 3 {
+		for ; next < st.nextEpoch; next++ {
+			b = append(b, 0)
+		}
+	}
+	return b
 }
 
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
@@ -147,7 +177,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	r := binenc.NewReader(body)
 	version := r.Byte()
-	if version != 1 && version != checkpointVersion {
+	if version < 1 || version > checkpointVersion {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrBadCheckpoint, version)
 	}
 	st := newState()
@@ -170,19 +200,29 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		}
 		st.groups[k] = g
 	}
-	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
-		if r.Byte() == 0 {
-			st.consumers = append(st.consumers, nil)
-			continue
+	count := r.Count(maxCheckpointItems)
+	for i := uint64(0); i < uint64(count) && r.Err() == nil; i++ {
+		epoch := i + 1 // before version 3: a consumer's number plus one
+		if version < 3 && r.Byte() == 0 {
+			continue // reclaimed
+		}
+		if version >= 3 {
+			epoch = r.Uvarint()
 		}
 		s, g, name := readNames(r)
-		cs := st.consumer(consumerKey{s, g, name}, true)
-		cs.ackPos = int64(r.Uvarint())
-		cs.next = int64(r.Uvarint())
+		cs := &consumer{epoch: epoch, key: consumerKey{s, g, name}, ackPos: int64(r.Uvarint()), next: int64(r.Uvarint())}
 		m := r.Count(r.Remaining())
 		for i := 0; i < m && r.Err() == nil; i++ {
 			cs.window = append(cs.window, pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1})
 		}
+		if st.byKey[cs.key] != nil {
+			return nil, fmt.Errorf("%w: consumer %v twice", ErrBadCheckpoint, cs.key)
+		}
+		st.consumers[epoch] = cs
+		st.byKey[cs.key] = cs
+	}
+	if version < 3 {
+		st.nextEpoch = uint64(count) + 1
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
 		id := r.String(limits.MaxName)
@@ -201,12 +241,16 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			st.delayed[subject] = int64(r.Uvarint())
 		}
 	}
+	if version >= 3 {
+		st.nextEpoch = r.Uvarint()
+	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
+	st.derive()
 	// The encoder writes each subject, group, consumer and member once, in
 	// sorted order, and acked as 0 or 1: refuse anything else (a repeated
 	// key would silently overwrite state), so a checkpoint has exactly one
@@ -251,14 +295,28 @@ func (c *checkpoint) check() error {
 		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject", ErrBadCheckpoint, pending, delayed)
 	}
 	for _, cs := range c.st.consumers {
-		if cs == nil {
-			continue
-		}
 		if cs.ackPos < 0 || cs.next < cs.ackPos || cs.next-cs.ackPos != int64(len(cs.window)) {
 			return fmt.Errorf("%w: consumer %v: ack position %d, next %d, window %d", ErrBadCheckpoint, cs.key, cs.ackPos, cs.next, len(cs.window))
 		}
+		if cs.epoch == 0 || cs.epoch >= c.st.nextEpoch {
+			return fmt.Errorf("%w: consumer %v has epoch %d, the next is %d", ErrBadCheckpoint, cs.key, cs.epoch, c.st.nextEpoch)
+		}
+		if c.st.groups[groupKey{cs.key.subject, cs.key.group}] == nil {
+			return fmt.Errorf("%w: consumer %v of a group the checkpoint lacks", ErrBadCheckpoint, cs.key)
+		}
 	}
 	return nil
+}
+
+// derive counts what the state keeps besides what a checkpoint holds: the
+// consumers of each group and the groups of each subject.
+func (s *state) derive() {
+	for _, cs := range s.consumers {
+		s.groups[groupKey{cs.key.subject, cs.key.group}].consumers++
+	}
+	for k := range s.groups {
+		s.groupsOf[k.subject]++
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -278,6 +278,7 @@ type rawCheckpoint struct {
 	journalEnd                 uint64
 	hours                      [][4]uint64 // hour, pending, records end, dispatched end
 	delayed                    []rawDelayed
+	nextEpoch                  uint64 // version 3; default: one past the consumers
 }
 
 type rawDelayed struct {
@@ -289,6 +290,7 @@ type rawConsumer struct {
 	s, g, c      string
 	ackPos, next uint64
 	window       [][3]uint64 // seq, pos, acked byte
+	epoch        uint64      // version 3; default: its place in the list plus one
 }
 
 func (r rawCheckpoint) body() []byte {
@@ -307,8 +309,12 @@ func (r rawCheckpoint) body() []byte {
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, 7), 0) // cursor, no redeliveries
 	}
 	b = binenc.AppendUvarint(b, uint64(len(r.consumers)))
-	for _, c := range r.consumers {
-		b = append(b, 1) // present, not reclaimed
+	for i, c := range r.consumers {
+		if version < 3 {
+			b = append(b, 1) // present, not reclaimed
+		} else {
+			b = binenc.AppendUvarint(b, cmp.Or(c.epoch, uint64(i+1)))
+		}
 		b = appendNames(b, c.s, c.g, c.c)
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, c.ackPos), c.next)
 		b = binenc.AppendUvarint(b, uint64(len(c.window)))
@@ -335,7 +341,10 @@ func (r rawCheckpoint) body() []byte {
 	for _, d := range r.delayed {
 		b = binenc.AppendUvarint(binenc.AppendString(b, d.subject), d.n)
 	}
-	return b
+	if version < 3 {
+		return b
+	}
+	return binenc.AppendUvarint(b, cmp.Or(r.nextEpoch, uint64(len(r.consumers)+1)))
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -343,7 +352,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		msgEnd: 100, dedupFrom: -1,
 		subjects:   []string{"a", "b"},
 		groups:     [][2]string{{"a", "g"}, {"b", "g"}},
-		consumers:  []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}}, {"b", "g", "c", 0, 0, nil}},
+		consumers:  []rawConsumer{{"a", "g", "c", 1, 3, [][3]uint64{{5, 0, 1}, {6, 1, 0}}, 0}, {"b", "g", "c", 0, 0, nil, 0}},
 		members:    [][2]string{{"n1", "x"}, {"n2", "y"}},
 		hours:      [][4]uint64{{493_000, 2, 300, 0}, {493_001, 1, 100, 16}},
 		journalEnd: 96,
@@ -352,11 +361,17 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if _, err := decodeCheckpoint(seal(valid.body())); err != nil {
 		t.Fatalf("the valid raw checkpoint: %v", err)
 	}
-	// A checkpoint written before delayed messages (version 1) still opens.
+	// A checkpoint written before delayed messages (version 1) still opens,
+	// and one written before epochs (version 2): consumer i is epoch i+1.
 	v1 := valid
 	v1.version, v1.hours, v1.delayed = 1, nil, nil
 	if c, err := decodeCheckpoint(seal(v1.body())); err != nil || len(c.st.hours) != 0 {
 		t.Fatalf("a version 1 checkpoint: %v", err)
+	}
+	v2 := valid
+	v2.version = 2
+	if c, err := decodeCheckpoint(seal(v2.body())); err != nil || c.st.nextEpoch != 3 || c.st.consumers[2].key.subject != "b" {
+		t.Fatalf("a version 2 checkpoint: %v", err)
 	}
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encode(), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
@@ -391,7 +406,11 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"unsorted subjects", mutate(func(r *rawCheckpoint) { r.subjects = []string{"b", "a"} })},
 		{"duplicate group", mutate(func(r *rawCheckpoint) { r.groups = [][2]string{{"a", "g"}, {"a", "g"}} })},
 		{"unsorted groups", mutate(func(r *rawCheckpoint) { r.groups = [][2]string{{"b", "g"}, {"a", "g"}} })},
-		{"duplicate consumer", mutate(func(r *rawCheckpoint) { r.consumers[1] = r.consumers[0] })},
+		{"duplicate consumer", mutate(func(r *rawCheckpoint) { r.consumers[1] = r.consumers[0]; r.consumers[1].epoch = 2 })},
+		{"duplicate epoch", mutate(func(r *rawCheckpoint) { r.consumers[1].epoch = 1 })},
+		{"unsorted epochs", mutate(func(r *rawCheckpoint) { r.consumers[0].epoch, r.consumers[1].epoch = 2, 1 })},
+		{"epoch past the next", mutate(func(r *rawCheckpoint) { r.nextEpoch = 2 })},
+		{"consumer without its group", mutate(func(r *rawCheckpoint) { r.consumers[1].g = "h" })},
 		{"acked byte 2", mutate(func(r *rawCheckpoint) {
 			r.consumers[0].window = [][3]uint64{{5, 0, 2}, {6, 1, 0}}
 		})},

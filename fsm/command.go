@@ -21,6 +21,7 @@ const (
 	CmdReclaim CommandType = 4
 	CmdMember  CommandType = 5
 	CmdFire    CommandType = 6
+	CmdForget  CommandType = 7
 )
 
 func (t CommandType) String() string {
@@ -37,13 +38,29 @@ func (t CommandType) String() string {
 		return "member"
 	case CmdFire:
 		return "fire"
+	case CmdForget:
+		return "forget"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
 
 // commandVersion is the second byte of every command: the version of the
-// payload encoding that follows.
-const commandVersion = 1
+// payload encoding that follows. Pull, Ack and Reclaim are written in
+// version 2 (which adds the consumer's epoch); their version 1, without
+// it, is still read, since a Raft log may hold it.
+const (
+	commandVersion      = 1
+	commandVersionEpoch = 2
+)
+
+// versionOf returns the version a command type is written in.
+func versionOf(t CommandType) byte {
+	switch t {
+	case CmdPull, CmdAck, CmdReclaim:
+		return commandVersionEpoch
+	}
+	return commandVersion
+}
 
 // ErrBadCommand means a command's bytes do not decode. Apply refuses such
 // a command alike on every replica (the bytes are the same everywhere).
@@ -72,35 +89,55 @@ type Append struct {
 // Pull hands up to Max entries of Subject to Consumer of Group. With
 // Resend, From is the consumer's next expected pull sequence: entries it
 // was handed at or after From and has not acked are handed again first,
-// because the reply that carried them never reached it. Payload:
+// because the reply that carried them never reached it — unless Epoch
+// names an earlier registration of the consumer (0: whichever holds the
+// name now, as a restarted consumer taking over asks). Payload:
 //
-//	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0)
+//	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0) |
+//	epoch uvarint (version 2)
 type Pull struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Max                      int
 	Resend                   bool
 	From                     int64
+	Epoch                    uint64
 }
 
 // AckRange is an inclusive range of pull sequences.
 type AckRange struct{ First, Last int64 }
 
-// Ack acknowledges pull sequences of one consumer, in any order. Payload:
+// Ack acknowledges pull sequences of one consumer, in any order, if the
+// consumer's registration is still Epoch (0, in a version 1 command: any).
+// Payload:
 //
-//	subject | group | consumer | count uvarint | (first uvarint, last uvarint)…
+//	subject | group | consumer | [epoch uvarint, version 2] | count uvarint | (first uvarint, last uvarint)…
 type Ack struct {
 	Now                      int64
 	Subject, Group, Consumer string
+	Epoch                    uint64
 	Ranges                   []AckRange
 }
 
-// Reclaim hands a consumer's unacked entries back to its group. Payload:
+// Reclaim hands a consumer's unacked entries back to its group and forgets
+// it, if its registration is still Epoch (0, in a version 1 command: any).
+// Payload:
 //
-//	subject | group | consumer
+//	subject | group | consumer | [epoch uvarint, version 2]
 type Reclaim struct {
 	Now                      int64
 	Subject, Group, Consumer string
+	Epoch                    uint64
+}
+
+// Forget removes a consumer group of a subject from the state, with all its
+// consumers: an operator clearing away a group that is gone. If the group
+// pulls again it starts afresh, at the oldest retained message. Payload:
+//
+//	subject | group
+type Forget struct {
+	Now            int64
+	Subject, Group string
 }
 
 // SetMember records a group member's client address, so that any node can
@@ -125,7 +162,7 @@ type Fire struct {
 }
 
 func appendHeader(b []byte, t CommandType, now int64) []byte {
-	b = append(b, byte(t), commandVersion)
+	b = append(b, byte(t), versionOf(t))
 	return binenc.AppendUint64(b, uint64(now))
 }
 
@@ -153,12 +190,13 @@ func (c *Pull) Encode() []byte {
 	if c.Resend {
 		from = uint64(c.From) + 1
 	}
-	return binenc.AppendUvarint(b, from)
+	return binenc.AppendUvarint(binenc.AppendUvarint(b, from), c.Epoch)
 }
 
 // Encode returns the command's bytes.
 func (c *Ack) Encode() []byte {
 	b := appendNames(appendHeader(nil, CmdAck, c.Now), c.Subject, c.Group, c.Consumer)
+	b = binenc.AppendUvarint(b, c.Epoch)
 	b = binenc.AppendUvarint(b, uint64(len(c.Ranges)))
 	for _, r := range c.Ranges {
 		b = binenc.AppendUvarint(b, uint64(r.First))
@@ -169,7 +207,14 @@ func (c *Ack) Encode() []byte {
 
 // Encode returns the command's bytes.
 func (c *Reclaim) Encode() []byte {
-	return appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.Group, c.Consumer)
+	return binenc.AppendUvarint(b, c.Epoch)
+}
+
+// Encode returns the command's bytes.
+func (c *Forget) Encode() []byte {
+	b := binenc.AppendString(appendHeader(nil, CmdForget, c.Now), c.Subject)
+	return binenc.AppendString(b, c.Group)
 }
 
 // Encode returns the command's bytes.
@@ -187,13 +232,20 @@ func (c *Fire) Encode() []byte {
 	return b
 }
 
-// Decode decodes a command: *Append, *Pull, *Ack, *Reclaim, *SetMember or
-// *Fire.
+// Decode decodes a command: *Append, *Pull, *Ack, *Reclaim, *SetMember,
+// *Fire or *Forget.
 func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
-	if v := r.Byte(); r.Err() == nil && v != commandVersion {
+	v := r.Byte()
+	if r.Err() == nil && v != versionOf(t) && (v != commandVersion || versionOf(t) != commandVersionEpoch) {
 		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownCommand, t, v)
+	}
+	epoch := func() uint64 { // the field version 2 adds
+		if v == commandVersionEpoch {
+			return r.Uvarint()
+		}
+		return 0
 	}
 	now := r.Int64()
 	var cmd any
@@ -216,10 +268,12 @@ func Decode(b []byte) (any, error) {
 		if from := r.Uvarint(); from > 0 {
 			c.Resend, c.From = true, int64(from-1)
 		}
+		c.Epoch = epoch()
 		cmd = c
 	case CmdAck:
 		c := &Ack{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Epoch = epoch()
 		n := r.Count(limits.MaxAckRanges)
 		c.Ranges = make([]AckRange, 0, n)
 		for i := 0; i < n && r.Err() == nil; i++ {
@@ -229,6 +283,7 @@ func Decode(b []byte) (any, error) {
 	case CmdReclaim:
 		c := &Reclaim{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Epoch = epoch()
 		cmd = c
 	case CmdMember:
 		cmd = &SetMember{Now: now, ID: r.String(limits.MaxName), ClientAddr: r.String(limits.MaxAddr)}
@@ -240,6 +295,8 @@ func Decode(b []byte) (any, error) {
 			c.Refs = append(c.Refs, r.Uint64())
 		}
 		cmd = c
+	case CmdForget:
+		cmd = &Forget{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 	default:
 		if r.Err() == nil {
 			return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, t)

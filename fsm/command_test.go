@@ -32,7 +32,10 @@ func sampleCommands() map[string]encoder {
 		"ack":            &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 3}, {7, 7}}},
 		"ack no ranges":  &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{}},
 		"ack max ranges": &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
-		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c"},
+		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
+		"pull resend":    &Pull{Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
+		"ack epoch":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []AckRange{{1, 1}}},
+		"forget":         &Forget{Now: 2, Subject: long, Group: "g"},
 		"member":         &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
 		"member removal": &SetMember{Now: 3, ID: "node1"},
 		"fire":           &Fire{Now: 4, Refs: []uint64{0, 1 << 44, math.MaxUint64}},
@@ -63,7 +66,7 @@ func TestCommandRoundTrip(t *testing.T) {
 
 func TestCommandTypeValues(t *testing.T) {
 	// The values are written into the Raft log.
-	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim} {
+	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim, 5: CmdMember, 6: CmdFire, 7: CmdForget} {
 		if ct != want {
 			t.Fatalf("%s = %d, want %d", ct, ct, want)
 		}
@@ -79,10 +82,10 @@ func TestDecodeRejects(t *testing.T) {
 	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
 	tooMany := binenc.AppendUvarint(header(CmdAppend), limits.MaxBatchMessages+1)
-	longName := appendNames(header(CmdReclaim), strings.Repeat("s", limits.MaxName+1), "g", "c")
+	longName := binenc.AppendUvarint(appendNames(header(CmdReclaim), strings.Repeat("s", limits.MaxName+1), "g", "c"), 0)
 	// Subject "s" with a 2-byte length prefix, then group and consumer.
-	nonMinimalName := binenc.AppendString(binenc.AppendString(append(nonMinimal(header(CmdReclaim), 1), 's'), "g"), "c")
-	ranges := appendNames(header(CmdAck), "s", "g", "c")
+	nonMinimalName := binenc.AppendUvarint(binenc.AppendString(binenc.AppendString(append(nonMinimal(header(CmdReclaim), 1), 's'), "g"), "c"), 0)
+	ranges := binenc.AppendUvarint(appendNames(header(CmdAck), "s", "g", "c"), 0) // epoch 0
 	tooManyRanges := binenc.AppendUvarint(append([]byte(nil), ranges...), limits.MaxAckRanges+1)
 	badMessage := append(header(CmdAppend), 1)
 	badMessage = (&logs.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
@@ -95,7 +98,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"no time", []byte{byte(CmdPull), commandVersion, 1, 2}},
 		{"unknown type", header(99)},
 		{"type zero", header(0)},
-		{"future version", append([]byte{byte(CmdPull), commandVersion + 1}, pull[2:]...)},
+		{"future version", append([]byte{byte(CmdPull), commandVersionEpoch + 1}, pull[2:]...)},
+		{"epoch version of append", append([]byte{byte(CmdAppend), commandVersionEpoch}, app[2:]...)},
 		{"truncated pull", pull[:len(pull)-1]},
 		{"trailing byte", append(append([]byte(nil), pull...), 0)},
 		{"truncated append", app[:len(app)-1]},
@@ -104,7 +108,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
-		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0)},
+		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0, 0)},
+		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
 		{"non-minimal name length", nonMinimalName},
 		{"non-minimal range", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0)},
 	} {
@@ -118,9 +123,9 @@ func TestDecodeRejects(t *testing.T) {
 	// The non-minimal samples above are well-formed apart from the varint.
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(header(CmdAppend), 0),
-		binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0),
+		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
-		appendNames(header(CmdReclaim), "s", "g", "c"),
+		binenc.AppendUvarint(appendNames(header(CmdReclaim), "s", "g", "c"), 0),
 	} {
 		if _, err := Decode(b); err != nil {
 			t.Fatalf("Decode(%x): %v", b, err)

@@ -105,6 +105,9 @@ type FSM struct {
 	onSchedule atomic.Pointer[func(delaywheel.Entry)]
 	// firstLive caches firstRetained per subject; retention clears it.
 	firstLive map[string]int64
+	// subjects are those with messages or delayed messages pending
+	// (derived from the logs and the state; never shrinks).
+	subjects map[string]struct{}
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
@@ -173,6 +176,13 @@ func (f *FSM) load(dir string) error {
 		return err
 	}
 	f.store, f.st, f.dedup, f.delayedDedup, f.firstLive = s, cp.st, d, delayed, map[string]int64{}
+	f.subjects = map[string]struct{}{}
+	for _, subject := range s.subjects() {
+		f.subjects[subject] = struct{}{}
+	}
+	for subject := range cp.st.delayed {
+		f.subjects[subject] = struct{}{}
+	}
 	f.emptied = nil
 	if s.messages.Log().Start() < cp.st.retainFrom {
 		f.removeBefore(cp.st.retainFrom) // a crash interrupted the last removal
@@ -287,6 +297,8 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applySetMember(c)
 	case *Fire:
 		return f.applyFire(e.Index, c)
+	case *Forget:
+		return f.applyForget(c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

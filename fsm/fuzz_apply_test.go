@@ -92,17 +92,20 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 		case 2, 3: // a pull, maybe asking for a resend
 			data = (&Pull{Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
-				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1}).Encode()
+				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3))}).Encode()
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
 			ranges := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
 			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
-			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Consumer: "c"}
+			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Consumer: "c", Epoch: uint64(pick(i+1, 3))}
 			for k := range n {
 				c.Ranges = append(c.Ranges, ranges[k%len(ranges)])
 			}
 			data = c.Encode()
-		case 5:
-			data = (&Reclaim{Now: at, Subject: name(pick(i+1, 6), "s"), Group: "g", Consumer: "c"}).Encode()
+		case 5: // a reclaim of an epoch, or the group forgotten
+			data = (&Reclaim{Now: at, Subject: name(pick(i+1, 6), "s"), Group: "g", Consumer: "c", Epoch: uint64(pick(i+3, 3))}).Encode()
+			if pick(i+2, 2) == 1 {
+				data = (&Forget{Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+3, 6), "g")}).Encode()
+			}
 		case 6: // a fire, hours later, of what was scheduled and of bogus references, or of too many
 			c := &Fire{Now: at + int64(pick(i+1, 3))*delaywheel.HourMillis, Refs: append([]uint64{1 << 63, 0}, refs...)}
 			if pick(i+2, 2) == 1 {

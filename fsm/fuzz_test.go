@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -28,6 +29,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{byte(CmdAppend), commandVersion})
+	f.Add([]byte{byte(CmdAck), commandVersion, 0, 0, 0, 0, 0, 0, 0, 0, 1, 's', 1, 'g', 1, 'c', 1, 0, 0}) // version 1: no epoch
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cmd, err := Decode(b)
 		if err != nil {
@@ -40,7 +42,16 @@ func FuzzDecodeCommand(f *testing.F) {
 		if !ok {
 			t.Fatalf("Decode returned %T", cmd)
 		}
-		if again := e.Encode(); !bytes.Equal(again, b) {
+		again := e.Encode()
+		if again[1] != b[1] {
+			// An older version of the command, written now in the current
+			// one: the same command, whose new bytes decode to it.
+			if back, err := Decode(again); err != nil || !reflect.DeepEqual(back, cmd) {
+				t.Fatalf("%T of version %d re-encodes to %x, which decodes to %#v, %v", cmd, b[1], again, back, err)
+			}
+			return
+		}
+		if !bytes.Equal(again, b) {
 			t.Fatalf("%T re-encodes to\n%x\nnot\n%x", cmd, again, b)
 		}
 	})

@@ -63,22 +63,34 @@ type ConsumerID struct {
 // Check reports whether every name of id is valid.
 func (id ConsumerID) Check() error { return checkNames(id.Subject, id.Group, id.Consumer) }
 
-// Knows reports whether the consumer is registered (it pulled, and was not
+// Epoch returns the consumer's registration (its epoch), or 0 if it is
+// not registered (it never pulled a subject with messages, or it was
 // reclaimed since).
-func (f *FSM) Knows(id ConsumerID) bool {
+func (f *FSM) Epoch(id ConsumerID) uint64 {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
-	return f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}] != nil
+	if c := f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}]; c != nil {
+		return c.epoch
+	}
+	return 0
+}
+
+// HasSubject reports whether subject has messages here (a consume log). A
+// pull of any other subject registers nothing.
+func (f *FSM) HasSubject(subject string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store != nil && f.store.consumeLog(subject) != nil
 }
 
 // ConsumersWithUnacked returns the consumers holding unacked entries, in
-// the order they were first seen. A new leader starts their sessions.
+// the order they registered. A new leader starts their sessions.
 func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
 	var out []ConsumerID
-	for _, c := range f.st.consumers {
-		if c != nil && c.unacked() > 0 {
+	for _, c := range f.st.sortedConsumers() {
+		if c.unacked() > 0 {
 			out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
 		}
 	}
@@ -103,9 +115,7 @@ func (f *FSM) Backlog() int64 {
 		n += max(0, ends.Consume[k.subject]/logs.ConsumeRecordSize-g.cursor) + int64(len(g.redeliver))
 	}
 	for _, c := range f.st.consumers {
-		if c != nil {
-			n += int64(c.unacked())
-		}
+		n += int64(c.unacked())
 	}
 	return n
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-// A reclaimed consumer is forgotten; its id is never given again, and the
-// gap it leaves survives a checkpoint and a restart.
+// A reclaimed consumer is forgotten; its epoch is never given again, also
+// after a checkpoint and a restart.
 func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	cfg := unitConfig(t.TempDir())
 	f := unitOpen(t, cfg)
@@ -16,11 +16,11 @@ func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	applyAt(f, 2, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "gone", Max: 1})
 	applyAt(f, 3, &Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "gone"})
 	applyAt(f, 4, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "next", Max: 1})
-	if f.Knows(ConsumerID{"s", "g", "gone"}) || !f.Knows(ConsumerID{"s", "g", "next"}) {
+	if f.Epoch(ConsumerID{"s", "g", "gone"}) != 0 || f.Epoch(ConsumerID{"s", "g", "next"}) == 0 {
 		t.Fatal("the reclaimed consumer is still known, or the new one is not")
 	}
-	if c := f.st.byKey[consumerKey{"s", "g", "next"}]; c.id != 1 {
-		t.Fatalf("the new consumer got id %d; ids are never reused, want 1", c.id)
+	if c := f.st.byKey[consumerKey{"s", "g", "next"}]; c.epoch != 2 {
+		t.Fatalf("the new consumer got epoch %d; epochs are never reused, want 2", c.epoch)
 	}
 	takeSnapshot(t, f)
 	before := stateBytes(f)
@@ -30,11 +30,11 @@ func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	if !bytes.Equal(stateBytes(g), before) {
 		t.Fatal("state differs after a restart")
 	}
-	if g.Knows(ConsumerID{"s", "g", "gone"}) {
+	if g.Epoch(ConsumerID{"s", "g", "gone"}) != 0 {
 		t.Fatal("the reclaimed consumer came back with the restart")
 	}
 	r := resultAs[*PullResult](t, applyAt(g, 5, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "third", Max: 5}))
-	if len(r.Entries) != 1 || g.st.byKey[consumerKey{"s", "g", "third"}].id != 2 {
-		t.Fatalf("after restart: %+v, id %d", r.Entries, g.st.byKey[consumerKey{"s", "g", "third"}].id)
+	if len(r.Entries) != 1 || r.Epoch != 3 || g.st.byKey[consumerKey{"s", "g", "third"}].epoch != 3 {
+		t.Fatalf("after restart: %+v, epoch %d", r.Entries, r.Epoch)
 	}
 }

@@ -43,7 +43,10 @@ type Pulled struct {
 
 // PullResult answers a Pull. It may hold fewer entries than asked for, or
 // none: the group has nothing more, or the consumer holds MaxUnacked.
+// Epoch is the consumer's registration, which its acks must name; 0 when
+// the pull registered nothing (its subject has no messages yet).
 type PullResult struct {
+	Epoch   uint64
 	Entries []Pulled
 }
 
@@ -57,6 +60,14 @@ type AckResult struct {
 // to the group.
 type ReclaimResult struct {
 	Reclaimed int
+}
+
+// ForgetResult answers a Forget: whether the group was known, and how many
+// consumers and unacked entries went with it.
+type ForgetResult struct {
+	Known     bool
+	Consumers int
+	Unacked   int
 }
 
 // FireResult answers a Fire.

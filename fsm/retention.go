@@ -43,7 +43,7 @@ func (f *FSM) removeBefore(keep int64) {
 	}
 	oldest := f.store.pulls.Log().Next() / logs.PullRecordSize
 	for _, cs := range f.st.consumers {
-		if cs != nil && len(cs.window) > 0 {
+		if len(cs.window) > 0 {
 			oldest = min(oldest, cs.window[0].pos)
 		}
 	}

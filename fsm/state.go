@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -18,6 +19,7 @@ type consumerKey struct{ subject, group, name string }
 type group struct {
 	cursor    int64   // next consume-log sequence to hand out
 	redeliver []int64 // consume-log sequences to hand out first, in order
+	consumers int     // registered consumers (derived, not checkpointed)
 }
 
 // pulled is one entry of a consumer's unacked window.
@@ -27,12 +29,14 @@ type pulled struct {
 	acked      bool
 }
 
-// consumer is one consumer's pull-log state. Pull sequences below ackPos
-// are acked (or were released by Reclaim); window holds the entries of pull
-// sequences ackPos .. next-1, so acks out of order are remembered until the
-// ack position can pass them.
+// consumer is one registration of a consumer: from its first pull until
+// Reclaim (or Forget) removes it. Pull sequences below ackPos are acked;
+// window holds the entries of pull sequences ackPos .. next-1, so acks out
+// of order are remembered until the ack position can pass them. Its epoch
+// numbers the registration: never given twice, so an ack or a resend from
+// an earlier life of the same name cannot touch this one's entries.
 type consumer struct {
-	id     uint32
+	epoch  uint64
 	key    consumerKey
 	ackPos int64
 	next   int64
@@ -58,8 +62,9 @@ type state struct {
 	applied   uint64 // last applied Raft index
 	now       int64  // newest leader-stamped time applied (never goes back)
 	groups    map[groupKey]*group
-	consumers []*consumer // by id
+	consumers map[uint64]*consumer // by epoch
 	byKey     map[consumerKey]*consumer
+	nextEpoch uint64            // the epoch the next registration gets
 	members   map[string]string // node id → client address
 	// retainFrom is where retention last decided the message log starts.
 	// The checkpoint records it before any file is deleted, so a removal
@@ -69,6 +74,8 @@ type state struct {
 	// fired; delayed counts them per subject.
 	hours   map[int64]*hourState
 	delayed map[string]int64
+	// groupsOf counts each subject's consumer groups (derived).
+	groupsOf map[string]int
 }
 
 // hourState is one hour of the schedule log.
@@ -81,8 +88,9 @@ type hourState struct {
 }
 
 func newState() *state {
-	return &state{groups: map[groupKey]*group{}, byKey: map[consumerKey]*consumer{}, members: map[string]string{},
-		hours: map[int64]*hourState{}, delayed: map[string]int64{}}
+	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
+		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
+		groupsOf: map[string]int{}}
 }
 
 // stamp advances the state's clock to a command's leader-stamped time. A new
@@ -93,22 +101,48 @@ func (s *state) stamp(now int64) int64 {
 	return s.now
 }
 
-// consumer returns the consumer for key, registering it if create is set.
-// Ids are given in apply order, so every replica gives the same ones.
-func (s *state) consumer(key consumerKey, create bool) *consumer {
-	if c := s.byKey[key]; c != nil || !create {
-		return c
+// addGroup records a new consumer group.
+func (s *state) addGroup(k groupKey, g *group) {
+	s.groups[k] = g
+	s.groupsOf[k.subject]++
+}
+
+// removeGroup forgets a consumer group (its consumers must be gone).
+func (s *state) removeGroup(k groupKey) {
+	delete(s.groups, k)
+	if s.groupsOf[k.subject]--; s.groupsOf[k.subject] <= 0 {
+		delete(s.groupsOf, k.subject)
 	}
-	c := &consumer{id: uint32(len(s.consumers)), key: key}
-	s.consumers = append(s.consumers, c)
+}
+
+// register records a new consumer of an existing group under the next
+// epoch. Epochs are given in apply order, so every replica gives the same.
+func (s *state) register(key consumerKey) *consumer {
+	c := &consumer{epoch: s.nextEpoch, key: key}
+	s.nextEpoch++
+	s.consumers[c.epoch] = c
 	s.byKey[key] = c
+	s.groups[groupKey{key.subject, key.group}].consumers++
 	return c
 }
 
-// forget removes a consumer; its id is never given again.
+// forget removes a consumer; its epoch is never given again.
 func (s *state) forget(c *consumer) {
 	delete(s.byKey, c.key)
-	s.consumers[c.id] = nil
+	delete(s.consumers, c.epoch)
+	if g := s.groups[groupKey{c.key.subject, c.key.group}]; g != nil {
+		g.consumers--
+	}
+}
+
+// sortedConsumers returns the consumers in epoch order (the order they
+// registered), for encodings and answers that must not depend on map order.
+func (s *state) sortedConsumers() []*consumer {
+	out := make([]*consumer, 0, len(s.consumers))
+	for _, epoch := range slices.Sorted(maps.Keys(s.consumers)) {
+		out = append(out, s.consumers[epoch])
+	}
+	return out
 }
 
 // sortedGroups returns the groups in (subject, group) order, for encodings

@@ -28,6 +28,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return json.Marshal(n.Status())
 	case transport.TypeDelays:
 		return json.Marshal(n.Delays())
+	case transport.TypeForgetGroup:
+		return n.handleForgetGroup(ctx, p)
 	case transport.TypeJoin:
 		return n.handleJoin(ctx, p)
 	case transport.TypeLeave:
@@ -128,26 +130,42 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
+	// A long poll is a sign of life for as long as it waits.
+	alive := time.NewTicker(max(n.cfg.SessionTimeout/4, 10*time.Millisecond))
+	defer alive.Stop()
+	epoch := uint64(0)
 	for {
-		// A long poll is a sign of life for as long as it waits.
 		n.sessions.touch(id)
 		changed := n.notify.wait(req.Subject)
-		pctx, cancel := n.requestContext(ctx)
-		cmd := &fsm.Pull{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max, Resend: true, From: req.From}
-		resp, err := n.propose(pctx, cmd.Encode())
-		cancel()
-		if err != nil {
-			return nil, err
+		// A subject without messages registers nothing: no Raft entry for
+		// names a client makes up; the wait below ends when one arrives.
+		if n.fsm.HasSubject(req.Subject) {
+			pctx, cancel := n.requestContext(ctx)
+			cmd := &fsm.Pull{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
+				Max: req.Max, Resend: true, From: req.From, Epoch: req.Epoch}
+			resp, err := n.propose(pctx, cmd.Encode())
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			res := resp.(*fsm.PullResult)
+			if len(res.Entries) > 0 {
+				return n.pulledMessages(req.Subject, id, res)
+			}
+			epoch = res.Epoch
 		}
-		if entries := resp.(*fsm.PullResult).Entries; len(entries) > 0 {
-			return n.pulledMessages(req.Subject, id, entries)
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return (&transport.PullResponse{}).Encode(), nil
-		case <-ctx.Done():
-			return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
+	wait:
+		for {
+			select {
+			case <-changed:
+				break wait
+			case <-alive.C:
+				n.sessions.touch(id)
+			case <-deadline.C:
+				return (&transport.PullResponse{Epoch: epoch}).Encode(), nil
+			case <-ctx.Done():
+				return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
+			}
 		}
 	}
 }
@@ -159,11 +177,11 @@ const maxPullReply = transport.DefaultMaxFrame / 2
 
 // pulledMessages reads the messages a pull handed out, at least one and no
 // more than fit in maxPullReply.
-func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, entries []fsm.Pulled) ([]byte, error) {
-	resp := &transport.PullResponse{Messages: make([]transport.PulledMessage, 0, len(entries))}
+func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
+	resp := &transport.PullResponse{Epoch: res.Epoch, Messages: make([]transport.PulledMessage, 0, len(res.Entries))}
 	size := 0
 	var gone []int64
-	for _, e := range entries {
+	for _, e := range res.Entries {
 		m, err := n.fsm.Message(subject, e.ConsumeSeq)
 		if errors.Is(err, logs.ErrRetained) {
 			gone = append(gone, e.PullSeq) // removed by retention after it was handed out
@@ -178,7 +196,7 @@ func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, entries [
 		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})
 	}
 	if len(gone) > 0 {
-		n.ackGone(subject, consumer, gone)
+		n.ackGone(subject, consumer, res.Epoch, gone)
 	}
 	n.metrics.messagesOut.Add(float64(len(resp.Messages)))
 	return resp.Encode(), nil
@@ -192,10 +210,11 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer}
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Epoch: req.Epoch}
 	for _, r := range req.Ranges {
 		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: r.First, Last: r.Last})
 	}
+	cmd.Ranges = fsm.MergeRanges(cmd.Ranges) // each sequence once, however the client sent them
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
 	resp, err := n.propose(ctx, cmd.Encode())
@@ -203,6 +222,36 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	return (&transport.AckResponse{AckPos: resp.(*fsm.AckResult).AckPos}).Encode(), nil
+}
+
+// handleForgetGroup removes a consumer group from the group's state.
+func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.ForgetGroupRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.Forget{Subject: req.Subject, Group: req.Group}
+	if err := fsm.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := fsm.CheckName("group", req.Group); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	cmd.Now = n.clock.now().UnixMilli()
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(ctx, cmd.Encode())
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*fsm.ForgetResult)
+	if r.Known {
+		n.log.Info("consumer group forgotten", "subject", req.Subject, "consumer-group", req.Group, "consumers", r.Consumers, "unacked", r.Unacked)
+	}
+	return json.Marshal(transport.ForgetGroupResult{Known: r.Known, Consumers: r.Consumers, Unacked: r.Unacked})
 }
 
 func (n *Node) handleHeartbeat(p []byte) ([]byte, error) {
@@ -232,8 +281,8 @@ func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID,
 // ackGone acknowledges, on the consumer's behalf, entries whose messages
 // retention removed before they could be delivered: nobody can process
 // them, and left unacked they would hold the consumer's ack position back.
-func (n *Node) ackGone(subject string, id fsm.ConsumerID, seqs []int64) {
-	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer}
+func (n *Node) ackGone(subject string, id fsm.ConsumerID, epoch uint64, seqs []int64) {
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch}
 	for _, s := range seqs {
 		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: s, Last: s})
 	}

@@ -45,6 +45,9 @@ func (g *raftGroup) result(f raft.ApplyFuture) (any, error) {
 	}
 	resp := f.Response()
 	if err, ok := resp.(error); ok {
+		if errors.Is(err, fsm.ErrStaleConsumer) {
+			return nil, transport.Errorf(transport.StaleConsumer, "%v", err)
+		}
 		if errors.Is(err, fsm.ErrInvalid) || errors.Is(err, meta.ErrInvalid) {
 			return nil, transport.Errorf(transport.Invalid, "%v", err)
 		}

@@ -59,8 +59,8 @@ func (s *sessions) run(ctx context.Context) {
 			return
 		case <-tick.C:
 			for _, id := range s.expired() {
-				if s.n.fsm.Knows(id) { // else it never pulled, or was reclaimed already
-					s.reclaim(ctx, id)
+				if epoch := s.n.fsm.Epoch(id); epoch != 0 { // else it never pulled, or was reclaimed already
+					s.reclaim(ctx, id, epoch)
 				}
 			}
 		}
@@ -81,8 +81,11 @@ func (s *sessions) expired() []fsm.ConsumerID {
 	return out
 }
 
-func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID) {
-	cmd := &fsm.Reclaim{Now: s.n.clock.now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer}
+// reclaim proposes the Reclaim of one registration (epoch) of a consumer:
+// a proposal that commits late, after the consumer registered afresh,
+// leaves the new registration be.
+func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID, epoch uint64) {
+	cmd := &fsm.Reclaim{Now: s.n.clock.now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch}
 	resp, err := s.n.propose(ctx, cmd.Encode())
 	if err != nil {
 		s.n.log.Warn("reclaiming an expired consumer; will retry", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)

@@ -60,6 +60,22 @@ type Member struct {
 	Suffrage   string `json:"suffrage"`    // Voter, Nonvoter or Staging
 }
 
+// ForgetGroupRequest asks a broker group to forget a consumer group of a
+// subject: its position, its redelivery queue and its consumers.
+type ForgetGroupRequest struct {
+	Subject string `json:"subject"`
+	Group   string `json:"group"`
+}
+
+// ForgetGroupResult answers a ForgetGroupRequest: whether the broker group
+// knew the consumer group, and how many consumers and unacknowledged
+// messages went with it.
+type ForgetGroupResult struct {
+	Known     bool `json:"known"`
+	Consumers int  `json:"consumers"`
+	Unacked   int  `json:"unacked"`
+}
+
 // Delays answers TypeDelays: a broker group's pending delayed messages as
 // one replica holds them.
 type Delays struct {

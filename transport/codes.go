@@ -20,21 +20,26 @@ const (
 	Internal    Code = 6 // a bug or a storage failure on the server
 	UnknownType Code = 7 // the server does not know the request type
 	ReadOnly    Code = 8 // the broker group is drained: send to another group of the subject
+	// StaleConsumer: an ack names a registration of its consumer that has
+	// ended (its session expired and its messages went back to the group).
+	// Retrying cannot help: drop the ack; the messages come again.
+	StaleConsumer Code = 9
 )
 
 var codeInfo = map[Code]struct {
 	name      string
 	retriable bool
 }{
-	OK:          {"OK", false},
-	NotLeader:   {"NOT_LEADER", true},
-	Invalid:     {"INVALID", false},
-	TooLarge:    {"TOO_LARGE", false},
-	Unavailable: {"UNAVAILABLE", true},
-	Timeout:     {"TIMEOUT", true},
-	Internal:    {"INTERNAL", false},
-	UnknownType: {"UNKNOWN_TYPE", false},
-	ReadOnly:    {"READONLY", false},
+	OK:            {"OK", false},
+	NotLeader:     {"NOT_LEADER", true},
+	Invalid:       {"INVALID", false},
+	TooLarge:      {"TOO_LARGE", false},
+	Unavailable:   {"UNAVAILABLE", true},
+	Timeout:       {"TIMEOUT", true},
+	Internal:      {"INTERNAL", false},
+	UnknownType:   {"UNKNOWN_TYPE", false},
+	ReadOnly:      {"READONLY", false},
+	StaleConsumer: {"STALE_CONSUMER", false},
 }
 
 func (c Code) String() string {

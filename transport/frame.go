@@ -61,6 +61,11 @@ const (
 	// TypeDelays asks a broker node for its group's pending delayed
 	// messages, by hour and by subject, from its own replica.
 	TypeDelays Type = 17
+
+	// TypeForgetGroup asks a broker group's leader to remove a consumer
+	// group of a subject from its state (an operator clearing away a group
+	// that is gone).
+	TypeForgetGroup Type = 18
 )
 
 func (t Type) String() string {
@@ -99,6 +104,8 @@ func (t Type) String() string {
 		return "deregister"
 	case TypeDelays:
 		return "delays"
+	case TypeForgetGroup:
+		return "forget-group"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

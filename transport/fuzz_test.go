@@ -38,12 +38,13 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&SendRequest{Messages: nil}).Encode())
 	f.Add((&SendRequest{}).Encode())
 	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
-	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{1, 2}}}).Encode())
+	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []AckRange{{1, 2}}}).Encode())
+	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second, From: 9, Epoch: 2}).Encode())
 	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
 	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
 	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
-	f.Add((&PullResponse{Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
+	f.Add((&PullResponse{Epoch: 4, Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if q, err := DecodeSendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("send request does not re-encode to its input")
@@ -64,7 +65,9 @@ func FuzzDecodeRequests(f *testing.F) {
 		var status Status
 		DecodeJSON(in, &status)
 		DecodeSendResponse(in)
-		DecodePullResponse(in)
+		if p, err := DecodePullResponse(in); err == nil && !bytes.Equal(p.Encode(), in) {
+			t.Fatalf("pull response does not re-encode to its input")
+		}
 		DecodeAckResponse(in)
 		DecodeStatus(in)
 	})

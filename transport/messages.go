@@ -13,8 +13,12 @@ import (
 // Payloads of each request and response body. Integers are uvarints unless
 // noted; strings and byte slices are uvarint-length-prefixed; messages use
 // the message-log encoding (package logs). Every payload starts with a
-// version byte.
-const payloadVersion = 1
+// version byte: 2 for pull and ack requests and pull responses (which
+// carry the consumer's epoch), 1 for the others.
+const (
+	payloadVersion      = 1
+	payloadVersionEpoch = 2
+)
 
 // The decoders hold every count and name to the limits of package limits.
 
@@ -46,18 +50,22 @@ type SendResponse struct {
 	Results []SendResult
 }
 
-// PullRequest: version | subject | group | consumer | max | wait-ms | from
+// PullRequest: 2 | subject | group | consumer | max | wait-ms | from | epoch
 //
 // The server answers as soon as it has at least one message, or after
 // Wait with none (a long poll). From is the next pull sequence the consumer
-// expects (one past the highest it received): messages it was handed from
+// expects (one past the highest it received) in its registration Epoch
+// (from the last pull response; 0 at first): messages it was handed from
 // there on and has not acked come again first, so a lost reply loses
-// nothing.
+// nothing. With epoch 0 they come again whatever registration holds the
+// name (a restarted consumer taking over); with an epoch that has ended,
+// none do (they went back to the group when it ended).
 type PullRequest struct {
 	Subject, Group, Consumer string
 	Max                      int
 	Wait                     time.Duration
 	From                     int64
+	Epoch                    uint64
 }
 
 // PulledMessage is one message handed to a consumer; PullSeq is what it acks.
@@ -66,17 +74,29 @@ type PulledMessage struct {
 	Message *logs.Message
 }
 
-// PullResponse: version | count | (pull-seq | message)…
+// PullResponse: 2 | epoch | count | (pull-seq | message)…
+//
+// Epoch is the consumer's registration, which its acks and next pulls
+// name; a new one (different from the request's) means the broker
+// registered the consumer afresh (its earlier session expired), its pull
+// sequences from 0 again. 0 when nothing was registered (the subject has
+// no messages yet).
 type PullResponse struct {
+	Epoch    uint64
 	Messages []PulledMessage
 }
 
 // AckRange is an inclusive range of pull sequences.
 type AckRange struct{ First, Last int64 }
 
-// AckRequest: version | subject | group | consumer | count | (first | last)…
+// AckRequest: 2 | subject | group | consumer | epoch | count | (first | last)…
+//
+// Epoch (at least 1) is the registration that pulled the acknowledged
+// messages: if it has ended, the ack is refused with STALE_CONSUMER and
+// changes nothing (those messages went back to the group).
 type AckRequest struct {
 	Subject, Group, Consumer string
+	Epoch                    uint64
 	Ranges                   []AckRange
 }
 
@@ -94,10 +114,14 @@ type HeartbeatRequest struct {
 
 func header() []byte { return []byte{payloadVersion} }
 
-func newReader(b []byte) *binenc.Reader {
+func newReader(b []byte) *binenc.Reader { return newReaderVersion(b, payloadVersion) }
+
+// newReaderVersion returns a reader after b's version byte, or one that
+// fails on its first read if the version is not want.
+func newReaderVersion(b []byte, want byte) *binenc.Reader {
 	r := binenc.NewReader(b)
-	if v := r.Byte(); r.Err() == nil && v != payloadVersion {
-		return binenc.NewReader(nil) // fails on the first read: unknown version
+	if v := r.Byte(); r.Err() == nil && v != want {
+		return binenc.NewReader(nil)
 	}
 	return r
 }
@@ -171,15 +195,16 @@ func readNames(r *binenc.Reader) (string, string, string) {
 
 // Encode returns the payload.
 func (q *PullRequest) Encode() []byte {
-	b := appendNames(header(), q.Subject, q.Group, q.Consumer)
+	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.Group, q.Consumer)
 	b = binenc.AppendUvarint(b, uint64(q.Max))
 	b = binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
-	return binenc.AppendUvarint(b, uint64(q.From))
+	b = binenc.AppendUvarint(b, uint64(q.From))
+	return binenc.AppendUvarint(b, q.Epoch)
 }
 
 // DecodePullRequest decodes a pull payload.
 func DecodePullRequest(b []byte) (*PullRequest, error) {
-	r := newReader(b)
+	r := newReaderVersion(b, payloadVersionEpoch)
 	q := &PullRequest{}
 	q.Subject, q.Group, q.Consumer = readNames(r)
 	q.Max = r.Count(limits.MaxPullMessages)
@@ -192,12 +217,14 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 	if q.From < 0 {
 		return nil, Errorf(Invalid, "pull: from %d", q.From)
 	}
+	q.Epoch = r.Uvarint()
 	return q, done("pull", r)
 }
 
 // Encode returns the payload.
 func (p *PullResponse) Encode() []byte {
-	b := binenc.AppendUvarint(header(), uint64(len(p.Messages)))
+	b := binenc.AppendUvarint([]byte{payloadVersionEpoch}, p.Epoch)
+	b = binenc.AppendUvarint(b, uint64(len(p.Messages)))
 	for _, m := range p.Messages {
 		b = binenc.AppendUvarint(b, uint64(m.PullSeq))
 		b = m.Message.AppendEncoded(b)
@@ -207,8 +234,8 @@ func (p *PullResponse) Encode() []byte {
 
 // DecodePullResponse decodes a pull response body.
 func DecodePullResponse(b []byte) (*PullResponse, error) {
-	r := newReader(b)
-	p := &PullResponse{}
+	r := newReaderVersion(b, payloadVersionEpoch)
+	p := &PullResponse{Epoch: r.Uvarint()}
 	n := r.Count(limits.MaxPullMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		seq := int64(r.Uvarint())
@@ -223,7 +250,8 @@ func DecodePullResponse(b []byte) (*PullResponse, error) {
 
 // Encode returns the payload.
 func (q *AckRequest) Encode() []byte {
-	b := appendNames(header(), q.Subject, q.Group, q.Consumer)
+	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.Group, q.Consumer)
+	b = binenc.AppendUvarint(b, q.Epoch)
 	b = binenc.AppendUvarint(b, uint64(len(q.Ranges)))
 	for _, rg := range q.Ranges {
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(rg.First)), uint64(rg.Last))
@@ -233,9 +261,12 @@ func (q *AckRequest) Encode() []byte {
 
 // DecodeAckRequest decodes an ack payload.
 func DecodeAckRequest(b []byte) (*AckRequest, error) {
-	r := newReader(b)
+	r := newReaderVersion(b, payloadVersionEpoch)
 	q := &AckRequest{}
 	q.Subject, q.Group, q.Consumer = readNames(r)
+	if q.Epoch = r.Uvarint(); r.Err() == nil && q.Epoch == 0 {
+		return nil, Errorf(Invalid, "ack: epoch 0 (an ack names the registration that pulled its messages)")
+	}
 	n := r.Count(limits.MaxAckRanges)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		rg := AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}

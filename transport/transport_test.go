@@ -77,16 +77,16 @@ func TestPayloadRoundTrips(t *testing.T) {
 	if got, err := DecodeSendResponse(sr.Encode()); err != nil || got.Results[1].Error != "bad" {
 		t.Fatalf("send response: %+v, %v", got, err)
 	}
-	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond}
+	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond, From: 4, Epoch: 1 << 40}
 	if got, err := DecodePullRequest(pull.Encode()); err != nil || *got != *pull {
 		t.Fatalf("pull: %+v, %v", got, err)
 	}
-	pr := &PullResponse{Messages: []PulledMessage{{PullSeq: 3, Message: sampleMessage()}}}
-	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Messages[0].PullSeq != 3 || string(got.Messages[0].Message.Body) != "body" {
+	pr := &PullResponse{Epoch: 7, Messages: []PulledMessage{{PullSeq: 3, Message: sampleMessage()}}}
+	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Epoch != 7 || got.Messages[0].PullSeq != 3 || string(got.Messages[0].Message.Body) != "body" {
 		t.Fatalf("pull response: %+v, %v", got, err)
 	}
-	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 4}, {7, 7}}}
-	if got, err := DecodeAckRequest(ack.Encode()); err != nil || len(got.Ranges) != 2 || got.Ranges[1] != (AckRange{7, 7}) {
+	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 2, Ranges: []AckRange{{0, 4}, {7, 7}}}
+	if got, err := DecodeAckRequest(ack.Encode()); err != nil || got.Epoch != 2 || len(got.Ranges) != 2 || got.Ranges[1] != (AckRange{7, 7}) {
 		t.Fatalf("ack: %+v, %v", got, err)
 	}
 	if got, err := DecodeAckResponse((&AckResponse{AckPos: 9}).Encode()); err != nil || got.AckPos != 9 {
@@ -99,7 +99,10 @@ func TestPayloadRoundTrips(t *testing.T) {
 }
 
 func TestDecodersRefuseBadInput(t *testing.T) {
-	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(), 1)}
+	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode(), 1),
+		(&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(), // epoch 0
+		append([]byte{payloadVersion}, (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode()[1:]...), // the version before epochs
+	}
 	for _, b := range bad {
 		if _, err := DecodeAckRequest(b); CodeOf(err) != Invalid {
 			t.Errorf("DecodeAckRequest(%v) = %v, want INVALID", b, err)
@@ -108,7 +111,7 @@ func TestDecodersRefuseBadInput(t *testing.T) {
 			t.Errorf("DecodeSendRequest(%v) = %v, want INVALID", b, err)
 		}
 	}
-	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{5, 2}}}).Encode()
+	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []AckRange{{5, 2}}}).Encode()
 	if _, err := DecodeAckRequest(reversed); CodeOf(err) != Invalid {
 		t.Errorf("reversed range: %v, want INVALID", err)
 	}

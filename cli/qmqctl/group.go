@@ -122,6 +122,35 @@ func subjectCommand() *cli.Command {
 					return nil
 				})
 			},
+		}, {
+			Name:      "forget-group",
+			Usage:     "remove a consumer group of a subject from every broker group's state",
+			ArgsUsage: "SUBJECT (after the options)",
+			Description: "For a consumer group that is gone for good: every broker group of the subject forgets\n" +
+				"its position, its queue of messages to deliver again, and its consumers with what they\n" +
+				"held unacknowledged. It frees the group's place under the broker's limits (4,096 consumer\n" +
+				"groups per subject, 65,536 in all). If the group consumes again it starts afresh, at the\n" +
+				"oldest message each broker group still keeps. Forgetting a group not known is harmless.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "group", Usage: "the consumer `GROUP` to forget", Required: true},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return fmt.Errorf("subject forget-group takes one argument, the subject")
+				}
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					res, err := a.ForgetConsumerGroup(ctx, c.Args().First(), c.String("group"))
+					for _, r := range res {
+						if r.Known {
+							fmt.Printf("broker group %s: forgot consumer group %s (%d consumers, %d messages unacknowledged)\n",
+								r.BrokerGroup, c.String("group"), r.Consumers, r.Unacked)
+						} else {
+							fmt.Printf("broker group %s: consumer group %s not known\n", r.BrokerGroup, c.String("group"))
+						}
+					}
+					return err
+				})
+			},
 		}},
 	}
 }

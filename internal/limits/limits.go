@@ -66,3 +66,25 @@ const (
 	// otherwise.
 	DefaultMaxDelay = 731 * 24 * time.Hour
 )
+
+// What one broker group's replicated state may hold. Apply refuses a
+// command that would pass one (a send to one subject more, a pull by one
+// consumer more) alike on every replica: these are constants, not
+// settings, so that every replica decides alike. Each bounds memory a
+// client can make every replica hold.
+const (
+	// MaxSubjects bounds the subjects with messages (a consume log) or
+	// delayed messages pending, per broker group.
+	MaxSubjects = 65536
+	// MaxGroupsPerSubject bounds the consumer groups of one subject (the
+	// metaserver records as many).
+	MaxGroupsPerSubject = 4096
+	// MaxGroups bounds the consumer groups over all subjects.
+	MaxGroups = 65536
+	// MaxConsumersPerGroup bounds the registered consumers of one group.
+	MaxConsumersPerGroup = 1024
+	// MaxConsumers bounds the registered consumers over all groups. With
+	// each holding at most its MaxUnacked entries (10,000 by default, 24
+	// bytes each in memory), this bounds the unacked windows.
+	MaxConsumers = 16384
+)

@@ -1,0 +1,107 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// lowerLimit sets *v to n for the test.
+func lowerLimit(t *testing.T, v *int, n int) {
+	old := *v
+	*v = n
+	t.Cleanup(func() { *v = old })
+}
+
+// A pull of a subject without messages registers nothing: names a client
+// makes up cost no state (before, each created a group and a consumer).
+func TestPullOfUnknownSubjectRegistersNothing(t *testing.T) {
+	f := unitFSM(t)
+	appendN(t, f, 1, "s", "m", 1)
+	before := stateBytes(f)
+	for i := range 50 {
+		r := pullAt(t, f, uint64(2+i), 0, fmt.Sprint("nothing-", i), fmt.Sprint("g", i), "c", 10)
+		if r.Epoch != 0 || len(r.Entries) != 0 {
+			t.Fatalf("pull of an unknown subject: %+v", r)
+		}
+	}
+	wantStateUnchanged(t, f, before)
+}
+
+// Each limit on the state: a command just at it is applied, the next is
+// refused alike on every replica and changes nothing, and the state stays
+// within the limit after a restart.
+func TestStateLimits(t *testing.T) {
+	lowerLimit(t, &maxSubjects, 3)
+	lowerLimit(t, &maxGroupsPerSubject, 2)
+	lowerLimit(t, &maxGroups, 3)
+	lowerLimit(t, &maxConsumersPerGroup, 2)
+	lowerLimit(t, &maxConsumers, 5)
+	f := unitFSM(t)
+	idx := uint64(0)
+	next := func() uint64 { idx++; return idx }
+	wantLimit := func(what string, r any) {
+		t.Helper()
+		err, ok := r.(error)
+		if !ok || !errors.Is(err, ErrLimit) {
+			t.Fatalf("%s: %v, want ErrLimit", what, r)
+		}
+	}
+
+	// Subjects: three take messages (one only a delayed one), the fourth is refused.
+	appendAt(t, f, next(), 1000, unitMsg("a", "s1", 1), unitMsg("b", "s2", 1))
+	d := unitMsg("c", "s3", 1)
+	d.DeliverAt = 10_000
+	if r := appendAt(t, f, next(), 1000, d); r.Messages[0].Status != Scheduled {
+		t.Fatalf("delayed message to the third subject: %+v", r.Messages[0])
+	}
+	r := appendAt(t, f, next(), 1000, unitMsg("d", "s4", 1), unitMsg("e", "s1", 1))
+	if r.Messages[0].Status != Rejected || !errors.Is(r.Messages[0].Err, ErrLimit) || r.Messages[1].Status != Appended {
+		t.Fatalf("the fourth subject: %+v", r.Messages)
+	}
+	if f.HasSubject("s4") {
+		t.Fatal("the refused subject has a consume log")
+	}
+
+	// Groups of a subject, and groups in all.
+	pullAt(t, f, next(), 1000, "s1", "g1", "c1", 1)
+	pullAt(t, f, next(), 1000, "s1", "g2", "c1", 1)
+	before := stateBytes(f)
+	wantLimit("a third group of s1", applyAt(f, next(), &Pull{Now: 1000, Subject: "s1", Group: "g3", Consumer: "c1", Max: 1}))
+	wantStateUnchanged(t, f, before)
+	pullAt(t, f, next(), 1000, "s2", "g1", "c1", 1)
+	before = stateBytes(f)
+	wantLimit("a fourth group", applyAt(f, next(), &Pull{Now: 1000, Subject: "s2", Group: "g2", Consumer: "c1", Max: 1}))
+	wantStateUnchanged(t, f, before)
+
+	// Consumers of a group, and consumers in all.
+	pullAt(t, f, next(), 1000, "s1", "g1", "c2", 1)
+	before = stateBytes(f)
+	wantLimit("a third consumer of g1", applyAt(f, next(), &Pull{Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	wantStateUnchanged(t, f, before)
+	pullAt(t, f, next(), 1000, "s1", "g2", "c2", 1)
+	wantLimit("a sixth consumer", applyAt(f, next(), &Pull{Now: 1000, Subject: "s2", Group: "g1", Consumer: "c2", Max: 1}))
+
+	// A consumer that goes away frees its place.
+	reclaimAt(t, f, next(), 1000, "s1", "g2", "c2")
+	pullAt(t, f, next(), 1000, "s2", "g1", "c2", 1)
+	// A forgotten group frees its place and its consumers'.
+	resultAs[*ForgetResult](t, applyAt(f, next(), &Forget{Now: 1000, Subject: "s1", Group: "g2"}))
+	pullAt(t, f, next(), 1000, "s1", "g3", "c1", 1)
+
+	// The counts are the same after a restart.
+	want := stateBytes(f)
+	takeSnapshot(t, f)
+	cfg := f.cfg
+	f.Close()
+	g := unitOpen(t, cfg)
+	if string(stateBytes(g)) != string(want) || len(g.subjects) != 3 || g.st.groupsOf["s1"] != 2 {
+		t.Fatalf("after a restart: %d subjects, %d groups of s1", len(g.subjects), g.st.groupsOf["s1"])
+	}
+	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	if r := appendAt(t, g, idx+2, 1000, &logs.Message{ID: "z", Subject: "s9", CreatedAt: 1}); r.Messages[0].Status != Rejected {
+		t.Fatalf("a fourth subject after the restart: %+v", r.Messages[0])
+	}
+}

@@ -100,7 +100,7 @@ func TestPayloadRoundTrips(t *testing.T) {
 
 func TestDecodersRefuseBadInput(t *testing.T) {
 	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode(), 1),
-		(&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(), // epoch 0
+		(&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(),                                                  // epoch 0
 		append([]byte{payloadVersion}, (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode()[1:]...), // the version before epochs
 	}
 	for _, b := range bad {

@@ -302,12 +302,33 @@ type linkSink struct {
 	meta   raft.SnapshotMeta
 	stream *os.File
 	done   bool
+	// head collects the stream's header and manifest as they arrive;
+	// manifestLen is the manifest's length once the header is in.
+	head        []byte
+	manifestLen int
+	sized       bool  // the manifest arrived and the disk has room
+	err         error // why the snapshot was abandoned
 }
 
 func (k *linkSink) ID() string { return k.meta.ID }
 
-// Write appends to the raw stream.
+// Write appends to the raw stream. As soon as the stream's manifest has
+// arrived it checks that the disk has room to keep the stream and restore
+// it; if not, or if the head is malformed, it abandons the snapshot and
+// fails with ErrNoSpace or ErrBadSnapshot.
 func (k *linkSink) Write(p []byte) (int, error) {
+	if k.err != nil {
+		return 0, k.err
+	}
+	if k.done {
+		return 0, fmt.Errorf("fsm: snapshot %s: write after close", k.meta.ID)
+	}
+	if !k.sized {
+		if err := k.takeHead(p); err != nil {
+			k.abandon(err)
+			return 0, err
+		}
+	}
 	if k.stream == nil {
 		f, err := os.Create(filepath.Join(k.dir, streamFile))
 		if err != nil {
@@ -318,6 +339,48 @@ func (k *linkSink) Write(p []byte) (int, error) {
 	n, err := k.stream.Write(p)
 	k.meta.Size += int64(n)
 	return n, err
+}
+
+// takeHead adds what p holds of the stream's header and manifest to
+// k.head; once the manifest is whole, it checks the free space.
+func (k *linkSink) takeHead(p []byte) error {
+	for !k.sized && len(p) > 0 {
+		want := headerSize
+		if len(k.head) >= headerSize {
+			want += k.manifestLen + 4
+		}
+		take := min(len(p), want-len(k.head))
+		k.head, p = append(k.head, p[:take]...), p[take:]
+		switch {
+		case len(k.head) < want:
+		case want == headerSize:
+			n, err := checkHeader(k.head)
+			if err != nil {
+				return fmt.Errorf("fsm: receive snapshot %s: %w", k.meta.ID, err)
+			}
+			k.manifestLen = n
+		default:
+			m, err := checkManifest(k.head[headerSize:])
+			if err != nil {
+				return fmt.Errorf("fsm: receive snapshot %s: %w", k.meta.ID, err)
+			}
+			k.head, k.sized = nil, true
+			return k.store.checkSpace(k.meta.ID, streamSize(m))
+		}
+	}
+	return nil
+}
+
+// abandon removes what the sink received, and makes it fail from now on.
+func (k *linkSink) abandon(err error) {
+	k.err = err
+	if k.stream != nil {
+		k.stream.Close()
+		k.stream = nil
+	}
+	if rerr := os.RemoveAll(k.dir); rerr != nil {
+		k.store.log.Warn("removing a refused snapshot", "id", k.meta.ID, "error", rerr)
+	}
 }
 
 // adopt moves the FSM's staging links into the snapshot.
@@ -334,6 +397,9 @@ func (k *linkSink) adopt(staging string, m *manifest) error {
 
 // Close completes the snapshot durably and reaps old ones.
 func (k *linkSink) Close() error {
+	if k.err != nil {
+		return k.err
+	}
 	if k.done {
 		return nil
 	}
@@ -372,7 +438,7 @@ func (k *linkSink) Close() error {
 
 // Cancel abandons the snapshot.
 func (k *linkSink) Cancel() error {
-	if k.done {
+	if k.done || k.err != nil {
 		return nil
 	}
 	k.done = true
@@ -380,4 +446,42 @@ func (k *linkSink) Cancel() error {
 		k.stream.Close()
 	}
 	return os.RemoveAll(k.dir)
+}
+
+// Receiving a snapshot writes it twice: the SnapshotStore keeps the stream
+// as it arrives, then Restore writes each of its files beside the live data
+// before swapping them in (the live data stays until the swap). Both check
+// the free space first and refuse with ErrNoSpace rather than fill the disk
+// halfway: the store, once the stream's manifest has arrived, wants twice
+// the stream's size free; Restore wants the files' total size. Both want
+// SpaceReserve on top.
+
+// SpaceReserve is the space a snapshot being received or restored must
+// leave free, for the logs and Raft to go on writing meanwhile: 64 MiB.
+const SpaceReserve = 64 << 20
+
+// ErrNoSpace means the disk has too little space free for a snapshot.
+var ErrNoSpace = errors.New("fsm: not enough disk space")
+
+// checkFree asks probe for the space free at dir and fails with ErrNoSpace
+// if it is below need; what describes the write, for the error. A probe
+// that fails is logged and the check passes: the write itself still fails
+// if the disk fills.
+func checkFree(probe disk.Probe, log hclog.Logger, dir string, need int64, what string) error {
+	free, err := probe(dir)
+	if err != nil {
+		log.Warn("cannot tell the free disk space", "path", dir, "for", what, "error", err)
+		return nil
+	}
+	if free < need {
+		return fmt.Errorf("%w: %s needs %d bytes free in %s, %d are", ErrNoSpace, what, need, dir, free)
+	}
+	return nil
+}
+
+// checkSpace checks that the store's disk can take a received stream of
+// size bytes and its restore: twice its size and the reserve.
+func (s *SnapshotStore) checkSpace(id string, size int64) error {
+	what := fmt.Sprintf("receiving snapshot %s (twice its %d bytes and a %d-byte reserve)", id, size, SpaceReserve)
+	return checkFree(s.free, s.log, s.dir, 2*size+SpaceReserve, what)
 }

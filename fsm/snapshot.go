@@ -147,7 +147,7 @@ func (s *fsmSnapshot) Release() { os.RemoveAll(s.dir) }
 // Restore replaces the FSM's state with a snapshot streamed from a leader.
 // The files are written and fsynced beside the current data, then swapped
 // in by rename; a crash in between is finished by Open. It refuses with
-// ErrNoSpace, before writing anything, when the disk has not room for the
+// ErrNoSpace, before writing anything, when the disk has no room for the
 // files and SpaceReserve.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()

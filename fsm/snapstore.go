@@ -52,9 +52,13 @@ type SnapshotStore struct {
 type StoreOption func(*SnapshotStore)
 
 // WithFreeSpace makes the store ask probe, not disk.Free, how much space is
-// free before it receives a snapshot.
+// free before it receives a snapshot. A nil probe keeps disk.Free.
 func WithFreeSpace(probe disk.Probe) StoreOption {
-	return func(s *SnapshotStore) { s.free = probe }
+	return func(s *SnapshotStore) {
+		if probe != nil {
+			s.free = probe
+		}
+	}
 }
 
 var _ raft.SnapshotStore = (*SnapshotStore)(nil)

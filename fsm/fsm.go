@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -39,6 +40,9 @@ type Config struct {
 	Retention logs.Retention
 	// Logger receives the FSM's logs. Default: a null logger.
 	Logger hclog.Logger
+	// DiskFree reports the bytes free on the file system holding a path;
+	// Restore asks it before writing a snapshot's files. Default disk.Free.
+	DiskFree disk.Probe
 }
 
 // DefaultConfig returns the defaults documented on Config, for dir.
@@ -51,6 +55,7 @@ func DefaultConfig(dir string) Config {
 		MaxUnacked:       10000,
 		MaxPull:          1000,
 		Logger:           hclog.NewNullLogger(),
+		DiskFree:         disk.Free,
 	}
 }
 
@@ -71,6 +76,8 @@ func (c Config) Validate() error {
 		return errors.New("fsm: config: negative retention")
 	case c.Logger == nil:
 		return errors.New("fsm: config: Logger is nil")
+	case c.DiskFree == nil:
+		return errors.New("fsm: config: DiskFree is nil")
 	}
 	return nil
 }

@@ -146,14 +146,22 @@ func (s *fsmSnapshot) Release() { os.RemoveAll(s.dir) }
 
 // Restore replaces the FSM's state with a snapshot streamed from a leader.
 // The files are written and fsynced beside the current data, then swapped
-// in by rename; a crash in between is finished by Open.
+// in by rename; a crash in between is finished by Open. It refuses with
+// ErrNoSpace, before writing anything, when the disk has no room for the
+// files and SpaceReserve.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	tmp := filepath.Join(f.cfg.Dir, restoreDir)
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
-	m, err := readStream(rc, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
+	m, err := readHead(rc)
+	if err == nil {
+		err = f.checkRestoreSpace(m)
+	}
+	if err == nil {
+		err = readFiles(rc, m, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
+	}
 	if err == nil {
 		_, err = decodeCheckpoint(m.checkpoint)
 	}
@@ -200,6 +208,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return nil
+}
+
+// checkRestoreSpace checks that the FSM's disk can take the files of m
+// beside the live data, and the reserve.
+func (f *FSM) checkRestoreSpace(m *manifest) error {
+	size := filesSize(m)
+	what := fmt.Sprintf("restoring a snapshot (its %d bytes of files and a %d-byte reserve)", size, SpaceReserve)
+	return checkFree(f.cfg.DiskFree, f.log, f.cfg.Dir, size+SpaceReserve, what)
 }
 
 // syncedFile is a file that is fsynced when closed.

@@ -27,6 +27,9 @@ var streamMagic = [8]byte{'Q', 'M', 'Q', 'S', 'N', 'A', 'P', '1'}
 const (
 	maxManifest      = 1 << 30
 	maxSnapshotFiles = 1 << 20
+	// maxSnapshotBytes bounds the sum of a manifest's file sizes (an
+	// exbibyte), so that sums over them cannot overflow.
+	maxSnapshotBytes = 1 << 60
 )
 
 // ErrBadSnapshot means a snapshot stream is malformed or fails a checksum.
@@ -57,15 +60,17 @@ func decodeManifest(b []byte) (*manifest, error) {
 	r := binenc.NewReader(b)
 	m := &manifest{checkpoint: r.Bytes(maxManifest)}
 	n := r.Count(min(maxSnapshotFiles, r.Remaining()))
+	var total int64
 	for i := 0; i < n && r.Err() == nil; i++ {
 		f := snapFile{rel: r.String(4096), size: int64(r.Uvarint())}
 		if r.Err() == nil {
 			if err := checkSnapPath(f.rel); err != nil {
 				return nil, err
 			}
-			if f.size < 0 {
+			if f.size < 0 || f.size > maxSnapshotBytes-total {
 				return nil, fmt.Errorf("%w: file %s has size %d", ErrBadSnapshot, f.rel, f.size)
 			}
+			total += f.size
 		}
 		m.files = append(m.files, f)
 	}
@@ -101,9 +106,15 @@ func checkSnapPath(rel string) error {
 
 // streamSize returns the length of m's stream.
 func streamSize(m *manifest) int64 {
-	n := int64(len(streamMagic)) + 4 + int64(len(m.encode())) + 4
+	return int64(headerSize+len(m.encode())+4+4*len(m.files)) + filesSize(m)
+}
+
+// filesSize returns the sum of the sizes of m's files: what restoring it
+// writes.
+func filesSize(m *manifest) int64 {
+	var n int64
 	for _, f := range m.files {
-		n += f.size + 4
+		n += f.size
 	}
 	return n
 }
@@ -144,39 +155,72 @@ func copyFile(w io.Writer, f snapFile, open func(string) (io.ReadCloser, error))
 // readStream reads a stream from r, handing each file's bytes to create's
 // writer; it returns the manifest once every checksum matched.
 func readStream(r io.Reader, create func(rel string) (io.WriteCloser, error)) (*manifest, error) {
-	var head [12]byte
+	m, err := readHead(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := readFiles(r, m, create); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// readHead reads a stream's header and manifest from r.
+func readHead(r io.Reader) (*manifest, error) {
+	var head [headerSize]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %w", ErrBadSnapshot, err)
 	}
-	if [8]byte(head[:8]) != streamMagic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrBadSnapshot, head[:8])
-	}
-	n := binary.LittleEndian.Uint32(head[8:])
-	if n > maxManifest {
-		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrBadSnapshot, n)
+	n, err := checkHeader(head[:])
+	if err != nil {
+		return nil, err
 	}
 	// Read what arrives rather than allocate what the header claims: a
 	// corrupt length must not cost a gigabyte.
 	mb, err := io.ReadAll(io.LimitReader(r, int64(n)+4))
-	if err == nil && len(mb) < int(n)+4 {
+	if err == nil && len(mb) < n+4 {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest: %w", ErrBadSnapshot, err)
 	}
+	return checkManifest(mb)
+}
+
+// headerSize is the length of a stream's header: magic and manifest length.
+const headerSize = len(streamMagic) + 4
+
+// checkHeader checks a stream's header and returns its manifest's length.
+func checkHeader(head []byte) (int, error) {
+	if [8]byte(head[:8]) != streamMagic {
+		return 0, fmt.Errorf("%w: bad magic %q", ErrBadSnapshot, head[:8])
+	}
+	n := binary.LittleEndian.Uint32(head[8:headerSize])
+	if n > maxManifest {
+		return 0, fmt.Errorf("%w: manifest of %d bytes", ErrBadSnapshot, n)
+	}
+	return int(n), nil
+}
+
+// checkManifest checks the manifest and its checksum, as mb holds them,
+// and decodes it.
+func checkManifest(mb []byte) (*manifest, error) {
+	n := len(mb) - 4
 	if crc32.Checksum(mb[:n], castagnoli) != binary.LittleEndian.Uint32(mb[n:]) {
 		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrBadSnapshot)
 	}
-	m, err := decodeManifest(mb[:n])
-	if err != nil {
-		return nil, err
-	}
+	return decodeManifest(mb[:n])
+}
+
+// readFiles reads the files m lists from r, handing each file's bytes to
+// create's writer, and checks their checksums.
+func readFiles(r io.Reader, m *manifest, create func(rel string) (io.WriteCloser, error)) error {
 	for _, f := range m.files {
 		if err := readFile(r, f, create); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func readFile(r io.Reader, f snapFile, create func(string) (io.WriteCloser, error)) error {

@@ -139,6 +139,9 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 	case transport.TypeStatus:
 		return json.Marshal(m.Status())
 	case transport.TypeJoin:
+		if err := m.checkJoin(p); err != nil {
+			return nil, err
+		}
 		return m.handleJoin(ctx, p)
 	case transport.TypeLeave:
 		return m.handleLeave(ctx, p)
@@ -174,6 +177,20 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 		return m.handleSubjects()
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
+}
+
+// checkJoin refuses, on the leader, a join whose client address the state
+// could not record (meta.MaxMembers), before the node is added to the Raft
+// configuration. Everything else is handleJoin's to check.
+func (m *MetaNode) checkJoin(p []byte) error {
+	var req transport.JoinRequest
+	if !m.isLeader() || transport.DecodeJSON(p, &req) != nil || meta.Check(&meta.Member{ID: req.ID}) != nil {
+		return nil
+	}
+	if err := m.fsm.Check(&meta.Member{ID: req.ID, ClientAddr: req.ClientAddr}); errors.Is(err, meta.ErrLimit) {
+		return transport.Errorf(transport.Invalid, "refusing to add node %s: %v", req.ID, err)
+	}
+	return nil
 }
 
 // Close stops the node. Idempotent.

@@ -36,8 +36,9 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && !slices.Contains(r.Consumers, req.ConsumerGroup) {
 		// Knowing the consumer groups is for operators; a consumer is served
-		// its route even when recording it fails (say, a subject at the limit).
-		if _, err := m.propose(ctx, meta.Encode(&meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup})); err != nil {
+		// its route even when recording it fails (say, at a limit, which
+		// costs no Raft entry).
+		if err := m.proposeChecked(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup}); err != nil {
 			m.log.Warn("recording a consumer group", "subject", req.Subject, "group", req.ConsumerGroup, "error", err)
 		}
 	}
@@ -62,7 +63,8 @@ func (m *MetaNode) assign(ctx context.Context, subject string, count int) error 
 		return transport.Errorf(transport.Unavailable, "no writable broker group is available for subject %s", subject)
 	}
 	// A first use only creates: should the route exist after all, it stands.
-	_, err := m.propose(ctx, meta.Encode(&meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0}))
+	// A new subject past a limit is refused here, without a Raft entry.
+	err := m.proposeChecked(ctx, &meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0})
 	if err == nil {
 		m.log.Info("subject assigned", "subject", subject, "groups", picked)
 	}
@@ -244,10 +246,12 @@ func (m *MetaNode) cluster() transport.Cluster {
 	return c
 }
 
-// proposeChecked checks a command before proposing it, so a malformed
-// request is refused without costing a Raft entry.
+// proposeChecked checks a command against the state before proposing it
+// (names, addresses, what it refers to, the state's limits), so a request
+// bound to be refused costs no Raft entry. Apply decides again: a racing
+// command may have taken the last room.
 func (m *MetaNode) proposeChecked(ctx context.Context, cmd meta.Command) error {
-	if err := meta.Check(cmd); err != nil {
+	if err := m.fsm.Check(cmd); err != nil {
 		return transport.Errorf(transport.Invalid, "%v", err)
 	}
 	_, err := m.propose(ctx, meta.Encode(cmd))

@@ -7,8 +7,8 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 )
 
-// MaxGroupsPerSubject bounds a route.
-const MaxGroupsPerSubject = 64
+// maxAddrLen bounds an address.
+const maxAddrLen = 255
 
 func checkName(what, s string) error {
 	if err := fsm.CheckName(what, s); err != nil {
@@ -19,7 +19,7 @@ func checkName(what, s string) error {
 
 // CheckAddr reports whether s is a HOST:PORT address.
 func CheckAddr(what, s string) error {
-	if len(s) > 255 {
+	if len(s) > maxAddrLen {
 		return fmt.Errorf("%w: %s address of %d bytes", ErrInvalid, what, len(s))
 	}
 	if _, _, err := net.SplitHostPort(s); err != nil {
@@ -73,8 +73,11 @@ func (c *Assign) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
 		return err
 	}
-	if len(c.Groups) == 0 || len(c.Groups) > MaxGroupsPerSubject {
-		return fmt.Errorf("%w: %d groups for subject %s (1..%d)", ErrInvalid, len(c.Groups), c.Subject, MaxGroupsPerSubject)
+	if len(c.Groups) == 0 {
+		return fmt.Errorf("%w: no groups for subject %s", ErrInvalid, c.Subject)
+	}
+	if len(c.Groups) > MaxGroupsPerSubject {
+		return overLimit("MaxGroupsPerSubject", MaxGroupsPerSubject, "%d groups for subject %s", len(c.Groups), c.Subject)
 	}
 	for _, g := range c.Groups {
 		if err := checkName("group", g); err != nil {
@@ -87,6 +90,13 @@ func (c *Assign) check() error {
 func (c *SetWritable) check() error { return checkName("group", c.Group) }
 
 func (c *Consumer) check() error {
+	if err := checkName("subject", c.Subject); err != nil {
+		return err
+	}
+	return checkName("consumer group", c.Group)
+}
+
+func (c *ForgetConsumer) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
 		return err
 	}

@@ -16,12 +16,13 @@ type Op byte
 
 // Commands.
 const (
-	OpRegister    Op = 1 // a broker node's addresses
-	OpDeregister  Op = 2 // forget a broker node
-	OpAssign      Op = 3 // add broker groups to a subject's route
-	OpSetWritable Op = 4 // drain a group or open it again
-	OpConsumer    Op = 5 // a consumer group of a subject
-	OpMember      Op = 6 // a metaserver node's client address
+	OpRegister       Op = 1 // a broker node's addresses
+	OpDeregister     Op = 2 // forget a broker node
+	OpAssign         Op = 3 // add broker groups to a subject's route
+	OpSetWritable    Op = 4 // drain a group or open it again
+	OpConsumer       Op = 5 // a consumer group of a subject
+	OpMember         Op = 6 // a metaserver node's client address
+	OpForgetConsumer Op = 7 // forget a consumer group of a subject
 )
 
 // Register records a broker node (and creates its group on first sight).
@@ -62,6 +63,16 @@ type Consumer struct {
 	Group   string `json:"group"`
 }
 
+// ForgetConsumer forgets a consumer group of a subject, making room under
+// MaxConsumerGroups and MaxTotalConsumerGroups. Only the metaserver's
+// record goes: the broker groups keep the group's consumption state, and
+// a consumer of the group asking for the route records it again. A group
+// not recorded is a no-op, so a retry succeeds.
+type ForgetConsumer struct {
+	Subject string `json:"subject"`
+	Group   string `json:"group"`
+}
+
 // Member records a metaserver node's client address, so that every node
 // can point clients at the leader; an empty address forgets the node.
 type Member struct {
@@ -85,6 +96,8 @@ func Encode(cmd Command) []byte {
 		op = OpConsumer
 	case *Member:
 		op = OpMember
+	case *ForgetConsumer:
+		op = OpForgetConsumer
 	default:
 		panic(fmt.Sprintf("meta: encode %T", cmd))
 	}
@@ -99,8 +112,8 @@ func Encode(cmd Command) []byte {
 type Command interface{ check() error }
 
 // Check reports whether a command is well formed: every name and address
-// in it valid. Apply checks again; the server checks first so that a bad
-// request costs no Raft entry.
+// in it valid. Apply checks again; FSM.Check checks this and the state's
+// limits.
 func Check(cmd Command) error { return cmd.check() }
 
 // Decode parses a Raft log entry into its command, checking every name and
@@ -123,6 +136,8 @@ func Decode(b []byte) (Command, error) {
 		cmd = &Consumer{}
 	case OpMember:
 		cmd = &Member{}
+	case OpForgetConsumer:
+		cmd = &ForgetConsumer{}
 	default:
 		return nil, fmt.Errorf("%w: unknown command %d", ErrInvalid, b[0])
 	}

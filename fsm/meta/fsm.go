@@ -41,6 +41,19 @@ func (f *FSM) Apply(l *raft.Log) any {
 	return f.s.apply(cmd)
 }
 
+// Check reports whether Apply would take cmd now: whether it is well
+// formed (Check) and admitted by the state as it is, limits included. The
+// server calls it before proposing, so that a command bound to be refused
+// costs no Raft entry; Apply decides again on the state it meets then.
+func (f *FSM) Check(cmd Command) error {
+	if err := cmd.check(); err != nil {
+		return err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.s.admit(cmd)
+}
+
 // Applied returns the index of the last entry applied.
 func (f *FSM) Applied() uint64 {
 	f.mu.RLock()

@@ -184,6 +184,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}))
 	f.Add(Encode(&Assign{Subject: "s", Groups: []string{"g1"}}))
 	f.Add(Encode(&Consumer{Subject: "s", Group: "c"}))
+	f.Add(Encode(&ForgetConsumer{Subject: "s", Group: "c"}))
 	f.Add([]byte{9, '{', '}'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cmd, err := Decode(b)
@@ -202,7 +203,11 @@ func FuzzDecode(f *testing.F) {
 		mustApply(t, m, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 		mustApply(t, m, &Assign{Subject: "s", Groups: []string{"g1"}})
 		before := stateBytes(t, m)
+		checked := m.Check(cmd)
 		err = apply(t, m, cmd)
+		if (err == nil) != (checked == nil) {
+			t.Fatalf("%T: apply answered %v, check %v", cmd, err, checked)
+		}
 		if err != nil && !bytes.Equal(before, stateBytes(t, m)) {
 			t.Fatalf("refused %T changed the state", cmd)
 		}
@@ -231,5 +236,75 @@ func FuzzRestore(f *testing.F) {
 			m.Group(g)
 		}
 		m.SubjectCounts()
+	})
+}
+
+// recount returns the tallies check computes from scratch.
+func recount(t *testing.T, f *FSM) (routed, consumers int) {
+	t.Helper()
+	doc, err := decodeSnapshot(snapshotBytes(t, f))
+	if err != nil {
+		t.Fatalf("the state does not restore: %v", err)
+	}
+	return doc.State.routed, doc.State.consumers
+}
+
+// FuzzCommandSequence applies a sequence of commands over a few names, each
+// from three bytes (op, a, b): FSM.Check foretells every refusal, a refused
+// command changes nothing, and the tallies behind the limits that span
+// subjects stay what counting the state gives.
+func FuzzCommandSequence(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 2, 0, 1, 4, 0, 0, 4, 0, 1, 5, 0, 0, 1, 0, 0})
+	f.Add([]byte{0, 1, 0, 0, 2, 0, 2, 1, 7, 2, 1, 23, 4, 1, 2, 5, 1, 2, 5, 1, 2, 1, 2, 0, 3, 2, 1})
+	f.Add([]byte{6, 0, 1, 6, 1, 1, 6, 0, 0, 3, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		name := func(prefix string, x byte) string { return fmt.Sprintf("%s%d", prefix, x%4) }
+		m := New()
+		for ; len(b) >= 3; b = b[3:] {
+			x, y := b[1], b[2]
+			var cmd Command
+			switch b[0] % 7 {
+			case 0:
+				cmd = &Register{Group: name("g", x), ID: name("n", y), RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+			case 1:
+				cmd = &Deregister{Group: name("g", x), ID: name("n", y)}
+			case 2:
+				a := &Assign{Subject: name("s", x), IfNew: y&16 != 0}
+				for i := range byte(4) {
+					if y&(1<<i) != 0 {
+						a.Groups = append(a.Groups, name("g", i))
+					}
+				}
+				if len(a.Groups) == 0 {
+					a.Groups = []string{"g0"}
+				}
+				cmd = a
+			case 3:
+				cmd = &SetWritable{Group: name("g", x), Writable: y&1 != 0}
+			case 4:
+				cmd = &Consumer{Subject: name("s", x), Group: name("c", y)}
+			case 5:
+				cmd = &ForgetConsumer{Subject: name("s", x), Group: name("c", y)}
+			case 6:
+				addr := ""
+				if y&4 != 0 {
+					addr = "127.0.0.1:9"
+				}
+				cmd = &Member{ID: name("m", x), ClientAddr: addr}
+			}
+			before := stateBytes(t, m)
+			checked := m.Check(cmd)
+			err := apply(t, m, cmd)
+			if (err == nil) != (checked == nil) {
+				t.Fatalf("%T %+v: apply answered %v, check %v", cmd, cmd, err, checked)
+			}
+			if err != nil && !bytes.Equal(before, stateBytes(t, m)) {
+				t.Fatalf("refused %T %+v changed the state", cmd, cmd)
+			}
+			if routed, consumers := recount(t, m); routed != m.s.routed || consumers != m.s.consumers {
+				t.Fatalf("after %T %+v: tallies %d route entries, %d consumer groups; the state holds %d, %d",
+					cmd, cmd, m.s.routed, m.s.consumers, routed, consumers)
+			}
+		}
 	})
 }

@@ -3,10 +3,8 @@ package meta
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
-
-// MaxConsumerGroups bounds the consumer groups recorded per subject.
-const MaxConsumerGroups = 4096
 
 // state is everything the metaserver replicates. It is also the snapshot,
 // as JSON (whose maps are written in key order, so equal states give equal
@@ -15,6 +13,11 @@ type state struct {
 	Groups   map[string]*Group `json:"groups"`
 	Subjects map[string]*Route `json:"subjects"`
 	Members  map[string]string `json:"members"` // metaserver node id → client address
+
+	// Tallies of the limits that span subjects, kept by apply and set by
+	// check; not in the snapshot.
+	routed    int // route entries of all subjects
+	consumers int // consumer groups of all subjects
 }
 
 // Group is a broker group as registered.
@@ -41,14 +44,21 @@ func newState() *state {
 	return &state{Groups: map[string]*Group{}, Subjects: map[string]*Route{}, Members: map[string]string{}}
 }
 
-// check validates a state read from a snapshot, as strictly as commands.
+// check validates a state read from a snapshot, as strictly as commands
+// and within the same limits, and sets its tallies.
 func (s *state) check() error {
 	if s.Groups == nil || s.Subjects == nil || s.Members == nil {
 		return fmt.Errorf("%w: snapshot lacks groups, subjects or members", ErrInvalid)
 	}
+	if len(s.Groups) > MaxBrokerGroups {
+		return overLimit("MaxBrokerGroups", MaxBrokerGroups, "snapshot has %d broker groups", len(s.Groups))
+	}
 	for name, g := range s.Groups {
 		if g == nil || g.Nodes == nil {
 			return fmt.Errorf("%w: snapshot group %q is empty", ErrInvalid, name)
+		}
+		if len(g.Nodes) > MaxNodesPerGroup {
+			return overLimit("MaxNodesPerGroup", MaxNodesPerGroup, "snapshot has %d nodes in group %s", len(g.Nodes), name)
 		}
 		for id, n := range g.Nodes {
 			r := Register{Group: name, ID: id, RaftAddr: n.RaftAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr}
@@ -57,6 +67,10 @@ func (s *state) check() error {
 			}
 		}
 	}
+	if len(s.Subjects) > MaxSubjects {
+		return overLimit("MaxSubjects", MaxSubjects, "snapshot has %d subjects", len(s.Subjects))
+	}
+	routed, consumers := 0, 0
 	for subject, r := range s.Subjects {
 		if r == nil {
 			return fmt.Errorf("%w: snapshot route of %q is empty", ErrInvalid, subject)
@@ -65,19 +79,37 @@ func (s *state) check() error {
 		if err := a.check(); err != nil {
 			return err
 		}
-		for _, g := range r.Groups {
+		for i, g := range r.Groups {
 			if s.Groups[g] == nil {
 				return fmt.Errorf("%w: snapshot routes %s to unknown group %s", ErrInvalid, subject, g)
 			}
+			if slices.Contains(r.Groups[:i], g) {
+				return fmt.Errorf("%w: snapshot routes %s to group %s twice", ErrInvalid, subject, g)
+			}
 		}
 		if len(r.Consumers) > MaxConsumerGroups {
-			return fmt.Errorf("%w: snapshot has %d consumer groups for %s", ErrInvalid, len(r.Consumers), subject)
+			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "snapshot has %d consumer groups for %s", len(r.Consumers), subject)
 		}
-		for _, c := range r.Consumers {
+		for i, c := range r.Consumers {
 			if err := checkName("consumer group", c); err != nil {
 				return err
 			}
+			// Sorted and unique, as apply keeps them: it searches them.
+			if i > 0 && strings.Compare(r.Consumers[i-1], c) >= 0 {
+				return fmt.Errorf("%w: snapshot's consumer groups of %s are not sorted and unique", ErrInvalid, subject)
+			}
 		}
+		routed += len(r.Groups)
+		consumers += len(r.Consumers)
+	}
+	if routed > MaxRoutedGroups {
+		return overLimit("MaxRoutedGroups", MaxRoutedGroups, "snapshot's routes hold %d groups", routed)
+	}
+	if consumers > MaxTotalConsumerGroups {
+		return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "snapshot has %d consumer groups", consumers)
+	}
+	if len(s.Members) > MaxMembers {
+		return overLimit("MaxMembers", MaxMembers, "snapshot has %d metaserver nodes", len(s.Members))
 	}
 	for id, addr := range s.Members {
 		m := Member{ID: id, ClientAddr: addr}
@@ -85,88 +117,6 @@ func (s *state) check() error {
 			return err
 		}
 	}
+	s.routed, s.consumers = routed, consumers
 	return nil
-}
-
-func (s *state) apply(cmd any) error {
-	switch c := cmd.(type) {
-	case *Register:
-		g := s.Groups[c.Group]
-		if g == nil {
-			g = &Group{Nodes: map[string]Node{}}
-			s.Groups[c.Group] = g
-		}
-		g.Nodes[c.ID] = Node{RaftAddr: c.RaftAddr, ClientAddr: c.ClientAddr, HTTPAddr: c.HTTPAddr}
-	case *Deregister:
-		// Idempotent, so a retried request succeeds.
-		if g := s.Groups[c.Group]; g != nil {
-			delete(g.Nodes, c.ID)
-			if len(g.Nodes) == 0 && s.routedTo(c.Group) == 0 {
-				delete(s.Groups, c.Group)
-			}
-		}
-	case *Assign:
-		for _, g := range c.Groups {
-			if s.Groups[g] == nil {
-				return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, g)
-			}
-		}
-		old := s.Subjects[c.Subject]
-		if old != nil && c.IfNew {
-			return nil // assigned meanwhile: the earlier assignment stands
-		}
-		// Build the new route aside: a refused command changes nothing.
-		r := &Route{}
-		if old != nil {
-			r = &Route{Groups: slices.Clone(old.Groups), Consumers: old.Consumers}
-		}
-		for _, g := range c.Groups {
-			if !slices.Contains(r.Groups, g) {
-				r.Groups = append(r.Groups, g)
-			}
-		}
-		if len(r.Groups) > MaxGroupsPerSubject {
-			return fmt.Errorf("%w: subject %s would have %d groups (at most %d)", ErrInvalid, c.Subject, len(r.Groups), MaxGroupsPerSubject)
-		}
-		s.Subjects[c.Subject] = r
-	case *SetWritable:
-		g := s.Groups[c.Group]
-		if g == nil {
-			return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, c.Group)
-		}
-		g.ReadOnly = !c.Writable
-	case *Consumer:
-		r := s.Subjects[c.Subject]
-		if r == nil {
-			return fmt.Errorf("%w: subject %s has no route", ErrInvalid, c.Subject)
-		}
-		i, found := slices.BinarySearch(r.Consumers, c.Group)
-		if found {
-			return nil
-		}
-		if len(r.Consumers) >= MaxConsumerGroups {
-			return fmt.Errorf("%w: subject %s has %d consumer groups already", ErrInvalid, c.Subject, len(r.Consumers))
-		}
-		r.Consumers = slices.Insert(r.Consumers, i, c.Group)
-	case *Member:
-		if c.ClientAddr == "" {
-			delete(s.Members, c.ID)
-		} else {
-			s.Members[c.ID] = c.ClientAddr
-		}
-	default:
-		return fmt.Errorf("%w: command %T", ErrInvalid, cmd)
-	}
-	return nil
-}
-
-// routedTo counts the subjects routed to group.
-func (s *state) routedTo(group string) int {
-	n := 0
-	for _, r := range s.Subjects {
-		if slices.Contains(r.Groups, group) {
-			n++
-		}
-	}
-	return n
 }

@@ -1,0 +1,136 @@
+package meta
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The limits on the replicated state. Restore refuses a snapshot over
+// maxSnapshot (256 MiB), and Raft restores the last snapshot on start-up:
+// a state that outgrew it would leave the metaserver unable to start. So
+// every collection a client can grow has a bound, and the largest state
+// the bounds allow encodes to under a quarter of maxSnapshot, with every
+// name at fsm.MaxNameLen (200 bytes) and every address at maxAddrLen (255
+// bytes) of characters JSON escapes as \u00XX (6 bytes each: 1,530 at
+// most). In bytes of the snapshot's JSON, a name taking 203 with its
+// quotes and a colon or comma:
+//
+//	a broker node      "ID":{"raft_addr":"…","client_addr":"…","http_addr":"…"},
+//	                   203 + 49 + 3 × 1,530                        =      4,842
+//	a broker group     "NAME":{"readonly":true,"nodes":{…}},   232 + its nodes
+//	all groups         256 MaxBrokerGroups × (232 + 16 MaxNodesPerGroup × 4,842)
+//	                   = 256 × 77,704                              = 19,892,224
+//	a subject          "NAME":{"groups":[…],"consumers":[…]},   232 + its lists
+//	all subjects       40,000 MaxSubjects × 232                    =  9,280,000
+//	route entries      "GROUP",  80,000 MaxRoutedGroups × 203      = 16,240,000
+//	consumer groups    "NAME",   80,000 MaxTotalConsumerGroups × 203 = 16,240,000
+//	members            "ID":"ADDR",  32 MaxMembers × 1,736         =     55,552
+//	the rest           {"applied":…,"state":{"groups":…}}          <        100
+//	total                                                          < 61,708,000
+//
+// 61.7 MB is 58.9 MiB, under a quarter of maxSnapshot (64 MiB);
+// TestLargestStateRestores builds that state and restores it. Counts, not
+// bytes, are bounded, so that a refusal is plain to explain and every
+// replica decides it alike. For scale: 100,000 subjects routed to 16
+// groups each would take 100,000 × (232 + 16 × 203) = 348 MB of routes
+// alone, over maxSnapshot.
+//
+// A limit may be raised in a later release (with maxSnapshot if need be),
+// never lowered: a state that holds more than a lowered limit would no
+// longer restore.
+const (
+	// MaxBrokerGroups bounds the registered broker groups.
+	MaxBrokerGroups = 256
+	// MaxNodesPerGroup bounds the registered nodes of one broker group. A
+	// node replaced under a new id stays registered until deregistered.
+	MaxNodesPerGroup = 16
+	// MaxSubjects bounds the subjects with a route. A route is created on
+	// a subject's first use and never removed.
+	MaxSubjects = 40_000
+	// MaxGroupsPerSubject bounds one route.
+	MaxGroupsPerSubject = 64
+	// MaxRoutedGroups bounds the route entries of all subjects together
+	// (the sum of their groups): two per subject on average, the default
+	// a subject is assigned on first use.
+	MaxRoutedGroups = 80_000
+	// MaxConsumerGroups bounds the consumer groups recorded per subject.
+	MaxConsumerGroups = 4096
+	// MaxTotalConsumerGroups bounds the consumer groups recorded of all
+	// subjects together (a group consuming two subjects counts twice).
+	MaxTotalConsumerGroups = 80_000
+	// MaxMembers bounds the metaserver nodes whose client address is
+	// recorded.
+	MaxMembers = 32
+)
+
+// ErrLimit means a command would take the state past one of the limits
+// above. It wraps ErrInvalid: the command changes nothing, and retrying it
+// fails alike until something is forgotten.
+var ErrLimit = fmt.Errorf("%w: limit reached", ErrInvalid)
+
+// overLimit is the error of a command that would pass limit, named name.
+func overLimit(name string, limit int, format string, args ...any) error {
+	return fmt.Errorf("%w: %s; %s is %d", ErrLimit, fmt.Sprintf(format, args...), name, limit)
+}
+
+// limits reports whether applying cmd would take s past a limit. It reads
+// only cmd and s, so every replica decides alike; Apply and the server's
+// check before proposing both call it.
+func (s *state) limits(cmd Command) error {
+	switch c := cmd.(type) {
+	case *Register:
+		g := s.Groups[c.Group]
+		if g == nil {
+			if len(s.Groups) >= MaxBrokerGroups {
+				return overLimit("MaxBrokerGroups", MaxBrokerGroups, "%d broker groups are registered, group %s would be one more", len(s.Groups), c.Group)
+			}
+			return nil
+		}
+		if _, ok := g.Nodes[c.ID]; !ok && len(g.Nodes) >= MaxNodesPerGroup {
+			return overLimit("MaxNodesPerGroup", MaxNodesPerGroup, "broker group %s has %d registered nodes, node %s would be one more (deregister nodes that left)", c.Group, len(g.Nodes), c.ID)
+		}
+	case *Assign:
+		old := s.Subjects[c.Subject]
+		if old != nil && c.IfNew {
+			return nil
+		}
+		var have []string
+		if old != nil {
+			have = old.Groups
+		}
+		added := 0
+		for i, g := range c.Groups {
+			if !slices.Contains(have, g) && !slices.Contains(c.Groups[:i], g) {
+				added++
+			}
+		}
+		if n := len(have) + added; n > MaxGroupsPerSubject {
+			return overLimit("MaxGroupsPerSubject", MaxGroupsPerSubject, "subject %s would have %d groups", c.Subject, n)
+		}
+		if old == nil && len(s.Subjects) >= MaxSubjects {
+			return overLimit("MaxSubjects", MaxSubjects, "%d subjects have a route, subject %s would be one more", len(s.Subjects), c.Subject)
+		}
+		if s.routed+added > MaxRoutedGroups {
+			return overLimit("MaxRoutedGroups", MaxRoutedGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
+		}
+	case *Consumer:
+		r := s.Subjects[c.Subject]
+		if r == nil {
+			return nil // refused for want of a route
+		}
+		if _, found := slices.BinarySearch(r.Consumers, c.Group); found {
+			return nil
+		}
+		if len(r.Consumers) >= MaxConsumerGroups {
+			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "subject %s has %d consumer groups, %s would be one more", c.Subject, len(r.Consumers), c.Group)
+		}
+		if s.consumers >= MaxTotalConsumerGroups {
+			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.Group, c.Subject)
+		}
+	case *Member:
+		if _, ok := s.Members[c.ID]; !ok && c.ClientAddr != "" && len(s.Members) >= MaxMembers {
+			return overLimit("MaxMembers", MaxMembers, "%d metaserver nodes are recorded, node %s would be one more", len(s.Members), c.ID)
+		}
+	}
+	return nil
+}

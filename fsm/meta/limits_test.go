@@ -1,0 +1,342 @@
+package meta
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// longName is a valid name of n bytes, distinct for each i, sorting in i's
+// order.
+func longName(prefix byte, i, n int) string { return fmt.Sprintf("%c%0*d", prefix, n-1, i) }
+
+// escapedAddr is an address of maxAddrLen bytes that JSON writes 6 bytes a
+// character (\u003c) but for its colon: the longest an address can encode
+// to (SplitHostPort checks neither the host's characters nor the port's).
+var escapedAddr = strings.Repeat("<", maxAddrLen-2) + ":<"
+
+// largestState is a state at every limit at once, every name and address
+// as long as allowed.
+func largestState(t *testing.T) *state {
+	t.Helper()
+	s := newState()
+	var groups []string
+	for i := range MaxBrokerGroups {
+		g := &Group{ReadOnly: true, Nodes: map[string]Node{}}
+		for j := range MaxNodesPerGroup {
+			g.Nodes[longName('n', j, fsm.MaxNameLen)] = Node{RaftAddr: escapedAddr, ClientAddr: escapedAddr, HTTPAddr: escapedAddr}
+		}
+		name := longName('g', i, fsm.MaxNameLen)
+		s.Groups[name] = g
+		groups = append(groups, name)
+	}
+	// Route entries and consumer groups spread over every subject, so that
+	// each subject writes both of its lists.
+	next := 0
+	for i := range MaxSubjects {
+		r := &Route{}
+		for range share(MaxRoutedGroups, MaxSubjects, i) {
+			r.Groups = append(r.Groups, groups[next%len(groups)])
+			next++
+		}
+		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
+			r.Consumers = append(r.Consumers, longName('c', j, fsm.MaxNameLen))
+		}
+		s.Subjects[longName('s', i, fsm.MaxNameLen)] = r
+	}
+	for i := range MaxMembers {
+		s.Members[longName('m', i, fsm.MaxNameLen)] = escapedAddr
+	}
+	if err := s.check(); err != nil {
+		t.Fatalf("the largest state does not check: %v", err)
+	}
+	if s.routed != MaxRoutedGroups || s.consumers != MaxTotalConsumerGroups {
+		t.Fatalf("largest state holds %d route entries and %d consumer groups", s.routed, s.consumers)
+	}
+	return s
+}
+
+// share is subject i's part of total spread over n subjects.
+func share(total, n, i int) int {
+	if i < total%n {
+		return total/n + 1
+	}
+	return total / n
+}
+
+func TestLargestStateRestores(t *testing.T) {
+	f := &FSM{s: largestState(t), applied: math.MaxUint64}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s sink
+	if err := snap.Persist(&s); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the largest state's snapshot is %d bytes (%.1f MiB)", s.Len(), float64(s.Len())/(1<<20))
+	if s.Len() >= maxSnapshot/4 {
+		t.Fatalf("the largest state's snapshot is %d bytes, not under a quarter of %d", s.Len(), maxSnapshot)
+	}
+	g := New()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
+		t.Fatalf("the largest state does not restore: %v", err)
+	}
+	// At every limit at once, whatever would grow the state is refused. The
+	// entries carry the restored index, so that the snapshot after them is
+	// byte for byte the one restored if they changed nothing.
+	group, subject := longName('g', 0, fsm.MaxNameLen), longName('s', 0, fsm.MaxNameLen)
+	for _, cmd := range []Command{
+		&Register{Group: "new", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
+		&Register{Group: group, ID: "new", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
+		&Assign{Subject: "new", Groups: []string{group}},
+		&Assign{Subject: subject, Groups: []string{longName('g', 100, fsm.MaxNameLen)}},
+		&Consumer{Subject: subject, Group: "new"},
+		&Member{ID: "new", ClientAddr: "127.0.0.1:9"},
+	} {
+		res := g.Apply(&raft.Log{Index: math.MaxUint64, Type: raft.LogCommand, Data: Encode(cmd)})
+		if err, _ := res.(error); !errors.Is(err, ErrLimit) {
+			t.Errorf("%T at every limit: %v, want ErrLimit", cmd, res)
+		}
+	}
+	if !bytes.Equal(snapshotBytes(t, g), s.Bytes()) {
+		t.Fatal("the restored state differs, or refused commands changed it")
+	}
+}
+
+// limitCase is one limit: a state one short of it, a command that reaches
+// it, one that would pass it, commands still accepted at it, and how to
+// push a state one past it behind Apply's back.
+type limitCase struct {
+	name  string
+	limit int
+	build func(s *state)
+	under Command
+	over  Command
+	still []Command
+	past  func(s *state)
+}
+
+func addGroups(s *state, n int) {
+	for i := range n {
+		s.Groups[fmt.Sprintf("g%d", i)] = &Group{Nodes: map[string]Node{"a": {RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}
+	}
+}
+
+func register(group, id string) *Register {
+	return &Register{Group: group, ID: id, RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+}
+
+func limitCases() []limitCase {
+	return []limitCase{{
+		name: "MaxBrokerGroups", limit: MaxBrokerGroups,
+		build: func(s *state) { addGroups(s, MaxBrokerGroups-1) },
+		under: register("under", "a"),
+		over:  register("over", "a"),
+		still: []Command{register("g0", "b"), &Deregister{Group: "g1", ID: "a"}, register("over", "a")},
+		past:  func(s *state) { s.Groups["past"] = &Group{Nodes: map[string]Node{}} },
+	}, {
+		name: "MaxNodesPerGroup", limit: MaxNodesPerGroup,
+		build: func(s *state) {
+			addGroups(s, 2)
+			for i := range MaxNodesPerGroup - 1 {
+				s.Groups["g0"].Nodes[fmt.Sprintf("n%d", i)] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+			}
+			delete(s.Groups["g0"].Nodes, "a")
+		},
+		under: register("g0", "under"),
+		over:  register("g0", "over"),
+		still: []Command{
+			&Register{Group: "g0", ID: "n0", RaftAddr: "127.0.0.1:7", ClientAddr: "127.0.0.1:8"},
+			register("g1", "over"), &Deregister{Group: "g0", ID: "n1"}, register("g0", "over"),
+		},
+		past: func(s *state) {
+			s.Groups["g0"].Nodes["past"] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+		},
+	}, {
+		name: "MaxSubjects", limit: MaxSubjects,
+		build: func(s *state) {
+			addGroups(s, 2)
+			for i := range MaxSubjects - 1 {
+				s.Subjects[fmt.Sprintf("s%d", i)] = &Route{Groups: []string{"g0"}}
+			}
+		},
+		under: &Assign{Subject: "under", Groups: []string{"g0"}, IfNew: true},
+		over:  &Assign{Subject: "over", Groups: []string{"g0"}, IfNew: true},
+		still: []Command{
+			&Assign{Subject: "s0", Groups: []string{"g1"}, IfNew: true},
+			&Assign{Subject: "s0", Groups: []string{"g1"}},
+			&Consumer{Subject: "s0", Group: "c"},
+		},
+		past: func(s *state) { s.Subjects["past"] = &Route{Groups: []string{"g0"}} },
+	}, {
+		name: "MaxGroupsPerSubject", limit: MaxGroupsPerSubject,
+		build: func(s *state) {
+			addGroups(s, MaxGroupsPerSubject+1)
+			r := &Route{}
+			for i := range MaxGroupsPerSubject - 1 {
+				r.Groups = append(r.Groups, fmt.Sprintf("g%d", i))
+			}
+			s.Subjects["s"] = r
+		},
+		under: &Assign{Subject: "s", Groups: []string{"g0", fmt.Sprintf("g%d", MaxGroupsPerSubject-1)}},
+		over:  &Assign{Subject: "s", Groups: []string{fmt.Sprintf("g%d", MaxGroupsPerSubject)}},
+		still: []Command{&Assign{Subject: "s", Groups: []string{"g0", "g1"}}},
+		past: func(s *state) {
+			s.Subjects["s"].Groups = append(s.Subjects["s"].Groups, fmt.Sprintf("g%d", MaxGroupsPerSubject))
+		},
+	}, {
+		name: "MaxRoutedGroups", limit: MaxRoutedGroups,
+		build: func(s *state) {
+			addGroups(s, MaxGroupsPerSubject)
+			for i := range MaxRoutedGroups / MaxGroupsPerSubject {
+				r := &Route{}
+				for j := range MaxGroupsPerSubject {
+					r.Groups = append(r.Groups, fmt.Sprintf("g%d", j))
+				}
+				s.Subjects[fmt.Sprintf("s%d", i)] = r
+			}
+			r := s.Subjects["s0"]
+			r.Groups = r.Groups[:len(r.Groups)-1]
+			if MaxRoutedGroups%MaxGroupsPerSubject != 0 {
+				panic("MaxRoutedGroups is not a multiple of MaxGroupsPerSubject: rewrite this case")
+			}
+		},
+		under: &Assign{Subject: "s0", Groups: []string{"g0", fmt.Sprintf("g%d", MaxGroupsPerSubject-1)}},
+		over:  &Assign{Subject: "over", Groups: []string{"g0"}},
+		still: []Command{&Assign{Subject: "s1", Groups: []string{"g0", "g1"}}, &Assign{Subject: "s1", Groups: []string{"g0"}, IfNew: true}},
+		past:  func(s *state) { s.Subjects["past"] = &Route{Groups: []string{"g0"}} },
+	}, {
+		name: "MaxConsumerGroups", limit: MaxConsumerGroups,
+		build: func(s *state) {
+			addGroups(s, 1)
+			r := &Route{Groups: []string{"g0"}}
+			for i := range MaxConsumerGroups - 1 {
+				r.Consumers = append(r.Consumers, fmt.Sprintf("c%05d", i))
+			}
+			s.Subjects["s"] = r
+			s.Subjects["t"] = &Route{Groups: []string{"g0"}}
+		},
+		under: &Consumer{Subject: "s", Group: "under"},
+		over:  &Consumer{Subject: "s", Group: "over"},
+		still: []Command{
+			&Consumer{Subject: "s", Group: "c00000"}, &Consumer{Subject: "t", Group: "over"},
+			&ForgetConsumer{Subject: "s", Group: "c00001"}, &Consumer{Subject: "s", Group: "over"},
+		},
+		past: func(s *state) { s.Subjects["s"].Consumers = append(s.Subjects["s"].Consumers, "zz") },
+	}, {
+		name: "MaxTotalConsumerGroups", limit: MaxTotalConsumerGroups,
+		build: func(s *state) {
+			addGroups(s, 1)
+			const per = 4000
+			if MaxTotalConsumerGroups%per != 0 || per >= MaxConsumerGroups {
+				panic("MaxTotalConsumerGroups does not split in 4000s: rewrite this case")
+			}
+			for i := range MaxTotalConsumerGroups / per {
+				r := &Route{Groups: []string{"g0"}}
+				for j := range per {
+					r.Consumers = append(r.Consumers, fmt.Sprintf("c%05d", j))
+				}
+				s.Subjects[fmt.Sprintf("s%d", i)] = r
+			}
+			r := s.Subjects["s0"]
+			r.Consumers = r.Consumers[:len(r.Consumers)-1]
+			s.Subjects["empty"] = &Route{Groups: []string{"g0"}}
+		},
+		under: &Consumer{Subject: "s0", Group: "under"},
+		over:  &Consumer{Subject: "empty", Group: "over"},
+		still: []Command{
+			&Consumer{Subject: "s1", Group: "c00000"},
+			&ForgetConsumer{Subject: "s1", Group: "unknown"},
+			&ForgetConsumer{Subject: "unknown", Group: "c00000"},
+			// The way out: forget one, and there is room for another.
+			&ForgetConsumer{Subject: "s1", Group: "c00000"}, &Consumer{Subject: "empty", Group: "over"},
+		},
+		past: func(s *state) { s.Subjects["empty"].Consumers = []string{"past"} },
+	}, {
+		name: "MaxMembers", limit: MaxMembers,
+		build: func(s *state) {
+			for i := range MaxMembers - 1 {
+				s.Members[fmt.Sprintf("m%d", i)] = "127.0.0.1:9"
+			}
+		},
+		under: &Member{ID: "under", ClientAddr: "127.0.0.1:9"},
+		over:  &Member{ID: "over", ClientAddr: "127.0.0.1:9"},
+		still: []Command{
+			&Member{ID: "m0", ClientAddr: "127.0.0.1:10"}, &Member{ID: "over"},
+			&Member{ID: "m1"}, &Member{ID: "over", ClientAddr: "127.0.0.1:9"},
+		},
+		past: func(s *state) { s.Members["past"] = "127.0.0.1:9" },
+	}}
+}
+
+// TestLimits: for each limit, a command that reaches it is accepted, one
+// that would pass it is refused (by Apply and by FSM.Check alike, naming
+// the limit and its figure) and changes nothing, commands that do not grow
+// past it are still accepted, and a snapshot past it does not restore.
+func TestLimits(t *testing.T) {
+	for _, c := range limitCases() {
+		t.Run(c.name, func(t *testing.T) {
+			s := newState()
+			c.build(s)
+			if err := s.check(); err != nil {
+				t.Fatalf("state one short of the limit: %v", err)
+			}
+			f := &FSM{s: s}
+			if err := f.Check(c.under); err != nil {
+				t.Fatalf("check of %+v one short of the limit: %v", c.under, err)
+			}
+			mustApply(t, f, c.under)
+			atLimit := snapshotBytes(t, f)
+			if err := New().Restore(io.NopCloser(bytes.NewReader(atLimit))); err != nil {
+				t.Fatalf("a state at the limit does not restore: %v", err)
+			}
+
+			before := stateBytes(t, f)
+			want := fmt.Sprintf("%s is %d", c.name, c.limit)
+			checked := f.Check(c.over)
+			if !errors.Is(checked, ErrLimit) || !strings.Contains(checked.Error(), want) {
+				t.Fatalf("check of %+v at the limit: %v, want ErrLimit naming %q", c.over, checked, want)
+			}
+			err := apply(t, f, c.over)
+			if !errors.Is(err, ErrLimit) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%+v at the limit: %v, want ErrLimit naming %q", c.over, err, want)
+			}
+			if err.Error() != checked.Error() {
+				t.Errorf("apply refused with %q, check with %q", err, checked)
+			}
+			if after := stateBytes(t, f); !bytes.Equal(before, after) {
+				t.Fatal("the refused command changed the state")
+			}
+			for _, cmd := range c.still {
+				if err := apply(t, f, cmd); err != nil {
+					t.Fatalf("%T %+v at the limit: %v", cmd, cmd, err)
+				}
+			}
+			if _, err := decodeSnapshot(snapshotBytes(t, f)); err != nil {
+				t.Fatalf("the state after the accepted commands does not restore: %v", err)
+			}
+
+			past := &FSM{s: newState()}
+			c.build(past.s)
+			if err := past.s.check(); err != nil {
+				t.Fatal(err)
+			}
+			if err := past.s.apply(c.under); err != nil {
+				t.Fatal(err)
+			}
+			c.past(past.s)
+			if err := New().Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, past)))); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), c.name) {
+				t.Fatalf("restore of a state past the limit: %v, want ErrLimit naming %s", err, c.name)
+			}
+		})
+	}
+}

@@ -67,8 +67,8 @@ func (f *FSM) applyPull(c *Pull) any {
 var (
 	maxConsumers         = limits.MaxConsumers
 	maxConsumersPerGroup = limits.MaxConsumersPerGroup
-	maxGroups            = limits.MaxGroups
-	maxGroupsPerSubject  = limits.MaxGroupsPerSubject
+	maxGroups            = limits.MaxConsumerGroups
+	maxGroupsPerSubject  = limits.MaxConsumerGroupsPerSubject
 )
 
 // canRegister reports whether a new consumer of group k may register: the

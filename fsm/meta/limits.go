@@ -3,6 +3,8 @@ package meta
 import (
 	"fmt"
 	"slices"
+
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // The limits on the replicated state. Restore refuses a snapshot over
@@ -10,7 +12,7 @@ import (
 // a state that outgrew it would leave the metaserver unable to start. So
 // every collection a client can grow has a bound, and the largest state
 // the bounds allow encodes to under a quarter of maxSnapshot, with every
-// name at fsm.MaxNameLen (200 bytes) and every address at maxAddrLen (255
+// name at limits.MaxName (200 bytes) and every address at maxAddrLen (255
 // bytes) of characters JSON escapes as \u00XX (6 bytes each: 1,530 at
 // most). In bytes of the snapshot's JSON, a name taking 203 with its
 // quotes and a colon or comma:
@@ -53,8 +55,9 @@ const (
 	// (the sum of their groups): two per subject on average, the default
 	// a subject is assigned on first use.
 	MaxRoutedGroups = 80_000
-	// MaxConsumerGroups bounds the consumer groups recorded per subject.
-	MaxConsumerGroups = 4096
+	// MaxConsumerGroups bounds the consumer groups recorded per subject:
+	// as many as a broker group keeps.
+	MaxConsumerGroups = limits.MaxConsumerGroupsPerSubject
 	// MaxTotalConsumerGroups bounds the consumer groups recorded of all
 	// subjects together (a group consuming two subjects counts twice).
 	MaxTotalConsumerGroups = 80_000

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // longName is a valid name of n bytes, distinct for each i, sorting in i's
@@ -32,9 +32,9 @@ func largestState(t *testing.T) *state {
 	for i := range MaxBrokerGroups {
 		g := &Group{ReadOnly: true, Nodes: map[string]Node{}}
 		for j := range MaxNodesPerGroup {
-			g.Nodes[longName('n', j, fsm.MaxNameLen)] = Node{RaftAddr: escapedAddr, ClientAddr: escapedAddr, HTTPAddr: escapedAddr}
+			g.Nodes[longName('n', j, limits.MaxName)] = Node{RaftAddr: escapedAddr, ClientAddr: escapedAddr, HTTPAddr: escapedAddr}
 		}
-		name := longName('g', i, fsm.MaxNameLen)
+		name := longName('g', i, limits.MaxName)
 		s.Groups[name] = g
 		groups = append(groups, name)
 	}
@@ -48,12 +48,12 @@ func largestState(t *testing.T) *state {
 			next++
 		}
 		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
-			r.Consumers = append(r.Consumers, longName('c', j, fsm.MaxNameLen))
+			r.Consumers = append(r.Consumers, longName('c', j, limits.MaxName))
 		}
-		s.Subjects[longName('s', i, fsm.MaxNameLen)] = r
+		s.Subjects[longName('s', i, limits.MaxName)] = r
 	}
 	for i := range MaxMembers {
-		s.Members[longName('m', i, fsm.MaxNameLen)] = escapedAddr
+		s.Members[longName('m', i, limits.MaxName)] = escapedAddr
 	}
 	if err := s.check(); err != nil {
 		t.Fatalf("the largest state does not check: %v", err)
@@ -93,12 +93,12 @@ func TestLargestStateRestores(t *testing.T) {
 	// At every limit at once, whatever would grow the state is refused. The
 	// entries carry the restored index, so that the snapshot after them is
 	// byte for byte the one restored if they changed nothing.
-	group, subject := longName('g', 0, fsm.MaxNameLen), longName('s', 0, fsm.MaxNameLen)
+	group, subject := longName('g', 0, limits.MaxName), longName('s', 0, limits.MaxName)
 	for _, cmd := range []Command{
 		&Register{Group: "new", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
 		&Register{Group: group, ID: "new", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
 		&Assign{Subject: "new", Groups: []string{group}},
-		&Assign{Subject: subject, Groups: []string{longName('g', 100, fsm.MaxNameLen)}},
+		&Assign{Subject: subject, Groups: []string{longName('g', 100, limits.MaxName)}},
 		&Consumer{Subject: subject, Group: "new"},
 		&Member{ID: "new", ClientAddr: "127.0.0.1:9"},
 	} {

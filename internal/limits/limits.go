@@ -76,11 +76,11 @@ const (
 	// MaxSubjects bounds the subjects with messages (a consume log) or
 	// delayed messages pending, per broker group.
 	MaxSubjects = 65536
-	// MaxGroupsPerSubject bounds the consumer groups of one subject (the
-	// metaserver records as many).
-	MaxGroupsPerSubject = 4096
-	// MaxGroups bounds the consumer groups over all subjects.
-	MaxGroups = 65536
+	// MaxConsumerGroupsPerSubject bounds the consumer groups of one
+	// subject (the metaserver records as many).
+	MaxConsumerGroupsPerSubject = 4096
+	// MaxConsumerGroups bounds the consumer groups over all subjects.
+	MaxConsumerGroups = 65536
 	// MaxConsumersPerGroup bounds the registered consumers of one group.
 	MaxConsumersPerGroup = 1024
 	// MaxConsumers bounds the registered consumers over all groups. With

@@ -267,6 +267,9 @@ func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) 
 		}
 		out = append(out, res)
 	}
+	if err := a.call(ctx, transport.TypeMetaForgetGroup, transport.ForgetGroupRequest{Subject: subject, Group: group}, nil); err != nil {
+		return out, fmt.Errorf("qmq: forget %s of %s in the metaserver: %w", group, subject, err)
+	}
 	return out, nil
 }
 

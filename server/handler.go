@@ -37,7 +37,7 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 	case transport.TypeTransfer:
 		return n.handleTransfer(p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
-		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects:
+		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup:
 		return n.forwardToMeta(ctx, t, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))

@@ -175,6 +175,8 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 		return m.handleSetWritable(ctx, p)
 	case transport.TypeSubjects:
 		return m.handleSubjects()
+	case transport.TypeMetaForgetGroup:
+		return m.handleForgetGroup(ctx, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
 }

@@ -173,6 +173,21 @@ func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, err
 	return nil, nil
 }
 
+// handleForgetGroup forgets the record of a consumer group of a subject,
+// making room under meta.MaxConsumerGroups (the broker groups forget its
+// state on their own, through TypeForgetGroup).
+func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.ForgetGroupRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if err := m.proposeChecked(ctx, &meta.ForgetConsumer{Subject: req.Subject, Group: req.Group}); err != nil {
+		return nil, err
+	}
+	m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.Group)
+	return nil, nil
+}
+
 func (m *MetaNode) handleRegister(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.RegisterRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {

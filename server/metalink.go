@@ -128,6 +128,8 @@ func (n *Node) forwardToMeta(ctx context.Context, t transport.Type, p []byte) ([
 			return n.standaloneRoute(p)
 		case transport.TypeCluster:
 			return json.Marshal(n.standaloneCluster())
+		case transport.TypeMetaForgetGroup:
+			return nil, nil // no metaserver, no record of consumer groups
 		}
 		return nil, transport.Errorf(transport.Invalid, "%s: node %s has no metaserver (start it with --meta)", t, n.cfg.ID)
 	}

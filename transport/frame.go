@@ -66,6 +66,10 @@ const (
 	// group of a subject from its state (an operator clearing away a group
 	// that is gone).
 	TypeForgetGroup Type = 18
+
+	// TypeMetaForgetGroup asks the metaserver to forget its record of a
+	// consumer group of a subject (ForgetGroupRequest); brokers forward it.
+	TypeMetaForgetGroup Type = 19
 )
 
 func (t Type) String() string {
@@ -106,6 +110,8 @@ func (t Type) String() string {
 		return "delays"
 	case TypeForgetGroup:
 		return "forget-group"
+	case TypeMetaForgetGroup:
+		return "meta-forget-group"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

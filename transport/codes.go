@@ -20,6 +20,10 @@ const (
 	Internal    Code = 6 // a bug or a storage failure on the server
 	UnknownType Code = 7 // the server does not know the request type
 	ReadOnly    Code = 8 // the broker group is drained: send to another group of the subject
+	// TooManyConnections is retriable: the server refused the connection
+	// (too many from this address, or in all) and closed it; a later
+	// connection can succeed.
+	TooManyConnections Code = 9
 )
 
 var codeInfo = map[Code]struct {
@@ -35,6 +39,8 @@ var codeInfo = map[Code]struct {
 	Internal:    {"INTERNAL", false},
 	UnknownType: {"UNKNOWN_TYPE", false},
 	ReadOnly:    {"READONLY", false},
+
+	TooManyConnections: {"TOO_MANY_CONNECTIONS", true},
 }
 
 func (c Code) String() string {

@@ -117,7 +117,7 @@ func (sc *serverConn) fail(err error) {
 		e = Errorf(Invalid, "%v", err)
 	}
 	sc.log.Warn("closing connection", "error", err)
-	if e != nil && sc.w.tryWriteError(e, lingerTimeout) == nil {
+	if e != nil && sc.w.writeError(e, lingerTimeout) == nil {
 		lingerClose(sc.c)
 		return
 	}
@@ -145,13 +145,13 @@ func lingerClose(c net.Conn) {
 
 // frameWriter serialises response writes on one connection.
 type frameWriter struct {
-	mu sync.Mutex
-	c  net.Conn
-	w  *bufio.Writer
+	turn chan struct{} // holds a token while a frame is being written
+	c    net.Conn
+	w    *bufio.Writer
 }
 
 func newFrameWriter(c net.Conn, size int) *frameWriter {
-	return &frameWriter{c: c, w: bufio.NewWriterSize(c, size)}
+	return &frameWriter{turn: make(chan struct{}, 1), c: c, w: bufio.NewWriterSize(c, size)}
 }
 
 // writeTimeout bounds one response write: a client that stops reading has
@@ -161,8 +161,8 @@ const writeTimeout = 30 * time.Second
 // writeResponse writes the response with status err and body, without
 // copying body.
 func (fw *frameWriter) writeResponse(t Type, id uint64, err error, body []byte) error {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
+	fw.turn <- struct{}{}
+	defer func() { <-fw.turn }()
 	fw.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := writeFrameParts(fw.w, t, id, EncodeStatus(err, nil), body); err != nil {
 		return err
@@ -170,28 +170,22 @@ func (fw *frameWriter) writeResponse(t Type, id uint64, err error, body []byte) 
 	return fw.w.Flush()
 }
 
-// writeError writes e as the error of request id 0: the connection's, not
-// a request's. It gives up after timeout.
-func (fw *frameWriter) writeError(e *Error, timeout time.Duration) error {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	return fw.writeErrorLocked(e, timeout)
-}
-
 var errWriterBusy = errors.New("transport: a response write is under way")
 
-// tryWriteError is writeError unless a response is being written (to a
-// client that may not be reading): then it writes nothing.
-func (fw *frameWriter) tryWriteError(e *Error, timeout time.Duration) error {
-	if !fw.mu.TryLock() {
+// writeError writes e as the error of request id 0: the connection's, not
+// a request's. It gives up after timeout, counting the wait for a response
+// being written (to a client that may not be reading).
+func (fw *frameWriter) writeError(e *Error, timeout time.Duration) error {
+	until := time.Now().Add(timeout)
+	expired := time.NewTimer(timeout)
+	defer expired.Stop()
+	select {
+	case fw.turn <- struct{}{}:
+	case <-expired.C:
 		return errWriterBusy
 	}
-	defer fw.mu.Unlock()
-	return fw.writeErrorLocked(e, timeout)
-}
-
-func (fw *frameWriter) writeErrorLocked(e *Error, timeout time.Duration) error {
-	fw.c.SetWriteDeadline(time.Now().Add(timeout))
+	defer func() { <-fw.turn }()
+	fw.c.SetWriteDeadline(until)
 	if err := writeFrameParts(fw.w, ResponseBit, 0, EncodeStatus(e, nil)); err != nil {
 		return err
 	}

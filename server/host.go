@@ -60,6 +60,7 @@ func (h *host) listen(dataDir, clientAddr, advertise string) error {
 // httpAddr unless it is "".
 func (h *host) serve(handler transport.Handler, httpAddr string, status func() any, reg *prometheus.Registry) error {
 	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client")}
+	reg.MustRegister(clientListenerMetrics(h.client)...)
 	h.goLoop(func() {
 		if err := h.client.Serve(h.clientLis); err != nil {
 			h.hlog.Error("client listener stopped", "error", err)
@@ -69,7 +70,7 @@ func (h *host) serve(handler transport.Handler, httpAddr string, status func() a
 		return nil
 	}
 	var err error
-	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, status, reg, h.hlog, h.goLoop)
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, status, reg, h.hlog, h.goLoop)
 	return err
 }
 

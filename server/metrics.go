@@ -4,6 +4,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/qmqgo/qmq/transport"
 )
 
 // metrics are the node's Prometheus metrics, on a registry of its own so
@@ -63,4 +65,33 @@ func newMetrics(n *Node) *metrics {
 		}),
 	)
 	return m
+}
+
+// clientListenerMetrics export what the client listener holds and what
+// its limits refused.
+func clientListenerMetrics(s *transport.Server) []prometheus.Collector {
+	stat := func(f func(transport.ServerStats) float64) func() float64 {
+		return func() float64 { return f(s.Stats()) }
+	}
+	gauge := func(name, help string, f func(transport.ServerStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, stat(f))
+	}
+	refused := func(limit string, f func(transport.ServerStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_client_connections_refused_total",
+			Help:        "Client connections refused by a connection limit (per-address or total).",
+			ConstLabels: prometheus.Labels{"limit": limit}}, stat(f))
+	}
+	return []prometheus.Collector{
+		gauge("qmq_client_connections", "Client connections open.",
+			func(st transport.ServerStats) float64 { return float64(st.Conns) }),
+		gauge("qmq_client_inflight_bytes", "Memory budget taken by client requests being read or handled and by their replies.",
+			func(st transport.ServerStats) float64 { return float64(st.InFlightBytes) }),
+		gauge("qmq_client_memory_waiters", "Client connection readers and handlers waiting for the memory budget.",
+			func(st transport.ServerStats) float64 { return float64(st.WaitingForMemory) }),
+		refused("per-address", func(st transport.ServerStats) float64 { return float64(st.RefusedPerAddr) }),
+		refused("total", func(st transport.ServerStats) float64 { return float64(st.RefusedTotal) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_client_frame_timeouts_total",
+			Help: "Client connections closed because a frame took longer than the frame timeout to arrive."},
+			stat(func(st transport.ServerStats) float64 { return float64(st.FramesTimedOut) })),
+	}
 }

@@ -41,8 +41,30 @@ func (n *Node) Delays() transport.Delays {
 	return out
 }
 
+// httpLimits bound what a client of the admin HTTP listener can make the
+// node hold: a connection that sends its request slowly, reads its answer
+// slowly or idles between requests is closed, and request headers are
+// bounded in size (net/http allows 4 KiB more than maxHeaderBytes).
+type httpLimits struct {
+	readHeader     time.Duration // to read a request's headers
+	read           time.Duration // to read a whole request
+	write          time.Duration // from the end of the request's headers to the end of the answer
+	idle           time.Duration // between requests on a kept-alive connection
+	maxHeaderBytes int
+}
+
+// defaultHTTPLimits suit /status and /metrics: bodiless GETs with small
+// headers, scraped every minute or so.
+var defaultHTTPLimits = httpLimits{
+	readHeader:     5 * time.Second,
+	read:           10 * time.Second,
+	write:          30 * time.Second,
+	idle:           2 * time.Minute,
+	maxHeaderBytes: 64 << 10,
+}
+
 // serveHTTP serves /status (status's answer as JSON) and /metrics at addr.
-func serveHTTP(addr string, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
+func serveHTTP(addr string, limits httpLimits, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: listen for http: %w", err)
@@ -55,7 +77,10 @@ func serveHTTP(addr string, status func() any, reg *prometheus.Registry, log hcl
 		enc.Encode(status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: mux,
+		ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read, WriteTimeout: limits.write,
+		IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes,
+		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	goLoop(func() {
 		if err := srv.Serve(lis); err != nil && err != http.ErrServerClosed {
 			log.Error("http listener stopped", "error", err)

@@ -39,6 +39,11 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, &Error{Code: Unavailable, Message: fmt.Sprintf("dial %s: %v", addr, err)}
 	}
+	return newConn(addr, c), nil
+}
+
+// newConn starts a Conn on c, a connection to addr.
+func newConn(addr string, c net.Conn) *Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
@@ -49,7 +54,7 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 		done:    make(chan struct{}),
 	}
 	go conn.readLoop()
-	return conn, nil
+	return conn
 }
 
 // Addr returns the address dialled.
@@ -66,6 +71,15 @@ func (c *Conn) readLoop() {
 			c.fail(err)
 			return
 		}
+		if f.ID == 0 {
+			// The server's word on the connection itself (over a limit, a
+			// frame it refused) before it closes: the error of every call.
+			if _, err := DecodeStatus(f.Payload); err != nil {
+				c.fail(err)
+				return
+			}
+			continue
+		}
 		c.mu.Lock()
 		ch := c.pending[f.ID]
 		delete(c.pending, f.ID)
@@ -76,7 +90,8 @@ func (c *Conn) readLoop() {
 	}
 }
 
-// fail closes the connection and fails every request in flight.
+// fail closes the connection and fails every request in flight with err,
+// and every later one.
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,8 +114,10 @@ func (c *Conn) Close() error {
 }
 
 // Call sends a request and waits for its response body. A server error is
-// returned as an *Error; so is a broken connection (Unavailable) and an
-// expired context (Timeout, whose outcome is unknown).
+// returned as an *Error; so is a broken connection (Unavailable, or the
+// error the server gave for the connection on request id 0, such as
+// TOO_MANY_CONNECTIONS) and an expired context (Timeout, whose outcome is
+// unknown).
 func (c *Conn) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
 	ch := make(chan Frame, 1)
 	c.mu.Lock()
@@ -145,9 +162,14 @@ func (c *Conn) write(f Frame) error {
 	return c.w.Flush()
 }
 
+// unavailable is the error of a call on a failed connection: the server's
+// own, if it sent one before closing, else Unavailable.
 func (c *Conn) unavailable() error {
 	c.mu.Lock()
 	err := c.err
 	c.mu.Unlock()
+	if e, ok := err.(*Error); ok {
+		return &Error{Code: e.Code, Message: fmt.Sprintf("connection to %s: %s", c.addr, e.Message), Leader: e.Leader}
+	}
 	return &Error{Code: Unavailable, Message: fmt.Sprintf("connection to %s: %v", c.addr, err)}
 }

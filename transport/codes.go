@@ -24,22 +24,27 @@ const (
 	// ended (its session expired and its messages went back to the group).
 	// Retrying cannot help: drop the ack; the messages come again.
 	StaleConsumer Code = 9
+	// TooManyConnections is retriable: the server refused the connection
+	// (too many from this address, or in all) and closed it; a later
+	// connection can succeed.
+	TooManyConnections Code = 10
 )
 
 var codeInfo = map[Code]struct {
 	name      string
 	retriable bool
 }{
-	OK:            {"OK", false},
-	NotLeader:     {"NOT_LEADER", true},
-	Invalid:       {"INVALID", false},
-	TooLarge:      {"TOO_LARGE", false},
-	Unavailable:   {"UNAVAILABLE", true},
-	Timeout:       {"TIMEOUT", true},
-	Internal:      {"INTERNAL", false},
-	UnknownType:   {"UNKNOWN_TYPE", false},
-	ReadOnly:      {"READONLY", false},
-	StaleConsumer: {"STALE_CONSUMER", false},
+	OK:                 {"OK", false},
+	NotLeader:          {"NOT_LEADER", true},
+	Invalid:            {"INVALID", false},
+	TooLarge:           {"TOO_LARGE", false},
+	Unavailable:        {"UNAVAILABLE", true},
+	Timeout:            {"TIMEOUT", true},
+	Internal:           {"INTERNAL", false},
+	UnknownType:        {"UNKNOWN_TYPE", false},
+	ReadOnly:           {"READONLY", false},
+	StaleConsumer:      {"STALE_CONSUMER", false},
+	TooManyConnections: {"TOO_MANY_CONNECTIONS", true},
 }
 
 func (c Code) String() string {

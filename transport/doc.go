@@ -4,7 +4,9 @@
 // request, the payload codecs of every request, and the wire error codes
 // with whether a retry can help. docs/protocol.md describes the bytes.
 //
-// A malformed, truncated or oversize frame gets an error frame where
-// possible and the connection is closed; nothing a peer sends can crash
-// the process.
+// A malformed, truncated, oversize or stalled frame gets an error frame
+// where possible and the connection is closed; nothing a peer sends can
+// crash the process, and what a peer can make the Server hold is bounded:
+// connections per address and in all, memory for requests and replies,
+// and the time a started frame may take.
 package transport

@@ -132,35 +132,71 @@ type Frame struct {
 
 // WriteFrame writes f to w (buffered; the caller flushes).
 func WriteFrame(w *bufio.Writer, f Frame) error {
+	return writeFrameParts(w, f.Type, f.ID, f.Payload)
+}
+
+// writeFrameParts writes a frame whose payload is the parts one after the
+// other, without joining them first.
+func writeFrameParts(w *bufio.Writer, t Type, id uint64, parts ...[]byte) error {
+	n := 1 + 8
+	for _, p := range parts {
+		n += len(p)
+	}
 	var h [frameHeader]byte
-	binary.LittleEndian.PutUint32(h[:4], uint32(1+8+len(f.Payload)))
-	h[4] = byte(f.Type)
-	binary.LittleEndian.PutUint64(h[5:], f.ID)
+	binary.LittleEndian.PutUint32(h[:4], uint32(n))
+	h[4] = byte(t)
+	binary.LittleEndian.PutUint64(h[5:], id)
 	if _, err := w.Write(h[:]); err != nil {
 		return err
 	}
-	_, err := w.Write(f.Payload)
-	return err
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// ReadFrame reads one frame of at most maxFrame bytes (its length field).
-// It returns io.EOF only at a clean end between frames.
-func ReadFrame(r *bufio.Reader, maxFrame int) (Frame, error) {
+// FrameHeader is what precedes a frame's payload: its type, its request id
+// and the payload's length.
+type FrameHeader struct {
+	Type       Type
+	ID         uint64
+	PayloadLen int
+}
+
+// ReadFrameHeader reads a frame's header, refusing a length field above
+// maxFrame before anything else is read; the PayloadLen bytes of payload
+// follow in r. It returns io.EOF only at a clean end between frames.
+func ReadFrameHeader(r *bufio.Reader, maxFrame int) (FrameHeader, error) {
 	var h [frameHeader]byte
 	if _, err := io.ReadFull(r, h[:4]); err != nil {
-		return Frame{}, err // io.EOF between frames, io.ErrUnexpectedEOF inside one
+		return FrameHeader{}, err // io.EOF between frames, io.ErrUnexpectedEOF inside one
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
 	if n < 9 {
-		return Frame{}, fmt.Errorf("%w: length %d is below the header's 9 bytes", ErrMalformed, n)
+		return FrameHeader{}, fmt.Errorf("%w: length %d is below the header's 9 bytes", ErrMalformed, n)
 	}
 	if int64(n) > int64(maxFrame) {
-		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxFrame)
+		return FrameHeader{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxFrame)
 	}
 	if _, err := io.ReadFull(r, h[4:]); err != nil {
-		return Frame{}, noEOF(err)
+		return FrameHeader{}, noEOF(err)
 	}
-	f := Frame{Type: Type(h[4]), ID: binary.LittleEndian.Uint64(h[5:]), Payload: make([]byte, n-9)}
+	return FrameHeader{Type: Type(h[4]), ID: binary.LittleEndian.Uint64(h[5:]), PayloadLen: int(n) - 9}, nil
+}
+
+// ReadFrame reads one frame of at most maxFrame bytes (its length field),
+// allocating its payload as soon as the header is read: fit for a client,
+// which reads only answers to its own requests. A server takes the
+// payload's memory from its budget between ReadFrameHeader and the read of
+// the payload. It returns io.EOF only at a clean end between frames.
+func ReadFrame(r *bufio.Reader, maxFrame int) (Frame, error) {
+	h, err := ReadFrameHeader(r, maxFrame)
+	if err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Type: h.Type, ID: h.ID, Payload: make([]byte, h.PayloadLen)}
 	if _, err := io.ReadFull(r, f.Payload); err != nil {
 		return Frame{}, noEOF(err)
 	}

@@ -1,43 +1,122 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // Handler answers one request: a response body, or an error (an *Error
 // for a code other than Internal).
+//
+// ctx ends when the request's connection fails or the server closes. The
+// request's payload counts against the server's memory budget
+// (MaxInFlightBytes) until its response is written, and so must the body:
+// a handler that builds a body of more than a few kilobytes reserves its
+// bytes with Reserve or TryReserve before building it, so that the replies
+// waiting for slow readers stay within the budget. A reply that cannot go
+// without its first part (a pull's first message) waits for it with
+// Reserve; each further part is taken with TryReserve, and the handler
+// stops adding parts at the first that fails. The server gives every
+// reservation back once the response is written or the connection failed;
+// one made after the handler returned fails. While it holds a reservation
+// a handler should wait for nothing but memory: handlers waiting on each
+// other's bytes stall until their contexts end.
 type Handler func(ctx context.Context, t Type, payload []byte) ([]byte, error)
 
+// Defaults of the Server's limits.
+const (
+	DefaultMaxInFlight      = 1024
+	DefaultMaxInFlightBytes = 256 << 20
+	DefaultFrameTimeout     = 30 * time.Second
+	DefaultMaxConnsPerAddr  = 256
+	DefaultMaxConns         = 8192
+)
+
 // Server accepts client connections and runs a Handler for each request,
-// concurrently, up to MaxInFlight per connection.
+// concurrently, up to MaxInFlight per connection. Every resource a client
+// can make it hold is bounded: connections by MaxConnsPerAddr and
+// MaxConns, memory by MaxInFlightBytes, the time a frame takes to arrive
+// by FrameTimeout.
 type Server struct {
-	Handler     Handler
-	Logger      hclog.Logger
-	MaxFrame    int // default DefaultMaxFrame
-	MaxInFlight int // per connection; default 1024
-	// MaxInFlightBytes bounds the request payloads held by running handlers
-	// across all connections; a connection whose next request does not fit
-	// waits before reading on. Default 256 MiB.
+	Handler Handler
+	Logger  hclog.Logger
+	// MaxFrame is the largest frame accepted (its length field); a larger
+	// one is answered TOO_LARGE and the connection closed. Default
+	// DefaultMaxFrame (16 MiB).
+	MaxFrame int
+	// MaxInFlight bounds the requests handled at once on one connection;
+	// its reader waits for one to finish before reading on. Default 1024.
+	MaxInFlight int
+	// MaxInFlightBytes is the memory budget shared by every connection:
+	// each request's payload (plus 4 KiB for its handler) from the moment
+	// its header is read until its response is written, and the reply
+	// bytes handlers Reserve. A connection whose next frame does not fit
+	// waits, before allocating it, until it does; a frame larger than the
+	// whole budget waits for all of it. Default 256 MiB.
 	MaxInFlightBytes int64
+	// FrameTimeout bounds the time a frame may take to arrive once its
+	// first byte has: a connection whose frame is not complete by then is
+	// answered TIMEOUT and closed, and the frame's budget returned. The
+	// clock stops while the server itself waits for budget. A connection
+	// between frames has no deadline (consumers long-poll, producers may
+	// be idle). Default 30 s.
+	FrameTimeout time.Duration
+	// MaxConnsPerAddr bounds the open connections from one remote IP
+	// address; a connection past it is answered TOO_MANY_CONNECTIONS and
+	// closed. Default 256.
+	MaxConnsPerAddr int
+	// MaxConns bounds the open connections in all, likewise. Default 8192.
+	MaxConns int
 
 	budget *budget
 
-	mu     sync.Mutex
-	lis    net.Listener
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-	ctx    context.Context
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	lis      net.Listener
+	conns    map[net.Conn]string // open connection → its remote IP
+	perAddr  map[string]int      // remote IP → its open connections
+	refusing map[net.Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	refusedPerAddr atomic.Uint64
+	refusedTotal   atomic.Uint64
+	framesTimedOut atomic.Uint64
+}
+
+// ServerStats is what a Server holds and what it refused, for metrics.
+type ServerStats struct {
+	Conns            int    // connections open
+	InFlightBytes    int64  // budget taken by requests and reserved replies
+	WaitingForMemory int    // connection readers and handlers waiting for budget
+	RefusedPerAddr   uint64 // connections refused by MaxConnsPerAddr, ever
+	RefusedTotal     uint64 // connections refused by MaxConns, ever
+	FramesTimedOut   uint64 // connections closed by FrameTimeout, ever
+}
+
+// Stats reports the server's counters; all zero before Serve.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	st := ServerStats{Conns: len(s.conns)}
+	b := s.budget
+	s.mu.Unlock()
+	if b != nil {
+		st.InFlightBytes, st.WaitingForMemory = b.usage()
+	}
+	st.RefusedPerAddr = s.refusedPerAddr.Load()
+	st.RefusedTotal = s.refusedTotal.Load()
+	st.FramesTimedOut = s.framesTimedOut.Load()
+	return st
 }
 
 // Serve accepts connections on lis until Close. It returns nil after Close.
@@ -49,22 +128,12 @@ func (s *Server) Serve(lis net.Listener) error {
 		return nil
 	}
 	s.lis = lis
-	s.conns = map[net.Conn]struct{}{}
+	s.conns, s.perAddr, s.refusing = map[net.Conn]string{}, map[string]int{}, map[net.Conn]struct{}{}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.MaxFrame <= 0 {
-		s.MaxFrame = DefaultMaxFrame
-	}
-	if s.MaxInFlight <= 0 {
-		s.MaxInFlight = 1024
-	}
-	if s.MaxInFlightBytes <= 0 {
-		s.MaxInFlightBytes = 256 << 20
-	}
+	s.setDefaults()
 	s.budget = newBudget(s.MaxInFlightBytes)
-	if s.Logger == nil {
-		s.Logger = hclog.NewNullLogger()
-	}
 	s.mu.Unlock()
+	var backoff time.Duration
 	for {
 		c, err := lis.Accept()
 		if err != nil {
@@ -74,18 +143,104 @@ func (s *Server) Serve(lis net.Listener) error {
 			if closed {
 				return nil
 			}
-			return fmt.Errorf("transport: accept: %w", err)
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("transport: accept: %w", err)
+			}
+			// Out of file descriptors, or a connection aborted before it
+			// was accepted: keep serving those open and try again.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.Logger.Warn("accept failed", "error", err, "retry-in", backoff)
+			wait.Sleep(s.ctx, backoff)
+			continue
+		}
+		backoff = 0
+		s.admit(c)
+	}
+}
+
+func (s *Server) setDefaults() {
+	if s.MaxFrame <= 0 {
+		s.MaxFrame = DefaultMaxFrame
+	}
+	if s.MaxInFlight <= 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+	if s.MaxInFlightBytes <= 0 {
+		s.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if s.FrameTimeout <= 0 {
+		s.FrameTimeout = DefaultFrameTimeout
+	}
+	if s.MaxConnsPerAddr <= 0 {
+		s.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	}
+	if s.MaxConns <= 0 {
+		s.MaxConns = DefaultMaxConns
+	}
+	if s.Logger == nil {
+		s.Logger = hclog.NewNullLogger()
+	}
+}
+
+// admit serves c, or refuses it if it is over a connection limit.
+func (s *Server) admit(c net.Conn) {
+	ip := remoteIP(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return
+	}
+	switch {
+	case len(s.conns) >= s.MaxConns:
+		s.refusedTotal.Add(1)
+		s.refuseLocked(c, Errorf(TooManyConnections, "the server has %d connections open, its limit", len(s.conns)))
+	case s.perAddr[ip] >= s.MaxConnsPerAddr:
+		s.refusedPerAddr.Add(1)
+		s.refuseLocked(c, Errorf(TooManyConnections, "%s has %d connections open, the limit per address", ip, s.perAddr[ip]))
+	default:
+		s.conns[c] = ip
+		s.perAddr[ip]++
+		s.wg.Add(1)
+		go s.serveConn(c, ip)
+	}
+}
+
+// maxRefusing bounds the refused connections being told why at once; past
+// it, a refused connection is closed without an answer.
+const maxRefusing = 64
+
+// refuseLocked answers c with e on request id 0 and closes it. The caller
+// holds mu.
+func (s *Server) refuseLocked(c net.Conn, e *Error) {
+	s.Logger.Debug("refusing connection", "remote", c.RemoteAddr().String(), "error", e.Message)
+	if len(s.refusing) >= maxRefusing {
+		c.Close()
+		return
+	}
+	s.refusing[c] = struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fw := newFrameWriter(c, 256)
+		if fw.writeError(e, lingerTimeout) == nil {
+			lingerClose(c)
+		} else {
+			c.Close()
 		}
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return nil
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
+		delete(s.refusing, c)
 		s.mu.Unlock()
-		go s.serveConn(c)
+	}()
+}
+
+// forget drops a closed connection from the counts.
+func (s *Server) forget(c net.Conn, ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+	if s.perAddr[ip]--; s.perAddr[ip] <= 0 {
+		delete(s.perAddr, ip)
 	}
 }
 
@@ -104,122 +259,22 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.Close()
 	}
+	for c := range s.refusing {
+		c.Close()
+	}
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
 }
 
-func (s *Server) serveConn(c net.Conn) {
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		c.Close()
-	}()
-	log := s.Logger.With("remote", c.RemoteAddr().String())
-	r := bufio.NewReaderSize(c, 64<<10)
-	w := &frameWriter{c: c, w: bufio.NewWriterSize(c, 64<<10)}
-	sem := make(chan struct{}, s.MaxInFlight)
-	var handlers sync.WaitGroup
-	defer handlers.Wait()
-	for {
-		f, err := ReadFrame(r, s.MaxFrame)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				log.Warn("closing connection", "error", err)
-				// Tell the client why before closing, where the stream allows it.
-				if errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrMalformed) {
-					code := Invalid
-					if errors.Is(err, ErrFrameTooLarge) {
-						code = TooLarge
-					}
-					w.write(Frame{Type: ResponseBit, Payload: EncodeStatus(Errorf(code, "%v", err), nil)})
-				}
-			}
-			return
-		}
-		if f.Type&ResponseBit != 0 {
-			log.Warn("closing connection", "error", "client sent a response frame")
-			return
-		}
-		sem <- struct{}{}
-		n := int64(len(f.Payload))
-		if !s.budget.take(s.ctx, n) {
-			return // shutting down
-		}
-		handlers.Add(1)
-		go func() {
-			defer func() { s.budget.give(n); <-sem; handlers.Done() }()
-			body, err := s.Handler(s.ctx, f.Type, f.Payload)
-			if werr := w.write(Frame{Type: f.Type | ResponseBit, ID: f.ID, Payload: EncodeStatus(err, body)}); werr != nil {
-				c.Close()
-			}
-		}()
+// remoteIP is the IP address c comes from, the key of MaxConnsPerAddr.
+func remoteIP(c net.Conn) string {
+	addr := c.RemoteAddr()
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.String()
 	}
-}
-
-// frameWriter serialises response writes on one connection.
-type frameWriter struct {
-	mu sync.Mutex
-	c  net.Conn
-	w  *bufio.Writer
-}
-
-// writeTimeout bounds one response write: a client that stops reading has
-// its connection closed instead of pinning handlers and their memory.
-const writeTimeout = 30 * time.Second
-
-func (fw *frameWriter) write(f Frame) error {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	fw.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if err := WriteFrame(fw.w, f); err != nil {
-		return err
+	if host, _, err := net.SplitHostPort(addr.String()); err == nil {
+		return host
 	}
-	return fw.w.Flush()
-}
-
-// budget is a pool of bytes shared by every connection's handlers.
-type budget struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
-	free  int64
-	total int64
-}
-
-func newBudget(total int64) *budget {
-	b := &budget{free: total, total: total}
-	b.cond = sync.NewCond(&b.mu)
-	return b
-}
-
-// take waits until n bytes are free (a request larger than the whole budget
-// waits for all of it) and takes them; false if ctx ended first.
-func (b *budget) take(ctx context.Context, n int64) bool {
-	n = min(n, b.total)
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	})
-	defer stop()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.free < n {
-		if ctx.Err() != nil {
-			return false
-		}
-		b.cond.Wait()
-	}
-	b.free -= n
-	return true
-}
-
-func (b *budget) give(n int64) {
-	n = min(n, b.total)
-	b.mu.Lock()
-	b.free += n
-	b.cond.Broadcast()
-	b.mu.Unlock()
+	return addr.String()
 }

@@ -233,7 +233,7 @@ func TestServerClosesOnBadFrames(t *testing.T) {
 	}{
 		{"oversize", le(1 << 20), TooLarge},
 		{"length below header", le(2), Invalid},
-		{"response frame from client", append(le(9), ResponseBit|1, 0, 0, 0, 0, 0, 0, 0, 0), OK},
+		{"response frame from client", append(le(9), ResponseBit|1, 0, 0, 0, 0, 0, 0, 0, 0), Invalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

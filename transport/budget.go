@@ -1,0 +1,160 @@
+package transport
+
+import (
+	"context"
+	"sync"
+)
+
+// requestOverhead is charged to the budget for every request on top of its
+// payload: the goroutine and bookkeeping of its handler. It makes
+// MaxInFlightBytes bound the number of running handlers too (65,536 at the
+// default), whatever their payloads.
+const requestOverhead = 4 << 10
+
+// budget is a pool of bytes shared by every connection of a Server: the
+// payloads of requests being read or handled, and the replies their
+// handlers reserved.
+type budget struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	free    int64
+	total   int64
+	waiting int // callers of take waiting for bytes
+}
+
+func newBudget(total int64) *budget {
+	b := &budget{free: total, total: total}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// take waits until n bytes are free (a request larger than the whole budget
+// waits for all of it) and takes them; false if ctx ended first.
+func (b *budget) take(ctx context.Context, n int64) bool {
+	n = min(n, b.total)
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.free < n {
+		b.waiting++
+		defer func() { b.waiting-- }()
+	}
+	for b.free < n {
+		if ctx.Err() != nil {
+			return false
+		}
+		b.cond.Wait()
+	}
+	b.free -= n
+	return true
+}
+
+// tryTake takes n bytes if they are free now (all of the budget, for more
+// than the whole budget).
+func (b *budget) tryTake(n int64) bool {
+	n = min(n, b.total)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.free < n {
+		return false
+	}
+	b.free -= n
+	return true
+}
+
+// give returns n bytes taken with take or tryTake.
+func (b *budget) give(n int64) {
+	n = min(n, b.total)
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.free += n
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// usage reports the bytes taken and the callers waiting for more.
+func (b *budget) usage() (inUse int64, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total - b.free, b.waiting
+}
+
+// reservation is what one request holds of the budget: its payload's
+// charge, then the reply bytes its handler reserves. The server gives it
+// all back once the response is written or the connection failed.
+type reservation struct {
+	b    *budget
+	mu   sync.Mutex
+	held int64
+	done bool
+}
+
+type reservationKey struct{}
+
+// add records n bytes taken for the reply; false once the reservation was
+// released (the caller gives them back).
+func (r *reservation) add(n int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return false
+	}
+	r.held += min(n, r.b.total)
+	return true
+}
+
+// release gives back everything the request held; later reservations fail.
+func (r *reservation) release() {
+	r.mu.Lock()
+	held := r.held
+	r.held, r.done = 0, true
+	r.mu.Unlock()
+	r.b.give(held)
+}
+
+// Reserve takes n bytes of the server's memory budget for the response body
+// the handler is building, waiting until they are free (n larger than the
+// whole budget waits for all of it). The server gives them back once the
+// response is written. It fails with a retriable Unavailable *Error if ctx
+// ends first (the connection failed, the server is closing, or ctx's own
+// deadline passed), or if the handler has already returned. With a ctx that
+// did not come from a Server's Handler it takes nothing and returns nil.
+func Reserve(ctx context.Context, n int64) error {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	if r == nil || n <= 0 {
+		return nil
+	}
+	if !r.b.take(ctx, n) {
+		return Errorf(Unavailable, "waiting for %d bytes of reply memory: %v", n, context.Cause(ctx))
+	}
+	if !r.add(n) {
+		r.b.give(n)
+		return Errorf(Unavailable, "reply memory reserved after the response was written")
+	}
+	return nil
+}
+
+// TryReserve is Reserve without the wait: it takes n bytes if they are free
+// now and reports whether it did. With a ctx that did not come from a
+// Server's Handler it takes nothing and returns true.
+func TryReserve(ctx context.Context, n int64) bool {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	if r == nil || n <= 0 {
+		return true
+	}
+	if !r.b.tryTake(n) {
+		return false
+	}
+	if !r.add(n) {
+		r.b.give(n)
+		return false
+	}
+	return true
+}

@@ -148,6 +148,19 @@ type NodeConfig struct {
 	// Bootstrap makes this node a one-voter group if it has no Raft state
 	// yet. Other nodes are added with qmqctl join.
 	Bootstrap bool
+	// ClientLimits bound what clients can make the client listener hold.
+	ClientLimits ClientLimits
+}
+
+// ClientLimits bound the client listener; a zero field takes its default.
+type ClientLimits struct {
+	// Memory is the bytes of requests and replies in flight, over every
+	// connection. Default 256 MiB (transport.DefaultMaxInFlightBytes).
+	Memory int64
+	// ConnsPerAddr bounds the connections from one IP address. Default 256.
+	ConnsPerAddr int
+	// Conns bounds the connections in all. Default 8192.
+	Conns int
 }
 
 // check reports the first setting that cannot work; what names the
@@ -158,6 +171,9 @@ func (c *NodeConfig) check(what string) error {
 	}
 	if c.DataDir == "" {
 		return fmt.Errorf("server: %s: data directory is empty", what)
+	}
+	if l := c.ClientLimits; l.Memory < 0 || l.ConnsPerAddr < 0 || l.Conns < 0 {
+		return fmt.Errorf("server: %s: negative client limits %+v", what, l)
 	}
 	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"raft advertise", c.RaftAdvertiseAddr}}
 	for _, a := range addrs {

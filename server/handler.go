@@ -150,7 +150,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			}
 			res := resp.(*fsm.PullResult)
 			if len(res.Entries) > 0 {
-				return n.pulledMessages(req.Subject, id, res)
+				return n.pulledMessages(ctx, req.Subject, id, res)
 			}
 			epoch = res.Epoch
 		}
@@ -176,8 +176,12 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 const maxPullReply = transport.DefaultMaxFrame / 2
 
 // pulledMessages reads the messages a pull handed out, at least one and no
-// more than fit in maxPullReply.
-func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
+// more than fit in maxPullReply, each taken from the client listener's
+// memory budget until the reply is written: the first waits for its bytes,
+// the others are left out when none are free. Messages left out come again
+// on the consumer's next pull, which asks from the first pull sequence it
+// has not received.
+func (n *Node) pulledMessages(ctx context.Context, subject string, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
 	resp := &transport.PullResponse{Epoch: res.Epoch, Messages: make([]transport.PulledMessage, 0, len(res.Entries))}
 	size := 0
 	var gone []int64
@@ -190,7 +194,15 @@ func (n *Node) pulledMessages(subject string, consumer fsm.ConsumerID, res *fsm.
 		if err != nil {
 			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
 		}
-		if size += m.EncodedSize(); size > maxPullReply && len(resp.Messages) > 0 {
+		need := m.EncodedSize()
+		if size += need; size > maxPullReply && len(resp.Messages) > 0 {
+			break
+		}
+		if len(resp.Messages) == 0 {
+			if err := transport.Reserve(ctx, int64(need)); err != nil {
+				return nil, err
+			}
+		} else if !transport.TryReserve(ctx, int64(need)) {
 			break
 		}
 		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})

@@ -58,8 +58,9 @@ func (h *host) listen(dataDir, clientAddr, advertise string) error {
 
 // serve answers client requests with handler, and /status and /metrics at
 // httpAddr unless it is "".
-func (h *host) serve(handler transport.Handler, httpAddr string, status func() any, reg *prometheus.Registry) error {
-	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client")}
+func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr string, status func() any, reg *prometheus.Registry) error {
+	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client"),
+		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
 	h.goLoop(func() {
 		if err := h.client.Serve(h.clientLis); err != nil {

@@ -69,7 +69,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, err
 	}
 	m.newMetrics()
-	if err := m.serve(m.handle, cfg.HTTPAddr, func() any { return m.Status() }, m.registry); err != nil {
+	if err := m.serve(m.handle, cfg.ClientLimits, cfg.HTTPAddr, func() any { return m.Status() }, m.registry); err != nil {
 		return nil, err
 	}
 	m.goLoop(func() {

@@ -58,7 +58,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.notify = newNotifier()
 	n.sessions = newSessions(n)
 	n.batcher = newBatcher(n)
-	if err := n.serve(n.handle, cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry); err != nil {
+	if err := n.serve(n.handle, cfg.ClientLimits, cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry); err != nil {
 		return nil, err
 	}
 	if err := n.startMetaLink(); err != nil {

@@ -186,6 +186,9 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft `HOST:PORT` the other members dial, if not --raft (a proxy in front)"},
 		&cli.BoolFlag{Name: "bootstrap", Usage: "start " + group + " with this node as its only voter (ignored once it has data)"},
 		&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
+		&cli.Int64Flag{Name: "client-memory", Value: transport.DefaultMaxInFlightBytes >> 20, Usage: "hold at most `MIB` MiB of client requests and replies in flight; beyond, connections wait"},
+		&cli.IntFlag{Name: "max-conns-per-addr", Value: transport.DefaultMaxConnsPerAddr, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` from one IP address"},
+		&cli.IntFlag{Name: "max-conns", Value: transport.DefaultMaxConns, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` in all"},
 	}
 }
 
@@ -193,7 +196,8 @@ func nodeFlags(group string) []cli.Flag {
 func nodeConfig(c *cli.Context) server.NodeConfig {
 	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
-		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap")}
+		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
+		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")}}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

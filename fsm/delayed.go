@@ -187,10 +187,3 @@ func (f *FSM) PendingHours() []int64 {
 	slices.Sort(out)
 	return out
 }
-
-func must2[A, B any](a A, b B, err error) (A, B) {
-	if err != nil {
-		panic(fmt.Sprintf("fsm: storage failed: %v", err))
-	}
-	return a, b
-}

@@ -41,8 +41,22 @@ type Config struct {
 	// Logger receives the FSM's logs. Default: a null logger.
 	Logger hclog.Logger
 	// DiskFree reports the bytes free on the file system holding a path;
-	// Restore asks it before writing a snapshot's files. Default disk.Free.
+	// Restore asks it before writing a snapshot's files, and every batch
+	// before it is applied. Default disk.Free.
 	DiskFree disk.Probe
+	// DiskReserve is the space a replica keeps free beyond what a batch
+	// may write: short of it, it waits before applying (see diskspace.go).
+	// Default 64 MiB.
+	DiskReserve int64
+	// OnDiskWait, if set, is told when the state machine starts waiting
+	// for disk space (true) and when it applies again (false); called on
+	// the apply goroutine, it must not block.
+	OnDiskWait func(waiting bool)
+	// OnFatal is told that a write to the logs failed: the state machine
+	// stopped applying for good and the node must stop (on restart it
+	// replays from its last checkpoint). Called on the apply goroutine.
+	// Default: panic.
+	OnFatal func(error)
 }
 
 // DefaultConfig returns the defaults documented on Config, for dir.
@@ -56,6 +70,8 @@ func DefaultConfig(dir string) Config {
 		MaxPull:          1000,
 		Logger:           hclog.NewNullLogger(),
 		DiskFree:         disk.Free,
+		DiskReserve:      SpaceReserve,
+		OnFatal:          func(err error) { panic(fmt.Sprintf("fsm: storage failed: %v", err)) },
 	}
 }
 
@@ -76,8 +92,10 @@ func (c Config) Validate() error {
 		return errors.New("fsm: config: negative retention")
 	case c.Logger == nil:
 		return errors.New("fsm: config: Logger is nil")
-	case c.DiskFree == nil:
-		return errors.New("fsm: config: DiskFree is nil")
+	case c.DiskFree == nil || c.OnFatal == nil:
+		return errors.New("fsm: config: DiskFree and OnFatal must be set")
+	case c.DiskReserve < 0:
+		return fmt.Errorf("fsm: config: DiskReserve %d is negative", c.DiskReserve)
 	}
 	return nil
 }
@@ -118,6 +136,11 @@ type FSM struct {
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
+
+	diskWait  atomic.Bool           // waiting for disk space before applying
+	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
+	stop      chan struct{}         // closed by Interrupt
+	interrupt sync.Once
 }
 
 var (
@@ -131,7 +154,7 @@ func Open(cfg Config) (*FSM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, log: cfg.Logger.Named("fsm")}
+	f := &FSM{cfg: cfg, log: cfg.Logger.Named("fsm"), stop: make(chan struct{})}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fsm: create %s: %w", cfg.Dir, err)
 	}
@@ -248,14 +271,34 @@ func (f *FSM) Applied() uint64 { return f.applied.Load() }
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch applies committed Raft entries in order. Entries at or below
-// the applied index (replayed after a restart) are skipped. A failed write
-// to the logs panics: the bytes on disk are unknown, and stopping is better
-// than a replica that silently differs; on restart the node returns to its
-// checkpoint and replays.
-func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
+// the applied index (replayed after a restart) are skipped. It first waits
+// for the disk space the batch may need (see diskspace.go). A failed write
+// to the logs stops the replica for good (the bytes on disk are unknown,
+// and stopping is better than a replica that silently differs): Apply
+// answers ErrStopped from then on and Config.OnFatal stops the node; on
+// restart it returns to its checkpoint and replays.
+func (f *FSM) ApplyBatch(entries []*raft.Log) (out []any) {
+	out = make([]any, len(entries))
+	if err := f.Stopped(); err != nil {
+		return stoppedAnswers(out, err)
+	}
+	if !f.awaitSpace(entries) {
+		err := errors.New("interrupted while waiting for disk space")
+		f.stopApplying(err, false)
+		return stoppedAnswers(out, err)
+	}
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
-	out := make([]any, len(entries))
+	defer func() {
+		if r := recover(); r != nil {
+			sf, ok := r.(storageFailure)
+			if !ok {
+				panic(r)
+			}
+			f.stopApplying(sf.err, true)
+			out = stoppedAnswers(out, sf.err)
+		}
+	}()
 	for i, e := range entries {
 		if e.Index <= f.st.applied {
 			continue
@@ -273,9 +316,7 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 			f.retain(f.st.now)
 		}
 	}
-	if err := f.store.flush(); err != nil {
-		panic(fmt.Sprintf("fsm: storage failed at index %d: %v", f.st.applied, err))
-	}
+	must(0, f.store.flush())
 	f.applied.Store(f.st.applied)
 	f.announceScheduled()
 	return out
@@ -308,12 +349,4 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyForget(c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
-}
-
-// must panics on a storage error (see ApplyBatch).
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(fmt.Sprintf("fsm: storage failed: %v", err))
-	}
-	return v
 }

@@ -202,7 +202,7 @@ func TestRestoreRefusesWithoutSpace(t *testing.T) {
 		{"just over", need + 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := &fakeDisk{free: tc.free}
+			fake := &fakeDisk{free: 1 << 40} // room to apply the entry below
 			var dir string
 			fake.check = func(string) {
 				// Asked before anything is written; a leftover restore is gone.
@@ -213,6 +213,7 @@ func TestRestoreRefusesWithoutSpace(t *testing.T) {
 			g := unitFSM(t, func(c *Config) { c.DiskFree = fake.probe })
 			dir = g.cfg.Dir
 			appendAt(t, g, 1, 1000, unitMsg("mine", "own", 10))
+			fake.free, fake.asked = tc.free, nil
 			before, files := stateBytes(g), dataFiles(t, dir)
 			if err := os.MkdirAll(filepath.Join(dir, restoreDir, "messages"), 0o755); err != nil {
 				t.Fatal(err)

@@ -16,10 +16,18 @@ import (
 )
 
 // startGroup starts a bootstrapped node and joins two more to it through
-// the join request, as qmqctl join does.
-func startGroup(t *testing.T) []*Node {
+// the join request, as qmqctl join does; tweak (if any) adjusts each
+// node's configuration, by node id.
+func startGroup(t *testing.T, tweak ...func(id string, c *Config)) []*Node {
 	t.Helper()
-	n1 := startNode(t, "n1", true, nil)
+	config := func(id string) func(*Config) {
+		return func(c *Config) {
+			for _, f := range tweak {
+				f(id, c)
+			}
+		}
+	}
+	n1 := startNode(t, "n1", true, config("n1"))
 	waitLeader(t, n1)
 	nodes := []*Node{n1}
 	admin, err := qmq.NewAdmin(n1.ClientAddr())
@@ -28,7 +36,7 @@ func startGroup(t *testing.T) []*Node {
 	}
 	defer admin.Close()
 	for _, id := range []string{"n2", "n3"} {
-		n := startNode(t, id, false, nil)
+		n := startNode(t, id, false, config(id))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := admin.Join(ctx, n1.cfg.Group, id, n.cfg.RaftAddr, n.ClientAddr())
 		cancel()

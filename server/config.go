@@ -47,6 +47,10 @@ type Config struct {
 	// MaxDelay is how far ahead a delayed message may be due; a send beyond
 	// it is refused, not clamped. Default DefaultMaxDelay (two years).
 	MaxDelay time.Duration
+	// MinFreeDisk is the free space under which the leader refuses sends
+	// (DISK_FULL) while it goes on serving consumers. It should be well
+	// above FSM.DiskReserve, where a replica stops applying. Default 512 MiB.
+	MinFreeDisk int64
 
 	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
 	// snapshot every 30 s or 2,048 entries, keeping 1,024 entries. Entries
@@ -80,6 +84,7 @@ func DefaultConfig() Config {
 		MaxInflightBatches: 16,
 		MaxPullWait:        30 * time.Second,
 		MaxDelay:           DefaultMaxDelay,
+		MinFreeDisk:        512 << 20,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -115,6 +120,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: config: MaxDelay %s outside (0, %s]", c.MaxDelay, MaxMaxDelay)
 	case c.MaxBatchMessages <= 0 || c.MaxBatchMessages > limits.MaxBatchMessages:
 		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, limits.MaxBatchMessages)
+	case c.MinFreeDisk < 0:
+		return fmt.Errorf("server: config: MinFreeDisk %d is negative", c.MinFreeDisk)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:
 		return errors.New("server: config: batch limits must be positive")
 	case c.Now == nil || c.Logger == nil:

@@ -66,6 +66,10 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if !n.writable.Load() {
 		return nil, transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
 	}
+	if full, free := n.disk.full(); full {
+		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
+		return nil, n.diskFullError(free)
+	}
 	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(req.Messages))}
 	// A delivery time too far ahead is refused here, per message.
 	limit := n.clock.now().Add(n.cfg.MaxDelay).UnixMilli()

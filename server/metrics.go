@@ -19,6 +19,7 @@ type metrics struct {
 	leaderChanges prometheus.Counter
 	delaysFired   prometheus.Counter
 	delayLateness prometheus.Histogram
+	sendsRefused  *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -43,6 +44,9 @@ func newMetrics(n *Node) *metrics {
 		delaysFired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "qmq_delayed_fired_total", Help: "Delayed messages this node, as leader, moved to their subjects.",
 		}),
+		sendsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qmq_sends_refused_total", Help: "Send requests the leader refused before proposing them, by reason (disk_full).",
+		}, []string{"reason"}),
 		delayLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "qmq_delayed_lateness_seconds",
 			Help:    "Time from a delayed message's delivery time to the commit of the Fire that delivered it.",
@@ -52,7 +56,14 @@ func newMetrics(n *Node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness,
+	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused,
+		gauge("qmq_disk_free_bytes", "Free space on the data disk, as the send path last saw it.", func() float64 { _, free := n.disk.full(); return float64(free) }),
+		gauge("qmq_apply_waiting_for_disk", "1 while the state machine waits for disk space before applying.", func() float64 {
+			if n.applyWaiting.Load() {
+				return 1
+			}
+			return 0
+		}),
 		gauge("qmq_delayed_pending", "Delayed messages stored and not yet due.", func() float64 { return float64(n.fsm.Delays().Pending) }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		gauge("qmq_raft_applied_index", "Last Raft index applied to the state machine.", func() float64 { return float64(n.fsm.Applied()) }),

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
@@ -31,6 +32,12 @@ type Node struct {
 	clock    termClock                     // what the leader stamps and fires by
 	notify   *notifier
 	metrics  *metrics
+
+	disk         *diskGuard
+	applyWaiting atomic.Bool // the state machine waits for disk space
+	failed       chan struct{}
+	failOnce     sync.Once
+	failure      error
 }
 
 // New opens the node's storage, starts Raft and its listeners.
@@ -40,7 +47,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	// n is not the named result: every failure returns nil, and the
 	// deferred Close below must still see the node.
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), failed: make(chan struct{})}
 	n.host = newHost(n.log)
 	n.clock.wall = cfg.Now
 	defer func() {
@@ -75,6 +82,8 @@ func (n *Node) openRaft() error {
 	fcfg := n.cfg.FSM
 	fcfg.Dir = filepath.Join(n.cfg.DataDir, "fsm")
 	fcfg.Logger = n.log
+	fcfg.OnDiskWait, fcfg.OnFatal = n.diskWait, n.storageFailed
+	n.disk = &diskGuard{probe: fcfg.DiskFree, dir: n.cfg.DataDir, min: n.cfg.MinFreeDisk}
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
 	}
@@ -109,6 +118,9 @@ func (n *Node) Close() error {
 	defer n.closeMu.Unlock()
 	if !n.beginClose() {
 		return nil
+	}
+	if n.fsm != nil {
+		n.fsm.Interrupt() // a wait for disk space must not hold Raft's shutdown up
 	}
 	errs := []error{n.shutdown()}
 	n.wg.Wait()

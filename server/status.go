@@ -26,6 +26,11 @@ type Member = transport.Member
 func (n *Node) Status() Status {
 	s := n.status(n.fsm.Applied(), n.clientAddr)
 	s.Backlog, s.ReadOnly = n.fsm.Backlog(), !n.writable.Load()
+	s.DiskFull, s.DiskFree = n.disk.full()
+	s.ApplyWaiting = n.applyWaiting.Load()
+	if err := n.fsm.Stopped(); err != nil {
+		s.Stopped = err.Error()
+	}
 	return s
 }
 

@@ -50,6 +50,14 @@ type Status struct {
 	// metaserver has drained the group.
 	Backlog  int64 `json:"backlog,omitempty"`
 	ReadOnly bool  `json:"readonly,omitempty"`
+	// Broker nodes only: the data disk's free bytes; whether sends are
+	// refused for want of space (DISK_FULL); whether the state machine
+	// waits for space before applying more; why it stopped applying for
+	// good, if it did (the node then stops).
+	DiskFree     int64  `json:"disk_free,omitempty"`
+	DiskFull     bool   `json:"disk_full,omitempty"`
+	ApplyWaiting bool   `json:"apply_waiting_for_disk,omitempty"`
+	Stopped      string `json:"stopped,omitempty"`
 }
 
 // Member is one member of a broker group.

@@ -28,6 +28,10 @@ const (
 	// (too many from this address, or in all) and closed it; a later
 	// connection can succeed.
 	TooManyConnections Code = 10
+	// DiskFull is retriable: the broker's data disk is short of space, so
+	// it refuses sends; consumers are still served. Sends are taken again
+	// once space is freed.
+	DiskFull Code = 11
 )
 
 var codeInfo = map[Code]struct {
@@ -45,6 +49,7 @@ var codeInfo = map[Code]struct {
 	ReadOnly:           {"READONLY", false},
 	StaleConsumer:      {"STALE_CONSUMER", false},
 	TooManyConnections: {"TOO_MANY_CONNECTIONS", true},
+	DiskFull:           {"DISK_FULL", true},
 }
 
 func (c Code) String() string {

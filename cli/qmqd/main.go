@@ -40,9 +40,24 @@ func main() {
 	}
 }
 
-// maxDelayFlag is --max-delay of the commands that run a broker.
-var maxDelayFlag = &cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay,
-	Usage: "refuse delayed messages due more than `DUR` ahead (17544h is two years: 731 days)"}
+// brokerFlags are the flags of the commands that run a broker.
+func brokerFlags() []cli.Flag {
+	d := server.DefaultConfig()
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay,
+			Usage: "refuse delayed messages due more than `DUR` ahead (17544h is two years: 731 days)"},
+		&cli.Int64Flag{Name: "min-free-disk", Value: d.MinFreeDisk >> 20,
+			Usage: "refuse sends (DISK_FULL) while the data disk has less than `MIB` MiB free; consumers are still served"},
+		&cli.Int64Flag{Name: "disk-reserve", Value: d.FSM.DiskReserve >> 20,
+			Usage: "a replica waits before applying while its data disk has less than `MIB` MiB free beyond what it is about to write"},
+	}
+}
+
+// brokerSettings applies brokerFlags to cfg.
+func brokerSettings(c *cli.Context, cfg *server.Config) {
+	cfg.MaxDelay = c.Duration("max-delay")
+	cfg.MinFreeDisk, cfg.FSM.DiskReserve = c.Int64("min-free-disk")<<20, c.Int64("disk-reserve")<<20
+}
 
 func devCommand() *cli.Command {
 	return &cli.Command{
@@ -51,15 +66,14 @@ func devCommand() *cli.Command {
 		Description: "Starts one metaserver node and one broker node in this process, each bootstrapping its\n" +
 			"own group; data survives restarts in --data. Send and consume with `qmqctl send` /\n" +
 			"`qmqctl consume` (their default server is this one).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data", Value: "qmq-data", Usage: "data `DIR` (broker/ and meta/ inside)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:6222", Usage: "broker client `HOST:PORT`"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:6280", Usage: "broker admin HTTP `HOST:PORT` (/status, /metrics)"},
 			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
-			maxDelayFlag,
-		},
+		}, brokerFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
@@ -83,7 +97,7 @@ func devCommand() *cli.Command {
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
-			cfg.MaxDelay = c.Duration("max-delay")
+			brokerSettings(c, &cfg)
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
@@ -92,8 +106,8 @@ func devCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s (metaserver %s), http %s, data %s\n",
 				n.ClientAddr(), m.ClientAddr(), n.HTTPAddr(), c.String("data"))
-			waitForSignal()
-			return errors.Join(n.Close(), m.Close())
+			waitForSignal(n.Failed())
+			return errors.Join(n.FailedErr(), n.Close(), m.Close())
 		},
 	}
 }
@@ -125,7 +139,7 @@ func metaCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: metaserver node %s: clients %s, raft %s, http %s\n", cfg.ID, m.ClientAddr(), cfg.RaftAddr, m.HTTPAddr())
-			waitForSignal()
+			waitForSignal(nil)
 			return m.Close()
 		},
 	}
@@ -142,13 +156,12 @@ func brokerCommand() *cli.Command {
 			"With --meta the node registers with the metaserver on start and reports to it every few\n" +
 			"seconds; nothing needs registering by hand. A restarted node needs no flags beyond its\n" +
 			"usual ones: it rejoins from its data.",
-		Flags: append(nodeFlags("the group"),
+		Flags: append(append(nodeFlags("the group"),
 			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
-			maxDelayFlag,
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
-		),
+		), brokerFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
@@ -157,7 +170,8 @@ func brokerCommand() *cli.Command {
 			cfg := server.DefaultConfig()
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
-			cfg.SessionTimeout, cfg.MaxDelay = c.Duration("session-timeout"), c.Duration("max-delay")
+			cfg.SessionTimeout = c.Duration("session-timeout")
+			brokerSettings(c, &cfg)
 			if path := c.String("clock-offset-file"); path != "" {
 				cfg.Now = fileClock(path, logger)
 			}
@@ -168,8 +182,8 @@ func brokerCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: node %s of group %s: clients %s, raft %s, http %s\n",
 				cfg.ID, cfg.Group, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
-			waitForSignal()
-			return n.Close()
+			waitForSignal(n.Failed())
+			return errors.Join(n.FailedErr(), n.Close())
 		},
 	}
 }
@@ -208,9 +222,13 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: level, Output: os.Stderr}), nil
 }
 
-// waitForSignal returns on SIGINT or SIGTERM.
-func waitForSignal() {
+// waitForSignal returns on SIGINT or SIGTERM, or when failed is closed
+// (the node stopped itself).
+func waitForSignal(failed <-chan struct{}) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
+	select {
+	case <-sig:
+	case <-failed:
+	}
 }

@@ -1,0 +1,160 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A replica and its disk. Before it applies a batch, a replica makes sure
+// its disk has room for what the batch may write and Config.DiskReserve
+// more; short of that it waits, applying nothing, until there is (polling
+// the disk, logging, and telling Config.OnDiskWait). A full disk therefore
+// pauses a replica instead of failing a write halfway through a batch.
+// Waiting never changes what is applied, only when: replicas stay
+// identical however long each waits.
+//
+// A write that fails anyway (the disk filled between the check and the
+// write, or failed) leaves the replica's logs in a state no other replica
+// shares: the replica stops applying for good and calls Config.OnFatal,
+// which stops the node; on restart it returns to its last checkpoint and
+// replays, waiting for space if the disk is still full. It never carries
+// on with a batch half applied.
+
+// ErrStopped means the state machine stopped applying: a write failed (the
+// node must be restarted once its disk is sound) or it was interrupted
+// while waiting for disk space (the node is closing). Apply answers every
+// later entry with it.
+var ErrStopped = errors.New("fsm: stopped applying")
+
+// spaceCheckEvery is how often a replica waiting for disk space asks again.
+const spaceCheckEvery = 100 * time.Millisecond
+
+// Upper bounds of what applying an entry writes. An entry's messages are
+// written once to a log (the message log, or a schedule record and the
+// journal), plus fixed-size index records smaller than any message: twice
+// the entry's bytes covers both. A Fire names references, not messages: it
+// may move up to fireWriteBound bytes of records into the message log (a
+// Fire that moves more can still hit a full disk, and stops the replica
+// cleanly as above).
+const (
+	entryOverhead  = 4 << 10
+	fireWriteBound = 64 << 20
+)
+
+// batchWrites bounds the bytes applying entries may write.
+func batchWrites(entries []*raft.Log) int64 {
+	var n int64
+	for _, e := range entries {
+		if e.Type != raft.LogCommand || len(e.Data) == 0 {
+			continue
+		}
+		n += 2*int64(len(e.Data)) + entryOverhead
+		if CommandType(e.Data[0]) == CmdFire {
+			n += fireWriteBound
+		}
+	}
+	return n
+}
+
+// awaitSpace returns once the disk has room for what entries may write and
+// the reserve, or false if the state machine was interrupted meanwhile.
+// It holds no lock while it waits: readers go on.
+func (f *FSM) awaitSpace(entries []*raft.Log) bool {
+	need := f.cfg.DiskReserve + batchWrites(entries)
+	var since, logged time.Time
+	for {
+		free, err := f.cfg.DiskFree(f.cfg.Dir)
+		if err != nil || free >= need {
+			if err != nil && since.IsZero() {
+				f.log.Warn("cannot tell the free disk space; applying", "error", err)
+			}
+			if !since.IsZero() {
+				f.log.Info("disk space is back: applying again", "free-bytes", free, "waited", time.Since(since).Round(time.Millisecond))
+				f.diskWait.Store(false)
+				f.notifyDiskWait(false)
+			}
+			return true
+		}
+		if now := time.Now(); now.Sub(logged) >= 10*time.Second {
+			f.log.Error("disk full: applying paused until space is freed", "dir", f.cfg.Dir,
+				"free-bytes", free, "need-bytes", need, "reserve-bytes", f.cfg.DiskReserve, "next-index", f.st.applied+1)
+			logged = now
+		}
+		if since.IsZero() {
+			since = time.Now()
+			f.diskWait.Store(true)
+			f.notifyDiskWait(true)
+		}
+		select {
+		case <-f.stop:
+			return false
+		case <-time.After(spaceCheckEvery):
+		}
+	}
+}
+
+func (f *FSM) notifyDiskWait(waiting bool) {
+	if f.cfg.OnDiskWait != nil {
+		f.cfg.OnDiskWait(waiting)
+	}
+}
+
+// WaitingForDisk reports whether the state machine is waiting for disk
+// space before it applies more. Safe on any goroutine.
+func (f *FSM) WaitingForDisk() bool { return f.diskWait.Load() }
+
+// Stopped returns why the state machine stopped applying, or nil.
+func (f *FSM) Stopped() error {
+	if p := f.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Interrupt stops a wait for disk space (the node is closing): the batch
+// waiting is not applied, nor is any later one. Idempotent.
+func (f *FSM) Interrupt() { f.interrupt.Do(func() { close(f.stop) }) }
+
+// stopApplying records why the state machine stops for good and tells
+// Config.OnFatal if a write failed.
+func (f *FSM) stopApplying(err error, fatal bool) {
+	f.broken.Store(&err)
+	if fatal {
+		f.log.Error("storage failed: this replica stops applying; restart the node once its disk is sound "+
+			"(it returns to its last checkpoint and replays)", "applied-index", f.st.applied, "error", err)
+		f.cfg.OnFatal(err)
+	}
+}
+
+// storageFailure is what must panics with: a failed write to the logs.
+// ApplyBatch recovers it and stops the replica.
+type storageFailure struct{ err error }
+
+// must returns v, or stops the batch being applied if err is a storage
+// failure (see ApplyBatch).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(storageFailure{err})
+	}
+	return v
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(storageFailure{err})
+	}
+	return a, b
+}
+
+// stoppedAnswers answers every entry of a batch that is not applied.
+func stoppedAnswers(out []any, err error) []any {
+	for i := range out {
+		if out[i] == nil {
+			out[i] = fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+	}
+	return out
+}

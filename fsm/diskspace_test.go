@@ -1,0 +1,183 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"golang.org/x/sys/unix"
+
+	"github.com/qmqgo/qmq/logs"
+)
+
+// A replica whose disk lacks room for a batch and the reserve waits before
+// applying it, holding no lock (status pages and reads go on), tells
+// OnDiskWait, and applies it once space is back. Before, it applied
+// regardless and a full disk failed the write halfway, on every replica.
+func TestApplyWaitsForDiskSpace(t *testing.T) {
+	disk := &fakeDisk{free: 1 << 40}
+	var waits []bool // appended on the apply goroutine, read after it answered
+	f := unitFSM(t, func(c *Config) {
+		c.DiskFree = disk.probe
+		c.OnDiskWait = func(w bool) { waits = append(waits, w) }
+	})
+	appendN(t, f, 1, "s", "m", 3)
+	disk.mu.Lock()
+	disk.free = f.cfg.DiskReserve // short of the entry's bytes
+	disk.mu.Unlock()
+	done := make(chan any)
+	go func() { done <- f.Apply(unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 100)}})) }()
+	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
+	// Readers do not wait with it.
+	if f.Backlog() != 0 || len(f.Delays().Hours) != 0 || f.Applied() != 1 {
+		t.Fatalf("while waiting: backlog %d, applied %d", f.Backlog(), f.Applied())
+	}
+	if _, err := f.Message("s", 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("applied with the disk full: %v", describe(r))
+	default:
+	}
+	disk.mu.Lock()
+	disk.free = 1 << 40
+	disk.mu.Unlock()
+	if r := resultAs[*AppendResult](t, <-done); r.Messages[0].Status != Appended {
+		t.Fatalf("once space is back: %+v", r.Messages[0])
+	}
+	if f.WaitingForDisk() || f.Applied() != 2 {
+		t.Fatalf("after the wait: waiting %v, applied %d", f.WaitingForDisk(), f.Applied())
+	}
+	if len(waits) != 2 || !waits[0] || waits[1] {
+		t.Fatalf("OnDiskWait heard %v, want [true false]", waits)
+	}
+}
+
+// Interrupting a replica that waits for space (its node is closing)
+// applies nothing of that batch or any later one; reopened with space, it
+// applies them.
+func TestInterruptWhileWaitingForSpace(t *testing.T) {
+	disk := &fakeDisk{free: 0}
+	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
+	done := make(chan any)
+	go func() { done <- f.Apply(unitEntry(1, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 10)}})) }()
+	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
+	f.Interrupt()
+	for _, r := range []any{<-done, f.Apply(unitEntry(2, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}))} {
+		if err, ok := r.(error); !ok || !errors.Is(err, ErrStopped) {
+			t.Fatalf("answer %v, want ErrStopped", r)
+		}
+	}
+	if f.Applied() != 0 {
+		t.Fatalf("applied %d while stopped", f.Applied())
+	}
+	cfg := f.cfg
+	cfg.DiskFree = (&fakeDisk{free: 1 << 40}).probe
+	f.Close()
+	g := unitOpen(t, cfg)
+	if r := appendAt(t, g, 1, 5000, unitMsg("a", "s", 10)); r.Messages[0].Status != Appended {
+		t.Fatalf("reopened: %+v", r.Messages[0])
+	}
+}
+
+// waitUntil polls cond until it holds, for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// A write that fails although the space check passed (the disk filled
+// meanwhile, or failed) stops the replica cleanly: OnFatal hears it, no
+// panic; every later entry is answered ErrStopped and changes nothing.
+// Reopened once writes work again, the replica returns to its last
+// checkpoint and, replaying the same entries, ends byte-identical to a
+// replica that never failed. The write failure is real: the child process
+// runs under a file-size limit (RLIMIT_FSIZE), so the kernel refuses the
+// write that crosses it (EFBIG).
+func TestFailedWriteStopsTheReplica(t *testing.T) {
+	if os.Getenv("QMQ_FSM_CHILD") == t.Name() {
+		failedWriteChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
+	cmd.Env = append(os.Environ(), "QMQ_FSM_CHILD="+t.Name(), "QMQ_FSM_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Logf("child:\n%s", out)
+}
+
+func failedWriteChild(t *testing.T) {
+	dir := os.Getenv("QMQ_FSM_DIR")
+	var fatal []error
+	cfg := unitConfig(dir)
+	cfg.OnFatal = func(err error) { fatal = append(fatal, err) }
+	f := unitOpen(t, cfg)
+	entries := func(from, to int) []*raft.Log {
+		var out []*raft.Log
+		for i := from; i < to; i++ {
+			m := unitMsg(fmt.Sprint("m", i), "s", 20<<10)
+			out = append(out, unitEntry(uint64(i), &Append{Now: int64(1000 + i), Messages: []*logs.Message{m}}))
+		}
+		return out
+	}
+	applyAll(f, entries(1, 5))
+	takeSnapshot(t, f) // the checkpoint a restart returns to
+
+	// Files may grow 64 KiB past the message-log segment's present size; a
+	// write past that fails with EFBIG (the signal would kill the process).
+	signal.Ignore(syscall.SIGXFSZ)
+	seg := f.store.messages.Log().Segments()
+	limit := uint64(seg[len(seg)-1].FileSize + 64<<10)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	var stoppedAt uint64
+	for _, e := range entries(5, 20) {
+		r := f.Apply(e)
+		if err, ok := r.(error); ok && errors.Is(err, ErrStopped) {
+			stoppedAt = e.Index
+			break
+		}
+	}
+	if stoppedAt == 0 || len(fatal) != 1 || !errors.Is(fatal[0], syscall.EFBIG) {
+		t.Fatalf("stopped at %d; OnFatal heard %v, want one EFBIG", stoppedAt, fatal)
+	}
+	if r := f.Apply(unitEntry(stoppedAt+1, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})); !errors.Is(r.(error), ErrStopped) {
+		t.Fatalf("after the failure: %v, want ErrStopped", r)
+	}
+	t.Logf("the write of entry %d failed: %v", stoppedAt, fatal[0])
+
+	// Writes work again: reopened, the replica replays from its checkpoint.
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	g := unitOpen(t, cfg)
+	if g.Applied() != 4 {
+		t.Fatalf("reopened at %d, want the checkpoint's 4", g.Applied())
+	}
+	applyAll(g, entries(5, 20))
+	ref := unitFSM(t)
+	applyAll(ref, entries(1, 20))
+	wantSameFiles(t, g.cfg.Dir, ref.cfg.Dir)
+	if len(fatal) != 1 {
+		t.Fatalf("OnFatal heard %v after the restart", fatal)
+	}
+}

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/disk"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// A broker node and its disk. The leader refuses sends with DISK_FULL
+// (retriable) while its data disk has less than Config.MinFreeDisk free,
+// well before the state machine's own floor (fsm.Config.DiskReserve, where
+// a replica waits before applying), so that consumers are still served
+// (pulls and acks write little) and delayed messages still fire. Sends are
+// taken again as soon as space returns. A replica whose apply waits for
+// space while it leads hands leadership to another voter, whose disk may
+// have room: a leader that cannot apply holds the whole group up. A write
+// that fails anyway stops the node (fail-stop, see fsm/diskspace.go).
+
+// diskCheckEvery bounds how often the leader asks the disk for its free
+// space: sends in between use the last answer.
+const diskCheckEvery = 250 * time.Millisecond
+
+// diskGuard caches the data disk's free space for the send path.
+type diskGuard struct {
+	probe disk.Probe
+	dir   string
+	min   int64
+
+	mu      sync.Mutex
+	checked time.Time
+	free    int64
+	refused atomic.Bool // the last check found the disk under min
+}
+
+// full reports whether sends must be refused now, and the free bytes.
+func (d *diskGuard) full() (bool, int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if time.Since(d.checked) >= diskCheckEvery {
+		free, err := d.probe(d.dir)
+		if err != nil {
+			free = disk.Unknown // cannot tell: refuse nothing
+		}
+		d.free, d.checked = free, time.Now()
+		d.refused.Store(free < d.min)
+	}
+	return d.free < d.min, d.free
+}
+
+// diskFullError is the error a send gets while the disk is short of space.
+func (n *Node) diskFullError(free int64) error {
+	return transport.Errorf(transport.DiskFull, "broker node %s of group %s has %d MiB free on its data disk, under its %d MiB floor (--min-free-disk): sends are refused until space is freed",
+		n.cfg.ID, n.cfg.Group, free>>20, n.cfg.MinFreeDisk>>20)
+}
+
+// diskWait hears from the state machine that it waits for disk space
+// (waiting) or applies again. A leader that cannot apply hands leadership
+// over.
+func (n *Node) diskWait(waiting bool) {
+	n.applyWaiting.Store(waiting)
+	if waiting && n.raft != nil && n.raft.State() == raft.Leader {
+		n.log.Warn("this leader cannot apply for want of disk space: handing leadership to another voter")
+		go func() {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("handing leadership over", "error", err)
+			}
+		}()
+	}
+}
+
+// storageFailed hears that the state machine stopped applying because a
+// write failed: the node stops, and says so through Failed.
+func (n *Node) storageFailed(err error) {
+	n.failOnce.Do(func() {
+		n.failure = err
+		close(n.failed)
+		n.log.Error("the node stops: its state machine could not write (restart it once the disk is sound; it replays from its last checkpoint)", "error", err)
+		go n.Close()
+	})
+}
+
+// Failed is closed when the node stopped itself because its storage
+// failed; FailedErr then says why.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// FailedErr returns why the node stopped itself, once Failed is closed.
+func (n *Node) FailedErr() error {
+	select {
+	case <-n.failed:
+		return n.failure
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// fakeDisk is a data disk whose free space a test sets.
+type fakeDisk struct{ free atomic.Int64 }
+
+func newFakeDisk() *fakeDisk {
+	d := &fakeDisk{}
+	d.free.Store(1 << 40)
+	return d
+}
+
+func (d *fakeDisk) probe(string) (int64, error) { return d.free.Load(), nil }
+
+// caller is a GroupClient or a Conn.
+type caller interface {
+	Call(ctx context.Context, t transport.Type, payload []byte) ([]byte, error)
+}
+
+func sendOne(ctx context.Context, gc caller, id string) error {
+	req := &transport.SendRequest{Messages: []*logs.Message{{ID: id, Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
+	return err
+}
+
+// Under MinFreeDisk the leader refuses sends with DISK_FULL (retriable)
+// and goes on serving consumers; once space is back it takes sends again.
+// Before, it proposed them until the disk was full and every replica
+// failed the same write.
+func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
+	d := newFakeDisk()
+	n := startNode(t, "n1", true, func(c *Config) { c.FSM.DiskFree = d.probe })
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	conn, err := transport.Dial(ctx, n.ClientAddr()) // no retries: each answer as it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := range 3 {
+		if err := sendOne(ctx, gc, fmt.Sprint("m", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.free.Store(n.cfg.MinFreeDisk - 1) // under the floor, above the state machine's reserve
+	waitFor(t, 5*time.Second, "sends refused", func() bool {
+		return transport.CodeOf(sendOne(ctx, conn, "refused")) == transport.DiskFull
+	})
+	err = sendOne(ctx, conn, "refused")
+	if e, ok := err.(*transport.Error); !ok || e.Code != transport.DiskFull || !e.Retriable() || !n.Status().DiskFull {
+		t.Fatalf("send with the disk full: %v (status %+v)", err, n.Status())
+	}
+	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second}
+	body, err := gc.Call(ctx, transport.TypePull, pull.Encode())
+	if err != nil {
+		t.Fatalf("pull with the disk full: %v", err)
+	}
+	resp, err := transport.DecodePullResponse(body)
+	if err != nil || len(resp.Messages) < 3 { // a send may have passed before the check saw the disk
+		t.Fatalf("pull with the disk full: %d messages, %v", len(resp.Messages), err)
+	}
+	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []transport.AckRange{{First: 0, Last: int64(len(resp.Messages) - 1)}}}
+	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
+		t.Fatalf("ack with the disk full: %v", err)
+	}
+	d.free.Store(1 << 40)
+	waitFor(t, 5*time.Second, "sends taken again", func() bool { return sendOne(ctx, conn, "after") == nil })
+}
+
+// A leader whose state machine cannot apply for want of space hands
+// leadership to a voter with room, so the group goes on taking sends; the
+// starved node catches up once space is back, and the replicas stay
+// identical.
+func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
+	disks := map[string]*fakeDisk{"n1": newFakeDisk(), "n2": newFakeDisk(), "n3": newFakeDisk()}
+	nodes := startGroup(t, func(id string, c *Config) { c.FSM.DiskFree = disks[id].probe })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr())
+	}
+	gc, err := transport.NewGroupClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	if err := sendOne(ctx, gc, "before"); err != nil {
+		t.Fatal(err)
+	}
+	old := leaderOf(nodes)
+	disks[old.cfg.ID].free.Store(0) // nothing left: it cannot apply, nor take sends
+	waitFor(t, 20*time.Second, "a send taken by another leader", func() bool {
+		return sendOne(ctx, gc, "after") == nil && leaderOf(nodes) != nil && leaderOf(nodes) != old
+	})
+	if !old.Status().ApplyWaiting && old.fsm.Applied() == leaderOf(nodes).fsm.Applied() {
+		t.Log("the old leader applied everything before its disk filled")
+	}
+	disks[old.cfg.ID].free.Store(1 << 40)
+	waitFor(t, 20*time.Second, "every replica caught up", func() bool {
+		l := leaderOf(nodes)
+		for _, n := range nodes {
+			if l == nil || n.fsm.Applied() != l.fsm.Applied() || n.Status().ApplyWaiting {
+				return false
+			}
+		}
+		return true
+	})
+	if err := old.FailedErr(); err != nil {
+		t.Fatalf("the starved node stopped: %v", err)
+	}
+}

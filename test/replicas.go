@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,9 +12,8 @@ import (
 )
 
 // fsmFiles reads a broker node's state-machine logs (everything under
-// DATA/fsm/data but the checkpoint, whose timing differs per node, and the
-// schedule, whose emptied hours each node removes at its own checkpoints),
-// by path relative to that directory.
+// DATA/fsm/data but the checkpoint, whose timing differs per node), by
+// path relative to that directory.
 func fsmFiles(n *Node) (map[string][]byte, error) {
 	root := filepath.Join(n.DataDir, "fsm", "data")
 	out := map[string][]byte{}
@@ -22,17 +22,11 @@ func fsmFiles(n *Node) (map[string][]byte, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			if rel == "schedule" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if rel == "checkpoint" || strings.Contains(rel, ".tmp-") {
+		if d.IsDir() || rel == "checkpoint" || strings.Contains(rel, ".tmp-") {
 			return nil
 		}
 		b, err := os.ReadFile(path)
-		out[rel] = b
+		out[filepath.ToSlash(rel)] = b
 		return err
 	})
 	return out, err
@@ -68,6 +62,10 @@ func (c *Cluster) SameReplicas(timeout time.Duration) {
 }
 
 // sameFiles reports the first difference between the nodes' files, or nil.
+// A schedule hour (schedule/HOUR/…) may be missing on some nodes: each
+// removes an hour whose every message was delivered at its own
+// checkpoints. Such an hour must then be wholly delivered on the nodes
+// that still hold it; hours every node holds are compared like any file.
 func sameFiles(files map[string]map[string][]byte) error {
 	var first string
 	for id := range files {
@@ -75,17 +73,98 @@ func sameFiles(files map[string]map[string][]byte) error {
 			first = id
 		}
 	}
+	hourOn := map[string]map[string]bool{} // hour → nodes holding it
 	for id, theirs := range files {
-		for rel, b := range files[first] {
-			if other, ok := theirs[rel]; !ok {
-				return fmt.Errorf("%s has %s, %s has not", first, rel, id)
-			} else if !bytes.Equal(b, other) {
-				return fmt.Errorf("%s differs between %s and %s (%d and %d bytes)", rel, first, id, len(b), len(other))
+		for rel := range theirs {
+			if hour, ok := scheduleHour(rel); ok {
+				if hourOn[hour] == nil {
+					hourOn[hour] = map[string]bool{}
+				}
+				hourOn[hour][id] = true
 			}
 		}
-		if len(theirs) != len(files[first]) {
-			return fmt.Errorf("%s has %d files, %s has %d", id, len(theirs), first, len(files[first]))
+	}
+	everywhere := func(rel string) bool {
+		hour, ok := scheduleHour(rel)
+		return !ok || len(hourOn[hour]) == len(files)
+	}
+	for hour, on := range hourOn {
+		if len(on) == len(files) {
+			continue
+		}
+		for id := range on {
+			if err := delivered(files[id], hour); err != nil {
+				return fmt.Errorf("schedule hour %s is on %d of %d nodes, and on %s %w", hour, len(on), len(files), id, err)
+			}
+		}
+	}
+	for id := range files {
+		for _, set := range []struct{ a, b string }{{first, id}, {id, first}} {
+			for rel, b := range files[set.a] {
+				if !everywhere(rel) {
+					continue
+				}
+				if other, ok := files[set.b][rel]; !ok {
+					return fmt.Errorf("%s has %s, %s has not", set.a, rel, set.b)
+				} else if !bytes.Equal(b, other) {
+					return fmt.Errorf("%s differs between %s and %s (%d and %d bytes)", rel, set.a, set.b, len(b), len(other))
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// scheduleHour returns the hour directory a schedule file lies in.
+func scheduleHour(rel string) (string, bool) {
+	parts := strings.Split(rel, "/")
+	if len(parts) < 3 || parts[0] != "schedule" {
+		return "", false
+	}
+	return parts[1], true
+}
+
+// delivered reports whether a node's schedule hour has every record
+// dispatched: as many dispatch records as records.
+func delivered(files map[string][]byte, hour string) error {
+	var records, dispatched int
+	for rel, b := range files {
+		if h, ok := scheduleHour(rel); !ok || h != hour {
+			continue
+		}
+		n, err := countRecords(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if strings.Contains(rel, "/dispatched/") {
+			dispatched += n
+		} else {
+			records += n
+		}
+	}
+	if dispatched != records {
+		return fmt.Errorf("it holds %d delayed messages of which %d were delivered", records, dispatched)
+	}
+	return nil
+}
+
+// countRecords counts the records of a segment file (a 16-byte header,
+// then records of u32 length, u32 checksum and payload).
+func countRecords(b []byte) (int, error) {
+	const header, recordHeader = 16, 8
+	if len(b) < header {
+		return 0, fmt.Errorf("segment of %d bytes", len(b))
+	}
+	n := 0
+	for off := header; off < len(b); n++ {
+		if len(b)-off < recordHeader {
+			return n, fmt.Errorf("record header cut at %d", off)
+		}
+		size := int(binary.LittleEndian.Uint32(b[off:]))
+		if size == 0 || len(b)-off-recordHeader < size {
+			return n, fmt.Errorf("record of %d bytes at %d", size, off)
+		}
+		off += recordHeader + size
+	}
+	return n, nil
 }

@@ -25,7 +25,7 @@ func TestSameFilesComparesTheSchedule(t *testing.T) {
 	records, dispatched := segment(40, 50), segment(8, 8)
 	base := func() map[string][]byte {
 		return map[string][]byte{
-			"messages/00000000000000000000.seg":                     segment(10),
+			"messages/00000000000000000000.seg":                       segment(10),
 			"schedule/2026113014/00000000000000000000.seg":            records,
 			"schedule/2026113014/dispatched/00000000000000000000.seg": dispatched,
 		}

@@ -161,6 +161,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
+			&cli.StringFlag{Name: "disk-free-file", Usage: "fault injection: report at most the byte count written in `FILE` as the data disk's free space; read every 100 ms"},
 		), brokerFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -174,6 +175,9 @@ func brokerCommand() *cli.Command {
 			brokerSettings(c, &cfg)
 			if path := c.String("clock-offset-file"); path != "" {
 				cfg.Now = fileClock(path, logger)
+			}
+			if path := c.String("disk-free-file"); path != "" {
+				cfg.FSM.DiskFree = fileDiskFree(path, logger)
 			}
 			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			n, err := server.New(cfg)

@@ -505,6 +505,9 @@ func (l *Log) TruncateTo(end int64) error {
 	if keep > 1 && segs[keep-1].base == end {
 		keep-- // the segment starting exactly at end would be empty: drop it
 	}
+	if keep == len(segs) && end == segs[keep-1].end() {
+		return nil // nothing to cut: the files stay as they are (and clean)
+	}
 	for _, s := range segs[keep:] {
 		s.detach()
 		if err := os.Remove(s.path); err != nil {

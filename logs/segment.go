@@ -258,7 +258,10 @@ func (s *segment) readErr(off int64, err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s offset %d: record runs past end of file", ErrCorrupt, s.path, off)
 	}
-	if errors.Is(err, os.ErrClosed) || errors.Is(err, errRemoved) {
+	// Without a cache a removed segment's file is closed under its readers;
+	// with one, a file is never closed while in use, so a closed file there
+	// is a fault to report as such, not retention.
+	if errors.Is(err, errRemoved) || (s.files == nil && errors.Is(err, os.ErrClosed)) {
 		return fmt.Errorf("%w: offset %d", ErrRetained, off)
 	}
 	return fmt.Errorf("logs: read %s offset %d: %w", s.path, off, err)

@@ -65,8 +65,10 @@ func (o Options) withDefaults() Options {
 
 // Log is an append-only sequence of checksummed records stored in segment
 // files. One goroutine writes (Append, Flush, Sync, TruncateTo, Remove*);
-// any number read concurrently (Read*, Scan, Start, End) without locks:
-// readers see records up to the end published by the last Flush.
+// any number read concurrently (Read*, Scan, Start, End) without the
+// writer's locks (with Options.Files, a read takes the cache's mutex once
+// to get its file): readers see records up to the end published by the
+// last Flush.
 type Log struct {
 	dir  string
 	kind Kind

@@ -44,6 +44,10 @@ func main() {
 var maxDelayFlag = &cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay,
 	Usage: "refuse delayed messages due more than `DUR` ahead (17544h is two years: 731 days)"}
 
+// maxOpenFilesFlag is --max-open-files of the commands that run a broker.
+var maxOpenFilesFlag = &cli.IntFlag{Name: "max-open-files", Value: server.DefaultConfig().FSM.MaxOpenFiles,
+	Usage: "keep at most `N` segment files open (at least 16); the process's file limit (ulimit -n) must leave room above it"}
+
 func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
@@ -59,6 +63,7 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
 			maxDelayFlag,
+			maxOpenFilesFlag,
 		},
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -84,6 +89,7 @@ func devCommand() *cli.Command {
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
 			cfg.MaxDelay = c.Duration("max-delay")
+			cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
@@ -147,6 +153,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			maxDelayFlag,
+			maxOpenFilesFlag,
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
 		),
 		Action: func(c *cli.Context) error {
@@ -158,6 +165,7 @@ func brokerCommand() *cli.Command {
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout, cfg.MaxDelay = c.Duration("session-timeout"), c.Duration("max-delay")
+			cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
 			if path := c.String("clock-offset-file"); path != "" {
 				cfg.Now = fileClock(path, logger)
 			}

@@ -551,15 +551,16 @@ func (s *Schedule) Sync() error {
 	if err := s.closeErr; err != nil {
 		return err
 	}
-	for hour := range s.written {
-		if h := s.open[hour]; h != nil {
-			if err := h.records.Flush(); err != nil {
+	// Every open hour, written since the last Sync or not: the sticky error
+	// of an hour's log may also come from an fsync of its file by the file
+	// cache, evicting it.
+	for _, h := range s.open {
+		if err := h.records.Flush(); err != nil {
+			return err
+		}
+		if h.dispatched != nil {
+			if err := h.dispatched.Flush(); err != nil {
 				return err
-			}
-			if h.dispatched != nil {
-				if err := h.dispatched.Flush(); err != nil {
-					return err
-				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -62,6 +63,15 @@ func SplitRef(ref uint64) (hour, off int64) {
 type Schedule struct {
 	dir     string
 	maxOpen int
+	files   *logs.Files // the cache the hours' segment files are opened through; nil for none
+	// dirFile is the schedule directory, open from OpenSchedule to Close:
+	// Sync's syncfs(2) goes through it. A write-back error is reported to a
+	// descriptor of the file system only if it happened after that
+	// descriptor was opened, so one opened afresh at each checkpoint would
+	// miss an error from before it (a closed hour's pages written back
+	// since the last checkpoint), and the checkpoint would call lost data
+	// durable. One descriptor open for the schedule's life sees them all.
+	dirFile *os.File
 
 	mu      sync.Mutex
 	open    map[int64]*hourLog
@@ -118,25 +128,36 @@ var ErrHourFull = errors.New("delaywheel: schedule hour full")
 // those hours are cut back to those ends when first opened, and every other
 // hour directory (created after the checkpoint, or emptied before it) is
 // removed now, with one listing of dir. No hour is opened until used;
-// maxOpen (at least 2) bounds the hours open at once.
-func OpenSchedule(dir string, maxOpen int, known map[int64]HourEnds) (*Schedule, error) {
+// maxOpen (at least 2) bounds the hours open at once. The hours' logs open
+// their segment files through files (nil: each its own, for its life).
+// The schedule keeps one descriptor of dir open until Close.
+func OpenSchedule(dir string, maxOpen int, known map[int64]HourEnds, files *logs.Files) (*Schedule, error) {
 	if maxOpen < 2 {
 		return nil, fmt.Errorf("delaywheel: at least 2 open hours, not %d", maxOpen)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("delaywheel: create schedule directory: %w", err)
 	}
-	s := &Schedule{dir: dir, maxOpen: maxOpen, open: map[int64]*hourLog{}, closed: map[int64]*closedHour{}, written: map[int64]bool{}}
+	// Opened before anything is written, so that Sync sees every write-back
+	// error from here on (see Schedule.dirFile).
+	dirFile, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("delaywheel: open schedule directory: %w", err)
+	}
+	s := &Schedule{dir: dir, maxOpen: maxOpen, files: files, dirFile: dirFile,
+		open: map[int64]*hourLog{}, closed: map[int64]*closedHour{}, written: map[int64]bool{}}
 	for hour, e := range known {
 		s.closed[hour] = &closedHour{ends: e, fresh: true}
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := dirFile.ReadDir(-1)
 	if err != nil {
+		dirFile.Close()
 		return nil, fmt.Errorf("delaywheel: list schedule: %w", err)
 	}
 	for _, e := range entries {
 		if hour, ok := parseHourName(e.Name()); ok && s.closed[hour] == nil {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				dirFile.Close()
 				return nil, fmt.Errorf("delaywheel: remove hour %s: %w", e.Name(), err)
 			}
 		}
@@ -198,7 +219,7 @@ func (s *Schedule) hour(hour int64, create bool) (*hourLog, error) {
 // openHour opens an hour's records, and its dispatch log if it has one; an
 // hour not opened since OpenSchedule is cut back to its checkpoint's ends.
 func (s *Schedule) openHour(hour int64, c *closedHour) (*hourLog, error) {
-	records, err := logs.Open(s.recordsDir(hour), logs.KindSchedule, logs.Options{DurableEnd: c.ends.Records})
+	records, err := logs.Open(s.recordsDir(hour), logs.KindSchedule, logs.Options{MaxPayload: maxRecordPayload, DurableEnd: c.ends.Records, Files: s.files})
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +244,7 @@ func (s *Schedule) openHour(hour int64, c *closedHour) (*hourLog, error) {
 }
 
 func (s *Schedule) openDispatched(hour int64, h *hourLog, durableEnd int64) error {
-	l, err := logs.Open(s.dispatchedDir(hour), logs.KindDispatch, logs.Options{FixedPayload: 8, DurableEnd: durableEnd})
+	l, err := logs.Open(s.dispatchedDir(hour), logs.KindDispatch, logs.Options{FixedPayload: 8, DurableEnd: durableEnd, Files: s.files})
 	if err != nil {
 		return err
 	}
@@ -300,6 +321,12 @@ func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
 //
 // The offset makes a reference to anywhere but a record's start fail to
 // read, even where a message body holds bytes shaped like a record.
+// maxRecordPayload is the largest record payload: a message of
+// limits.MaxMessage bytes and the record's header. It is never below the
+// logs' default, which records written before the limit was defined once
+// were held to.
+const maxRecordPayload = max(limits.MaxMessage+limits.ScheduleRecordHeader, 16<<20)
+
 // RecordSize returns how many bytes of an hour's records a message takes:
 // where the next record starts after it.
 func RecordSize(m *logs.Message) int64 { return int64(logs.RecordSize(16 + m.EncodedSize())) }
@@ -535,35 +562,42 @@ func (s *Schedule) Sync() error {
 	if err := s.closeErr; err != nil {
 		return err
 	}
-	for hour := range s.written {
-		if h := s.open[hour]; h != nil {
-			if err := h.records.Flush(); err != nil {
+	// Every open hour, written since the last Sync or not: the sticky error
+	// of an hour's log may also come from an fsync of its file by the file
+	// cache, evicting it.
+	for _, h := range s.open {
+		if err := h.records.Flush(); err != nil {
+			return err
+		}
+		if h.dispatched != nil {
+			if err := h.dispatched.Flush(); err != nil {
 				return err
-			}
-			if h.dispatched != nil {
-				if err := h.dispatched.Flush(); err != nil {
-					return err
-				}
 			}
 		}
 	}
 	if len(s.written) == 0 {
 		return nil
 	}
-	if err := syncHours(s.dir, s.written); err != nil {
+	if err := syncHours(s.dirFile, s.written); err != nil {
 		return fmt.Errorf("delaywheel: sync schedule: %w", err)
 	}
 	clear(s.written)
 	return nil
 }
 
-// Close flushes and closes every open hour. It does not sync: call Sync
-// first where durability matters.
+// Close flushes and closes every open hour, and the schedule directory. It
+// does not sync: call Sync first where durability matters.
 func (s *Schedule) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for hour := range s.open {
 		s.closeHour(hour)
+	}
+	if s.dirFile != nil {
+		if err := s.dirFile.Close(); err != nil {
+			s.closeErr = errors.Join(s.closeErr, fmt.Errorf("delaywheel: close schedule directory: %w", err))
+		}
+		s.dirFile = nil
 	}
 	return s.closeErr
 }

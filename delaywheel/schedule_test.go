@@ -19,7 +19,7 @@ func openSchedule(t *testing.T, dir string, maxOpen int, known ...map[int64]Hour
 	if len(known) > 0 {
 		k = known[0]
 	}
-	s, err := OpenSchedule(dir, maxOpen, k)
+	s, err := OpenSchedule(dir, maxOpen, k, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

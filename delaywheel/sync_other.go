@@ -9,10 +9,14 @@ import (
 )
 
 // syncHours makes the files and directories of the hours written since
-// the last sync durable, one fsync each, and the schedule directory.
-func syncHours(dir string, hours map[int64]bool) error {
+// the last sync durable, one fsync each, and the schedule directory dir
+// through the descriptor the schedule keeps open.
+func syncHours(dir *os.File, hours map[int64]bool) error {
+	if dir == nil {
+		return os.ErrClosed
+	}
 	for hour := range hours {
-		root := filepath.Join(dir, HourName(hour))
+		root := filepath.Join(dir.Name(), HourName(hour))
 		err := filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -23,7 +27,7 @@ func syncHours(dir string, hours map[int64]bool) error {
 			return err
 		}
 	}
-	return fsync(dir)
+	return dir.Sync()
 }
 
 func fsync(path string) error {

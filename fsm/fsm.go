@@ -38,6 +38,14 @@ type Config struct {
 	// Retention removes sealed message-log segments by age and total size.
 	// Default: keep everything.
 	Retention logs.Retention
+	// MaxOpenFiles bounds the segment files the FSM keeps open, across all
+	// its logs (message, pull, journal, every subject's consume log and the
+	// open schedule hours): beyond it the least recently used idle ones are
+	// closed (fsynced first if written since their last fsync) and reopened
+	// when next read. Files in use at once may exceed it briefly. The
+	// process's file limit (RLIMIT_NOFILE) must leave room above it for
+	// Raft, connections and directories. At least 16. Default 1,024.
+	MaxOpenFiles int
 	// Logger receives the FSM's logs. Default: a null logger.
 	Logger hclog.Logger
 	// DiskFree reports the bytes free on the file system holding a path;
@@ -68,6 +76,7 @@ func DefaultConfig(dir string) Config {
 		DedupWindow:      10 * time.Minute,
 		MaxUnacked:       10000,
 		MaxPull:          1000,
+		MaxOpenFiles:     1024,
 		Logger:           hclog.NewNullLogger(),
 		DiskFree:         disk.Free,
 		DiskReserve:      SpaceReserve,
@@ -88,6 +97,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fsm: config: DedupWindow %s is negative", c.DedupWindow)
 	case c.MaxUnacked <= 0 || c.MaxPull <= 0:
 		return fmt.Errorf("fsm: config: MaxUnacked %d and MaxPull %d must be positive", c.MaxUnacked, c.MaxPull)
+	case c.MaxOpenFiles < minOpenFiles:
+		return fmt.Errorf("fsm: config: MaxOpenFiles %d is below %d", c.MaxOpenFiles, minOpenFiles)
 	case c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0:
 		return errors.New("fsm: config: negative retention")
 	case c.Logger == nil:
@@ -99,6 +110,10 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// minOpenFiles is the least MaxOpenFiles: a few files of each kind of log
+// in use at once.
+const minOpenFiles = 16
 
 const (
 	dataDir    = "data"

@@ -34,9 +34,11 @@ const maxOpenHours = 16
 
 // store is the set of logs one FSM writes. The FSM goroutine is its only
 // writer; readers on other goroutines use the logs' lock-free reads and the
-// consume-log map under mu.
+// consume-log map under mu. Every log opens its segment files through one
+// logs.Files, bounded by Config.MaxOpenFiles.
 type store struct {
 	dir      string
+	files    *logs.Files  // the open segment files of every log below
 	opts     logs.Options // for consume and pull logs
 	messages *logs.MessageLog
 	pulls    *logs.PullLog
@@ -63,14 +65,18 @@ type logEnds struct {
 // back to them, and removes consume logs of subjects the checkpoint does not
 // know: Raft replays whatever came after the checkpoint.
 func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
+	// One cache of open files for every log of the store: the files open do
+	// not grow with subjects, hours or segments.
+	files := logs.NewFiles(cfg.MaxOpenFiles)
 	s := &store{
 		dir:     dir,
-		opts:    logs.Options{SegmentSize: cfg.IndexSegmentSize},
+		files:   files,
+		opts:    logs.Options{SegmentSize: cfg.IndexSegmentSize, Files: files},
 		consume: map[string]*logs.ConsumeLog{},
 		touched: map[*logs.ConsumeLog]struct{}{},
 	}
 	var err error
-	msgOpts := logs.Options{SegmentSize: cfg.SegmentSize, DurableEnd: ends.messages}
+	msgOpts := logs.Options{SegmentSize: cfg.SegmentSize, DurableEnd: ends.messages, Files: files}
 	if s.messages, err = logs.OpenMessageLog(filepath.Join(dir, messagesDir), msgOpts); err != nil {
 		return nil, err
 	}
@@ -84,7 +90,7 @@ func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
 		s.close()
 		return nil, err
 	}
-	if s.sched, err = delaywheel.OpenSchedule(filepath.Join(dir, scheduleDir), maxOpenHours, ends.hours); err != nil {
+	if s.sched, err = delaywheel.OpenSchedule(filepath.Join(dir, scheduleDir), maxOpenHours, ends.hours, files); err != nil {
 		s.close()
 		return nil, err
 	}

@@ -11,6 +11,8 @@
 //     message log; the entry number is the subject's sequence.
 //   - PullLog: every consumer's pull log merged into one file of fixed-size
 //     entries, so that the number of consumers is not the number of files.
+//   - Files: a bounded cache of open segment files shared by the logs of a
+//     store, so that the number of subjects is not the number of open files.
 //
 // Nothing here reads the clock: times (retention's "now") are arguments, so
 // that replicas applying the same commands make the same decisions. See

@@ -43,6 +43,11 @@ type Options struct {
 	DurableEnd int64
 	// Base is the offset of the first record when the log is created empty.
 	Base int64
+	// Files, when not nil, is the cache the log's segment files are opened
+	// through, shared with the other logs of its store, so that their open
+	// files stay within its bound. Default nil: every segment keeps its file
+	// open for its life.
+	Files *Files
 }
 
 func (o Options) withDefaults() Options {
@@ -60,8 +65,10 @@ func (o Options) withDefaults() Options {
 
 // Log is an append-only sequence of checksummed records stored in segment
 // files. One goroutine writes (Append, Flush, Sync, TruncateTo, Remove*);
-// any number read concurrently (Read*, Scan, Start, End) without locks:
-// readers see records up to the end published by the last Flush.
+// any number read concurrently (Read*, Scan, Start, End) without the
+// writer's locks (with Options.Files, a read takes the cache's mutex once
+// to get its file): readers see records up to the end published by the
+// last Flush.
 type Log struct {
 	dir  string
 	kind Kind
@@ -70,10 +77,13 @@ type Log struct {
 	segs atomic.Pointer[[]*segment] // copy-on-write; the last one is active
 	end  atomic.Int64               // readers may read below this offset
 
-	pending  []byte // records appended but not yet written to the active segment
-	werr     error  // sticky: after a failed write the log refuses writes
-	dirDirty bool   // a segment was created or removed since the last Sync
-	dirty    bool   // the active segment was written since the last Sync
+	pending []byte // records appended but not yet written to the active segment
+	werr    error  // sticky: after a failed write the log refuses writes
+	// failed is a failure met outside the writer (a dirty file's fsync when
+	// the cache evicted it); writeErr makes it werr.
+	failed   atomic.Pointer[error]
+	dirDirty bool // a segment was created or removed since the last Sync
+	dirty    bool // the active segment was written since the last Sync
 	closed   bool
 }
 
@@ -93,7 +103,7 @@ func Open(dir string, kind Kind, opts Options) (*Log, error) {
 		return nil, err
 	}
 	if len(segs) == 0 {
-		s, err := createSegment(dir, kind, l.opts.Base)
+		s, err := createSegment(l, l.opts.Base)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +130,7 @@ func (l *Log) openSegments() ([]*segment, error) {
 	var segs []*segment
 	fail := func(err error) ([]*segment, error) {
 		for _, s := range segs {
-			s.f.Close()
+			s.detach()
 		}
 		return nil, err
 	}
@@ -139,7 +149,7 @@ func (l *Log) openSegments() ([]*segment, error) {
 			}
 			break
 		}
-		s, err := openSegment(path, l.kind, base)
+		s, err := openSegment(l, path, base)
 		if err != nil {
 			return fail(err)
 		}
@@ -177,7 +187,7 @@ func (l *Log) recoverTail(s *segment) error {
 	if valid < l.opts.DurableEnd {
 		return fmt.Errorf("%w (below the durable end %d)", bad, l.opts.DurableEnd)
 	}
-	if err := s.f.Truncate(headerSize + valid - s.base); err != nil {
+	if err := s.truncate(valid - s.base); err != nil {
 		return fmt.Errorf("logs: truncate torn tail of %s at offset %d: %w", s.path, valid, err)
 	}
 	s.size = valid - s.base
@@ -190,9 +200,14 @@ func (l *Log) recoverTail(s *segment) error {
 // the offset where valid data ends, plus that record's problem in bad; err
 // is only an I/O error or an error returned by fn.
 func (l *Log) scanSegment(s *segment, from, to int64, fn func(int64, []byte) error) (valid int64, bad error, err error) {
+	f, err := s.file(false)
+	if err != nil {
+		return from, nil, s.readErr(from, err)
+	}
+	defer s.done()
 	// A buffer no larger than what is read: recovering the tail of a small
 	// log (a schedule hour holding a few messages) must not cost 1 MiB.
-	r := bufio.NewReaderSize(io.NewSectionReader(s.f, headerSize+from-s.base, to-from), int(min(max(to-from, 4096), 1<<20)))
+	r := bufio.NewReaderSize(io.NewSectionReader(f, headerSize+from-s.base, to-from), int(min(max(to-from, 4096), 1<<20)))
 	off := from
 	var h [recordHeader]byte
 	var buf []byte
@@ -260,8 +275,8 @@ func RecordSize(n int) int { return recordHeader + n }
 // Append adds a record and returns its offset. The record becomes visible
 // to readers at the next Flush (or Sync).
 func (l *Log) Append(payload []byte) (int64, error) {
-	if l.werr != nil {
-		return 0, l.werr
+	if err := l.writeErr(); err != nil {
+		return 0, err
 	}
 	if l.closed {
 		return 0, ErrClosed
@@ -294,14 +309,14 @@ func (l *Log) Append(payload []byte) (int64, error) {
 // Flush writes buffered records to the active segment and makes them
 // visible to readers. It does not fsync.
 func (l *Log) Flush() error {
-	if l.werr != nil {
-		return l.werr
+	if err := l.writeErr(); err != nil {
+		return err
 	}
 	if len(l.pending) == 0 {
 		return nil
 	}
 	a := l.active()
-	if _, err := a.f.WriteAt(l.pending, headerSize+a.size); err != nil {
+	if err := a.writeAt(l.pending, a.end()); err != nil {
 		l.werr = fmt.Errorf("logs: write %s: %w", a.path, err)
 		return l.werr
 	}
@@ -318,11 +333,10 @@ func (l *Log) roll() error {
 		return err
 	}
 	a := l.active()
-	if err := a.f.Sync(); err != nil {
-		l.werr = fmt.Errorf("logs: sync %s: %w", a.path, err)
-		return l.werr
+	if err := l.syncSegment(a); err != nil {
+		return err
 	}
-	s, err := createSegment(l.dir, l.kind, a.end())
+	s, err := createSegment(l, a.end())
 	if err != nil {
 		l.werr = err
 		return err
@@ -340,10 +354,8 @@ func (l *Log) Sync() error {
 		return err
 	}
 	if l.dirty {
-		a := l.active()
-		if err := a.f.Sync(); err != nil {
-			l.werr = fmt.Errorf("logs: sync %s: %w", a.path, err)
-			return l.werr
+		if err := l.syncSegment(l.active()); err != nil {
+			return err
 		}
 		l.dirty = false
 	}
@@ -354,6 +366,44 @@ func (l *Log) Sync() error {
 		l.dirDirty = false
 	}
 	return nil
+}
+
+// syncSegment fsyncs s, a segment of l; a failure is sticky. It also
+// reports a failed fsync of s's file by a cache that evicted it: that one
+// may have consumed the error this one would have seen.
+func (l *Log) syncSegment(s *segment) error {
+	if err := s.sync(); err != nil {
+		l.werr = fmt.Errorf("logs: sync %s: %w", s.path, err)
+		return l.werr
+	}
+	return l.writeErr()
+}
+
+// writeErr returns the log's sticky write error, nil if it has none.
+func (l *Log) writeErr() error {
+	if l.werr == nil {
+		if p := l.failed.Load(); p != nil {
+			l.werr = *p
+		}
+	}
+	return l.werr
+}
+
+// fail records a failure met outside the writer; the log's next Append,
+// Flush or Sync returns it. Any goroutine may call it.
+func (l *Log) fail(err error) {
+	l.failed.CompareAndSwap(nil, &err)
+}
+
+// adopt gives s its file f, just opened (or, with created, created: its
+// header is not yet fsynced); with a cache, the cache holds it from now on.
+func (l *Log) adopt(s *segment, f *os.File, created bool) {
+	if l.opts.Files == nil {
+		s.f = f
+		return
+	}
+	s.files = l.opts.Files
+	s.files.insert(s, f, created)
 }
 
 func syncDir(dir string) error {
@@ -457,15 +507,18 @@ func (l *Log) TruncateTo(end int64) error {
 	if keep > 1 && segs[keep-1].base == end {
 		keep-- // the segment starting exactly at end would be empty: drop it
 	}
+	if keep == len(segs) && end == segs[keep-1].end() {
+		return nil // nothing to cut: the files stay as they are (and clean)
+	}
 	for _, s := range segs[keep:] {
-		s.f.Close()
+		s.detach()
 		if err := os.Remove(s.path); err != nil {
 			l.werr = fmt.Errorf("logs: remove %s: %w", s.path, err)
 			return l.werr
 		}
 	}
 	last := segs[keep-1]
-	if err := last.f.Truncate(headerSize + end - last.base); err != nil {
+	if err := last.truncate(end - last.base); err != nil {
 		l.werr = fmt.Errorf("logs: truncate %s: %w", last.path, err)
 		return l.werr
 	}
@@ -545,7 +598,7 @@ func (l *Log) RemoveBefore(off int64) (int, error) {
 	l.segs.Store(&kept)
 	l.dirDirty = true
 	for _, s := range segs[:n] {
-		s.f.Close()
+		s.detach()
 		if err := os.Remove(s.path); err != nil {
 			return n, fmt.Errorf("logs: remove %s: %w", s.path, err)
 		}
@@ -562,7 +615,7 @@ func (l *Log) Close() error {
 	err := l.Flush()
 	l.closed = true
 	for _, s := range l.segments() {
-		if cerr := s.f.Close(); err == nil {
+		if cerr := s.detach(); err == nil {
 			err = cerr
 		}
 	}

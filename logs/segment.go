@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // A segment file is a fixed header followed by records:
@@ -78,19 +80,97 @@ func encodeHeader(kind Kind, base int64) []byte {
 	return h
 }
 
-// segment is one file of a log. Its fields other than size are fixed once
-// it is opened; size is only changed by the log's single writer.
+// segment is one file of a log. Its base and path are fixed once it is
+// opened; size is only changed by the log's single writer.
+//
+// Without a cache (Options.Files nil) f is open for the segment's life.
+// With one, f and the fields after it belong to the cache: f is nil while
+// the file is not cached, and every use goes through file and done.
 type segment struct {
 	base int64 // logical offset of the first record
 	path string
-	f    *os.File
 	size int64 // bytes of records (file size minus header) that are valid
+
+	f     *os.File
+	files *Files // nil: no cache
+	owner *Log   // takes the sticky error of a failed eviction fsync
+
+	refs    atomic.Int32 // users of f: it is not closed while above zero
+	removed atomic.Bool  // removed, or its log closed: never handed out again
+	syncMu  sync.Mutex   // serialises fsyncs of f (the writer's and evictions')
+	// Guarded by files.mu:
+	dirty      bool   // written since its last fsync
+	gen        uint64 // writes begun, to tell whether one came during an eviction's fsync
+	list       *lru   // files.clean or files.dirty while cached, else nil
+	prev, next *segment
+}
+
+// file returns the segment's file for a read or, with write, for the
+// writer to change it; the caller calls done when finished with it. A
+// segment removed meanwhile gives errRemoved.
+func (s *segment) file(write bool) (*os.File, error) {
+	if s.files == nil {
+		return s.f, nil
+	}
+	return s.files.acquire(s, write)
+}
+
+// done ends a use begun by file.
+func (s *segment) done() {
+	if s.files != nil {
+		s.files.release(s)
+	}
+}
+
+// sync fsyncs the segment's file.
+func (s *segment) sync() error {
+	f, err := s.file(false)
+	if err != nil {
+		return err
+	}
+	defer s.done()
+	if s.files == nil {
+		return f.Sync()
+	}
+	return s.files.sync(s, f)
+}
+
+// truncate cuts the segment's file to hold size bytes of records.
+func (s *segment) truncate(size int64) error {
+	f, err := s.file(true)
+	if err != nil {
+		return err
+	}
+	defer s.done()
+	return f.Truncate(headerSize + size)
+}
+
+// writeAt writes p at logical offset off.
+func (s *segment) writeAt(p []byte, off int64) error {
+	f, err := s.file(true)
+	if err != nil {
+		return err
+	}
+	defer s.done()
+	_, err = f.WriteAt(p, headerSize+off-s.base)
+	return err
+}
+
+// detach closes the segment's file; with a cache, it stops handing the
+// file out and it is closed once its last user is done.
+func (s *segment) detach() error {
+	if s.files == nil {
+		return s.f.Close()
+	}
+	return s.files.forget(s)
 }
 
 // end returns the logical offset just past the segment's last record.
 func (s *segment) end() int64 { return s.base + s.size }
 
-func createSegment(dir string, kind Kind, base int64) (*segment, error) {
+// createSegment creates the segment of log l starting at base.
+func createSegment(l *Log, base int64) (*segment, error) {
+	dir, kind := l.dir, l.kind
 	path := filepath.Join(dir, segmentName(base))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -101,11 +181,15 @@ func createSegment(dir string, kind Kind, base int64) (*segment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("logs: write segment header %s: %w", path, err)
 	}
-	return &segment{base: base, path: path, f: f}, nil
+	s := &segment{base: base, path: path, owner: l}
+	l.adopt(s, f, true)
+	return s, nil
 }
 
-// openSegment opens an existing segment and checks its header.
-func openSegment(path string, kind Kind, base int64) (*segment, error) {
+// openSegment opens an existing segment of log l and checks its header;
+// with a cache the file may be closed again as soon as it is checked.
+func openSegment(l *Log, path string, base int64) (*segment, error) {
+	kind := l.kind
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("logs: open segment: %w", err)
@@ -137,17 +221,24 @@ func openSegment(path string, kind Kind, base int64) (*segment, error) {
 		f.Close()
 		return nil, err
 	}
-	return &segment{base: base, path: path, f: f, size: st.Size() - headerSize}, nil
+	s := &segment{base: base, path: path, size: st.Size() - headerSize, owner: l}
+	l.adopt(s, f, false)
+	return s, nil
 }
 
 // readRecord reads the record at logical offset off, whose whole size
 // (header included) the caller may know; with size 0 it reads the header
 // first. It verifies length and checksum and returns the payload.
 func (s *segment) readRecord(off int64, size int, maxPayload int) ([]byte, error) {
+	f, err := s.file(false)
+	if err != nil {
+		return nil, s.readErr(off, err)
+	}
+	defer s.done()
 	pos := off - s.base + headerSize
 	if size == 0 {
 		var h [recordHeader]byte
-		if _, err := s.f.ReadAt(h[:], pos); err != nil {
+		if _, err := f.ReadAt(h[:], pos); err != nil {
 			return nil, s.readErr(off, err)
 		}
 		n := binary.LittleEndian.Uint32(h[:4])
@@ -157,7 +248,7 @@ func (s *segment) readRecord(off int64, size int, maxPayload int) ([]byte, error
 		size = recordHeader + int(n)
 	}
 	buf := make([]byte, size)
-	if _, err := s.f.ReadAt(buf, pos); err != nil {
+	if _, err := f.ReadAt(buf, pos); err != nil {
 		return nil, s.readErr(off, err)
 	}
 	return s.verify(off, buf)
@@ -167,7 +258,10 @@ func (s *segment) readErr(off int64, err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s offset %d: record runs past end of file", ErrCorrupt, s.path, off)
 	}
-	if errors.Is(err, os.ErrClosed) {
+	// Without a cache a removed segment's file is closed under its readers;
+	// with one, a file is never closed while in use, so a closed file there
+	// is a fault to report as such, not retention.
+	if errors.Is(err, errRemoved) || (s.files == nil && errors.Is(err, os.ErrClosed)) {
 		return fmt.Errorf("%w: offset %d", ErrRetained, off)
 	}
 	return fmt.Errorf("logs: read %s offset %d: %w", s.path, off, err)

@@ -50,6 +50,8 @@ func brokerFlags() []cli.Flag {
 			Usage: "refuse sends (DISK_FULL) while the data disk has less than `MIB` MiB free; consumers are still served"},
 		&cli.Int64Flag{Name: "disk-reserve", Value: d.FSM.DiskReserve >> 20,
 			Usage: "a replica waits before applying while its data disk has less than `MIB` MiB free beyond what it is about to write"},
+		&cli.IntFlag{Name: "max-open-files", Value: d.FSM.MaxOpenFiles,
+			Usage: "keep at most `N` segment files open (at least 16); the process's file limit (ulimit -n) must leave room above it"},
 	}
 }
 
@@ -57,6 +59,7 @@ func brokerFlags() []cli.Flag {
 func brokerSettings(c *cli.Context, cfg *server.Config) {
 	cfg.MaxDelay = c.Duration("max-delay")
 	cfg.MinFreeDisk, cfg.FSM.DiskReserve = c.Int64("min-free-disk")<<20, c.Int64("disk-reserve")<<20
+	cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
 }
 
 func devCommand() *cli.Command {

@@ -168,9 +168,11 @@ type Cluster struct {
 	qmqctl string
 	http   *http.Client
 
-	mu      sync.Mutex
-	nodes   []*Node
-	proxied bool // nodes get an IP of their own and proxies in front (UseProxies)
+	mu        sync.Mutex
+	nodes     []*Node
+	proxied   bool  // nodes get an IP of their own and proxies in front (UseProxies)
+	smallDisk int64 // the size of every node's data disk (UseSmallDisks); 0: the machine's
+	tmpfs     bool  // the small disks are tmpfs mounts
 }
 
 // UseProxies gives every node started from now on a loopback IP of its own,
@@ -197,6 +199,10 @@ type Node struct {
 	// ClockFile, for a proxied broker node, holds an offset added to its
 	// clock (SetClockOffset).
 	ClockFile string
+	// DiskFreeFile, for a node on a small disk without a tmpfs, caps the
+	// free space the node sees (UseSmallDisks).
+	DiskFreeFile string
+	mounted      bool // a tmpfs is mounted on DataDir
 
 	c         *Cluster
 	bootstrap bool // only the first start passes --bootstrap
@@ -240,6 +246,9 @@ func (c *Cluster) cleanup() {
 	c.mu.Unlock()
 	for _, n := range nodes {
 		if err := n.kill(); err != nil {
+			c.t.Errorf("cleanup: %v", err)
+		}
+		if err := n.unmount(); err != nil {
 			c.t.Errorf("cleanup: %v", err)
 		}
 	}
@@ -290,7 +299,11 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 	}
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
+	size := c.smallDisk
 	c.mu.Unlock()
+	if size > 0 {
+		n.smallDisk(size)
+	}
 	n.start()
 	return n
 }
@@ -374,6 +387,9 @@ func (n *Node) Args() []string {
 		}
 	} else {
 		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientAddr, "--raft", n.RaftAddr, "--http", n.HTTPAddr)
+	}
+	if n.DiskFreeFile != "" {
+		args = append(args, "--disk-free-file", n.DiskFreeFile)
 	}
 	n.c.mu.Lock()
 	first := n.starts == 0

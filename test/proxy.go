@@ -17,6 +17,8 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	refuse  func(srcIP string) bool // nil: refuse nothing
+	dropIn  func(srcIP string) bool // drop what these sources send; nil: none
+	dropOut func(srcIP string) bool // drop what is sent back to these sources; nil: none
 	latency time.Duration           // added to every chunk forwarded, each way
 	conns   map[*proxied]struct{}
 	closed  bool
@@ -58,6 +60,21 @@ func (p *Proxy) Refuse(refuse func(srcIP string) bool) {
 		if refuse != nil && refuse(c.srcIP) {
 			c.close()
 		}
+	}
+}
+
+// Drop makes the proxy discard, rather than forward, the bytes of one
+// direction on connections from the sources drop says yes to, keeping the
+// connections open: a one-way cut. toTarget discards what those sources
+// send (their requests vanish); otherwise what comes back to them (their
+// answers vanish). nil forwards that direction again.
+func (p *Proxy) Drop(drop func(srcIP string) bool, toTarget bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if toTarget {
+		p.dropIn = drop
+	} else {
+		p.dropOut = drop
 	}
 }
 
@@ -118,25 +135,35 @@ func (p *Proxy) forward(client net.Conn, src string) {
 	p.mu.Unlock()
 	var both sync.WaitGroup
 	both.Add(2)
-	go func() { defer both.Done(); p.pipe(server, client); c.close() }()
-	go func() { defer both.Done(); p.pipe(client, server); c.close() }()
+	go func() { defer both.Done(); p.pipe(server, client, src, true); c.close() }()
+	go func() { defer both.Done(); p.pipe(client, server, src, false); c.close() }()
 	both.Wait()
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
 }
 
-// pipe copies src to dst, chunk by chunk, each after the current latency.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, chunk by chunk, each after the current latency,
+// or discards the chunks while that direction is dropped for srcIP (the
+// connection's client); toTarget says which direction this is.
+func (p *Proxy) pipe(dst, src net.Conn, srcIP string, toTarget bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
 			d := p.latency
+			drop := p.dropOut
+			if toTarget {
+				drop = p.dropIn
+			}
+			dropped := drop != nil && drop(srcIP)
 			p.mu.Unlock()
 			if d > 0 {
 				time.Sleep(d)
+			}
+			if dropped {
+				continue
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

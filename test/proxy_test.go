@@ -84,3 +84,81 @@ func TestProxyCutsAndSlows(t *testing.T) {
 		t.Fatalf("a round trip with 150 ms added each way took %s", took)
 	}
 }
+
+// TestProxyDropsOneWay: a one-way cut keeps the connection open and
+// discards one direction: requests that never arrive, or that arrive and
+// whose answers never come back.
+func TestProxyDropsOneWay(t *testing.T) {
+	srv, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	heard := make(chan string, 10)
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					heard <- line
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	p, err := NewProxy("127.0.0.1:0", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ask := func(line string, wait time.Duration) (string, error) {
+		c.SetDeadline(time.Now().Add(wait))
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			return "", err
+		}
+		return r.ReadString('\n')
+	}
+	local := func(src string) bool { return src == "127.0.0.1" }
+
+	p.Drop(local, false) // answers vanish: the request arrives
+	if _, err := ask("one", 300*time.Millisecond); err == nil {
+		t.Fatal("an answer came back through a dropped direction")
+	}
+	select {
+	case got := <-heard:
+		if got != "one\n" {
+			t.Fatalf("the server heard %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the server")
+	}
+	p.Drop(nil, false)
+	p.Drop(local, true) // requests vanish
+	if _, err := ask("two", 300*time.Millisecond); err == nil {
+		t.Fatal("an answer came back to a request that was dropped")
+	}
+	select {
+	case got := <-heard:
+		t.Fatalf("the server heard %q through a dropped direction", got)
+	default:
+	}
+	p.Drop(nil, true)
+	if got, err := ask("three", 5*time.Second); err != nil || got != "three\n" {
+		t.Fatalf("once both directions flow again: %q, %v", got, err)
+	}
+}

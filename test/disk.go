@@ -1,0 +1,128 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// UseSmallDisks gives every node started from now on a data disk of size
+// bytes, which Node.FillDisk fills: a tmpfs mounted on the node's data
+// directory where this process may mount one (root, or CAP_SYS_ADMIN),
+// so that writes meet a real full file system; otherwise the node's data
+// directory as it is, with the free space its probe reports capped
+// through qmqd --disk-free-file (the node refuses sends and waits before
+// applying alike, but no write meets ENOSPC). SmallDisksReal says which.
+func (c *Cluster) UseSmallDisks(size int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.smallDisk = size
+}
+
+// SmallDisksReal reports whether the cluster's small disks are real file
+// systems (tmpfs) rather than fault injection; meaningful once a node has
+// started.
+func (c *Cluster) SmallDisksReal() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tmpfs
+}
+
+// smallDisk gives a node starting for the first time its small disk.
+func (n *Node) smallDisk(size int64) {
+	c := n.c
+	if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	err := unix.Mount("tmpfs", n.DataDir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size))
+	if err == nil {
+		n.mounted = true
+		c.mu.Lock()
+		c.tmpfs = true
+		c.mu.Unlock()
+		return
+	}
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+		c.t.Fatalf("mounting a tmpfs on %s: %v", n.DataDir, err)
+	}
+	c.t.Logf("%s: no tmpfs (%v): its disk fills by fault injection (--disk-free-file)", n.ID, err)
+	n.DiskFreeFile = filepath.Join(filepath.Dir(n.LogPath), "disk-free")
+}
+
+// unmount detaches the node's tmpfs, if it has one; the kernel frees it
+// once the node's process, if any, is gone.
+func (n *Node) unmount() error {
+	if !n.mounted {
+		return nil
+	}
+	if err := unix.Unmount(n.DataDir, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmounting %s: %w", n.DataDir, err)
+	}
+	n.mounted = false
+	return nil
+}
+
+// fillFile is where FillDisk puts its bytes, beside the node's data.
+func (n *Node) fillFile() string { return filepath.Join(n.DataDir, "chaos-fill") }
+
+// FillDisk leaves the node's small disk (UseSmallDisks) with leave bytes
+// free, as if another program had filled it, and says what it did.
+func (n *Node) FillDisk(leave int64) string {
+	t := n.c.t
+	t.Helper()
+	if n.DiskFreeFile != "" {
+		if err := os.WriteFile(n.DiskFreeFile, []byte(strconv.FormatInt(leave, 10)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s's disk made to look %d MiB from full", n.ID, leave>>20)
+	}
+	if !n.mounted {
+		t.Fatalf("node %s has no small disk", n.ID)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(n.DataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	fill := free - leave
+	if fill <= 0 {
+		return fmt.Sprintf("%s's disk already has only %d MiB free", n.ID, free>>20)
+	}
+	f, err := os.OpenFile(n.fillFile(), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	// The file system may need a few pages of its own to hold the file:
+	// give up a little of the fill rather than fail.
+	for err := unix.Fallocate(int(f.Fd()), 0, size, fill); err != nil; err = unix.Fallocate(int(f.Fd()), 0, size, fill) {
+		if !errors.Is(err, unix.ENOSPC) || fill < 64<<10 {
+			t.Fatalf("filling %s: %v", n.fillFile(), err)
+		}
+		fill -= 16 << 10
+	}
+	return fmt.Sprintf("%s's disk filled to %d MiB free (%d MiB written)", n.ID, leave>>20, fill>>20)
+}
+
+// EmptyDisk undoes FillDisk.
+func (n *Node) EmptyDisk() {
+	t := n.c.t
+	t.Helper()
+	if n.DiskFreeFile != "" {
+		if err := os.WriteFile(n.DiskFreeFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := os.Remove(n.fillFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+}

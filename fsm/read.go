@@ -55,6 +55,16 @@ func (f *FSM) MemberAddr(id string) string {
 	return f.st.members[id]
 }
 
+// StampedTime returns the state's clock: the newest leader-stamped time
+// applied, in Unix milliseconds (0 before any). Time in the state never
+// goes back, so a new leader's clock behind it means an earlier leader's
+// clock ran ahead. Safe on any goroutine.
+func (f *FSM) StampedTime() int64 {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	return f.st.now
+}
+
 // ConsumerID names one consumer of a group of a subject.
 type ConsumerID struct {
 	Subject, Group, Consumer string

@@ -36,6 +36,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleLeave(ctx, p)
 	case transport.TypeTransfer:
 		return n.handleTransfer(p)
+	case transport.TypeTime:
+		return n.handleTime(p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
 		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup:
 		return n.forwardToMeta(ctx, t, p)
@@ -69,6 +71,9 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if full, free := n.disk.full(); full {
 		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
 		return nil, n.diskFullError(free)
+	}
+	if err := n.clockReady(ctx); err != nil {
+		return nil, err
 	}
 	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(req.Messages))}
 	// A delivery time too far ahead is refused here, per message.
@@ -256,6 +261,9 @@ func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) 
 	if !n.isLeader() {
 		return nil, n.notLeader()
 	}
+	if err := n.clockReady(ctx); err != nil {
+		return nil, err
+	}
 	cmd.Now = n.clock.now().UnixMilli()
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
@@ -280,8 +288,8 @@ func (n *Node) handleHeartbeat(p []byte) ([]byte, error) {
 }
 
 // consumerRequest checks the names of a consumer's request, that this node
-// leads, and touches the consumer's session: every pull, ack and heartbeat
-// is a sign of life.
+// leads (with its clock anchored), and touches the consumer's session:
+// every pull, ack and heartbeat is a sign of life.
 func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID, error) {
 	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: consumer}
 	if err := id.Check(); err != nil {
@@ -289,6 +297,9 @@ func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID,
 	}
 	if !n.isLeader() {
 		return id, n.notLeader()
+	}
+	if err := n.clockReady(n.ctx); err != nil {
+		return id, err
 	}
 	n.sessions.touch(id)
 	return id, nil

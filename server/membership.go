@@ -160,10 +160,21 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 	return nil, nil
 }
 
-// startLeading starts the broker leader's work for one term.
+// startLeading starts the broker leader's work for one term. What depends
+// on the clock (session expiry, the delay wheel, and the requests
+// clockReady holds back) starts once the term clock is anchored to the
+// group's clocks.
 func (n *Node) startLeading(ctx context.Context) {
-	n.clock.start()
-	n.goLoop(func() { n.sessions.run(ctx) })
+	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
-	n.goLoop(func() { n.runDelays(ctx) })
+	n.goLoop(func() {
+		// A node closing cancels ctx before it stops Raft: loops started
+		// after that would wait on a barrier Raft may never answer.
+		if !n.anchorClock(ctx, term) || ctx.Err() != nil {
+			return
+		}
+		n.goLoop(func() { n.sessions.run(ctx) })
+		n.goLoop(func() { n.runDelays(ctx) })
+		n.goLoop(func() { n.checkGroupTime(ctx, last) })
+	})
 }

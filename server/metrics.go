@@ -75,6 +75,9 @@ func newMetrics(n *Node) *metrics {
 			return 0
 		}),
 	)
+	m.registry.MustRegister(gauge("qmq_clock_offset_seconds",
+		"At this node's last election as leader: its wall clock minus the safe estimate of its group's clocks (positive: ahead).",
+		func() float64 { return n.clock.offset().Seconds() }))
 	return m
 }
 

@@ -73,6 +73,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.goLoop(n.batcher.run)
 	n.goLoop(func() { n.watchLeadership(n.ctx, n.metrics.leaderChanges.Inc, n.startLeading) })
+	n.goLoop(func() { n.keepAddressRecorded(n.ctx) })
 	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
 	return n, nil
 }

@@ -20,9 +20,10 @@ import (
 // node or a whole group; SIGSTOP of a leader for a few seconds; a node (the
 // leader half the time) cut from the rest of its group and from clients in
 // both directions; a node whose every connection is slowed; a node killed
-// and restarted with the tail of a log torn past its checkpoint; and a
-// leader's clock jumping forward or back. Partitions, latency and clock
-// jumps need the clusters' proxies (Cluster.UseProxies). The same seed
+// and restarted with the tail of a log torn past its checkpoint; a
+// leader's clock jumping forward or back; and a follower whose clock is
+// ahead made the leader. Partitions, latency and clock faults need the
+// clusters' proxies (Cluster.UseProxies). The same seed
 // gives the same choices (the timing of the processes differs from run to
 // run).
 type Chaos struct {
@@ -70,6 +71,7 @@ var (
 		{"slow-node", 10, (*Chaos).slowNode, false},
 		{"torn-write", 15, (*Chaos).tornWrite, true},
 		{"clock-jump", 15, (*Chaos).clockJump, true},
+		{"wrong-clock-leader", 15, (*Chaos).wrongClockLeader, true},
 	}
 )
 

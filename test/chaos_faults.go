@@ -1,6 +1,8 @@
 package test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // The fault catalogue of Chaos: each applies one fault to a group and
@@ -138,6 +142,77 @@ func (ch *Chaos) clockJump(c *Cluster) string {
 	<-timer.C
 	l.SetClockOffset(0)
 	return fmt.Sprintf("%s's clock (the leader's) moved %s for %s", l.ID, j, d)
+}
+
+// wrongClockLeader sets a broker follower's clock 30 s–2 h ahead, makes it
+// the leader with a transfer-leader request, lets it lead for 3–6 s while
+// delayed messages are being sent, then sets its clock right: a node
+// elected with its clock already ahead must fire nothing early, let no
+// dedup window pass early, and lose nothing.
+func (ch *Chaos) wrongClockLeader(c *Cluster) string {
+	l, term := ch.leader(c)
+	var followers []*Node
+	for _, n := range c.Nodes() {
+		if n != l {
+			followers = append(followers, n)
+		}
+	}
+	f := followers[ch.rng.IntN(len(followers))]
+	ahead := 30*time.Second + time.Duration(ch.rng.Int64N(int64(2*time.Hour-30*time.Second))).Round(time.Second)
+	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
+	f.SetClockOffset(ahead)
+	defer f.SetClockOffset(0)
+	if err := Poll(10*time.Second, func() error { return clockAhead(f, ahead) }); err != nil {
+		ch.t.Fatalf("%s's clock offset: %v", f.ID, err)
+	}
+	admin, err := qmq.NewAdmin(c.ClientAddrs())
+	if err != nil {
+		ch.t.Fatalf("transfer-leader in %s: %v", c.Group, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	at := time.Now()
+	err = admin.TransferLeader(ctx, c.Group, f.ID)
+	cancel()
+	admin.Close()
+	if err != nil {
+		return fmt.Sprintf("%s's clock set %s ahead; the transfer of leadership from %s failed: %v", f.ID, ahead, l.ID, err)
+	}
+	ch.awaitNewLeader(c, term, at)
+	if rest := d - time.Since(at); rest > 0 {
+		timer := time.NewTimer(rest)
+		<-timer.C
+	}
+	who := f.ID + " led"
+	if now, _, err := c.Leader(); err != nil || now != f {
+		who = f.ID + " was made the leader but lost it"
+	}
+	return fmt.Sprintf("%s's clock set %s ahead, then leadership moved to it from %s (term %d); %s for %s", f.ID, ahead, l.ID, term, who, d)
+}
+
+// clockAhead reports whether broker node n's clock reads at least about
+// ahead in front of the machine's, asking it with a time request.
+func clockAhead(n *Node, ahead time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := transport.Dial(ctx, n.ClientAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	body, err := conn.Call(ctx, transport.TypeTime, nil)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		UnixMS int64 `json:"unix_ms"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return err
+	}
+	if got := time.UnixMilli(r.UnixMS).Sub(time.Now()); got < ahead-time.Second {
+		return fmt.Errorf("%s reads %s ahead, not yet %s", n.ID, got.Round(time.Millisecond), ahead)
+	}
+	return nil
 }
 
 // slowNode adds 20–150 ms to every chunk through one node's proxies, both

@@ -41,7 +41,7 @@ func chaosSettings(t *testing.T) (time.Duration, uint64) {
 // processes each, behind proxies, under producers (synchronous and
 // asynchronous, a tenth of the messages delayed by up to 8 s) and two
 // consumer groups, while Chaos kills, pauses, partitions and slows leaders,
-// followers and whole groups. It then checks the
+// followers and whole groups, and sets leaders' clocks wrong. It then checks the
 // history: nothing acknowledged lost, nothing unexpected, nothing delivered
 // early; and that every broker group's replicas hold byte-identical logs.
 func TestChaos(t *testing.T) {

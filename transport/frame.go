@@ -70,6 +70,11 @@ const (
 	// TypeMetaForgetGroup asks the metaserver to forget its record of a
 	// consumer group of a subject (ForgetGroupRequest); brokers forward it.
 	TypeMetaForgetGroup Type = 19
+
+	// TypeTime asks a broker node for its wall clock. A new leader asks its
+	// group's voters before it stamps or fires anything, and bounds its own
+	// clock by theirs.
+	TypeTime Type = 20
 )
 
 func (t Type) String() string {
@@ -112,6 +117,8 @@ func (t Type) String() string {
 		return "forget-group"
 	case TypeMetaForgetGroup:
 		return "meta-forget-group"
+	case TypeTime:
+		return "time"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

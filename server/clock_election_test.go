@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// startGroupWith starts a bootstrapped n1 and joins n2 and n3 to it, each
+// configured by tweaks[id] when there is one.
+func startGroupWith(t *testing.T, tweaks map[string]func(*Config)) []*Node {
+	t.Helper()
+	n1 := startNode(t, "n1", true, tweaks["n1"])
+	waitLeader(t, n1)
+	nodes := []*Node{n1}
+	admin, err := qmq.NewAdmin(n1.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, id := range []string{"n2", "n3"} {
+		n := startNode(t, id, false, tweaks[id])
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := admin.Join(ctx, n1.cfg.Group, id, n.cfg.RaftAddr, n.ClientAddr())
+		cancel()
+		if err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+		nodes = append(nodes, n)
+	}
+	waitFor(t, 10*time.Second, "every member to apply the joins", func() bool {
+		for _, n := range nodes {
+			if n.fsm.Applied() != n1.fsm.Applied() || n.fsm.MemberAddr("n3") == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+// sendRaw sends one message through c and returns its outcome.
+func sendRaw(t *testing.T, c *transport.GroupClient, m *logs.Message) transport.SendStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	body, err := c.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode())
+	if err != nil {
+		t.Fatalf("send %s: %v", m.ID, err)
+	}
+	resp, err := transport.DecodeSendResponse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Results[0]; r.Status == transport.SendRejected {
+		t.Fatalf("send %s rejected: %s", m.ID, r.Error)
+	}
+	return resp.Results[0].Status
+}
+
+// TestLeaderElectedWithItsClockAheadFiresNothingEarly: n2's clock runs an
+// hour ahead from the start. Made the leader, it must not fire a delayed
+// message before its time by the other nodes' (correct) clocks, nor let
+// the dedup window pass: a send retried with the same id after the
+// election is still a duplicate.
+func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	nodes := startGroupWith(t, map[string]func(*Config){"n2": func(c *Config) { c.Now = ahead }})
+	n1, n2 := nodes[0], nodes[1]
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr())
+	}
+	c, err := transport.NewGroupClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	due := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+	if got := sendRaw(t, c, &logs.Message{ID: "wake-up", Subject: "timers", DeliverAt: due.UnixMilli()}); got != transport.SendScheduled {
+		t.Fatalf("delayed send: status %d, want scheduled", got)
+	}
+	once := &logs.Message{ID: "order-42", Subject: "orders"}
+	if got := sendRaw(t, c, once); got != transport.SendAppended {
+		t.Fatalf("first send: status %d, want appended", got)
+	}
+
+	if err := n1.raft.LeadershipTransferToServer(raft.ServerID("n2"), raft.ServerAddress(n2.cfg.RaftAddr)).Error(); err != nil {
+		t.Fatalf("transfer leadership to n2: %v", err)
+	}
+	waitFor(t, 10*time.Second, "n2 to lead", n2.isLeader)
+	elected := time.Now()
+	if got := sendRaw(t, c, &logs.Message{ID: "order-42", Subject: "orders"}); got != transport.SendDuplicate {
+		t.Errorf("a send retried after the election: status %d, want duplicate (the dedup window passed early)", got)
+	}
+	t.Logf("first send after the election answered %s after n2 was seen leading", time.Since(elected).Round(time.Millisecond))
+	if time.Now().After(due.Add(-time.Second)) {
+		t.Fatal("the election took until the delayed message was nearly due: the test did not exercise it")
+	}
+
+	waitFor(t, 20*time.Second, "the delayed message to fire", func() bool {
+		msgs := subjectMessages(t, n2, "timers")
+		if len(msgs) > 0 && time.Now().Before(due) {
+			t.Fatalf("the delayed message fired by %s, %s before its time", n2.cfg.ID, due.Sub(time.Now()).Round(time.Millisecond))
+		}
+		return len(msgs) > 0
+	})
+	if msgs := subjectMessages(t, n2, "orders"); len(msgs) != 1 {
+		t.Errorf("orders holds %d messages, want the one sent twice stored once", len(msgs))
+	}
+}

@@ -68,7 +68,7 @@ func (n *Node) runDelays(ctx context.Context) {
 	defer n.inbox.CompareAndSwap(inbox, nil)
 	// Apply everything earlier leaders committed first: the wheel must see
 	// every entry they scheduled and every Fire they made.
-	for n.raft.Barrier(n.cfg.ApplyTimeout).Error() != nil {
+	for n.barrier(ctx) != nil {
 		if !wait.Sleep(ctx, 100*time.Millisecond) {
 			return
 		}

@@ -87,7 +87,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 func (m *MetaNode) lead(ctx context.Context) {
 	for {
 		term := m.raft.CurrentTerm()
-		if m.raft.Barrier(m.cfg.ApplyTimeout).Error() == nil && m.raft.CurrentTerm() == term {
+		if m.barrier(ctx) == nil && m.raft.CurrentTerm() == term {
 			// Heartbeats went to the old leader: start afresh, giving every
 			// group one timeout to report before calling it unavailable.
 			m.health.reset()

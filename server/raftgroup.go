@@ -138,6 +138,21 @@ func (g *raftGroup) closeStores() []error {
 	return errs
 }
 
+// barrier waits until every entry committed before it is applied, or ctx
+// ends. A barrier Raft accepts while shutting down may never be answered,
+// so the wait is on ctx too (the goroutine left waiting ends with Raft).
+func (g *raftGroup) barrier(ctx context.Context) error {
+	f := g.raft.Barrier(g.applyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (g *raftGroup) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, g.applyTimeout)
 }

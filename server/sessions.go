@@ -35,7 +35,7 @@ func (s *sessions) touch(id fsm.ConsumerID) {
 func (s *sessions) run(ctx context.Context) {
 	// Apply everything the old leader committed first: a consumer it handed
 	// entries to just before failing must be among those seeded below.
-	for s.n.raft.Barrier(s.n.cfg.ApplyTimeout).Error() != nil {
+	for s.n.barrier(ctx) != nil {
 		if !wait.Sleep(ctx, 100*time.Millisecond) {
 			return
 		}

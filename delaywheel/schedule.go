@@ -430,7 +430,7 @@ func (s *Schedule) Load(hour int64, fn func(Entry) error) error {
 		if fired[off] || len(p) < 16 {
 			return nil
 		}
-		return fn(Entry{At: int64(binary.LittleEndian.Uint64(p[8:])), Ref: MakeRef(hour, off)})
+		return fn(Entry{At: int64(binary.LittleEndian.Uint64(p[8:])), Ref: MakeRef(hour, off), Size: int32(logs.RecordSize(len(p)))})
 	})
 }
 

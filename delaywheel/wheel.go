@@ -14,8 +14,9 @@ var ErrBeyondHorizon = errors.New("delaywheel: entry beyond the wheel's horizon"
 // Entry is one scheduled delivery: when it is due, and where its message
 // lies. The wheel never interprets Ref.
 type Entry struct {
-	At  int64  // due time, Unix milliseconds
-	Ref uint64 // the message's place in the schedule log
+	At   int64  // due time, Unix milliseconds
+	Ref  uint64 // the message's place in the schedule log
+	Size int32  // the bytes of its schedule record, which firing it moves into the message log
 }
 
 // Wheel is a hashed timing wheel with no clock of its own: a ring of slots,

@@ -39,7 +39,7 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
 	hs.pending++
 	f.st.delayed[m.Subject]++
 	f.useSubject(m.Subject)
-	f.scheduled = append(f.scheduled, delaywheel.Entry{At: m.DeliverAt, Ref: ref})
+	f.scheduled = append(f.scheduled, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
 	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
 }
 

@@ -6,13 +6,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/disk"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
-// A replica and its disk. Before it applies a batch, a replica makes sure
-// its disk has room for what the batch may write and Config.DiskReserve
-// more; short of that it waits, applying nothing, until there is (polling
+// A replica and its disk. Before it applies entries, a replica makes sure
+// its disk has room for what they may write and Config.DiskReserve more:
+// it applies a batch as far as there is room, in turn, and short of room
+// for the next entry it waits, applying nothing, until there is (polling
 // the disk, logging, and telling Config.OnDiskWait). A full disk therefore
-// pauses a replica instead of failing a write halfway through a batch.
+// pauses a replica instead of failing a write halfway through an entry.
 // Waiting never changes what is applied, only when: replicas stay
 // identical however long each waits.
 //
@@ -35,52 +39,57 @@ const spaceCheckEvery = 100 * time.Millisecond
 // Upper bounds of what applying an entry writes. An entry's messages are
 // written once to a log (the message log, or a schedule record and the
 // journal), plus fixed-size index records smaller than any message: twice
-// the entry's bytes covers both. A Fire names references, not messages: it
-// may move up to fireWriteBound bytes of records into the message log (a
-// Fire that moves more can still hit a full disk, and stops the replica
-// cleanly as above).
+// the entry's bytes covers both, and entryOverhead covers what any command
+// adds (a pull's records in the pull log, a checkpoint of retention). A
+// Fire names references, not messages: a leader fills one with records of
+// at most limits.MaxFireBytes, plus the one that crossed it.
 const (
-	entryOverhead  = 4 << 10
-	fireWriteBound = 64 << 20
+	entryOverhead  = 64 << 10
+	maxRecordBytes = limits.MaxMessage + limits.ScheduleRecordHeader + 64
+	fireWriteBound = limits.MaxFireBytes + maxRecordBytes
 )
 
-// batchWrites bounds the bytes applying entries may write.
-func batchWrites(entries []*raft.Log) int64 {
-	var n int64
-	for _, e := range entries {
-		if e.Type != raft.LogCommand || len(e.Data) == 0 {
-			continue
-		}
-		n += 2*int64(len(e.Data)) + entryOverhead
-		if CommandType(e.Data[0]) == CmdFire {
-			n += fireWriteBound
-		}
+// entryWrites bounds the bytes applying e may write.
+func entryWrites(e *raft.Log) int64 {
+	if e.Type != raft.LogCommand || len(e.Data) == 0 {
+		return 0
 	}
-	return n
+	if CommandType(e.Data[0]) == CmdFire {
+		return min(int64(len(e.Data)/8)*maxRecordBytes, fireWriteBound) + entryOverhead
+	}
+	return 2*int64(len(e.Data)) + entryOverhead
 }
 
-// awaitSpace returns once the disk has room for what entries may write and
-// the reserve, or false if the state machine was interrupted meanwhile.
-// It holds no lock while it waits: readers go on.
-func (f *FSM) awaitSpace(entries []*raft.Log) bool {
-	need := f.cfg.DiskReserve + batchWrites(entries)
+// awaitSpace returns how many of entries (at least one) the disk has room
+// for now, with the reserve, waiting until it has room for the first; or
+// false if the state machine was interrupted meanwhile. It holds no lock
+// while it waits: readers go on.
+func (f *FSM) awaitSpace(entries []*raft.Log) (int, bool) {
 	var since, logged time.Time
 	for {
 		free, err := f.cfg.DiskFree(f.cfg.Dir)
-		if err != nil || free >= need {
-			if err != nil && since.IsZero() {
+		if err != nil {
+			if since.IsZero() {
 				f.log.Warn("cannot tell the free disk space; applying", "error", err)
 			}
+			free = disk.Unknown
+		}
+		n, need := 0, f.cfg.DiskReserve
+		for n < len(entries) && need+entryWrites(entries[n]) <= free {
+			need += entryWrites(entries[n])
+			n++
+		}
+		if n > 0 {
 			if !since.IsZero() {
 				f.log.Info("disk space is back: applying again", "free-bytes", free, "waited", time.Since(since).Round(time.Millisecond))
 				f.diskWait.Store(false)
 				f.notifyDiskWait(false)
 			}
-			return true
+			return n, true
 		}
 		if now := time.Now(); now.Sub(logged) >= 10*time.Second {
 			f.log.Error("disk full: applying paused until space is freed", "dir", f.cfg.Dir,
-				"free-bytes", free, "need-bytes", need, "reserve-bytes", f.cfg.DiskReserve, "next-index", f.st.applied+1)
+				"free-bytes", free, "need-bytes", need+entryWrites(entries[0]), "reserve-bytes", f.cfg.DiskReserve, "index", entries[0].Index)
 			logged = now
 		}
 		if since.IsZero() {
@@ -90,7 +99,7 @@ func (f *FSM) awaitSpace(entries []*raft.Log) bool {
 		}
 		select {
 		case <-f.stop:
-			return false
+			return 0, false
 		case <-time.After(spaceCheckEvery):
 		}
 	}

@@ -181,3 +181,39 @@ func failedWriteChild(t *testing.T) {
 		t.Fatalf("OnFatal heard %v after the restart", fatal)
 	}
 }
+
+// A batch applies as far as the disk has room, entry by entry: a replayed
+// batch of many entries (a restart hands Raft's whole backlog over at
+// once) needs room for one entry at a time, not for all of them together.
+// Before, a replica summed the batch, found more than its disk held, and
+// waited for ever (the chaos run caught one replaying many Fires).
+func TestBatchAppliesAsFarAsThereIsRoom(t *testing.T) {
+	disk := &fakeDisk{free: 1 << 40}
+	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
+	var batch []*raft.Log
+	for i := 1; i <= 40; i++ {
+		var cmd encoder = &Append{Now: int64(1000 + i), Messages: []*logs.Message{unitMsg(fmt.Sprint("m", i), "s", 1000)}}
+		if i%2 == 0 {
+			cmd = &Fire{Now: int64(1000 + i), Refs: []uint64{1, 2, 3}}
+		}
+		batch = append(batch, unitEntry(uint64(i), cmd))
+	}
+	disk.mu.Lock()
+	disk.free = f.cfg.DiskReserve + 3*entryWrites(batch[1]) // room for a few entries, never the batch
+	disk.mu.Unlock()
+	done := make(chan []any)
+	go func() { done <- f.ApplyBatch(batch) }()
+	select {
+	case out := <-done:
+		for i, r := range out {
+			if err, ok := r.(error); ok {
+				t.Fatalf("entry %d: %v", i+1, err)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a batch larger than the free space, each entry of which fits, was never applied")
+	}
+	if f.Applied() != 40 || f.WaitingForDisk() {
+		t.Fatalf("applied %d, waiting %v", f.Applied(), f.WaitingForDisk())
+	}
+}

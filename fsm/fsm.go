@@ -286,22 +286,34 @@ func (f *FSM) Applied() uint64 { return f.applied.Load() }
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch applies committed Raft entries in order. Entries at or below
-// the applied index (replayed after a restart) are skipped. It first waits
-// for the disk space the batch may need (see diskspace.go). A failed write
-// to the logs stops the replica for good (the bytes on disk are unknown,
-// and stopping is better than a replica that silently differs): Apply
-// answers ErrStopped from then on and Config.OnFatal stops the node; on
-// restart it returns to its checkpoint and replays.
-func (f *FSM) ApplyBatch(entries []*raft.Log) (out []any) {
-	out = make([]any, len(entries))
-	if err := f.Stopped(); err != nil {
-		return stoppedAnswers(out, err)
+// the applied index (replayed after a restart) are skipped. It applies
+// them as far as the disk has room, waiting for more where it has none
+// (see diskspace.go). A failed write to the logs stops the replica for
+// good (the bytes on disk are unknown, and stopping is better than a
+// replica that silently differs): Apply answers ErrStopped from then on
+// and Config.OnFatal stops the node; on restart it returns to its
+// checkpoint and replays.
+func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
+	out := make([]any, len(entries))
+	for start := 0; start < len(entries); {
+		if err := f.Stopped(); err != nil {
+			return stoppedAnswers(out, err)
+		}
+		n, ok := f.awaitSpace(entries[start:])
+		if !ok {
+			err := errors.New("interrupted while waiting for disk space")
+			f.stopApplying(err, false)
+			return stoppedAnswers(out, err)
+		}
+		f.applyEntries(entries[start:start+n], out[start:start+n])
+		start += n
 	}
-	if !f.awaitSpace(entries) {
-		err := errors.New("interrupted while waiting for disk space")
-		f.stopApplying(err, false)
-		return stoppedAnswers(out, err)
-	}
+	return out
+}
+
+// applyEntries applies entries, answering each in out, and makes what
+// they wrote readable.
+func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
 	defer func() {
@@ -311,7 +323,7 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) (out []any) {
 				panic(r)
 			}
 			f.stopApplying(sf.err, true)
-			out = stoppedAnswers(out, sf.err)
+			stoppedAnswers(out, sf.err)
 		}
 	}()
 	for i, e := range entries {
@@ -334,7 +346,6 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) (out []any) {
 	must(0, f.store.flush())
 	f.applied.Store(f.st.applied)
 	f.announceScheduled()
-	return out
 }
 
 // applyCommand is the one place a command is dispatched to its handler.

@@ -115,7 +115,7 @@ func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 			return err
 		}
 		for len(due) > 0 && ctx.Err() == nil {
-			batch := due[:min(len(due), limits.MaxFireRefs)]
+			batch := due[:fireBatch(due)]
 			due = due[len(batch):]
 			if !n.fire(ctx, now, batch) {
 				// Due already: back into the current slot, for the next tick.
@@ -129,6 +129,18 @@ func (n *Node) fireDue(ctx context.Context, inbox *scheduleInbox) error {
 			}
 		}
 	}
+}
+
+// fireBatch returns how many of due go into one Fire: at most
+// limits.MaxFireRefs, whose records come to at most limits.MaxFireBytes
+// (and at least one).
+func fireBatch(due []delaywheel.Entry) int {
+	n, bytes := 0, int64(0)
+	for n < len(due) && n < limits.MaxFireRefs && (n == 0 || bytes+int64(due[n].Size) <= limits.MaxFireBytes) {
+		bytes += int64(due[n].Size)
+		n++
+	}
+	return n
 }
 
 // fire proposes one Fire for entries due at now and reports whether it

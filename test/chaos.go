@@ -21,17 +21,30 @@ import (
 // leader half the time) cut from the rest of its group and from clients in
 // both directions; a node whose every connection is slowed; a node killed
 // and restarted with the tail of a log torn past its checkpoint; a
-// leader's clock jumping forward or back; and a follower whose clock is
-// ahead made the leader. Partitions, latency and clock faults need the
-// clusters' proxies (Cluster.UseProxies). The same seed
-// gives the same choices (the timing of the processes differs from run to
-// run).
+// leader's clock jumping forward or back; a follower whose clock is
+// ahead made the leader; a leader cut from its clients past the consumer
+// session timeout; a broker group cut from the metaserver; one-way cuts;
+// and full disks (on the group that has small disks). Partitions,
+// latency, cuts and clock faults need the clusters' proxies
+// (Cluster.UseProxies). The same seed gives the same choices (the timing
+// of the processes differs from run to run). Every kind of fault is
+// applied at least once before any kind drawn by weight repeats, so a run
+// long enough for each has each.
 type Chaos struct {
 	t      testing.TB
 	rng    *rand.Rand
 	meta   *Cluster
 	groups []*Cluster
 	start  time.Time
+
+	// SessionTimeout is the broker groups' consumer session timeout
+	// (qmqd --session-timeout), which cutClients outlasts.
+	SessionTimeout time.Duration
+	// DiskGroup is the broker group on small disks (Cluster.UseSmallDisks),
+	// with its send floor and apply reserve (qmqd --min-free-disk,
+	// --disk-reserve); nil: no disk faults.
+	DiskGroup              *Cluster
+	DiskFloor, DiskReserve int64
 
 	mu       sync.Mutex
 	Schedule []string       // every fault applied, with its time since the start
@@ -56,42 +69,64 @@ type fault struct {
 	weight int
 	apply  func(ch *Chaos, c *Cluster) string // what it did, for the schedule
 	broker bool                               // broker groups only
+	// pick, if set, chooses the group itself (nil: the fault cannot be
+	// applied in this run).
+	pick func(ch *Chaos) *Cluster
 }
 
 // killLeaderFault is every other fault and partitionFault every fourth;
 // the others are drawn from otherFaults by weight.
 var (
-	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false}
-	partitionFault  = fault{"partition", 0, (*Chaos).partition, false}
+	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false, nil}
+	partitionFault  = fault{"partition", 0, (*Chaos).partition, false, nil}
 	otherFaults     = []fault{
-		{"kill-follower", 20, (*Chaos).killFollower, false},
-		{"kill-random", 10, (*Chaos).killRandom, false},
-		{"kill-group", 5, (*Chaos).killGroup, true},
-		{"pause-leader", 20, (*Chaos).pauseLeader, false},
-		{"slow-node", 10, (*Chaos).slowNode, false},
-		{"torn-write", 15, (*Chaos).tornWrite, true},
-		{"clock-jump", 15, (*Chaos).clockJump, true},
-		{"wrong-clock-leader", 15, (*Chaos).wrongClockLeader, true},
+		{"kill-follower", 20, (*Chaos).killFollower, false, nil},
+		{"kill-random", 10, (*Chaos).killRandom, false, nil},
+		{"kill-group", 5, (*Chaos).killGroup, true, nil},
+		{"pause-leader", 20, (*Chaos).pauseLeader, false, nil},
+		{"slow-node", 10, (*Chaos).slowNode, false, nil},
+		{"torn-write", 15, (*Chaos).tornWrite, true, nil},
+		{"clock-jump", 15, (*Chaos).clockJump, true, nil},
+		{"wrong-clock-leader", 15, (*Chaos).wrongClockLeader, true, nil},
+		{"cut-clients", 10, (*Chaos).cutClients, true, nil},
+		{"cut-meta", 10, (*Chaos).cutMeta, true, func(ch *Chaos) *Cluster {
+			if ch.meta == nil {
+				return nil
+			}
+			return ch.groups[ch.rng.IntN(len(ch.groups))]
+		}},
+		{"one-way", 15, (*Chaos).oneWay, false, nil},
+		{"disk-full", 15, (*Chaos).diskFull, true, func(ch *Chaos) *Cluster { return ch.DiskGroup }},
 	}
 )
 
 // Run applies faults until d has passed, every other one a leader kill and
-// every fourth a partition: each to a random group (the metaserver's one
-// time in five), then restarts what it stopped, waits for every node to
-// catch up, and pauses for 0.5–2 s.
+// every fourth a partition, the rest from otherFaults: first each kind
+// once, in a random order, then drawn by weight. Each goes to a random
+// group (the metaserver's one time in five) unless it picks its own; then
+// Run restarts what the fault stopped, waits for every node to catch up,
+// and pauses for 0.5–2 s.
 func (ch *Chaos) Run(d time.Duration) {
+	var kinds []fault // every kind this run can apply
 	total := 0
 	for _, f := range otherFaults {
-		total += f.weight
+		if f.pick == nil || f.pick(ch) != nil {
+			kinds = append(kinds, f)
+			total += f.weight
+		}
 	}
+	firsts := append([]fault(nil), kinds...)
+	ch.rng.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
 	for i, deadline := 0, time.Now().Add(d); time.Now().Before(deadline); i++ {
 		f := killLeaderFault
 		switch {
 		case i%4 == 1:
 			f = partitionFault
+		case i%4 == 3 && len(firsts) > 0:
+			f, firsts = firsts[0], firsts[1:]
 		case i%4 == 3:
 			pick := ch.rng.IntN(total)
-			for _, f = range otherFaults {
+			for _, f = range kinds {
 				if pick < f.weight {
 					break
 				}
@@ -101,6 +136,9 @@ func (ch *Chaos) Run(d time.Duration) {
 		c := ch.groups[ch.rng.IntN(len(ch.groups))]
 		if ch.meta != nil && !f.broker && ch.rng.IntN(5) == 0 {
 			c = ch.meta
+		}
+		if f.pick != nil {
+			c = f.pick(ch)
 		}
 		ch.current = f.name
 		what := f.apply(ch, c)

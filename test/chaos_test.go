@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testmsg"
 )
 
 // Chaos runs are configured from the environment, so that `make chaos`
@@ -50,13 +52,26 @@ func TestChaos(t *testing.T) {
 	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
 	meta.UseProxies()
 	meta.Form("", "m1", "m2", "m3")
+	// Consumer sessions time out after 3 s, so that cuts and pauses reclaim
+	// consumers; g2 lives on small disks that the disk-full fault fills
+	// (tmpfs mounts where the machine allows), g1 on the machine's disk.
+	const sessionTimeout = 3 * time.Second
+	const diskSize, diskFloor, diskReserve = 1536 << 20, 128 << 20, 32 << 20
 	var groups []*Cluster
 	for _, g := range []string{"g1", "g2"} {
-		c := NewCluster(t, g, "--meta", meta.ClientAddrs(), "--election-timeout", "500ms")
+		flags := []string{"--meta", meta.ClientAddrs(), "--election-timeout", "500ms", "--session-timeout", sessionTimeout.String()}
+		if g == "g2" {
+			flags = append(flags, "--min-free-disk", fmt.Sprint(diskFloor>>20), "--disk-reserve", fmt.Sprint(diskReserve>>20))
+		}
+		c := NewCluster(t, g, flags...)
 		c.UseProxies()
+		if g == "g2" {
+			c.UseSmallDisks(diskSize)
+		}
 		c.Form(meta.ClientAddrs(), g+"a", g+"b", g+"c")
 		groups = append(groups, c)
 	}
+	t.Logf("chaos: g2's small disks are %s", map[bool]string{true: "tmpfs mounts", false: "fault injection (--disk-free-file)"}[groups[1].SmallDisksReal()])
 	servers := meta.ClientAddrs()
 	h := NewHistory()
 	subjects := []string{"orders", "payments", "refunds", "invoices"}
@@ -90,8 +105,15 @@ func TestChaos(t *testing.T) {
 			send(t, h, servers, subjects, uint64(seed)+uint64(i), i == 0, stop)
 		}()
 	}
+	senders.Add(1)
+	go func() {
+		defer senders.Done()
+		sendAtLimits(t, h, servers, subjects, uint64(seed)+99, stop)
+	}()
 
 	ch := NewChaos(t, seed, meta, groups...)
+	ch.SessionTimeout = sessionTimeout
+	ch.DiskGroup, ch.DiskFloor, ch.DiskReserve = groups[1], diskFloor, diskReserve
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("chaos: FAILED with seed %d (make chaos SEED=%d DURATION=%s); faults so far:\n%s",
@@ -175,5 +197,56 @@ func send(t *testing.T, h *History, servers string, subjects []string, seed uint
 			<-window
 			inflight.Done()
 		}))
+	}
+}
+
+// sendAtLimits sends, every 5–10 s until stop, a message of exactly the
+// largest size a message may have (qmq.MaxMessageSize), immediate or
+// delayed, which must be delivered like any other; and one a byte larger,
+// which the SDK must refuse with ErrMessageTooLarge before it is sent.
+func sendAtLimits(t *testing.T, h *History, servers string, subjects []string, seed uint64, stop chan struct{}) {
+	p, err := qmq.NewProducer(servers, qmq.WithSendTimeout(60*time.Second))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	for {
+		timer := time.NewTimer(time.Duration(5000+rng.IntN(5000)) * time.Millisecond)
+		select {
+		case <-stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		subject := subjects[rng.IntN(len(subjects))]
+		big := p.GenerateMessage(subject)
+		if rng.IntN(3) == 0 {
+			big.SetDelay(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
+		}
+		shapeTo(big, qmq.MaxMessageSize)
+		h.Sending(big)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		h.Sent(big, p.SendMessage(ctx, big))
+		over := p.GenerateMessage(subject)
+		shapeTo(over, qmq.MaxMessageSize+1)
+		if err := p.SendMessage(ctx, over); !errors.Is(err, qmq.ErrMessageTooLarge) {
+			t.Errorf("a message one byte over the limit: %v, want ErrMessageTooLarge", err)
+		}
+		cancel()
+	}
+}
+
+// shapeTo gives m a body and properties that make its encoding size bytes.
+func shapeTo(m *qmq.Message, size int) {
+	at := int64(0)
+	if d := m.DeliverAt(); !d.IsZero() {
+		at = d.UnixMilli()
+	}
+	shape := testmsg.OfSize(m.ID(), m.Subject(), at, size)
+	m.SetBody(shape.Body)
+	for _, p := range shape.Properties {
+		m.SetString(p.Key, p.Value)
 	}
 }

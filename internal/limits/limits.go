@@ -46,6 +46,11 @@ const (
 	MaxAckRanges = 4096
 	// MaxFireRefs bounds the schedule references of one Fire command.
 	MaxFireRefs = 10000
+	// MaxFireBytes bounds the schedule records one Fire moves into the
+	// message log: a leader adds references to a Fire while their records
+	// come to less, so that a replica knows, before it applies a Fire, the
+	// space it may need (at most this plus one record).
+	MaxFireBytes = 64 << 20
 )
 
 // Names and addresses.

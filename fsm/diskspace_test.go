@@ -32,7 +32,9 @@ func TestApplyWaitsForDiskSpace(t *testing.T) {
 	disk.free = f.cfg.DiskReserve // short of the entry's bytes
 	disk.mu.Unlock()
 	done := make(chan any)
-	go func() { done <- f.Apply(unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 100)}})) }()
+	go func() {
+		done <- f.Apply(unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 100)}}))
+	}()
 	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
 	// Readers do not wait with it.
 	if f.Backlog() != 0 || len(f.Delays().Hours) != 0 || f.Applied() != 1 {
@@ -67,7 +69,9 @@ func TestInterruptWhileWaitingForSpace(t *testing.T) {
 	disk := &fakeDisk{free: 0}
 	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
 	done := make(chan any)
-	go func() { done <- f.Apply(unitEntry(1, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 10)}})) }()
+	go func() {
+		done <- f.Apply(unitEntry(1, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 10)}}))
+	}()
 	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
 	f.Interrupt()
 	for _, r := range []any{<-done, f.Apply(unitEntry(2, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}))} {

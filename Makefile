@@ -8,8 +8,9 @@ BENCH    ?= .
 .PHONY: help build run test ci chaos bench fuzz lint
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
-# for CHAOS_CI, `make chaos` for DURATION, with SEED to replay a run (default: the clock).
-CHAOS_CI ?= 5m
+# for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
+# with SEED to replay a run (default: the clock).
+CHAOS_CI ?= 8m
 DURATION ?= 30m
 SEED     ?=
 
@@ -26,7 +27,7 @@ run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-dat
 test: ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (5m)
+ci: lint ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
 chaos: ## a chaos run for DURATION (30m); SEED=N replays one; prints the seed, the faults and the findings

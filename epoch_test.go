@@ -30,14 +30,7 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 // then never reached the group. Now it is refused (ErrStaleAck), the new
 // life's messages stay unacked, and its own acks work.
 func TestStaleAckIsRefused(t *testing.T) {
-	n := startBroker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	for range 3 {
 		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
 			t.Fatal(err)
@@ -79,14 +72,7 @@ func TestStaleAckIsRefused(t *testing.T) {
 // for ever, its window filling — and handles the message again when it
 // comes back, and the group's backlog drains.
 func TestSubscriptionDropsStaleAcks(t *testing.T) {
-	n := startBroker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	slow := p.GenerateMessage("jobs")
 	if err := p.SendMessage(ctx, slow); err != nil {
 		t.Fatal(err)
@@ -126,14 +112,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 // Forgetting a consumer group frees its state on the broker; the group
 // consuming again starts afresh at the oldest retained message.
 func TestForgetConsumerGroup(t *testing.T) {
-	n := startBroker(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	n, p, ctx := brokerAndProducer(t, nil)
 	for range 2 {
 		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
 			t.Fatal(err)
@@ -178,14 +157,7 @@ func TestForgetConsumerGroup(t *testing.T) {
 // its session (it used to be refreshed only when the poll began, so the
 // consumer was reclaimed in the middle of its own pull).
 func TestLongPollKeepsTheSessionAlive(t *testing.T) {
-	n := startBroker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
 		t.Fatal(err)
 	}

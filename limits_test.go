@@ -2,7 +2,6 @@ package qmq_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -23,14 +22,7 @@ import (
 // connection, and the retry met the same message first, blocking the
 // consumer group for good.
 func TestLimitsFitEveryPath(t *testing.T) {
-	n := startBroker(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	n, p, ctx := brokerAndProducer(t, nil)
 
 	// The largest message a send frame can carry: refused by the broker,
 	// which the SDK would have refused before sending.

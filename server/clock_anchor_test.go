@@ -151,7 +151,11 @@ func TestTimeRequest(t *testing.T) {
 // ("leader starting") and fires nothing.
 func TestLeaderWithoutAQuorumOfClocksServesNothingTimed(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(time.Hour) }
-	nodes := startGroupWith(t, map[string]func(*Config){"n2": func(c *Config) { c.Now = ahead }})
+	nodes := startGroup(t, func(id string, c *Config) {
+		if id == "n2" {
+			c.Now = ahead
+		}
+	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	c, err := transport.NewGroupClient([]string{n1.ClientAddr()})
 	if err != nil {

@@ -7,43 +7,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
-
-// startGroupWith starts a bootstrapped n1 and joins n2 and n3 to it, each
-// configured by tweaks[id] when there is one.
-func startGroupWith(t *testing.T, tweaks map[string]func(*Config)) []*Node {
-	t.Helper()
-	n1 := startNode(t, "n1", true, tweaks["n1"])
-	waitLeader(t, n1)
-	nodes := []*Node{n1}
-	admin, err := qmq.NewAdmin(n1.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	for _, id := range []string{"n2", "n3"} {
-		n := startNode(t, id, false, tweaks[id])
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := admin.Join(ctx, n1.cfg.Group, id, n.cfg.RaftAddr, n.ClientAddr())
-		cancel()
-		if err != nil {
-			t.Fatalf("join %s: %v", id, err)
-		}
-		nodes = append(nodes, n)
-	}
-	waitFor(t, 10*time.Second, "every member to apply the joins", func() bool {
-		for _, n := range nodes {
-			if n.fsm.Applied() != n1.fsm.Applied() || n.fsm.MemberAddr("n3") == "" {
-				return false
-			}
-		}
-		return true
-	})
-	return nodes
-}
 
 // sendRaw sends one message through c and returns its outcome.
 func sendRaw(t *testing.T, c *transport.GroupClient, m *logs.Message) transport.SendStatus {
@@ -71,7 +37,11 @@ func sendRaw(t *testing.T, c *transport.GroupClient, m *logs.Message) transport.
 // election is still a duplicate.
 func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(time.Hour) }
-	nodes := startGroupWith(t, map[string]func(*Config){"n2": func(c *Config) { c.Now = ahead }})
+	nodes := startGroup(t, func(id string, c *Config) {
+		if id == "n2" {
+			c.Now = ahead
+		}
+	})
 	n1, n2 := nodes[0], nodes[1]
 	var addrs []string
 	for _, n := range nodes {

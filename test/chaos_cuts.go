@@ -60,16 +60,8 @@ func (ch *Chaos) cutMeta(c *Cluster) string {
 // lost: producers retry with the same ids, pulls ask again from where they
 // were).
 func (ch *Chaos) oneWay(c *Cluster) string {
-	l, term := ch.leader(c)
+	victim, _, _, role := ch.victim(c)
 	nodes := c.Nodes()
-	victim := l
-	if ch.rng.IntN(2) == 0 {
-		victim = nodes[ch.rng.IntN(len(nodes))]
-	}
-	role := "follower"
-	if victim == l {
-		role = fmt.Sprintf("leader in term %d", term)
-	}
 	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
 	var what string
 	var undo func()

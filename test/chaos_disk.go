@@ -17,15 +17,8 @@ func (ch *Chaos) diskFull(c *Cluster) string {
 	nodes := c.Nodes()
 	victims, who := nodes, "every node"
 	if ch.rng.IntN(2) == 0 {
-		l, _ := ch.leader(c)
-		victims = []*Node{l}
-		if ch.rng.IntN(2) == 0 {
-			victims = []*Node{nodes[ch.rng.IntN(len(nodes))]}
-		}
-		who = victims[0].ID
-		if victims[0] == l {
-			who += " (the leader)"
-		}
+		v, _, _, role := ch.victim(c)
+		victims, who = []*Node{v}, fmt.Sprintf("%s (%s)", v.ID, role)
 	}
 	leave, level := ch.DiskFloor/2, "under the send floor"
 	if ch.rng.IntN(2) == 0 {

@@ -27,15 +27,36 @@ func (ch *Chaos) killLeader(c *Cluster) string {
 	return fmt.Sprintf("SIGKILL %s (leader in term %d)", l.ID, term)
 }
 
-func (ch *Chaos) killFollower(c *Cluster) string {
-	l, _ := ch.leader(c)
+// follower returns a random node of the group other than its leader l.
+func (ch *Chaos) follower(c *Cluster, l *Node) *Node {
 	var followers []*Node
 	for _, n := range c.Nodes() {
 		if n != l {
 			followers = append(followers, n)
 		}
 	}
-	f := followers[ch.rng.IntN(len(followers))]
+	return followers[ch.rng.IntN(len(followers))]
+}
+
+// victim returns a node of the group to fault: its leader half the time,
+// else any node; with the leader and its term, and the victim's role.
+func (ch *Chaos) victim(c *Cluster) (victim, leader *Node, term uint64, role string) {
+	leader, term = ch.leader(c)
+	victim = leader
+	if ch.rng.IntN(2) == 0 {
+		nodes := c.Nodes()
+		victim = nodes[ch.rng.IntN(len(nodes))]
+	}
+	role = "follower"
+	if victim == leader {
+		role = fmt.Sprintf("leader in term %d", term)
+	}
+	return victim, leader, term, role
+}
+
+func (ch *Chaos) killFollower(c *Cluster) string {
+	l, _ := ch.leader(c)
+	f := ch.follower(c, l)
 	f.Kill()
 	return fmt.Sprintf("SIGKILL %s (follower)", f.ID)
 }
@@ -94,12 +115,8 @@ func (ch *Chaos) pauseLeader(c *Cluster) string {
 // others and from clients, in both directions, for 3–6 s: its proxies
 // refuse every connection, and the others' Raft proxies refuse its.
 func (ch *Chaos) partition(c *Cluster) string {
-	l, term := ch.leader(c)
+	victim, l, term, role := ch.victim(c)
 	nodes := c.Nodes()
-	victim := l
-	if ch.rng.IntN(2) == 0 {
-		victim = nodes[ch.rng.IntN(len(nodes))]
-	}
 	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
 	at := time.Now()
 	for _, n := range nodes {
@@ -120,10 +137,6 @@ func (ch *Chaos) partition(c *Cluster) string {
 	for _, n := range nodes {
 		n.ClientProxy.Refuse(nil)
 		n.RaftProxy.Refuse(nil)
-	}
-	role := "follower"
-	if victim == l {
-		role = fmt.Sprintf("leader in term %d", term)
 	}
 	return fmt.Sprintf("cut %s (%s) off for %s", victim.ID, role, d)
 }
@@ -151,13 +164,7 @@ func (ch *Chaos) clockJump(c *Cluster) string {
 // dedup window pass early, and lose nothing.
 func (ch *Chaos) wrongClockLeader(c *Cluster) string {
 	l, term := ch.leader(c)
-	var followers []*Node
-	for _, n := range c.Nodes() {
-		if n != l {
-			followers = append(followers, n)
-		}
-	}
-	f := followers[ch.rng.IntN(len(followers))]
+	f := ch.follower(c, l)
 	ahead := 30*time.Second + time.Duration(ch.rng.Int64N(int64(2*time.Hour-30*time.Second))).Round(time.Second)
 	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
 	f.SetClockOffset(ahead)

@@ -16,6 +16,10 @@ import (
 	"github.com/qmqgo/qmq/internal/testmsg"
 )
 
+// everyFaultWithin is a run long enough to apply every kind of fault (make
+// ci's): one that long fails if a kind was missed.
+const everyFaultWithin = 8 * time.Minute
+
 // Chaos runs are configured from the environment, so that `make chaos`
 // and `make ci` can run longer ones than `make test`:
 //
@@ -152,6 +156,13 @@ func TestChaos(t *testing.T) {
 	}
 	if want := int(d / time.Minute); ch.Counts["partition"] < want {
 		t.Fatalf("%d partitions in %s, want at least %d", ch.Counts["partition"], d, want)
+	}
+	if d >= everyFaultWithin {
+		for _, f := range otherFaults {
+			if ch.Counts[f.name] == 0 {
+				t.Fatalf("no %s fault in %s (every kind is applied once before any repeats)", f.name, d)
+			}
+		}
 	}
 	for _, c := range groups {
 		c.SameReplicas(time.Minute)

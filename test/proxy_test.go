@@ -7,18 +7,17 @@ import (
 	"time"
 )
 
-// TestProxyCutsAndSlows: a proxy forwards both ways; refusing a source
-// cuts its open connections and refuses new ones until lifted; latency
-// delays what it forwards.
-func TestProxyCutsAndSlows(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
+// echoServer serves lines back to whoever sends them, telling heard (if
+// not nil) of each, until the test ends; it returns its address.
+func echoServer(t *testing.T, heard chan<- string) string {
+	srv, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer echo.Close()
+	t.Cleanup(func() { srv.Close() })
 	go func() {
 		for {
-			c, err := echo.Accept()
+			c, err := srv.Accept()
 			if err != nil {
 				return
 			}
@@ -30,12 +29,22 @@ func TestProxyCutsAndSlows(t *testing.T) {
 					if err != nil {
 						return
 					}
+					if heard != nil {
+						heard <- line
+					}
 					c.Write([]byte(line))
 				}
 			}()
 		}
 	}()
-	p, err := NewProxy("127.0.0.1:0", echo.Addr().String())
+	return srv.Addr().String()
+}
+
+// TestProxyCutsAndSlows: a proxy forwards both ways; refusing a source
+// cuts its open connections and refuses new ones until lifted; latency
+// delays what it forwards.
+func TestProxyCutsAndSlows(t *testing.T) {
+	p, err := NewProxy("127.0.0.1:0", echoServer(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,33 +98,8 @@ func TestProxyCutsAndSlows(t *testing.T) {
 // discards one direction: requests that never arrive, or that arrive and
 // whose answers never come back.
 func TestProxyDropsOneWay(t *testing.T) {
-	srv, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
 	heard := make(chan string, 10)
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					heard <- line
-					c.Write([]byte(line))
-				}
-			}()
-		}
-	}()
-	p, err := NewProxy("127.0.0.1:0", srv.Addr().String())
+	p, err := NewProxy("127.0.0.1:0", echoServer(t, heard))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,9 +299,9 @@ const (
 // group, until ctx ends. Messages whose outcome is unknown (a timeout, a
 // leader election) are retried on the same group with the same ids, which
 // it deduplicates. They move to another writable group of the subject only
-// when theirs refuses them (drained) or the metaserver marks it
-// unavailable; a message moved after a timeout may be stored in both
-// groups (at-least-once).
+// when theirs refuses them (drained, or its disk full) or the metaserver
+// marks it unavailable; a message moved after a timeout may be stored in
+// both groups (at-least-once).
 func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 	avoid := map[string]bool{}        // groups that cannot take this batch
 	sticky := map[string][]*pending{} // to retry on the same group
@@ -440,8 +440,11 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outc
 	if err != nil && ctx.Err() == nil {
 		var e *transport.Error
 		switch {
-		case transport.CodeOf(err) == transport.ReadOnly:
-			return moveOn // refused, so stored nowhere: safe to move
+		case transport.CodeOf(err) == transport.ReadOnly, transport.CodeOf(err) == transport.DiskFull:
+			// Refused, so stored nowhere by this request: move to another
+			// group of the subject if it has one (the same group else, after
+			// a backoff: a full disk is freed, a drained group reopened).
+			return moveOn
 		case errors.As(err, &e) && e.Retriable(), actx.Err() != nil:
 			return tryAgain
 		}

@@ -12,7 +12,7 @@ import (
 )
 
 // A broker node and its disk. The leader refuses sends with DISK_FULL
-// (retriable) while its data disk has less than Config.MinFreeDisk free,
+// while its data disk has less than Config.MinFreeDisk free,
 // well before the state machine's own floor (fsm.Config.DiskReserve, where
 // a replica waits before applying), so that consumers are still served
 // (pulls and acks write little) and delayed messages still fire. Sends are

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -33,7 +34,7 @@ func sendOne(ctx context.Context, gc caller, id string) error {
 	return err
 }
 
-// Under MinFreeDisk the leader refuses sends with DISK_FULL (retriable)
+// Under MinFreeDisk the leader refuses sends with DISK_FULL
 // and goes on serving consumers; once space is back it takes sends again.
 // Before, it proposed them until the disk was full and every replica
 // failed the same write.
@@ -63,7 +64,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 		return transport.CodeOf(sendOne(ctx, conn, "refused")) == transport.DiskFull
 	})
 	err = sendOne(ctx, conn, "refused")
-	if e, ok := err.(*transport.Error); !ok || e.Code != transport.DiskFull || !e.Retriable() || !n.Status().DiskFull {
+	if e, ok := err.(*transport.Error); !ok || e.Code != transport.DiskFull || !n.Status().DiskFull {
 		t.Fatalf("send with the disk full: %v (status %+v)", err, n.Status())
 	}
 	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second}
@@ -124,5 +125,48 @@ func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
 	})
 	if err := old.FailedErr(); err != nil {
 		t.Fatalf("the starved node stopped: %v", err)
+	}
+}
+
+// A producer whose group refuses a send with DISK_FULL moves it to
+// another broker group of the subject, as it does from a drained group;
+// nothing is stored in the full group.
+func TestProducerMovesAwayFromAFullDisk(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	full := newFakeDisk()
+	g1 := startNode(t, "g1-n1", true, func(c *Config) {
+		c.Group, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
+		c.FSM.DiskFree = full.probe
+	})
+	g2 := startMetaBroker(t, "g2", m)
+	a := newAdmin(t, m.ClientAddr())
+	for _, g := range []string{"g1", "g2"} {
+		waitFor(t, 10*time.Second, g+" available", func() bool { ok, _ := groupAvailable(t, a, g); return ok })
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	if r, err := a.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil || len(r.Groups) != 2 {
+		t.Fatalf("assign: %+v, %v", r, err)
+	}
+	full.free.Store(0)
+	p, err := qmq.NewProducer(m.ClientAddr(), qmq.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 20 {
+		msg := p.GenerateMessage("orders")
+		msg.SetInt("n", int64(i))
+		if err := p.SendMessage(ctx, msg); err != nil {
+			t.Fatalf("send %d with g1's disk full: %v", i, err)
+		}
+	}
+	if got := g1.Status().Backlog; got != 0 {
+		t.Fatalf("g1 holds %d messages with its disk full", got)
+	}
+	if !g1.FSM().HasSubject("orders") && !g2.FSM().HasSubject("orders") {
+		t.Fatal("the messages are nowhere")
+	}
+	if g1.FSM().HasSubject("orders") {
+		t.Fatal("g1, whose disk is full, stored messages")
 	}
 }

@@ -28,9 +28,10 @@ const (
 	// (too many from this address, or in all) and closed it; a later
 	// connection can succeed.
 	TooManyConnections Code = 10
-	// DiskFull is retriable: the broker's data disk is short of space, so
-	// it refuses sends; consumers are still served. Sends are taken again
-	// once space is freed.
+	// DiskFull: the broker's data disk is short of space, so it refuses
+	// sends (consumers are still served) until space is freed. Not
+	// retriable at once, here: send to another group of the subject, or
+	// here again later (the SDK's producer does both).
 	DiskFull Code = 11
 )
 
@@ -49,7 +50,7 @@ var codeInfo = map[Code]struct {
 	ReadOnly:           {"READONLY", false},
 	StaleConsumer:      {"STALE_CONSUMER", false},
 	TooManyConnections: {"TOO_MANY_CONNECTIONS", true},
-	DiskFull:           {"DISK_FULL", true},
+	DiskFull:           {"DISK_FULL", false},
 }
 
 func (c Code) String() string {

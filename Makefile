@@ -13,6 +13,7 @@ BENCH    ?= .
 CHAOS_CI ?= 8m
 DURATION ?= 30m
 SEED     ?=
+ONLY     ?=
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,8 +31,8 @@ test: ## run every test: unit, fuzz seed corpora, in-process and multi-process c
 ci: lint ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
-chaos: ## a chaos run for DURATION (30m); SEED=N replays one; prints the seed, the faults and the findings
-	QMQ_CHAOS_DURATION=$(DURATION) QMQ_CHAOS_SEED=$(SEED) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 0 ./test/
+chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims it at kinds of fault; prints the seed, the faults and the findings
+	QMQ_CHAOS_DURATION=$(DURATION) QMQ_CHAOS_SEED=$(SEED) QMQ_CHAOS_ONLY=$(ONLY) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 0 ./test/
 
 bench: ## run the benchmarks (BENCH=regexp to pick), 5 rounds each for medians
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKGS)

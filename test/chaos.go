@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ type Chaos struct {
 	// --disk-reserve); nil: no disk faults.
 	DiskGroup              *Cluster
 	DiskFloor, DiskReserve int64
+	// Only, if set, names the kinds of otherFaults to apply (the others
+	// are left out), to aim a run at them.
+	Only []string
 
 	mu       sync.Mutex
 	Schedule []string       // every fault applied, with its time since the start
@@ -110,6 +114,9 @@ func (ch *Chaos) Run(d time.Duration) {
 	var kinds []fault // every kind this run can apply
 	total := 0
 	for _, f := range otherFaults {
+		if ch.Only != nil && !slices.Contains(ch.Only, f.name) {
+			continue
+		}
 		if f.pick == nil || f.pick(ch) != nil {
 			kinds = append(kinds, f)
 			total += f.weight

@@ -3,11 +3,13 @@ package qmq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -83,8 +85,9 @@ func Subscribe(servers, subject, group string, h Handler, opts ...ConsumerOption
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.workers <= 0 || o.pullBatch <= 0 || o.pullWait <= 0 {
-		return nil, errors.New("qmq: subscribe: workers, pull batch and pull wait must be positive")
+	if o.workers <= 0 || o.pullBatch <= 0 || o.pullBatch > limits.MaxPullMessages || o.pullWait <= 0 || o.pullWait > limits.MaxPullWait {
+		return nil, fmt.Errorf("qmq: subscribe: workers %d must be positive, pull batch %d within 1..%d, pull wait %s within (0, %s]",
+			o.workers, o.pullBatch, limits.MaxPullMessages, o.pullWait, limits.MaxPullWait)
 	}
 	p, err := NewPuller(servers, subject, group, WithConsumerName(o.name))
 	if err != nil {

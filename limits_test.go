@@ -2,6 +2,7 @@ package qmq_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -108,4 +109,30 @@ func deliverAtOf(m *qmq.Message) int64 {
 		return at.UnixMilli()
 	}
 	return 0
+}
+
+// The SDK refuses pull settings the broker would refuse on every pull
+// (a Subscription with them used to receive nothing, for ever).
+func TestPullSettingsWithinLimits(t *testing.T) {
+	n := startBroker(t, nil)
+	h := func(context.Context, *qmq.Message) error { return nil }
+	for _, opt := range []qmq.ConsumerOption{qmq.WithPullBatch(limits.MaxPullMessages + 1), qmq.WithPullWait(limits.MaxPullWait + time.Millisecond)} {
+		if sub, err := qmq.Subscribe(n.ClientAddr(), "s", "g", h, opt); err == nil {
+			sub.Close()
+			t.Fatal("a subscription with settings over the limits was accepted")
+		}
+	}
+	sub, err := qmq.Subscribe(n.ClientAddr(), "s", "g", h, qmq.WithPullBatch(limits.MaxPullMessages), qmq.WithPullWait(limits.MaxPullWait))
+	if err != nil {
+		t.Fatalf("settings at the limits: %v", err)
+	}
+	sub.Close()
+	p, err := qmq.NewPuller(n.ClientAddr(), "s", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Pull(context.Background(), limits.MaxPullMessages+1, time.Millisecond); err == nil {
+		t.Fatal("a pull of more than the limit was sent")
+	}
 }

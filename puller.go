@@ -99,6 +99,9 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 // a new Puller with the same consumer name. Call Pull from one goroutine at
 // a time.
 func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
+	if limit <= 0 || limit > limits.MaxPullMessages || wait < 0 || wait > limits.MaxPullWait {
+		return nil, fmt.Errorf("qmq: pull of %d messages (1..%d) waiting %s (at most %s)", limit, limits.MaxPullMessages, wait, limits.MaxPullWait)
+	}
 	if out := p.take(limit); len(out) > 0 {
 		return out, nil
 	}

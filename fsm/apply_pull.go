@@ -37,11 +37,15 @@ func (f *FSM) applyPull(c *Pull) any {
 		cs = f.st.register(ck)
 	}
 	res := &PullResult{Epoch: cs.epoch}
-	if c.Resend && (c.Epoch == 0 || c.Epoch == cs.epoch) {
-		// An epoch of an earlier registration asks from that one's
-		// sequences: its entries went back to the group when it was
-		// reclaimed, and this one has handed it nothing it could miss.
-		f.resend(cs, c.From, min(c.Max, f.cfg.MaxPull), res)
+	if c.Resend {
+		from := c.From
+		if c.Epoch != 0 && c.Epoch != cs.epoch {
+			// It names an ended registration: it has received no reply of
+			// this one (a consumer takes the epoch of the first reply it
+			// gets), so whatever this one handed out, it never saw.
+			from = 0
+		}
+		f.resend(cs, from, min(c.Max, f.cfg.MaxPull), res)
 	}
 	n := min(c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries), f.cfg.MaxUnacked-cs.unacked())
 	if n <= 0 {

@@ -89,9 +89,11 @@ type Append struct {
 // Pull hands up to Max entries of Subject to Consumer of Group. With
 // Resend, From is the consumer's next expected pull sequence: entries it
 // was handed at or after From and has not acked are handed again first,
-// because the reply that carried them never reached it — unless Epoch
-// names an earlier registration of the consumer (0: whichever holds the
-// name now, as a restarted consumer taking over asks). Payload:
+// because the reply that carried them never reached it. Epoch names the
+// registration From belongs to (0: whichever holds the name now, as a
+// restarted consumer taking over asks); an ended one has seen no reply of
+// the current registration, which then hands again all it holds unacked.
+// Payload:
 //
 //	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0) |
 //	epoch uvarint (version 2)

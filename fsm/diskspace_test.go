@@ -1,11 +1,13 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -219,5 +221,29 @@ func TestBatchAppliesAsFarAsThereIsRoom(t *testing.T) {
 	}
 	if f.Applied() != 40 || f.WaitingForDisk() {
 		t.Fatalf("applied %d, waiting %v", f.Applied(), f.WaitingForDisk())
+	}
+}
+
+// A replica that stopped on a failed write takes no snapshot and writes no
+// checkpoint: the failed entry may be half applied (a message-log record
+// without its consume entry, when opening a new subject's consume log
+// failed), and a checkpoint would make that durable, so that the replay
+// after a restart took the message for a duplicate of itself and the
+// replica differed from the others for good.
+func TestStoppedReplicaTakesNoSnapshot(t *testing.T) {
+	f := unitFSM(t, func(c *Config) { c.OnFatal = func(error) {} })
+	appendN(t, f, 1, "s", "m", 2)
+	takeSnapshot(t, f)
+	before, err := os.ReadFile(filepath.Join(f.cfg.Dir, dataDir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stopApplying(errors.New("a write failed"), true)
+	if _, err := f.Snapshot(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Snapshot after a stop: %v, want ErrStopped", err)
+	}
+	after, err := os.ReadFile(filepath.Join(f.cfg.Dir, dataDir, checkpointFile))
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the checkpoint changed after the stop (%v)", err)
 	}
 }

@@ -35,11 +35,13 @@ func TestStaleAckDoesNotTouchTheNextLife(t *testing.T) {
 	if got := ackAt(t, f, 6, 1000, "s", "g", "c", AckRange{0, 0}); got.AckPos != 1 {
 		t.Fatalf("the second life's own ack: position %d, want 1", got.AckPos)
 	}
-	// A resend asked for by the earlier life hands nothing of this one's
-	// again; new entries come instead.
-	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 5, Resend: true, From: 0, Epoch: first.Epoch}))
-	if third.Epoch != 2 || !slices.Equal(consumeSeqs(third), []int64{2, 3, 4, 5}) {
-		t.Fatalf("a pull naming the first life: %+v, want epoch 2 and sequences 2..5 once", third)
+	// A pull naming the earlier life has seen no reply of this one (the
+	// reply that registered it was lost): this one's unacked entries come
+	// again first, whatever its From, then new ones. Without that, they
+	// stayed with a consumer that kept pulling, its session alive, for good.
+	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 5, Resend: true, From: 3, Epoch: first.Epoch}))
+	if third.Epoch != 2 || !slices.Equal(consumeSeqs(third), []int64{1, 2, 3, 4, 5}) || third.Entries[0].PullSeq != 1 {
+		t.Fatalf("a pull naming the first life: %+v, want epoch 2: its unacked sequence 1 again, then 2..5", third)
 	}
 	// Epoch 0 (a restarted consumer taking over its name) gets the
 	// unacked entries again.

@@ -28,6 +28,23 @@ func (f *FSM) Message(subject string, seq int64) (*logs.Message, error) {
 	return f.store.messages.Read(e.Offset, e.Size)
 }
 
+// MessageSize returns the size of the message with consume-log sequence
+// seq of subject as its log record stores it (its encoding and 8 bytes),
+// without reading the message: a pull reserves memory for it first.
+func (f *FSM) MessageSize(subject string, seq int64) (int, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return 0, logs.ErrClosed
+	}
+	cl := f.store.consumeLog(subject)
+	if cl == nil {
+		return 0, fmt.Errorf("%w: %s", ErrNoSubject, subject)
+	}
+	e, err := cl.Get(seq)
+	return e.Size, err
+}
+
 // LogEnds describes how far each log of the FSM reaches, for status pages
 // and for comparing replicas.
 type LogEnds struct {
@@ -93,8 +110,21 @@ func (f *FSM) HasSubject(subject string) bool {
 	return f.store != nil && f.store.consumeLog(subject) != nil
 }
 
+// Consumers returns every registered consumer, in the order they
+// registered: a new leader starts their sessions, so that one that went
+// silent under the old leader is reclaimed (and forgotten) too.
+func (f *FSM) Consumers() []ConsumerID {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	out := make([]ConsumerID, 0, len(f.st.consumers))
+	for _, c := range f.st.sortedConsumers() {
+		out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
+	}
+	return out
+}
+
 // ConsumersWithUnacked returns the consumers holding unacked entries, in
-// the order they registered. A new leader starts their sessions.
+// the order they registered.
 func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()

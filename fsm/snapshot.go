@@ -96,6 +96,12 @@ func (f *FSM) snapshotFiles(ends *logEnds) ([]segmentFile, error) {
 // it is written, the schedule hours emptied before it are removed, and the
 // journal drops what is older than any dedup window.
 func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
+	// A replica that stopped may hold half an entry (a write failed after
+	// others succeeded): a checkpoint must never make that durable. Its
+	// last checkpoint stands; a restart replays from there.
+	if err := f.Stopped(); err != nil {
+		return nil, nil, fmt.Errorf("%w: no checkpoint: %w", ErrStopped, err)
+	}
 	if err := f.store.sync(); err != nil {
 		return nil, nil, err
 	}

@@ -64,13 +64,19 @@ func (n *Node) diskFullError(free int64) error {
 func (n *Node) diskWait(waiting bool) {
 	n.applyWaiting.Store(waiting)
 	if waiting && n.raft != nil && n.raft.State() == raft.Leader {
-		n.log.Warn("this leader cannot apply for want of disk space: handing leadership to another voter")
-		go func() {
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.log.Warn("handing leadership over", "error", err)
-			}
-		}()
+		n.handOver("this leader cannot apply for want of disk space")
 	}
+}
+
+// handOver asks Raft to hand this node's leadership to another voter, in
+// the background, saying why in the log.
+func (n *Node) handOver(why string) {
+	n.log.Warn(why + ": handing leadership to another voter")
+	go func() {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("handing leadership over", "error", err)
+		}
+	}()
 }
 
 // storageFailed hears that the state machine stopped applying because a

@@ -145,10 +145,16 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	epoch := uint64(0)
 	for {
 		n.sessions.touch(id)
-		changed := n.notify.wait(req.Subject)
-		// A subject without messages registers nothing: no Raft entry for
-		// names a client makes up; the wait below ends when one arrives.
-		if n.fsm.HasSubject(req.Subject) {
+		var changed <-chan struct{}
+		if !n.fsm.HasSubject(req.Subject) {
+			// A subject without messages registers nothing: no Raft entry,
+			// nor any state, for names a client makes up. The wait ends at
+			// the next append, of whatever subject.
+			if changed = n.notify.waitAny(); n.fsm.HasSubject(req.Subject) {
+				continue // it arrived meanwhile
+			}
+		} else {
+			changed = n.notify.wait(req.Subject)
 			pctx, cancel := n.requestContext(ctx)
 			cmd := &fsm.Pull{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
 				Max: req.Max, Resend: true, From: req.From, Epoch: req.Epoch}
@@ -158,6 +164,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 				return nil, err
 			}
 			res := resp.(*fsm.PullResult)
+			n.sessions.touch(id) // registered now, if it was not
 			if len(res.Entries) > 0 {
 				return n.pulledMessages(ctx, req.Subject, id, res)
 			}
@@ -195,24 +202,31 @@ func (n *Node) pulledMessages(ctx context.Context, subject string, consumer fsm.
 	size := 0
 	var gone []int64
 	for _, e := range res.Entries {
-		m, err := n.fsm.Message(subject, e.ConsumeSeq)
+		// Take the message's bytes from the budget before reading it: the
+		// first waits for them, the others are left out when none are free.
+		need, err := n.fsm.MessageSize(subject, e.ConsumeSeq)
+		if err == nil {
+			if size += need; size > maxPullReply && len(resp.Messages) > 0 {
+				break
+			}
+			if len(resp.Messages) == 0 {
+				if err := transport.Reserve(ctx, int64(need)); err != nil {
+					return nil, err
+				}
+			} else if !transport.TryReserve(ctx, int64(need)) {
+				break
+			}
+		}
+		var m *logs.Message
+		if err == nil {
+			m, err = n.fsm.Message(subject, e.ConsumeSeq)
+		}
 		if errors.Is(err, logs.ErrRetained) {
 			gone = append(gone, e.PullSeq) // removed by retention after it was handed out
 			continue
 		}
 		if err != nil {
 			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
-		}
-		need := m.EncodedSize()
-		if size += need; size > maxPullReply && len(resp.Messages) > 0 {
-			break
-		}
-		if len(resp.Messages) == 0 {
-			if err := transport.Reserve(ctx, int64(need)); err != nil {
-				return nil, err
-			}
-		} else if !transport.TryReserve(ctx, int64(need)) {
-			break
 		}
 		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})
 	}

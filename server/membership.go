@@ -166,6 +166,9 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 // group's clocks.
 func (n *Node) startLeading(ctx context.Context) {
 	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
+	if n.applyWaiting.Load() {
+		n.handOver("this node was elected while it waits for disk space to apply")
+	}
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
 	n.goLoop(func() {
 		// A node closing cancels ctx before it stops Raft: loops started

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -46,5 +49,47 @@ func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 		}
 		got += len(resp.Messages)
 		from, epoch = resp.Messages[len(resp.Messages)-1].PullSeq+1, resp.Epoch
+	}
+}
+
+// A pull takes its message's bytes from the budget before it reads the
+// message: pulls waiting for memory hold nothing the budget does not
+// count (each used to read its 8 MiB message first, then wait).
+func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
+	n := startNode(t, "n1", true, func(c *Config) { c.ClientLimits.Memory = 12 << 20 })
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	m := &logs.Message{ID: "big", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 8<<20)}
+	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	// One connection sends 12 pulls of it (the same consumer, each asking
+	// from 0) and never reads the replies.
+	c, err := net.Dial("tcp", n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := bufio.NewWriter(c)
+	const pulls = 12
+	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1}).Encode()
+	for i := range pulls {
+		transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: req})
+	}
+	w.Flush()
+	waitFor(t, 20*time.Second, "pulls waiting for reply memory", func() bool { return n.client.Stats().WaitingForMemory >= pulls-2 })
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 40<<20 {
+		t.Fatalf("%d pulls waiting for a 12 MiB budget hold %d MiB", pulls, grown>>20)
 	}
 }

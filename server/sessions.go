@@ -12,8 +12,12 @@ import (
 // sessions is the leader's view of which consumers are alive. Every pull,
 // ack and heartbeat touches a consumer's session; one that stays silent for
 // SessionTimeout has its unacked messages reclaimed for the rest of its
-// group. Sessions are soft state: a new leader starts every consumer that
-// holds unacked messages with a fresh timeout.
+// group, and it is forgotten. Sessions are soft state: a new leader starts
+// every registered consumer with a fresh timeout, so that one that went
+// silent under the old leader (with or without unacked messages) is
+// reclaimed too, and registrations do not pile up. Only registered
+// consumers have sessions: a request naming one the state machine does not
+// know adds nothing here.
 type sessions struct {
 	n    *Node
 	mu   sync.Mutex
@@ -24,7 +28,12 @@ func newSessions(n *Node) *sessions {
 	return &sessions{n: n, seen: map[fsm.ConsumerID]time.Time{}}
 }
 
+// touch records a sign of life of a registered consumer; a consumer the
+// state machine does not know is left out.
 func (s *sessions) touch(id fsm.ConsumerID) {
+	if s.n.fsm.Epoch(id) == 0 {
+		return
+	}
 	now := s.n.clock.now()
 	s.mu.Lock()
 	s.seen[id] = now
@@ -42,7 +51,7 @@ func (s *sessions) run(ctx context.Context) {
 	}
 	now := s.n.clock.now()
 	s.mu.Lock()
-	for _, id := range s.n.fsm.ConsumersWithUnacked() {
+	for _, id := range s.n.fsm.Consumers() {
 		if _, ok := s.seen[id]; !ok {
 			s.seen[id] = now
 		}

@@ -63,7 +63,9 @@ func TestChaos(t *testing.T) {
 	// consumers; g2 lives on small disks that the disk-full fault fills
 	// (tmpfs mounts where the machine allows), g1 on the machine's disk.
 	const sessionTimeout = 3 * time.Second
-	const diskSize, diskFloor, diskReserve = 1536 << 20, 128 << 20, 32 << 20
+	// A disk holds the group's data (about half a gigabyte after eight
+	// minutes) and room to receive a snapshot of it (twice that): 3 GiB.
+	const diskSize, diskFloor, diskReserve = 3 << 30, 128 << 20, 32 << 20
 	var groups []*Cluster
 	for _, g := range []string{"g1", "g2"} {
 		flags := []string{"--meta", meta.ClientAddrs(), "--election-timeout", "500ms", "--session-timeout", sessionTimeout.String()}
@@ -217,7 +219,7 @@ func send(t *testing.T, h *History, servers string, subjects []string, seed uint
 	}
 }
 
-// sendAtLimits sends, every 5–10 s until stop, a message of exactly the
+// sendAtLimits sends, every 15–30 s until stop, a message of exactly the
 // largest size a message may have (qmq.MaxMessageSize), immediate or
 // delayed, which must be delivered like any other; and one a byte larger,
 // which the SDK must refuse with ErrMessageTooLarge before it is sent.
@@ -230,7 +232,7 @@ func sendAtLimits(t *testing.T, h *History, servers string, subjects []string, s
 	defer p.Close()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	for {
-		timer := time.NewTimer(time.Duration(5000+rng.IntN(5000)) * time.Millisecond)
+		timer := time.NewTimer(time.Duration(15000+rng.IntN(15000)) * time.Millisecond)
 		select {
 		case <-stop:
 			timer.Stop()

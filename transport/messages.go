@@ -209,8 +209,8 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 	q.Subject, q.Group, q.Consumer = readNames(r)
 	q.Max = r.Count(limits.MaxPullMessages)
 	wait := r.Uvarint()
-	if wait > uint64(time.Hour/time.Millisecond) {
-		return nil, Errorf(Invalid, "pull: wait of %d ms is above an hour", wait)
+	if wait > uint64(limits.MaxPullWait/time.Millisecond) {
+		return nil, Errorf(Invalid, "pull: wait of %d ms is above %s", wait, limits.MaxPullWait)
 	}
 	q.Wait = time.Duration(wait) * time.Millisecond
 	q.From = int64(r.Uvarint())

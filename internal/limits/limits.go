@@ -66,6 +66,9 @@ const (
 
 // Time.
 const (
+	// MaxPullWait bounds the long-poll wait a pull may ask for (a broker
+	// also caps it lower, at its own maximum).
+	MaxPullWait = time.Hour
 	// DefaultMaxDelay is two years (731 days): how far ahead a delayed
 	// message may be due unless a producer or a broker is configured
 	// otherwise.

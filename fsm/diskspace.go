@@ -40,7 +40,8 @@ const spaceCheckEvery = 100 * time.Millisecond
 // written once to a log (the message log, or a schedule record and the
 // journal), plus fixed-size index records smaller than any message: twice
 // the entry's bytes covers both, and entryOverhead covers what any command
-// adds (a pull's records in the pull log, a checkpoint of retention). A
+// adds (a pull's records in the pull log; a checkpoint retention writes is
+// counted apart, see awaitSpace). A
 // Fire names references, not messages: a leader fills one with records of
 // at most limits.MaxFireBytes, plus the one that crossed it.
 const (
@@ -74,7 +75,9 @@ func (f *FSM) awaitSpace(entries []*raft.Log) (int, bool) {
 			}
 			free = disk.Unknown
 		}
-		n, need := 0, f.cfg.DiskReserve
+		// Retention may write a checkpoint while an append applies: keep
+		// room for one (it grows with the state; twice the last one's size).
+		n, need := 0, f.cfg.DiskReserve+2*f.checkpointSize
 		for n < len(entries) && need+entryWrites(entries[n]) <= free {
 			need += entryWrites(entries[n])
 			n++

@@ -152,10 +152,11 @@ type FSM struct {
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
 
-	diskWait  atomic.Bool           // waiting for disk space before applying
-	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
-	stop      chan struct{}         // closed by Interrupt
-	interrupt sync.Once
+	checkpointSize int64                 // bytes of the last checkpoint written (FSM goroutine only)
+	diskWait       atomic.Bool           // waiting for disk space before applying
+	broken         atomic.Pointer[error] // why applying stopped for good; nil while it goes on
+	stop           chan struct{}         // closed by Interrupt
+	interrupt      sync.Once
 }
 
 var (
@@ -221,6 +222,9 @@ func (f *FSM) load(dir string) error {
 		return err
 	}
 	f.store, f.st, f.dedup, f.delayedDedup, f.firstLive = s, cp.st, d, delayed, map[string]int64{}
+	if st, err := os.Stat(filepath.Join(dir, checkpointFile)); err == nil {
+		f.checkpointSize = st.Size()
+	}
 	f.subjects = map[string]struct{}{}
 	for _, subject := range s.subjects() {
 		f.subjects[subject] = struct{}{}

@@ -107,6 +107,7 @@ func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 	}
 	c := f.currentCheckpoint()
 	cp := c.encode()
+	f.checkpointSize = int64(len(cp))
 	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
 		return nil, nil, err
 	}

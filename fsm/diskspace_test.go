@@ -247,3 +247,31 @@ func TestStoppedReplicaTakesNoSnapshot(t *testing.T) {
 		t.Fatalf("the checkpoint changed after the stop (%v)", err)
 	}
 }
+
+// The room a replica keeps before applying counts a checkpoint, which
+// retention writes in the middle of applying an append: without it, a
+// large state's checkpoint could fail the write on every replica at the
+// same entry, and again after every restart.
+func TestSpaceForACheckpoint(t *testing.T) {
+	disk := &fakeDisk{free: 1 << 40}
+	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
+	appendN(t, f, 1, "s", "m", 1)
+	takeSnapshot(t, f)
+	if f.checkpointSize == 0 {
+		t.Fatal("the checkpoint's size is not known")
+	}
+	f.checkpointSize = 100 << 20 // a large state
+	e := unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 10)}})
+	disk.mu.Lock()
+	disk.free = f.cfg.DiskReserve + entryWrites(e) + 100<<20 // room for the entry and one checkpoint, not two
+	disk.mu.Unlock()
+	done := make(chan any)
+	go func() { done <- f.Apply(e) }()
+	waitUntil(t, "the replica waits for room for a checkpoint", f.WaitingForDisk)
+	disk.mu.Lock()
+	disk.free += 100 << 20
+	disk.mu.Unlock()
+	if r := resultAs[*AppendResult](t, <-done); r.Messages[0].Status != Appended {
+		t.Fatalf("once there is room: %+v", r.Messages[0])
+	}
+}

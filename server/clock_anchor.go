@@ -30,6 +30,9 @@ const (
 	// clockWait is how long a request that needs the clock waits for the
 	// new leader's anchor before it is refused with UNAVAILABLE.
 	clockWait = time.Second
+	// anchorGiveUp is how long a new leader tries to read a quorum of
+	// clocks before it hands leadership to another voter (once a term).
+	anchorGiveUp = 10 * time.Second
 	// clockWarnOffset is how far this node's clock may stand from its
 	// group's estimate, or the group's time from the anchored clock,
 	// before a warning is logged.
@@ -99,7 +102,7 @@ func (n *Node) clockReady(ctx context.Context) error {
 // the estimate of its group's), reading the voters' clocks until a quorum
 // answers or ctx (the term) ends; it reports whether it anchored.
 func (n *Node) anchorClock(ctx context.Context, term uint64) bool {
-	began := time.Now()
+	began, handedOver := time.Now(), false
 	for attempt := 1; ; attempt++ {
 		r, err := n.readClocks(ctx)
 		if ctx.Err() != nil {
@@ -120,6 +123,13 @@ func (n *Node) anchorClock(ctx context.Context, term uint64) bool {
 			return true
 		}
 		n.log.Warn("reading the group's clocks; trying again", "attempt", attempt, "error", err)
+		if time.Since(began) >= anchorGiveUp && !handedOver {
+			// Raft works, but this node cannot reach its voters' client
+			// ports: another voter may, and a leader that serves nothing
+			// time-dependent holds the whole group up.
+			n.handOver(fmt.Sprintf("this leader could not read a quorum of its voters' clocks in %s", anchorGiveUp))
+			handedOver = true
+		}
 		if !wait.Sleep(ctx, min(time.Duration(attempt)*100*time.Millisecond, time.Second)) {
 			return false
 		}

@@ -21,6 +21,9 @@ import (
 type host struct {
 	hlog       hclog.Logger
 	clientAddr string // advertised to clients
+	// filesReserved is how many descriptors the node keeps for itself
+	// (segment files, Raft); client connections get the rest.
+	filesReserved int
 
 	client    *transport.Server
 	clientLis net.Listener
@@ -59,6 +62,7 @@ func (h *host) listen(dataDir, clientAddr, advertise string) error {
 // serve answers client requests with handler, and /status and /metrics at
 // httpAddr unless it is "".
 func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr string, status func() any, reg *prometheus.Registry) error {
+	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
 	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client"),
 		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns}
 	reg.MustRegister(clientListenerMetrics(h.client)...)

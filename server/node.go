@@ -49,6 +49,7 @@ func New(cfg Config) (_ *Node, err error) {
 	// deferred Close below must still see the node.
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), failed: make(chan struct{})}
 	n.host = newHost(n.log)
+	n.filesReserved = cfg.FSM.MaxOpenFiles
 	n.clock.wall = cfg.Now
 	defer func() {
 		if err != nil {

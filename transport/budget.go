@@ -110,6 +110,13 @@ func (r *reservation) add(n int64) bool {
 	return true
 }
 
+// holding returns the bytes the request holds now.
+func (r *reservation) holding() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held
+}
+
 // release gives back everything the request held; later reservations fail.
 func (r *reservation) release() {
 	r.mu.Lock()

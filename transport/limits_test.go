@@ -546,3 +546,51 @@ func TestServeSurvivesAcceptErrors(t *testing.T) {
 		t.Fatalf("after an accept error: %q, %v", b, err)
 	}
 }
+
+// TestUnreservedRepliesCountToo: a reply its handler did not reserve (a
+// status page, a listing) is charged to the budget before it waits for a
+// reader, so replies piling up for readers that do not read stay within
+// the budget (they used to be held outside it, 1,024 per connection).
+func TestUnreservedRepliesCountToo(t *testing.T) {
+	const (
+		budget = 1 << 20
+		reply  = 200 << 10
+		calls  = 16
+	)
+	var answered atomic.Int64
+	handler := func(context.Context, Type, []byte) ([]byte, error) {
+		answered.Add(1)
+		return make([]byte, reply), nil
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	s := &Server{Handler: handler, MaxInFlightBytes: budget}
+	addr := serve(t, s, gatedListener{lis, gate})
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.Call(context.Background(), TypeStatus, nil)
+			errs <- err
+		}()
+	}
+	eventually(t, "every reply built", func() bool { return answered.Load() == calls })
+	eventually(t, "replies waiting for memory", func() bool { return s.Stats().WaitingForMemory > 0 })
+	if inUse := s.Stats().InFlightBytes; inUse > budget {
+		t.Fatalf("replies held %d KiB; the budget is %d KiB", inUse>>10, budget>>10)
+	}
+	close(gate)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the budget whole again", func() bool { return s.Stats().InFlightBytes == 0 })
+}

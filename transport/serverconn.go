@@ -89,6 +89,18 @@ func (sc *serverConn) readRequests() error {
 			defer func() { res.release(); <-slots; sc.handlers.Done() }()
 			ctx := context.WithValue(sc.ctx, reservationKey{}, res)
 			body, err := s.Handler(ctx, h.Type, payload)
+			// A reply its handler did not reserve (a status page, a listing)
+			// is charged now, before it waits to be written.
+			if unreserved := int64(len(body)) - (res.holding() - charge); unreserved > 0 {
+				if !s.budget.take(sc.ctx, unreserved) {
+					sc.cancel()
+					sc.c.Close()
+					return
+				}
+				if !res.add(unreserved) {
+					s.budget.give(unreserved)
+				}
+			}
 			if werr := sc.w.writeResponse(h.Type|ResponseBit, h.ID, err, body); werr != nil {
 				sc.cancel()
 				sc.c.Close()

@@ -17,7 +17,11 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-// Config configures an FSM. Start from DefaultConfig.
+// Config configures an FSM. Start from DefaultConfig. The settings that
+// decide what apply does (DedupWindow, MaxUnacked, MaxPull, Retention and
+// the segment sizes) must be the same on every replica of a group, or the
+// replicas diverge; the others (Dir, MaxOpenFiles, the disk settings, the
+// callbacks) are each node's own.
 type Config struct {
 	// Dir holds the FSM's logs and checkpoint (in Dir/data) and its snapshot
 	// staging area; it must be on the same file system as the snapshot store,

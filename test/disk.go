@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,8 +40,10 @@ func (n *Node) smallDisk(size int64) {
 	if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
+	sweepStaleMounts(c.t)
 	err := unix.Mount("tmpfs", n.DataDir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size))
 	if err == nil {
+		recordMount(c.t, n.DataDir)
 		n.mounted = true
 		c.mu.Lock()
 		c.tmpfs = true
@@ -51,6 +55,44 @@ func (n *Node) smallDisk(size int64) {
 	}
 	c.t.Logf("%s: no tmpfs (%v): its disk fills by fault injection (--disk-free-file)", n.ID, err)
 	n.DiskFreeFile = filepath.Join(filepath.Dir(n.LogPath), "disk-free")
+}
+
+// mountsDir keeps, per test process, the tmpfs mounts it made: a test
+// process killed (or timed out) before its cleanups leaves them mounted,
+// holding memory, and the next one to mount sweeps them.
+var mountsDir = filepath.Join(os.TempDir(), "qmq-test-mounts")
+
+// recordMount notes a mount of this process's.
+func recordMount(t testing.TB, path string) {
+	if err := os.MkdirAll(mountsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(mountsDir, strconv.Itoa(os.Getpid())), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintln(f, path)
+}
+
+// sweepStaleMounts detaches the mounts recorded by test processes that are
+// gone.
+func sweepStaleMounts(t testing.TB) {
+	entries, _ := os.ReadDir(mountsDir)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		list := filepath.Join(mountsDir, e.Name())
+		b, _ := os.ReadFile(list)
+		for _, path := range strings.Fields(string(b)) {
+			if err := unix.Unmount(path, unix.MNT_DETACH); err == nil {
+				t.Logf("detached %s, left mounted by test process %d", path, pid)
+			}
+		}
+		os.Remove(list)
+	}
 }
 
 // unmount detaches the node's tmpfs, if it has one; the kernel frees it
@@ -69,8 +111,11 @@ func (n *Node) unmount() error {
 // fillFile is where FillDisk puts its bytes, beside the node's data.
 func (n *Node) fillFile() string { return filepath.Join(n.DataDir, "chaos-fill") }
 
-// FillDisk leaves the node's small disk (UseSmallDisks) with leave bytes
-// free, as if another program had filled it, and says what it did.
+// FillDisk leaves the node's small disk (UseSmallDisks) with about leave
+// bytes free, as if another program had filled it, and says what it did.
+// It allocates in chunks, measuring the free space again before each: the
+// node writes meanwhile, and one allocation of everything could take the
+// space the node was about to use, or, failing, start over for ever.
 func (n *Node) FillDisk(leave int64) string {
 	t := n.c.t
 	t.Helper()
@@ -83,33 +128,37 @@ func (n *Node) FillDisk(leave int64) string {
 	if !n.mounted {
 		t.Fatalf("node %s has no small disk", n.ID)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(n.DataDir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	fill := free - leave
-	if fill <= 0 {
-		return fmt.Sprintf("%s's disk already has only %d MiB free", n.ID, free>>20)
-	}
 	f, err := os.OpenFile(n.fillFile(), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var size int64
+	size, free := int64(0), int64(0)
 	if st, err := f.Stat(); err == nil {
 		size = st.Size()
 	}
-	// The file system may need a few pages of its own to hold the file:
-	// give up a little of the fill rather than fail.
-	for err := unix.Fallocate(int(f.Fd()), 0, size, fill); err != nil; err = unix.Fallocate(int(f.Fd()), 0, size, fill) {
-		if !errors.Is(err, unix.ENOSPC) || fill < 64<<10 {
+	const chunk = 64 << 20
+	for range 10000 { // bounded: the loop ends long before
+		var st unix.Statfs_t
+		if err := unix.Statfs(n.DataDir, &st); err != nil {
+			t.Fatal(err)
+		}
+		free = int64(st.Bavail) * st.Bsize
+		want := min(free-leave, chunk)
+		if want < 64<<10 {
+			break
+		}
+		switch err := unix.Fallocate(int(f.Fd()), 0, size, want); {
+		case err == nil:
+			size += want
+		case errors.Is(err, unix.ENOSPC):
+			// The node took some meanwhile, or the file system needs a page
+			// of its own: measure again.
+		default:
 			t.Fatalf("filling %s: %v", n.fillFile(), err)
 		}
-		fill -= 16 << 10
 	}
-	return fmt.Sprintf("%s's disk filled to %d MiB free (%d MiB written)", n.ID, leave>>20, fill>>20)
+	return fmt.Sprintf("%s's disk filled to %d MiB free (%d MiB written)", n.ID, free>>20, size>>20)
 }
 
 // EmptyDisk undoes FillDisk.

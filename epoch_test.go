@@ -9,17 +9,17 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
 )
 
-// waitFor polls cond every 10 ms until it holds or ctx ends.
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+// sendJobs sends n messages of subject "jobs".
+func sendJobs(ctx context.Context, t *testing.T, p *qmq.Producer, n int) {
 	t.Helper()
-	for !cond() {
-		if ctx.Err() != nil {
-			t.Fatalf("gave up waiting: %s", what)
+	for range n {
+		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -31,11 +31,7 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 // life's messages stay unacked, and its own acks work.
 func TestStaleAckIsRefused(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
-	for range 3 {
-		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendJobs(ctx, t, p, 3)
 	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"))
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +42,7 @@ func TestStaleAckIsRefused(t *testing.T) {
 		t.Fatalf("pull: %d messages, %v", len(first), err)
 	}
 	id := fsm.ConsumerID{Subject: "jobs", Group: "workers", Consumer: "c"}
-	waitFor(ctx, t, "the silent consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
+	await.True(t, 20*time.Second, "the silent consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 
 	second, err := c.Pull(ctx, 10, time.Second)
 	if err != nil || len(second) != 3 || n.FSM().Epoch(id) < 2 {
@@ -87,7 +83,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 		mu.Unlock()
 		if m.ID() == slow.ID() && times == 1 {
 			// Outlive the session: no pull is under way while every worker is busy.
-			waitFor(ctx, t, "the busy consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
+			await.True(t, 20*time.Second, "the busy consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 		}
 		return nil
 	}, qmq.WithConsumerName("sub"), qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond))
@@ -102,7 +98,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(ctx, t, "every message handled and the backlog drained", func() bool {
+	await.True(t, 20*time.Second, "every message handled and the backlog drained", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == 6 && seen[slow.ID()] >= 2 && n.FSM().Backlog() == 0
@@ -113,11 +109,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 // consuming again starts afresh at the oldest retained message.
 func TestForgetConsumerGroup(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
-	for range 2 {
-		if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendJobs(ctx, t, p, 2)
 	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone")
 	if err != nil {
 		t.Fatal(err)
@@ -158,9 +150,7 @@ func TestForgetConsumerGroup(t *testing.T) {
 // consumer was reclaimed in the middle of its own pull).
 func TestLongPollKeepsTheSessionAlive(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
-	if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
-		t.Fatal(err)
-	}
+	sendJobs(ctx, t, p, 1)
 	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
 
+	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -96,11 +97,7 @@ func TestInterruptWhileWaitingForSpace(t *testing.T) {
 // waitUntil polls cond until it holds, for up to 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	await.True(t, 10*time.Second, what, cond)
 }
 
 // A write that fails although the space check passed (the disk filled

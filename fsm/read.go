@@ -12,37 +12,45 @@ var ErrNoSubject = fmt.Errorf("%w: no such subject", logs.ErrBeyondEnd)
 // Message reads the message with consume-log sequence seq of subject, as
 // a pull handed it out. Safe on any goroutine; it sees what was applied.
 func (f *FSM) Message(subject string, seq int64) (*logs.Message, error) {
+	at, err := f.Locate(subject, seq)
+	if err != nil {
+		return nil, err
+	}
+	return f.ReadMessage(at)
+}
+
+// MessageAt is where a message lies in the message log, and the size of
+// its record (its encoding and 8 bytes).
+type MessageAt struct {
+	Offset int64
+	Size   int
+}
+
+// Locate returns where the message with consume-log sequence seq of
+// subject lies, without reading it: a pull reserves memory for it first.
+// Safe on any goroutine.
+func (f *FSM) Locate(subject string, seq int64) (MessageAt, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return MessageAt{}, logs.ErrClosed
+	}
+	cl := f.store.consumeLog(subject)
+	if cl == nil {
+		return MessageAt{}, fmt.Errorf("%w: %s", ErrNoSubject, subject)
+	}
+	e, err := cl.Get(seq)
+	return MessageAt{Offset: e.Offset, Size: e.Size}, err
+}
+
+// ReadMessage reads the message Locate found. Safe on any goroutine.
+func (f *FSM) ReadMessage(at MessageAt) (*logs.Message, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
 		return nil, logs.ErrClosed
 	}
-	cl := f.store.consumeLog(subject)
-	if cl == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoSubject, subject)
-	}
-	e, err := cl.Get(seq)
-	if err != nil {
-		return nil, err
-	}
-	return f.store.messages.Read(e.Offset, e.Size)
-}
-
-// MessageSize returns the size of the message with consume-log sequence
-// seq of subject as its log record stores it (its encoding and 8 bytes),
-// without reading the message: a pull reserves memory for it first.
-func (f *FSM) MessageSize(subject string, seq int64) (int, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.store == nil {
-		return 0, logs.ErrClosed
-	}
-	cl := f.store.consumeLog(subject)
-	if cl == nil {
-		return 0, fmt.Errorf("%w: %s", ErrNoSubject, subject)
-	}
-	e, err := cl.Get(seq)
-	return e.Size, err
+	return f.store.messages.Read(at.Offset, at.Size)
 }
 
 // LogEnds describes how far each log of the FSM reaches, for status pages

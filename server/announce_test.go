@@ -75,11 +75,7 @@ func TestVotersWithoutTheTimeRequestDoNotStallALeader(t *testing.T) {
 		t.Fatalf("transfer leadership: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the next node to lead", next.isLeader)
-	c, err := transport.NewGroupClient([]string{next.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, next.ClientAddr())
 	if got := sendRaw(t, c, &logs.Message{ID: "after", Subject: "orders"}); got != transport.SendAppended {
 		t.Fatalf("send: status %d, want appended", got)
 	}

@@ -157,11 +157,7 @@ func TestLeaderWithoutAQuorumOfClocksServesNothingTimed(t *testing.T) {
 		}
 	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	c, err := transport.NewGroupClient([]string{n1.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, n1.ClientAddr())
 	if got := sendRaw(t, c, &logs.Message{ID: "soon", Subject: "timers", DeliverAt: time.Now().Add(time.Minute).UnixMilli()}); got != transport.SendScheduled {
 		t.Fatalf("delayed send: status %d, want scheduled", got)
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,7 +33,6 @@ type diskGuard struct {
 	mu      sync.Mutex
 	checked time.Time
 	free    int64
-	refused atomic.Bool // the last check found the disk under min
 }
 
 // full reports whether sends must be refused now, and the free bytes.
@@ -47,7 +45,6 @@ func (d *diskGuard) full() (bool, int64) {
 			free = disk.Unknown // cannot tell: refuse nothing
 		}
 		d.free, d.checked = free, time.Now()
-		d.refused.Store(free < d.min)
 	}
 	return d.free < d.min, d.free
 }

@@ -44,11 +44,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	waitLeader(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, n.ClientAddr())
 	conn, err := transport.Dial(ctx, n.ClientAddr()) // no retries: each answer as it is
 	if err != nil {
 		t.Fatal(err)

@@ -51,11 +51,7 @@ func TestForgetConsumerGroupEverywhere(t *testing.T) {
 		t.Fatalf("backlog %d after the only group was forgotten", bl)
 	}
 	// A bad name is refused by the broker before it proposes anything.
-	gc, err := transport.NewGroupClient([]string{b.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, b.ClientAddr())
 	bad, _ := json.Marshal(transport.ForgetGroupRequest{Subject: "jobs", Group: "no/slash"})
 	if _, err := gc.Call(context.Background(), transport.TypeForgetGroup, bad); transport.CodeOf(err) != transport.Invalid {
 		t.Fatalf("a bad group name: %v, want INVALID", err)

@@ -204,22 +204,22 @@ func (n *Node) pulledMessages(ctx context.Context, subject string, consumer fsm.
 	for _, e := range res.Entries {
 		// Take the message's bytes from the budget before reading it: the
 		// first waits for them, the others are left out when none are free.
-		need, err := n.fsm.MessageSize(subject, e.ConsumeSeq)
+		at, err := n.fsm.Locate(subject, e.ConsumeSeq)
 		if err == nil {
-			if size += need; size > maxPullReply && len(resp.Messages) > 0 {
+			if size += at.Size; size > maxPullReply && len(resp.Messages) > 0 {
 				break
 			}
 			if len(resp.Messages) == 0 {
-				if err := transport.Reserve(ctx, int64(need)); err != nil {
+				if err := transport.Reserve(ctx, int64(at.Size)); err != nil {
 					return nil, err
 				}
-			} else if !transport.TryReserve(ctx, int64(need)) {
+			} else if !transport.TryReserve(ctx, int64(at.Size)) {
 				break
 			}
 		}
 		var m *logs.Message
 		if err == nil {
-			m, err = n.fsm.Message(subject, e.ConsumeSeq)
+			m, err = n.fsm.ReadMessage(at)
 		}
 		if errors.Is(err, logs.ErrRetained) {
 			gone = append(gone, e.PullSeq) // removed by retention after it was handed out

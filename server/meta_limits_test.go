@@ -30,11 +30,7 @@ func fillMeta(t *testing.T, m *MetaNode, cmds ...meta.Command) {
 // metaCall sends one request to a metaserver through the client protocol.
 func metaCall(t *testing.T, addr string, typ transport.Type, req any) ([]byte, error) {
 	t.Helper()
-	c, err := transport.NewGroupClient([]string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, addr)
 	b, _ := json.Marshal(req)
 	return c.Call(ctxFor(t, 10*time.Second), typ, b)
 }

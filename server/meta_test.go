@@ -76,11 +76,7 @@ func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known b
 // first use.
 func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
 	t.Helper()
-	c, err := transport.NewGroupClient([]string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, addr)
 	b, _ := json.Marshal(transport.RouteRequest{Subject: subject})
 	body, err := c.Call(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
 	if err != nil {
@@ -188,11 +184,7 @@ func TestBrokerRegistersAgain(t *testing.T) {
 	m := startMeta(t, "m1", true)
 	b := startMetaBroker(t, "g1", m)
 	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
-	c, err := transport.NewGroupClient([]string{m.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, m.ClientAddr())
 	req, _ := json.Marshal(transport.DeregisterRequest{Group: "g1", ID: b.cfg.ID})
 	if _, err := c.Call(ctxFor(t, 5*time.Second), transport.TypeDeregister, req); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // freeAddr returns a loopback address with a port free at the time of the call.
@@ -51,16 +54,21 @@ func startNode(t testing.TB, id string, bootstrap bool, tweak func(*Config)) *No
 	return n
 }
 
+// clientOf returns a client of the nodes at addrs, closed when the test ends.
+func clientOf(t testing.TB, addrs ...string) *transport.GroupClient {
+	t.Helper()
+	c, err := transport.NewGroupClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.True(t, timeout, what, cond)
 }
 
 func waitLeader(t *testing.T, n *Node) {

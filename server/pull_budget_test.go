@@ -22,11 +22,7 @@ func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 	waitFor(t, 10*time.Second, "leadership", func() bool { return n.Status().State == "Leader" })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, n.ClientAddr())
 	for i := range 8 {
 		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, 1<<20)}
 		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
@@ -60,11 +56,7 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	waitLeader(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, n.ClientAddr())
 	m := &logs.Message{ID: "big", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 8<<20)}
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
 		t.Fatal(err)

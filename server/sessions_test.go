@@ -20,11 +20,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	old := leaderOf(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	gc, err := transport.NewGroupClient([]string{old.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, old.ClientAddr())
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{{ID: "x", Subject: "s", CreatedAt: 1}}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +52,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 func TestMadeUpNamesLeaveNothingBehind(t *testing.T) {
 	n := startNode(t, "n1", true, nil)
 	waitLeader(t, n)
-	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := clientOf(t, n.ClientAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 100 {

@@ -151,9 +151,18 @@ func (ch *Chaos) Run(d time.Duration) {
 		what := f.apply(ch, c)
 		ch.record(f.name, c.Group+": "+what)
 		ch.heal(c)
-		pause := time.NewTimer(time.Duration(500+ch.rng.IntN(1500)) * time.Millisecond)
-		<-pause.C
+		sleepFor(time.Duration(500+ch.rng.IntN(1500)) * time.Millisecond)
 	}
+}
+
+// sleepFor waits d, if it is positive (the length of a fault, or what is
+// left of it).
+func sleepFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	<-timer.C
 }
 
 func (ch *Chaos) record(kind, what string) {
@@ -218,8 +227,7 @@ func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
 		if time.Since(since) > time.Minute {
 			ch.t.Fatalf("%s refused sends for a minute after a fault: %v", c.Group, err)
 		}
-		timer := time.NewTimer(20 * time.Millisecond)
-		<-timer.C
+		sleepFor(20 * time.Millisecond)
 	}
 	ch.mu.Lock()
 	ch.Unavailable[ch.current] = append(ch.Unavailable[ch.current], time.Since(since))

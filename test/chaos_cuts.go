@@ -11,12 +11,6 @@ import (
 
 func everyone(string) bool { return true }
 
-// sleepFor waits d (the length of a fault).
-func sleepFor(d time.Duration) {
-	timer := time.NewTimer(d)
-	<-timer.C
-}
-
 // cutClients cuts a broker group's leader from every client for longer
 // than the consumer session timeout, while its Raft links stay up: it
 // stays the leader, its consumers' sessions expire, and their unacked

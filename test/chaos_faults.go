@@ -103,10 +103,7 @@ func (ch *Chaos) pauseLeader(c *Cluster) string {
 	at := time.Now()
 	l.Pause()
 	ch.awaitNewLeader(c, term, at)
-	if rest := d - time.Since(at); rest > 0 {
-		timer := time.NewTimer(rest)
-		<-timer.C
-	}
+	sleepFor(d - time.Since(at))
 	l.Resume()
 	return fmt.Sprintf("SIGSTOP %s (leader in term %d) for %s", l.ID, term, d)
 }
@@ -130,10 +127,7 @@ func (ch *Chaos) partition(c *Cluster) string {
 	if victim == l {
 		ch.awaitNewLeader(c, term, at)
 	}
-	if rest := d - time.Since(at); rest > 0 {
-		timer := time.NewTimer(rest)
-		<-timer.C
-	}
+	sleepFor(d - time.Since(at))
 	for _, n := range nodes {
 		n.ClientProxy.Refuse(nil)
 		n.RaftProxy.Refuse(nil)
@@ -151,8 +145,7 @@ func (ch *Chaos) clockJump(c *Cluster) string {
 	}
 	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
 	l.SetClockOffset(j)
-	timer := time.NewTimer(d)
-	<-timer.C
+	sleepFor(d)
 	l.SetClockOffset(0)
 	return fmt.Sprintf("%s's clock (the leader's) moved %s for %s", l.ID, j, d)
 }
@@ -185,10 +178,7 @@ func (ch *Chaos) wrongClockLeader(c *Cluster) string {
 		return fmt.Sprintf("%s's clock set %s ahead; the transfer of leadership from %s failed: %v", f.ID, ahead, l.ID, err)
 	}
 	ch.awaitNewLeader(c, term, at)
-	if rest := d - time.Since(at); rest > 0 {
-		timer := time.NewTimer(rest)
-		<-timer.C
-	}
+	sleepFor(d - time.Since(at))
 	who := f.ID + " led"
 	if now, _, err := c.Leader(); err != nil || now != f {
 		who = f.ID + " was made the leader but lost it"
@@ -231,8 +221,7 @@ func (ch *Chaos) slowNode(c *Cluster) string {
 	d := time.Duration(3000+ch.rng.IntN(3000)) * time.Millisecond
 	n.ClientProxy.SetLatency(lat)
 	n.RaftProxy.SetLatency(lat)
-	timer := time.NewTimer(d)
-	<-timer.C
+	sleepFor(d)
 	n.ClientProxy.SetLatency(0)
 	n.RaftProxy.SetLatency(0)
 	return fmt.Sprintf("%s slowed by %s for %s", n.ID, lat, d)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/qmqgo/qmq/internal/await"
 )
 
 // serve runs s on a loopback port (on lis, if given); it stops at cleanup.
@@ -42,13 +44,7 @@ func echo(_ context.Context, _ Type, p []byte) ([]byte, error) { return p, nil }
 // eventually polls cond until it holds, or fails the test after 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.True(t, 20*time.Second, what, cond)
 }
 
 // frameHeaderBytes is a frame's header claiming a payload of n bytes.

@@ -35,6 +35,11 @@ const (
 	ScheduleRecordHeader = 16
 )
 
+// A largest message with its envelope fits a frame: the build fails if a
+// change to the constants above breaks that (a negative constant does not
+// convert to uint).
+const _ = uint(MaxFrame - MaxMessage - Envelope)
+
 // Counts in one request or command.
 const (
 	// MaxBatchMessages bounds the messages of one send request and of one

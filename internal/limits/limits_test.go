@@ -21,10 +21,3 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
-
-// A message of MaxMessage bytes fits a frame with room for its envelope.
-func TestLimitsFit(t *testing.T) {
-	if MaxMessage+Envelope > MaxFrame || Envelope < 64 {
-		t.Fatalf("MaxMessage %d and Envelope %d do not fit MaxFrame %d", MaxMessage, Envelope, MaxFrame)
-	}
-}

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 )
 
@@ -13,32 +12,14 @@ import (
 // pulled refuses the whole command, and so does an epoch that is not the
 // consumer's registration (ErrStaleConsumer).
 func (f *FSM) applyAck(c *Ack) any {
-	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+	cs, _, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
+	if err != nil {
 		return err
-	}
-	cs := f.st.byKey[consumerKey{c.Subject, c.Group, c.Consumer}]
-	if cs == nil {
-		return fmt.Errorf("%w: consumer %s of group %s on %s is not registered (its session expired, or it never pulled)",
-			ErrStaleConsumer, c.Consumer, c.Group, c.Subject)
-	}
-	if c.Epoch != 0 && c.Epoch != cs.epoch {
-		return fmt.Errorf("%w: consumer %s of group %s on %s: epoch %d ended (its session expired); it is epoch %d now",
-			ErrStaleConsumer, c.Consumer, c.Group, c.Subject, c.Epoch, cs.epoch)
-	}
-	for _, r := range c.Ranges {
-		if r.First < 0 || r.Last < r.First || r.Last >= cs.next {
-			return fmt.Errorf("%w: ack of pull sequences %d..%d; consumer %s has pulled 0..%d",
-				ErrInvalid, r.First, r.Last, c.Consumer, cs.next-1)
-		}
 	}
 	// Stamped only once the ack is known to be valid: a refused command
 	// changes nothing, not even the state's clock.
 	f.st.stamp(c.Now)
-	for _, r := range MergeRanges(c.Ranges) {
-		for seq := max(r.First, cs.ackPos); seq <= r.Last; seq++ {
-			cs.window[seq-cs.ackPos].acked = true
-		}
-	}
+	eachOpen(cs, c.Ranges, func(seq int64) { cs.finish(seq) })
 	cs.advance()
 	return &AckResult{AckPos: cs.ackPos}
 }

@@ -9,8 +9,9 @@ import (
 
 // applyFire moves each named schedule entry that is due and not yet fired
 // into the message log and its subject's consume log, appended at the
-// fire's time (consumers and retention see it as new), and records it in
-// its hour's dispatch log. Anything else in the command changes nothing:
+// fire's time (consumers and retention see it as new), or, for a retry,
+// back to its group (see retry.go), and records it in its hour's dispatch
+// log. Anything else in the command changes nothing:
 // an entry fired already (a Fire proposed again after a leader change), not
 // due at the proposer's time, or a reference naming no record.
 func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
@@ -40,6 +41,17 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 		}
 		if at > c.Now { // never early, by the proposer's clock
 			res.Passed++
+			continue
+		}
+		if m.Subject == retrySubject {
+			must(0, f.store.sched.Dispatch(ref))
+			fired[off] = struct{}{}
+			hs.pending--
+			if s := f.fireRetry(m); s != "" && !subjects[s] {
+				subjects[s] = true
+				res.Subjects = append(res.Subjects, s)
+			}
+			res.Fired++
 			continue
 		}
 		m.Index, m.AppendedAt = index, now

@@ -1,18 +1,23 @@
 package fsm
 
+import "fmt"
+
 // applyForget removes a consumer group of a subject and all its consumers
-// from the state: their unacked entries and the group's cursor go with
-// them. Forgetting a group that is not known changes nothing.
+// from the state: their unacked entries, the group's cursor and its dead
+// letters go with them; its retries are dropped when they fire. Forgetting
+// a group that is not known, or with IdleFor one that is not idle that
+// long, changes nothing.
 func (f *FSM) applyForget(c *Forget) any {
-	if err := CheckName("subject", c.Subject); err != nil {
+	if err := checkGroupNames(c.Subject, c.Group); err != nil {
 		return err
 	}
-	if err := CheckName("group", c.Group); err != nil {
-		return err
+	if c.IdleFor < 0 {
+		return fmt.Errorf("%w: idle for %d ms", ErrInvalid, c.IdleFor)
 	}
-	f.st.stamp(c.Now)
+	now := f.st.stamp(c.Now)
 	k := groupKey{c.Subject, c.Group}
-	if f.st.groups[k] == nil {
+	g := f.st.groups[k]
+	if g == nil || c.IdleFor > 0 && (g.consumers > 0 || g.idleSince > now-c.IdleFor) {
 		return &ForgetResult{}
 	}
 	res := &ForgetResult{Known: true}

@@ -8,10 +8,11 @@ import (
 )
 
 // applyPull hands out entries to a consumer: first the group's redelivery
-// queue, then from the group's cursor, recording each in the pull log. A
-// pull of a subject without messages registers nothing, so names a client
-// makes up cost no state; a new group or consumer past a limit of package
-// limits is refused.
+// queue, then from the group's cursor (only those matching the pull's tags,
+// if it names any), recording each in the pull log. A pull registers its
+// consumer, and its group if new, even before the subject has messages:
+// a new group starting at the latest message must receive the first one.
+// A new group or consumer past a limit of package limits is refused.
 func (f *FSM) applyPull(c *Pull) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
@@ -19,10 +20,8 @@ func (f *FSM) applyPull(c *Pull) any {
 	if c.Max <= 0 {
 		return fmt.Errorf("%w: pull of %d entries", ErrInvalid, c.Max)
 	}
-	cl := f.store.consumeLog(c.Subject)
-	if cl == nil {
-		f.st.stamp(c.Now)
-		return &PullResult{}
+	if err := c.checkOptions(); err != nil {
+		return err
 	}
 	gk, ck := groupKey{c.Subject, c.Group}, consumerKey{c.Subject, c.Group, c.Consumer}
 	cs := f.st.byKey[ck]
@@ -31,12 +30,27 @@ func (f *FSM) applyPull(c *Pull) any {
 			return err
 		}
 	}
-	f.st.stamp(c.Now)
-	g := f.group(gk, cl)
+	cl := f.store.consumeLog(c.Subject)
+	if cl == nil && c.legacy {
+		// Before version 3 a pull of a subject without messages registered
+		// nothing; a replica must apply an old command as old ones did.
+		f.st.stamp(c.Now)
+		return &PullResult{}
+	}
+	now := f.st.stamp(c.Now)
+	g := f.st.groups[gk]
+	if g == nil {
+		settings := DefaultGroupSettings()
+		settings.IdleExpiry = c.IdleExpiry
+		g = f.newGroup(gk, cl, c.Start, c.StartAt, settings)
+	}
 	if cs == nil {
 		cs = f.st.register(ck)
 	}
 	res := &PullResult{Epoch: cs.epoch}
+	if cl == nil {
+		return res
+	}
 	if c.Resend {
 		from := c.From
 		if c.Epoch != 0 && c.Epoch != cs.epoch {
@@ -47,24 +61,87 @@ func (f *FSM) applyPull(c *Pull) any {
 		}
 		f.resend(cs, from, min(c.Max, f.cfg.MaxPull), res)
 	}
-	n := min(c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries), f.cfg.MaxUnacked-cs.unacked())
+	n := min(c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries),
+		g.settings.inFlight(f.cfg.MaxUnacked)-cs.open, f.cfg.MaxUnacked-len(cs.window))
 	if n <= 0 {
 		return res
 	}
+	h := handing{cs: cs, now: now, ackWait: g.settings.AckWait, atMostOnce: c.AtMostOnce}
 	start := f.firstRetained(c.Subject, cl)
 	n += len(res.Entries)
 	for len(res.Entries) < n && len(g.redeliver) > 0 {
-		seq := g.redeliver[0]
+		r := g.redeliver[0]
 		g.redeliver = g.redeliver[1:]
-		if seq >= start { // older ones were removed by retention
-			res.Entries = append(res.Entries, f.hand(cs, seq))
+		if r.seq < start { // removed by retention
+			g.lost++
+			continue
 		}
+		res.Entries = append(res.Entries, f.hand(h, r))
 	}
-	g.cursor = max(g.cursor, start)
+	f.skipRemoved(g, start)
+	filter := newTagFilter(c.Tags, c.TagsAll)
+	if filter != nil {
+		must(0, f.store.flush()) // the filter reads entries this batch appended
+	}
+	scanned := 0
 	for end := cl.NextSeq(); len(res.Entries) < n && g.cursor < end; g.cursor++ {
-		res.Entries = append(res.Entries, f.hand(cs, g.cursor))
+		if filter != nil {
+			if scanned == maxTagScan {
+				res.More = true
+				break
+			}
+			scanned++
+			if !filter.matches(f, cl, g.cursor) {
+				continue // consumed, for this group
+			}
+		}
+		res.Entries = append(res.Entries, f.hand(h, redelivery{seq: g.cursor}))
+	}
+	if c.AtMostOnce {
+		cs.advance()
 	}
 	return res
+}
+
+// maxTagScan bounds the consume-log entries one tag-filtered pull looks
+// at, so that a rare tag costs apply a bounded time per pull; a pull that
+// stops there says More, and the leader pulls again at once.
+const maxTagScan = 10000
+
+// checkOptions reports whether a pull's options are within their bounds.
+func (c *Pull) checkOptions() error {
+	for _, t := range c.Tags {
+		if t == "" || len(t) > logs.MaxTagLen {
+			return fmt.Errorf("%w: pull tag length %d (1..%d)", ErrInvalid, len(t), logs.MaxTagLen)
+		}
+	}
+	if len(c.Tags) > logs.MaxTags {
+		return fmt.Errorf("%w: pull of %d tags (at most %d)", ErrInvalid, len(c.Tags), logs.MaxTags)
+	}
+	if err := c.Start.check(); err != nil {
+		return err
+	}
+	if c.StartAt < 0 {
+		return fmt.Errorf("%w: start time %d before the epoch", ErrInvalid, c.StartAt)
+	}
+	if c.IdleExpiry != 0 {
+		s := DefaultGroupSettings()
+		s.IdleExpiry = c.IdleExpiry
+		return s.Check()
+	}
+	return nil
+}
+
+// CheckPull reports whether apply would refuse c for its content alone: the
+// leader calls it before proposing.
+func CheckPull(c *Pull) error {
+	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+		return err
+	}
+	if c.Max <= 0 {
+		return fmt.Errorf("%w: pull of %d entries", ErrInvalid, c.Max)
+	}
+	return c.checkOptions()
 }
 
 // The limits of package limits on consumers and groups; tests lower them.
@@ -84,10 +161,8 @@ func (f *FSM) canRegister(k groupKey) error {
 		return fmt.Errorf("%w: the broker group has %d consumers registered (at most %d)", ErrLimit, len(f.st.consumers), maxConsumers)
 	case g != nil && g.consumers >= maxConsumersPerGroup:
 		return fmt.Errorf("%w: consumer group %s of %s has %d consumers (at most %d)", ErrLimit, k.group, k.subject, g.consumers, maxConsumersPerGroup)
-	case g == nil && f.st.groupsOf[k.subject] >= maxGroupsPerSubject:
-		return fmt.Errorf("%w: subject %s has %d consumer groups (at most %d)", ErrLimit, k.subject, f.st.groupsOf[k.subject], maxGroupsPerSubject)
-	case g == nil && len(f.st.groups) >= maxGroups:
-		return fmt.Errorf("%w: the broker group has %d consumer groups (at most %d)", ErrLimit, len(f.st.groups), maxGroups)
+	case g == nil:
+		return f.canAddGroup(k)
 	}
 	return nil
 }
@@ -101,7 +176,7 @@ func (f *FSM) resend(cs *consumer, from int64, limit int, res *PullResult) {
 	}
 	for i := int(max(from-cs.ackPos, 0)); i < len(cs.window) && len(res.Entries) < limit; i++ {
 		if p := cs.window[i]; !p.acked {
-			res.Entries = append(res.Entries, Pulled{PullSeq: cs.ackPos + int64(i), ConsumeSeq: p.consumeSeq})
+			res.Entries = append(res.Entries, Pulled{PullSeq: cs.ackPos + int64(i), ConsumeSeq: p.consumeSeq, Deliveries: p.deliveries})
 		}
 	}
 }
@@ -124,24 +199,74 @@ func (f *FSM) firstRetained(subject string, cl *logs.ConsumeLog) int64 {
 	return seq
 }
 
-// group returns the group's state, creating it at the start of the
-// subject's consume log: a new group gets every retained message.
-func (f *FSM) group(k groupKey, cl *logs.ConsumeLog) *group {
-	if g := f.st.groups[k]; g != nil {
-		return g
-	}
-	g := &group{cursor: cl.StartSeq()}
+// newGroup creates a consumer group at position p of its subject.
+func (f *FSM) newGroup(k groupKey, cl *logs.ConsumeLog, p StartPosition, at int64, settings GroupSettings) *group {
+	g := &group{cursor: f.position(k.subject, cl, p, at), settings: settings, gen: f.st.takeGen(), idleSince: f.st.now}
 	f.st.addGroup(k, g)
 	return g
 }
 
-// hand gives consume-log sequence seq to consumer cs as its next pull
-// sequence. The pull log records the consumer by the low 32 bits of its
-// epoch (the record's field is 32 bits; nothing reads it back but tools).
-func (f *FSM) hand(cs *consumer, seq int64) Pulled {
-	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: uint32(cs.epoch), PullSeq: cs.next, ConsumeSeq: seq}))
-	cs.window = append(cs.window, pulled{consumeSeq: seq, pos: pos})
-	p := Pulled{PullSeq: cs.next, ConsumeSeq: seq}
+// position returns the consume-log sequence of a start position: the
+// first retained entry, the next one to be appended, or the first appended
+// at or after at. A subject without a consume log starts at 0, where its
+// first message will be.
+func (f *FSM) position(subject string, cl *logs.ConsumeLog, p StartPosition, at int64) int64 {
+	if cl == nil {
+		return 0
+	}
+	switch p {
+	case StartLatest:
+		return cl.NextSeq()
+	case StartAtTime:
+		must(0, f.store.flush())
+		lo, hi := f.firstRetained(subject, cl), cl.EndSeq()
+		for lo < hi { // entries are appended at leader-stamped times that never go back
+			mid := lo + (hi-lo)/2
+			if must(cl.Get(mid)).AppendedAt < at {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		return lo
+	}
+	return f.firstRetained(subject, cl)
+}
+
+// skipRemoved moves a group's cursor past entries retention removed before
+// the group reached them, counting them lost.
+func (f *FSM) skipRemoved(g *group, start int64) {
+	if g.cursor < start {
+		g.lost += start - g.cursor
+		g.cursor = start
+	}
+}
+
+// handing is how a pull hands out its entries.
+type handing struct {
+	cs         *consumer
+	now        int64
+	ackWait    int64 // milliseconds; 0 for no deadline
+	atMostOnce bool
+}
+
+// hand gives consume-log sequence r.seq to a consumer as its next pull
+// sequence, one delivery more. The pull log records the consumer by the low
+// 32 bits of its epoch (the record's field is 32 bits; nothing reads it
+// back but tools). An at-most-once entry is done as it is handed out.
+func (f *FSM) hand(h handing, r redelivery) Pulled {
+	cs := h.cs
+	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: uint32(cs.epoch), PullSeq: cs.next, ConsumeSeq: r.seq}))
+	p := pulled{consumeSeq: r.seq, pos: pos, deliveries: r.deliveries + 1, acked: h.atMostOnce}
+	if !h.atMostOnce {
+		cs.open++
+		if h.ackWait > 0 {
+			p.deadline = h.now + h.ackWait
+			cs.nextDeadline = min(cs.nextDeadline, p.deadline)
+		}
+	}
+	cs.window = append(cs.window, p)
+	out := Pulled{PullSeq: cs.next, ConsumeSeq: r.seq, Deliveries: p.deliveries}
 	cs.next++
-	return p
+	return out
 }

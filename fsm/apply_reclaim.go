@@ -1,7 +1,8 @@
 package fsm
 
 // applyReclaim puts a consumer's unacked entries on its group's redelivery
-// queue, in pull order, so the rest of the group receives them, and
+// queue, in pull order, so the rest of the group receives them (or into
+// its dead letters, those handed out the group's most deliveries), and
 // forgets the consumer: a late ack from it is refused as stale. A Reclaim
 // naming an epoch other than the consumer's registration (a retried
 // proposal arriving after the consumer registered afresh) does nothing.
@@ -14,11 +15,14 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 	if cs == nil || (c.Epoch != 0 && c.Epoch != cs.epoch) {
 		return &ReclaimResult{}
 	}
-	g := f.st.groups[groupKey{c.Subject, c.Group}]
+	k := groupKey{c.Subject, c.Group}
+	g := f.st.groups[k]
 	n := 0
 	for _, p := range cs.window {
 		if !p.acked {
-			g.redeliver = append(g.redeliver, p.consumeSeq)
+			// A message that brought down its consumer each time it was
+			// handed out ends as a dead letter too.
+			f.giveBack(k, g, p, f.st.now, f.st.now)
 			n++
 		}
 	}

@@ -150,8 +150,8 @@ func TestLeaderTimeNeverGoesBack(t *testing.T) {
 	}{
 		{&Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 1)}}, 5000},
 		{&Append{Now: 3000, Messages: []*logs.Message{unitMsg("b", "s", 1)}}, 5000}, // new leader behind
-		{&Pull{Now: 4000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 5000},
-		{&Pull{Now: 7000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 7000},
+		{&Pull{Start: StartEarliest, Now: 4000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 5000},
+		{&Pull{Start: StartEarliest, Now: 7000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 7000},
 		{&Ack{Now: 6000, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 1}}}, 7000},
 		{&Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "c"}, 7000},
 		{&Append{Now: 6500, Messages: []*logs.Message{unitMsg("c", "s", 1)}}, 7000},
@@ -216,7 +216,7 @@ func TestPullHandsOutInOrder(t *testing.T) {
 	// Pull sequences count per consumer.
 	idx++
 	r := pullAt(t, f, idx, 1000, "s", "g", "c2", 2)
-	want := []Pulled{{PullSeq: 0, ConsumeSeq: 10}, {PullSeq: 1, ConsumeSeq: 11}}
+	want := []Pulled{{PullSeq: 0, ConsumeSeq: 10, Deliveries: 1}, {PullSeq: 1, ConsumeSeq: 11, Deliveries: 1}}
 	if !reflect.DeepEqual(r.Entries, want) {
 		t.Fatalf("second consumer got %+v, want %+v", r.Entries, want)
 	}
@@ -271,11 +271,11 @@ func TestPullEmptyAndInvalid(t *testing.T) {
 		name string
 		cmd  *Pull
 	}{
-		{"bad subject", &Pull{Subject: "a/b", Group: "g", Consumer: "c", Max: 1}},
-		{"empty group", &Pull{Subject: "s", Group: "", Consumer: "c", Max: 1}},
-		{"bad consumer", &Pull{Subject: "s", Group: "g", Consumer: "-c", Max: 1}},
-		{"max 0", &Pull{Subject: "s", Group: "g", Consumer: "c", Max: 0}},
-		{"max negative", &Pull{Subject: "s", Group: "g", Consumer: "c", Max: -1}},
+		{"bad subject", &Pull{Start: StartEarliest, Subject: "a/b", Group: "g", Consumer: "c", Max: 1}},
+		{"empty group", &Pull{Start: StartEarliest, Subject: "s", Group: "", Consumer: "c", Max: 1}},
+		{"bad consumer", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "-c", Max: 1}},
+		{"max 0", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "c", Max: 0}},
+		{"max negative", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "c", Max: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := stateBytes(f)
@@ -435,7 +435,7 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 	if r := resultAs[*AppendResult](t, f.Apply(e1)); r.Messages[0].Status != Appended {
 		t.Fatalf("%+v", r.Messages)
 	}
-	e2 := unitEntry(2, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})
+	e2 := unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})
 	f.Apply(e2)
 	before, files := stateBytes(f), dataFiles(t, f.cfg.Dir)
 	for _, e := range []*raft.Log{e1, e2, unitEntry(2, &Append{Now: 1, Messages: []*logs.Message{unitMsg("b", "s", 1)}})} {
@@ -459,14 +459,14 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 		{Index: 4, Type: raft.LogConfiguration},
 		{Index: 5, Type: raft.LogNoop},
 		{Index: 6, Type: raft.LogBarrier},
-		unitEntry(7, &Pull{Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
-		unitEntry(7, &Pull{Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
+		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
+		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
 	}
 	out := f.ApplyBatch(batch)
 	if len(out) != len(batch) {
 		t.Fatalf("%d responses for %d entries", len(out), len(batch))
 	}
-	for i, want := range []string{"nil", "nil", "append {1 ", "nil", "nil", "nil", "pull [{1 1}]", "nil"} {
+	for i, want := range []string{"nil", "nil", "append {1 ", "nil", "nil", "nil", "pull [{1 1 1}]", "nil"} {
 		if got := describe(out[i]); !strings.HasPrefix(got, want) {
 			t.Fatalf("response %d: %s, want %s…", i, got, want)
 		}

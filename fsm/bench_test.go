@@ -64,7 +64,7 @@ func BenchmarkPullAck(b *testing.B) {
 		}
 		index++
 		r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand,
-			Data: (&Pull{Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100}).Encode()}).(*PullResult)
+			Data: (&Pull{Start: StartEarliest, Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100}).Encode()}).(*PullResult)
 		if len(r.Entries) != 100 {
 			b.Fatalf("pulled %d entries", len(r.Entries))
 		}

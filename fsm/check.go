@@ -36,13 +36,18 @@ func CheckName(what, s string) error {
 }
 
 func checkNames(subject, group, consumer string) error {
-	if err := CheckName("subject", subject); err != nil {
-		return err
-	}
-	if err := CheckName("group", group); err != nil {
+	if err := checkGroupNames(subject, group); err != nil {
 		return err
 	}
 	return CheckName("consumer", consumer)
+}
+
+// checkGroupNames checks the names of a consumer group's command.
+func checkGroupNames(subject, group string) error {
+	if err := CheckName("subject", subject); err != nil {
+		return err
+	}
+	return CheckName("group", group)
 }
 
 // errTooFar refuses a delivery time the schedule's references cannot name.

@@ -36,8 +36,21 @@ import (
 //	                      records-end uvarint, dispatched-end uvarint)…  sorted by hour
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
 //	next-epoch uvarint                                                (version 3 on)
+//	next-gen uvarint | retries uvarint                                (version 4 on)
 //
-// Versions 1 and 2 still open. Before version 3 consumers had no epochs:
+// Version 4 adds, to each group, after each redelivery's seq its
+// deliveries uvarint, and after the redeliveries:
+//
+//	max-deliveries uvarint | retry-first uvarint | retry-max uvarint | ack-wait uvarint |
+//	max-in-flight uvarint | idle-expiry uvarint | gen uvarint | retrying uvarint |
+//	lost uvarint | dead-dropped uvarint | idle-since uvarint |
+//	dead-count uvarint | (seq uvarint, deliveries uvarint, at uvarint)…
+//
+// and to each window entry, after acked: deliveries uvarint | deadline uvarint.
+// A group of an earlier version opens with DefaultGroupSettings, its
+// window entries delivered once and without deadline.
+//
+// Versions 1 to 3 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
 // opens as epoch i+1. Version 1 (before delayed messages) ends at
@@ -48,7 +61,7 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 3
+const checkpointVersion = 4
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -89,8 +102,14 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 		b = binenc.AppendString(b, k.group)
 		b = binenc.AppendUvarint(b, uint64(g.cursor))
 		b = binenc.AppendUvarint(b, uint64(len(g.redeliver)))
-		for _, seq := range g.redeliver {
-			b = binenc.AppendUvarint(b, uint64(seq))
+		for _, r := range g.redeliver {
+			b = binenc.AppendUvarint(b, uint64(r.seq))
+			if version >= 4 {
+				b = binenc.AppendUvarint(b, uint64(r.deliveries))
+			}
+		}
+		if version >= 4 {
+			b = appendGroupV4(b, g)
 		}
 	}
 	b = appendConsumers(b, st, version)
@@ -121,6 +140,10 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 	}
 	if version >= 3 {
 		b = binenc.AppendUvarint(b, st.nextEpoch)
+	}
+	if version >= 4 {
+		b = binenc.AppendUvarint(b, st.nextGen)
+		b = binenc.AppendUvarint(b, uint64(st.retries))
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -157,6 +180,10 @@ func appendConsumers(b []byte, st *state, version byte) []byte {
 				acked = 1
 			}
 			b = append(b, acked)
+			if version >= 4 {
+				b = binenc.AppendUvarint(b, uint64(p.deliveries))
+				b = binenc.AppendUvarint(b, uint64(p.deadline))
+			}
 		}
 	}
 	if version < 3 {
@@ -193,10 +220,17 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
 		k := groupKey{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
-		g := &group{cursor: int64(r.Uvarint())}
+		g := &group{cursor: int64(r.Uvarint()), settings: DefaultGroupSettings()}
 		m := r.Count(r.Remaining())
 		for i := 0; i < m && r.Err() == nil; i++ {
-			g.redeliver = append(g.redeliver, int64(r.Uvarint()))
+			rd := redelivery{seq: int64(r.Uvarint())}
+			if version >= 4 {
+				rd.deliveries = uint32(min(r.Uvarint(), MaxDeliveriesLimit+1))
+			}
+			g.redeliver = append(g.redeliver, rd)
+		}
+		if version >= 4 {
+			readGroupV4(r, g)
 		}
 		st.groups[k] = g
 	}
@@ -213,7 +247,12 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		cs := &consumer{epoch: epoch, key: consumerKey{s, g, name}, ackPos: int64(r.Uvarint()), next: int64(r.Uvarint())}
 		m := r.Count(r.Remaining())
 		for i := 0; i < m && r.Err() == nil; i++ {
-			cs.window = append(cs.window, pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1})
+			p := pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1, deliveries: 1}
+			if version >= 4 {
+				p.deliveries = uint32(min(r.Uvarint(), MaxDeliveriesLimit+1))
+				p.deadline = int64(r.Uvarint())
+			}
+			cs.window = append(cs.window, p)
 		}
 		if st.byKey[cs.key] != nil {
 			return nil, fmt.Errorf("%w: consumer %v twice", ErrBadCheckpoint, cs.key)
@@ -243,6 +282,10 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	if version >= 3 {
 		st.nextEpoch = r.Uvarint()
+	}
+	if version >= 4 {
+		st.nextGen = r.Uvarint()
+		st.retries = int64(r.Uvarint())
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
@@ -291,8 +334,16 @@ func (c *checkpoint) check() error {
 		}
 		delayed += n
 	}
-	if pending != delayed {
-		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject", ErrBadCheckpoint, pending, delayed)
+	if c.st.retries < 0 || pending != delayed+c.st.retries {
+		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject and %d retries", ErrBadCheckpoint, pending, delayed, c.st.retries)
+	}
+	for k, g := range c.st.groups {
+		if err := g.check(); err != nil {
+			return fmt.Errorf("%w: group %s of %s: %w", ErrBadCheckpoint, k.group, k.subject, err)
+		}
+		if g.gen > c.st.nextGen {
+			return fmt.Errorf("%w: group %s of %s: life %d, the last given is %d", ErrBadCheckpoint, k.group, k.subject, g.gen, c.st.nextGen)
+		}
 	}
 	for _, cs := range c.st.consumers {
 		if cs.ackPos < 0 || cs.next < cs.ackPos || cs.next-cs.ackPos != int64(len(cs.window)) {
@@ -309,13 +360,21 @@ func (c *checkpoint) check() error {
 }
 
 // derive counts what the state keeps besides what a checkpoint holds: the
-// consumers of each group and the groups of each subject.
+// consumers of each group and the groups of each subject, the dead letters,
+// and each consumer's open entries and earliest deadline.
 func (s *state) derive() {
 	for _, cs := range s.consumers {
 		s.groups[groupKey{cs.key.subject, cs.key.group}].consumers++
+		for _, p := range cs.window {
+			if !p.acked {
+				cs.open++
+			}
+		}
+		cs.nextDeadline = cs.earliestDeadline()
 	}
-	for k := range s.groups {
+	for k, g := range s.groups {
 		s.groupsOf[k.subject]++
+		s.deadTotal += int64(len(g.dead))
 	}
 }
 

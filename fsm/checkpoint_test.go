@@ -279,6 +279,8 @@ type rawCheckpoint struct {
 	hours                      [][4]uint64 // hour, pending, records end, dispatched end
 	delayed                    []rawDelayed
 	nextEpoch                  uint64 // version 3; default: one past the consumers
+	group                      *group // version 4: every group's settings, counts and dead letters
+	nextGen, retries           uint64 // version 4
 }
 
 type rawDelayed struct {
@@ -307,6 +309,9 @@ func (r rawCheckpoint) body() []byte {
 	for _, g := range r.groups {
 		b = binenc.AppendString(binenc.AppendString(b, g[0]), g[1])
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, 7), 0) // cursor, no redeliveries
+		if version >= 4 {
+			b = appendGroupV4(b, cmp.Or(r.group, &group{settings: DefaultGroupSettings()}))
+		}
 	}
 	b = binenc.AppendUvarint(b, uint64(len(r.consumers)))
 	for i, c := range r.consumers {
@@ -320,6 +325,9 @@ func (r rawCheckpoint) body() []byte {
 		b = binenc.AppendUvarint(b, uint64(len(c.window)))
 		for _, w := range c.window {
 			b = append(binenc.AppendUvarint(binenc.AppendUvarint(b, w[0]), w[1]), byte(w[2]))
+			if version >= 4 {
+				b = binenc.AppendUvarint(binenc.AppendUvarint(b, 1), 0) // one delivery, no deadline
+			}
 		}
 	}
 	b = binenc.AppendUvarint(b, uint64(len(r.members)))
@@ -344,7 +352,11 @@ func (r rawCheckpoint) body() []byte {
 	if version < 3 {
 		return b
 	}
-	return binenc.AppendUvarint(b, cmp.Or(r.nextEpoch, uint64(len(r.consumers)+1)))
+	b = binenc.AppendUvarint(b, cmp.Or(r.nextEpoch, uint64(len(r.consumers)+1)))
+	if version < 4 {
+		return b
+	}
+	return binenc.AppendUvarint(binenc.AppendUvarint(b, r.nextGen), r.retries)
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -367,6 +379,12 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	v1.version, v1.hours, v1.delayed = 1, nil, nil
 	if c, err := decodeCheckpoint(seal(v1.body())); err != nil || len(c.st.hours) != 0 {
 		t.Fatalf("a version 1 checkpoint: %v", err)
+	}
+	// Version 3, before group settings: groups open with the defaults.
+	v3 := valid
+	v3.version = 3
+	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultGroupSettings() {
+		t.Fatalf("a version 3 checkpoint: %v", err)
 	}
 	v2 := valid
 	v2.version = 2
@@ -428,6 +446,16 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"overflowing pending", mutate(func(r *rawCheckpoint) {
 			r.hours = [][4]uint64{{493_000, 1 << 63, 1, 0}, {493_001, 1 << 63, 1, 0}}
 		})},
+		{"retries beyond what the hours hold", mutate(func(r *rawCheckpoint) { r.retries = 1 })},
+		{"settings out of bounds", mutate(func(r *rawCheckpoint) {
+			r.group = &group{settings: GroupSettings{MaxDeliveries: 0}}
+		})},
+		{"group life past the last given", mutate(func(r *rawCheckpoint) {
+			r.group = &group{settings: DefaultGroupSettings(), gen: 1}
+		})},
+		{"dead letter after too many deliveries", mutate(func(r *rawCheckpoint) {
+			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: MaxDeliveriesLimit + 1}}}
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := decodeCheckpoint(tc.b)
@@ -484,7 +512,7 @@ func retentionWorkload(n int) []*raft.Log {
 			cmd = &Append{Now: now, Messages: []*logs.Message{bigMsg(fmt.Sprint("m", i), subject), bigMsg(fmt.Sprint("m", i-6), subject)}}
 		case 3:
 			if i%8 == 3 {
-				cmd = &Pull{Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}
+				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}
 			} else {
 				cmd = &Ack{Now: now, Subject: subject, Group: "g", Consumer: "c", Ranges: []AckRange{{0, 0}}}
 			}

@@ -98,7 +98,7 @@ func TestCluster(t *testing.T) {
 		if n := c.reclaim(t, l, "orders", "g1", "never-pulled"); n != 0 {
 			t.Fatalf("reclaim of an unknown consumer returned %d", n)
 		}
-		if res := c.apply(t, l, &Pull{Now: c.now(), Subject: "orders", Group: "g1", Consumer: "c1", Max: 0}); !errors.Is(clusterAsError(res), ErrInvalid) {
+		if res := c.apply(t, l, &Pull{Start: StartEarliest, Now: c.now(), Subject: "orders", Group: "g1", Consumer: "c1", Max: 0}); !errors.Is(clusterAsError(res), ErrInvalid) {
 			t.Fatalf("pull of 0 entries: %v", res)
 		}
 		c.waitApplied(t, c.running()...)
@@ -666,7 +666,7 @@ func (c *clusterT) sendDuplicates(t *testing.T, n *clusterNode, nums ...int) {
 func (c *clusterT) pull(t *testing.T, n *clusterNode, subject, group, consumer string, max int) []Pulled {
 	t.Helper()
 	want := c.model.pull(subject, group, consumer, max, DefaultConfig("").MaxPull, DefaultConfig("").MaxUnacked)
-	res, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: subject, Group: group, Consumer: consumer, Max: max}).(*PullResult)
+	res, ok := c.apply(t, n, &Pull{Start: StartEarliest, Now: c.now(), Subject: subject, Group: group, Consumer: consumer, Max: max}).(*PullResult)
 	if !ok {
 		t.Fatalf("pull %s/%s/%s: response %#v", subject, group, consumer, res)
 	}
@@ -819,7 +819,7 @@ type clusterModel struct {
 
 type clusterGroup struct {
 	cursor    int64
-	redeliver []int64
+	redeliver []clusterPulled
 }
 
 type clusterConsumer struct {
@@ -830,6 +830,7 @@ type clusterConsumer struct {
 type clusterPulled struct {
 	consumeSeq int64
 	acked      bool
+	deliveries uint32
 }
 
 func (m *clusterModel) group(subject, group string) *clusterGroup {
@@ -854,17 +855,17 @@ func (m *clusterModel) pull(subject, group, consumer string, max, maxPull, maxUn
 	if end == 0 || n <= 0 {
 		return out
 	}
-	hand := func(seq int64) {
-		out = append(out, Pulled{PullSeq: cs.next, ConsumeSeq: seq})
-		cs.window = append(cs.window, clusterPulled{consumeSeq: seq})
+	hand := func(seq int64, deliveries uint32) {
+		out = append(out, Pulled{PullSeq: cs.next, ConsumeSeq: seq, Deliveries: deliveries + 1})
+		cs.window = append(cs.window, clusterPulled{consumeSeq: seq, deliveries: deliveries + 1})
 		cs.next++
 	}
 	for len(out) < n && len(g.redeliver) > 0 {
-		hand(g.redeliver[0])
+		hand(g.redeliver[0].consumeSeq, g.redeliver[0].deliveries)
 		g.redeliver = g.redeliver[1:]
 	}
 	for ; len(out) < n && g.cursor < end; g.cursor++ {
-		hand(g.cursor)
+		hand(g.cursor, 0)
 	}
 	return out
 }
@@ -900,7 +901,7 @@ func (m *clusterModel) reclaim(subject, group, consumer string) int {
 	n := 0
 	for _, p := range cs.window {
 		if !p.acked {
-			g.redeliver = append(g.redeliver, p.consumeSeq)
+			g.redeliver = append(g.redeliver, p)
 			n++
 		}
 	}

@@ -15,13 +15,19 @@ type CommandType uint8
 
 // Command types.
 const (
-	CmdAppend  CommandType = 1
-	CmdPull    CommandType = 2
-	CmdAck     CommandType = 3
-	CmdReclaim CommandType = 4
-	CmdMember  CommandType = 5
-	CmdFire    CommandType = 6
-	CmdForget  CommandType = 7
+	CmdAppend      CommandType = 1
+	CmdPull        CommandType = 2
+	CmdAck         CommandType = 3
+	CmdReclaim     CommandType = 4
+	CmdMember      CommandType = 5
+	CmdFire        CommandType = 6
+	CmdForget      CommandType = 7
+	CmdNack        CommandType = 8
+	CmdExtend      CommandType = 9
+	CmdExpire      CommandType = 10
+	CmdSetGroup    CommandType = 11
+	CmdResetGroup  CommandType = 12
+	CmdDeadLetters CommandType = 13
 )
 
 func (t CommandType) String() string {
@@ -40,23 +46,40 @@ func (t CommandType) String() string {
 		return "fire"
 	case CmdForget:
 		return "forget"
+	case CmdNack:
+		return "nack"
+	case CmdExtend:
+		return "extend"
+	case CmdExpire:
+		return "expire"
+	case CmdSetGroup:
+		return "set-group"
+	case CmdResetGroup:
+		return "reset-group"
+	case CmdDeadLetters:
+		return "dead-letters"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
 
 // commandVersion is the second byte of every command: the version of the
-// payload encoding that follows. Pull, Ack and Reclaim are written in
-// version 2 (which adds the consumer's epoch); their version 1, without
-// it, is still read, since a Raft log may hold it.
+// payload encoding that follows. Pull, Ack and Reclaim version 2 adds the
+// consumer's epoch; Pull version 3 adds how the consumer pulls (tags,
+// at-most-once) and where a new group starts; Forget version 2 adds the
+// idle condition. Every earlier version is still read, since a Raft log
+// may hold it.
 const (
 	commandVersion      = 1
 	commandVersionEpoch = 2
+	commandVersionPull3 = 3
 )
 
 // versionOf returns the version a command type is written in.
 func versionOf(t CommandType) byte {
 	switch t {
-	case CmdPull, CmdAck, CmdReclaim:
+	case CmdPull:
+		return commandVersionPull3
+	case CmdAck, CmdReclaim, CmdForget:
 		return commandVersionEpoch
 	}
 	return commandVersion
@@ -86,7 +109,13 @@ type Append struct {
 	Messages []*logs.Message
 }
 
-// Pull hands up to Max entries of Subject to Consumer of Group. With
+// Pull hands up to Max entries of Subject to Consumer of Group, first any
+// its group has to hand out again, then from the group's cursor; with Tags,
+// only messages whose tags match (any of them, or with TagsAll all),
+// stepping the cursor over the rest. With AtMostOnce the entries count as
+// acknowledged as they are handed out: never handed out again. A pull that
+// creates its group starts it at Start (StartAt for StartAtTime), with
+// IdleExpiry as its setting. With
 // Resend, From is the consumer's next expected pull sequence: entries it
 // was handed at or after From and has not acked are handed again first,
 // because the reply that carried them never reached it. Epoch names the
@@ -96,7 +125,12 @@ type Append struct {
 // Payload:
 //
 //	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0) |
-//	epoch uvarint (version 2)
+//	epoch uvarint (version 2) |
+//	flags u8 (1 at-most-once, 2 tags-all) | tag-count uvarint | tags… |
+//	start u8 | start-at i64 | idle-expiry uvarint (version 3)
+//
+// A version 1 or 2 pull creates a group at its subject's earliest retained
+// message, as those versions did.
 type Pull struct {
 	Now                      int64
 	Subject, Group, Consumer string
@@ -104,7 +138,20 @@ type Pull struct {
 	Resend                   bool
 	From                     int64
 	Epoch                    uint64
+	AtMostOnce               bool
+	Tags                     []string
+	TagsAll                  bool
+	Start                    StartPosition
+	StartAt                  int64 // Unix milliseconds, with StartAtTime
+	IdleExpiry               int64 // milliseconds
+	legacy                   bool  // decoded from version 1 or 2
 }
+
+// Pull flags (version 3).
+const (
+	pullAtMostOnce = 1 << iota
+	pullTagsAll
+)
 
 // AckRange is an inclusive range of pull sequences.
 type AckRange struct{ First, Last int64 }
@@ -134,12 +181,15 @@ type Reclaim struct {
 
 // Forget removes a consumer group of a subject from the state, with all its
 // consumers: an operator clearing away a group that is gone. If the group
-// pulls again it starts afresh, at the oldest retained message. Payload:
+// pulls again it starts afresh. With IdleFor, only a group without
+// consumers since at least that long before Now goes (a leader expiring
+// idle groups; one that came back meanwhile stays). Payload:
 //
-//	subject | group
+//	subject | group | idle-for uvarint (milliseconds, version 2)
 type Forget struct {
 	Now            int64
 	Subject, Group string
+	IdleFor        int64
 }
 
 // SetMember records a group member's client address, so that any node can
@@ -192,7 +242,22 @@ func (c *Pull) Encode() []byte {
 	if c.Resend {
 		from = uint64(c.From) + 1
 	}
-	return binenc.AppendUvarint(binenc.AppendUvarint(b, from), c.Epoch)
+	b = binenc.AppendUvarint(binenc.AppendUvarint(b, from), c.Epoch)
+	flags := byte(0)
+	if c.AtMostOnce {
+		flags |= pullAtMostOnce
+	}
+	if c.TagsAll {
+		flags |= pullTagsAll
+	}
+	b = append(b, flags)
+	b = binenc.AppendUvarint(b, uint64(len(c.Tags)))
+	for _, t := range c.Tags {
+		b = binenc.AppendString(b, t)
+	}
+	b = append(b, byte(c.Start))
+	b = binenc.AppendUint64(b, uint64(c.StartAt))
+	return binenc.AppendUvarint(b, uint64(c.IdleExpiry))
 }
 
 // Encode returns the command's bytes.
@@ -216,7 +281,8 @@ func (c *Reclaim) Encode() []byte {
 // Encode returns the command's bytes.
 func (c *Forget) Encode() []byte {
 	b := binenc.AppendString(appendHeader(nil, CmdForget, c.Now), c.Subject)
-	return binenc.AppendString(b, c.Group)
+	b = binenc.AppendString(b, c.Group)
+	return binenc.AppendUvarint(b, uint64(c.IdleFor))
 }
 
 // Encode returns the command's bytes.
@@ -240,11 +306,11 @@ func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
 	v := r.Byte()
-	if r.Err() == nil && v != versionOf(t) && (v != commandVersion || versionOf(t) != commandVersionEpoch) {
+	if r.Err() == nil && (v < commandVersion || v > versionOf(t)) {
 		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownCommand, t, v)
 	}
 	epoch := func() uint64 { // the field version 2 adds
-		if v == commandVersionEpoch {
+		if v >= commandVersionEpoch {
 			return r.Uvarint()
 		}
 		return 0
@@ -271,6 +337,10 @@ func Decode(b []byte) (any, error) {
 			c.Resend, c.From = true, int64(from-1)
 		}
 		c.Epoch = epoch()
+		c.Start, c.legacy = StartEarliest, v < commandVersionPull3 // what versions 1 and 2 did
+		if !c.legacy {
+			readPullOptions(r, c)
+		}
 		cmd = c
 	case CmdAck:
 		c := &Ack{Now: now}
@@ -298,8 +368,16 @@ func Decode(b []byte) (any, error) {
 		}
 		cmd = c
 	case CmdForget:
-		cmd = &Forget{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+		c := &Forget{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+		if v >= commandVersionEpoch {
+			c.IdleFor = int64(r.Uvarint())
+		}
+		cmd = c
 	default:
+		if c, ok := decodeConsumeCommand(t, now, r); ok {
+			cmd = c
+			break
+		}
 		if r.Err() == nil {
 			return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, t)
 		}
@@ -308,6 +386,21 @@ func Decode(b []byte) (any, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadCommand, t, err)
 	}
 	return cmd, nil
+}
+
+// readPullOptions reads what Pull version 3 adds.
+func readPullOptions(r *binenc.Reader, c *Pull) {
+	flags := r.Byte()
+	c.AtMostOnce, c.TagsAll = flags&pullAtMostOnce != 0, flags&pullTagsAll != 0
+	if n := r.Count(logs.MaxTags); n > 0 {
+		c.Tags = make([]string, n)
+		for i := range c.Tags {
+			c.Tags[i] = r.String(logs.MaxTagLen)
+		}
+	}
+	c.Start = StartPosition(r.Byte())
+	c.StartAt = r.Int64()
+	c.IdleExpiry = int64(r.Uvarint())
 }
 
 func readNames(r *binenc.Reader) (subject, group, consumer string) {

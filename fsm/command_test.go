@@ -27,13 +27,13 @@ func sampleCommands() map[string]encoder {
 	return map[string]encoder{
 		"append":         &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
 		"append empty":   &Append{Now: -1},
-		"pull":           &Pull{Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
-		"pull max":       &Pull{Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
+		"pull":           &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
+		"pull max":       &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
 		"ack":            &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 3}, {7, 7}}},
 		"ack no ranges":  &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{}},
 		"ack max ranges": &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
 		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
-		"pull resend":    &Pull{Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
+		"pull resend":    &Pull{Start: StartEarliest, Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
 		"ack epoch":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []AckRange{{1, 1}}},
 		"forget":         &Forget{Now: 2, Subject: long, Group: "g"},
 		"member":         &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
@@ -77,7 +77,7 @@ func TestCommandTypeValues(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	pull := (&Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()
+	pull := (&Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()
 	app := (&Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 3)}}).Encode()
 	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
@@ -98,7 +98,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"no time", []byte{byte(CmdPull), commandVersion, 1, 2}},
 		{"unknown type", header(99)},
 		{"type zero", header(0)},
-		{"future version", append([]byte{byte(CmdPull), commandVersionEpoch + 1}, pull[2:]...)},
+		{"future version", append([]byte{byte(CmdPull), commandVersionPull3 + 1}, pull[2:]...)},
 		{"epoch version of append", append([]byte{byte(CmdAppend), commandVersionEpoch}, app[2:]...)},
 		{"truncated pull", pull[:len(pull)-1]},
 		{"trailing byte", append(append([]byte(nil), pull...), 0)},
@@ -123,7 +123,8 @@ func TestDecodeRejects(t *testing.T) {
 	// The non-minimal samples above are well-formed apart from the varint.
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(header(CmdAppend), 0),
-		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
+		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
+			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
 		binenc.AppendUvarint(appendNames(header(CmdReclaim), "s", "g", "c"), 0),
 	} {

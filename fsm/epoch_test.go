@@ -39,13 +39,13 @@ func TestStaleAckDoesNotTouchTheNextLife(t *testing.T) {
 	// reply that registered it was lost): this one's unacked entries come
 	// again first, whatever its From, then new ones. Without that, they
 	// stayed with a consumer that kept pulling, its session alive, for good.
-	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 5, Resend: true, From: 3, Epoch: first.Epoch}))
+	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 5, Resend: true, From: 3, Epoch: first.Epoch}))
 	if third.Epoch != 2 || !slices.Equal(consumeSeqs(third), []int64{1, 2, 3, 4, 5}) || third.Entries[0].PullSeq != 1 {
 		t.Fatalf("a pull naming the first life: %+v, want epoch 2: its unacked sequence 1 again, then 2..5", third)
 	}
 	// Epoch 0 (a restarted consumer taking over its name) gets the
 	// unacked entries again.
-	takeover := resultAs[*PullResult](t, applyAt(f, 8, &Pull{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0}))
+	takeover := resultAs[*PullResult](t, applyAt(f, 8, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0}))
 	if !slices.Equal(consumeSeqs(takeover), []int64{1, 2, 3, 4, 5}) {
 		t.Fatalf("takeover with epoch 0: %v", consumeSeqs(takeover))
 	}

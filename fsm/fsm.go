@@ -381,6 +381,18 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyFire(e.Index, c)
 	case *Forget:
 		return f.applyForget(c)
+	case *Nack:
+		return f.applyNack(c)
+	case *Extend:
+		return f.applyExtend(c)
+	case *Expire:
+		return f.applyExpire(c)
+	case *SetGroup:
+		return f.applySetGroup(c)
+	case *ResetGroup:
+		return f.applyResetGroup(c)
+	case *DeadLetters:
+		return f.applyDeadLetters(c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

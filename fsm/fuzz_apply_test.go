@@ -91,7 +91,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
 			}
 		case 2, 3: // a pull, maybe asking for a resend
-			data = (&Pull{Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
+			data = (&Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
 				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3))}).Encode()
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
 			ranges := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
@@ -123,7 +123,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 			data = (&Append{Now: at, Messages: msgs}).Encode()
 		case 9, 10: // a valid command's bytes, cut short or with one byte changed
-			data = (&Pull{Now: at, Subject: "s", Group: "g", Consumer: "c", Max: 3}).Encode()
+			data = (&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g", Consumer: "c", Max: 3}).Encode()
 			if pos := pick(i+1, len(data)); recipe[i]%2 == 1 {
 				data = data[:pos]
 			} else {

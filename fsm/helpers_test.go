@@ -94,7 +94,7 @@ func appendAt(tb testing.TB, f *FSM, index uint64, now int64, msgs ...*logs.Mess
 
 func pullAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, n int) *PullResult {
 	tb.Helper()
-	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: n}))
+	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: n}))
 }
 
 func ackAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, ranges ...AckRange) *AckResult {
@@ -296,7 +296,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			cmd = &Append{Now: now, Messages: msgs}
 		case 5:
 			if i%18 != 5 {
-				cmd = &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
 				break
 			}
 			// Every entry due, those fired before included, one not due yet
@@ -309,7 +309,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			}
 			cmd = fire
 		case 2:
-			cmd = &Pull{Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+			cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
 		case 3, 7:
 			// Acks of sequences 0..i/10: refused while the consumer has not
 			// pulled that far, otherwise applied (repeatedly: harmless).
@@ -319,7 +319,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			if i%16 == 8 {
 				cmd = &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}
 			} else {
-				cmd = &Pull{Now: now - 5000, Subject: subject, Group: group, Consumer: consumers[(i+1)%3], Max: 4}
+				cmd = &Pull{Start: StartEarliest, Now: now - 5000, Subject: subject, Group: group, Consumer: consumers[(i+1)%3], Max: 4}
 			}
 		}
 		out = append(out, unitEntry(idx, cmd))

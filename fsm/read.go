@@ -110,8 +110,7 @@ func (f *FSM) Epoch(id ConsumerID) uint64 {
 	return 0
 }
 
-// HasSubject reports whether subject has messages here (a consume log). A
-// pull of any other subject registers nothing.
+// HasSubject reports whether subject has messages here (a consume log).
 func (f *FSM) HasSubject(subject string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -146,9 +145,9 @@ func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 }
 
 // Backlog returns how many deliveries the consumer groups this replica
-// knows still owe: entries not yet handed out, handed back by a reclaim,
-// or handed out and not acknowledged (an entry acked out of order counts
-// until the entries before it are acked too). It is 0 exactly when every
+// knows still owe: entries not yet handed out, due again (handed back, or
+// waiting for their retry), or handed out and not finished (acked, nacked
+// or timed out). Dead letters are finished. It is 0 exactly when every
 // known group has acknowledged everything. A group that has never pulled a
 // subject is not known here and counts nothing. It costs one step per
 // group and per consumer, never per entry, so status pages and heartbeats
@@ -160,7 +159,7 @@ func (f *FSM) Backlog() int64 {
 	defer f.stateMu.RUnlock()
 	var n int64
 	for k, g := range f.st.groups {
-		n += max(0, ends.Consume[k.subject]/logs.ConsumeRecordSize-g.cursor) + int64(len(g.redeliver))
+		n += max(0, ends.Consume[k.subject]/logs.ConsumeRecordSize-g.cursor) + int64(len(g.redeliver)) + g.retrying
 	}
 	for _, c := range f.st.consumers {
 		n += int64(c.unacked())

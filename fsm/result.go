@@ -37,17 +37,20 @@ type AppendResult struct {
 
 // Pulled is one entry handed to a consumer.
 type Pulled struct {
-	PullSeq    int64 // the consumer's pull sequence: what it acks
-	ConsumeSeq int64 // the subject's sequence: where the message is
+	PullSeq    int64  // the consumer's pull sequence: what it acks
+	ConsumeSeq int64  // the subject's sequence: where the message is
+	Deliveries uint32 // how many times the group has handed it out, this time included
 }
 
 // PullResult answers a Pull. It may hold fewer entries than asked for, or
-// none: the group has nothing more, or the consumer holds MaxUnacked.
-// Epoch is the consumer's registration, which its acks must name; 0 when
-// the pull registered nothing (its subject has no messages yet).
+// none: the group has nothing more, or the consumer holds its most.
+// Epoch is the consumer's registration, which its acks must name. More
+// says a tag-filtered pull stopped at its scan bound with entries left to
+// look at: pull again at once rather than wait for new messages.
 type PullResult struct {
 	Epoch   uint64
 	Entries []Pulled
+	More    bool
 }
 
 // AckResult answers an Ack with the consumer's ack position: every pull
@@ -75,4 +78,31 @@ type FireResult struct {
 	Fired    int      // entries moved into the message log now
 	Passed   int      // entries already fired, not due, or unknown: nothing done
 	Subjects []string // subjects that received messages, each once
+}
+
+// NackResult answers a Nack: how many entries will come back to the group,
+// and how many became dead letters.
+type NackResult struct {
+	Retried, Dead int
+}
+
+// ExtendResult answers an Extend: how many entries got their ack wait again.
+type ExtendResult struct {
+	Extended int
+}
+
+// ExpireResult answers an Expire: how many entries went back to the group,
+// and how many became dead letters.
+type ExpireResult struct {
+	Expired, Dead int
+}
+
+// GroupResult answers a SetGroup or ResetGroup: whether it created the group.
+type GroupResult struct {
+	Created bool
+}
+
+// DeadLettersResult answers a DeadLetters: how many it resent or purged.
+type DeadLettersResult struct {
+	Done int
 }

@@ -1,6 +1,10 @@
 package fsm
 
-import "github.com/qmqgo/qmq/logs"
+import (
+	"slices"
+
+	"github.com/qmqgo/qmq/logs"
+)
 
 // retain applies the retention policy at leader-stamped time now, so every
 // replica removes the same segments: sealed message-log segments that are
@@ -41,6 +45,7 @@ func (f *FSM) removeBefore(keep int64) {
 		seq := must(cl.SeqAtOrAfter(ml.Log().Start()))
 		must(cl.Log().RemoveBefore(seq * logs.ConsumeRecordSize))
 	}
+	f.countRemoved()
 	oldest := f.store.pulls.Log().Next() / logs.PullRecordSize
 	for _, cs := range f.st.consumers {
 		if len(cs.window) > 0 {
@@ -48,4 +53,34 @@ func (f *FSM) removeBefore(keep int64) {
 		}
 	}
 	must(f.store.pulls.Log().RemoveBefore(oldest * logs.PullRecordSize))
+}
+
+// countRemoved drops from every group what retention removed before the
+// group finished it (entries its cursor had not reached, entries due again,
+// dead letters), counting each as lost, so that a group behind retention
+// sees how many messages it never got.
+func (f *FSM) countRemoved() {
+	for k, g := range f.st.groups {
+		cl := f.store.consumeLog(k.subject)
+		if cl == nil {
+			continue
+		}
+		start := f.firstRetained(k.subject, cl)
+		f.skipRemoved(g, start)
+		g.redeliver = slices.DeleteFunc(g.redeliver, func(r redelivery) bool {
+			if r.seq < start {
+				g.lost++
+				return true
+			}
+			return false
+		})
+		g.dead = slices.DeleteFunc(g.dead, func(d deadLetter) bool {
+			if d.seq < start {
+				g.lost++
+				f.st.deadTotal--
+				return true
+			}
+			return false
+		})
+	}
 }

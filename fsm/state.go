@@ -3,6 +3,7 @@ package fsm
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -14,19 +15,52 @@ type groupKey struct{ subject, group string }
 type consumerKey struct{ subject, group, name string }
 
 // group is the consumption state a group shares: where its cursor stands in
-// the subject's consume log, and the entries reclaimed from consumers that
-// went away, which are handed out before the cursor moves on.
+// the subject's consume log, the entries to hand out before the cursor moves
+// on (reclaimed from consumers that went away, timed out, or due again after
+// a retry), its dead letters, and its settings.
 type group struct {
-	cursor    int64   // next consume-log sequence to hand out
-	redeliver []int64 // consume-log sequences to hand out first, in order
-	consumers int     // registered consumers (derived, not checkpointed)
+	cursor    int64        // next consume-log sequence to hand out
+	redeliver []redelivery // to hand out first, in order
+	settings  GroupSettings
+	// gen numbers the group's life since its creation or last reset: a
+	// retry scheduled in an earlier life finds another number when it
+	// fires and is dropped. Never reused (state.nextGen).
+	gen      uint64
+	retrying int64 // retries of this life scheduled and not yet fired
+	dead     []deadLetter
+	// lost counts messages retention removed before the group finished
+	// them (not yet handed out, due again, or dead letters); deadDropped
+	// counts dead letters dropped to keep within the limits.
+	lost, deadDropped int64
+	idleSince         int64 // when its last consumer went (or it was created)
+	consumers         int   // registered consumers (derived, not checkpointed)
+}
+
+// redelivery is an entry to hand out again, with how many times the group
+// has handed it out so far.
+type redelivery struct {
+	seq        int64
+	deliveries uint32
+}
+
+// deadLetter is a message the group gave up on after its most deliveries.
+type deadLetter struct {
+	seq        int64  // consume-log sequence
+	deliveries uint32 // how many times it was handed out
+	at         int64  // when it became a dead letter
 }
 
 // pulled is one entry of a consumer's unacked window.
 type pulled struct {
 	consumeSeq int64
 	pos        int64 // where the pull log recorded it
+	// done: acked, nacked or timed out; nothing more of this consumer
+	// touches it.
 	acked      bool
+	deliveries uint32 // the group's deliveries of the message, this one included
+	// deadline is when the ack timeout hands it to the group again; 0 for
+	// none.
+	deadline int64
 }
 
 // consumer is one registration of a consumer: from its first pull until
@@ -41,10 +75,42 @@ type consumer struct {
 	ackPos int64
 	next   int64
 	window []pulled
+	open   int // entries of window not done (derived)
+	// nextDeadline is at or before the earliest deadline of the open
+	// entries (noDeadline for none): the leader looks for overdue entries
+	// only in consumers whose nextDeadline has passed. Derived.
+	nextDeadline int64
 }
 
-// unacked returns how many of the consumer's entries await an ack.
-func (c *consumer) unacked() int { return len(c.window) }
+// noDeadline is a consumer's nextDeadline when none of its entries has one.
+const noDeadline = math.MaxInt64
+
+// earliestDeadline returns the earliest deadline of the open entries.
+func (c *consumer) earliestDeadline() int64 {
+	d := int64(noDeadline)
+	for _, p := range c.window {
+		if !p.acked && p.deadline != 0 {
+			d = min(d, p.deadline)
+		}
+	}
+	return d
+}
+
+// unacked returns how many of the consumer's entries await an ack (or a
+// nack, or their timeout).
+func (c *consumer) unacked() int { return c.open }
+
+// finish marks the window entry of pull sequence seq done, if it was not;
+// it reports whether it was open.
+func (c *consumer) finish(seq int64) (pulled, bool) {
+	p := &c.window[seq-c.ackPos]
+	if p.acked {
+		return *p, false
+	}
+	p.acked = true
+	c.open--
+	return *p, true
+}
 
 // advance moves the ack position over the contiguous acked head of the
 // window.
@@ -65,6 +131,7 @@ type state struct {
 	consumers map[uint64]*consumer // by epoch
 	byKey     map[consumerKey]*consumer
 	nextEpoch uint64            // the epoch the next registration gets
+	nextGen   uint64            // the last group life number given
 	members   map[string]string // node id → client address
 	// retainFrom is where retention last decided the message log starts.
 	// The checkpoint records it before any file is deleted, so a removal
@@ -74,6 +141,9 @@ type state struct {
 	// fired; delayed counts them per subject.
 	hours   map[int64]*hourState
 	delayed map[string]int64
+	// retries counts retry records pending in the schedule, of every
+	// group and life; deadTotal counts the dead letters of every group.
+	retries, deadTotal int64
 	// groupsOf counts each subject's consumer groups (derived).
 	groupsOf map[string]int
 }
@@ -109,17 +179,31 @@ func (s *state) addGroup(k groupKey, g *group) {
 
 // removeGroup forgets a consumer group (its consumers must be gone).
 func (s *state) removeGroup(k groupKey) {
+	s.deadTotal -= int64(len(s.groups[k].dead))
 	delete(s.groups, k)
 	if s.groupsOf[k.subject]--; s.groupsOf[k.subject] <= 0 {
 		delete(s.groupsOf, k.subject)
 	}
 }
 
-// register records a new consumer of an existing group under the next
-// epoch. Epochs are given in apply order, so every replica gives the same.
-func (s *state) register(key consumerKey) *consumer {
-	c := &consumer{epoch: s.nextEpoch, key: key}
+// takeEpoch returns the next consumer epoch: never given twice, and given
+// in apply order, so every replica gives the same.
+func (s *state) takeEpoch() uint64 {
+	n := s.nextEpoch
 	s.nextEpoch++
+	return n
+}
+
+// takeGen returns the next group life number (see group.gen).
+func (s *state) takeGen() uint64 {
+	s.nextGen++
+	return s.nextGen
+}
+
+// register records a new consumer of an existing group under the next
+// epoch.
+func (s *state) register(key consumerKey) *consumer {
+	c := &consumer{epoch: s.takeEpoch(), key: key, nextDeadline: noDeadline}
 	s.consumers[c.epoch] = c
 	s.byKey[key] = c
 	s.groups[groupKey{key.subject, key.group}].consumers++
@@ -131,7 +215,9 @@ func (s *state) forget(c *consumer) {
 	delete(s.byKey, c.key)
 	delete(s.consumers, c.epoch)
 	if g := s.groups[groupKey{c.key.subject, c.key.group}]; g != nil {
-		g.consumers--
+		if g.consumers--; g.consumers == 0 {
+			g.idleSince = s.now
+		}
 	}
 }
 

@@ -2,8 +2,11 @@ package fsm
 
 import (
 	"errors"
-	"fmt"
+	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/logs"
 )
@@ -15,17 +18,26 @@ func lowerLimit(t *testing.T, v *int, n int) {
 	t.Cleanup(func() { *v = old })
 }
 
-// A pull of a subject without messages registers nothing: names a client
-// makes up cost no state (before, each created a group and a consumer).
-func TestPullOfUnknownSubjectRegistersNothing(t *testing.T) {
+// A pull of a subject without messages registers its group and consumer
+// (a group starting at the latest message must get the subject's first
+// one), within the limits on the state; a version 2 pull, as before,
+// registers nothing, so that old entries replay as they were applied.
+func TestPullOfUnknownSubjectRegisters(t *testing.T) {
 	f := unitFSM(t)
-	appendN(t, f, 1, "s", "m", 1)
+	r := pullAt(t, f, 1, 0, "later", "g", "c", 10)
+	if r.Epoch == 0 || len(r.Entries) != 0 {
+		t.Fatalf("pull of a subject without messages: %+v", r)
+	}
+	appendN(t, f, 2, "later", "m", 3)
+	if got := consumeSeqs(pullAt(t, f, 3, 0, "later", "g", "c", 10)); !slices.Equal(got, []int64{0, 1, 2}) {
+		t.Fatalf("a group created before its subject's first message got %v, want all three", got)
+	}
 	before := stateBytes(f)
-	for i := range 50 {
-		r := pullAt(t, f, uint64(2+i), 0, fmt.Sprint("nothing-", i), fmt.Sprint("g", i), "c", 10)
-		if r.Epoch != 0 || len(r.Entries) != 0 {
-			t.Fatalf("pull of an unknown subject: %+v", r)
-		}
+	legacy := (&Pull{Now: 1, Subject: "nothing", Group: "g", Consumer: "c", Max: 10}).Encode()
+	legacy[1] = commandVersionEpoch
+	legacy = legacy[:len(legacy)-12] // without what version 3 adds
+	if got := f.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: legacy}); !reflect.DeepEqual(got, &PullResult{}) {
+		t.Fatalf("version 2 pull of an unknown subject: %#v", got)
 	}
 	wantStateUnchanged(t, f, before)
 }
@@ -69,20 +81,20 @@ func TestStateLimits(t *testing.T) {
 	pullAt(t, f, next(), 1000, "s1", "g1", "c1", 1)
 	pullAt(t, f, next(), 1000, "s1", "g2", "c1", 1)
 	before := stateBytes(f)
-	wantLimit("a third group of s1", applyAt(f, next(), &Pull{Now: 1000, Subject: "s1", Group: "g3", Consumer: "c1", Max: 1}))
+	wantLimit("a third group of s1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g3", Consumer: "c1", Max: 1}))
 	wantStateUnchanged(t, f, before)
 	pullAt(t, f, next(), 1000, "s2", "g1", "c1", 1)
 	before = stateBytes(f)
-	wantLimit("a fourth group", applyAt(f, next(), &Pull{Now: 1000, Subject: "s2", Group: "g2", Consumer: "c1", Max: 1}))
+	wantLimit("a fourth group", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", Group: "g2", Consumer: "c1", Max: 1}))
 	wantStateUnchanged(t, f, before)
 
 	// Consumers of a group, and consumers in all.
 	pullAt(t, f, next(), 1000, "s1", "g1", "c2", 1)
 	before = stateBytes(f)
-	wantLimit("a third consumer of g1", applyAt(f, next(), &Pull{Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	wantLimit("a third consumer of g1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
 	wantStateUnchanged(t, f, before)
 	pullAt(t, f, next(), 1000, "s1", "g2", "c2", 1)
-	wantLimit("a sixth consumer", applyAt(f, next(), &Pull{Now: 1000, Subject: "s2", Group: "g1", Consumer: "c2", Max: 1}))
+	wantLimit("a sixth consumer", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", Group: "g1", Consumer: "c2", Max: 1}))
 
 	// A consumer that goes away frees its place.
 	reclaimAt(t, f, next(), 1000, "s1", "g2", "c2")
@@ -100,7 +112,7 @@ func TestStateLimits(t *testing.T) {
 	if string(stateBytes(g)) != string(want) || len(g.subjects) != 3 || g.st.groupsOf["s1"] != 2 {
 		t.Fatalf("after a restart: %d subjects, %d groups of s1", len(g.subjects), g.st.groupsOf["s1"])
 	}
-	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
 	if r := appendAt(t, g, idx+2, 1000, &logs.Message{ID: "z", Subject: "s9", CreatedAt: 1}); r.Messages[0].Status != Rejected {
 		t.Fatalf("a fourth subject after the restart: %+v", r.Messages[0])
 	}

@@ -1,0 +1,126 @@
+package fsm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/limits"
+)
+
+// GroupSettings is how a consumer group consumes. Every replica holds the
+// group's settings in its replicated state: a group is created with
+// DefaultGroupSettings and changed by a SetGroup command, so that every
+// replica retries, times out and dead-letters alike.
+type GroupSettings struct {
+	// MaxDeliveries is how many times a message is handed to the group
+	// before it becomes a dead letter instead of being retried (QMQ's
+	// figure, 32, by default; 1 dead-letters on the first failure).
+	MaxDeliveries uint32
+	// RetryFirst is how long after a failed delivery the message comes
+	// back, the first time; each later retry waits twice as long as the one
+	// before, up to RetryMax. Milliseconds.
+	RetryFirst, RetryMax int64
+	// AckWait is how long a message handed out may stay unacked before it
+	// is handed to the group again, even while its consumer lives; 0 for
+	// no limit. Milliseconds.
+	AckWait int64
+	// MaxInFlight bounds the messages one consumer of the group holds
+	// unacked; 0 for the broker's default (Config.MaxUnacked, which also
+	// caps it).
+	MaxInFlight uint32
+	// IdleExpiry forgets the group once it has had no consumer for this
+	// long (broadcast consumers each have a group of their own); 0 never.
+	// Milliseconds.
+	IdleExpiry int64
+}
+
+// DefaultGroupSettings are a new group's settings: QMQ's retry policy
+// (32 deliveries, the first retry after 5 s, doubling to at most 15
+// minutes, so a message is given up on after about 6 hours) and a 30 s ack
+// wait.
+func DefaultGroupSettings() GroupSettings {
+	return GroupSettings{
+		MaxDeliveries: 32,
+		RetryFirst:    (5 * time.Second).Milliseconds(),
+		RetryMax:      (15 * time.Minute).Milliseconds(),
+		AckWait:       (30 * time.Second).Milliseconds(),
+	}
+}
+
+// Bounds of the settings.
+const (
+	MaxDeliveriesLimit = 10000
+	maxRetryDelay      = int64(limits.DefaultMaxDelay / time.Millisecond)
+	minAckWait         = int64(time.Second / time.Millisecond)
+	maxAckWait         = int64(7 * 24 * time.Hour / time.Millisecond)
+	minIdleExpiry      = int64(time.Second / time.Millisecond)
+)
+
+// Check reports whether the settings are within their bounds.
+func (s GroupSettings) Check() error {
+	switch {
+	case s.MaxDeliveries < 1 || s.MaxDeliveries > MaxDeliveriesLimit:
+		return fmt.Errorf("%w: max deliveries %d (1..%d)", ErrInvalid, s.MaxDeliveries, MaxDeliveriesLimit)
+	case s.RetryFirst < 0 || s.RetryMax < s.RetryFirst || s.RetryMax > maxRetryDelay:
+		return fmt.Errorf("%w: retry backoff %s to %s (0 <= first <= max <= %s)", ErrInvalid,
+			millis(s.RetryFirst), millis(s.RetryMax), millis(maxRetryDelay))
+	case s.AckWait != 0 && (s.AckWait < minAckWait || s.AckWait > maxAckWait):
+		return fmt.Errorf("%w: ack wait %s (0 for none, or %s..%s)", ErrInvalid, millis(s.AckWait), millis(minAckWait), millis(maxAckWait))
+	case s.MaxInFlight > limits.MaxPullMessages*10:
+		return fmt.Errorf("%w: max in flight %d (0 for the broker's default, at most %d)", ErrInvalid, s.MaxInFlight, limits.MaxPullMessages*10)
+	case s.IdleExpiry != 0 && (s.IdleExpiry < minIdleExpiry || s.IdleExpiry > maxRetryDelay):
+		return fmt.Errorf("%w: idle expiry %s (0 for never, or %s..%s)", ErrInvalid, millis(s.IdleExpiry), millis(minIdleExpiry), millis(maxRetryDelay))
+	}
+	return nil
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// retryDelay is how long a message waits before its retry after its
+// deliveries-th delivery failed: RetryFirst, doubling each time, capped.
+func (s GroupSettings) retryDelay(deliveries uint32) int64 {
+	d := s.RetryFirst
+	for i := uint32(1); i < deliveries && d > 0 && d < s.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, s.RetryMax)
+}
+
+// inFlight returns how many unacked entries one consumer may hold.
+func (s GroupSettings) inFlight(brokerMax int) int {
+	if s.MaxInFlight == 0 {
+		return brokerMax
+	}
+	return min(int(s.MaxInFlight), brokerMax)
+}
+
+// StartPosition says where a new group starts in its subject, or where a
+// reset moves it.
+type StartPosition uint8
+
+// Start positions. Latest is a new group's default, as in QMQ: a group
+// receives what is sent after it first pulls.
+const (
+	StartLatest   StartPosition = 0
+	StartEarliest StartPosition = 1
+	StartAtTime   StartPosition = 2 // the first message appended at or after a time
+)
+
+func (p StartPosition) String() string {
+	switch p {
+	case StartLatest:
+		return "latest"
+	case StartEarliest:
+		return "earliest"
+	case StartAtTime:
+		return "time"
+	}
+	return fmt.Sprintf("start(%d)", uint8(p))
+}
+
+func (p StartPosition) check() error {
+	if p > StartAtTime {
+		return fmt.Errorf("%w: unknown start position %d", ErrInvalid, p)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// GroupInfo is what a consumer group holds and owes, for operators.
+type GroupInfo struct {
+	Subject, Group string
+	Settings       GroupSettings
+	Cursor         int64 // the next consume-log sequence to hand out
+	End            int64 // the subject's next sequence
+	Backlog        int64 // entries the cursor has not reached
+	Redeliver      int   // entries due again now
+	Retrying       int64 // entries waiting for their retry time
+	Unacked        int   // entries handed out and not finished
+	Consumers      int
+	DeadLetters    int
+	DeadDropped    int64 // dead letters dropped at the bounds
+	Lost           int64 // messages retention removed before the group finished them
+	IdleSince      int64 // Unix milliseconds: since when it has had no consumer (if it has none)
+}
+
+// Lag is what the group still owes: every message not yet finished.
+func (g GroupInfo) Lag() int64 { return g.Backlog + int64(g.Redeliver) + g.Retrying + int64(g.Unacked) }
+
+// Groups returns every consumer group, by subject and name. Safe on any
+// goroutine.
+func (f *FSM) Groups() []GroupInfo {
+	ends := f.Ends()
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	unacked := map[groupKey]int{}
+	for _, c := range f.st.consumers {
+		unacked[groupKey{c.key.subject, c.key.group}] += c.open
+	}
+	out := make([]GroupInfo, 0, len(f.st.groups))
+	for _, k := range f.st.sortedGroups() {
+		out = append(out, f.groupInfo(k, ends, unacked[k]))
+	}
+	return out
+}
+
+// Group returns one consumer group; false if it is not known. Safe on any
+// goroutine.
+func (f *FSM) Group(subject, group string) (GroupInfo, bool) {
+	ends := f.Ends()
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	k := groupKey{subject, group}
+	if f.st.groups[k] == nil {
+		return GroupInfo{}, false
+	}
+	unacked := 0
+	for _, c := range f.st.consumers {
+		if c.key.subject == subject && c.key.group == group {
+			unacked += c.open
+		}
+	}
+	return f.groupInfo(k, ends, unacked), true
+}
+
+func (f *FSM) groupInfo(k groupKey, ends LogEnds, unacked int) GroupInfo {
+	g := f.st.groups[k]
+	end := ends.Consume[k.subject] / logs.ConsumeRecordSize
+	return GroupInfo{Subject: k.subject, Group: k.group, Settings: g.settings, Cursor: g.cursor, End: end,
+		Backlog: max(0, end-g.cursor), Redeliver: len(g.redeliver), Retrying: g.retrying, Unacked: unacked,
+		Consumers: g.consumers, DeadLetters: len(g.dead), DeadDropped: g.deadDropped, Lost: g.lost, IdleSince: g.idleSince}
+}
+
+// DeadLetter is one dead letter of a group.
+type DeadLetter struct {
+	Seq        int64  // the subject's consume-log sequence: where the message is
+	Deliveries uint32 // how many times the group was handed it
+	At         int64  // Unix milliseconds: when it became a dead letter
+}
+
+// DeadLetters returns up to limit dead letters of a group from the
+// offset-th (oldest first), and how many it has. Safe on any goroutine.
+func (f *FSM) DeadLetters(subject, group string, offset, limit int) ([]DeadLetter, int) {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	g := f.st.groups[groupKey{subject, group}]
+	if g == nil {
+		return nil, 0
+	}
+	var out []DeadLetter
+	for i := max(offset, 0); i < len(g.dead) && len(out) < limit; i++ {
+		d := g.dead[i]
+		out = append(out, DeadLetter{Seq: d.seq, Deliveries: d.deliveries, At: d.at})
+	}
+	return out, len(g.dead)
+}
+
+// Overdue names, per consumer, pull sequences whose ack wait has passed at
+// now, at most limit in all: a leader proposes an Expire for each. A
+// consumer whose earliest deadline it knew had passed but holds nothing
+// overdue (it acked them) is named with no sequences, so that an Expire
+// brings its deadline up to date and it is not looked at again. Safe on
+// any goroutine.
+func (f *FSM) Overdue(now int64, limit int) []Overdue {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	var out []Overdue
+	n := 0
+	for _, c := range f.st.consumers {
+		if c.nextDeadline > now || n >= limit {
+			continue
+		}
+		o := Overdue{ID: ConsumerID{c.key.subject, c.key.group, c.key.name}, Epoch: c.epoch}
+		for i, p := range c.window {
+			if n >= limit {
+				break
+			}
+			if !p.acked && p.deadline != 0 && p.deadline <= now {
+				seq := c.ackPos + int64(i)
+				if k := len(o.Ranges); k > 0 && o.Ranges[k-1].Last == seq-1 && k < limits.MaxAckRanges {
+					o.Ranges[k-1].Last = seq
+				} else if k < limits.MaxAckRanges {
+					o.Ranges = append(o.Ranges, AckRange{First: seq, Last: seq})
+				}
+				n++
+			}
+		}
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b Overdue) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	return out
+}
+
+// Overdue is one consumer's entries past their ack wait.
+type Overdue struct {
+	ID     ConsumerID
+	Epoch  uint64
+	Ranges []AckRange
+}
+
+// IdleGroup is a group to forget: it has had no consumer for its idle
+// expiry.
+type IdleGroup struct {
+	Subject, Group string
+	IdleFor        int64 // milliseconds: its idle expiry, for the Forget
+}
+
+// IdleGroups returns the groups whose idle expiry has passed at now. Safe
+// on any goroutine.
+func (f *FSM) IdleGroups(now int64) []IdleGroup {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	var out []IdleGroup
+	for _, k := range f.st.sortedGroups() {
+		g := f.st.groups[k]
+		if e := g.settings.IdleExpiry; e > 0 && g.consumers == 0 && g.idleSince+e <= now {
+			out = append(out, IdleGroup{Subject: k.subject, Group: k.group, IdleFor: e})
+		}
+	}
+	return out
+}

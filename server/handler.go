@@ -22,6 +22,20 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handlePull(ctx, p)
 	case transport.TypeAck:
 		return n.handleAck(ctx, p)
+	case transport.TypeNack:
+		return n.handleNack(ctx, p)
+	case transport.TypeExtend:
+		return n.handleExtend(ctx, p)
+	case transport.TypeGroups:
+		return n.handleGroups(p)
+	case transport.TypeSetGroup:
+		return n.handleSetGroup(ctx, p)
+	case transport.TypeResetGroup:
+		return n.handleResetGroup(ctx, p)
+	case transport.TypeDeadLetters:
+		return n.handleDeadLetters(ctx, p)
+	case transport.TypeDeadLetterOp:
+		return n.handleDeadLetterOp(ctx, p)
 	case transport.TypeHeartbeat:
 		return n.handleHeartbeat(p)
 	case transport.TypeStatus:
@@ -137,38 +151,39 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	cmd := pullCommand(req)
+	if err := fsm.CheckPull(cmd); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
 	// A long poll is a sign of life for as long as it waits.
 	alive := time.NewTicker(max(n.cfg.SessionTimeout/4, 10*time.Millisecond))
 	defer alive.Stop()
-	epoch := uint64(0)
 	for {
 		n.sessions.touch(id)
+		// Take the channel before pulling, so an append between the two is
+		// not missed; only for a subject with messages or a consumer
+		// registered, so that names a client makes up (and the limits
+		// refuse) leave no channel behind.
 		var changed <-chan struct{}
-		if !n.fsm.HasSubject(req.Subject) {
-			// A subject without messages registers nothing: no Raft entry,
-			// nor any state, for names a client makes up. The wait ends at
-			// the next append, of whatever subject.
-			if changed = n.notify.waitAny(); n.fsm.HasSubject(req.Subject) {
-				continue // it arrived meanwhile
-			}
-		} else {
+		if n.fsm.HasSubject(req.Subject) || n.fsm.Epoch(id) != 0 {
 			changed = n.notify.wait(req.Subject)
-			pctx, cancel := n.requestContext(ctx)
-			cmd := &fsm.Pull{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
-				Max: req.Max, Resend: true, From: req.From, Epoch: req.Epoch}
-			resp, err := n.propose(pctx, cmd.Encode())
-			cancel()
-			if err != nil {
-				return nil, err
-			}
-			res := resp.(*fsm.PullResult)
-			n.sessions.touch(id) // registered now, if it was not
-			if len(res.Entries) > 0 {
-				return n.pulledMessages(ctx, req.Subject, id, res)
-			}
-			epoch = res.Epoch
+		}
+		pctx, cancel := n.requestContext(ctx)
+		cmd.Now = n.clock.now().UnixMilli()
+		resp, err := n.propose(pctx, cmd.Encode())
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		res := resp.(*fsm.PullResult)
+		n.sessions.touch(id) // registered now, if it was not
+		if len(res.Entries) > 0 {
+			return n.pulledMessages(ctx, req, id, res)
+		}
+		if changed == nil || res.More {
+			continue // registered now: wait with a channel; or a tag filter has more to look at
 		}
 	wait:
 		for {
@@ -178,12 +193,24 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			case <-alive.C:
 				n.sessions.touch(id)
 			case <-deadline.C:
-				return (&transport.PullResponse{Epoch: epoch}).Encode(), nil
+				return (&transport.PullResponse{Epoch: res.Epoch, Version: req.Version}).Encode(), nil
 			case <-ctx.Done():
 				return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
 			}
 		}
 	}
+}
+
+// pullCommand is the state machine's command for a pull request; Now is
+// stamped at each proposal.
+func pullCommand(req *transport.PullRequest) *fsm.Pull {
+	cmd := &fsm.Pull{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max,
+		Resend: true, From: req.From, Epoch: req.Epoch, AtMostOnce: req.AtMostOnce, Tags: req.Tags, TagsAll: req.TagsAll,
+		Start: fsm.StartPosition(req.Start), IdleExpiry: req.IdleExpiry.Milliseconds()}
+	if req.Start == transport.StartAtTime {
+		cmd.StartAt = req.StartAt.UnixMilli()
+	}
+	return cmd
 }
 
 // maxPullReply bounds a pull's reply well below the client's frame limit.
@@ -197,8 +224,9 @@ const maxPullReply = transport.DefaultMaxFrame / 2
 // the others are left out when none are free. Messages left out come again
 // on the consumer's next pull, which asks from the first pull sequence it
 // has not received.
-func (n *Node) pulledMessages(ctx context.Context, subject string, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
-	resp := &transport.PullResponse{Epoch: res.Epoch, Messages: make([]transport.PulledMessage, 0, len(res.Entries))}
+func (n *Node) pulledMessages(ctx context.Context, req *transport.PullRequest, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
+	subject := req.Subject
+	resp := &transport.PullResponse{Epoch: res.Epoch, Version: req.Version, Messages: make([]transport.PulledMessage, 0, len(res.Entries))}
 	size := 0
 	var gone []int64
 	for _, e := range res.Entries {
@@ -228,7 +256,7 @@ func (n *Node) pulledMessages(ctx context.Context, subject string, consumer fsm.
 		if err != nil {
 			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
 		}
-		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Message: m})
+		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Deliveries: e.Deliveries, Message: m})
 	}
 	if len(gone) > 0 {
 		n.ackGone(subject, consumer, res.Epoch, gone)

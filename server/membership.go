@@ -177,6 +177,7 @@ func (n *Node) startLeading(ctx context.Context) {
 			return
 		}
 		n.goLoop(func() { n.sessions.run(ctx) })
+		n.goLoop(func() { n.runUpkeep(ctx) })
 		n.goLoop(func() { n.runDelays(ctx) })
 		n.goLoop(func() { n.checkGroupTime(ctx, last) })
 	})

@@ -20,6 +20,8 @@ type metrics struct {
 	delaysFired   prometheus.Counter
 	delayLateness prometheus.Histogram
 	sendsRefused  *prometheus.CounterVec
+	nacked        prometheus.Counter
+	expired       prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -47,6 +49,12 @@ func newMetrics(n *Node) *metrics {
 		sendsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qmq_sends_refused_total", Help: "Send requests the leader refused before proposing them, by reason (disk_full).",
 		}, []string{"reason"}),
+		nacked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "qmq_messages_nacked_total", Help: "Ranges of messages consumers reported failed (nack requests' ranges).",
+		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "qmq_messages_ack_timeouts_total", Help: "Messages this node, as leader, handed back to their group when their ack wait passed.",
+		}),
 		delayLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "qmq_delayed_lateness_seconds",
 			Help:    "Time from a delayed message's delivery time to the commit of the Fire that delivered it.",
@@ -56,7 +64,7 @@ func newMetrics(n *Node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused,
+	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused, m.nacked, m.expired, groupCollector{n},
 		gauge("qmq_disk_free_bytes", "Free space on the data disk, as the send path last saw it.", func() float64 { _, free := n.disk.full(); return float64(free) }),
 		gauge("qmq_apply_waiting_for_disk", "1 while the state machine waits for disk space before applying.", func() float64 {
 			if n.applyWaiting.Load() {
@@ -107,5 +115,48 @@ func clientListenerMetrics(s *transport.Server) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_client_frame_timeouts_total",
 			Help: "Client connections closed because a frame took longer than the frame timeout to arrive."},
 			stat(func(st transport.ServerStats) float64 { return float64(st.FramesTimedOut) })),
+	}
+}
+
+// groupCollector exports every consumer group's figures from this node's
+// replica (QMQ's sequence lag among them), labelled by subject and group.
+type groupCollector struct{ n *Node }
+
+var groupDescs = struct{ lag, backlog, retrying, unacked, dead, lost, consumers *prometheus.Desc }{
+	lag: prometheus.NewDesc("qmq_consumer_group_lag", "Messages the group has not finished: not yet handed out, due again, retrying or unacked.",
+		[]string{"subject", "group"}, nil),
+	backlog: prometheus.NewDesc("qmq_consumer_group_backlog", "Messages the group's cursor has not reached.",
+		[]string{"subject", "group"}, nil),
+	retrying: prometheus.NewDesc("qmq_consumer_group_retrying", "Messages waiting for their retry time.",
+		[]string{"subject", "group"}, nil),
+	unacked: prometheus.NewDesc("qmq_consumer_group_unacked", "Messages handed to consumers and not finished.",
+		[]string{"subject", "group"}, nil),
+	dead: prometheus.NewDesc("qmq_consumer_group_dead_letters", "Dead letters kept.",
+		[]string{"subject", "group"}, nil),
+	lost: prometheus.NewDesc("qmq_consumer_group_lost_total", "Messages retention removed before the group finished them.",
+		[]string{"subject", "group"}, nil),
+	consumers: prometheus.NewDesc("qmq_consumer_group_consumers", "Consumers registered (online).",
+		[]string{"subject", "group"}, nil),
+}
+
+func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{groupDescs.lag, groupDescs.backlog, groupDescs.retrying, groupDescs.unacked,
+		groupDescs.dead, groupDescs.lost, groupDescs.consumers} {
+		ch <- d
+	}
+}
+
+func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, g := range c.n.fsm.Groups() {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, g.Subject, g.Group)
+		}
+		gauge(groupDescs.lag, float64(g.Lag()))
+		gauge(groupDescs.backlog, float64(g.Backlog))
+		gauge(groupDescs.retrying, float64(g.Retrying))
+		gauge(groupDescs.unacked, float64(g.Unacked))
+		gauge(groupDescs.dead, float64(g.DeadLetters))
+		ch <- prometheus.MustNewConstMetric(groupDescs.lost, prometheus.CounterValue, float64(g.Lost), g.Subject, g.Group)
+		gauge(groupDescs.consumers, float64(g.Consumers))
 	}
 }

@@ -75,6 +75,26 @@ const (
 	// group's voters before it stamps or fires anything, and bounds its own
 	// clock by theirs.
 	TypeTime Type = 20
+
+	// TypeNack says a consumer failed to process messages (NackRequest):
+	// they come back to its group after a retry delay, or become dead
+	// letters.
+	TypeNack Type = 21
+	// TypeExtend says a consumer is still at work on messages
+	// (ExtendRequest): their ack wait starts again.
+	TypeExtend Type = 22
+	// TypeGroups asks a broker group's leader for its consumer groups
+	// (GroupsRequest, JSON; answered with []GroupInfo).
+	TypeGroups Type = 23
+	// TypeSetGroup changes a consumer group's settings (SetGroupRequest, JSON).
+	TypeSetGroup Type = 24
+	// TypeResetGroup moves a consumer group's position (ResetGroupRequest, JSON).
+	TypeResetGroup Type = 25
+	// TypeDeadLetters lists a consumer group's dead letters, or reads one
+	// (DeadLettersRequest, JSON; answered with DeadLetterPage).
+	TypeDeadLetters Type = 26
+	// TypeDeadLetterOp resends or purges dead letters (DeadLetterOpRequest, JSON).
+	TypeDeadLetterOp Type = 27
 )
 
 func (t Type) String() string {
@@ -117,6 +137,20 @@ func (t Type) String() string {
 		return "forget-group"
 	case TypeMetaForgetGroup:
 		return "meta-forget-group"
+	case TypeNack:
+		return "nack"
+	case TypeExtend:
+		return "extend"
+	case TypeGroups:
+		return "groups"
+	case TypeSetGroup:
+		return "set-group"
+	case TypeResetGroup:
+		return "reset-group"
+	case TypeDeadLetters:
+		return "dead-letters"
+	case TypeDeadLetterOp:
+		return "dead-letter-op"
 	case TypeTime:
 		return "time"
 	}

@@ -41,6 +41,11 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []AckRange{{1, 2}}}).Encode())
 	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second, From: 9, Epoch: 2}).Encode())
 	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
+	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Tags: []string{"t"}, TagsAll: true, AtMostOnce: true,
+		Start: StartAtTime, StartAt: time.UnixMilli(5), IdleExpiry: time.Hour}).Encode())
+	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Version: 2}).Encode())
+	f.Add((&NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(7), Ranges: []AckRange{{1, 2}}}).Encode())
+	f.Add((&ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []AckRange{{1, 2}}}).Encode())
 	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
 	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
@@ -55,11 +60,18 @@ func FuzzDecodeRequests(f *testing.F) {
 		if q, err := DecodeAckRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("ack request does not re-encode to its input")
 		}
+		if q, err := DecodeNackRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
+			t.Fatalf("nack request does not re-encode to its input")
+		}
+		if q, err := DecodeExtendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
+			t.Fatalf("extend request does not re-encode to its input")
+		}
 		if q, err := DecodeHeartbeatRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("heartbeat request does not re-encode to its input")
 		}
 		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
-			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{}} {
+			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{},
+			&GroupsRequest{}, &SetGroupRequest{}, &ResetGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{}} {
 			DecodeJSON(in, v)
 		}
 		var status Status

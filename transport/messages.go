@@ -18,6 +18,7 @@ import (
 const (
 	payloadVersion      = 1
 	payloadVersionEpoch = 2
+	payloadVersionPull3 = 3 // pull requests and responses: how to pull, and deliveries
 )
 
 // The decoders hold every count and name to the limits of package limits.
@@ -50,7 +51,8 @@ type SendResponse struct {
 	Results []SendResult
 }
 
-// PullRequest: 2 | subject | group | consumer | max | wait-ms | from | epoch
+// PullRequest: version | subject | group | consumer | max | wait-ms | from | epoch |
+// [flags u8 (1 at-most-once, 2 tags-all) | tag-count | tags… | start u8 | start-at-ms | idle-expiry-ms, version 3]
 //
 // The server answers as soon as it has at least one message, or after
 // Wait with none (a long poll). From is the next pull sequence the consumer
@@ -60,21 +62,51 @@ type SendResponse struct {
 // nothing. With epoch 0 they come again whatever registration holds the
 // name (a restarted consumer taking over); with an epoch that has ended,
 // none do (they went back to the group when it ended).
+//
+// Version 3 adds how the consumer pulls: only messages with any of Tags
+// (TagsAll: every one of them), at most once (messages count as acked as
+// they are handed out), and where its group starts if this pull creates
+// it (Start, StartAt for StartAtTime) and after how long without
+// consumers the group is forgotten (IdleExpiry; a broadcast consumer's
+// group of its own). A version 2 request pulls as version 2 did: no tags,
+// at least once, a new group at the subject's earliest message.
 type PullRequest struct {
 	Subject, Group, Consumer string
 	Max                      int
 	Wait                     time.Duration
 	From                     int64
 	Epoch                    uint64
+	Version                  byte // of the payload (2 or 3); 0 encodes as 3
+	AtMostOnce, TagsAll      bool
+	Tags                     []string
+	Start                    StartPosition
+	StartAt                  time.Time // with StartAtTime
+	IdleExpiry               time.Duration
 }
 
-// PulledMessage is one message handed to a consumer; PullSeq is what it acks.
+// StartPosition says where a new consumer group starts: the values are the
+// state machine's.
+type StartPosition uint8
+
+// Start positions.
+const (
+	StartLatest   StartPosition = 0 // what is sent after the group first pulls (the default)
+	StartEarliest StartPosition = 1 // the oldest message the broker keeps
+	StartAtTime   StartPosition = 2 // the first message stored at or after StartAt
+)
+
+// PulledMessage is one message handed to a consumer; PullSeq is what it
+// acks. Deliveries counts the times its group was handed it, this one
+// included (version 3; 0 in a version 2 response).
 type PulledMessage struct {
-	PullSeq int64
-	Message *logs.Message
+	PullSeq    int64
+	Deliveries uint32
+	Message    *logs.Message
 }
 
-// PullResponse: 2 | epoch | count | (pull-seq | message)…
+// PullResponse: version | epoch | count | (pull-seq | [deliveries, version 3] | message)…
+//
+// The response has the version of its request.
 //
 // Epoch is the consumer's registration, which its acks and next pulls
 // name; a new one (different from the request's) means the broker
@@ -84,6 +116,7 @@ type PulledMessage struct {
 type PullResponse struct {
 	Epoch    uint64
 	Messages []PulledMessage
+	Version  byte // 2 or 3; 0 encodes as 3
 }
 
 // AckRange is an inclusive range of pull sequences.
@@ -195,17 +228,46 @@ func readNames(r *binenc.Reader) (string, string, string) {
 
 // Encode returns the payload.
 func (q *PullRequest) Encode() []byte {
-	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.Group, q.Consumer)
+	version := byte(payloadVersionPull3)
+	if q.Version == payloadVersionEpoch {
+		version = payloadVersionEpoch
+	}
+	b := appendNames([]byte{version}, q.Subject, q.Group, q.Consumer)
 	b = binenc.AppendUvarint(b, uint64(q.Max))
 	b = binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
 	b = binenc.AppendUvarint(b, uint64(q.From))
-	return binenc.AppendUvarint(b, q.Epoch)
+	b = binenc.AppendUvarint(b, q.Epoch)
+	if version == payloadVersionEpoch {
+		return b
+	}
+	flags := byte(0)
+	if q.AtMostOnce {
+		flags |= 1
+	}
+	if q.TagsAll {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binenc.AppendUvarint(b, uint64(len(q.Tags)))
+	for _, t := range q.Tags {
+		b = binenc.AppendString(b, t)
+	}
+	b = append(b, byte(q.Start))
+	startAt := int64(0)
+	if q.Start == StartAtTime {
+		startAt = q.StartAt.UnixMilli()
+	}
+	b = binenc.AppendUvarint(b, uint64(max(startAt, 0)))
+	return binenc.AppendUvarint(b, uint64(q.IdleExpiry.Milliseconds()))
 }
 
-// DecodePullRequest decodes a pull payload.
+// DecodePullRequest decodes a pull payload, version 2 or 3.
 func DecodePullRequest(b []byte) (*PullRequest, error) {
-	r := newReaderVersion(b, payloadVersionEpoch)
-	q := &PullRequest{}
+	r := binenc.NewReader(b)
+	q := &PullRequest{Version: r.Byte()}
+	if r.Err() == nil && q.Version != payloadVersionEpoch && q.Version != payloadVersionPull3 {
+		return nil, Errorf(Invalid, "pull: payload version %d (2 or 3)", q.Version)
+	}
 	q.Subject, q.Group, q.Consumer = readNames(r)
 	q.Max = r.Count(limits.MaxPullMessages)
 	wait := r.Uvarint()
@@ -218,32 +280,81 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 		return nil, Errorf(Invalid, "pull: from %d", q.From)
 	}
 	q.Epoch = r.Uvarint()
+	if q.Version == payloadVersionEpoch {
+		q.Start = StartEarliest // what version 2 did
+		return q, done("pull", r)
+	}
+	flags := r.Byte()
+	if r.Err() == nil && flags&^3 != 0 {
+		return nil, Errorf(Invalid, "pull: unknown flags %#x", flags)
+	}
+	q.AtMostOnce, q.TagsAll = flags&1 != 0, flags&2 != 0
+	if n := r.Count(logs.MaxTags); n > 0 {
+		q.Tags = make([]string, n)
+		for i := range q.Tags {
+			if q.Tags[i] = r.String(logs.MaxTagLen); r.Err() == nil && q.Tags[i] == "" {
+				return nil, Errorf(Invalid, "pull: empty tag")
+			}
+		}
+	}
+	q.Start = StartPosition(r.Byte())
+	if r.Err() == nil && q.Start > StartAtTime {
+		return nil, Errorf(Invalid, "pull: unknown start position %d", q.Start)
+	}
+	startAt := r.Uvarint()
+	idle := r.Uvarint()
+	if r.Err() == nil && (startAt > maxMillis || idle > maxMillis || startAt != 0 && q.Start != StartAtTime) {
+		return nil, Errorf(Invalid, "pull: start time %d ms (with start position %d) or idle expiry %d ms out of range", startAt, q.Start, idle)
+	}
+	if q.Start == StartAtTime {
+		q.StartAt = time.UnixMilli(int64(startAt))
+	}
+	q.IdleExpiry = time.Duration(idle) * time.Millisecond
 	return q, done("pull", r)
 }
 
+// maxMillis bounds times and durations in milliseconds on the wire: about
+// 292 years, so that every one converts to a time.Duration.
+const maxMillis = uint64(1<<63-1) / uint64(time.Millisecond)
+
 // Encode returns the payload.
 func (p *PullResponse) Encode() []byte {
-	b := binenc.AppendUvarint([]byte{payloadVersionEpoch}, p.Epoch)
+	version := p.Version
+	if version == 0 {
+		version = payloadVersionPull3
+	}
+	b := binenc.AppendUvarint([]byte{version}, p.Epoch)
 	b = binenc.AppendUvarint(b, uint64(len(p.Messages)))
 	for _, m := range p.Messages {
 		b = binenc.AppendUvarint(b, uint64(m.PullSeq))
+		if version >= payloadVersionPull3 {
+			b = binenc.AppendUvarint(b, uint64(m.Deliveries))
+		}
 		b = m.Message.AppendEncoded(b)
 	}
 	return b
 }
 
-// DecodePullResponse decodes a pull response body.
+// DecodePullResponse decodes a pull response body, version 2 or 3.
 func DecodePullResponse(b []byte) (*PullResponse, error) {
-	r := newReaderVersion(b, payloadVersionEpoch)
-	p := &PullResponse{Epoch: r.Uvarint()}
+	r := binenc.NewReader(b)
+	p := &PullResponse{Version: r.Byte()}
+	if r.Err() == nil && p.Version != payloadVersionEpoch && p.Version != payloadVersionPull3 {
+		return nil, Errorf(Invalid, "pull response: payload version %d (2 or 3)", p.Version)
+	}
+	p.Epoch = r.Uvarint()
 	n := r.Count(limits.MaxPullMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		seq := int64(r.Uvarint())
+		pm := PulledMessage{PullSeq: int64(r.Uvarint())}
+		if p.Version >= payloadVersionPull3 {
+			pm.Deliveries = uint32(min(r.Uvarint(), 1<<32-1))
+		}
 		m, err := logs.ReadMessage(r)
 		if err != nil {
 			return nil, Errorf(Invalid, "pull response: message %d: %v", i, err)
 		}
-		p.Messages = append(p.Messages, PulledMessage{PullSeq: seq, Message: m})
+		pm.Message = m
+		p.Messages = append(p.Messages, pm)
 	}
 	return p, done("pull response", r)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -77,13 +78,31 @@ func TestPayloadRoundTrips(t *testing.T) {
 	if got, err := DecodeSendResponse(sr.Encode()); err != nil || got.Results[1].Error != "bad" {
 		t.Fatalf("send response: %+v, %v", got, err)
 	}
-	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond, From: 4, Epoch: 1 << 40}
-	if got, err := DecodePullRequest(pull.Encode()); err != nil || *got != *pull {
+	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond, From: 4, Epoch: 1 << 40,
+		Version: 3, AtMostOnce: true, TagsAll: true, Tags: []string{"a", "b"}, Start: StartAtTime, StartAt: time.UnixMilli(1234567), IdleExpiry: time.Minute}
+	if got, err := DecodePullRequest(pull.Encode()); err != nil || !reflect.DeepEqual(got, pull) {
 		t.Fatalf("pull: %+v, %v", got, err)
 	}
-	pr := &PullResponse{Epoch: 7, Messages: []PulledMessage{{PullSeq: 3, Message: sampleMessage()}}}
-	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Epoch != 7 || got.Messages[0].PullSeq != 3 || string(got.Messages[0].Message.Body) != "body" {
+	pr := &PullResponse{Epoch: 7, Messages: []PulledMessage{{PullSeq: 3, Deliveries: 5, Message: sampleMessage()}}}
+	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Epoch != 7 || got.Messages[0].PullSeq != 3 ||
+		got.Messages[0].Deliveries != 5 || string(got.Messages[0].Message.Body) != "body" {
 		t.Fatalf("pull response: %+v, %v", got, err)
+	}
+	// Version 2, an older SDK's: answered in version 2, its group at the earliest message.
+	if got, err := DecodePullRequest(append(appendNames([]byte{2}, "s", "g", "c"), 10, 0, 4, 1)); err != nil || got.Start != StartEarliest || got.Version != 2 {
+		t.Fatalf("version 2 pull: %+v, %v", got, err)
+	}
+	pr.Version = 2
+	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Messages[0].Deliveries != 0 || got.Version != 2 {
+		t.Fatalf("version 2 pull response: %+v, %v", got, err)
+	}
+	nack := &NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(99), Ranges: []AckRange{{1, 2}}}
+	if got, err := DecodeNackRequest(nack.Encode()); err != nil || !reflect.DeepEqual(got, nack) {
+		t.Fatalf("nack: %+v, %v", got, err)
+	}
+	ext := &ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []AckRange{{1, 2}}}
+	if got, err := DecodeExtendRequest(ext.Encode()); err != nil || !reflect.DeepEqual(got, ext) {
+		t.Fatalf("extend: %+v, %v", got, err)
 	}
 	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 2, Ranges: []AckRange{{0, 4}, {7, 7}}}
 	if got, err := DecodeAckRequest(ack.Encode()); err != nil || got.Epoch != 2 || len(got.Ranges) != 2 || got.Ranges[1] != (AckRange{7, 7}) {

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// Consumer groups for operators: list and show them, change their
+// settings, move them, and see, resend or purge their dead letters. Reads
+// answer from this node's replica; changes are proposed by the leader.
+
+// handleGroups lists consumer groups: all, a subject's, or one.
+func (n *Node) handleGroups(p []byte) ([]byte, error) {
+	var req transport.GroupsRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	var infos []fsm.GroupInfo
+	if req.Group != "" {
+		if g, ok := n.fsm.Group(req.Subject, req.Group); ok {
+			infos = append(infos, g)
+		}
+	} else {
+		for _, g := range n.fsm.Groups() {
+			if req.Subject == "" || g.Subject == req.Subject {
+				infos = append(infos, g)
+			}
+		}
+	}
+	out := make([]transport.GroupInfo, 0, len(infos))
+	for _, g := range infos {
+		out = append(out, n.groupInfo(g))
+	}
+	return json.Marshal(out)
+}
+
+func (n *Node) groupInfo(g fsm.GroupInfo) transport.GroupInfo {
+	s := g.Settings
+	info := transport.GroupInfo{BrokerGroup: n.cfg.Group, Subject: g.Subject, Group: g.Group,
+		Settings: transport.GroupSettings{MaxDeliveries: s.MaxDeliveries, RetryFirst: millis(s.RetryFirst),
+			RetryMax: millis(s.RetryMax), AckWait: millis(s.AckWait), MaxInFlight: s.MaxInFlight, IdleExpiry: millis(s.IdleExpiry)},
+		Cursor: g.Cursor, End: g.End, Backlog: g.Backlog, Redeliver: g.Redeliver, Retrying: g.Retrying, Unacked: g.Unacked,
+		Lag: g.Lag(), Consumers: g.Consumers, DeadLetters: g.DeadLetters, DeadDropped: g.DeadDropped, Lost: g.Lost}
+	if g.Consumers == 0 {
+		info.IdleSince = time.UnixMilli(g.IdleSince).UTC()
+	}
+	return info
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// handleSetGroup changes a group's settings.
+func (n *Node) handleSetGroup(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.SetGroupRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.SetGroup{Subject: req.Subject, Group: req.Group, Start: fsm.StartPosition(req.Start)}
+	if req.Start == transport.StartAtTime {
+		cmd.StartAt = req.StartAt.UnixMilli()
+	}
+	if req.MaxDeliveries != nil {
+		cmd.Set, cmd.Settings.MaxDeliveries = cmd.Set|fsm.SetMaxDeliveries, *req.MaxDeliveries
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		bit fsm.SettingBits
+		to  *int64
+	}{{req.RetryFirst, fsm.SetRetryFirst, &cmd.Settings.RetryFirst}, {req.RetryMax, fsm.SetRetryMax, &cmd.Settings.RetryMax},
+		{req.AckWait, fsm.SetAckWait, &cmd.Settings.AckWait}, {req.IdleExpiry, fsm.SetIdleExpiry, &cmd.Settings.IdleExpiry}} {
+		if d.v != nil {
+			cmd.Set, *d.to = cmd.Set|d.bit, d.v.Milliseconds()
+		}
+	}
+	if req.MaxInFlight != nil {
+		cmd.Set, cmd.Settings.MaxInFlight = cmd.Set|fsm.SetMaxInFlight, *req.MaxInFlight
+	}
+	return n.proposeGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group settings changed")
+}
+
+// handleResetGroup moves a group's cursor.
+func (n *Node) handleResetGroup(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.ResetGroupRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.ResetGroup{Subject: req.Subject, Group: req.Group, To: fsm.StartPosition(req.To)}
+	if req.To == transport.StartAtTime {
+		cmd.At = req.At.UnixMilli()
+	}
+	return n.proposeGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group reset")
+}
+
+// proposeGroupChange proposes an operator's change to a group, refused
+// before proposing if this node does not lead; apply checks the content.
+func (n *Node) proposeGroupChange(ctx context.Context, encode func(now int64) []byte, subject, what string) ([]byte, error) {
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	if err := n.clockReady(ctx); err != nil {
+		return nil, err
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(ctx, encode(n.clock.now().UnixMilli()))
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info(what, "subject", subject)
+	n.notify.kick(subject)
+	r, ok := resp.(*fsm.GroupResult)
+	if !ok {
+		r = &fsm.GroupResult{}
+	}
+	return json.Marshal(transport.GroupResult{Created: r.Created})
+}
+
+// maxDeadLetterPage bounds the dead letters one list answers.
+const maxDeadLetterPage = 1000
+
+// handleDeadLetters lists a group's dead letters, or reads one whole.
+func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.DeadLettersRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if err := fsm.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.Group}
+	if req.Seq != nil {
+		all, total := n.fsm.DeadLetters(req.Subject, req.Group, 0, maxDeadLetterPageAll)
+		page.Total = total
+		for _, d := range all {
+			if d.Seq == *req.Seq {
+				letter, err := n.deadLetter(ctx, req.Subject, d, true)
+				if err != nil {
+					return nil, err
+				}
+				page.Letters = append(page.Letters, letter)
+				break
+			}
+		}
+		return json.Marshal(page)
+	}
+	limit := req.Limit
+	if limit <= 0 || limit > maxDeadLetterPage {
+		limit = maxDeadLetterPage
+	}
+	list, total := n.fsm.DeadLetters(req.Subject, req.Group, req.Offset, limit)
+	page.Total = total
+	for _, d := range list {
+		letter, err := n.deadLetter(ctx, req.Subject, d, false)
+		if err != nil {
+			return nil, err
+		}
+		page.Letters = append(page.Letters, letter)
+	}
+	return json.Marshal(page)
+}
+
+// maxDeadLetterPageAll bounds the dead letters searched for one sequence:
+// every one a group may hold.
+const maxDeadLetterPageAll = 1 << 20
+
+// deadLetter describes a dead letter, reading its message (whole with
+// full) from the message log, its bytes taken from the client memory
+// budget while it is read. A message retention removed is marked so.
+func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter, full bool) (transport.DeadLetter, error) {
+	out := transport.DeadLetter{Seq: d.Seq, Deliveries: d.Deliveries, At: time.UnixMilli(d.At).UTC()}
+	at, err := n.fsm.Locate(subject, d.Seq)
+	var m *logs.Message
+	if err == nil {
+		if err := transport.Reserve(ctx, int64(at.Size)); err != nil {
+			return out, err
+		}
+		m, err = n.fsm.ReadMessage(at)
+	}
+	if errors.Is(err, logs.ErrRetained) || errors.Is(err, logs.ErrBeyondEnd) {
+		out.Removed = true
+		return out, nil
+	}
+	if err != nil {
+		return out, transport.Errorf(transport.Internal, "reading dead letter %d of %s: %v", d.Seq, subject, err)
+	}
+	out.ID, out.Tags, out.Size, out.CreatedAt = m.ID, m.Tags, at.Size, time.UnixMilli(m.CreatedAt).UTC()
+	if full {
+		out.Body = m.Body
+		out.Properties = map[string]string{}
+		for _, p := range m.Properties {
+			out.Properties[p.Key] = p.Value
+		}
+	}
+	return out, nil
+}
+
+// handleDeadLetterOp resends or purges dead letters.
+func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.DeadLetterOpRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.DeadLetters{Subject: req.Subject, Group: req.Group, All: req.All, Seqs: req.Seqs}
+	switch req.Op {
+	case transport.DeadLetterResend:
+		cmd.Op = fsm.DeadResend
+	case transport.DeadLetterPurge:
+		cmd.Op = fsm.DeadPurge
+	default:
+		return nil, transport.Errorf(transport.Invalid, "dead letters: unknown operation %q (resend or purge)", req.Op)
+	}
+	if len(req.Seqs) > fsm.MaxDeadLetterSeqs {
+		return nil, transport.Errorf(transport.Invalid, "dead letters: %d sequences (at most %d)", len(req.Seqs), fsm.MaxDeadLetterSeqs)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	if err := n.clockReady(ctx); err != nil {
+		return nil, err
+	}
+	cmd.Now = n.clock.now().UnixMilli()
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(ctx, cmd.Encode())
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*fsm.DeadLettersResult)
+	n.log.Info("dead letters "+string(req.Op), "subject", req.Subject, "consumer-group", req.Group, "messages", r.Done)
+	if req.Op == transport.DeadLetterResend {
+		n.notify.kick(req.Subject)
+	}
+	return json.Marshal(transport.DeadLetterOpResult{Done: r.Done})
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// upkeepEvery is how often a leader looks for messages past their ack wait
+// and groups past their idle expiry.
+const upkeepEvery = time.Second
+
+// maxOverdue bounds the overdue messages one upkeep round hands back; the
+// rest wait for the next round.
+const maxOverdue = 100000
+
+// runUpkeep, on the leader, hands back to their group the messages whose
+// ack wait has passed (an Expire per consumer) and forgets the groups idle
+// longer than their idle expiry (a conditional Forget), until ctx (the
+// leadership) ends. Both decisions are checked again in apply against the
+// leader-stamped time, so a late proposal changes nothing that no longer
+// qualifies.
+func (n *Node) runUpkeep(ctx context.Context) {
+	tick := time.NewTicker(upkeepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := n.clock.now().UnixMilli()
+		for _, o := range n.fsm.Overdue(now, maxOverdue) {
+			cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, Group: o.ID.Group, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}
+			resp, err := n.propose(ctx, cmd.Encode())
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				// Refused (the consumer went meanwhile) or not committed: the
+				// next round looks again.
+				n.log.Debug("handing back messages past their ack wait", "subject", o.ID.Subject, "consumer-group", o.ID.Group, "error", err)
+				continue
+			}
+			if r, ok := resp.(*fsm.ExpireResult); ok && r.Expired+r.Dead > 0 {
+				n.metrics.expired.Add(float64(r.Expired + r.Dead))
+				n.notify.kick(o.ID.Subject)
+			}
+		}
+		for _, g := range n.fsm.IdleGroups(now) {
+			cmd := &fsm.Forget{Now: now, Subject: g.Subject, Group: g.Group, IdleFor: g.IdleFor}
+			resp, err := n.propose(ctx, cmd.Encode())
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			if r, ok := resp.(*fsm.ForgetResult); ok && r.Known {
+				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer-group", g.Group, "idle-for", millis(g.IdleFor))
+			}
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/logs"
@@ -145,7 +144,7 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 // check validates a message before it is queued, so one bad message never
 // fails a batch of good ones, and returns it as it will be sent.
 func (p *Producer) check(m *Message) (*logs.Message, error) {
-	if err := fsm.CheckName("subject", m.subject); err != nil {
+	if err := limits.CheckName("subject", m.subject); err != nil {
 		return nil, err
 	}
 	now := p.opts.now()

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -52,7 +51,7 @@ func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller,
 	for _, opt := range opts {
 		opt(&o)
 	}
-	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
+	id := limits.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
 	if err := id.Check(); err != nil {
 		return nil, fmt.Errorf("qmq: %w", err)
 	}
@@ -347,7 +346,7 @@ func toRanges(seqs []int64) []transport.AckRange {
 
 func defaultConsumerName() string {
 	host, err := os.Hostname()
-	if err != nil || fsm.CheckName("consumer", host) != nil {
+	if err != nil || limits.CheckName("consumer", host) != nil {
 		host = "host"
 	}
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))

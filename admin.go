@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -28,7 +28,7 @@ type Route = transport.Route
 type GroupRoute = transport.GroupRoute
 
 // MetaGroup names the metaserver group in Join, Leave and TransferLeader.
-const MetaGroup = meta.GroupName
+const MetaGroup = limits.MetaGroup
 
 // Admin runs operator requests against a cluster: through any metaserver
 // node, or any broker node (which forwards to its metaserver).

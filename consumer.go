@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,93 +14,67 @@ import (
 )
 
 // Handler processes one message. Returning nil acknowledges it; an error
-// leaves it unacknowledged, and the consumer retries it with backoff.
+// leaves it unacknowledged, and the consumer retries it with backoff. ctx
+// is cancelled when Drain or Close gives up waiting for the handler: a
+// long handler should return when it is done.
 type Handler func(ctx context.Context, m *Message) error
 
-type consumerOptions struct {
-	name         string
-	workers      int
-	pullBatch    int
-	pullWait     time.Duration
-	heartbeat    time.Duration
-	ackInterval  time.Duration
-	retryBackoff time.Duration
-	logger       *slog.Logger
-}
-
-func defaultConsumerOptions() consumerOptions {
-	return consumerOptions{
-		name: defaultConsumerName(), workers: 4, pullBatch: 64, pullWait: 5 * time.Second,
-		heartbeat: 5 * time.Second, ackInterval: 50 * time.Millisecond, retryBackoff: 100 * time.Millisecond,
-		logger: slog.Default(),
-	}
-}
-
-// ConsumerOption configures a Subscribe or a Puller.
-type ConsumerOption func(*consumerOptions)
-
-// WithConsumerName sets the consumer's name within its group. Default: a
-// name unique to the subscription (host, process id, random suffix).
-func WithConsumerName(name string) ConsumerOption { return func(o *consumerOptions) { o.name = name } }
-
-// WithWorkers sets how many handlers run at once (QMQ's executor). Default 4.
-func WithWorkers(n int) ConsumerOption { return func(o *consumerOptions) { o.workers = n } }
-
-// WithPullBatch caps the messages one pull fetches. Default 64.
-func WithPullBatch(n int) ConsumerOption { return func(o *consumerOptions) { o.pullBatch = n } }
-
-// WithPullWait sets how long one pull waits for messages. Default 5 s.
-func WithPullWait(d time.Duration) ConsumerOption { return func(o *consumerOptions) { o.pullWait = d } }
-
-// WithLogger sets where the subscription reports handler failures.
-// Default slog.Default().
-func WithLogger(l *slog.Logger) ConsumerOption { return func(o *consumerOptions) { o.logger = l } }
-
 // Subscription delivers a subject's messages to a Handler as one consumer
-// of a group. Close stops it gracefully.
+// of a group. Drain or Close stop it gracefully, Stop at once.
 type Subscription struct {
-	p    *Puller
-	opts consumerOptions
-	h    Handler
+	p            *Puller
+	opts         subscribeOptions
+	h            Handler
+	closeTimeout time.Duration // how long Close lets Drain take
 
-	work    chan *Message
-	ctx     context.Context // cancelled by Close: stops pulling and retries
-	cancel  context.CancelFunc
-	pulling sync.WaitGroup
-	workers sync.WaitGroup
+	work chan *Message // unbuffered: a message is pulled, or handed to a handler
+
+	pullCtx       context.Context // cancelled by shutdown: stops pulling and handler retries
+	stopPulling   context.CancelFunc
+	handlerCtx    context.Context // the handlers': cancelled when shutdown gives up on them
+	stopHandlers  context.CancelFunc
+	beatCtx       context.Context // heartbeats go on until the handlers are done
+	stopHeartbeat context.CancelFunc
+	pulling       sync.WaitGroup
+	beating       sync.WaitGroup
+	workers       sync.WaitGroup
 
 	ackMu   sync.Mutex
 	toAck   map[ackKey][]int64 // pull sequences by broker group and registration
 	ackKick chan struct{}
 	ackDone chan struct{}
-	closed  sync.Once
+
+	shutdownState
 }
 
 // Subscribe starts delivering subject's messages to h as a consumer of
 // group, with a pool of workers (WithWorkers). Every group receives every
 // message; within a group each message goes to one consumer.
-func Subscribe(servers, subject, group string, h Handler, opts ...ConsumerOption) (*Subscription, error) {
-	o := defaultConsumerOptions()
+func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
+	o := defaultSubscribeOptions()
 	for _, opt := range opts {
-		opt(&o)
+		opt.applySubscribe(&o)
 	}
 	if o.workers <= 0 || o.pullBatch <= 0 || o.pullBatch > limits.MaxPullMessages || o.pullWait <= 0 || o.pullWait > limits.MaxPullWait {
 		return nil, fmt.Errorf("qmq: subscribe: workers %d must be positive, pull batch %d within 1..%d, pull wait %s within (0, %s]",
 			o.workers, o.pullBatch, limits.MaxPullMessages, o.pullWait, limits.MaxPullWait)
 	}
-	p, err := NewPuller(servers, subject, group, WithConsumerName(o.name))
+	p, err := newPuller(servers, subject, group, pullerOptions{o.consumerOptions})
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{p: p, opts: o, h: h, work: make(chan *Message), toAck: map[ackKey][]int64{},
-		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{})}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), toAck: map[ackKey][]int64{},
+		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{}), shutdownState: newShutdownState()}
+	s.pullCtx, s.stopPulling = context.WithCancel(context.Background())
+	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
+	s.beatCtx, s.stopHeartbeat = context.WithCancel(context.Background())
 	for range o.workers {
 		s.workers.Add(1)
 		go s.worker()
 	}
-	s.pulling.Add(2)
+	s.pulling.Add(1)
 	go s.pullLoop()
+	s.beating.Add(1)
 	go s.heartbeatLoop()
 	go s.ackLoop()
 	return s, nil
@@ -113,37 +86,38 @@ func (s *Subscription) Consumer() string { return s.p.consumer }
 func (s *Subscription) pullLoop() {
 	defer s.pulling.Done()
 	backoff := 50 * time.Millisecond
-	for s.ctx.Err() == nil {
-		msgs, err := s.p.Pull(s.ctx, s.opts.pullBatch, s.opts.pullWait)
+	for s.pullCtx.Err() == nil {
+		msgs, err := s.p.Pull(s.pullCtx, s.opts.pullBatch, s.opts.pullWait)
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if s.pullCtx.Err() != nil {
 				return
 			}
 			s.opts.logger.Warn("qmq: pull failed", "subject", s.p.subject, "group", s.p.group, "error", err)
-			wait.Sleep(s.ctx, backoff)
+			wait.Sleep(s.pullCtx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		// Every pulled message is handed to a worker, even during Close: it
-		// was recorded as ours and would otherwise wait for session expiry.
-		for _, m := range msgs {
-			s.work <- m
+		// Every pulled message is handed to a handler, even once Drain has
+		// begun: it was recorded as ours and would otherwise wait for the
+		// session to expire. Stop, or Drain giving up, leaves the rest.
+		if !s.handOut(msgs) {
+			return
 		}
 	}
 }
 
 func (s *Subscription) heartbeatLoop() {
-	defer s.pulling.Done()
+	defer s.beating.Done()
 	t := time.NewTicker(s.opts.heartbeat)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.beatCtx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(s.ctx, s.opts.heartbeat)
-			if err := s.p.Heartbeat(ctx); err != nil && s.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(s.beatCtx, s.opts.heartbeat)
+			if err := s.p.Heartbeat(ctx); err != nil && s.beatCtx.Err() == nil {
 				s.opts.logger.Warn("qmq: heartbeat failed", "subject", s.p.subject, "group", s.p.group, "error", err)
 			}
 			cancel()
@@ -159,17 +133,23 @@ func (s *Subscription) worker() {
 }
 
 // process runs the handler until it succeeds, with backoff between tries.
-// After Close it makes one more try, then leaves the message unacked.
+// Once shutdown has begun it makes one more try, then leaves the message
+// unacked.
 func (s *Subscription) process(m *Message) {
 	backoff := s.opts.retryBackoff
 	for {
-		err := s.h(context.Background(), m)
+		err := s.h(s.handlerCtx, m)
 		if err == nil {
 			s.ack(m)
 			return
 		}
+		if s.pullCtx.Err() != nil {
+			s.opts.logger.Warn("qmq: handler failed while the subscription goes down; the message comes again",
+				"subject", m.subject, "id", m.id, "error", err)
+			return
+		}
 		s.opts.logger.Warn("qmq: handler failed; retrying", "subject", m.subject, "id", m.id, "error", err)
-		if s.ctx.Err() != nil || !wait.Sleep(s.ctx, backoff) {
+		if !wait.Sleep(s.pullCtx, backoff) {
 			return
 		}
 		backoff = min(backoff*2, 30*time.Second)
@@ -187,32 +167,42 @@ func (s *Subscription) ack(m *Message) {
 	}
 }
 
-// ackLoop sends acks in batches, at most every ackInterval, until Close
+// ackTimeout bounds one ack request; lastAckTimeout bounds the last
+// flush, once the handlers are done.
+const (
+	ackTimeout     = 30 * time.Second
+	lastAckTimeout = 10 * time.Second
+)
+
+// ackLoop sends acks in batches, at most every ackInterval, until shutdown
 // has flushed the last ones.
 func (s *Subscription) ackLoop() {
 	defer close(s.ackDone)
 	for {
-		_, open := <-s.ackKick
-		// Acks are idempotent: failed ones are retried until they land, or
-		// until Close's last attempt (then the messages are redelivered).
-		for !s.flushAcks() && open && wait.Sleep(s.ctx, time.Second) {
-		}
-		if !open {
+		if _, open := <-s.ackKick; !open {
+			// The last attempt: what fails now is delivered again.
+			s.flushAcks(context.Background(), lastAckTimeout)
 			return
+		}
+		// Acks are idempotent: failed ones are retried until they land, or
+		// until shutdown (then the last flush tries them once more). A
+		// shutdown that gives up on its handlers cuts a flush short too.
+		for !s.flushAcks(s.handlerCtx, ackTimeout) && wait.Sleep(s.pullCtx, time.Second) {
 		}
 		select {
 		case <-time.After(s.opts.ackInterval):
-		case <-s.ctx.Done():
+		case <-s.pullCtx.Done():
 		}
 	}
 }
 
 // flushAcks sends the acks gathered so far, to every broker group at once
-// (one that does not answer delays no other). Acks that failed in a way a
-// retry can mend are kept for the next flush, and it reports false; acks
-// refused for good are dropped: a registration that ended (its messages
-// went back to the group and come again) or a request the broker refuses.
-func (s *Subscription) flushAcks() bool {
+// (one that does not answer delays no other), each request bounded by
+// ctx and timeout. Acks that failed in a way a retry can mend are kept for
+// the next flush, and it reports false; acks refused for good are dropped:
+// a registration that ended (its messages went back to the group and come
+// again) or a request the broker refuses.
+func (s *Subscription) flushAcks(ctx context.Context, timeout time.Duration) bool {
 	s.ackMu.Lock()
 	pending := s.toAck
 	s.toAck = map[ackKey][]int64{}
@@ -224,21 +214,19 @@ func (s *Subscription) flushAcks() bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			err := s.p.ackSeqs(ctx, k, seqs)
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrStaleAck):
 				s.opts.logger.Info("qmq: acks dropped: the consumer's session had expired; the messages come again",
-					"subject", s.p.subject, "broker_group", k.group, "messages", len(seqs))
+					"subject", s.p.subject, "broker-group", k.group, "messages", len(seqs))
 			case !retriable(err):
 				s.opts.logger.Warn("qmq: acks dropped: the broker refused them", "subject", s.p.subject,
-					"broker_group", k.group, "messages", len(seqs), "error", err)
+					"broker-group", k.group, "messages", len(seqs), "error", err)
 			default:
-				// Acks are idempotent: keep them for the next flush. After Close
-				// the last attempt has failed, and the messages will be redelivered.
-				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker_group", k.group, "messages", len(seqs), "error", err)
+				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker-group", k.group, "messages", len(seqs), "error", err)
 				s.ackMu.Lock()
 				s.toAck[k] = append(s.toAck[k], seqs...)
 				s.ackMu.Unlock()
@@ -259,25 +247,4 @@ func retriable(err error) bool {
 		return e.Retriable()
 	}
 	return true
-}
-
-// Close stops pulling, lets in-flight handlers finish, acknowledges what
-// they processed, and closes the connections. Idempotent.
-func (s *Subscription) Close() error {
-	s.closed.Do(func() {
-		s.cancel()
-		s.pulling.Wait()
-		// Pulls still under way end within the pull wait (one that is
-		// retrying an unreachable group is stopped then); what they and
-		// earlier pulls brought is ours, so the workers process it too.
-		for _, m := range s.p.drain(s.opts.pullWait + time.Second) {
-			s.work <- m
-		}
-		close(s.work)
-		s.workers.Wait()
-		close(s.ackKick)
-		<-s.ackDone
-		s.p.Close()
-	})
-	return nil
 }

@@ -12,14 +12,23 @@
 // group has committed and applied the message) or SendAsync (reports to a
 // SendListener). Concurrent sends are batched into one request; retriable
 // failures (a leader change, a lost connection) are retried with the same
-// message id, which the broker deduplicates.
+// message id, which the broker deduplicates. Message.SetID gives a message
+// an id of the caller's own, so that a resend from another process is
+// stored once too.
 //
 // Subscribe delivers a subject's messages to a Handler as one consumer of a
-// consumer group, returning a Subscription to Close: every group gets every
+// consumer group, returning a Subscription: every group gets every
 // message, and within a group each message goes to one consumer, whatever
 // the number of consumers. A handler that returns nil acknowledges its
-// message. Puller is the plain pull API for callers that drive consumption
-// themselves.
+// message. Drain (and Close, a Drain of at most 30 s) handles what was
+// pulled before the subscription goes down, Stop leaves it to come again;
+// a handler's context is cancelled when a Drain gives up on it. Puller is
+// the plain pull API for callers that drive consumption themselves.
+//
+// NewPuller takes PullerOptions and Subscribe SubscribeOptions;
+// ConsumerOptions (WithConsumerName, WithLogger) are both. The package
+// links only the wire protocol, the message encoding and internal pieces,
+// never the broker's code or Raft.
 //
 //	p, _ := qmq.NewProducer("127.0.0.1:6222")
 //	m := p.GenerateMessage("orders.created")

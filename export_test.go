@@ -5,3 +5,17 @@ import "time"
 // SetRouteTTL sets how long p keeps a route before asking again: tests
 // make every route stale at once.
 func SetRouteTTL(p *Producer, d time.Duration) { p.r.ttl = d }
+
+// SetCloseTimeout sets how long Close lets s drain: tests shorten it.
+func SetCloseTimeout(s *Subscription, d time.Duration) { s.closeTimeout = d }
+
+// Leaving reports whether s hands no more messages to its handlers (Stop,
+// or a Drain that gave up, has begun).
+func Leaving(s *Subscription) bool {
+	select {
+	case <-s.leave:
+		return true
+	default:
+		return false
+	}
+}

@@ -3,9 +3,13 @@ package qmq
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/qmqgo/qmq/logs"
 )
 
 // Message ids are unique without coordination: the generation time, a
@@ -20,6 +24,26 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// ErrInvalidID means an id given to SetID breaks the id rules: 1 to
+// logs.MaxIDLen bytes of printable ASCII other than a space.
+var ErrInvalidID = errors.New("qmq: invalid message id")
+
+// checkID reports whether id may be a message's id. The broker accepts
+// any bytes within logs.MaxIDLen; the SDK also holds chosen ids to
+// printable ASCII without spaces, as the ids it makes are, so that an id
+// reads the same in a log, a terminal and JSON.
+func checkID(id string) error {
+	if id == "" || len(id) > logs.MaxIDLen {
+		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), logs.MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < '!' || c > '~' {
+			return fmt.Errorf("%w: %.40q: byte %d (%q) is not printable ASCII other than a space", ErrInvalidID, id, i, c)
+		}
+	}
+	return nil
 }
 
 func newMessageID(now time.Time) string {

@@ -116,7 +116,7 @@ func deliverAtOf(m *qmq.Message) int64 {
 func TestPullSettingsWithinLimits(t *testing.T) {
 	n := startBroker(t, nil)
 	h := func(context.Context, *qmq.Message) error { return nil }
-	for _, opt := range []qmq.ConsumerOption{qmq.WithPullBatch(limits.MaxPullMessages + 1), qmq.WithPullWait(limits.MaxPullWait + time.Millisecond)} {
+	for _, opt := range []qmq.SubscribeOption{qmq.WithPullBatch(limits.MaxPullMessages + 1), qmq.WithPullWait(limits.MaxPullWait + time.Millisecond)} {
 		if sub, err := qmq.Subscribe(n.ClientAddr(), "s", "g", h, opt); err == nil {
 			sub.Close()
 			t.Fatal("a subscription with settings over the limits was accepted")

@@ -3,6 +3,7 @@ package qmq
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/qmqgo/qmq/logs"
@@ -18,7 +19,9 @@ type Message struct {
 	tags      []string
 	props     []logs.Property
 	body      []byte
-	deliverAt time.Time // zero: at once
+	deliverAt time.Time   // zero: at once
+	chosenID  bool        // the id came from SetID
+	duplicate atomic.Bool // the last send was answered as a duplicate
 
 	pullSeq     int64   // set on received messages: what the consumer acks
 	epoch       uint64  // set on received messages: the registration that pulled it
@@ -26,9 +29,42 @@ type Message struct {
 	puller      *Puller // set on received messages: who pulled it
 }
 
-// ID returns the message's id, unique without coordination. The broker
-// deduplicates retried sends by it.
+// ID returns the message's id: one GenerateMessage made, unique without
+// coordination, or one given to SetID. The broker deduplicates sends by
+// it.
 func (m *Message) ID() string { return m.id }
+
+// SetID gives the message an id of the caller's choosing, in place of the
+// one GenerateMessage made: 1 to 128 bytes (logs.MaxIDLen), each a
+// printable ASCII character other than a space ('!' to '~'). Any other id
+// is refused with an error wrapping ErrInvalidID, and the message keeps
+// its id.
+//
+// The broker stores a message once per id: a second send of the same id,
+// from this Producer or another (a resend from another process after a
+// crash, say), is answered as a duplicate and stores nothing, as long as
+// the first is within the dedup window of the broker group that stored it
+// (10 minutes by default). A message with a chosen id goes to the subject's
+// broker group that a hash of the id names, so two Producers that see the
+// same route send it to the same group; a send made while the route
+// differs (a group added, drained or down in between) may be stored in
+// another group as well. The id is unique across subjects: a message of
+// another subject with the same id is a duplicate too. Duplicate reports
+// how the last send was answered.
+func (m *Message) SetID(id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	m.id, m.chosenID = id, true
+	return nil
+}
+
+// Duplicate reports whether the last send of m was answered as a
+// duplicate: the broker group already held a message with m's id, stored
+// within its dedup window, so this send stored nothing. It is true too
+// when a retry of this same send found its own first attempt stored (the
+// answer to that attempt was lost).
+func (m *Message) Duplicate() bool { return m.duplicate.Load() }
 
 // Subject returns the message's subject.
 func (m *Message) Subject() string { return m.subject }

@@ -1,9 +1,13 @@
 package qmq
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/qmqgo/qmq/logs"
 )
 
 func TestTypedProperties(t *testing.T) {
@@ -106,5 +110,30 @@ func TestProducerRefusesInvalidMessages(t *testing.T) {
 	}
 	if err := p.SendMessage(t.Context(), huge); err == nil {
 		t.Fatal("a message with 11 tags was accepted")
+	}
+}
+
+func TestSetIDRules(t *testing.T) {
+	max := strings.Repeat("x", logs.MaxIDLen)
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"order-42", true}, {"!", true}, {"~", true}, {max, true}, {max[1:], true},
+		{max + "x", false}, {"", false}, {"a b", false}, {"tab\there", false}, {"del\x7f", false},
+		{"nul\x00", false}, {"é", false}, {"\xff", false},
+	} {
+		m := &Message{id: "before"}
+		err := m.SetID(tc.id)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidID)) {
+			t.Errorf("SetID(%.20q) = %v, want ok=%v", tc.id, err, tc.ok)
+		}
+		if want := map[bool]string{true: tc.id, false: "before"}[tc.ok]; m.ID() != want || m.chosenID != tc.ok {
+			t.Errorf("after SetID(%.20q): id %.20q (chosen %v), want %.20q", tc.id, m.ID(), m.chosenID, want)
+		}
+	}
+	// The ids the SDK makes keep the same rules.
+	if id := newMessageID(time.Now()); checkID(id) != nil {
+		t.Errorf("generated id %q breaks the id rules: %v", id, checkID(id))
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/logs"
@@ -136,7 +135,8 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	return p, nil
 }
 
-// GenerateMessage returns a new message for subject with a fresh id.
+// GenerateMessage returns a new message for subject with a fresh id
+// (SetID replaces it with one of the caller's).
 func (p *Producer) GenerateMessage(subject string) *Message {
 	now := p.opts.now()
 	return &Message{id: newMessageID(now), subject: subject, createdAt: now}
@@ -145,7 +145,7 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 // check validates a message before it is queued, so one bad message never
 // fails a batch of good ones, and returns it as it will be sent.
 func (p *Producer) check(m *Message) (*logs.Message, error) {
-	if err := fsm.CheckName("subject", m.subject); err != nil {
+	if err := limits.CheckName("subject", m.subject); err != nil {
 		return nil, err
 	}
 	now := p.opts.now()
@@ -158,8 +158,9 @@ func (p *Producer) check(m *Message) (*logs.Message, error) {
 }
 
 // SendMessage sends m and returns once the broker group has committed and
-// applied it (or found it already stored). Retriable failures are retried
-// until ctx ends.
+// applied it, or found a message with its id already stored within its
+// dedup window (then it stores nothing, and m.Duplicate reports true).
+// Retriable failures are retried until ctx ends.
 func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
 	done := make(chan error, 1)
 	if err := p.enqueue(ctx, m, func(err error) { done <- err }); err != nil {
@@ -311,15 +312,21 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 		sticky = map[string][]*pending{}
 		chosen := map[string]string{} // subject → group, one per subject per round
 		for _, q := range msgs {
+			// A message whose id its producer chose goes where a resend of
+			// the id from another Producer would go (pickFor).
 			g, ok := chosen[q.msg.subject]
-			if !ok {
+			if !ok || q.msg.chosenID {
 				rt, err := p.r.lookup(ctx, q.msg.subject, "")
 				if err != nil {
 					q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
 					continue
 				}
-				g = rt.pick(avoid)
-				chosen[q.msg.subject] = g
+				if q.msg.chosenID {
+					g = rt.pickFor(q.msg.id, avoid)
+				} else {
+					g = rt.pick(avoid)
+					chosen[q.msg.subject] = g
+				}
 			}
 			if g == "" {
 				q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, errNoWritableGroup))
@@ -456,6 +463,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outc
 		case resp.Results[i].Status == transport.SendRejected:
 			q.done(fmt.Errorf("qmq: send %s: rejected: %s", q.msg.id, resp.Results[i].Error))
 		default:
+			q.msg.duplicate.Store(resp.Results[i].Status == transport.SendDuplicate)
 			q.done(nil)
 		}
 	}

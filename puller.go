@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -22,6 +22,7 @@ import (
 type Puller struct {
 	r                        *router
 	subject, group, consumer string
+	log                      *slog.Logger
 	ctx                      context.Context // background pulls; Close cancels it
 	cancel                   context.CancelFunc
 
@@ -46,13 +47,18 @@ type groupPuller struct {
 // cluster at servers (metaserver or broker addresses; see NewProducer).
 // The consumer's name is unique to this Puller unless WithConsumerName is
 // given (a restarted process that reuses its name takes over what its
-// earlier life left unacked).
-func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller, error) {
-	o := defaultConsumerOptions()
+// earlier life left unacked). WithLogger sets where it reports what Pull
+// does not return (a broker group whose pulls fail while others answer).
+func NewPuller(servers, subject, group string, opts ...PullerOption) (*Puller, error) {
+	o := defaultPullerOptions()
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyPuller(&o)
 	}
-	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
+	return newPuller(servers, subject, group, o)
+}
+
+func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error) {
+	id := limits.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
 	if err := id.Check(); err != nil {
 		return nil, fmt.Errorf("qmq: %w", err)
 	}
@@ -60,7 +66,7 @@ func NewPuller(servers, subject, group string, opts ...ConsumerOption) (*Puller,
 	if err != nil {
 		return nil, err
 	}
-	p := &Puller{r: r, subject: subject, group: group, consumer: o.name,
+	p := &Puller{r: r, subject: subject, group: group, consumer: o.name, log: o.logger,
 		groups: map[string]*groupPuller{}, changed: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
@@ -170,12 +176,10 @@ func (p *Puller) takeLocked(limit int) []*Message {
 	return out
 }
 
-// drain waits up to patience for the pulls under way, then stops them, and
-// returns every message pulled and not yet returned: a closing
-// Subscription hands them to its workers.
-func (p *Puller) drain(patience time.Duration) []*Message {
-	timer := time.NewTimer(patience)
-	defer timer.Stop()
+// drain waits for the pulls under way until ctx ends, then stops them, and
+// returns every message pulled and not yet returned: a Subscription going
+// down hands them to its workers.
+func (p *Puller) drain(ctx context.Context) []*Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.inflight > 0 {
@@ -183,7 +187,7 @@ func (p *Puller) drain(patience time.Duration) []*Message {
 		p.mu.Unlock()
 		select {
 		case <-changed:
-		case <-timer.C:
+		case <-ctx.Done():
 			p.cancel() // what a stopped pull took comes again after the session expires
 		}
 		p.mu.Lock()
@@ -207,8 +211,15 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
+		if g.err == nil && p.ctx.Err() == nil {
+			p.log.Warn("qmq: pulls from a broker group failing", "subject", p.subject, "group", p.group,
+				"broker-group", g.name, "error", err)
+		}
 		g.err = fmt.Errorf("group %s: %w", g.name, err)
 		return
+	}
+	if g.err != nil {
+		p.log.Info("qmq: pulls from a broker group work again", "subject", p.subject, "group", p.group, "broker-group", g.name)
 	}
 	g.err = nil
 	if resp.Epoch != 0 && resp.Epoch != g.epoch {
@@ -325,7 +336,10 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 // session expires.
 func (p *Puller) Close() error {
 	p.cancel()
-	p.drain(0)
+	if left := p.drain(p.ctx); len(left) > 0 {
+		p.log.Info("qmq: closed with pulled messages not returned; they come again once the consumer's session expires",
+			"subject", p.subject, "group", p.group, "messages", len(left))
+	}
 	p.r.close()
 	return nil
 }
@@ -347,7 +361,7 @@ func toRanges(seqs []int64) []transport.AckRange {
 
 func defaultConsumerName() string {
 	host, err := os.Hostname()
-	if err != nil || fsm.CheckName("consumer", host) != nil {
+	if err != nil || limits.CheckName("consumer", host) != nil {
 		host = "host"
 	}
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,32 @@ func (r *router) close() {
 // preferring available ones and those not in avoid (groups that just
 // failed). It returns "" when no group is writable.
 func (rt *route) pick(avoid map[string]bool) string {
+	best := rt.candidates(avoid)
+	if len(best) == 0 {
+		return ""
+	}
+	return best[rt.next.Add(1)%uint32(len(best))]
+}
+
+// pickFor chooses the broker group for a message whose id its producer
+// chose, among the same groups as pick, by a hash of the id: a send of the
+// same id by another Producer, which sees the same route, goes to the same
+// group, whose dedup window then stores it once. It returns "" when no
+// group is writable.
+func (rt *route) pickFor(id string, avoid map[string]bool) string {
+	best := rt.candidates(avoid)
+	if len(best) == 0 {
+		return ""
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return best[h.Sum64()%uint64(len(best))]
+}
+
+// candidates returns the groups a send may go to, in the route's order:
+// the writable, available ones not in avoid; failing that the writable
+// ones not in avoid; failing that every writable one.
+func (rt *route) candidates(avoid map[string]bool) []string {
 	var best []string
 	for pass := 0; pass < 3 && len(best) == 0; pass++ {
 		for _, g := range rt.Groups {
@@ -165,10 +192,7 @@ func (rt *route) pick(avoid map[string]bool) string {
 			}
 		}
 	}
-	if len(best) == 0 {
-		return ""
-	}
-	return best[rt.next.Add(1)%uint32(len(best))]
+	return best
 }
 
 // errNoWritableGroup means every broker group of a subject is drained.

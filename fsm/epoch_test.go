@@ -80,7 +80,7 @@ func TestForgetGroup(t *testing.T) {
 	if !r.Known || r.Consumers != 2 || r.Unacked != 3 {
 		t.Fatalf("forget: %+v", r)
 	}
-	if f.Epoch(ConsumerID{"s", "g", "a"}) != 0 || f.Epoch(ConsumerID{"s", "other", "a"}) == 0 || f.st.groupsOf["s"] != 1 {
+	if f.Epoch(ConsumerID{Subject: "s", Group: "g", Consumer: "a"}) != 0 || f.Epoch(ConsumerID{Subject: "s", Group: "other", Consumer: "a"}) == 0 || f.st.groupsOf["s"] != 1 {
 		t.Fatal("forget removed the wrong consumers or groups")
 	}
 	before := stateBytes(f)

@@ -111,7 +111,7 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 		if c.nextDeadline > now || n >= limit {
 			continue
 		}
-		o := Overdue{ID: ConsumerID{c.key.subject, c.key.group, c.key.name}, Epoch: c.epoch}
+		o := Overdue{ID: ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name}, Epoch: c.epoch}
 		for i, p := range c.window {
 			if n >= limit {
 				break

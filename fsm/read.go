@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -90,13 +91,10 @@ func (f *FSM) StampedTime() int64 {
 	return f.st.now
 }
 
-// ConsumerID names one consumer of a group of a subject.
-type ConsumerID struct {
-	Subject, Group, Consumer string
-}
-
-// Check reports whether every name of id is valid.
-func (id ConsumerID) Check() error { return checkNames(id.Subject, id.Group, id.Consumer) }
+// ConsumerID names one consumer of a group of a subject; it lives with the
+// naming rule in internal/limits, which clients share without linking this
+// package.
+type ConsumerID = limits.ConsumerID
 
 // Epoch returns the consumer's registration (its epoch), or 0 if it is
 // not registered (it never pulled a subject with messages, or it was
@@ -125,7 +123,7 @@ func (f *FSM) Consumers() []ConsumerID {
 	defer f.stateMu.RUnlock()
 	out := make([]ConsumerID, 0, len(f.st.consumers))
 	for _, c := range f.st.sortedConsumers() {
-		out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
+		out = append(out, ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name})
 	}
 	return out
 }
@@ -138,7 +136,7 @@ func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 	var out []ConsumerID
 	for _, c := range f.st.sortedConsumers() {
 		if c.unacked() > 0 {
-			out = append(out, ConsumerID{c.key.subject, c.key.group, c.key.name})
+			out = append(out, ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name})
 		}
 	}
 	return out

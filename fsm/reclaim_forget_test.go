@@ -16,7 +16,7 @@ func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	applyAt(f, 2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "gone", Max: 1})
 	applyAt(f, 3, &Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "gone"})
 	applyAt(f, 4, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "next", Max: 1})
-	if f.Epoch(ConsumerID{"s", "g", "gone"}) != 0 || f.Epoch(ConsumerID{"s", "g", "next"}) == 0 {
+	if f.Epoch(ConsumerID{Subject: "s", Group: "g", Consumer: "gone"}) != 0 || f.Epoch(ConsumerID{Subject: "s", Group: "g", Consumer: "next"}) == 0 {
 		t.Fatal("the reclaimed consumer is still known, or the new one is not")
 	}
 	if c := f.st.byKey[consumerKey{"s", "g", "next"}]; c.epoch != 2 {
@@ -30,7 +30,7 @@ func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	if !bytes.Equal(stateBytes(g), before) {
 		t.Fatal("state differs after a restart")
 	}
-	if g.Epoch(ConsumerID{"s", "g", "gone"}) != 0 {
+	if g.Epoch(ConsumerID{Subject: "s", Group: "g", Consumer: "gone"}) != 0 {
 		t.Fatal("the reclaimed consumer came back with the restart")
 	}
 	r := resultAs[*PullResult](t, applyAt(g, 5, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "third", Max: 5}))

@@ -41,7 +41,7 @@ func consumeCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "exit after `DUR` with no message"},
 		},
 		Action: func(c *cli.Context) error {
-			var opts []qmq.ConsumerOption
+			var opts []qmq.PullerOption
 			if name := c.String("consumer"); name != "" {
 				opts = append(opts, qmq.WithConsumerName(name))
 			}

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // maxAddrLen bounds an address.
@@ -30,7 +31,7 @@ func CheckAddr(what, s string) error {
 
 // GroupName is the metaserver group's own name, which no broker group
 // may take.
-const GroupName = "meta"
+const GroupName = limits.MetaGroup
 
 // CheckBrokerGroup reports whether s may name a broker group.
 func CheckBrokerGroup(s string) error {

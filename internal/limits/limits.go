@@ -6,6 +6,11 @@
 // construction: a message of MaxMessage encoded bytes fits a send frame, a
 // Raft entry, a message-log record, a schedule record and a pull reply
 // (TestLimitsFitEveryPath in package server sends one through all of them).
+//
+// It is also the protocol floor the client shares with the broker: the
+// naming rule (CheckName), ConsumerID and the metaserver group's name live
+// here, so that the SDK checks what the broker checks without linking the
+// broker's packages (Raft, bolt, the state machines).
 package limits
 
 import "time"

@@ -21,3 +21,26 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+func TestConsumerIDCheck(t *testing.T) {
+	long := strings.Repeat("x", MaxName)
+	for _, tc := range []struct {
+		id ConsumerID
+		ok bool
+	}{
+		{ConsumerID{"orders", "billing", "c-1"}, true},
+		{ConsumerID{long, long, long}, true},
+		{ConsumerID{long + "x", "g", "c"}, false},
+		{ConsumerID{"s", long + "x", "c"}, false},
+		{ConsumerID{"s", "g", long + "x"}, false},
+		{ConsumerID{"", "g", "c"}, false},
+		{ConsumerID{"s", "", "c"}, false},
+		{ConsumerID{"s", "g", ""}, false},
+		{ConsumerID{"s", "g", "a b"}, false},
+	} {
+		err := tc.id.Check()
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrName)) {
+			t.Errorf("%+.20v.Check() = %v, want ok=%v", tc.id, err, tc.ok)
+		}
+	}
+}

@@ -25,3 +25,24 @@ func CheckName(what, s string) error {
 	}
 	return nil
 }
+
+// MetaGroup is the metaserver group's own name, which no broker group may
+// take; operator requests name it to reach the metaserver group.
+const MetaGroup = "meta"
+
+// ConsumerID names one consumer of a group of a subject.
+type ConsumerID struct {
+	Subject, Group, Consumer string
+}
+
+// Check reports whether every name of id is valid (CheckName); the error
+// wraps ErrName.
+func (id ConsumerID) Check() error {
+	if err := CheckName("subject", id.Subject); err != nil {
+		return err
+	}
+	if err := CheckName("group", id.Group); err != nil {
+		return err
+	}
+	return CheckName("consumer", id.Consumer)
+}

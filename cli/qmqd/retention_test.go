@@ -51,8 +51,8 @@ func TestRetentionFlags(t *testing.T) {
 		{"age a fraction of a millisecond over it", []string{"--retention-age", "10m0.0001s"}, logs.Retention{MaxAge: 600_001}, ""},
 		{"age of a nanosecond", []string{"--retention-age", "1ns"}, logs.Retention{}, "--retention-age 1ns: below"},
 		{"age negative", []string{"--retention-age", "-1s"}, logs.Retention{}, "--retention-age -1s: negative"},
-		{"age unparsable", []string{"--retention-age", "a week"}, logs.Retention{}, "retention-age"},
-		{"age without a unit", []string{"--retention-age", "168"}, logs.Retention{}, "retention-age"},
+		{"age unparsable", []string{"--retention-age", "a week"}, logs.Retention{}, `invalid value "a week" for flag -retention-age`},
+		{"age without a unit", []string{"--retention-age", "168"}, logs.Retention{}, `invalid value "168" for flag -retention-age`},
 		{"size at one segment", []string{"--retention-size", "64"}, logs.Retention{MaxAge: week, MaxBytes: 64 << 20}, ""},
 		{"size just under", []string{"--retention-size", "63"}, logs.Retention{}, "--retention-size 63: below one message-log segment (64 MiB)"},
 		{"size just over", []string{"--retention-size", "65"}, logs.Retention{MaxAge: week, MaxBytes: 65 << 20}, ""},
@@ -60,8 +60,8 @@ func TestRetentionFlags(t *testing.T) {
 		{"size negative", []string{"--retention-size", "-1"}, logs.Retention{}, "--retention-size -1: negative"},
 		{"size at the largest byte count", []string{"--retention-size", fmt.Sprint(maxMiB)}, logs.Retention{MaxAge: week, MaxBytes: maxMiB << 20}, ""},
 		{"size just past it", []string{"--retention-size", fmt.Sprint(maxMiB + 1)}, logs.Retention{}, fmt.Sprintf("--retention-size %d: above", maxMiB+1)},
-		{"size with a unit", []string{"--retention-size", "50GiB"}, logs.Retention{}, "retention-size"},
-		{"size fractional", []string{"--retention-size", "64.5"}, logs.Retention{}, "retention-size"},
+		{"size with a unit", []string{"--retention-size", "50GiB"}, logs.Retention{}, `invalid value "50GiB" for flag -retention-size`},
+		{"size fractional", []string{"--retention-size", "64.5"}, logs.Retention{}, `invalid value "64.5" for flag -retention-size`},
 		{"both", []string{"--retention-age", "72h", "--retention-size", "51200"}, logs.Retention{MaxAge: (72 * time.Hour).Milliseconds(), MaxBytes: 50 << 30}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

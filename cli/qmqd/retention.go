@@ -58,6 +58,10 @@ func retentionSettings(c *cli.Context, cfg *server.Config) error {
 	}
 	// Round a fraction of a millisecond up, so that no positive age becomes
 	// 0, which disables the bound.
-	cfg.FSM.Retention = logs.Retention{MaxAge: (age + time.Millisecond - 1).Milliseconds(), MaxBytes: mib << 20}
+	ms := age.Milliseconds()
+	if age%time.Millisecond != 0 {
+		ms++
+	}
+	cfg.FSM.Retention = logs.Retention{MaxAge: ms, MaxBytes: mib << 20}
 	return nil
 }

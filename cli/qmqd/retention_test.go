@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,6 +63,7 @@ func TestRetentionFlags(t *testing.T) {
 		{"size just past it", []string{"--retention-size", fmt.Sprint(maxMiB + 1)}, logs.Retention{}, fmt.Sprintf("--retention-size %d: above", maxMiB+1)},
 		{"size with a unit", []string{"--retention-size", "50GiB"}, logs.Retention{}, `invalid value "50GiB" for flag -retention-size`},
 		{"size fractional", []string{"--retention-size", "64.5"}, logs.Retention{}, `invalid value "64.5" for flag -retention-size`},
+		{"age at the largest duration", []string{"--retention-age", time.Duration(math.MaxInt64).String()}, logs.Retention{MaxAge: math.MaxInt64/int64(time.Millisecond) + 1}, ""},
 		{"both", []string{"--retention-age", "72h", "--retention-size", "51200"}, logs.Retention{MaxAge: (72 * time.Hour).Milliseconds(), MaxBytes: 50 << 30}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

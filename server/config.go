@@ -11,6 +11,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // Config configures a broker-group node. Start from DefaultConfig.
@@ -59,7 +60,12 @@ type Config struct {
 	// on disk and the replay after a restart.
 	RaftTiming
 
-	// FSM configures the state machine; its Dir is set from DataDir.
+	// FSM configures the state machine; its Dir is set from DataDir. Its
+	// Retention must be the same on every node of the group (apply decides
+	// with it, and nothing compares it across nodes); Validate refuses a
+	// MaxBytes below one message-log segment (FSM.SegmentSize) and a MaxAge
+	// below the dedup window (FSM.DedupWindow). Default retention: MaxAge
+	// DefaultRetentionAge, no MaxBytes.
 	FSM fsm.Config
 	// Now is the leader's clock, stamped into commands. Default time.Now.
 	Now func() time.Time
@@ -73,6 +79,18 @@ const DefaultMaxDelay = limits.DefaultMaxDelay
 
 // MaxMaxDelay is the largest MaxDelay allowed: twenty years.
 const MaxMaxDelay = 20 * 366 * 24 * time.Hour
+
+// DefaultRetentionAge is how long a broker keeps messages unless
+// configured otherwise: a week, so that a consumer group broken over a long
+// weekend or a holiday can be repaired before anything it has not read
+// goes. There is no size bound by default: a byte figure cannot know the
+// disk it lands on, and MinFreeDisk already keeps the disk from filling by
+// refusing sends, which loses nothing, where a size bound would delete
+// messages consumers may not have read.
+const DefaultRetentionAge = 7 * 24 * time.Hour
+
+// ErrRetention is wrapped by Validate's errors about FSM.Retention.
+var ErrRetention = errors.New("server: config: retention")
 
 // DefaultConfig returns a configuration with every default set.
 func DefaultConfig() Config {
@@ -94,10 +112,18 @@ func DefaultConfig() Config {
 			SnapshotThreshold: 2048,
 			TrailingLogs:      1024,
 		},
-		FSM:    fsm.DefaultConfig(""),
+		FSM:    defaultFSMConfig(),
 		Now:    time.Now,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: hclog.Info}),
 	}
+}
+
+// defaultFSMConfig is the state machine's defaults with the broker's
+// retention.
+func defaultFSMConfig() fsm.Config {
+	c := fsm.DefaultConfig("")
+	c.Retention = logs.Retention{MaxAge: DefaultRetentionAge.Milliseconds()}
+	return c
 }
 
 // Validate reports the first setting that cannot work.
@@ -126,6 +152,26 @@ func (c *Config) Validate() error {
 		return errors.New("server: config: batch limits must be positive")
 	case c.Now == nil || c.Logger == nil:
 		return errors.New("server: config: Now and Logger must be set")
+	}
+	return c.checkRetention()
+}
+
+// checkRetention reports a retention that cannot work as meant: negative;
+// a size below one message-log segment, which would remove every sealed
+// segment as soon as it is sealed; or an age below the dedup window, which
+// would remove messages whose ids are still remembered, so that a send
+// retried within the window would be stored a second time.
+func (c *Config) checkRetention() error {
+	r, segment, dedup := c.FSM.Retention, c.FSM.SegmentSize, c.FSM.DedupWindow.Milliseconds()
+	switch {
+	case r.MaxAge < 0:
+		return fmt.Errorf("%w: age %d ms is negative", ErrRetention, r.MaxAge)
+	case r.MaxAge > 0 && r.MaxAge < dedup:
+		return fmt.Errorf("%w: age %d ms is below the dedup window (%d ms)", ErrRetention, r.MaxAge, dedup)
+	case r.MaxBytes < 0:
+		return fmt.Errorf("%w: size %d bytes is negative", ErrRetention, r.MaxBytes)
+	case r.MaxBytes > 0 && r.MaxBytes < segment:
+		return fmt.Errorf("%w: size %d bytes is below one message-log segment (%d bytes)", ErrRetention, r.MaxBytes, segment)
 	}
 	return nil
 }

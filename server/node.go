@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -75,7 +76,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.goLoop(n.batcher.run)
 	n.goLoop(func() { n.watchLeadership(n.ctx, n.metrics.leaderChanges.Inc, n.startLeading) })
 	n.goLoop(func() { n.keepAddressRecorded(n.ctx) })
-	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
+	// Retention must match across the group and nothing compares it: the
+	// start line lets an operator do so.
+	r := cfg.FSM.Retention
+	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr,
+		"retention-age", time.Duration(r.MaxAge)*time.Millisecond, "retention-bytes", r.MaxBytes)
 	return n, nil
 }
 

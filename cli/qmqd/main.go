@@ -22,7 +22,15 @@ import (
 )
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "qmqd:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp is qmqd: its flags and commands.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:  "qmqd",
 		Usage: "the QMQ server daemon",
 		Description: "`qmqd dev` starts a complete one-node queue with no other setup. A production cluster is\n" +
@@ -34,16 +42,12 @@ func main() {
 		},
 		Commands: []*cli.Command{devCommand(), metaCommand(), brokerCommand()},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "qmqd:", err)
-		os.Exit(1)
-	}
 }
 
 // brokerFlags are the flags of the commands that run a broker.
 func brokerFlags() []cli.Flag {
 	d := server.DefaultConfig()
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.DurationFlag{Name: "max-delay", Value: server.DefaultMaxDelay,
 			Usage: "refuse delayed messages due more than `DUR` ahead (17544h is two years: 731 days)"},
 		&cli.Int64Flag{Name: "min-free-disk", Value: d.MinFreeDisk >> 20,
@@ -52,14 +56,15 @@ func brokerFlags() []cli.Flag {
 			Usage: "a replica waits before applying while its data disk has less than `MIB` MiB free beyond what it is about to write"},
 		&cli.IntFlag{Name: "max-open-files", Value: d.FSM.MaxOpenFiles,
 			Usage: "keep at most `N` segment files open (at least 16); the process's file limit (ulimit -n) must leave room above it"},
-	}
+	}, retentionFlags()...)
 }
 
 // brokerSettings applies brokerFlags to cfg.
-func brokerSettings(c *cli.Context, cfg *server.Config) {
+func brokerSettings(c *cli.Context, cfg *server.Config) error {
 	cfg.MaxDelay = c.Duration("max-delay")
 	cfg.MinFreeDisk, cfg.FSM.DiskReserve = c.Int64("min-free-disk")<<20, c.Int64("disk-reserve")<<20
 	cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
+	return retentionSettings(c, cfg)
 }
 
 func devCommand() *cli.Command {
@@ -86,6 +91,10 @@ func devCommand() *cli.Command {
 				return fmt.Errorf("%s holds a broker's data at its top level, from a qmqd dev before the metaserver; "+
 					"move it to %s to keep it, or use another --data", c.String("data"), filepath.Join(c.String("data"), "broker"))
 			}
+			cfg := server.DefaultConfig()
+			if err := brokerSettings(c, &cfg); err != nil {
+				return err
+			}
 			// One voter per group: elections are instant, so short timeouts cost nothing.
 			mcfg := server.DefaultMetaConfig()
 			mcfg.NodeConfig = server.NodeConfig{ID: "dev-meta", DataDir: filepath.Join(c.String("data"), "meta"),
@@ -96,11 +105,9 @@ func devCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg := server.DefaultConfig()
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
-			brokerSettings(c, &cfg)
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
@@ -175,7 +182,9 @@ func brokerCommand() *cli.Command {
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
 			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
-			brokerSettings(c, &cfg)
+			if err := brokerSettings(c, &cfg); err != nil {
+				return err
+			}
 			if path := c.String("clock-offset-file"); path != "" {
 				cfg.Now = fileClock(path, logger)
 			}

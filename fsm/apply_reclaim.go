@@ -31,5 +31,21 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 	// it returns it is registered afresh, with a new epoch and its pull
 	// sequences from 0.
 	f.st.forget(cs)
+	if g.consumers == 0 && f.store.consumeLog(c.Subject) == nil && g.provisional() {
+		// A group of a subject without messages, as its last consumer's
+		// pull created it, holds nothing: forget it with its consumer, so
+		// that names a client makes up leave nothing behind.
+		f.st.removeGroup(k)
+	}
 	return &ReclaimResult{Reclaimed: n}
+}
+
+// provisional reports whether a group holds nothing a pull did not give it
+// on creation: no position past the start, nothing due again or dead, and
+// the default settings (but for the idle expiry a broadcast pull sets).
+func (g *group) provisional() bool {
+	s := g.settings
+	s.IdleExpiry = 0
+	return g.cursor == 0 && len(g.redeliver) == 0 && g.retrying == 0 && len(g.dead) == 0 && g.lost == 0 &&
+		g.deadDropped == 0 && s == DefaultGroupSettings()
 }

@@ -63,7 +63,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	if e, ok := err.(*transport.Error); !ok || e.Code != transport.DiskFull || !n.Status().DiskFull {
 		t.Fatalf("send with the disk full: %v (status %+v)", err, n.Status())
 	}
-	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second}
+	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second, Start: transport.StartEarliest}
 	body, err := gc.Call(ctx, transport.TypePull, pull.Encode())
 	if err != nil {
 		t.Fatalf("pull with the disk full: %v", err)

@@ -160,30 +160,37 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	// A long poll is a sign of life for as long as it waits.
 	alive := time.NewTicker(max(n.cfg.SessionTimeout/4, 10*time.Millisecond))
 	defer alive.Stop()
+	epoch, proposed := uint64(0), false
 	for {
 		n.sessions.touch(id)
 		// Take the channel before pulling, so an append between the two is
-		// not missed; only for a subject with messages or a consumer
-		// registered, so that names a client makes up (and the limits
-		// refuse) leave no channel behind.
-		var changed <-chan struct{}
-		if n.fsm.HasSubject(req.Subject) || n.fsm.Epoch(id) != 0 {
+		// not missed. A subject without messages waits for the next append
+		// of any subject, so that subjects a client makes up leave no
+		// channel behind, and pulls again only once the subject has
+		// messages (the first pull registered the consumer and its group).
+		known := n.fsm.HasSubject(req.Subject)
+		changed := n.notify.waitAny()
+		if known {
 			changed = n.notify.wait(req.Subject)
 		}
-		pctx, cancel := n.requestContext(ctx)
-		cmd.Now = n.clock.now().UnixMilli()
-		resp, err := n.propose(pctx, cmd.Encode())
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		res := resp.(*fsm.PullResult)
-		n.sessions.touch(id) // registered now, if it was not
-		if len(res.Entries) > 0 {
-			return n.pulledMessages(ctx, req, id, res)
-		}
-		if changed == nil || res.More {
-			continue // registered now: wait with a channel; or a tag filter has more to look at
+		if known || !proposed {
+			pctx, cancel := n.requestContext(ctx)
+			cmd.Now = n.clock.now().UnixMilli()
+			resp, err := n.propose(pctx, cmd.Encode())
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			proposed = true
+			res := resp.(*fsm.PullResult)
+			epoch = res.Epoch
+			n.sessions.touch(id) // registered now, if it was not
+			if len(res.Entries) > 0 {
+				return n.pulledMessages(ctx, req, id, res)
+			}
+			if res.More || !known && n.fsm.HasSubject(req.Subject) {
+				continue // a tag filter has more to look at, or the first message arrived meanwhile
+			}
 		}
 	wait:
 		for {
@@ -193,7 +200,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			case <-alive.C:
 				n.sessions.touch(id)
 			case <-deadline.C:
-				return (&transport.PullResponse{Epoch: res.Epoch, Version: req.Version}).Encode(), nil
+				return (&transport.PullResponse{Epoch: epoch, Version: req.Version}).Encode(), nil
 			case <-ctx.Done():
 				return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
 			}

@@ -31,7 +31,7 @@ func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 	}
 	got, from, epoch := 0, int64(0), uint64(0)
 	for pulls := 0; got < 8; pulls++ {
-		req := &transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 8, Wait: time.Second, From: from, Epoch: epoch}
+		req := &transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 8, Wait: time.Second, From: from, Epoch: epoch, Start: transport.StartEarliest}
 		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +73,7 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	defer c.Close()
 	w := bufio.NewWriter(c)
 	const pulls = 12
-	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1}).Encode()
+	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest}).Encode()
 	for i := range pulls {
 		transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: req})
 	}

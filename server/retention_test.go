@@ -107,7 +107,7 @@ func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
 	var from int64
 	var epoch uint64
 	for {
-		req := &transport.PullRequest{Subject: "s", Group: g, Consumer: "c", Max: 4, Wait: 50 * time.Millisecond, From: from, Epoch: epoch}
+		req := &transport.PullRequest{Subject: "s", Group: g, Consumer: "c", Max: 4, Wait: 50 * time.Millisecond, From: from, Epoch: epoch, Start: transport.StartEarliest}
 		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
 		if err != nil {
 			t.Fatalf("pull: %v", err)

@@ -32,11 +32,26 @@ func TestPullOfUnknownSubjectRegisters(t *testing.T) {
 	if got := consumeSeqs(pullAt(t, f, 3, 0, "later", "g", "c", 10)); !slices.Equal(got, []int64{0, 1, 2}) {
 		t.Fatalf("a group created before its subject's first message got %v, want all three", got)
 	}
+	// A group of a subject without messages goes with its last consumer:
+	// made-up names leave nothing behind once their sessions expire.
+	pullAt(t, f, 4, 0, "nothing-yet", "g", "c", 10)
+	if len(f.Groups()) != 2 {
+		t.Fatalf("groups %+v, want later/g and nothing-yet/g", f.Groups())
+	}
+	applyAt(f, 5, &Reclaim{Now: 1, Subject: "nothing-yet", Group: "g", Consumer: "c"})
+	if _, ok := f.Group("nothing-yet", "g"); ok || len(f.Consumers()) != 1 {
+		t.Fatalf("after its consumer went, the group of a subject without messages is still known: %+v", f.Groups())
+	}
+	// A group whose subject has messages stays when its consumers go.
+	applyAt(f, 6, &Reclaim{Now: 1, Subject: "later", Group: "g", Consumer: "c"})
+	if _, ok := f.Group("later", "g"); !ok {
+		t.Fatal("a group of a subject with messages was forgotten with its consumer")
+	}
 	before := stateBytes(f)
 	legacy := (&Pull{Now: 1, Subject: "nothing", Group: "g", Consumer: "c", Max: 10}).Encode()
 	legacy[1] = commandVersionEpoch
 	legacy = legacy[:len(legacy)-12] // without what version 3 adds
-	if got := f.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: legacy}); !reflect.DeepEqual(got, &PullResult{}) {
+	if got := f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: legacy}); !reflect.DeepEqual(got, &PullResult{}) {
 		t.Fatalf("version 2 pull of an unknown subject: %#v", got)
 	}
 	wantStateUnchanged(t, f, before)

@@ -20,8 +20,8 @@ const consumerGroupsCategory = "consumer groups"
 // lagHelp explains the figures list and show print.
 const lagHelp = "LAG is what the group still owes: BACKLOG (stored, not handed out yet) + REDELIVER (due\n" +
 	"again now) + RETRYING (nacked, waiting for their retry time) + UNACKED (handed to a consumer,\n" +
-	"not acked yet). DEAD is the dead letters kept (messages delivered the group's max-deliveries\n" +
-	"times: see `qmqctl deadletter`), DROPPED those dropped at the dead-letter bounds, LOST messages\n" +
+	"not acked yet). DEAD is the dead letters kept (messages whose last allowed delivery failed:\n" +
+	"see `qmqctl deadletter`), DROPPED those dropped at the dead-letter bounds, LOST messages\n" +
 	"retention removed before the group finished them. CONSUMERS is how many are online. Each\n" +
 	"broker group of the subject holds its own part of the group; TOTAL adds them up."
 
@@ -96,8 +96,8 @@ func consumerGroupCommands() []*cli.Command {
 			"group not known there is created with the defaults (32 deliveries, retries after 5s doubling\n" +
 			"to 15m, ack wait 30s), the changes applied, starting at the latest message: it receives what\n" +
 			"is sent from then on. Set a group up this way before anything is sent to its subject.\n\n" +
-			"A message handed out --max-deliveries times becomes a dead letter when it fails again (a\n" +
-			"nack, an ack wait that runs out, a consumer that dies). A failed message comes back after\n" +
+			"A message whose --max-deliveries-th delivery fails (a nack, an ack wait that runs out, a\n" +
+			"consumer that dies) becomes a dead letter instead. A failed message comes back after\n" +
 			"--retry-first, twice as long each later time, at most --retry-max. A message unacked for\n" +
 			"--ack-wait goes back to the group. Durations are Go durations (90s, 15m, 2h30m).",
 		Flags: append([]cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag}, settingFlags()...),

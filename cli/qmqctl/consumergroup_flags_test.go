@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +15,11 @@ import (
 func TestConsumerGroupBadFlags(t *testing.T) {
 	dead := freeAddr(t)
 	g := []string{"--subject", "orders", "--group", "billing"}
-	set := append([]string{"group", "set"}, g...)
-	reset := append([]string{"group", "reset"}, g...)
-	dl := func(cmd string, more ...string) []string { return append(append([]string{"deadletter", cmd}, g...), more...) }
+	set := slices.Clip(append([]string{"group", "set"}, g...))
+	reset := slices.Clip(append([]string{"group", "reset"}, g...))
+	dl := func(cmd string, more ...string) []string {
+		return append(append([]string{"deadletter", cmd}, g...), more...)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

@@ -240,3 +240,22 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 		t.Errorf("group show of an unknown group: %v\n%s", err, out)
 	}
 }
+
+// TestConsumerGroupCommandsOnAStandaloneBroker: a broker without a
+// metaserver answers the consumer-group commands as the subject's only
+// broker group.
+func TestConsumerGroupCommandsOnAStandaloneBroker(t *testing.T) {
+	addr := startBroker(t)
+	mustRun(t, "--server", addr, "group", "set", "--subject", "orders", "--group", "billing", "--max-deliveries", "3")
+	var views []qmq.ConsumerGroupView
+	runJSON(t, &views, "--server", addr, "group", "list")
+	if len(views) != 1 || views[0].Subject != "orders" || views[0].Group != "billing" ||
+		len(views[0].BrokerGroups) != 1 || views[0].Total.Settings.MaxDeliveries != 3 {
+		t.Fatalf("group list of a standalone broker: %+v", views)
+	}
+	var pages []qmq.DeadLetterPage
+	runJSON(t, &pages, "--server", addr, "deadletter", "list", "--subject", "orders", "--group", "billing")
+	if len(pages) != 1 || pages[0].BrokerGroup != "g1" || pages[0].Total != 0 {
+		t.Fatalf("deadletter list of a standalone broker: %+v", pages)
+	}
+}

@@ -19,8 +19,8 @@ import (
 // maxDeadLetterLimit is the most dead letters a broker group lists at once.
 const maxDeadLetterLimit = 1000
 
-const deadLetterHelp = "A dead letter is a message its consumer group was handed its max-deliveries times (see\n" +
-	"`qmqctl group set`) and that failed once more. The broker keeps it, per consumer group, until it\n" +
+const deadLetterHelp = "A dead letter is a message whose delivery to its consumer group failed for the group's\n" +
+	"max-deliveries-th time (see `qmqctl group set`). The broker keeps it, per consumer group, until it\n" +
 	"is resent or purged. SEQUENCES ARE PER BROKER GROUP: a dead letter is named by its broker group\n" +
 	"and its sequence there (both are in `deadletter list`)."
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -25,8 +26,10 @@ func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *
 	return fn(ctx, a)
 }
 
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
+func printJSON(v any) error { return printJSONTo(os.Stdout, v) }
+
+func printJSONTo(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
@@ -162,7 +165,7 @@ func metaStatus(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []memberStat
 	return out
 }
 
-var groupFlag = &cli.StringFlag{Name: "group", Required: true, Usage: "the broker group's `NAME`, or meta for the metaserver group"}
+var groupFlag = &cli.StringFlag{Name: "group", Required: true, Usage: "the broker group's `NAME` (not a consumer group), or meta for the metaserver group"}
 
 func joinCommand() *cli.Command {
 	return &cli.Command{

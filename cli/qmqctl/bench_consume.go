@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/transport"
 )
 
 func benchConsumeCommand() *cli.Command {
@@ -68,6 +69,9 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		return nil, fmt.Errorf("--consumers and --pull-batch must be at least 1")
 	case cfg.idle <= 0:
 		return nil, fmt.Errorf("--idle must be positive")
+	}
+	if err := startEarliest(ctx, cfg.server, cfg.subjects, cfg.group); err != nil {
+		return nil, err
 	}
 	pullers := make([]*qmq.Puller, 0, max(cfg.consumers, len(cfg.subjects)))
 	defer func() {
@@ -199,4 +203,22 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		sum.Note = fmt.Sprintf("drained after %d of %d messages: nothing more arrived within --idle %s", sum.Messages, cfg.count, cfg.idle)
 	}
 	return sum, firstErr
+}
+
+// startEarliest creates group, where it is not known, at the earliest
+// message of each subject: a benchmark consumes what was sent before it
+// (a group a pull creates starts at the latest message). A group that
+// exists is left as it is.
+func startEarliest(ctx context.Context, server string, subjects []string, group string) error {
+	a, err := qmq.NewAdmin(server)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	for _, s := range subjects {
+		if _, err := a.SetConsumerGroup(ctx, s, group, qmq.ConsumerGroupChanges{Start: transport.StartEarliest}); err != nil {
+			return fmt.Errorf("creating consumer group %s of %s at the earliest message: %w", group, s, err)
+		}
+	}
+	return nil
 }

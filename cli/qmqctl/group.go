@@ -13,10 +13,15 @@ import (
 func groupCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "group",
-		Usage: "operate on a group: hand over leadership (any group, meta included), drain a broker group",
-		Subcommands: []*cli.Command{{
-			Name:  "transfer-leader",
-			Usage: "hand a group's leadership to another voter (before restarting the leader)",
+		Usage: "consumer groups (list, show, set, reset) and broker groups (transfer-leader, readonly, writable)",
+		Description: "Two kinds of group share this command. A CONSUMER group (list, show, set, reset: --subject\n" +
+			"and --group) is a set of consumers that together receive every message of a subject once.\n" +
+			"A BROKER group (transfer-leader, readonly, writable) is a Raft group of broker nodes that\n" +
+			"stores subjects; there --group, or the argument, names the broker group.",
+		Subcommands: append(consumerGroupCommands(), &cli.Command{
+			Name:     "transfer-leader",
+			Category: "broker groups",
+			Usage:    "hand a broker group's (or the metaserver group's) leadership to another voter (before restarting the leader)",
 			Description: "Asks the leader to hand over to --to, or to the most up-to-date voter, and waits until\n" +
 				"it has. Clients follow the new leader after one quick redirect instead of waiting for an\n" +
 				"election timeout. Use it before stopping the leader in a rolling restart.",
@@ -39,16 +44,16 @@ func groupCommand() *cli.Command {
 				"READONLY from its next heartbeat (within seconds). Consumers keep pulling from it until it is\n"+
 				"empty. A subject whose only group is readonly cannot be sent to: assign it another first."),
 			writableCommand("writable", true, "open a drained broker group to sends again", ""),
-		},
+		),
 	}
 }
 
 func writableCommand(name string, writable bool, usage, description string) *cli.Command {
 	return &cli.Command{
-		Name: name, Usage: usage, Description: description, ArgsUsage: "GROUP",
+		Name: name, Usage: usage, Description: description, ArgsUsage: "BROKER-GROUP", Category: "broker groups",
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return fmt.Errorf("group %s takes one argument, the group's name", name)
+				return fmt.Errorf("group %s takes one argument, the broker group's name", name)
 			}
 			group := c.Args().First()
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {

@@ -16,7 +16,17 @@ import (
 var errFailed = errors.New("")
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		if err != errFailed {
+			fmt.Fprintln(os.Stderr, "qmqctl:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// newApp returns qmqctl's commands.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:  "qmqctl",
 		Usage: "send, consume and administer QMQ",
 		Flags: []cli.Flag{
@@ -25,12 +35,7 @@ func main() {
 				Usage: "metaserver or broker `HOST:PORT[,HOST:PORT…]`: any node of the cluster will do",
 			},
 		},
-		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(), subjectCommand(), delayCommand(), benchCommand()},
-	}
-	if err := app.Run(os.Args); err != nil {
-		if err != errFailed {
-			fmt.Fprintln(os.Stderr, "qmqctl:", err)
-		}
-		os.Exit(1)
+		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(),
+			deadLetterCommand(), subjectCommand(), delayCommand(), benchCommand()},
 	}
 }

@@ -1,0 +1,433 @@
+package qmq
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// Consumer groups and their dead letters, for operators. Every broker group
+// of a subject holds its own part of each consumer group (its cursor, its
+// retries, its dead letters), so each method asks every broker group of the
+// subject's route, through its leader, and gives the answers per broker
+// group (and, where figures add up, summed).
+
+// ConsumerGroupInfo is one consumer group in one broker group.
+type ConsumerGroupInfo = transport.GroupInfo
+
+// ConsumerGroupSettings is how a consumer group consumes.
+type ConsumerGroupSettings = transport.GroupSettings
+
+// DeadLetter is one dead letter of a consumer group in one broker group.
+type DeadLetter = transport.DeadLetter
+
+// DeadLetterPage is a broker group's page of a consumer group's dead
+// letters; its Total counts every one that broker group keeps.
+type DeadLetterPage = transport.DeadLetterPage
+
+var (
+	// ErrNoConsumerGroup means no broker group of the subject knows the
+	// consumer group.
+	ErrNoConsumerGroup = errors.New("qmq: consumer group not known")
+	// ErrNoDeadLetter means the broker group keeps no dead letter of that
+	// sequence for the consumer group.
+	ErrNoDeadLetter = errors.New("qmq: no such dead letter")
+	// ErrNotInRoute means a broker group named is not one of the subject's.
+	ErrNotInRoute = errors.New("qmq: broker group not in the subject's route")
+)
+
+// ConsumerGroupView is a consumer group across the broker groups that
+// hold it: each one's figures, and their sum.
+type ConsumerGroupView struct {
+	Subject      string              `json:"subject"`
+	Group        string              `json:"group"`
+	BrokerGroups []ConsumerGroupInfo `json:"broker_groups"`
+	// Total adds up the broker groups' figures. Its Cursor and End are 0
+	// (sequences are per broker group); Consumers is the most any broker
+	// group has (a consumer registers in every one it pulls from); Settings
+	// are the first broker group's.
+	Total ConsumerGroupInfo `json:"total"`
+	// SettingsDiffer says the broker groups do not all hold the same
+	// settings (a change reached only some): set them again.
+	SettingsDiffer bool `json:"settings_differ,omitempty"`
+}
+
+// newView sums infos, all of one consumer group.
+func newView(infos []ConsumerGroupInfo) ConsumerGroupView {
+	v := ConsumerGroupView{Subject: infos[0].Subject, Group: infos[0].Group, BrokerGroups: infos}
+	t := &v.Total
+	t.Subject, t.Group, t.Settings = v.Subject, v.Group, infos[0].Settings
+	for _, g := range infos {
+		t.Backlog += g.Backlog
+		t.Redeliver += g.Redeliver
+		t.Retrying += g.Retrying
+		t.Unacked += g.Unacked
+		t.Lag += g.Lag
+		t.Consumers = max(t.Consumers, g.Consumers)
+		t.DeadLetters += g.DeadLetters
+		t.DeadDropped += g.DeadDropped
+		t.Lost += g.Lost
+		if g.Consumers == 0 && g.IdleSince.After(t.IdleSince) {
+			t.IdleSince = g.IdleSince
+		}
+		v.SettingsDiffer = v.SettingsDiffer || g.Settings != t.Settings
+	}
+	if t.Consumers > 0 {
+		t.IdleSince = time.Time{}
+	}
+	return v
+}
+
+// ConsumerGroups returns every consumer group of subject, or with subject
+// "" every consumer group every broker group of the cluster holds, each
+// with its figures per broker group and summed, ordered by subject and
+// group. A broker group that does not answer is named in the error; the
+// others' groups are returned all the same.
+func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerGroupView, error) {
+	var brokers []transport.GroupRoute
+	if subject == "" {
+		c, err := a.Cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range c.Groups {
+			r := transport.GroupRoute{Name: g.Name}
+			for _, n := range g.Nodes {
+				r.Servers = append(r.Servers, n.ClientAddr)
+				if n.ID == g.Leader {
+					r.Leader = n.ClientAddr
+				}
+			}
+			brokers = append(brokers, r)
+		}
+	} else {
+		if err := limits.CheckName("subject", subject); err != nil {
+			return nil, fmt.Errorf("qmq: consumer groups: %w", err)
+		}
+		r, err := a.Route(ctx, subject)
+		if err != nil {
+			return nil, err
+		}
+		brokers = r.Groups
+	}
+	var all []ConsumerGroupInfo
+	var errs []error
+	for _, g := range brokers {
+		var infos []ConsumerGroupInfo
+		if err := brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject}, &infos); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		all = append(all, infos...)
+	}
+	return views(all), errors.Join(errs...)
+}
+
+// views groups infos by subject and consumer group, in that order.
+func views(infos []ConsumerGroupInfo) []ConsumerGroupView {
+	slices.SortStableFunc(infos, func(x, y ConsumerGroupInfo) int {
+		if x.Subject != y.Subject {
+			return cmp.Compare(x.Subject, y.Subject)
+		}
+		return cmp.Compare(x.Group, y.Group)
+	})
+	var out []ConsumerGroupView
+	for i := 0; i < len(infos); {
+		j := i + 1
+		for j < len(infos) && infos[j].Subject == infos[i].Subject && infos[j].Group == infos[i].Group {
+			j++
+		}
+		out = append(out, newView(infos[i:j:j]))
+		i = j
+	}
+	return out
+}
+
+// ConsumerGroup returns group of subject in every broker group of the
+// subject, and their sum. A group no broker group knows is
+// ErrNoConsumerGroup.
+func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*ConsumerGroupView, error) {
+	r, err := a.groupRoute(ctx, subject, group, true)
+	if err != nil {
+		return nil, err
+	}
+	var infos []ConsumerGroupInfo
+	var errs []error
+	for _, g := range r.Groups {
+		var got []ConsumerGroupInfo
+		if err := brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject, Group: group}, &got); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		infos = append(infos, got...)
+	}
+	if len(infos) == 0 {
+		errs = append(errs, fmt.Errorf("%w: %s of %s", ErrNoConsumerGroup, group, subject))
+		return nil, errors.Join(errs...)
+	}
+	v := newView(infos)
+	return &v, errors.Join(errs...)
+}
+
+// ConsumerGroupChanges are the settings SetConsumerGroup changes: nil
+// fields stay as they are. Start and StartAt say where the group starts in
+// a broker group that does not know it yet (it is created there).
+type ConsumerGroupChanges struct {
+	MaxDeliveries *uint32        // 1..10,000
+	RetryFirst    *time.Duration // 0..RetryMax
+	RetryMax      *time.Duration // at most two years
+	AckWait       *time.Duration // 0 for none, or 1 s..7 days
+	MaxInFlight   *uint32        // 0 for the broker's default, at most 100,000
+	IdleExpiry    *time.Duration // 0 for never, or 1 s..two years
+	Start         transport.StartPosition
+	StartAt       time.Time // with transport.StartAtTime
+}
+
+// ConsumerGroupResult is what a change did in one broker group.
+type ConsumerGroupResult struct {
+	BrokerGroup string `json:"broker_group"`
+	// Created says the broker group did not know the consumer group: it
+	// was created there.
+	Created bool `json:"created"`
+}
+
+// SetConsumerGroup changes group's settings in every broker group of
+// subject, creating the group where it is not known (and the subject's
+// route, for a subject not used yet: a group can be set up before anything
+// is sent). The broker checks the settings' bounds; a refusal by one broker
+// group stops before the next.
+func (a *Admin) SetConsumerGroup(ctx context.Context, subject, group string, ch ConsumerGroupChanges) ([]ConsumerGroupResult, error) {
+	req := transport.SetGroupRequest{Subject: subject, Group: group, MaxDeliveries: ch.MaxDeliveries,
+		RetryFirst: ch.RetryFirst, RetryMax: ch.RetryMax, AckWait: ch.AckWait, MaxInFlight: ch.MaxInFlight,
+		IdleExpiry: ch.IdleExpiry, Start: ch.Start, StartAt: ch.StartAt}
+	return a.changeGroup(ctx, subject, group, transport.TypeSetGroup, req)
+}
+
+// ResetTarget is where ResetConsumerGroup moves a consumer group.
+type ResetTarget struct {
+	To transport.StartPosition
+	At time.Time // with transport.StartAtTime
+}
+
+// Reset targets.
+var (
+	// ResetToEarliest moves a group to the oldest message each broker
+	// group keeps: it is delivered everything again.
+	ResetToEarliest = ResetTarget{To: transport.StartEarliest}
+	// ResetToLatest moves a group past every message stored: it skips its
+	// backlog and receives only what is sent from now on.
+	ResetToLatest = ResetTarget{To: transport.StartLatest}
+)
+
+// ResetToTime moves a group to the first message stored at or after t.
+func ResetToTime(t time.Time) ResetTarget { return ResetTarget{To: transport.StartAtTime, At: t} }
+
+// ResetConsumerGroup moves group's cursor in every broker group of subject
+// (creating the group where it is not known). Messages due again or
+// waiting for a retry are dropped; those handed out and not finished stay
+// with their consumers. Dead letters stay.
+func (a *Admin) ResetConsumerGroup(ctx context.Context, subject, group string, to ResetTarget) ([]ConsumerGroupResult, error) {
+	if to.To == transport.StartAtTime && to.At.Before(time.UnixMilli(0)) {
+		return nil, fmt.Errorf("qmq: reset to %s: before 1970", to.At.Format(time.RFC3339))
+	}
+	req := transport.ResetGroupRequest{Subject: subject, Group: group, To: to.To, At: to.At}
+	return a.changeGroup(ctx, subject, group, transport.TypeResetGroup, req)
+}
+
+// changeGroup sends a set or reset to every broker group of the subject.
+func (a *Admin) changeGroup(ctx context.Context, subject, group string, t transport.Type, req any) ([]ConsumerGroupResult, error) {
+	r, err := a.groupRoute(ctx, subject, group, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []ConsumerGroupResult
+	for _, g := range r.Groups {
+		var res transport.GroupResult
+		if err := brokerCall(ctx, g, t, req, &res); err != nil {
+			return out, err
+		}
+		out = append(out, ConsumerGroupResult{BrokerGroup: g.Name, Created: res.Created})
+	}
+	return out, nil
+}
+
+// DeadLetters lists group's dead letters in every broker group of subject:
+// from the offset-th, at most limit of each (the broker answers at most
+// 1,000; limit <= 0 asks for as many), oldest first. A broker group that
+// does not answer is named in the error; the others' pages are returned.
+func (a *Admin) DeadLetters(ctx context.Context, subject, group string, offset, limit int) ([]DeadLetterPage, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("qmq: dead letters from offset %d (at least 0)", offset)
+	}
+	r, err := a.groupRoute(ctx, subject, group, true)
+	if err != nil {
+		return nil, err
+	}
+	req := transport.DeadLettersRequest{Subject: subject, Group: group, Offset: offset, Limit: max(limit, 0)}
+	var out []DeadLetterPage
+	var errs []error
+	for _, g := range r.Groups {
+		var page DeadLetterPage
+		if err := brokerCall(ctx, g, transport.TypeDeadLetters, req, &page); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, page)
+	}
+	return out, errors.Join(errs...)
+}
+
+// DeadLetter reads one dead letter whole (its properties and body too):
+// seq, in brokerGroup (dead-letter sequences are per broker group). One
+// the broker group does not keep is ErrNoDeadLetter.
+func (a *Admin) DeadLetter(ctx context.Context, subject, group, brokerGroup string, seq int64) (*DeadLetter, error) {
+	if seq < 0 {
+		return nil, fmt.Errorf("qmq: dead letter %d: sequences are at least 0", seq)
+	}
+	r, err := a.groupRoute(ctx, subject, group, true)
+	if err != nil {
+		return nil, err
+	}
+	g, err := brokerOf(r, brokerGroup)
+	if err != nil {
+		return nil, err
+	}
+	var page DeadLetterPage
+	if err := brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, Group: group, Seq: &seq}, &page); err != nil {
+		return nil, err
+	}
+	if len(page.Letters) == 0 {
+		return nil, fmt.Errorf("%w: %d of %s of %s in broker group %s", ErrNoDeadLetter, seq, group, subject, brokerGroup)
+	}
+	return &page.Letters[0], nil
+}
+
+// DeadLetterSelection names dead letters: All of them in every broker
+// group, or Seqs of BrokerGroup (dead-letter sequences are per broker
+// group).
+type DeadLetterSelection struct {
+	All         bool
+	BrokerGroup string
+	Seqs        []int64
+}
+
+func (s DeadLetterSelection) check() error {
+	switch {
+	case s.All && (s.BrokerGroup != "" || len(s.Seqs) > 0):
+		return errors.New("qmq: dead letters: all, or sequences of one broker group, not both")
+	case !s.All && (s.BrokerGroup == "" || len(s.Seqs) == 0):
+		return errors.New("qmq: dead letters: name a broker group and its sequences, or all")
+	}
+	for _, seq := range s.Seqs {
+		if seq < 0 {
+			return fmt.Errorf("qmq: dead letter %d: sequences are at least 0", seq)
+		}
+	}
+	return nil
+}
+
+// DeadLetterResult is what a resend or purge did in one broker group.
+type DeadLetterResult struct {
+	BrokerGroup string `json:"broker_group"`
+	Done        int    `json:"done"` // dead letters resent or purged (those not kept are skipped)
+}
+
+// ResendDeadLetters gives the selected dead letters back to their consumer
+// group, each with its delivery count afresh.
+func (a *Admin) ResendDeadLetters(ctx context.Context, subject, group string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+	return a.deadLetterOp(ctx, subject, group, transport.DeadLetterResend, sel)
+}
+
+// PurgeDeadLetters forgets the selected dead letters for good.
+func (a *Admin) PurgeDeadLetters(ctx context.Context, subject, group string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+	return a.deadLetterOp(ctx, subject, group, transport.DeadLetterPurge, sel)
+}
+
+func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op transport.DeadLetterOp, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+	if err := sel.check(); err != nil {
+		return nil, err
+	}
+	r, err := a.groupRoute(ctx, subject, group, true)
+	if err != nil {
+		return nil, err
+	}
+	brokers := r.Groups
+	if !sel.All {
+		g, err := brokerOf(r, sel.BrokerGroup)
+		if err != nil {
+			return nil, err
+		}
+		brokers = []transport.GroupRoute{g}
+	}
+	req := transport.DeadLetterOpRequest{Subject: subject, Group: group, Op: op, All: sel.All, Seqs: sel.Seqs}
+	var out []DeadLetterResult
+	for _, g := range brokers {
+		var res transport.DeadLetterOpResult
+		if err := brokerCall(ctx, g, transport.TypeDeadLetterOp, req, &res); err != nil {
+			return out, err
+		}
+		out = append(out, DeadLetterResult{BrokerGroup: g.Name, Done: res.Done})
+	}
+	return out, nil
+}
+
+// groupRoute checks the names and returns subject's route: looked up only
+// (lookup), or created if the subject has none yet, with group recorded
+// as its consumer.
+func (a *Admin) groupRoute(ctx context.Context, subject, group string, lookup bool) (*Route, error) {
+	if err := limits.CheckName("subject", subject); err != nil {
+		return nil, fmt.Errorf("qmq: %w", err)
+	}
+	if err := limits.CheckName("consumer group", group); err != nil {
+		return nil, fmt.Errorf("qmq: %w", err)
+	}
+	if lookup {
+		return a.Route(ctx, subject)
+	}
+	var r Route
+	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject, ConsumerGroup: group}, &r)
+}
+
+// brokerOf returns the broker group name of route r.
+func brokerOf(r *Route, name string) (transport.GroupRoute, error) {
+	for _, g := range r.Groups {
+		if g.Name == name {
+			return g, nil
+		}
+	}
+	names := make([]string, 0, len(r.Groups))
+	for _, g := range r.Groups {
+		names = append(names, g.Name)
+	}
+	return transport.GroupRoute{}, fmt.Errorf("%w: %q (the route of %s has %v)", ErrNotInRoute, name, r.Subject, names)
+}
+
+// brokerCall sends a JSON request to broker group g's leader and decodes
+// the JSON answer into out.
+func brokerCall(ctx context.Context, g transport.GroupRoute, t transport.Type, req, out any) error {
+	if len(g.Servers) == 0 {
+		return fmt.Errorf("qmq: %s in broker group %s: no node to ask", t, g.Name)
+	}
+	gc, err := transport.NewGroupClient(g.Servers)
+	if err != nil {
+		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+	}
+	defer gc.Close()
+	gc.SetServers(g.Servers, g.Leader)
+	b, _ := json.Marshal(req)
+	body, err := gc.Call(ctx, t, b)
+	if err != nil {
+		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("qmq: %s answer of broker group %s: %w", t, g.Name, err)
+	}
+	return nil
+}

@@ -3,6 +3,8 @@ package fsm
 import (
 	"slices"
 	"testing"
+
+	"github.com/qmqgo/qmq/delaywheel"
 )
 
 // A nacked message comes back through a retry record: to the group that
@@ -124,4 +126,19 @@ func TestNackRetryTimes(t *testing.T) {
 		wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", RetryAt: bad, Ranges: []AckRange{one(2)}}))
 	}
 	wantStateUnchanged(t, r.f, before)
+}
+
+// A retry due past the last hour a schedule reference can name is handed
+// out again at once rather than stopping the replica.
+func TestNackRetryPastTheLastHour(t *testing.T) {
+	r := newGroupRig(t)
+	r.sendN("s", 1)
+	r.pullN("g", "c", 1)
+	r.now = (int64(1)<<20)*delaywheel.HourMillis - 1000
+	if res := r.nack("g", "c", 0, one(0)); res.Retried != 1 || len(r.sched) != 0 {
+		t.Fatalf("nack: %+v, scheduled %+v", res, r.sched)
+	}
+	if p := r.pullN("g", "c", 1); !slices.Equal(consumeSeqs(p), []int64{0}) {
+		t.Fatalf("pulled %v", consumeSeqs(p))
+	}
 }

@@ -82,17 +82,17 @@ func overLimitConsumeCommands() map[string][]byte {
 		return binenc.AppendUint64(append(b, 0), 0)
 	}
 	return map[string][]byte{
-		"nack ranges":         (&Nack{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"extend ranges":       (&Extend{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"expire ranges":       (&Expire{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"expire name":         (&Expire{Subject: long, Group: "g", Consumer: "c"}).Encode(),
-		"dead-letters seqs":   (&DeadLetters{Subject: "s", Group: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
-		"dead-letters name":   (&DeadLetters{Subject: "s", Group: long}).Encode(),
-		"set-group name":      (&SetGroup{Subject: long, Group: "g"}).Encode(),
-		"reset-group name":    (&ResetGroup{Subject: "s", Group: long}).Encode(),
-		"forget name":         (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
-		"pull tags":           (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
-		"pull tag length":     (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
+		"nack ranges":          (&Nack{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"extend ranges":        (&Extend{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire ranges":        (&Expire{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire name":          (&Expire{Subject: long, Group: "g", Consumer: "c"}).Encode(),
+		"dead-letters seqs":    (&DeadLetters{Subject: "s", Group: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
+		"dead-letters name":    (&DeadLetters{Subject: "s", Group: long}).Encode(),
+		"set-group name":       (&SetGroup{Subject: long, Group: "g"}).Encode(),
+		"reset-group name":     (&ResetGroup{Subject: "s", Group: long}).Encode(),
+		"forget name":          (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
+		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
+		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
 		"set-group deliveries": setGroup(1<<32, 0),
 		"set-group in flight":  setGroup(0, 1<<32),
 	}

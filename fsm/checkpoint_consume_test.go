@@ -40,7 +40,9 @@ func consumeScript() []*raft.Log {
 		}
 		add(&Append{Now: now, Messages: msgs})
 	}
-	pull := func(g string, n int) { add(&Pull{Now: now, Subject: "s", Group: g, Consumer: "c", Max: n, Start: StartEarliest}) }
+	pull := func(g string, n int) {
+		add(&Pull{Now: now, Subject: "s", Group: g, Consumer: "c", Max: n, Start: StartEarliest})
+	}
 	nack := func(g string, retryAt int64, r AckRange) {
 		add(&Nack{Now: now, Subject: "s", Group: g, Consumer: "c", RetryAt: retryAt, Ranges: []AckRange{r}})
 	}
@@ -53,9 +55,9 @@ func consumeScript() []*raft.Log {
 	add(&SetGroup{Now: now, Subject: "s", Group: "g", Set: setAll, Start: StartEarliest,
 		Settings: GroupSettings{MaxDeliveries: 3, RetryFirst: 1000, RetryMax: 4000, AckWait: 60_000, MaxInFlight: 50, IdleExpiry: 600_000}})
 	pull("g", 3)
-	nack("g", 0, one(0))      // a retry in a second
-	nack("g", now, one(1))    // due again at once
-	pull("g", 1)              // handed out a second time, with a deadline
+	nack("g", 0, one(0))   // a retry in a second
+	nack("g", now, one(1)) // due again at once
+	pull("g", 1)           // handed out a second time, with a deadline
 	add(&SetGroup{Now: now, Subject: "s", Group: "d", Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
 	pull("d", 2)
 	add(&Nack{Now: now, Subject: "s", Group: "d", Consumer: "c", Ranges: []AckRange{{0, 1}}}) // two dead letters, one dropped

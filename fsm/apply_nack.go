@@ -99,6 +99,9 @@ func (f *FSM) applyExtend(c *Extend) any {
 	eachOpen(cs, c.Ranges, func(seq int64) {
 		if p := &cs.window[seq-cs.ackPos]; !p.acked {
 			p.deadline = now + g.settings.AckWait
+			// An entry handed out while the group had no ack wait had no
+			// deadline: the consumer's lower bound must cover its new one.
+			cs.nextDeadline = min(cs.nextDeadline, p.deadline)
 			res.Extended++
 		}
 	})

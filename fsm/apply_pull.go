@@ -105,8 +105,9 @@ func (f *FSM) applyPull(c *Pull) any {
 
 // maxTagScan bounds the consume-log entries one tag-filtered pull looks
 // at, so that a rare tag costs apply a bounded time per pull; a pull that
-// stops there says More, and the leader pulls again at once.
-const maxTagScan = 10000
+// stops there says More, and the leader pulls again at once. Tests lower
+// it.
+var maxTagScan = 10000
 
 // checkOptions reports whether a pull's options are within their bounds.
 func (c *Pull) checkOptions() error {

@@ -337,7 +337,11 @@ func (c *checkpoint) check() error {
 	if c.st.retries < 0 || pending != delayed+c.st.retries {
 		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject and %d retries", ErrBadCheckpoint, pending, delayed, c.st.retries)
 	}
+	var retrying int64
 	for k, g := range c.st.groups {
+		if retrying += g.retrying; retrying > c.st.retries || retrying < 0 {
+			return fmt.Errorf("%w: groups wait on more retries than the %d pending", ErrBadCheckpoint, c.st.retries)
+		}
 		if err := g.check(); err != nil {
 			return fmt.Errorf("%w: group %s of %s: %w", ErrBadCheckpoint, k.group, k.subject, err)
 		}
@@ -351,6 +355,11 @@ func (c *checkpoint) check() error {
 		}
 		if cs.epoch == 0 || cs.epoch >= c.st.nextEpoch {
 			return fmt.Errorf("%w: consumer %v has epoch %d, the next is %d", ErrBadCheckpoint, cs.key, cs.epoch, c.st.nextEpoch)
+		}
+		for _, p := range cs.window {
+			if p.deliveries < 1 || p.deliveries > MaxDeliveriesLimit || p.deadline < 0 {
+				return fmt.Errorf("%w: consumer %v: an entry delivered %d times, due back at %d", ErrBadCheckpoint, cs.key, p.deliveries, p.deadline)
+			}
 		}
 		if c.st.groups[groupKey{cs.key.subject, cs.key.group}] == nil {
 			return fmt.Errorf("%w: consumer %v of a group the checkpoint lacks", ErrBadCheckpoint, cs.key)

@@ -374,7 +374,11 @@ func Decode(b []byte) (any, error) {
 		}
 		cmd = c
 	default:
-		if c, ok := decodeConsumeCommand(t, now, r); ok {
+		c, ok, err := decodeConsumeCommand(t, now, r)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
 			cmd = c
 			break
 		}

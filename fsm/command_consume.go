@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"fmt"
+	"math"
+
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -218,8 +221,8 @@ func (c *DeadLetters) Encode() []byte {
 }
 
 // decodeConsumeCommand decodes the payload of one of this file's commands;
-// false if t is none of them.
-func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool) {
+// false if t is none of them. An error wraps ErrBadCommand.
+func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool, error) {
 	switch t {
 	case CmdNack:
 		c := &Nack{Now: now}
@@ -227,33 +230,41 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 		c.Epoch = r.Uvarint()
 		c.RetryAt = r.Int64()
 		c.Ranges = readRanges(r)
-		return c, true
+		return c, true, nil
 	case CmdExtend:
 		c := &Extend{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		c.Epoch = r.Uvarint()
 		c.Ranges = readRanges(r)
-		return c, true
+		return c, true, nil
 	case CmdExpire:
 		c := &Expire{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		c.Epoch = r.Uvarint()
 		c.Ranges = readRanges(r)
-		return c, true
+		return c, true, nil
 	case CmdSetGroup:
 		c := &SetGroup{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		c.Set = SettingBits(r.Byte())
-		c.Settings = GroupSettings{MaxDeliveries: uint32(min(r.Uvarint(), 1<<32-1)), RetryFirst: int64(r.Uvarint()),
-			RetryMax: int64(r.Uvarint()), AckWait: int64(r.Uvarint()), MaxInFlight: uint32(min(r.Uvarint(), 1<<32-1)),
-			IdleExpiry: int64(r.Uvarint())}
+		var v [6]uint64
+		for i := range v {
+			v[i] = r.Uvarint()
+		}
+		if v[0] > math.MaxUint32 || v[4] > math.MaxUint32 {
+			// Clamped, it would re-encode differently: a command has one
+			// encoding.
+			return nil, true, fmt.Errorf("%w: set-group: max deliveries %d or max in flight %d over 32 bits", ErrBadCommand, v[0], v[4])
+		}
+		c.Settings = GroupSettings{MaxDeliveries: uint32(v[0]), RetryFirst: int64(v[1]), RetryMax: int64(v[2]), AckWait: int64(v[3]),
+			MaxInFlight: uint32(v[4]), IdleExpiry: int64(v[5])}
 		c.Start = StartPosition(r.Byte())
 		c.StartAt = r.Int64()
-		return c, true
+		return c, true, nil
 	case CmdResetGroup:
 		c := &ResetGroup{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		c.To = StartPosition(r.Byte())
 		c.At = r.Int64()
-		return c, true
+		return c, true, nil
 	case CmdDeadLetters:
 		c := &DeadLetters{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		c.Op = DeadLetterOp(r.Byte())
@@ -263,7 +274,7 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 		for i := 0; i < n && r.Err() == nil; i++ {
 			c.Seqs = append(c.Seqs, int64(r.Uvarint()))
 		}
-		return c, true
+		return c, true, nil
 	}
-	return nil, false
+	return nil, false, nil
 }

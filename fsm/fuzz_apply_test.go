@@ -33,6 +33,15 @@ func FuzzApplyAtLimits(f *testing.F) {
 		{ // counts at and over their limits, cut and changed bytes, a reclaim, a jump in time
 			8, 0, 0, 0, 8, 1, 0, 0, 6, 0, 1, 0, 2, 0, 0, 1, 4, 0, 2, 0, 4, 3, 3, 0, 9, 5, 0, 0, 10, 5, 7, 0, 5, 0, 0, 0, 11, 3, 0, 0,
 		},
+		{ // settings at and over their bounds, pulls with tags and start positions, nacks (retry times at and over the largest delay), fires of the retries, extends, expires
+			15, 0, 0, 0, 0, 0, 0, 0, 18, 0, 1, 1, 18, 1, 2, 2, 12, 0, 0, 0, 12, 1, 1, 3, 12, 2, 2, 4, 15, 1, 2, 3, 6, 1, 0, 0, 13, 1, 1, 0, 14, 2, 2, 0, 15, 4, 5, 6,
+		},
+		{ // a nack whose retry falls past the last hour a schedule reference can name
+			0, 0, 0, 0, 2, 0, 0, 1, 12, 4, 0, 0, 2, 0, 0, 1,
+		},
+		{ // dead letters at max deliveries, resent and purged, seqs at and over their limit; resets; idle forgets; a nack in the last schedulable hour
+			15, 6, 0, 0, 0, 0, 0, 0, 2, 0, 0, 3, 12, 3, 1, 0, 17, 1, 1, 0, 17, 2, 2, 1, 17, 1, 3, 2, 16, 0, 1, 0, 16, 3, 2, 0, 19, 0, 1, 0, 19, 1, 2, 0, 2, 0, 0, 3, 12, 4, 0, 0,
+		},
 	} {
 		f.Add(seed)
 	}
@@ -82,7 +91,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 		index := uint64(step + 1)
 		at := int64(now + step*1000)
 		var data []byte
-		switch recipe[i] % 12 {
+		switch recipe[i] % 20 {
 		case 0, 1: // an append: a message of a size from the table, maybe delayed, and a small one maybe badly named
 			m := testmsg.OfSize(fmt.Sprint("m", step), "s", delays[pick(i+3, len(delays))], sizes[pick(i+1, len(sizes))])
 			small := unitMsg(fmt.Sprint("s", step), name(pick(i+2, 6), "s"), 3)
@@ -131,8 +140,73 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 		case 11: // a leader time days ahead: expiry, sweeps and retention must agree
 			data = (&Append{Now: at + int64(pick(i+1, 4))*24*delaywheel.HourMillis, Messages: []*logs.Message{unitMsg(fmt.Sprint("t", step), "s", 1)}}).Encode()
+		default:
+			data = consumeLimitCommand(recipe[i]%20, at, lastHour, pick, i, name)
 		}
 		out = append(out, &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
 	}
 	return out
+}
+
+// consumeLimitCommand returns the bytes of a consumer command (kinds 12 to
+// 19 of limitEntries) with values at, just under and just over its limits.
+func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int, i int, name func(k int, usual string) string) []byte {
+	ranges := func() []AckRange {
+		base := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
+		n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
+		out := make([]AckRange, n)
+		for k := range out {
+			out[k] = base[k%len(base)]
+		}
+		return out
+	}
+	switch kind {
+	case 12: // a nack: retry times none, passed, at and over the largest delay, negative; or its leader time in the last hour a retry can be scheduled in
+		retry := []int64{0, at - 1, at + 1000, at + maxRetryDelay, at + maxRetryDelay + 1, -1}
+		c := &Nack{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", RetryAt: retry[pick(i+1, len(retry))], Ranges: ranges()}
+		if pick(i+1, 6) == 4 {
+			c.Now, c.RetryAt = lastHour+delaywheel.HourMillis-1000, 0
+		}
+		return c.Encode()
+	case 13: // an extend
+		return (&Extend{Now: at, Subject: "s", Group: "g", Consumer: name(pick(i+3, 6), "c"), Epoch: uint64(pick(i+1, 3)), Ranges: ranges()}).Encode()
+	case 14: // an expire, up to a minute after the ack wait of the default settings
+		return (&Expire{Now: at + int64(pick(i+3, 3))*30_000, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges()}).Encode()
+	case 15: // settings at, under and over their bounds
+		table := []GroupSettings{
+			DefaultGroupSettings(),
+			{MaxDeliveries: 1, AckWait: minAckWait, IdleExpiry: minIdleExpiry},
+			{MaxDeliveries: MaxDeliveriesLimit, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay, AckWait: maxAckWait, MaxInFlight: limits.MaxPullMessages * 10, IdleExpiry: maxRetryDelay},
+			{MaxDeliveries: MaxDeliveriesLimit + 1, RetryMax: maxRetryDelay + 1, AckWait: maxAckWait + 1, MaxInFlight: limits.MaxPullMessages*10 + 1, IdleExpiry: maxRetryDelay + 1},
+			{MaxDeliveries: 0, RetryFirst: 2, RetryMax: 1, AckWait: minAckWait - 1, IdleExpiry: minIdleExpiry - 1},
+			{MaxDeliveries: 2, AckWait: minAckWait, MaxInFlight: 1},
+			{MaxDeliveries: 1, AckWait: 0},
+		}
+		set := []SettingBits{setAll, SetMaxDeliveries | SetAckWait, SetMaxInFlight, setAll + 1, 0, SetRetryFirst | SetRetryMax, SetIdleExpiry}[pick(i+2, 7)]
+		return (&SetGroup{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Set: set, Settings: table[pick(i+1, len(table))],
+			Start: StartPosition(pick(i+3, 4)), StartAt: []int64{0, at, -1}[pick(i+2, 3)]}).Encode()
+	case 16: // a reset to each position, a time before the epoch, and one unknown
+		return (&ResetGroup{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), To: StartPosition(pick(i+1, 4)), At: []int64{0, at, -1}[pick(i+2, 3)]}).Encode()
+	case 17: // dead letters resent or purged: all, some, as many as a command may name and one more, or a bad operation or sequence
+		c := &DeadLetters{Now: at, Subject: "s", Group: "g", Op: DeadLetterOp(pick(i+1, 4)), All: pick(i+3, 2) == 1}
+		n := []int{0, 1, MaxDeadLetterSeqs, MaxDeadLetterSeqs + 1}[pick(i+2, 4)]
+		for k := range n {
+			c.Seqs = append(c.Seqs, []int64{0, 1, 5, -1}[k%4])
+		}
+		return c.Encode()
+	case 18: // a version 3 pull: tags at and over their limits, at most once, each start position, idle expiry at and past its bounds
+		tagSets := [][]string{nil, {"t1"}, make([]string, logs.MaxTags), make([]string, logs.MaxTags+1), {strings.Repeat("t", logs.MaxTagLen)}, {strings.Repeat("t", logs.MaxTagLen+1)}, {""}}
+		tags := tagSets[pick(i+1, len(tagSets))]
+		for k := range tags {
+			if tags[k] == "" && len(tags) > 1 {
+				tags[k] = fmt.Sprint("t", k)
+			}
+		}
+		idle := []int64{0, minIdleExpiry - 1, minIdleExpiry, maxRetryDelay, maxRetryDelay + 1}
+		return (&Pull{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
+			AtMostOnce: pick(i+2, 2) == 1, Tags: tags, TagsAll: pick(i+3, 2) == 1, Start: StartPosition(pick(i+1, 4)),
+			StartAt: []int64{0, at - 1000, -1}[pick(i+2, 3)], IdleExpiry: idle[pick(i+3, len(idle))]}).Encode()
+	default: // a forget of a group idle that long, or a negative time
+		return (&Forget{Now: at, Subject: "s", Group: name(pick(i+2, 6), "g"), IdleFor: []int64{0, 1, 1000, -1}[pick(i+1, 4)]}).Encode()
+	}
 }

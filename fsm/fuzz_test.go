@@ -22,6 +22,14 @@ func FuzzDecodeCommand(f *testing.F) {
 	for _, name := range sortedKeys(cmds) {
 		f.Add(cmds[name].Encode())
 	}
+	consume := sampleConsumeCommands()
+	for _, name := range sortedKeys(consume) {
+		f.Add(consume[name].Encode())
+	}
+	over := overLimitConsumeCommands()
+	for _, name := range sortedKeys(over) {
+		f.Add(over[name])
+	}
 	for _, e := range unitWorkload(20, 3) {
 		if e.Type == raft.LogCommand {
 			f.Add(e.Data)

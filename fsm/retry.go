@@ -51,9 +51,12 @@ func decodeRetryRecord(body []byte) (retryRecord, error) {
 }
 
 // scheduleRetry writes a retry record due at at; false if its hour is full
-// (the same on every replica), when the caller hands the entry out again
-// at once instead.
+// or past the last hour a schedule reference can name (the same on every
+// replica), when the caller hands the entry out again at once instead.
 func (f *FSM) scheduleRetry(k groupKey, g *group, r redelivery, at, now int64) bool {
+	if !delaywheel.ValidHour(delaywheel.Hour(at)) {
+		return false
+	}
 	m := &logs.Message{ID: "retry", Subject: retrySubject, CreatedAt: now, AppendedAt: now, DeliverAt: at,
 		Body: retryRecord{subject: k.subject, group: k.group, r: r, gen: g.gen}.encode()}
 	ref, err := f.store.sched.Append(at, m)

@@ -1,0 +1,117 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
+)
+
+// sampleConsumeCommands are the consumer commands and the version 3 pull
+// with every field set, at and just under the decoder's limits.
+func sampleConsumeCommands() map[string]encoder {
+	long := strings.Repeat("n", limits.MaxName)
+	ranges := func(n int) []AckRange {
+		out := make([]AckRange, n)
+		for i := range out {
+			out[i] = AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
+		}
+		return out
+	}
+	seqs := func(n int) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = int64(i) << 20
+		}
+		return out
+	}
+	tags := func(n, size int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strings.Repeat(string(rune('a'+i)), size)
+		}
+		return out
+	}
+	all := GroupSettings{MaxDeliveries: math.MaxUint32, RetryFirst: math.MaxInt64, RetryMax: -1, AckWait: 1, MaxInFlight: math.MaxUint32, IdleExpiry: 7}
+	return map[string]encoder{
+		"nack":                  &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: 1 << 42, Ranges: []AckRange{{0, 2}}},
+		"nack max ranges":       &Nack{Now: 1, Subject: long, Group: long, Consumer: long, Epoch: math.MaxUint64, RetryAt: -1, Ranges: ranges(limits.MaxAckRanges)},
+		"nack under max ranges": &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges - 1)},
+		"extend":                &Extend{Now: 2, Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []AckRange{}},
+		"extend max ranges":     &Extend{Now: 2, Subject: long, Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
+		"expire":                &Expire{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 9, Ranges: []AckRange{{5, 5}}},
+		"expire max ranges":     &Expire{Now: 2, Subject: "s", Group: long, Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
+		"set-group":             &SetGroup{Now: 3, Subject: "s", Group: "g", Set: SetAckWait, Settings: DefaultGroupSettings(), Start: StartAtTime, StartAt: 1 << 40},
+		"set-group extremes":    &SetGroup{Now: 3, Subject: long, Group: long, Set: 0xff, Settings: all, Start: 0xff, StartAt: -1},
+		"reset-group":           &ResetGroup{Now: 4, Subject: "s", Group: "g", To: StartEarliest},
+		"reset-group extremes":  &ResetGroup{Now: 4, Subject: long, Group: long, To: 0xff, At: math.MinInt64},
+		"dead-letters":          &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadResend, Seqs: []int64{3, 1}},
+		"dead-letters all":      &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, All: true, Seqs: []int64{}},
+		"dead-letters max":      &DeadLetters{Now: 5, Subject: long, Group: long, Op: 0xff, Seqs: seqs(MaxDeadLetterSeqs)},
+		"dead-letters under":    &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, Seqs: seqs(MaxDeadLetterSeqs - 1)},
+		"pull v3": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
+			TagsAll: true, Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000},
+		"pull v3 max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags, logs.MaxTagLen),
+			Start: 0xff, StartAt: -1, IdleExpiry: math.MaxInt64},
+		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags-1, logs.MaxTagLen-1)},
+		"forget idle":            &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
+	}
+}
+
+// overLimitConsumeCommands are consumer commands with a count or length
+// just over the decoder's limit, or a field wider than its type: Decode
+// refuses every one.
+func overLimitConsumeCommands() map[string][]byte {
+	long := strings.Repeat("n", limits.MaxName+1)
+	many := make([]AckRange, limits.MaxAckRanges+1)
+	tags := make([]string, logs.MaxTags+1)
+	for i := range tags {
+		tags[i] = "t"
+	}
+	setGroup := func(maxDeliveries, maxInFlight uint64) []byte {
+		b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdSetGroup, 1), "s"), "g")
+		b = append(b, 0)
+		for _, v := range []uint64{maxDeliveries, 0, 0, 0, maxInFlight, 0} {
+			b = binenc.AppendUvarint(b, v)
+		}
+		return binenc.AppendUint64(append(b, 0), 0)
+	}
+	return map[string][]byte{
+		"nack ranges":          (&Nack{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"extend ranges":        (&Extend{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire ranges":        (&Expire{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire name":          (&Expire{Subject: long, Group: "g", Consumer: "c"}).Encode(),
+		"dead-letters seqs":    (&DeadLetters{Subject: "s", Group: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
+		"dead-letters name":    (&DeadLetters{Subject: "s", Group: long}).Encode(),
+		"set-group name":       (&SetGroup{Subject: long, Group: "g"}).Encode(),
+		"reset-group name":     (&ResetGroup{Subject: "s", Group: long}).Encode(),
+		"forget name":          (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
+		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
+		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
+		"set-group deliveries": setGroup(1<<32, 0),
+		"set-group in flight":  setGroup(0, 1<<32),
+	}
+}
+
+func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
+	for name, cmd := range sampleConsumeCommands() {
+		enc := cmd.Encode()
+		got, err := Decode(enc)
+		if err != nil {
+			t.Fatalf("%s: Decode: %v", name, err)
+		}
+		if again := got.(encoder).Encode(); !bytes.Equal(again, enc) {
+			t.Fatalf("%s: re-encoded %x, want %x", name, again, enc)
+		}
+	}
+	for name, b := range overLimitConsumeCommands() {
+		if cmd, err := Decode(b); !errors.Is(err, ErrBadCommand) || cmd != nil {
+			t.Fatalf("%s: Decode = %#v, %v; want ErrBadCommand", name, cmd, err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package fsm
+
+import (
+	"slices"
+	"testing"
+)
+
+// deadRig returns a rig whose group g has dead letters of consume-log
+// sequences 0..n-1 (max deliveries 1, each nacked once).
+func deadRig(t *testing.T, n int) *groupRig {
+	r := newGroupRig(t)
+	r.setGroup("g", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+	r.sendN("s", n)
+	r.pullN("g", "c", n)
+	if res := r.nack("g", "c", 0, AckRange{0, int64(n - 1)}); res.Dead != n {
+		t.Fatalf("nack: %+v", res)
+	}
+	return r
+}
+
+func (r *groupRig) deadOp(g string, op DeadLetterOp, all bool, seqs ...int64) int {
+	r.t.Helper()
+	return resultAs[*DeadLettersResult](r.t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: op, All: all, Seqs: seqs})).Done
+}
+
+func TestDeadLettersResendAndPurge(t *testing.T) {
+	r := deadRig(t, 5)
+	if done := r.deadOp("g", DeadResend, false, 1, 3, 9); done != 2 {
+		t.Fatalf("resend of 1, 3 and 9: %d done", done)
+	}
+	if got := r.dead("g"); !slices.Equal(got, []int64{0, 2, 4}) {
+		t.Fatalf("dead letters after the resend: %v", got)
+	}
+	p := r.pullN("g", "c2", 10)
+	if !slices.Equal(consumeSeqs(p), []int64{1, 3}) || !slices.Equal(deliveriesOf(p), []uint32{1, 1}) {
+		t.Fatalf("resent: %+v", p.Entries)
+	}
+	if done := r.deadOp("g", DeadPurge, false, 2); done != 1 {
+		t.Fatalf("purge of 2: %d done", done)
+	}
+	if got := r.dead("g"); !slices.Equal(got, []int64{0, 4}) {
+		t.Fatalf("dead letters after the purge: %v", got)
+	}
+	if done := r.deadOp("g", DeadResend, true); done != 2 {
+		t.Fatalf("resend of all: %d done", done)
+	}
+	if got := consumeSeqs(r.pullN("g", "c3", 10)); !slices.Equal(got, []int64{0, 4}) {
+		t.Fatalf("resent all: %v", got)
+	}
+	r.nack("g", "c3", 0, AckRange{0, 1})
+	if done := r.deadOp("g", DeadPurge, true); done != 2 || len(r.dead("g")) != 0 || r.f.st.deadTotal != 0 {
+		t.Fatalf("purge of all: %d done, %v left, total %d", done, r.dead("g"), r.f.st.deadTotal)
+	}
+	if p := r.pullN("g", "c3", 10); len(p.Entries) != 0 {
+		t.Fatalf("purged dead letters handed out: %v", consumeSeqs(p))
+	}
+	before := stateBytes(r.f)
+	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: "g", Op: 3, All: true}))
+	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: "g", Op: DeadPurge, Seqs: []int64{-1}}))
+	wantStateUnchanged(t, r.f, before)
+}
+
+// Dead letters are bounded per group and in all: at a bound the group's
+// oldest goes (counted), and a group without any drops the new one.
+func TestDeadLetterBounds(t *testing.T) {
+	lowerLimit(t, &maxDeadPerGroup, 3)
+	lowerLimit(t, &maxDeadTotal, 4)
+	r := deadRig(t, 4)
+	if got := r.dead("g"); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("dead letters past the group bound: %v", got)
+	}
+	if info := r.group("g"); info.DeadDropped != 1 || info.DeadLetters != 3 {
+		t.Fatalf("group %+v", info)
+	}
+	// A second group: one under the total, then at it.
+	r.setGroup("h", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+	r.pull(Pull{Subject: "s", Group: "h", Consumer: "c", Max: 3, Start: StartEarliest})
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []AckRange{one(0)}})
+	if d, n := r.f.DeadLetters("s", "h", 0, 10); n != 1 || d[0].Seq != 0 || r.f.st.deadTotal != 4 {
+		t.Fatalf("h at the total bound: %+v of %d, total %d", d, n, r.f.st.deadTotal)
+	}
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []AckRange{one(1)}})
+	if d, _ := r.f.DeadLetters("s", "h", 0, 10); len(d) != 1 || d[0].Seq != 1 || r.f.st.deadTotal != 4 {
+		t.Fatalf("h past the total bound: %+v, total %d", d, r.f.st.deadTotal)
+	}
+	// A group with none at the total bound drops the new one.
+	r.setGroup("k", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+	r.pull(Pull{Subject: "s", Group: "k", Consumer: "c", Max: 1, Start: StartEarliest})
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "k", Consumer: "c", Ranges: []AckRange{one(0)}})
+	if info, _ := r.f.Group("s", "k"); info.DeadLetters != 0 || info.DeadDropped != 1 || r.f.st.deadTotal != 4 {
+		t.Fatalf("k: %+v, total %d", info, r.f.st.deadTotal)
+	}
+	// Forgetting a group gives its share of the total back.
+	r.apply(&Forget{Now: r.now, Subject: "s", Group: "g"})
+	if r.f.st.deadTotal != 1 {
+		t.Fatalf("total after forgetting g: %d", r.f.st.deadTotal)
+	}
+}
+
+// Forget with IdleFor forgets a group only once it has had no consumer
+// that long; IdleGroups names the groups past their idle expiry.
+func TestIdleGroups(t *testing.T) {
+	r := newGroupRig(t)
+	r.sendN("s", 1)
+	r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, IdleExpiry: 2000})
+	r.pull(Pull{Subject: "s", Group: "never", Consumer: "c", Max: 1})
+	forget := func(idleFor int64) bool {
+		return resultAs[*ForgetResult](t, r.apply(&Forget{Now: r.now, Subject: "s", Group: "g", IdleFor: idleFor})).Known
+	}
+	if forget(1) {
+		t.Fatal("a group with a consumer forgotten as idle")
+	}
+	r.now += 5000
+	if got := r.f.IdleGroups(r.now + 1_000_000); len(got) != 0 {
+		t.Fatalf("idle groups with consumers: %+v", got)
+	}
+	reclaimAt(t, r.f, r.next(), r.now, "s", "g", "c")
+	reclaimAt(t, r.f, r.next(), r.now, "s", "never", "c")
+	idle := r.now
+	if got := r.f.IdleGroups(idle + 1999); len(got) != 0 {
+		t.Fatalf("idle groups before the expiry: %+v", got)
+	}
+	if got := r.f.IdleGroups(idle + 2000); len(got) != 1 || got[0] != (IdleGroup{Subject: "s", Group: "g", IdleFor: 2000}) {
+		t.Fatalf("idle groups at the expiry: %+v", got)
+	}
+	r.now = idle + 1999
+	if forget(2000) {
+		t.Fatal("forgotten before idle that long")
+	}
+	r.now = idle + 2000
+	if !forget(2000) {
+		t.Fatal("not forgotten when idle that long")
+	}
+	if _, ok := r.f.Group("s", "g"); ok {
+		t.Fatal("the group is still known")
+	}
+	wantInvalid(t, r.apply(&Forget{Now: r.now, Subject: "s", Group: "never", IdleFor: -1}))
+}

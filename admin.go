@@ -243,7 +243,7 @@ type ForgetGroupResult struct {
 // every broker group of the subject: its position, its queue of messages
 // to deliver again, and its consumers with what they held unacknowledged.
 // For a group that is gone for good; if it consumes again it starts
-// afresh, at the oldest message each broker group still keeps.
+// afresh, where its first pull asks (the latest message by default).
 func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) ([]ForgetGroupResult, error) {
 	r, err := a.Route(ctx, subject)
 	if err != nil {

@@ -14,9 +14,15 @@ import (
 )
 
 // Handler processes one message. Returning nil acknowledges it; an error
-// leaves it unacknowledged, and the consumer retries it with backoff. ctx
-// is cancelled when Drain or Close gives up waiting for the handler: a
-// long handler should return when it is done.
+// nacks it: the broker hands it to the group again after the group's
+// backoff for its delivery count (Message.Deliveries), or when a
+// RetryError the error is or wraps says (RetryAfter, RetryAt); at the
+// group's most deliveries it becomes a dead letter. The worker is free at
+// once: a message that keeps failing never holds one. With WithAtMostOnce
+// nothing is acknowledged or nacked: an error is only logged. ctx is
+// cancelled when Drain or Close gives up waiting for the handler: a long
+// handler should return when it is done (and call Message.InProgress
+// within each ack wait of its group, 30 s by default).
 type Handler func(ctx context.Context, m *Message) error
 
 // Subscription delivers a subject's messages to a Handler as one consumer
@@ -29,7 +35,7 @@ type Subscription struct {
 
 	work chan *Message // unbuffered: a message is pulled, or handed to a handler
 
-	pullCtx       context.Context // cancelled by shutdown: stops pulling and handler retries
+	pullCtx       context.Context // cancelled by shutdown: stops pulling
 	stopPulling   context.CancelFunc
 	handlerCtx    context.Context // the handlers': cancelled when shutdown gives up on them
 	stopHandlers  context.CancelFunc
@@ -40,7 +46,7 @@ type Subscription struct {
 	workers       sync.WaitGroup
 
 	ackMu   sync.Mutex
-	toAck   map[ackKey][]int64 // pull sequences by broker group and registration
+	toAck   map[settlement][]int64 // pull sequences to ack or nack, by broker group and registration
 	ackKick chan struct{}
 	ackDone chan struct{}
 
@@ -63,7 +69,7 @@ func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOptio
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), toAck: map[ackKey][]int64{},
+	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), toAck: map[settlement][]int64{},
 		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{}), shutdownState: newShutdownState()}
 	s.pullCtx, s.stopPulling = context.WithCancel(context.Background())
 	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
@@ -82,6 +88,10 @@ func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOptio
 
 // Consumer returns the subscription's consumer name.
 func (s *Subscription) Consumer() string { return s.p.consumer }
+
+// Group returns the consumer group the subscription consumes as: the group
+// it was given, or with WithBroadcast the group of its own.
+func (s *Subscription) Group() string { return s.p.group }
 
 func (s *Subscription) pullLoop() {
 	defer s.pulling.Done()
@@ -132,34 +142,38 @@ func (s *Subscription) worker() {
 	}
 }
 
-// process runs the handler until it succeeds, with backoff between tries.
-// Once shutdown has begun it makes one more try, then leaves the message
-// unacked.
+// process runs the handler once, and acks or nacks the message by what it
+// returns.
 func (s *Subscription) process(m *Message) {
-	backoff := s.opts.retryBackoff
-	for {
-		err := s.h(s.handlerCtx, m)
-		if err == nil {
-			s.ack(m)
-			return
-		}
-		if s.pullCtx.Err() != nil {
-			s.opts.logger.Warn("qmq: handler failed while the subscription goes down; the message comes again",
+	err := s.h(s.handlerCtx, m)
+	switch {
+	case m.atMostOnce:
+		if err != nil {
+			s.opts.logger.Warn("qmq: handler failed on a message pulled at most once; it does not come again",
 				"subject", m.subject, "id", m.id, "error", err)
-			return
 		}
-		s.opts.logger.Warn("qmq: handler failed; retrying", "subject", m.subject, "id", m.id, "error", err)
-		if !wait.Sleep(s.pullCtx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, 30*time.Second)
+	case err == nil:
+		s.settle(m, settlement{})
+	case s.handlerCtx.Err() != nil:
+		// The subscription gave up on its handlers: the message was not
+		// at fault, so it goes back to the group at once.
+		s.opts.logger.Warn("qmq: handler cut short by the subscription going down; the message comes again",
+			"subject", m.subject, "id", m.id, "error", err)
+		s.settle(m, nackSettlement(RetryAfter(0), time.Now()))
+	default:
+		var retry *RetryError
+		errors.As(err, &retry)
+		s.opts.logger.Warn("qmq: handler failed; the message comes again", "subject", m.subject, "id", m.id,
+			"deliveries", m.deliveries, "error", err)
+		s.settle(m, nackSettlement(retry, time.Now()))
 	}
 }
 
-func (s *Subscription) ack(m *Message) {
+// settle queues an ack or a nack for the ack loop to send.
+func (s *Subscription) settle(m *Message, o settlement) {
+	o.ackKey = ackKey{m.brokerGroup, m.epoch}
 	s.ackMu.Lock()
-	k := ackKey{m.brokerGroup, m.epoch}
-	s.toAck[k] = append(s.toAck[k], m.pullSeq)
+	s.toAck[o] = append(s.toAck[o], m.pullSeq)
 	s.ackMu.Unlock()
 	select {
 	case s.ackKick <- struct{}{}:
@@ -167,15 +181,15 @@ func (s *Subscription) ack(m *Message) {
 	}
 }
 
-// ackTimeout bounds one ack request; lastAckTimeout bounds the last
-// flush, once the handlers are done.
+// ackTimeout bounds one ack or nack request; lastAckTimeout bounds the
+// last flush, once the handlers are done.
 const (
 	ackTimeout     = 30 * time.Second
 	lastAckTimeout = 10 * time.Second
 )
 
-// ackLoop sends acks in batches, at most every ackInterval, until shutdown
-// has flushed the last ones.
+// ackLoop sends acks and nacks in batches, at most every ackInterval,
+// until shutdown has flushed the last ones.
 func (s *Subscription) ackLoop() {
 	defer close(s.ackDone)
 	for {
@@ -184,7 +198,7 @@ func (s *Subscription) ackLoop() {
 			s.flushAcks(context.Background(), lastAckTimeout)
 			return
 		}
-		// Acks are idempotent: failed ones are retried until they land, or
+		// Acks and nacks are idempotent: failed ones are retried until they land, or
 		// until shutdown (then the last flush tries them once more). A
 		// shutdown that gives up on its handlers cuts a flush short too.
 		for !s.flushAcks(s.handlerCtx, ackTimeout) && wait.Sleep(s.pullCtx, time.Second) {
@@ -196,16 +210,16 @@ func (s *Subscription) ackLoop() {
 	}
 }
 
-// flushAcks sends the acks gathered so far, to every broker group at once
-// (one that does not answer delays no other), each request bounded by
-// ctx and timeout. Acks that failed in a way a retry can mend are kept for
-// the next flush, and it reports false; acks refused for good are dropped:
-// a registration that ended (its messages went back to the group and come
-// again) or a request the broker refuses.
+// flushAcks sends the acks and nacks gathered so far, to every broker
+// group at once (one that does not answer delays no other), each request
+// bounded by ctx and timeout. Those that failed in a way a retry can mend
+// are kept for the next flush, and it reports false; those refused for
+// good are dropped: a registration that ended (its messages went back to
+// the group and come again) or a request the broker refuses.
 func (s *Subscription) flushAcks(ctx context.Context, timeout time.Duration) bool {
 	s.ackMu.Lock()
 	pending := s.toAck
-	s.toAck = map[ackKey][]int64{}
+	s.toAck = map[settlement][]int64{}
 	s.ackMu.Unlock()
 	var ok atomic.Bool
 	ok.Store(true)
@@ -216,17 +230,21 @@ func (s *Subscription) flushAcks(ctx context.Context, timeout time.Duration) boo
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			err := s.p.ackSeqs(ctx, k, seqs)
+			what := "acks"
+			if k.nack {
+				what = "nacks"
+			}
+			err := s.p.settle(ctx, k, seqs)
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrStaleAck):
-				s.opts.logger.Info("qmq: acks dropped: the consumer's session had expired; the messages come again",
+				s.opts.logger.Info("qmq: "+what+" dropped: the consumer's session had expired; the messages come again",
 					"subject", s.p.subject, "broker-group", k.group, "messages", len(seqs))
 			case !retriable(err):
-				s.opts.logger.Warn("qmq: acks dropped: the broker refused them", "subject", s.p.subject,
+				s.opts.logger.Warn("qmq: "+what+" dropped: the broker refused them", "subject", s.p.subject,
 					"broker-group", k.group, "messages", len(seqs), "error", err)
 			default:
-				s.opts.logger.Warn("qmq: ack failed", "subject", s.p.subject, "broker-group", k.group, "messages", len(seqs), "error", err)
+				s.opts.logger.Warn("qmq: "+what+" failed", "subject", s.p.subject, "broker-group", k.group, "messages", len(seqs), "error", err)
 				s.ackMu.Lock()
 				s.toAck[k] = append(s.toAck[k], seqs...)
 				s.ackMu.Unlock()

@@ -46,7 +46,7 @@ func TestChosenIDIsStoredOnce(t *testing.T) {
 	if err := first.SendMessage(ctx, first.GenerateMessage("orders")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := qmq.NewPuller(n.ClientAddr(), "orders", "billing")
+	c, err := qmq.NewPuller(n.ClientAddr(), "orders", "billing", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestDelayedMessagesAreNeverEarly(t *testing.T) {
 		}
 		mu.Unlock()
 		return c.handle(ctx, m)
-	}, qmq.WithPullWait(time.Second))
+	}, qmq.StartAt(qmq.Earliest), qmq.WithPullWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

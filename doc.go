@@ -19,16 +19,31 @@
 // Subscribe delivers a subject's messages to a Handler as one consumer of a
 // consumer group, returning a Subscription: every group gets every
 // message, and within a group each message goes to one consumer, whatever
-// the number of consumers. A handler that returns nil acknowledges its
-// message. Drain (and Close, a Drain of at most 30 s) handles what was
+// the number of consumers. A new group starts with the messages sent after
+// its first pull (StartAt(Earliest) and StartAtTime choose otherwise).
+// A handler that returns nil acknowledges its message; an error nacks it,
+// and the broker hands it to the group again after the group's backoff
+// (5 s doubling to 15 min by default), or when a RetryError (RetryAfter,
+// RetryAt) returned or wrapped says, until its group's most deliveries
+// (32 by default) make it a dead letter. Message.Deliveries counts the
+// deliveries; Message.InProgress holds off the group's ack wait (30 s by
+// default), after which a message not acknowledged goes to the group
+// again. Drain (and Close, a Drain of at most 30 s) handles what was
 // pulled before the subscription goes down, Stop leaves it to come again;
 // a handler's context is cancelled when a Drain gives up on it. Puller is
-// the plain pull API for callers that drive consumption themselves.
+// the plain pull API for callers that drive consumption themselves (Pull,
+// Ack, Nack).
+//
+// A consumer receives only messages with any of some tags (WithTags) or
+// with every one (WithAllTags); with WithAtMostOnce its messages count as
+// consumed as they are handed out; with WithBroadcast every instance gets
+// every message, consuming as a group of its own.
 //
 // NewPuller takes PullerOptions and Subscribe SubscribeOptions;
-// ConsumerOptions (WithConsumerName, WithLogger) are both. The package
-// links only the wire protocol, the message encoding and internal pieces,
-// never the broker's code or Raft.
+// ConsumerOptions (WithConsumerName, WithLogger, StartAt, StartAtTime,
+// WithTags, WithAllTags, WithAtMostOnce, WithBroadcast) are both. The
+// package links only the wire protocol, the message encoding and internal
+// pieces, never the broker's code or Raft.
 //
 //	p, _ := qmq.NewProducer("127.0.0.1:6222")
 //	m := p.GenerateMessage("orders.created")

@@ -119,7 +119,7 @@ func TestSendAndSubscribe(t *testing.T) {
 	}
 	var subs []*qmq.Subscription
 	for _, group := range []string{"billing", "billing", "audit"} {
-		s, err := qmq.Subscribe(n.ClientAddr(), "orders.created", group, handler(group), qmq.WithWorkers(3), qmq.WithPullWait(500*time.Millisecond))
+		s, err := qmq.Subscribe(n.ClientAddr(), "orders.created", group, handler(group), qmq.StartAt(qmq.Earliest), qmq.WithWorkers(3), qmq.WithPullWait(500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestPullerAckAndReclaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestPullerAckAndReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a goes silent: after its session expires, b receives the two it never acked.
-	b, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	b, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestLargeMessagesTravelInBoundedFrames(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	c, err := qmq.NewPuller(n.ClientAddr(), "blobs", "g")
+	c, err := qmq.NewPuller(n.ClientAddr(), "blobs", "g", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func sendJobs(ctx context.Context, t *testing.T, p *qmq.Producer, n int) {
 func TestStaleAckIsRefused(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	sendJobs(ctx, t, p, 3)
-	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"))
+	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"), qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 			await.True(t, 20*time.Second, "the busy consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 		}
 		return nil
-	}, qmq.WithConsumerName("sub"), qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond))
+	}, qmq.WithConsumerName("sub"), qmq.StartAt(qmq.Earliest), qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 func TestForgetConsumerGroup(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	sendJobs(ctx, t, p, 2)
-	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone")
+	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestForgetConsumerGroup(t *testing.T) {
 	if b := n.FSM().Backlog(); b != 0 {
 		t.Fatalf("backlog %d once the only group is forgotten", b)
 	}
-	again, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone")
+	again, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestForgetConsumerGroup(t *testing.T) {
 func TestLongPollKeepsTheSessionAlive(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	sendJobs(ctx, t, p, 1)
-	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"))
+	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.WithConsumerName("c"), qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestLimitsFitEveryPath(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, err := qmq.NewPuller(n.ClientAddr(), "big", "g")
+	c, err := qmq.NewPuller(n.ClientAddr(), "big", "g", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package qmq
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -27,6 +28,8 @@ type Message struct {
 	epoch       uint64  // set on received messages: the registration that pulled it
 	brokerGroup string  // set on received messages: the group it came from
 	puller      *Puller // set on received messages: who pulled it
+	deliveries  uint32  // set on received messages: times its group was handed it
+	atMostOnce  bool    // set on received messages: pulled at most once, nothing to settle
 }
 
 // ID returns the message's id: one GenerateMessage made, unique without
@@ -75,6 +78,29 @@ func (m *Message) CreatedAt() time.Time { return m.createdAt }
 // BrokerGroup returns the broker group a received message came from; ""
 // for a message being sent.
 func (m *Message) BrokerGroup() string { return m.brokerGroup }
+
+// Deliveries returns how many times the consumer group was handed a
+// received message, this time included: 1 on its first delivery, more
+// when it comes again (a nack, a handler's error, an ack wait that passed,
+// a consumer that went away). 0 for a message being sent.
+func (m *Message) Deliveries() int { return int(m.deliveries) }
+
+// InProgress tells the broker that a received message is still being
+// processed: its group's whole ack wait starts again from now, so that it
+// is not handed to another consumer meanwhile. A long handler calls it
+// within each ack wait (30 s by default). It does nothing for a message
+// pulled at most once; for a message not received it is an error. An
+// error wrapping ErrStaleAck means the consumer's session had expired: the
+// message went back to the group.
+func (m *Message) InProgress(ctx context.Context) error {
+	if m.puller == nil {
+		return fmt.Errorf("qmq: in progress %s: not a received message", m.id)
+	}
+	if m.atMostOnce {
+		return nil
+	}
+	return m.puller.extend(ctx, m)
+}
 
 // Body returns the message's body.
 func (m *Message) Body() []byte { return m.body }

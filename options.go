@@ -3,10 +3,13 @@ package qmq
 import (
 	"log/slog"
 	"time"
+
+	"github.com/qmqgo/qmq/transport"
 )
 
 // PullerOption configures NewPuller. The options that configure a Puller
-// are ConsumerOptions: WithConsumerName and WithLogger.
+// are ConsumerOptions: WithConsumerName, WithLogger, StartAt, StartAtTime,
+// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast.
 type PullerOption interface {
 	applyPuller(*pullerOptions)
 }
@@ -27,8 +30,15 @@ type ConsumerOption interface {
 
 // consumerOptions are what a Puller and a Subscription both have.
 type consumerOptions struct {
-	name   string
-	logger *slog.Logger
+	name       string
+	logger     *slog.Logger
+	start      transport.StartPosition // where a group this consumer creates starts
+	startAt    time.Time               // with transport.StartAtTime
+	tags       []string                // only messages with any of them (every one, with tagsAll)
+	tagsAll    bool
+	atMostOnce bool
+	broadcast  bool          // a consumer group of its own
+	idleExpiry time.Duration // a broadcast group is forgotten after this long without its consumer
 }
 
 // pullerOptions configure a Puller.
@@ -39,12 +49,11 @@ type pullerOptions struct {
 // subscribeOptions configure a Subscription.
 type subscribeOptions struct {
 	consumerOptions
-	workers      int
-	pullBatch    int
-	pullWait     time.Duration
-	heartbeat    time.Duration
-	ackInterval  time.Duration
-	retryBackoff time.Duration
+	workers     int
+	pullBatch   int
+	pullWait    time.Duration
+	heartbeat   time.Duration
+	ackInterval time.Duration // acks and nacks are sent in batches at most this often
 }
 
 func defaultConsumerOptions() consumerOptions {
@@ -58,7 +67,7 @@ func defaultPullerOptions() pullerOptions {
 func defaultSubscribeOptions() subscribeOptions {
 	return subscribeOptions{consumerOptions: defaultConsumerOptions(),
 		workers: 4, pullBatch: 64, pullWait: 5 * time.Second,
-		heartbeat: 5 * time.Second, ackInterval: 50 * time.Millisecond, retryBackoff: 100 * time.Millisecond}
+		heartbeat: 5 * time.Second, ackInterval: 50 * time.Millisecond}
 }
 
 // consumerOption sets what a Puller and a Subscription share.

@@ -22,6 +22,12 @@ import (
 var (
 	_ qmq.ConsumerOption  = qmq.WithConsumerName("c")
 	_ qmq.ConsumerOption  = qmq.WithLogger(nil)
+	_ qmq.ConsumerOption  = qmq.StartAt(qmq.Earliest)
+	_ qmq.ConsumerOption  = qmq.StartAtTime(time.Time{})
+	_ qmq.ConsumerOption  = qmq.WithTags("t")
+	_ qmq.ConsumerOption  = qmq.WithAllTags("t")
+	_ qmq.ConsumerOption  = qmq.WithAtMostOnce()
+	_ qmq.ConsumerOption  = qmq.WithBroadcast(0)
 	_ qmq.PullerOption    = qmq.WithConsumerName("c")
 	_ qmq.PullerOption    = qmq.WithLogger(nil)
 	_ qmq.SubscribeOption = qmq.WithConsumerName("c")

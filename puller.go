@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"sync"
 	"time"
 
@@ -15,14 +14,17 @@ import (
 )
 
 // Puller is the plain pull API: the caller pulls messages of one subject
-// as one consumer of a group, and acknowledges them explicitly. It pulls
-// from every broker group the subject lives in. Messages pulled and not
-// acknowledged go back to the group when the consumer's session expires
-// (it pulls, acks and heartbeats to keep it).
+// as one consumer of a group, and acknowledges (Ack) or nacks (Nack) them
+// explicitly. It pulls from every broker group the subject lives in.
+// Messages pulled and not acknowledged go back to the group when the
+// consumer's session expires (it pulls, acks and heartbeats to keep it),
+// or when the group's ack wait (30 s by default) passes without an Ack or
+// a Message.InProgress.
 type Puller struct {
 	r                        *router
 	subject, group, consumer string
 	log                      *slog.Logger
+	opts                     consumerOptions // how it pulls: start position, tags, at most once, broadcast
 	ctx                      context.Context // background pulls; Close cancels it
 	cancel                   context.CancelFunc
 
@@ -62,11 +64,15 @@ func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error)
 	if err := id.Check(); err != nil {
 		return nil, fmt.Errorf("qmq: %w", err)
 	}
+	group, err := o.consumeGroup(group)
+	if err != nil {
+		return nil, err
+	}
 	r, err := newRouter(servers)
 	if err != nil {
 		return nil, err
 	}
-	p := &Puller{r: r, subject: subject, group: group, consumer: o.name, log: o.logger,
+	p := &Puller{r: r, subject: subject, group: group, consumer: o.name, log: o.logger, opts: o.consumerOptions,
 		groups: map[string]*groupPuller{}, changed: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
@@ -75,10 +81,24 @@ func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error)
 // Consumer returns the consumer name this Puller pulls as.
 func (p *Puller) Consumer() string { return p.consumer }
 
+// Group returns the consumer group this Puller pulls as: the group it was
+// given, or with WithBroadcast the group of its own.
+func (p *Puller) Group() string { return p.group }
+
+// routeGroup is the consumer group a route lookup records with the
+// metaserver: none for a broadcast consumer, whose group of its own is
+// forgotten by the broker once idle.
+func (p *Puller) routeGroup() string {
+	if p.opts.broadcast {
+		return ""
+	}
+	return p.group
+}
+
 // brokerGroups returns the subject's broker groups, refreshing the route
 // when it is stale.
 func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
-	rt, err := p.r.lookup(ctx, p.subject, p.group)
+	rt, err := p.r.lookup(ctx, p.subject, p.routeGroup())
 	if err != nil {
 		return nil, err
 	}
@@ -101,9 +121,9 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 // broker group of the subject at once, at most one pull per group, and
 // returns as soon as any has messages; pulls still under way go on, and
 // what they bring is returned by later calls. A message pulled and not
-// acknowledged comes again only after the consumer's session expires, or to
-// a new Puller with the same consumer name. Call Pull from one goroutine at
-// a time.
+// acknowledged comes again once the consumer's session expires or the
+// group's ack wait passes, or to a new Puller with the same consumer name.
+// Call Pull from one goroutine at a time.
 func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
 	if limit <= 0 || limit > limits.MaxPullMessages || wait < 0 || wait > limits.MaxPullWait {
 		return nil, fmt.Errorf("qmq: pull of %d messages (1..%d) waiting %s (at most %s)", limit, limits.MaxPullMessages, wait, limits.MaxPullWait)
@@ -230,7 +250,7 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	}
 	for _, m := range resp.Messages {
 		msg := fromLog(m.Message, m.PullSeq, resp.Epoch, g.name)
-		msg.puller = p
+		msg.puller, msg.deliveries, msg.atMostOnce = p, m.Deliveries, p.opts.atMostOnce
 		p.buf = append(p.buf, msg)
 		g.next = max(g.next, m.PullSeq+1)
 	}
@@ -240,71 +260,21 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 func (p *Puller) fetch(group string, from int64, epoch uint64, limit int, wait time.Duration) (*transport.PullResponse, error) {
 	// Asking from the next sequence we expect makes the broker hand again
 	// anything it handed out in a reply we never received.
-	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch}
+	o := &p.opts
+	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch,
+		AtMostOnce: o.atMostOnce, Tags: o.tags, TagsAll: o.tagsAll, Start: o.start, StartAt: o.startAt}
+	if o.broadcast {
+		req.IdleExpiry = o.idleExpiry
+	}
 	// The broker answers within wait; allow for the round trip and a retry.
 	ctx, cancel := context.WithTimeout(p.ctx, wait+10*time.Second)
 	defer cancel()
 	body, err := p.r.group(group).Call(ctx, transport.TypePull, req.Encode())
 	if err != nil {
-		p.r.refresh(ctx, p.subject, p.group) // the group may have moved
+		p.r.refresh(ctx, p.subject, p.routeGroup()) // the group may have moved
 		return nil, err
 	}
 	return transport.DecodePullResponse(body)
-}
-
-// ErrStaleAck means an acknowledgement came too late: the consumer's
-// session expired before it, so the broker gave the messages back to the
-// consumer group (they are delivered again, maybe to another consumer)
-// and refused the ack.
-var ErrStaleAck = errors.New("qmq: ack refused: the consumer's session expired and its messages went back to the group")
-
-// Ack acknowledges messages this Puller pulled, in any order. Messages
-// whose acknowledgement came after the consumer's session expired are not
-// acknowledged: the error wraps ErrStaleAck, and they come again.
-func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
-	byPull := map[ackKey][]int64{}
-	for _, m := range msgs {
-		if m.puller != p {
-			return fmt.Errorf("qmq: ack %s: not a message this Puller pulled", m.id)
-		}
-		k := ackKey{m.brokerGroup, m.epoch}
-		byPull[k] = append(byPull[k], m.pullSeq)
-	}
-	var errs []error
-	for k, seqs := range byPull {
-		errs = append(errs, p.ackSeqs(ctx, k, seqs))
-	}
-	return errors.Join(errs...)
-}
-
-// ackKey says where acks go: the broker group, and the consumer's
-// registration there that pulled the messages.
-type ackKey struct {
-	group string
-	epoch uint64
-}
-
-// ackSeqs acknowledges pull sequences of one registration, in requests of
-// at most limits.MaxAckRanges ranges. A refusal because the registration
-// ended wraps ErrStaleAck.
-func (p *Puller) ackSeqs(ctx context.Context, k ackKey, seqs []int64) error {
-	c := p.r.group(k.group)
-	if len(seqs) == 0 || c == nil {
-		return nil
-	}
-	ranges := toRanges(seqs)
-	for len(ranges) > 0 {
-		n := min(len(ranges), limits.MaxAckRanges)
-		req := &transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: k.epoch, Ranges: ranges[:n]}
-		if _, err := c.Call(ctx, transport.TypeAck, req.Encode()); err != nil {
-			if transport.CodeOf(err) == transport.StaleConsumer {
-				return fmt.Errorf("%w (group %s): %w", ErrStaleAck, k.group, err)
-			}
-			return err
-		}
-		ranges = ranges[n:]
-	}
-	return nil
 }
 
 // Heartbeat keeps the consumer's session alive, in every broker group of
@@ -342,21 +312,6 @@ func (p *Puller) Close() error {
 	}
 	p.r.close()
 	return nil
-}
-
-// toRanges turns pull sequences into sorted inclusive ranges.
-func toRanges(seqs []int64) []transport.AckRange {
-	sorted := append([]int64(nil), seqs...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	var out []transport.AckRange
-	for _, s := range sorted {
-		if n := len(out); n > 0 && s <= out[n-1].Last+1 {
-			out[n-1].Last = max(out[n-1].Last, s)
-			continue
-		}
-		out = append(out, transport.AckRange{First: s, Last: s})
-	}
-	return out
 }
 
 func defaultConsumerName() string {

@@ -154,7 +154,7 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 
 	// One consumer, connected to a g1 broker, gets everything from both.
 	c := newCollector(len(sent))
-	sub, err := qmq.Subscribe(groups["g1"].ClientAddr(), "orders", "billing", c.handle, qmq.WithPullWait(200*time.Millisecond))
+	sub, err := qmq.Subscribe(groups["g1"].ClientAddr(), "orders", "billing", c.handle, qmq.StartAt(qmq.Earliest), qmq.WithPullWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestPullerWithoutWait(t *testing.T) {
 	sendAll(t, p, "jobs", 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers")
+	a, err := qmq.NewPuller(n.ClientAddr(), "jobs", "workers", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func TestLeaderLossCostsLatencyNotErrors(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "a new leader", func() bool { return leaderOf(rest) != nil })
-	puller, err := qmq.NewPuller(rest[0].ClientAddr()+","+rest[1].ClientAddr(), "payments", "check")
+	puller, err := qmq.NewPuller(rest[0].ClientAddr()+","+rest[1].ClientAddr(), "payments", "check", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestForgetConsumerGroupEverywhere(t *testing.T) {
 	if err := p.SendMessage(ctx, p.GenerateMessage("jobs")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := qmq.NewPuller(m.ClientAddr(), "jobs", "old")
+	c, err := qmq.NewPuller(m.ClientAddr(), "jobs", "old", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

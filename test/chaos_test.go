@@ -92,7 +92,7 @@ func TestChaos(t *testing.T) {
 			sub, err := qmq.Subscribe(servers, s, g, func(_ context.Context, m *qmq.Message) error {
 				h.Delivered(g, m, time.Now())
 				return nil
-			}, qmq.WithPullWait(500*time.Millisecond), qmq.WithWorkers(2))
+			}, qmq.WithPullWait(500*time.Millisecond), qmq.WithWorkers(2), qmq.StartAt(qmq.Earliest))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -71,7 +71,7 @@ func TestDelaysThroughTheCommandLine(t *testing.T) {
 	for _, n := range c.Nodes() {
 		n.Restart()
 	}
-	out, err = ctl("consume", "--subject", "reminders", "--group", "g", "--count", "22", "--timeout", "20s")
+	out, err = ctl("consume", "--subject", "reminders", "--group", "g", "--start", "earliest", "--count", "22", "--timeout", "20s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestFullDisk(t *testing.T) {
 			acked[m.ID()] = true
 		}
 	}
-	consumer, err := qmq.NewPuller(c.ClientAddrs(), "orders", "billing")
+	consumer, err := qmq.NewPuller(c.ClientAddrs(), "orders", "billing", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func TestKillLeaderWhileSending(t *testing.T) {
 	}
 
 	// Consume everything as group "checker".
-	pl, err := qmq.NewPuller(c.ClientAddrs(), subject, "checker")
+	pl, err := qmq.NewPuller(c.ClientAddrs(), subject, "checker", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

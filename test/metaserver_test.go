@@ -54,7 +54,7 @@ func (w *workload) consume(subject string) {
 		w.received[m.ID()]++
 		w.mu.Unlock()
 		return nil
-	}, qmq.WithPullWait(500*time.Millisecond))
+	}, qmq.WithPullWait(500*time.Millisecond), qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		w.t.Fatal(err)
 	}

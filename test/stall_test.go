@@ -101,7 +101,7 @@ func TestSendStaysOnAStalledGroup(t *testing.T) {
 	t.Logf("the send took %s across the stall", time.Since(start).Round(time.Millisecond))
 
 	// It arrives once, from g2.
-	pl, err := qmq.NewPuller(metaAddr, "orders", "checker")
+	pl, err := qmq.NewPuller(metaAddr, "orders", "checker", qmq.StartAt(qmq.Earliest))
 	if err != nil {
 		t.Fatal(err)
 	}

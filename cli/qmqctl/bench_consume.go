@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"sync"
@@ -20,6 +21,8 @@ func benchConsumeCommand() *cli.Command {
 		&cli.StringFlag{Name: "group", Value: "bench", Usage: "consumer `GROUP` to consume as (every group gets every message: a new group starts from the subject's beginning)"},
 		&cli.IntFlag{Name: "consumers", Value: 1, Usage: "`N` consumers of the group pulling at once, each its own qmq.Puller; with several subjects, max(N, --subjects) pullers, puller k reading subject k mod --subjects"},
 		&cli.IntFlag{Name: "pull-batch", Value: 1000, Usage: "pull at most `N` messages at a time (the broker caps a pull at 1,000 by default)"},
+		&cli.StringSliceFlag{Name: "tags", Usage: "receive only messages with any of `TAGS` (the broker filters; the rest count as consumed)"},
+		&cli.Float64Flag{Name: "nack", Usage: "report a `FRACTION` of the messages (chosen by id) failed once, to come back at once, as a failing handler would; the rest are acked"},
 		&cli.DurationFlag{Name: "idle", Value: 5 * time.Second, Usage: "a consumer stops once a pull has waited `DUR` with nothing to deliver (the backlog is drained)"},
 	)
 	flags = append(flags, benchRunFlags("stop after receiving `N` messages in all (several consumers may overshoot by part of a batch)")...)
@@ -41,6 +44,7 @@ func benchConsumeCommand() *cli.Command {
 				return runConsume(ctx, consumeConfig{
 					server: b.server, subjects: b.subjects, group: c.String("group"),
 					consumers: c.Int("consumers"), pullBatch: c.Int("pull-batch"), idle: c.Duration("idle"),
+					tags: c.StringSlice("tags"), nack: c.Float64("nack"),
 					count: b.count, duration: b.duration, progress: b.progress, errOut: os.Stderr,
 				})
 			})
@@ -49,6 +53,8 @@ func benchConsumeCommand() *cli.Command {
 }
 
 type consumeConfig struct {
+	tags      []string // receive only messages with any of them
+	nack      float64  // the fraction of messages failed once
 	server    string
 	subjects  []string
 	group     string
@@ -69,6 +75,12 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		return nil, fmt.Errorf("--consumers and --pull-batch must be at least 1")
 	case cfg.idle <= 0:
 		return nil, fmt.Errorf("--idle must be positive")
+	case cfg.nack < 0 || cfg.nack > 1:
+		return nil, fmt.Errorf("--nack %g: a fraction within 0..1", cfg.nack)
+	}
+	var opts []qmq.PullerOption
+	if len(cfg.tags) > 0 {
+		opts = append(opts, qmq.WithTags(cfg.tags...))
 	}
 	if err := startEarliest(ctx, cfg.server, cfg.subjects, cfg.group); err != nil {
 		return nil, err
@@ -80,7 +92,7 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		}
 	}()
 	for k := range cap(pullers) {
-		p, err := qmq.NewPuller(cfg.server, cfg.subjects[k%len(cfg.subjects)], cfg.group)
+		p, err := qmq.NewPuller(cfg.server, cfg.subjects[k%len(cfg.subjects)], cfg.group, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +160,13 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 					continue
 				}
 				var n int64
+				var failed, done []*qmq.Message
 				for _, m := range msgs {
+					if m.Deliveries() == 1 && cfg.nack > 0 && failsOnce(m.ID(), cfg.nack) {
+						failed = append(failed, m)
+						continue
+					}
+					done = append(done, m)
 					from := m.CreatedAt()
 					if at := m.DeliverAt(); !at.IsZero() {
 						delayed.Add(1)
@@ -162,8 +180,14 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 				}
 				// Acknowledge even when interrupted: the batch is ours.
 				actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err = p.Ack(actx, msgs...)
+				if len(failed) > 0 {
+					err = p.Nack(actx, qmq.RetryAfter(0), failed...)
+				}
+				if err == nil {
+					err = p.Ack(actx, done...)
+				}
 				cancel()
+				msgs = done
 				if err != nil {
 					fail(fmt.Errorf("ack %s: %w", p.Consumer(), err))
 					return
@@ -221,4 +245,13 @@ func startEarliest(ctx context.Context, server string, subjects []string, group 
 		}
 	}
 	return nil
+}
+
+// failsOnce reports whether the message with id is one of the fraction a
+// --nack run fails on its first delivery: chosen by a hash of the id, so
+// every consumer of the group chooses alike.
+func failsOnce(id string, fraction float64) bool {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return float64(h.Sum64()%10000) < fraction*10000
 }

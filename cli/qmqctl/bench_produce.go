@@ -24,6 +24,8 @@ func benchProduceCommand() *cli.Command {
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "count a message as failed if it is not acknowledged within `DUR` (qmq.WithSendTimeout)"},
 		&cli.DurationFlag{Name: "deliver-in", Usage: "send delayed messages, the first due `DUR` after the run starts"},
 		&cli.DurationFlag{Name: "deliver-over", Usage: "with --deliver-in and --count: spread the due times evenly over `DUR` (0: all due at once)"},
+		&cli.StringFlag{Name: "tag", Usage: "tag every --tag-every-th message with `TAG` (for tag-filtered consumers: bench consume --tags)"},
+		&cli.IntFlag{Name: "tag-every", Value: 1, Usage: "with --tag: tag one message in `N` (100: 1 %)"},
 		&cli.BoolFlag{Name: "await-fired", Usage: "with --deliver-in: after sending, wait until the brokers hold none of the run's subjects pending, and report how fast they were fired"},
 	)
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)
@@ -47,6 +49,7 @@ func benchProduceCommand() *cli.Command {
 					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
 					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
 					deliverIn: c.Duration("deliver-in"), deliverOver: c.Duration("deliver-over"), awaitFired: c.Bool("await-fired"),
+					tag: c.String("tag"), tagEvery: c.Int("tag-every"),
 					progress: b.progress, errOut: os.Stderr,
 				})
 			})
@@ -55,6 +58,8 @@ func benchProduceCommand() *cli.Command {
 }
 
 type produceConfig struct {
+	tag       string // tag one message in tagEvery with it ("": none)
+	tagEvery  int
 	server    string
 	subjects  []string
 	size      int
@@ -176,6 +181,9 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 				m := p.GenerateMessage(cfg.subjects[(k-1)%int64(len(cfg.subjects))])
 				m.SetBody(body)
 				m.SetDeliverAt(cfg.dueAt(start, k))
+				if cfg.tag != "" && k%int64(cfg.tagEvery) == 0 {
+					m.AddTag(cfg.tag)
+				}
 				sends.Add(1)
 				t0 := time.Now()
 				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {

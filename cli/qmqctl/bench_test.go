@@ -105,6 +105,39 @@ func TestBenchProduceThenConsume(t *testing.T) {
 	}
 }
 
+// Tagged production with tag-filtered consumption, and a fraction of the
+// messages failed once: every message is finished, each once.
+func TestBenchTagsAndNacks(t *testing.T) {
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs bytes.Buffer
+	if _, err := runProduce(ctx, produceConfig{server: addr, subjects: []string{"t"}, size: 10, count: 1000, inflight: 100,
+		producers: 1, batch: 100, requests: 4, timeout: 10 * time.Second, errOut: &errs, tag: "rare", tagEvery: 100}); err != nil {
+		t.Fatal(err)
+	}
+	tagged, err := runConsume(ctx, consumeConfig{server: addr, subjects: []string{"t"}, group: "rare", consumers: 1,
+		pullBatch: 100, idle: 500 * time.Millisecond, tags: []string{"rare"}, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tagged.Messages != 10 {
+		t.Fatalf("a consumer of tag rare (one message in 100 of 1000) received %d", tagged.Messages)
+	}
+	nacked, err := runConsume(ctx, consumeConfig{server: addr, subjects: []string{"t"}, group: "flaky", consumers: 2,
+		pullBatch: 100, idle: 500 * time.Millisecond, nack: 0.1, errOut: &errs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nacked.Messages != 1000 {
+		t.Fatalf("with 10 %% failed once, %d of 1000 messages were finished", nacked.Messages)
+	}
+	if _, err := runConsume(ctx, consumeConfig{server: addr, subjects: []string{"t"}, group: "x", consumers: 1,
+		pullBatch: 1, idle: time.Second, nack: 1.5}); err == nil {
+		t.Fatal("--nack 1.5 accepted")
+	}
+}
+
 func TestBenchProduceReportsFailures(t *testing.T) {
 	// Nothing listens on the address: every send fails within its timeout.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -21,6 +21,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -105,6 +106,12 @@ func TestCluster(t *testing.T) {
 		c.checkReplicas(t, c.leaderFirst())
 	})
 
+	step("consumer-groups", func(t *testing.T) {
+		c.consumerGroups(t, c.leader, "rg")
+		c.waitApplied(t, c.running()...)
+		c.checkReplicas(t, c.leaderFirst())
+	})
+
 	var restarted *clusterNode
 	step("restart-follower", func(t *testing.T) {
 		l := c.leader
@@ -129,6 +136,7 @@ func TestCluster(t *testing.T) {
 		c.pull(t, l, "orders", "g2", "c1", 200)
 		c.ack(t, l, "orders", "g2", "c1", 200, AckRange{100, 199}, AckRange{0, 49})
 		c.pull(t, l, "payments", "g2", "c9", 10)
+		c.consumerGroups(t, l, "rg2") // replayed by the follower on restart
 
 		c.start(t, f, nil)
 		if f.openedAt == 0 || f.openedAt > meta.Index {
@@ -718,6 +726,100 @@ func (c *clusterT) reclaim(t *testing.T, n *clusterNode, subject, group, consume
 	return res.Reclaimed
 }
 
+// consumerGroups runs every consumer-group command through node n on group
+// g of orders (which the model does not follow): settings, nacks whose
+// retries go through the schedule and are fired, extends, an ack timeout,
+// dead letters resent and purged, a reset, tag-filtered and at-most-once
+// pulls. It checks the answers that follow from the script alone.
+func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
+	t.Helper()
+	res := c.apply(t, n, &SetGroup{Now: c.now(), Subject: "orders", Group: g, Set: SetMaxDeliveries | SetAckWait,
+		Settings: GroupSettings{MaxDeliveries: 2, AckWait: 1000}, Start: StartEarliest})
+	if r, ok := res.(*GroupResult); !ok || !r.Created {
+		t.Fatalf("set-group: %#v", res)
+	}
+	pull := func(max int) []Pulled {
+		t.Helper()
+		r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Max: max, Resend: true, From: -1}).(*PullResult)
+		if !ok {
+			t.Fatalf("pull %s: %#v", g, r)
+		}
+		return r.Entries
+	}
+	first := pull(10)
+	if len(first) != 10 || first[0].Deliveries != 1 {
+		t.Fatalf("first pull of %s: %v", g, first)
+	}
+	due := c.clock + 100
+	nack := func(retryAt int64, r AckRange) *NackResult {
+		t.Helper()
+		res, ok := c.apply(t, n, &Nack{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", RetryAt: retryAt, Ranges: []AckRange{r}}).(*NackResult)
+		if !ok {
+			t.Fatalf("nack %v: %#v", r, res)
+		}
+		return res
+	}
+	if r := nack(due, AckRange{0, 3}); r.Retried != 4 {
+		t.Fatalf("nack of 4: %+v", r)
+	}
+	nack(0, AckRange{4, 5}) // the group's backoff: 5 s, not due in this script
+	if r, ok := c.apply(t, n, &Extend{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []AckRange{{6, 7}}}).(*ExtendResult); !ok || r.Extended != 2 {
+		t.Fatalf("extend: %#v", r)
+	}
+	c.clock += 2000 // past every ack wait
+	if r, ok := c.apply(t, n, &Expire{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []AckRange{{6, 9}}}).(*ExpireResult); !ok || r.Expired != 4 {
+		t.Fatalf("expire: %#v", r)
+	}
+	var refs []uint64
+	for _, hour := range n.fsm.PendingHours() {
+		n.fsm.LoadSchedule(hour, func(e delaywheel.Entry) error {
+			if e.At <= due {
+				refs = append(refs, e.Ref)
+			}
+			return nil
+		})
+	}
+	if r, ok := c.apply(t, n, &Fire{Now: c.now(), Refs: refs}).(*FireResult); !ok || r.Fired != 4 {
+		t.Fatalf("fire of %d retries: %#v", len(refs), r)
+	}
+	again := pull(8)
+	if len(again) != 8 { // the 4 that timed out, then the 4 retried
+		t.Fatalf("pull after retries and a timeout: %v", again)
+	}
+	for _, p := range again {
+		if p.Deliveries != 2 {
+			t.Fatalf("redelivered entry %+v: want its second delivery", p)
+		}
+	}
+	if r := nack(0, AckRange{again[0].PullSeq, again[len(again)-1].PullSeq}); r.Dead != 8 {
+		t.Fatalf("nack at the most deliveries: %+v", r)
+	}
+	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", Group: g, Op: DeadResend, Seqs: []int64{again[0].ConsumeSeq}}).(*DeadLettersResult); !ok || r.Done != 1 {
+		t.Fatalf("resend: %#v", r)
+	}
+	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", Group: g, Op: DeadPurge, All: true}).(*DeadLettersResult); !ok || r.Done != 7 {
+		t.Fatalf("purge: %#v", r)
+	}
+	c.apply(t, n, &ResetGroup{Now: c.now(), Subject: "orders", Group: g, To: StartLatest})
+	tagged, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g + "-tags", Consumer: "c1", Max: 20, Tags: []string{"tag1"},
+		Start: StartEarliest}).(*PullResult)
+	if !ok || len(tagged.Entries) != 20 {
+		t.Fatalf("tag-filtered pull: %#v", tagged)
+	}
+	for _, p := range tagged.Entries {
+		if m, err := n.fsm.Message("orders", p.ConsumeSeq); err != nil || m.Tags[0] != "tag1" {
+			t.Fatalf("tag-filtered pull handed %s/%d: %v, %v", "orders", p.ConsumeSeq, m, err)
+		}
+	}
+	if r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g + "-once", Consumer: "c1", Max: 5, AtMostOnce: true,
+		Start: StartEarliest}).(*PullResult); !ok || len(r.Entries) != 5 {
+		t.Fatalf("at-most-once pull: %#v", r)
+	}
+	if r, ok := c.apply(t, n, &Reclaim{Now: c.now(), Subject: "orders", Group: g + "-once", Consumer: "c1"}).(*ReclaimResult); !ok || r.Reclaimed != 0 {
+		t.Fatalf("reclaim of an at-most-once consumer: %#v", r)
+	}
+}
+
 // checkMessages reads every message node n holds and checks it against
 // what was sent.
 func (c *clusterT) checkMessages(t *testing.T, n *clusterNode) {
@@ -763,6 +865,9 @@ func (c *clusterT) checkReplicas(t *testing.T, nodes []*clusterNode) {
 					t.Fatalf("message %s/%d differs: %s has %+v (%v), %s has %+v (%v)", subject, seq, ref.id, a, errA, n.id, b, errB)
 				}
 			}
+		}
+		if a, b := stateBytes(ref.fsm), stateBytes(n.fsm); !bytes.Equal(a, b) {
+			t.Fatalf("replicated state differs between %s and %s", ref.id, n.id)
 		}
 		files := clusterDataFiles(t, n)
 		if a, b := slices.Sorted(maps.Keys(refFiles)), slices.Sorted(maps.Keys(files)); !slices.Equal(a, b) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // everyFaultWithin is a run long enough to apply every kind of fault (make
@@ -48,11 +50,17 @@ func chaosSettings(t *testing.T) (time.Duration, uint64) {
 
 // TestChaos runs a metaserver group and two broker groups of three
 // processes each, behind proxies, under producers (synchronous and
-// asynchronous, a tenth of the messages delayed by up to 8 s) and two
-// consumer groups, while Chaos kills, pauses, partitions and slows leaders,
-// followers and whole groups, and sets leaders' clocks wrong. It then checks the
-// history: nothing acknowledged lost, nothing unexpected, nothing delivered
-// early; and that every broker group's replicas hold byte-identical logs.
+// asynchronous, a tenth of the messages delayed by up to 8 s) and
+// consumers: two consumer groups that acknowledge everything, one whose
+// handler fails a tenth of the messages once (3 deliveries at most, then
+// a dead letter), one at most once, and a broadcast consumer that joins
+// once sending is under way; while Chaos kills, pauses, partitions and
+// slows leaders, followers and whole groups, and sets leaders' clocks
+// wrong. It then checks the history: nothing acknowledged lost (to each
+// at-least-once group: acknowledged by its handler or a dead letter; to
+// the broadcast consumer: what was sent after it joined), nothing twice
+// to the at-most-once group, nothing unexpected, nothing delivered early;
+// and that every broker group's replicas hold byte-identical logs.
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
 	t.Logf("chaos: seed %d, duration %s (reproduce: make chaos SEED=%d DURATION=%s)", seed, d, seed, d)
@@ -84,26 +92,64 @@ func TestChaos(t *testing.T) {
 	servers := meta.ClientAddrs()
 	h := NewHistory()
 	subjects := []string{"orders", "payments", "refunds", "invoices"}
-	consumerGroups := []string{"billing", "audit"}
+	// billing and audit acknowledge everything; retrying fails a tenth of
+	// the messages on their first delivery, and gives up on a message
+	// after 3 deliveries (a dead letter); once consumes at most once; the
+	// broadcast consumer of tail joins once sending is under way.
+	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once"}}
+	admin, err := qmq.NewAdmin(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	setUpRetryingGroup(t, meta, admin, subjects)
 
 	var subs []*qmq.Subscription
+	var subsMu sync.Mutex
+	subscribe := func(subject, group string, h qmq.Handler, opts ...qmq.SubscribeOption) *qmq.Subscription {
+		opts = append([]qmq.SubscribeOption{qmq.WithPullWait(500 * time.Millisecond), qmq.WithWorkers(2), qmq.StartAt(qmq.Earliest),
+			qmq.WithLogger(nil)}, opts...)
+		sub, err := qmq.Subscribe(servers, subject, group, h, opts...)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		subsMu.Lock()
+		subs = append(subs, sub)
+		subsMu.Unlock()
+		return sub
+	}
 	for _, s := range subjects {
-		for _, g := range consumerGroups {
-			sub, err := qmq.Subscribe(servers, s, g, func(_ context.Context, m *qmq.Message) error {
+		for _, g := range []string{"billing", "audit"} {
+			subscribe(s, g, func(_ context.Context, m *qmq.Message) error {
 				h.Delivered(g, m, time.Now())
 				return nil
-			}, qmq.WithPullWait(500*time.Millisecond), qmq.WithWorkers(2), qmq.StartAt(qmq.Earliest))
-			if err != nil {
-				t.Fatal(err)
-			}
-			subs = append(subs, sub)
+			})
 		}
+		subscribe(s, retryingGroup, func(_ context.Context, m *qmq.Message) error {
+			if failsOnce(m.ID()) && m.Deliveries() == 1 {
+				h.Nacked(retryingGroup, m, time.Now())
+				return fmt.Errorf("failing message %s once", m.ID())
+			}
+			h.Delivered(retryingGroup, m, time.Now())
+			return nil
+		})
+		subscribe(s, "once", func(_ context.Context, m *qmq.Message) error {
+			h.Delivered("once", m, time.Now())
+			return nil
+		}, qmq.WithAtMostOnce())
 	}
-	defer func() {
+	if t.Failed() {
+		t.FailNow()
+	}
+	closeSubs := func() {
+		subsMu.Lock()
+		defer subsMu.Unlock()
 		for _, s := range subs {
 			s.Close()
 		}
-	}()
+	}
+	defer closeSubs()
 
 	stop := make(chan struct{})
 	var senders sync.WaitGroup
@@ -119,6 +165,37 @@ func TestChaos(t *testing.T) {
 		defer senders.Done()
 		sendAtLimits(t, h, servers, subjects, uint64(seed)+99, stop)
 	}()
+	// The broadcast consumer joins once the first thousand sends are
+	// acknowledged; its group is named after it.
+	var joining sync.WaitGroup
+	joining.Add(1)
+	go func() {
+		defer joining.Done()
+		if err := Poll(2*time.Minute, func() error {
+			if n := h.AckedCount(); n < 1000 {
+				return fmt.Errorf("%d sends acknowledged", n)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("broadcast consumer: %v", err)
+			return
+		}
+		for _, s := range subjects {
+			sub := subscribe(s, "tail", func(_ context.Context, m *qmq.Message) error {
+				h.Delivered(broadcastGroup, m, time.Now())
+				return nil
+			}, qmq.WithBroadcast(0), qmq.WithConsumerName("watcher"), qmq.StartAt(qmq.Latest))
+			if sub == nil {
+				return
+			}
+			if sub.Group() != broadcastGroup {
+				t.Errorf("the broadcast consumer consumes as %q, want %q", sub.Group(), broadcastGroup)
+				return
+			}
+			joinBroadcast(t, h, admin, s, broadcastGroup)
+		}
+	}()
+	e.Broadcast = []string{broadcastGroup}
 
 	ch := NewChaos(t, seed, meta, groups...)
 	if only := os.Getenv("QMQ_CHAOS_ONLY"); only != "" {
@@ -135,10 +212,17 @@ func TestChaos(t *testing.T) {
 	ch.Run(d)
 	close(stop)
 	senders.Wait()
+	joining.Wait()
 
 	// Lost messages never arrive: after two minutes the checker says which.
-	err := Poll(2*time.Minute, func() error {
-		if n := h.Undelivered(consumerGroups); n > 0 {
+	// The dead letters count as arrived for the group that keeps them.
+	lastDead := time.Time{}
+	err = Poll(2*time.Minute, func() error {
+		if time.Since(lastDead) > 2*time.Second {
+			lastDead = time.Now()
+			readDeadLetters(t, h, admin, subjects, retryingGroup, false)
+		}
+		if n := h.Undelivered(e); n > 0 {
 			return fmt.Errorf("%d acknowledged messages not delivered everywhere", n)
 		}
 		return nil
@@ -146,10 +230,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Logf("chaos: after waiting two minutes: %v", err)
 	}
-	for _, s := range subs {
-		s.Close()
-	}
-	report := h.Check(consumerGroups)
+	closeSubs()
+	readDeadLetters(t, h, admin, subjects, retryingGroup, true)
+	report := h.Check(e)
 	t.Logf("chaos: seed %d: %s", seed, ch.Summary())
 	t.Logf("chaos: fault schedule:\n%s", strings.Join(ch.Schedule, "\n"))
 	t.Logf("chaos: history: %s", report)
@@ -174,6 +257,98 @@ func TestChaos(t *testing.T) {
 	}
 	for _, c := range groups {
 		c.SameReplicas(3 * time.Minute)
+	}
+}
+
+// retryingGroup is the chaos run's consumer group whose handler fails a
+// tenth of the messages once each.
+const retryingGroup = "retrying"
+
+// broadcastGroup is the group of its own of the chaos run's broadcast
+// consumer: consumer "watcher" of group "tail".
+const broadcastGroup = "tail.watcher"
+
+// failsOnce says whether the retrying group's handler fails message id on
+// its first delivery: a tenth of the ids, by hash.
+func failsOnce(id string) bool {
+	f := fnv.New32a()
+	f.Write([]byte(id))
+	return f.Sum32()%10 == 0
+}
+
+// setUpRetryingGroup creates the retrying group of every subject before
+// anything is sent: at the earliest message, 3 deliveries at most, the
+// first retry after 1 s and the next after 2 s.
+func setUpRetryingGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subjects []string) {
+	maxDeliveries, first, most := uint32(3), time.Second, 2*time.Second
+	for _, s := range subjects {
+		meta.WaitFor(30*time.Second, "consumer group "+retryingGroup+" of "+s+" set up", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := admin.SetConsumerGroup(ctx, s, retryingGroup, qmq.ConsumerGroupChanges{MaxDeliveries: &maxDeliveries,
+				RetryFirst: &first, RetryMax: &most, Start: transport.StartEarliest})
+			return err
+		})
+	}
+}
+
+// joinBroadcast waits until broadcast group exists in every broker group
+// of subject (its first pulls created it there), and records that moment
+// as its join: what is sent from then on must reach it.
+func joinBroadcast(t *testing.T, h *History, admin *qmq.Admin, subject, group string) {
+	err := Poll(2*time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := admin.Route(ctx, subject)
+		if err != nil {
+			return err
+		}
+		v, err := admin.ConsumerGroup(ctx, subject, group)
+		if err != nil {
+			return err
+		}
+		if len(v.BrokerGroups) < len(r.Groups) {
+			return fmt.Errorf("in %d of the %d broker groups of %s", len(v.BrokerGroups), len(r.Groups), subject)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("broadcast group %s never joined %s: %v", group, subject, err)
+		return
+	}
+	h.Joined(group, subject, time.Now())
+	t.Logf("chaos: broadcast group %s joined %s", group, subject)
+}
+
+// readDeadLetters records group's dead letters of every subject in h; with
+// final, a failure to read them fails the test.
+func readDeadLetters(t *testing.T, h *History, admin *qmq.Admin, subjects []string, group string, final bool) {
+	for _, s := range subjects {
+		for offset := 0; ; offset += 1000 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			pages, err := admin.DeadLetters(ctx, s, group, offset, 1000)
+			cancel()
+			if err != nil {
+				if final {
+					t.Errorf("reading the dead letters of %s of %s: %v", group, s, err)
+				}
+				break
+			}
+			more := false
+			for _, p := range pages {
+				ids := make([]string, 0, len(p.Letters))
+				for _, d := range p.Letters {
+					if !d.Removed {
+						ids = append(ids, d.ID)
+					}
+				}
+				h.DeadLetters(group, ids)
+				more = more || p.Total > offset+len(p.Letters)
+			}
+			if !more {
+				break
+			}
+		}
 	}
 }
 

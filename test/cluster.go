@@ -661,6 +661,25 @@ func (c *Cluster) Ctl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// CtlJSON runs qmqctl with args and --json (bounded by 30 s) and decodes
+// what it printed on its standard output into out.
+func (c *Cluster) CtlJSON(out any, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args = append(args, "--json")
+	cmd := exec.CommandContext(ctx, c.qmqctl, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("qmqctl %s: %w\n%s%s", strings.Join(args, " "), err, b, stderr.String())
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("qmqctl %s: decoding %q: %w", strings.Join(args, " "), b, err)
+	}
+	return nil
+}
+
 // Join adds node n to the group with `qmqctl --server via join …`.
 func (c *Cluster) Join(via string, n *Node) {
 	c.t.Helper()

@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,18 +12,43 @@ import (
 )
 
 // History records what a run's clients did and saw: every send with its
-// outcome, and every delivery to every consumer group. The checker reads
-// it once the run is over. Safe for concurrent use.
+// outcome, every delivery to every consumer group (acknowledged, or
+// failed by its handler), the dead letters of groups that fail messages,
+// and when each broadcast consumer joined. The checker reads it once the
+// run is over. Safe for concurrent use.
 type History struct {
 	mu        sync.Mutex
 	sends     map[string]*sendRecord            // by message id
-	delivered map[string]map[string][]time.Time // consumer group → id → receipt times
+	delivered map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler acknowledged
+	nacked    map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
+	dead      map[string]map[string]bool        // consumer group → ids of its dead letters
+	joined    map[string]map[string]time.Time   // broadcast group → subject → when it joined
 }
 
 type sendRecord struct {
 	subject   string
+	sendingAt time.Time // handed to the producer
 	deliverAt time.Time // zero: at once
 	outcome   sendOutcome
+}
+
+// Expectations name the consumer groups of a run by what they promise.
+type Expectations struct {
+	// AtLeastOnce groups consume throughout the run: every acknowledged
+	// send reaches each, acknowledged by its handler or, for a group whose
+	// handler fails messages, kept as a dead letter (History.DeadLetters).
+	AtLeastOnce []string
+	// AtMostOnce groups never receive a message twice; they may miss some.
+	AtMostOnce []string
+	// Broadcast groups (one consumer's group of its own) receive every
+	// acknowledged send of a subject handed to a producer after they
+	// joined it (History.Joined); the checker fails a run in which one
+	// never joined.
+	Broadcast []string
+}
+
+func (e Expectations) all() []string {
+	return append(append(append([]string(nil), e.AtLeastOnce...), e.AtMostOnce...), e.Broadcast...)
 }
 
 type sendOutcome uint8
@@ -35,13 +61,14 @@ const (
 
 // NewHistory returns an empty history.
 func NewHistory() *History {
-	return &History{sends: map[string]*sendRecord{}, delivered: map[string]map[string][]time.Time{}}
+	return &History{sends: map[string]*sendRecord{}, delivered: map[string]map[string][]time.Time{},
+		nacked: map[string]map[string][]time.Time{}, dead: map[string]map[string]bool{}, joined: map[string]map[string]time.Time{}}
 }
 
 // Sending records a message about to be handed to a producer.
 func (h *History) Sending(m *qmq.Message) {
 	h.mu.Lock()
-	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), deliverAt: m.DeliverAt()}
+	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), sendingAt: time.Now(), deliverAt: m.DeliverAt()}
 	h.mu.Unlock()
 }
 
@@ -57,21 +84,89 @@ func (h *History) Sent(m *qmq.Message, err error) {
 	}
 }
 
-// Delivered records that consumer group received m at time at.
+// AckedCount returns how many sends were acknowledged so far.
+func (h *History) AckedCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.sends {
+		if r.outcome == sendAcked {
+			n++
+		}
+	}
+	return n
+}
+
+// Delivered records that consumer group received m at time at, and its
+// handler acknowledged it.
 func (h *History) Delivered(group string, m *qmq.Message, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	g := h.delivered[group]
-	if g == nil {
-		g = map[string][]time.Time{}
-		h.delivered[group] = g
-	}
-	g[m.ID()] = append(g[m.ID()], at)
+	addTime(h.delivered, group, m.ID(), at)
 }
 
-// Undelivered returns how many acknowledged sends some consumer group of
-// groups has not received yet.
-func (h *History) Undelivered(groups []string) int {
+// Nacked records that consumer group received m at time at, and its
+// handler failed it (a nack: it comes again, or becomes a dead letter).
+func (h *History) Nacked(group string, m *qmq.Message, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	addTime(h.nacked, group, m.ID(), at)
+}
+
+func addTime(m map[string]map[string][]time.Time, group, id string, at time.Time) {
+	g := m[group]
+	if g == nil {
+		g = map[string][]time.Time{}
+		m[group] = g
+	}
+	g[id] = append(g[id], at)
+}
+
+// DeadLetters records that consumer group keeps the messages ids as dead
+// letters (read with the Admin).
+func (h *History) DeadLetters(group string, ids []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.dead[group]
+	if g == nil {
+		g = map[string]bool{}
+		h.dead[group] = g
+	}
+	for _, id := range ids {
+		g[id] = true
+	}
+}
+
+// Joined records that broadcast group was consuming subject from time at
+// on: every message of subject handed to a producer later must reach it.
+func (h *History) Joined(group, subject string, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.joined[group]
+	if g == nil {
+		g = map[string]time.Time{}
+		h.joined[group] = g
+	}
+	g[subject] = at
+}
+
+// owed reports whether group has yet to receive the acknowledged send s of
+// id: an at-least-once group until its handler acknowledged it or keeps
+// it as a dead letter, a broadcast group only for sends begun after it
+// joined their subject. Called with h.mu held.
+func (h *History) owed(group string, broadcast bool, id string, s *sendRecord) bool {
+	if broadcast {
+		at, ok := h.joined[group][s.subject]
+		if !ok || !s.sendingAt.After(at) {
+			return false
+		}
+	}
+	return len(h.delivered[group][id]) == 0 && !h.dead[group][id]
+}
+
+// Undelivered returns how many acknowledged sends some at-least-once or
+// broadcast group of e has not received yet.
+func (h *History) Undelivered(e Expectations) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -79,11 +174,15 @@ func (h *History) Undelivered(groups []string) int {
 		if r.outcome != sendAcked {
 			continue
 		}
-		for _, g := range groups {
-			if len(h.delivered[g][id]) == 0 {
-				n++
-				break
-			}
+		owed := false
+		for _, g := range e.AtLeastOnce {
+			owed = owed || h.owed(g, false, id, r)
+		}
+		for _, g := range e.Broadcast {
+			owed = owed || h.owed(g, true, id, r)
+		}
+		if owed {
+			n++
 		}
 	}
 	return n
@@ -92,9 +191,16 @@ func (h *History) Undelivered(groups []string) int {
 // Report is what the checker found in a history.
 type Report struct {
 	Sent, Acked, Unknown int
-	// Lost: acknowledged, and never delivered to a group that consumed all
-	// along. Must be empty.
+	// Lost: acknowledged, and never delivered to (nor dead-lettered by) a
+	// group that consumed all along, or to a broadcast group that had
+	// joined before the send began. Must be empty.
 	Lost []string
+	// Twice: delivered more than once to an at-most-once group. Must be
+	// empty.
+	Twice []string
+	// NotJoined: broadcast groups that never joined a subject. Must be
+	// empty.
+	NotJoined []string
 	// Unexpected: delivered, never sent. Must be empty.
 	Unexpected []string
 	// Early: a delayed message delivered before its delivery time. Must be
@@ -107,14 +213,25 @@ type Report struct {
 	Duplicated map[string]int
 	// Delayed counts the delayed messages acknowledged.
 	Delayed int
+	// Nacked counts, per group, the deliveries its handler failed;
+	// DeadLettered, the dead letters it keeps.
+	Nacked, DeadLettered map[string]int
+	// Missed counts, per at-most-once group, the acknowledged sends it
+	// never received: at-most-once allows it, around failures.
+	Missed map[string]int
 }
 
-// Check checks the history; groups are the consumer groups that consumed
-// throughout the run.
-func (h *History) Check(groups []string) Report {
+// Check checks the history against e.
+func (h *History) Check(e Expectations) Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}}
+	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
+		Missed: map[string]int{}}
+	for _, g := range e.Broadcast {
+		if len(h.joined[g]) == 0 {
+			r.NotJoined = append(r.NotJoined, g)
+		}
+	}
 	for id, s := range h.sends {
 		switch s.outcome {
 		case sendAcked:
@@ -122,14 +239,24 @@ func (h *History) Check(groups []string) Report {
 			if !s.deliverAt.IsZero() {
 				r.Delayed++
 			}
-			for _, g := range groups {
-				if len(h.delivered[g][id]) == 0 {
+			for _, g := range e.AtLeastOnce {
+				if h.owed(g, false, id, s) {
 					r.Lost = append(r.Lost, g+":"+id)
+				}
+			}
+			for _, g := range e.Broadcast {
+				if h.owed(g, true, id, s) {
+					r.Lost = append(r.Lost, g+":"+id)
+				}
+			}
+			for _, g := range e.AtMostOnce {
+				if len(h.delivered[g][id]) == 0 {
+					r.Missed[g]++
 				}
 			}
 		case sendUnknown, sendPending:
 			r.Unknown++
-			for _, g := range groups {
+			for _, g := range e.all() {
 				if len(h.delivered[g][id]) > 0 {
 					r.Recovered++
 					break
@@ -138,41 +265,71 @@ func (h *History) Check(groups []string) Report {
 		}
 	}
 	for g, byID := range h.delivered {
+		amo := slices.Contains(e.AtMostOnce, g)
 		for id, times := range byID {
-			s := h.sends[id]
-			if s == nil {
-				r.Unexpected = append(r.Unexpected, g+":"+id)
-				continue
-			}
 			r.Duplicated[g] += len(times) - 1
-			for _, at := range times {
-				// Delivery times are stored to the millisecond.
-				if at.Before(s.deliverAt.Truncate(time.Millisecond)) {
-					r.Early = append(r.Early, fmt.Sprintf("%s:%s due %s, delivered %s", g, id,
-						s.deliverAt.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano)))
+			if amo && len(times) > 1 {
+				r.Twice = append(r.Twice, fmt.Sprintf("%s:%s (%d times)", g, id, len(times)))
+			}
+		}
+	}
+	for _, deliveries := range []map[string]map[string][]time.Time{h.delivered, h.nacked} {
+		for g, byID := range deliveries {
+			for id, times := range byID {
+				s := h.sends[id]
+				if s == nil {
+					r.Unexpected = append(r.Unexpected, g+":"+id)
+					continue
+				}
+				for _, at := range times {
+					// Delivery times are stored to the millisecond.
+					if at.Before(s.deliverAt.Truncate(time.Millisecond)) {
+						r.Early = append(r.Early, fmt.Sprintf("%s:%s due %s, delivered %s", g, id,
+							s.deliverAt.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano)))
+					}
 				}
 			}
 		}
 	}
+	for g, byID := range h.nacked {
+		for _, times := range byID {
+			r.Nacked[g] += len(times)
+		}
+	}
+	for g, ids := range h.dead {
+		r.DeadLettered[g] = len(ids)
+		for id := range ids {
+			if h.sends[id] == nil {
+				r.Unexpected = append(r.Unexpected, g+" dead letter:"+id)
+			}
+		}
+	}
 	sort.Strings(r.Lost)
+	sort.Strings(r.Twice)
 	sort.Strings(r.Unexpected)
 	sort.Strings(r.Early)
 	return r
 }
 
 // OK reports whether the history keeps every promise: nothing lost,
-// nothing unexpected, nothing early.
-func (r Report) OK() bool { return len(r.Lost)+len(r.Unexpected)+len(r.Early) == 0 }
+// nothing unexpected, nothing early, nothing twice to an at-most-once
+// group, every broadcast group joined.
+func (r Report) OK() bool {
+	return len(r.Lost)+len(r.Unexpected)+len(r.Early)+len(r.Twice)+len(r.NotJoined) == 0
+}
 
 func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent %d, acknowledged %d (%d delayed), outcome unknown %d (%d of them delivered anyway); ",
 		r.Sent, r.Acked, r.Delayed, r.Unknown, r.Recovered)
-	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, duplicated %v", len(r.Lost), len(r.Unexpected), len(r.Early), r.Duplicated)
+	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, twice to an at-most-once group %d, broadcast groups not joined %d; ",
+		len(r.Lost), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.NotJoined))
+	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, missed by at-most-once %v",
+		r.Duplicated, r.Nacked, r.DeadLettered, r.Missed)
 	for _, list := range []struct {
 		name string
 		ids  []string
-	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"early", r.Early}} {
+	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"early", r.Early}, {"twice", r.Twice}, {"not joined", r.NotJoined}} {
 		if len(list.ids) > 0 {
 			fmt.Fprintf(&b, "\n%s (first %d): %s", list.name, min(len(list.ids), 10), strings.Join(list.ids[:min(len(list.ids), 10)], ", "))
 		}

@@ -2,6 +2,7 @@ package test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,11 +41,11 @@ func TestCheckerFindsEveryKindOfFault(t *testing.T) {
 	}
 	h.Delivered("a", dup, now)
 	h.Delivered("a", lost, now) // b never gets it
-	if r := h.Check([]string{"a", "b"}); len(r.Lost) != 1 || r.Recovered != 1 || r.Duplicated["a"] != 1 ||
+	if r := h.Check(Expectations{AtLeastOnce: []string{"a", "b"}}); len(r.Lost) != 1 || r.Recovered != 1 || r.Duplicated["a"] != 1 ||
 		r.Acked != 4 || r.Unknown != 2 || r.Delayed != 1 || len(r.Early) != 0 || len(r.Unexpected) != 0 || r.OK() {
 		t.Fatalf("report: %+v", r)
 	}
-	if n := h.Undelivered([]string{"a", "b"}); n != 1 {
+	if n := h.Undelivered(Expectations{AtLeastOnce: []string{"a", "b"}}); n != 1 {
 		t.Fatalf("undelivered %d, want 1", n)
 	}
 	h.Delivered("b", lost, now)
@@ -54,8 +55,122 @@ func TestCheckerFindsEveryKindOfFault(t *testing.T) {
 	h.Sent(early, nil)
 	h.Delivered("a", early, now)
 	h.Delivered("b", early, now.Add(time.Hour))
-	r := h.Check([]string{"a", "b"})
+	r := h.Check(Expectations{AtLeastOnce: []string{"a", "b"}})
 	if len(r.Lost) != 0 || len(r.Unexpected) != 1 || len(r.Early) != 1 || r.OK() {
 		t.Fatalf("report: %+v", r)
+	}
+}
+
+// checkerHistory returns an empty history and a function that records a
+// message of subject s as sent and acknowledged (or, with a non-nil err,
+// given up on).
+func checkerHistory(t *testing.T) (*History, func(subject string, err error) *qmq.Message) {
+	t.Helper()
+	p, err := qmq.NewProducer("127.0.0.1:1") // never sends: only makes messages
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	h := NewHistory()
+	return h, func(subject string, err error) *qmq.Message {
+		m := p.GenerateMessage(subject)
+		h.Sending(m)
+		h.Sent(m, err)
+		return m
+	}
+}
+
+// TestCheckerFindsTwiceToAtMostOnce: a message an at-most-once group
+// receives twice fails the run; one it misses is only counted; the same
+// double delivery to an at-least-once group is a duplicate.
+func TestCheckerFindsTwiceToAtMostOnce(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtLeastOnce: []string{"alo"}, AtMostOnce: []string{"amo"}}
+	now := time.Now()
+	once, twice, missed := sent("s", nil), sent("s", nil), sent("s", nil)
+	for _, m := range []*qmq.Message{once, twice, missed} {
+		h.Delivered("alo", m, now)
+	}
+	h.Delivered("alo", twice, now)
+	h.Delivered("amo", once, now)
+	h.Delivered("amo", twice, now)
+	if r := h.Check(e); !r.OK() || r.Missed["amo"] != 1 || r.Duplicated["alo"] != 1 {
+		t.Fatalf("before the second delivery to amo: %s", r)
+	}
+	h.Delivered("amo", twice, now.Add(time.Second))
+	r := h.Check(e)
+	if r.OK() || len(r.Twice) != 1 || !strings.HasPrefix(r.Twice[0], "amo:"+twice.ID()) || r.Missed["amo"] != 1 || len(r.Lost) != 0 {
+		t.Fatalf("report: %s", r)
+	}
+	if n := h.Undelivered(e); n != 0 {
+		t.Fatalf("undelivered %d: an at-most-once group owes nothing", n)
+	}
+}
+
+// TestCheckerCountsDeadLettersAsArrived: a message whose every delivery to
+// a group failed is lost to that group unless the group keeps it as a dead
+// letter; a dead letter of a message never sent is unexpected.
+func TestCheckerCountsDeadLettersAsArrived(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtLeastOnce: []string{"r"}}
+	now := time.Now()
+	retried, dead, stuck := sent("s", nil), sent("s", nil), sent("s", nil)
+	h.Nacked("r", retried, now)
+	h.Delivered("r", retried, now.Add(time.Second))
+	for i := range 3 {
+		h.Nacked("r", dead, now.Add(time.Duration(i)*time.Second))
+	}
+	h.Nacked("r", stuck, now)
+	if n := h.Undelivered(e); n != 2 {
+		t.Fatalf("undelivered %d, want 2 (only nacked)", n)
+	}
+	h.DeadLetters("r", []string{dead.ID()})
+	r := h.Check(e)
+	if len(r.Lost) != 1 || r.Lost[0] != "r:"+stuck.ID() || r.Nacked["r"] != 5 || r.DeadLettered["r"] != 1 || r.Duplicated["r"] != 0 || r.OK() {
+		t.Fatalf("report: %s", r)
+	}
+	h.DeadLetters("r", []string{stuck.ID(), "never-sent"})
+	r = h.Check(e)
+	if len(r.Lost) != 0 || len(r.Unexpected) != 1 || r.Unexpected[0] != "r dead letter:never-sent" || r.OK() {
+		t.Fatalf("report: %s", r)
+	}
+	// A nacked delivery before a delayed message's time is early too.
+	late := sent("s", nil)
+	h.sends[late.ID()].deliverAt = now.Add(time.Hour)
+	h.Nacked("r", late, now)
+	h.Delivered("r", late, now.Add(time.Hour))
+	if r := h.Check(e); len(r.Early) != 1 {
+		t.Fatalf("report: %s", r)
+	}
+}
+
+// TestCheckerHoldsBroadcastToItsJoin: a broadcast group owes every
+// acknowledged send of a subject it joined that began after its join,
+// nothing sent before, nothing of a subject it did not join, nothing not
+// acknowledged; a broadcast group that never joined fails the run.
+func TestCheckerHoldsBroadcastToItsJoin(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{Broadcast: []string{"b"}}
+	if r := h.Check(e); r.OK() || len(r.NotJoined) != 1 {
+		t.Fatalf("report with b never joined: %s", r)
+	}
+	join := time.Now()
+	h.Joined("b", "s", join)
+	before, after, gotIt, otherSubject, unknown := sent("s", nil), sent("s", nil), sent("s", nil), sent("t", nil), sent("s", errors.New("timeout"))
+	h.sends[before.ID()].sendingAt = join // not after the join
+	for _, m := range []*qmq.Message{after, gotIt, otherSubject, unknown} {
+		h.sends[m.ID()].sendingAt = join.Add(time.Millisecond)
+	}
+	h.Delivered("b", gotIt, join.Add(time.Second))
+	if n := h.Undelivered(e); n != 1 {
+		t.Fatalf("undelivered %d, want 1", n)
+	}
+	r := h.Check(e)
+	if len(r.Lost) != 1 || r.Lost[0] != "b:"+after.ID() || len(r.NotJoined) != 0 || r.OK() {
+		t.Fatalf("report: %s", r)
+	}
+	h.Delivered("b", after, join.Add(time.Second))
+	if r := h.Check(e); !r.OK() {
+		t.Fatalf("report: %s", r)
 	}
 }

@@ -155,15 +155,25 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	}
 	list, total := n.fsm.DeadLetters(req.Subject, req.Group, req.Offset, limit)
 	page.Total = total
+	read := 0
 	for _, d := range list {
+		if read >= maxDeadLetterPageRead {
+			break // the rest on the next page
+		}
 		letter, err := n.deadLetter(ctx, req.Subject, d, false)
 		if err != nil {
 			return nil, err
 		}
+		read += letter.Size
 		page.Letters = append(page.Letters, letter)
 	}
 	return json.Marshal(page)
 }
+
+// maxDeadLetterPageRead bounds the message bytes one list reads to
+// describe its dead letters (it answers at least one): a page of large
+// messages is shorter.
+const maxDeadLetterPageRead = 64 << 20
 
 // maxDeadLetterPageAll bounds the dead letters searched for one sequence:
 // every one a group may hold.
@@ -171,7 +181,8 @@ const maxDeadLetterPageAll = 1 << 20
 
 // deadLetter describes a dead letter, reading its message (whole with
 // full) from the message log, its bytes taken from the client memory
-// budget while it is read. A message retention removed is marked so.
+// budget while it is read and, unless full, given back once it is
+// described. A message retention removed is marked so.
 func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter, full bool) (transport.DeadLetter, error) {
 	out := transport.DeadLetter{Seq: d.Seq, Deliveries: d.Deliveries, At: time.UnixMilli(d.At).UTC()}
 	at, err := n.fsm.Locate(subject, d.Seq)
@@ -181,6 +192,9 @@ func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter,
 			return out, err
 		}
 		m, err = n.fsm.ReadMessage(at)
+		if !full {
+			defer transport.Release(ctx, int64(at.Size))
+		}
 	}
 	if errors.Is(err, logs.ErrRetained) || errors.Is(err, logs.ErrBeyondEnd) {
 		out.Removed = true

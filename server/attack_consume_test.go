@@ -1,0 +1,91 @@
+package server
+
+// Consumer-group requests at the bounds of what a client can make the
+// server hold.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// deadLetterRig sends n messages of size bytes to subject "blobs" and
+// makes each a dead letter of group "g" (one delivery, then a nack).
+func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int) {
+	t.Helper()
+	one := uint32(1)
+	set, _ := json.Marshal(transport.SetGroupRequest{Subject: "blobs", Group: "g", MaxDeliveries: &one, Start: transport.StartEarliest})
+	if _, err := gc.Call(ctx, transport.TypeSetGroup, set); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
+		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got, from, epoch := 0, int64(0), uint64(0); got < n; {
+		req := &transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Wait: time.Second, From: from, Epoch: epoch}
+		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := transport.DecodePullResponse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range resp.Messages {
+			nack := &transport.NackRequest{Subject: "blobs", Group: "g", Consumer: "c", Epoch: resp.Epoch,
+				Ranges: []transport.AckRange{{First: m.PullSeq, Last: m.PullSeq}}}
+			if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
+				t.Fatal(err)
+			}
+			from, epoch = m.PullSeq+1, resp.Epoch
+			got++
+		}
+	}
+}
+
+// A page of dead letters names each one's message by id, tags and size,
+// and holds nothing of the messages it read once it has those: with 3 MiB
+// of budget, listing six dead letters of 1 MiB answers. Before, the page
+// held every message's bytes until it was written, so that its fourth
+// message waited for budget only the page itself held, for ever, and
+// every other request of every client waited with it.
+func TestDeadLetterPageHoldsNoMessage(t *testing.T) {
+	n := startNode(t, "n1", true, func(c *Config) { c.ClientLimits.Memory = 3 << 20 })
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gc := clientOf(t, n.ClientAddr())
+	deadLetterRig(t, ctx, gc, 6, 1<<20)
+	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g"})
+	call, end := context.WithTimeout(ctx, 10*time.Second)
+	defer end()
+	body, err := gc.Call(call, transport.TypeDeadLetters, list)
+	if err != nil {
+		t.Fatalf("listing six dead letters of 1 MiB with 3 MiB of budget: %v", err)
+	}
+	var page transport.DeadLetterPage
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatal(err)
+	}
+	if page.Total != 6 || len(page.Letters) != 6 {
+		t.Fatalf("page: total %d, %d letters; want 6 and 6", page.Total, len(page.Letters))
+	}
+	for i, d := range page.Letters {
+		if d.ID != fmt.Sprint("big-", i) || d.Size < 1<<20 || d.Body != nil {
+			t.Fatalf("letter %d: id %q, size %d, %d body bytes", i, d.ID, d.Size, len(d.Body))
+		}
+	}
+	// The budget is whole again: a send goes through.
+	m := &logs.Message{ID: "after", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 1<<20)}
+	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,9 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -88,4 +92,63 @@ func TestDeadLetterPageHoldsNoMessage(t *testing.T) {
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A listing of every consumer group of a broker group that would not fit
+// a frame is refused, TOO_LARGE, naming what to do instead, and a
+// subject's listing (at most limits.MaxConsumerGroupsPerSubject groups)
+// always fits. Before, the broker wrote a reply of some 50 MiB for 65,536
+// groups, over the frame limit: the client dropped the connection.
+func TestGroupsListingIsBounded(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const subjects = limits.MaxConsumerGroups / limits.MaxConsumerGroupsPerSubject // every group a broker group may have
+	name := func(c byte, i int) string { return fmt.Sprintf("%c%0*d", c, limits.MaxName-1, i) }
+	work := make(chan *fsm.SetGroup)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for cmd := range work {
+				cmd.Now = n.clock.now().UnixMilli()
+				if _, err := n.propose(ctx, cmd.Encode()); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for s := range subjects {
+		for g := range limits.MaxConsumerGroupsPerSubject {
+			work <- &fsm.SetGroup{Subject: name('s', s), Group: name('g', g)}
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	gc := clientOf(t, n.ClientAddr())
+	all, _ := json.Marshal(transport.GroupsRequest{})
+	call, end := context.WithTimeout(ctx, 30*time.Second) // a retried oversized reply would take all of ctx
+	defer end()
+	if _, err := gc.Call(call, transport.TypeGroups, all); transport.CodeOf(err) != transport.TooLarge || !strings.Contains(err.Error(), "subject") {
+		t.Fatalf("listing %d groups of long names: %v, want TOO_LARGE naming a subject's listing", subjects*limits.MaxConsumerGroupsPerSubject, err)
+	}
+	one, _ := json.Marshal(transport.GroupsRequest{Subject: name('s', 0)})
+	body, err := gc.Call(ctx, transport.TypeGroups, one)
+	if err != nil {
+		t.Fatalf("listing a subject's %d groups: %v", limits.MaxConsumerGroupsPerSubject, err)
+	}
+	var infos []transport.GroupInfo
+	if err := json.Unmarshal(body, &infos); err != nil || len(infos) != limits.MaxConsumerGroupsPerSubject {
+		t.Fatalf("a subject's listing: %d groups (%v)", len(infos), err)
+	}
+	t.Logf("a subject's listing of %d groups: %d bytes", len(infos), len(body))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -33,12 +34,30 @@ func (n *Node) handleGroups(p []byte) ([]byte, error) {
 			}
 		}
 	}
-	out := make([]transport.GroupInfo, 0, len(infos))
-	for _, g := range infos {
-		out = append(out, n.groupInfo(g))
+	// The reply is a JSON array, built one group at a time so that a
+	// listing too large for a frame stops at the bound.
+	out := append(make([]byte, 0, 64<<10), '[')
+	for i, g := range infos {
+		b, err := json.Marshal(n.groupInfo(g))
+		if err != nil {
+			return nil, err
+		}
+		if len(out)+len(b)+2 > maxGroupsReply {
+			return nil, transport.Errorf(transport.TooLarge, "consumer groups: a listing of %d groups is over %d bytes: list one subject's groups (at most %d)",
+				len(infos), maxGroupsReply, limits.MaxConsumerGroupsPerSubject)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
 	}
-	return json.Marshal(out)
+	return append(out, ']'), nil
 }
+
+// maxGroupsReply bounds a listing of consumer groups, well within a frame:
+// a subject's groups, at most limits.MaxConsumerGroupsPerSubject of the
+// longest names, take about 3 MiB.
+const maxGroupsReply = transport.DefaultMaxFrame / 2
 
 func (n *Node) groupInfo(g fsm.GroupInfo) transport.GroupInfo {
 	s := g.Settings

@@ -19,8 +19,9 @@ import (
 )
 
 // deadLetterRig sends n messages of size bytes to subject "blobs" and
-// makes each a dead letter of group "g" (one delivery, then a nack).
-func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int) {
+// makes each a dead letter of group "g" (one delivery, then a nack);
+// mutate, if any, changes each message before it is sent.
+func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*logs.Message)) {
 	t.Helper()
 	one := uint32(1)
 	set, _ := json.Marshal(transport.SetGroupRequest{Subject: "blobs", Group: "g", MaxDeliveries: &one, Start: transport.StartEarliest})
@@ -29,6 +30,9 @@ func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient,
 	}
 	for i := range n {
 		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
+		for _, f := range mutate {
+			f(m)
+		}
 		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
 			t.Fatal(err)
 		}
@@ -151,4 +155,40 @@ func TestGroupsListingIsBounded(t *testing.T) {
 		t.Fatalf("a subject's listing: %d groups (%v)", len(infos), err)
 	}
 	t.Logf("a subject's listing of %d groups: %d bytes", len(infos), len(body))
+}
+
+// A dead letter whose message is too large to read whole in a JSON reply
+// (a body of logs.MaxBodyLen grows by a third in base64, and property
+// values of control bytes sixfold as JSON escapes) is refused TOO_LARGE,
+// saying so, and listed like any other. Before, the broker wrote a reply
+// over the frame limit: the client dropped the connection and retried
+// until its deadline.
+func TestDeadLetterTooLargeToReadWhole(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gc := clientOf(t, n.ClientAddr())
+	value := strings.Repeat("\x01", logs.MaxPropertyVal)
+	deadLetterRig(t, ctx, gc, 1, logs.MaxBodyLen, func(m *logs.Message) {
+		for i := range 100 {
+			m.Properties = append(m.Properties, logs.Property{Key: fmt.Sprint("p", i), Value: value})
+		}
+	})
+	seq := int64(0)
+	one, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g", Seq: &seq})
+	call, end := context.WithTimeout(ctx, 30*time.Second)
+	defer end()
+	if _, err := gc.Call(call, transport.TypeDeadLetters, one); transport.CodeOf(err) != transport.TooLarge {
+		t.Fatalf("reading a dead letter of %d bytes whole: %v, want TOO_LARGE", logs.MaxBodyLen, err)
+	}
+	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g"})
+	body, err := gc.Call(ctx, transport.TypeDeadLetters, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page transport.DeadLetterPage
+	if err := json.Unmarshal(body, &page); err != nil || len(page.Letters) != 1 || page.Letters[0].Size < logs.MaxBodyLen {
+		t.Fatalf("listing it: %d letters (%v)", len(page.Letters), err)
+	}
 }

@@ -166,7 +166,12 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 				break
 			}
 		}
-		return json.Marshal(page)
+		out, err := json.Marshal(page)
+		if err == nil && len(out) > maxDeadLetterReply {
+			return nil, transport.Errorf(transport.TooLarge, "dead letter %d of %s: its message makes a reply of %d bytes, over %d: "+
+				"list it for its id and size, or resend it to its group to consume it", *req.Seq, req.Subject, len(out), maxDeadLetterReply)
+		}
+		return out, err
 	}
 	limit := req.Limit
 	if limit <= 0 || limit > maxDeadLetterPage {
@@ -193,6 +198,11 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 // describe its dead letters (it answers at least one): a page of large
 // messages is shorter.
 const maxDeadLetterPageRead = 64 << 20
+
+// maxDeadLetterReply bounds a dead letter read whole: a frame, less its
+// envelope. Its body grows by a third in base64, and property values by
+// up to six times in JSON escapes, so the largest messages do not fit.
+const maxDeadLetterReply = limits.MaxFrame - limits.Envelope
 
 // maxDeadLetterPageAll bounds the dead letters searched for one sequence:
 // every one a group may hold.

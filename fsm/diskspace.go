@@ -41,7 +41,8 @@ const spaceCheckEvery = 100 * time.Millisecond
 // journal), plus fixed-size index records smaller than any message: twice
 // the entry's bytes covers both, and entryOverhead covers what any command
 // adds (a pull's records in the pull log; a checkpoint retention writes is
-// counted apart, see awaitSpace). A
+// counted apart, see awaitSpace). A Nack also writes a retry record per
+// entry it names into the schedule (see nackWrites). A
 // Fire names references, not messages: a leader fills one with records of
 // at most limits.MaxFireBytes, plus the one that crossed it.
 const (
@@ -51,14 +52,42 @@ const (
 )
 
 // entryWrites bounds the bytes applying e may write.
-func entryWrites(e *raft.Log) int64 {
+func (f *FSM) entryWrites(e *raft.Log) int64 {
 	if e.Type != raft.LogCommand || len(e.Data) == 0 {
 		return 0
 	}
-	if CommandType(e.Data[0]) == CmdFire {
+	switch CommandType(e.Data[0]) {
+	case CmdFire:
 		return min(int64(len(e.Data)/8)*maxRecordBytes, fireWriteBound) + entryOverhead
+	case CmdNack:
+		return 2*int64(len(e.Data)) + entryOverhead + f.nackWrites(e.Data)
 	}
 	return 2*int64(len(e.Data)) + entryOverhead
+}
+
+// nackWrites bounds the retry records applying a Nack writes into the
+// schedule: one per sequence it names that its consumer holds, so no more
+// than its ranges name nor than one consumer holds (Config.MaxUnacked),
+// each at most maxRetryRecordBytes. A Nack that does not decode writes
+// nothing.
+func (f *FSM) nackWrites(data []byte) int64 {
+	cmd, err := Decode(data)
+	c, ok := cmd.(*Nack)
+	if err != nil || !ok {
+		return 0
+	}
+	window := int64(f.cfg.MaxUnacked)
+	n := int64(0)
+	for _, r := range c.Ranges {
+		if r.First >= 0 && r.Last >= r.First {
+			n += min(r.Last-r.First, window) + 1
+		}
+		if n >= window {
+			n = window
+			break
+		}
+	}
+	return n * maxRetryRecordBytes
 }
 
 // awaitSpace returns how many of entries (at least one) the disk has room
@@ -78,8 +107,8 @@ func (f *FSM) awaitSpace(entries []*raft.Log) (int, bool) {
 		// Retention may write a checkpoint while an append applies: keep
 		// room for one (it grows with the state; twice the last one's size).
 		n, need := 0, f.cfg.DiskReserve+2*f.checkpointSize
-		for n < len(entries) && need+entryWrites(entries[n]) <= free {
-			need += entryWrites(entries[n])
+		for n < len(entries) && need+f.entryWrites(entries[n]) <= free {
+			need += f.entryWrites(entries[n])
 			n++
 		}
 		if n > 0 {
@@ -92,7 +121,7 @@ func (f *FSM) awaitSpace(entries []*raft.Log) (int, bool) {
 		}
 		if now := time.Now(); now.Sub(logged) >= 10*time.Second {
 			f.log.Error("disk full: applying paused until space is freed", "dir", f.cfg.Dir,
-				"free-bytes", free, "need-bytes", need+entryWrites(entries[0]), "reserve-bytes", f.cfg.DiskReserve, "index", entries[0].Index)
+				"free-bytes", free, "need-bytes", need+f.entryWrites(entries[0]), "reserve-bytes", f.cfg.DiskReserve, "index", entries[0].Index)
 			logged = now
 		}
 		if since.IsZero() {

@@ -202,7 +202,7 @@ func TestBatchAppliesAsFarAsThereIsRoom(t *testing.T) {
 		batch = append(batch, unitEntry(uint64(i), cmd))
 	}
 	disk.mu.Lock()
-	disk.free = f.cfg.DiskReserve + 3*entryWrites(batch[1]) // room for a few entries, never the batch
+	disk.free = f.cfg.DiskReserve + 3*f.entryWrites(batch[1]) // room for a few entries, never the batch
 	disk.mu.Unlock()
 	done := make(chan []any)
 	go func() { done <- f.ApplyBatch(batch) }()
@@ -260,7 +260,7 @@ func TestSpaceForACheckpoint(t *testing.T) {
 	f.checkpointSize = 100 << 20 // a large state
 	e := unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 10)}})
 	disk.mu.Lock()
-	disk.free = f.cfg.DiskReserve + entryWrites(e) + 100<<20 // room for the entry and one checkpoint, not two
+	disk.free = f.cfg.DiskReserve + f.entryWrites(e) + 100<<20 // room for the entry and one checkpoint, not two
 	disk.mu.Unlock()
 	done := make(chan any)
 	go func() { done <- f.Apply(e) }()

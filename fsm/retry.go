@@ -3,6 +3,8 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
@@ -38,6 +40,18 @@ func (rr retryRecord) encode() []byte {
 	return binenc.AppendUvarint(b, rr.gen)
 }
 
+// message returns the schedule message carrying the record, due at at.
+func (rr retryRecord) message(at, now int64) *logs.Message {
+	return &logs.Message{ID: "retry", Subject: retrySubject, CreatedAt: now, AppendedAt: now, DeliverAt: at, Body: rr.encode()}
+}
+
+// maxRetryRecordBytes is the most a retry record takes in the schedule:
+// names as long as names go, every number at its widest.
+var maxRetryRecordBytes = delaywheel.RecordSize(retryRecord{
+	subject: strings.Repeat("s", limits.MaxName), group: strings.Repeat("g", limits.MaxName),
+	r: redelivery{seq: math.MaxInt64, deliveries: MaxDeliveriesLimit}, gen: math.MaxUint64,
+}.message(math.MaxInt64, math.MaxInt64))
+
 func decodeRetryRecord(body []byte) (retryRecord, error) {
 	r := binenc.NewReader(body)
 	rr := retryRecord{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
@@ -57,8 +71,7 @@ func (f *FSM) scheduleRetry(k groupKey, g *group, r redelivery, at, now int64) b
 	if !delaywheel.ValidHour(delaywheel.Hour(at)) {
 		return false
 	}
-	m := &logs.Message{ID: "retry", Subject: retrySubject, CreatedAt: now, AppendedAt: now, DeliverAt: at,
-		Body: retryRecord{subject: k.subject, group: k.group, r: r, gen: g.gen}.encode()}
+	m := retryRecord{subject: k.subject, group: k.group, r: r, gen: g.gen}.message(at, now)
 	ref, err := f.store.sched.Append(at, m)
 	if errors.Is(err, delaywheel.ErrHourFull) {
 		return false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -33,12 +34,30 @@ func (n *Node) handleGroups(p []byte) ([]byte, error) {
 			}
 		}
 	}
-	out := make([]transport.GroupInfo, 0, len(infos))
-	for _, g := range infos {
-		out = append(out, n.groupInfo(g))
+	// The reply is a JSON array, built one group at a time so that a
+	// listing too large for a frame stops at the bound.
+	out := append(make([]byte, 0, 64<<10), '[')
+	for i, g := range infos {
+		b, err := json.Marshal(n.groupInfo(g))
+		if err != nil {
+			return nil, err
+		}
+		if len(out)+len(b)+2 > maxGroupsReply {
+			return nil, transport.Errorf(transport.TooLarge, "consumer groups: a listing of %d groups is over %d bytes: list one subject's groups (at most %d)",
+				len(infos), maxGroupsReply, limits.MaxConsumerGroupsPerSubject)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
 	}
-	return json.Marshal(out)
+	return append(out, ']'), nil
 }
+
+// maxGroupsReply bounds a listing of consumer groups, well within a frame:
+// a subject's groups, at most limits.MaxConsumerGroupsPerSubject of the
+// longest names, take about 3 MiB.
+const maxGroupsReply = transport.DefaultMaxFrame / 2
 
 func (n *Node) groupInfo(g fsm.GroupInfo) transport.GroupInfo {
 	s := g.Settings
@@ -147,7 +166,12 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 				break
 			}
 		}
-		return json.Marshal(page)
+		out, err := json.Marshal(page)
+		if err == nil && len(out) > maxDeadLetterReply {
+			return nil, transport.Errorf(transport.TooLarge, "dead letter %d of %s: its message makes a reply of %d bytes, over %d: "+
+				"list it for its id and size, or resend it to its group to consume it", *req.Seq, req.Subject, len(out), maxDeadLetterReply)
+		}
+		return out, err
 	}
 	limit := req.Limit
 	if limit <= 0 || limit > maxDeadLetterPage {
@@ -155,15 +179,30 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	}
 	list, total := n.fsm.DeadLetters(req.Subject, req.Group, req.Offset, limit)
 	page.Total = total
+	read := 0
 	for _, d := range list {
+		if read >= maxDeadLetterPageRead {
+			break // the rest on the next page
+		}
 		letter, err := n.deadLetter(ctx, req.Subject, d, false)
 		if err != nil {
 			return nil, err
 		}
+		read += letter.Size
 		page.Letters = append(page.Letters, letter)
 	}
 	return json.Marshal(page)
 }
+
+// maxDeadLetterPageRead bounds the message bytes one list reads to
+// describe its dead letters (it answers at least one): a page of large
+// messages is shorter.
+const maxDeadLetterPageRead = 64 << 20
+
+// maxDeadLetterReply bounds a dead letter read whole: a frame, less its
+// envelope. Its body grows by a third in base64, and property values by
+// up to six times in JSON escapes, so the largest messages do not fit.
+const maxDeadLetterReply = limits.MaxFrame - limits.Envelope
 
 // maxDeadLetterPageAll bounds the dead letters searched for one sequence:
 // every one a group may hold.
@@ -171,7 +210,8 @@ const maxDeadLetterPageAll = 1 << 20
 
 // deadLetter describes a dead letter, reading its message (whole with
 // full) from the message log, its bytes taken from the client memory
-// budget while it is read. A message retention removed is marked so.
+// budget while it is read and, unless full, given back once it is
+// described. A message retention removed is marked so.
 func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter, full bool) (transport.DeadLetter, error) {
 	out := transport.DeadLetter{Seq: d.Seq, Deliveries: d.Deliveries, At: time.UnixMilli(d.At).UTC()}
 	at, err := n.fsm.Locate(subject, d.Seq)
@@ -181,6 +221,9 @@ func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter,
 			return out, err
 		}
 		m, err = n.fsm.ReadMessage(at)
+		if !full {
+			defer transport.Release(ctx, int64(at.Size))
+		}
 	}
 	if errors.Is(err, logs.ErrRetained) || errors.Is(err, logs.ErrBeyondEnd) {
 		out.Removed = true

@@ -90,10 +90,11 @@ func (b *budget) usage() (inUse int64, waiting int) {
 // charge, then the reply bytes its handler reserves. The server gives it
 // all back once the response is written or the connection failed.
 type reservation struct {
-	b    *budget
-	mu   sync.Mutex
-	held int64
-	done bool
+	b      *budget
+	charge int64 // the payload's, which Release never gives back
+	mu     sync.Mutex
+	held   int64
+	done   bool
 }
 
 type reservationKey struct{}
@@ -108,6 +109,23 @@ func (r *reservation) add(n int64) bool {
 	}
 	r.held += min(n, r.b.total)
 	return true
+}
+
+// drop removes up to n bytes from what the request holds, never its
+// payload's charge, and returns how many it removed (the caller gives them
+// back).
+func (r *reservation) drop(n int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return 0
+	}
+	n = min(n, r.b.total, r.held-r.charge)
+	if n <= 0 {
+		return 0
+	}
+	r.held -= n
+	return n
 }
 
 // holding returns the bytes the request holds now.
@@ -146,6 +164,18 @@ func Reserve(ctx context.Context, n int64) error {
 		return Errorf(Unavailable, "reply memory reserved after the response was written")
 	}
 	return nil
+}
+
+// Release gives back n bytes the handler reserved with Reserve and no
+// longer needs for its reply (it read a message to describe it, and keeps
+// only the description). It gives back no more than the handler reserved.
+// With a ctx that did not come from a Server's Handler it does nothing.
+func Release(ctx context.Context, n int64) {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	if r == nil || n <= 0 {
+		return
+	}
+	r.b.give(r.drop(n))
 }
 
 // TryReserve is Reserve without the wait: it takes n bytes if they are free

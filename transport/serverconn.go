@@ -70,8 +70,8 @@ func (sc *serverConn) readRequests() error {
 		if h.Type&ResponseBit != 0 {
 			return fmt.Errorf("%w: the client sent a response frame (%s)", ErrMalformed, h.Type)
 		}
-		res := &reservation{b: s.budget}
 		charge := int64(h.PayloadLen) + requestOverhead
+		res := &reservation{b: s.budget, charge: min(charge, s.budget.total)}
 		waitFrom := time.Now()
 		if !s.budget.take(sc.ctx, charge) {
 			return nil // the server is closing or the connection failed

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/logs"
-	"github.com/qmqgo/qmq/server"
 )
 
 // sendAs sends a message of subject with a chosen id and body through p,
@@ -71,24 +69,9 @@ func TestChosenIDIsStoredOnce(t *testing.T) {
 // from every Producer, so a resend from another Producer, whose turn over
 // the groups differs, is still stored once.
 func TestChosenIDIsStoredOnceAcrossGroups(t *testing.T) {
-	m := startMeta(t, nil)
-	groups := map[string]*server.Node{}
-	for _, g := range []string{"g1", "g2"} {
-		groups[g] = startBroker(t, func(c *server.Config) {
-			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
-		})
-	}
-	admin, err := qmq.NewAdmin(m.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	m, groups, _ := startTwoGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
-		c, err := admin.Cluster(ctx)
-		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
-	})
 	var producers [2]*qmq.Producer
 	for i := range producers {
 		p, err := qmq.NewProducer(m.ClientAddr())

@@ -2,6 +2,7 @@ package qmq_test
 
 import (
 	"context"
+	"github.com/qmqgo/qmq/internal/await"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,32 @@ import (
 )
 
 // startMeta starts a one-node metaserver group.
+// startTwoGroups starts a metaserver and two one-node broker groups, g1
+// and g2, registered with it and led, and an Admin of the cluster (closed
+// when the test ends).
+func startTwoGroups(t *testing.T) (*server.MetaNode, map[string]*server.Node, *qmq.Admin) {
+	t.Helper()
+	m := startMeta(t, nil)
+	groups := map[string]*server.Node{}
+	for _, g := range []string{"g1", "g2"} {
+		groups[g] = startBroker(t, func(c *server.Config) {
+			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
+		})
+	}
+	admin, err := qmq.NewAdmin(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
+		c, err := admin.Cluster(ctx)
+		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
+	})
+	return m, groups, admin
+}
+
 func startMeta(t *testing.T, tweak func(*server.MetaConfig)) *server.MetaNode {
 	t.Helper()
 	cfg := server.DefaultMetaConfig()
@@ -89,30 +116,9 @@ func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bo
 // broker of one group gets them all exactly once, a drained group takes no
 // more sends, and its consumers empty it.
 func TestSubjectSpansGroupsAndDrains(t *testing.T) {
-	m := startMeta(t, nil)
-	groups := map[string]*server.Node{}
-	for _, g := range []string{"g1", "g2"} {
-		groups[g] = startBroker(t, func(c *server.Config) {
-			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
-		})
-	}
-	admin, err := qmq.NewAdmin(m.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	m, groups, admin := startTwoGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for {
-		c, err := admin.Cluster(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != "" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {

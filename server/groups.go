@@ -116,18 +116,10 @@ func (n *Node) handleResetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	return n.proposeGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group reset")
 }
 
-// proposeGroupChange proposes an operator's change to a group, refused
-// before proposing if this node does not lead; apply checks the content.
+// proposeGroupChange proposes an operator's change to a group; apply
+// checks the content.
 func (n *Node) proposeGroupChange(ctx context.Context, encode func(now int64) []byte, subject, what string) ([]byte, error) {
-	if !n.isLeader() {
-		return nil, n.notLeader()
-	}
-	if err := n.clockReady(ctx); err != nil {
-		return nil, err
-	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	resp, err := n.propose(ctx, encode(n.clock.now().UnixMilli()))
+	resp, err := n.proposeAsLeader(ctx, encode)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +130,20 @@ func (n *Node) proposeGroupChange(ctx context.Context, encode func(now int64) []
 		r = &fsm.GroupResult{}
 	}
 	return json.Marshal(transport.GroupResult{Created: r.Created})
+}
+
+// proposeAsLeader proposes an operator's command, refused before proposing
+// if this node does not lead, stamped with the leader's anchored clock.
+func (n *Node) proposeAsLeader(ctx context.Context, encode func(now int64) []byte) (any, error) {
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	if err := n.clockReady(ctx); err != nil {
+		return nil, err
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	return n.propose(ctx, encode(n.clock.now().UnixMilli()))
 }
 
 // maxDeadLetterPage bounds the dead letters one list answers.
@@ -261,16 +267,7 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 	if len(req.Seqs) > fsm.MaxDeadLetterSeqs {
 		return nil, transport.Errorf(transport.Invalid, "dead letters: %d sequences (at most %d)", len(req.Seqs), fsm.MaxDeadLetterSeqs)
 	}
-	if !n.isLeader() {
-		return nil, n.notLeader()
-	}
-	if err := n.clockReady(ctx); err != nil {
-		return nil, err
-	}
-	cmd.Now = n.clock.now().UnixMilli()
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	resp, err := n.propose(ctx, cmd.Encode())
+	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
 	if err != nil {
 		return nil, err
 	}

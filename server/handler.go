@@ -307,16 +307,7 @@ func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) 
 	if err := fsm.CheckName("group", req.Group); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	if !n.isLeader() {
-		return nil, n.notLeader()
-	}
-	if err := n.clockReady(ctx); err != nil {
-		return nil, err
-	}
-	cmd.Now = n.clock.now().UnixMilli()
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	resp, err := n.propose(ctx, cmd.Encode())
+	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,11 @@ type History struct {
 	mu        sync.Mutex
 	sends     map[string]*sendRecord            // by message id
 	delivered map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler acknowledged
+	// from records, for each delivery in delivered, the broker group it
+	// came from: a send that a producer's retry stored in two broker
+	// groups (dedup is per broker group) is two messages to a consumer
+	// group, each of which at-most-once hands out once.
+	from map[string]map[string][]string
 	nacked    map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
 	dead      map[string]map[string]bool        // consumer group → ids of its dead letters
 	joined    map[string]map[string]time.Time   // broadcast group → subject → when it joined
@@ -61,7 +66,7 @@ const (
 
 // NewHistory returns an empty history.
 func NewHistory() *History {
-	return &History{sends: map[string]*sendRecord{}, delivered: map[string]map[string][]time.Time{},
+	return &History{sends: map[string]*sendRecord{}, delivered: map[string]map[string][]time.Time{}, from: map[string]map[string][]string{},
 		nacked: map[string]map[string][]time.Time{}, dead: map[string]map[string]bool{}, joined: map[string]map[string]time.Time{}}
 }
 
@@ -100,9 +105,18 @@ func (h *History) AckedCount() int {
 // Delivered records that consumer group received m at time at, and its
 // handler acknowledged it.
 func (h *History) Delivered(group string, m *qmq.Message, at time.Time) {
+	h.DeliveredFrom(group, m.BrokerGroup(), m, at)
+}
+
+// DeliveredFrom is Delivered of a message stored in brokerGroup.
+func (h *History) DeliveredFrom(group, brokerGroup string, m *qmq.Message, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	addTime(h.delivered, group, m.ID(), at)
+	if h.from[group] == nil {
+		h.from[group] = map[string][]string{}
+	}
+	h.from[group][m.ID()] = append(h.from[group][m.ID()], brokerGroup)
 }
 
 // Nacked records that consumer group received m at time at, and its
@@ -219,6 +233,10 @@ type Report struct {
 	// Missed counts, per at-most-once group, the acknowledged sends it
 	// never received: at-most-once allows it, around failures.
 	Missed map[string]int
+	// Copies counts, per at-most-once group, the sends it received from
+	// two broker groups: stored twice by a producer's retry, each copy
+	// handed out once.
+	Copies map[string]int
 }
 
 // Check checks the history against e.
@@ -226,7 +244,7 @@ func (h *History) Check(e Expectations) Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
-		Missed: map[string]int{}}
+		Missed: map[string]int{}, Copies: map[string]int{}}
 	for _, g := range e.Broadcast {
 		if len(h.joined[g]) == 0 {
 			r.NotJoined = append(r.NotJoined, g)
@@ -268,8 +286,17 @@ func (h *History) Check(e Expectations) Report {
 		amo := slices.Contains(e.AtMostOnce, g)
 		for id, times := range byID {
 			r.Duplicated[g] += len(times) - 1
-			if amo && len(times) > 1 {
-				r.Twice = append(r.Twice, fmt.Sprintf("%s:%s (%d times)", g, id, len(times)))
+			if !amo || len(times) < 2 {
+				continue
+			}
+			seen := map[string]int{}
+			for _, bg := range h.from[g][id] {
+				if seen[bg]++; seen[bg] == 2 {
+					r.Twice = append(r.Twice, fmt.Sprintf("%s:%s (from broker group %s more than once)", g, id, bg))
+				}
+			}
+			if len(seen) > 1 {
+				r.Copies[g]++
 			}
 		}
 	}
@@ -324,8 +351,8 @@ func (r Report) String() string {
 		r.Sent, r.Acked, r.Delayed, r.Unknown, r.Recovered)
 	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, twice to an at-most-once group %d, broadcast groups not joined %d; ",
 		len(r.Lost), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.NotJoined))
-	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, missed by at-most-once %v",
-		r.Duplicated, r.Nacked, r.DeadLettered, r.Missed)
+	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, at-most-once copies from two broker groups %v, missed by at-most-once %v",
+		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed)
 	for _, list := range []struct {
 		name string
 		ids  []string

@@ -107,6 +107,26 @@ func TestCheckerFindsTwiceToAtMostOnce(t *testing.T) {
 	}
 }
 
+// TestCheckerAtMostOnceCountsCopies: a send that a producer's retry stored
+// in two broker groups (dedup is per broker group) is two messages, and an
+// at-most-once group may receive each once; twice from one broker group is
+// a second delivery.
+func TestCheckerAtMostOnceCountsCopies(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtMostOnce: []string{"amo"}}
+	now := time.Now()
+	m := sent("s", nil)
+	h.DeliveredFrom("amo", "g1", m, now)
+	h.DeliveredFrom("amo", "g2", m, now)
+	if r := h.Check(e); !r.OK() {
+		t.Fatalf("a copy in each of two broker groups, each delivered once: %s", r)
+	}
+	h.DeliveredFrom("amo", "g2", m, now)
+	if r := h.Check(e); r.OK() || len(r.Twice) != 1 || !strings.Contains(r.Twice[0], "broker group g2") {
+		t.Fatalf("delivered twice from g2: %s", r)
+	}
+}
+
 // TestCheckerCountsDeadLettersAsArrived: a message whose every delivery to
 // a group failed is lost to that group unless the group keeps it as a dead
 // letter; a dead letter of a message never sent is unexpected.

@@ -24,10 +24,10 @@ type History struct {
 	// came from: a send that a producer's retry stored in two broker
 	// groups (dedup is per broker group) is two messages to a consumer
 	// group, each of which at-most-once hands out once.
-	from map[string]map[string][]string
-	nacked    map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
-	dead      map[string]map[string]bool        // consumer group → ids of its dead letters
-	joined    map[string]map[string]time.Time   // broadcast group → subject → when it joined
+	from   map[string]map[string][]string
+	nacked map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
+	dead   map[string]map[string]bool        // consumer group → ids of its dead letters
+	joined map[string]map[string]time.Time   // broadcast group → subject → when it joined
 }
 
 type sendRecord struct {

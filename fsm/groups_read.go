@@ -1,9 +1,6 @@
 package fsm
 
 import (
-	"cmp"
-	"slices"
-
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
@@ -107,20 +104,23 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 	defer f.stateMu.RUnlock()
 	var out []Overdue
 	n := 0
-	for _, c := range f.st.consumers {
-		if c.nextDeadline > now || n >= limit {
+	for _, c := range f.st.sortedConsumers() { // in epoch order: the limit cuts alike every time
+		if n >= limit {
+			break
+		}
+		if c.nextDeadline > now {
 			continue
 		}
 		o := Overdue{ID: ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name}, Epoch: c.epoch}
 		for i, p := range c.window {
-			if n >= limit {
+			if n >= limit || len(o.Ranges) == limits.MaxAckRanges {
 				break
 			}
 			if !p.acked && p.deadline != 0 && p.deadline <= now {
 				seq := c.ackPos + int64(i)
-				if k := len(o.Ranges); k > 0 && o.Ranges[k-1].Last == seq-1 && k < limits.MaxAckRanges {
+				if k := len(o.Ranges); k > 0 && o.Ranges[k-1].Last == seq-1 {
 					o.Ranges[k-1].Last = seq
-				} else if k < limits.MaxAckRanges {
+				} else {
 					o.Ranges = append(o.Ranges, AckRange{First: seq, Last: seq})
 				}
 				n++
@@ -128,7 +128,6 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 		}
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b Overdue) int { return cmp.Compare(a.Epoch, b.Epoch) })
 	return out
 }
 

@@ -28,10 +28,11 @@ func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r := resp.(*fsm.NackResult); r.Retried > 0 {
+	r := resp.(*fsm.NackResult)
+	if r.Retried > 0 {
 		n.notify.kick(req.Subject) // some may be due at once
 	}
-	n.metrics.nacked.Add(float64(len(req.Ranges)))
+	n.metrics.nacked.Add(float64(r.Retried + r.Dead))
 	return (&transport.AckResponse{}).Encode(), nil
 }
 

@@ -50,7 +50,7 @@ func newMetrics(n *Node) *metrics {
 			Name: "qmq_sends_refused_total", Help: "Send requests the leader refused before proposing them, by reason (disk_full).",
 		}, []string{"reason"}),
 		nacked: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "qmq_messages_nacked_total", Help: "Ranges of messages consumers reported failed (nack requests' ranges).",
+			Name: "qmq_messages_nacked_total", Help: "Messages consumers reported failed (nacked), retried or dead-lettered.",
 		}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "qmq_messages_ack_timeouts_total", Help: "Messages this node, as leader, handed back to their group when their ack wait passed.",

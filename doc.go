@@ -14,7 +14,10 @@
 // failures (a leader change, a lost connection) are retried with the same
 // message id, which the broker deduplicates. Message.SetID gives a message
 // an id of the caller's own, so that a resend from another process is
-// stored once too.
+// stored once too. Message.MarshalBinary and UnmarshalBinary keep a
+// message to send later (package outbox keeps them in the application's
+// database, written in its transactions), and Producer.Check says what a
+// send would refuse.
 //
 // Subscribe delivers a subject's messages to a Handler as one consumer of a
 // consumer group, returning a Subscription: every group gets every

@@ -64,6 +64,11 @@ var ErrMessageTooLarge = logs.ErrMessageTooLarge
 // the maximum delay. The send is refused; the time is never clamped.
 var ErrDelayTooLong = errors.New("qmq: delivery time beyond the maximum delay")
 
+// ErrInvalidName means a subject's (or a group's, a consumer's) name
+// breaks the naming rule: 1 to 200 bytes of letters, digits, '.', '_',
+// '-' and ':', starting with a letter or a digit.
+var ErrInvalidName = limits.ErrName
+
 // WithMaxDelay sets how far ahead a message may be scheduled; a send
 // beyond it fails with ErrDelayTooLong before reaching a broker. Brokers
 // enforce their own maximum too. Default DefaultMaxDelay.
@@ -140,6 +145,20 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 func (p *Producer) GenerateMessage(subject string) *Message {
 	now := p.opts.now()
 	return &Message{id: newMessageID(now), subject: subject, createdAt: now}
+}
+
+// Check reports whether SendMessage would refuse m before sending it, and
+// why: a subject that breaks the naming rule (ErrInvalidName), a delivery
+// time beyond the maximum delay (ErrDelayTooLong), a message or a field
+// over its limit (ErrMessageTooLarge, or logs.ErrInvalidMessage). A
+// message that passes may still be refused by a broker with lower limits
+// of its own. A transactional outbox checks a message with it before it
+// keeps it to send.
+func (p *Producer) Check(m *Message) error {
+	if _, err := p.check(m); err != nil {
+		return fmt.Errorf("qmq: send %s: %w", m.id, err)
+	}
+	return nil
 }
 
 // check validates a message before it is queued, so one bad message never

@@ -1,0 +1,84 @@
+package outbox
+
+import "strings"
+
+// Dialect holds every piece of SQL in which the databases the outbox
+// runs on differ; everything else is plain SQL that each of them takes.
+// Times are stored as Unix milliseconds in an integer column in every
+// dialect, so that no comparison depends on a database's time zone or
+// clock.
+type Dialect struct {
+	// Name names the dialect in errors and logs.
+	Name string
+	// KeyType is the column type of a text primary key: a message id (at
+	// most 128 bytes), a lease's name, a consumer's scope.
+	KeyType string
+	// BlobType is the column type of an encoded message (at most
+	// qmq.MaxMessageSize bytes).
+	BlobType string
+	// TimeType is the column type of a time in Unix milliseconds.
+	TimeType string
+	// Placeholder returns the bind parameter numbered n (from 1).
+	Placeholder func(n int) string
+	// InsertIgnore returns "INSERT ... VALUES (...)" that inserts nothing,
+	// without an error and without spoiling the transaction, when a row
+	// with the same primary key exists; the rows affected tell which.
+	InsertIgnore func(table string, cols []string) string
+}
+
+// SQLite is the dialect of SQLite 3.24 or later (modernc.org/sqlite,
+// mattn/go-sqlite3).
+var SQLite = &Dialect{
+	Name:        "sqlite",
+	KeyType:     "TEXT",
+	BlobType:    "BLOB",
+	TimeType:    "INTEGER",
+	Placeholder: func(int) string { return "?" },
+	InsertIgnore: func(table string, cols []string) string {
+		return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+			strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ") ON CONFLICT DO NOTHING"
+	},
+}
+
+// rebind replaces each '?' of q by the dialect's numbered placeholder.
+// The queries of this package hold no '?' of their own.
+func (d *Dialect) rebind(q string) string {
+	if d.Placeholder(1) == "?" {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteString(d.Placeholder(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// schema returns the statements that create the outbox's tables and
+// index when they do not exist.
+func (d *Dialect) schema() []string {
+	return []string{
+		"CREATE TABLE IF NOT EXISTS qmq_outbox (id " + d.KeyType + " PRIMARY KEY, subject " + d.KeyType + " NOT NULL, " +
+			"payload " + d.BlobType + " NOT NULL, deliver_at " + d.TimeType + " NOT NULL, created_at " + d.TimeType + " NOT NULL)",
+		"CREATE INDEX IF NOT EXISTS qmq_outbox_by_age ON qmq_outbox (created_at, id)",
+		"CREATE TABLE IF NOT EXISTS qmq_outbox_lease (name " + d.KeyType + " PRIMARY KEY, owner " + d.KeyType + " NOT NULL, " +
+			"expires_at " + d.TimeType + " NOT NULL)",
+	}
+}
+
+// processedSchema returns the statement that creates the idempotent
+// consumer's table when it does not exist.
+func (d *Dialect) processedSchema() string {
+	return "CREATE TABLE IF NOT EXISTS qmq_processed (scope " + d.KeyType + " NOT NULL, id " + d.KeyType + " NOT NULL, " +
+		"processed_at " + d.TimeType + " NOT NULL, PRIMARY KEY (scope, id))"
+}
+
+// inList returns "(?, ?, …)" with n placeholders, before rebind.
+func inList(n int) string {
+	return "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+}

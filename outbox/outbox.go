@@ -1,0 +1,315 @@
+// Package outbox sends messages as part of a database transaction, and
+// consumes them with their effects applied once (the transactional outbox
+// and the idempotent consumer).
+//
+// An Outbox keeps each message to send in a row of the table qmq_outbox,
+// written in the caller's transaction (Tx.Send): the message is sent if
+// and only if the transaction commits. After a commit (Tx.Commit) its rows
+// are sent at once through the Producer, each deleted when a broker
+// acknowledges it. A row left behind (the process died, the broker was
+// down, the send failed) is resent by a watchdog (RunWatchdog, or Sweep
+// for one pass) with the same message id; the id was fixed when the row
+// was written, so every send of it goes to the same broker group, and a
+// resend within the broker's dedup window (10 minutes) is stored once.
+// One watchdog among the processes that share a database resends at a
+// time: the one holding the lease in qmq_outbox_lease.
+//
+// Sending is at least once: a message whose first send was stored but
+// whose row outlived the dedup window (the broker was unreachable for
+// longer than that after storing it) is stored twice. Idempotent wraps a
+// consumer's handler so that its database effects are applied once per
+// message id, whatever the number of deliveries.
+//
+// Every SQL difference between databases is in a Dialect; this version
+// has SQLite.
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq"
+)
+
+// ErrClosed is returned by a closed Outbox.
+var ErrClosed = errors.New("outbox: closed")
+
+// ErrConfig means a Config setting is out of its range.
+var ErrConfig = errors.New("outbox: invalid config")
+
+// ErrDuplicateID means the outbox already holds a message with the id
+// of one given to Tx.Send: it is waiting to be sent.
+var ErrDuplicateID = errors.New("outbox: a message with this id is already in the outbox")
+
+// Sender sends messages; *qmq.Producer is one.
+type Sender interface {
+	// Check reports whether SendMessage would refuse m before sending it.
+	Check(m *qmq.Message) error
+	// SendMessage sends m and returns once a broker has stored it (or
+	// found its id stored within its dedup window).
+	SendMessage(ctx context.Context, m *qmq.Message) error
+}
+
+// Config configures an Outbox. A zero field takes its default.
+type Config struct {
+	// Dialect is the database's SQL dialect. Default SQLite.
+	Dialect *Dialect
+	// SendTimeout bounds one send of a row, its retries included; a row
+	// not acknowledged by then waits for the watchdog. Default 30 s.
+	SendTimeout time.Duration
+	// MaxPending bounds the messages being sent at once, and those a Tx
+	// keeps to send at its commit: a committed message over it is left for
+	// the watchdog. Default 10,000.
+	MaxPending int
+	// Period is how often the watchdog takes or renews its lease and
+	// resends what is left. Default 30 s.
+	Period time.Duration
+	// Grace is how old a row must be before the watchdog resends it, so
+	// that it does not race the send that follows a commit. Default
+	// Period.
+	Grace time.Duration
+	// LeaseTTL is how long a watchdog's lease lasts unless renewed: when
+	// its holder stops without releasing it, another watchdog takes over
+	// after at most this long. At least 2 × Period. Default 3 × Period.
+	LeaseTTL time.Duration
+	// Batch is how many rows the watchdog reads and resends at once, 1 to
+	// 1,000. Default 100.
+	Batch int
+	// DedupWindow is the broker groups' dedup window (qmqd
+	// --dedup-window). Grace + Period + LeaseTTL must be at most half of
+	// it, so that a row whose first send was stored is resent, even after
+	// a change of watchdog, while the broker still knows its id. Default
+	// 10 minutes.
+	DedupWindow time.Duration
+	// Owner names this Outbox as a lease holder; at most 128 bytes.
+	// Default the host name, the process id and a random suffix.
+	Owner string
+	// Logger receives warnings about sends that failed and rows that
+	// cannot be sent. Default none.
+	Logger hclog.Logger
+}
+
+// maxBatch bounds Config.Batch: a batch's ids fill one IN list.
+const maxBatch = 1000
+
+func (c *Config) setDefaults() error {
+	if c.Dialect == nil {
+		c.Dialect = SQLite
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 30 * time.Second
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 10_000
+	}
+	if c.Period == 0 {
+		c.Period = 30 * time.Second
+	}
+	if c.Grace == 0 {
+		c.Grace = c.Period
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 3 * c.Period
+	}
+	if c.Batch == 0 {
+		c.Batch = 100
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = 10 * time.Minute
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		rand.Read(b)
+		c.Owner = fmt.Sprintf("%.80s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	switch {
+	case c.SendTimeout < 0, c.MaxPending < 0, c.Period < 0, c.Grace < 0, c.DedupWindow < 0:
+		return fmt.Errorf("%w: send timeout %s, most pending %d, period %s, grace %s and dedup window %s must be positive",
+			ErrConfig, c.SendTimeout, c.MaxPending, c.Period, c.Grace, c.DedupWindow)
+	case c.Batch < 1 || c.Batch > maxBatch:
+		return fmt.Errorf("%w: batch %d (1..%d)", ErrConfig, c.Batch, maxBatch)
+	case c.LeaseTTL < 2*c.Period:
+		return fmt.Errorf("%w: lease TTL %s is under twice the period %s: the holder would lose it between renewals",
+			ErrConfig, c.LeaseTTL, c.Period)
+	case 2*(c.Grace+c.Period+c.LeaseTTL) > c.DedupWindow:
+		return fmt.Errorf("%w: grace %s + period %s + lease TTL %s is over half the dedup window %s: a resend could come after the broker forgot the id",
+			ErrConfig, c.Grace, c.Period, c.LeaseTTL, c.DedupWindow)
+	case len(c.Owner) > 128:
+		return fmt.Errorf("%w: owner of %d bytes (at most 128)", ErrConfig, len(c.Owner))
+	}
+	return nil
+}
+
+// Outbox sends messages written in database transactions. It is safe for
+// concurrent use.
+type Outbox struct {
+	db  *sql.DB
+	s   Sender
+	cfg Config
+	d   *Dialect
+	log hclog.Logger
+
+	mu      sync.Mutex
+	pending map[string]struct{} // ids being sent, or acknowledged and being deleted
+	idle    chan struct{}       // closed when pending empties; nil while no Flush waits
+	closed  bool
+	sends   sync.WaitGroup
+}
+
+// New returns an Outbox that keeps its rows in db and sends them with s
+// (a *qmq.Producer), creating its tables if they do not exist. Neither db
+// nor s is closed by Close.
+//
+// With SQLite, open db with a busy timeout (modernc.org/sqlite:
+// "?_pragma=busy_timeout(10000)"), as the outbox's deletes and the
+// watchdog write beside the application's transactions.
+func New(db *sql.DB, s Sender, cfg Config) (*Outbox, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.SendTimeout)
+	defer cancel()
+	for _, q := range cfg.Dialect.schema() {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("outbox: create tables (%s): %w", cfg.Dialect.Name, err)
+		}
+	}
+	return &Outbox{db: db, s: s, cfg: cfg, d: cfg.Dialect, log: cfg.Logger, pending: map[string]struct{}{}}, nil
+}
+
+// claim marks the messages of msgs that are not being sent as being sent,
+// up to MaxPending in all, and returns them; none once the Outbox is
+// closed. Each returned message is released by release.
+func (ob *Outbox) claim(msgs []*qmq.Message) []*qmq.Message {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.closed {
+		return nil
+	}
+	var out []*qmq.Message
+	for _, m := range msgs {
+		if _, busy := ob.pending[m.ID()]; busy || len(ob.pending) >= ob.cfg.MaxPending {
+			continue
+		}
+		ob.pending[m.ID()] = struct{}{}
+		out = append(out, m)
+	}
+	if len(out) > 0 {
+		ob.sends.Add(1)
+	}
+	return out
+}
+
+func (ob *Outbox) release(msgs []*qmq.Message) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	for _, m := range msgs {
+		delete(ob.pending, m.ID())
+	}
+	if len(ob.pending) == 0 && ob.idle != nil {
+		close(ob.idle)
+		ob.idle = nil
+	}
+	ob.sends.Done()
+}
+
+// send sends claimed messages at once (the Producer batches them), deletes
+// the rows of those acknowledged, and releases them all. It returns how
+// many were acknowledged and deleted, and the first error.
+func (ob *Outbox) send(msgs []*qmq.Message) (int, error) {
+	defer ob.release(msgs)
+	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
+	defer cancel()
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		wg.Go(func() { errs[i] = ob.s.SendMessage(ctx, m) })
+	}
+	wg.Wait()
+	var acked []string
+	var first error
+	for i, err := range errs {
+		if err != nil {
+			ob.log.Warn("outbox send failed: the watchdog will resend", "id", msgs[i].ID(), "error", err)
+			first = cmp.Or(first, err)
+			continue
+		}
+		acked = append(acked, msgs[i].ID())
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
+	defer dcancel()
+	if err := ob.delete(dctx, acked); err != nil {
+		ob.log.Warn("outbox delete failed: the watchdog will resend, as a duplicate", "rows", len(acked), "error", err)
+		return 0, cmp.Or(first, err)
+	}
+	return len(acked), first
+}
+
+// delete deletes the rows of ids.
+func (ob *Outbox) delete(ctx context.Context, ids []string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), maxBatch)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		if _, err := ob.db.ExecContext(ctx, ob.d.rebind("DELETE FROM qmq_outbox WHERE id IN "+inList(n)), args...); err != nil {
+			return fmt.Errorf("outbox: delete sent rows: %w", err)
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// Flush waits until every message being sent has been acknowledged and
+// its row deleted, or its send has failed (its row then waits for the
+// watchdog), or ctx ends.
+func (ob *Outbox) Flush(ctx context.Context) error {
+	ob.mu.Lock()
+	if len(ob.pending) == 0 {
+		ob.mu.Unlock()
+		return nil
+	}
+	if ob.idle == nil {
+		ob.idle = make(chan struct{})
+	}
+	idle := ob.idle
+	ob.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("outbox: flush: %w", ctx.Err())
+	}
+}
+
+// Close stops sending: it waits for the sends under way (each at most
+// SendTimeout), and leaves rows committed from now on to a watchdog.
+// Begin and the watchdog then fail with ErrClosed. Idempotent.
+func (ob *Outbox) Close() error {
+	ob.mu.Lock()
+	ob.closed = true
+	ob.mu.Unlock()
+	ob.sends.Wait()
+	return nil
+}
+
+func (ob *Outbox) isClosed() bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.closed
+}

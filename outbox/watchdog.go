@@ -1,0 +1,169 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/wait"
+)
+
+// ErrLeaseHeld means another Outbox holds the watchdog's lease: it is the
+// one that resends.
+var ErrLeaseHeld = errors.New("outbox: the watchdog lease is held by another owner")
+
+// leaseName is the one lease row: every Outbox on a database shares
+// qmq_outbox, so one watchdog resends at a time.
+const leaseName = "qmq_outbox"
+
+// RunWatchdog resends what is left in the outbox until ctx ends: every
+// Period it takes or renews the lease, and if it holds it, runs a Sweep.
+// It releases the lease when ctx ends, so that another watchdog takes
+// over at its next period rather than after LeaseTTL, and returns nil.
+// It returns ErrClosed once the Outbox is closed.
+func (ob *Outbox) RunWatchdog(ctx context.Context) error {
+	defer ob.releaseLease()
+	for {
+		if ob.isClosed() {
+			return ErrClosed
+		}
+		if _, err := ob.Sweep(ctx); err != nil && !errors.Is(err, ErrLeaseHeld) && ctx.Err() == nil {
+			ob.log.Warn("outbox sweep failed", "error", err)
+		}
+		if !wait.Sleep(ctx, ob.cfg.Period) {
+			return nil
+		}
+	}
+}
+
+// Sweep takes or renews the watchdog's lease and, holding it, resends the
+// rows older than Grace, oldest first, in batches of Batch, deleting each
+// when it is acknowledged; the lease is renewed before each batch. A row
+// that cannot be decoded or that the Producer refuses is logged and
+// skipped, and so is one whose send fails (it is tried again at the next
+// sweep); the sweep stops at the first batch whose every send failed (the
+// broker is likely down: the next period tries again). It returns how
+// many rows it sent and deleted; ErrLeaseHeld when another owner holds
+// the lease.
+func (ob *Outbox) Sweep(ctx context.Context) (int, error) {
+	if ob.isClosed() {
+		return 0, ErrClosed
+	}
+	cutoff := time.Now().Add(-ob.cfg.Grace).UnixMilli()
+	afterAt, afterID := int64(math.MinInt64), ""
+	sent := 0
+	for {
+		if err := ob.takeLease(ctx); err != nil {
+			return sent, err
+		}
+		rows, err := ob.oldest(ctx, cutoff, afterAt, afterID)
+		if err != nil {
+			return sent, err
+		}
+		var msgs []*qmq.Message
+		for _, r := range rows {
+			m := new(qmq.Message)
+			err := m.UnmarshalBinary(r.payload)
+			if err == nil {
+				err = ob.s.Check(m)
+			}
+			if err != nil {
+				ob.log.Error("outbox row cannot be sent: left in the table", "id", r.id, "error", err)
+				continue
+			}
+			msgs = append(msgs, m)
+		}
+		if claimed := ob.claim(msgs); len(claimed) > 0 {
+			n, err := ob.send(claimed)
+			sent += n
+			if n == 0 && err != nil {
+				return sent, err
+			}
+		}
+		if len(rows) < ob.cfg.Batch {
+			return sent, nil
+		}
+		afterAt, afterID = rows[len(rows)-1].createdAt, rows[len(rows)-1].id
+	}
+}
+
+// row is one row of qmq_outbox as the watchdog reads it.
+type row struct {
+	id        string
+	payload   []byte
+	createdAt int64
+}
+
+// oldest reads up to Batch rows created at or before cutoff and after
+// (afterAt, afterID) in (created_at, id) order.
+func (ob *Outbox) oldest(ctx context.Context, cutoff, afterAt int64, afterID string) ([]row, error) {
+	q := ob.d.rebind("SELECT id, payload, created_at FROM qmq_outbox WHERE created_at <= ? AND " +
+		"(created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?")
+	rs, err := ob.db.QueryContext(ctx, q, cutoff, afterAt, afterAt, afterID, ob.cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.id, &r.payload, &r.createdAt); err != nil {
+			return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+	}
+	return out, nil
+}
+
+// takeLease takes the lease if it has expired or is absent, or renews it
+// if it is this Outbox's, until LeaseTTL from now; ErrLeaseHeld if another
+// owner holds it.
+func (ob *Outbox) takeLease(ctx context.Context) error {
+	now := time.Now()
+	until := now.Add(ob.cfg.LeaseTTL).UnixMilli()
+	res, err := ob.db.ExecContext(ctx, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
+		"WHERE name = ? AND (owner = ? OR expires_at < ?)"), ob.cfg.Owner, until, leaseName, ob.cfg.Owner, now.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("outbox: take lease: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("outbox: take lease: %w", err)
+	} else if n == 1 {
+		return nil
+	}
+	res, err = ob.db.ExecContext(ctx, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
+		leaseName, ob.cfg.Owner, until)
+	if err != nil {
+		return fmt.Errorf("outbox: take lease: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("outbox: take lease: %w", err)
+	} else if n == 1 {
+		return nil
+	}
+	var owner string
+	var expires int64
+	err = ob.db.QueryRowContext(ctx, ob.d.rebind("SELECT owner, expires_at FROM qmq_outbox_lease WHERE name = ?"), leaseName).Scan(&owner, &expires)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("outbox: take lease: %w", err)
+	}
+	return fmt.Errorf("%w: %s, until %s", ErrLeaseHeld, owner, time.UnixMilli(expires).UTC().Format(time.RFC3339Nano))
+}
+
+// releaseLease gives the lease up if this Outbox holds it.
+func (ob *Outbox) releaseLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
+	defer cancel()
+	_, err := ob.db.ExecContext(ctx, ob.d.rebind("UPDATE qmq_outbox_lease SET expires_at = 0 WHERE name = ? AND owner = ?"),
+		leaseName, ob.cfg.Owner)
+	if err != nil {
+		ob.log.Warn("outbox lease release failed: another watchdog takes over when it expires", "error", err)
+	}
+}

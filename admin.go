@@ -249,21 +249,12 @@ func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) 
 	if err != nil {
 		return nil, err
 	}
-	req, _ := json.Marshal(transport.ForgetGroupRequest{Subject: subject, Group: group})
+	req := transport.ForgetGroupRequest{Subject: subject, Group: group}
 	var out []ForgetGroupResult
 	for _, g := range r.Groups {
-		gc, err := transport.NewGroupClient(g.Servers)
-		if err != nil {
-			return out, fmt.Errorf("qmq: forget %s of %s in broker group %s: %w", group, subject, g.Name, err)
-		}
-		body, err := gc.Call(ctx, transport.TypeForgetGroup, req)
-		gc.Close()
-		if err != nil {
-			return out, fmt.Errorf("qmq: forget %s of %s in broker group %s: %w", group, subject, g.Name, err)
-		}
 		res := ForgetGroupResult{BrokerGroup: g.Name}
-		if err := json.Unmarshal(body, &res.ForgetGroupResult); err != nil {
-			return out, fmt.Errorf("qmq: forget-group answer of %s: %w", g.Name, err)
+		if err := brokerCall(ctx, g, transport.TypeForgetGroup, req, &res.ForgetGroupResult); err != nil {
+			return out, err
 		}
 		out = append(out, res)
 	}

@@ -45,7 +45,9 @@ func (f *FSM) applyNack(c *Nack) any {
 	if err != nil {
 		return err
 	}
-	if c.RetryAt < 0 || c.RetryAt > max(c.Now, f.st.now)+maxRetryDelay {
+	// Compared as a difference: now + the bound overflows for a time near
+	// the largest (every nack would be refused, or worse, accepted).
+	if now := max(c.Now, f.st.now); c.RetryAt < 0 || c.RetryAt > now && c.RetryAt-now > maxRetryDelay {
 		return fmt.Errorf("%w: retry time %d is not within %s of now", ErrInvalid, c.RetryAt, millis(maxRetryDelay))
 	}
 	now := f.st.stamp(c.Now)

@@ -81,7 +81,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	f.skipRemoved(g, start)
 	filter := newTagFilter(c.Tags, c.TagsAll)
 	if filter != nil {
-		must(0, f.store.flush()) // the filter reads entries this batch appended
+		f.flushUnread(cl) // the filter reads entries this batch appended
 	}
 	scanned := 0
 	for end := cl.NextSeq(); len(res.Entries) < n && g.cursor < end; g.cursor++ {
@@ -182,6 +182,15 @@ func (f *FSM) resend(cs *consumer, from int64, limit int, res *PullResult) {
 	}
 }
 
+// retainedStart is firstRetained of subject's consume log, or, for a
+// subject without one, a start no sequence is below.
+func (f *FSM) retainedStart(subject string) int64 {
+	if cl := f.store.consumeLog(subject); cl != nil {
+		return f.firstRetained(subject, cl)
+	}
+	return 0
+}
+
 // firstRetained returns the first sequence of cl whose message is still in
 // the message log. Retention removes consume-log entries a whole segment at
 // a time, so the first entries of a consume log may point at messages that
@@ -219,19 +228,19 @@ func (f *FSM) position(subject string, cl *logs.ConsumeLog, p StartPosition, at 
 	case StartLatest:
 		return cl.NextSeq()
 	case StartAtTime:
-		must(0, f.store.flush())
-		lo, hi := f.firstRetained(subject, cl), cl.EndSeq()
-		for lo < hi { // entries are appended at leader-stamped times that never go back
-			mid := lo + (hi-lo)/2
-			if must(cl.Get(mid)).AppendedAt < at {
-				lo = mid + 1
-			} else {
-				hi = mid
-			}
-		}
-		return lo
+		f.flushUnread(cl)
+		return must(cl.Search(f.firstRetained(subject, cl), func(e logs.ConsumeEntry) bool { return e.AppendedAt >= at }))
 	}
 	return f.firstRetained(subject, cl)
+}
+
+// flushUnread flushes the logs if cl or the message log holds what
+// readers cannot see yet (appended by this batch): a search reads cl's
+// entries, a tag filter those and their messages.
+func (f *FSM) flushUnread(cl *logs.ConsumeLog) {
+	if ml := f.store.messages.Log(); cl.EndSeq() < cl.NextSeq() || ml.End() < ml.Next() {
+		must(0, f.store.flush())
+	}
 }
 
 // skipRemoved moves a group's cursor past entries retention removed before

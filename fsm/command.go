@@ -263,13 +263,7 @@ func (c *Pull) Encode() []byte {
 // Encode returns the command's bytes.
 func (c *Ack) Encode() []byte {
 	b := appendNames(appendHeader(nil, CmdAck, c.Now), c.Subject, c.Group, c.Consumer)
-	b = binenc.AppendUvarint(b, c.Epoch)
-	b = binenc.AppendUvarint(b, uint64(len(c.Ranges)))
-	for _, r := range c.Ranges {
-		b = binenc.AppendUvarint(b, uint64(r.First))
-		b = binenc.AppendUvarint(b, uint64(r.Last))
-	}
-	return b
+	return appendRanges(binenc.AppendUvarint(b, c.Epoch), c.Ranges)
 }
 
 // Encode returns the command's bytes.
@@ -346,11 +340,7 @@ func Decode(b []byte) (any, error) {
 		c := &Ack{Now: now}
 		c.Subject, c.Group, c.Consumer = readNames(r)
 		c.Epoch = epoch()
-		n := r.Count(limits.MaxAckRanges)
-		c.Ranges = make([]AckRange, 0, n)
-		for i := 0; i < n && r.Err() == nil; i++ {
-			c.Ranges = append(c.Ranges, AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
-		}
+		c.Ranges = readRanges(r)
 		cmd = c
 	case CmdReclaim:
 		c := &Reclaim{Now: now}

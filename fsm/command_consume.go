@@ -231,18 +231,13 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 		c.RetryAt = r.Int64()
 		c.Ranges = readRanges(r)
 		return c, true, nil
-	case CmdExtend:
-		c := &Extend{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
-		c.Epoch = r.Uvarint()
-		c.Ranges = readRanges(r)
-		return c, true, nil
-	case CmdExpire:
-		c := &Expire{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
-		c.Epoch = r.Uvarint()
-		c.Ranges = readRanges(r)
-		return c, true, nil
+	case CmdExtend, CmdExpire:
+		subject, group, consumer := readNames(r)
+		epoch, ranges := r.Uvarint(), readRanges(r)
+		if t == CmdExtend {
+			return &Extend{Now: now, Subject: subject, Group: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
+		}
+		return &Expire{Now: now, Subject: subject, Group: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
 	case CmdSetGroup:
 		c := &SetGroup{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		c.Set = SettingBits(r.Byte())

@@ -52,10 +52,7 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 	for _, s := range c.Seqs {
 		named[s] = true
 	}
-	start := int64(0)
-	if cl := f.store.consumeLog(c.Subject); cl != nil {
-		start = f.firstRetained(c.Subject, cl)
-	}
+	start := f.retainedStart(c.Subject)
 	kept := g.dead[:0]
 	for _, d := range g.dead {
 		if !c.All && !named[d.seq] {

@@ -31,16 +31,22 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
 	h := hashID(m.ID)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
 	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
+	f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
+	f.st.delayed[m.Subject]++
+	f.useSubject(m.Subject)
+	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
+}
+
+// pend counts a record just written to the schedule pending in its hour,
+// and gives it to the leader's wheel once the batch is applied.
+func (f *FSM) pend(hour int64, e delaywheel.Entry) {
 	hs := f.st.hours[hour]
 	if hs == nil {
 		hs = &hourState{fired: map[int64]struct{}{}}
 		f.st.hours[hour] = hs
 	}
 	hs.pending++
-	f.st.delayed[m.Subject]++
-	f.useSubject(m.Subject)
-	f.scheduled = append(f.scheduled, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
-	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
+	f.scheduled = append(f.scheduled, e)
 }
 
 // isDelayedDuplicate reports whether id was scheduled within the window,

@@ -1,8 +1,10 @@
 package fsm
 
 import (
+	"cmp"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
+	"slices"
 )
 
 // GroupInfo is what a consumer group holds and owes, for operators.
@@ -93,6 +95,21 @@ func (f *FSM) DeadLetters(subject, group string, offset, limit int) ([]DeadLette
 	return out, len(g.dead)
 }
 
+// DeadLetterOf returns the oldest dead letter of a group with consume-log
+// sequence seq; false if it has none. Safe on any goroutine.
+func (f *FSM) DeadLetterOf(subject, group string, seq int64) (DeadLetter, bool) {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	if g := f.st.groups[groupKey{subject, group}]; g != nil {
+		for _, d := range g.dead {
+			if d.seq == seq {
+				return DeadLetter{Seq: d.seq, Deliveries: d.deliveries, At: d.at}, true
+			}
+		}
+	}
+	return DeadLetter{}, false
+}
+
 // Overdue names, per consumer, pull sequences whose ack wait has passed at
 // now, at most limit in all: a leader proposes an Expire for each. A
 // consumer whose earliest deadline it knew had passed but holds nothing
@@ -102,14 +119,20 @@ func (f *FSM) DeadLetters(subject, group string, offset, limit int) ([]DeadLette
 func (f *FSM) Overdue(now int64, limit int) []Overdue {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
+	// Only consumers whose earliest deadline has passed, in epoch order: the
+	// limit cuts alike every time, and the others cost one comparison.
+	var due []*consumer
+	for _, c := range f.st.consumers {
+		if c.nextDeadline <= now {
+			due = append(due, c)
+		}
+	}
+	slices.SortFunc(due, func(a, b *consumer) int { return cmp.Compare(a.epoch, b.epoch) })
 	var out []Overdue
 	n := 0
-	for _, c := range f.st.sortedConsumers() { // in epoch order: the limit cuts alike every time
+	for _, c := range due {
 		if n >= limit {
 			break
-		}
-		if c.nextDeadline > now {
-			continue
 		}
 		o := Overdue{ID: ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name}, Epoch: c.epoch}
 		for i, p := range c.window {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -141,4 +142,21 @@ func TestNackRetryPastTheLastHour(t *testing.T) {
 	if p := r.pullN("g", "c", 1); !slices.Equal(consumeSeqs(p), []int64{0}) {
 		t.Fatalf("pulled %v", consumeSeqs(p))
 	}
+}
+
+// A leader time near the largest does not overflow the retry-time bound:
+// a retry a moment later is accepted (and, past the last hour a reference
+// can name, handed out again at once); one more than the bound ahead is
+// refused.
+func TestNackRetryBoundAtTheLargestTime(t *testing.T) {
+	r := newGroupRig(t)
+	r.sendN("s", 2)
+	r.pullN("g", "c", 2)
+	r.now = math.MaxInt64 - 10
+	if res := r.nack("g", "c", r.now+5, one(0)); res.Retried != 1 {
+		t.Fatalf("nack due 5 ms after a time near the largest: %+v", res)
+	}
+	before := stateBytes(r.f)
+	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: "c", RetryAt: -1, Ranges: []AckRange{one(1)}}))
+	wantStateUnchanged(t, r.f, before)
 }

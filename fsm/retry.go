@@ -77,16 +77,9 @@ func (f *FSM) scheduleRetry(k groupKey, g *group, r redelivery, at, now int64) b
 		return false
 	}
 	must(0, err)
-	hour := delaywheel.Hour(at)
-	hs := f.st.hours[hour]
-	if hs == nil {
-		hs = &hourState{fired: map[int64]struct{}{}}
-		f.st.hours[hour] = hs
-	}
-	hs.pending++
+	f.pend(delaywheel.Hour(at), delaywheel.Entry{At: at, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
 	f.st.retries++
 	g.retrying++
-	f.scheduled = append(f.scheduled, delaywheel.Entry{At: at, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
 	return true
 }
 
@@ -106,7 +99,7 @@ func (f *FSM) fireRetry(m *logs.Message) string {
 		return ""
 	}
 	g.retrying--
-	if cl := f.store.consumeLog(rr.subject); cl == nil || rr.r.seq < f.firstRetained(rr.subject, cl) {
+	if rr.r.seq < f.retainedStart(rr.subject) {
 		g.lost++
 		return ""
 	}

@@ -98,17 +98,26 @@ func (c *ConsumeLog) NextSeq() int64 { return c.log.Next() / ConsumeRecordSize }
 // EndSeq if there is none. Retention uses it to drop entries whose messages
 // were removed.
 func (c *ConsumeLog) SeqAtOrAfter(off int64) (int64, error) {
-	lo, hi := c.StartSeq(), c.EndSeq()
+	return c.Search(c.StartSeq(), func(e ConsumeEntry) bool { return e.Offset >= off })
+}
+
+// Search returns the first sequence at or after from (and below EndSeq)
+// whose entry satisfies ok, or EndSeq if none does. ok must be false for a
+// prefix of the entries and true for the rest: entries are appended at
+// increasing offsets and leader-stamped times that never go back, so a
+// bound on either is such a condition.
+func (c *ConsumeLog) Search(from int64, ok func(ConsumeEntry) bool) (int64, error) {
+	lo, hi := max(from, c.StartSeq()), c.EndSeq()
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		e, err := c.Get(mid)
 		if err != nil {
 			return 0, err
 		}
-		if e.Offset < off {
-			lo = mid + 1
-		} else {
+		if ok(e) {
 			hi = mid
+		} else {
+			lo = mid + 1
 		}
 	}
 	return lo, nil

@@ -160,17 +160,13 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	}
 	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.Group}
 	if req.Seq != nil {
-		all, total := n.fsm.DeadLetters(req.Subject, req.Group, 0, maxDeadLetterPageAll)
-		page.Total = total
-		for _, d := range all {
-			if d.Seq == *req.Seq {
-				letter, err := n.deadLetter(ctx, req.Subject, d, true)
-				if err != nil {
-					return nil, err
-				}
-				page.Letters = append(page.Letters, letter)
-				break
+		_, page.Total = n.fsm.DeadLetters(req.Subject, req.Group, 0, 0)
+		if d, ok := n.fsm.DeadLetterOf(req.Subject, req.Group, *req.Seq); ok {
+			letter, err := n.deadLetter(ctx, req.Subject, d, true)
+			if err != nil {
+				return nil, err
 			}
+			page.Letters = append(page.Letters, letter)
 		}
 		out, err := json.Marshal(page)
 		if err == nil && len(out) > maxDeadLetterReply {
@@ -209,10 +205,6 @@ const maxDeadLetterPageRead = 64 << 20
 // envelope. Its body grows by a third in base64, and property values by
 // up to six times in JSON escapes, so the largest messages do not fit.
 const maxDeadLetterReply = limits.MaxFrame - limits.Envelope
-
-// maxDeadLetterPageAll bounds the dead letters searched for one sequence:
-// every one a group may hold.
-const maxDeadLetterPageAll = 1 << 20
 
 // deadLetter describes a dead letter, reading its message (whole with
 // full) from the message log, its bytes taken from the client memory

@@ -362,12 +362,7 @@ func DecodePullResponse(b []byte) (*PullResponse, error) {
 // Encode returns the payload.
 func (q *AckRequest) Encode() []byte {
 	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.Group, q.Consumer)
-	b = binenc.AppendUvarint(b, q.Epoch)
-	b = binenc.AppendUvarint(b, uint64(len(q.Ranges)))
-	for _, rg := range q.Ranges {
-		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(rg.First)), uint64(rg.Last))
-	}
-	return b
+	return appendRanges(binenc.AppendUvarint(b, q.Epoch), q.Ranges)
 }
 
 // DecodeAckRequest decodes an ack payload.
@@ -378,13 +373,9 @@ func DecodeAckRequest(b []byte) (*AckRequest, error) {
 	if q.Epoch = r.Uvarint(); r.Err() == nil && q.Epoch == 0 {
 		return nil, Errorf(Invalid, "ack: epoch 0 (an ack names the registration that pulled its messages)")
 	}
-	n := r.Count(limits.MaxAckRanges)
-	for i := 0; i < n && r.Err() == nil; i++ {
-		rg := AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
-		if r.Err() == nil && (rg.First < 0 || rg.Last < rg.First) {
-			return nil, Errorf(Invalid, "ack: range %d..%d", rg.First, rg.Last)
-		}
-		q.Ranges = append(q.Ranges, rg)
+	var err error
+	if q.Ranges, err = readRanges("ack", r); err != nil {
+		return nil, err
 	}
 	return q, done("ack", r)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/transport"
 )
 
 func benchConsumeCommand() *cli.Command {
@@ -78,12 +77,10 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 	case cfg.nack < 0 || cfg.nack > 1:
 		return nil, fmt.Errorf("--nack %g: a fraction within 0..1", cfg.nack)
 	}
-	var opts []qmq.PullerOption
+	// A new group starts at the oldest message: the backlog is what a drain measures.
+	opts := []qmq.PullerOption{qmq.StartAt(qmq.Earliest)}
 	if len(cfg.tags) > 0 {
 		opts = append(opts, qmq.WithTags(cfg.tags...))
-	}
-	if err := startEarliest(ctx, cfg.server, cfg.subjects, cfg.group); err != nil {
-		return nil, err
 	}
 	pullers := make([]*qmq.Puller, 0, max(cfg.consumers, len(cfg.subjects)))
 	defer func() {
@@ -227,24 +224,6 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		sum.Note = fmt.Sprintf("drained after %d of %d messages: nothing more arrived within --idle %s", sum.Messages, cfg.count, cfg.idle)
 	}
 	return sum, firstErr
-}
-
-// startEarliest creates group, where it is not known, at the earliest
-// message of each subject: a benchmark consumes what was sent before it
-// (a group a pull creates starts at the latest message). A group that
-// exists is left as it is.
-func startEarliest(ctx context.Context, server string, subjects []string, group string) error {
-	a, err := qmq.NewAdmin(server)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	for _, s := range subjects {
-		if _, err := a.SetConsumerGroup(ctx, s, group, qmq.ConsumerGroupChanges{Start: transport.StartEarliest}); err != nil {
-			return fmt.Errorf("creating consumer group %s of %s at the earliest message: %w", group, s, err)
-		}
-	}
-	return nil
 }
 
 // failsOnce reports whether the message with id is one of the fraction a

@@ -93,14 +93,16 @@ func (p *Puller) settle(ctx context.Context, o settlement, seqs []int64) error {
 	ranges := toRanges(seqs)
 	for len(ranges) > 0 {
 		n := min(len(ranges), limits.MaxAckRanges)
-		t, payload := transport.TypeAck, (&transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer,
-			Epoch: o.epoch, Ranges: ranges[:n]}).Encode()
+		t, payload := transport.TypeNack, []byte(nil)
 		if o.nack {
 			req := &transport.NackRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: o.epoch, Ranges: ranges[:n]}
 			if o.retryAt != 0 {
 				req.RetryAt = time.UnixMilli(o.retryAt)
 			}
-			t, payload = transport.TypeNack, req.Encode()
+			payload = req.Encode()
+		} else {
+			t, payload = transport.TypeAck, (&transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer,
+				Epoch: o.epoch, Ranges: ranges[:n]}).Encode()
 		}
 		if err := p.call(ctx, o.ackKey, t, payload); err != nil {
 			return err

@@ -53,6 +53,7 @@ func (f *FSM) applyNack(c *Nack) any {
 	now := f.st.stamp(c.Now)
 	k := groupKey{c.Subject, c.Group}
 	res := &NackResult{}
+	queued := len(g.redeliver) // giveBack only appends to it
 	eachOpen(cs, c.Ranges, func(seq int64) {
 		if p, open := cs.finish(seq); open {
 			at := c.RetryAt
@@ -67,6 +68,7 @@ func (f *FSM) applyNack(c *Nack) any {
 		}
 	})
 	cs.advance()
+	res.Due = len(g.redeliver) - queued
 	return res
 }
 

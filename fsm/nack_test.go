@@ -160,3 +160,18 @@ func TestNackRetryBoundAtTheLargestTime(t *testing.T) {
 	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: "c", RetryAt: -1, Ranges: []AckRange{one(1)}}))
 	wantStateUnchanged(t, r.f, before)
 }
+
+// A nack says how many of its entries are due again at once (those the
+// leader wakes waiting pulls for), apart from those waiting for a retry
+// time and the dead.
+func TestNackSaysWhatIsDueAtOnce(t *testing.T) {
+	r := newGroupRig(t)
+	r.sendN("s", 3)
+	r.pullN("g", "c", 3)
+	if res := r.nack("g", "c", 0, one(0)); res.Retried != 1 || res.Due != 0 {
+		t.Fatalf("nack on the group's backoff: %+v, want 1 retried, 0 due at once", res)
+	}
+	if res := r.nack("g", "c", r.now, one(1)); res.Retried != 1 || res.Due != 1 {
+		t.Fatalf("nack due now: %+v, want 1 retried, 1 due at once", res)
+	}
+}

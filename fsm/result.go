@@ -80,10 +80,11 @@ type FireResult struct {
 	Subjects []string // subjects that received messages, each once
 }
 
-// NackResult answers a Nack: how many entries will come back to the group,
-// and how many became dead letters.
+// NackResult answers a Nack: how many entries will come back to the group
+// (Due of them at once, the others at their retry time), and how many
+// became dead letters.
 type NackResult struct {
-	Retried, Dead int
+	Retried, Dead, Due int
 }
 
 // ExtendResult answers an Extend: how many entries got their ack wait again.

@@ -29,8 +29,8 @@ func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	r := resp.(*fsm.NackResult)
-	if r.Retried > 0 {
-		n.notify.kick(req.Subject) // some may be due at once
+	if r.Due > 0 {
+		n.notify.kick(req.Subject) // waiting pulls take them; later ones are kicked when their retry fires
 	}
 	n.metrics.nacked.Add(float64(r.Retried + r.Dead))
 	return (&transport.AckResponse{}).Encode(), nil

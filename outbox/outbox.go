@@ -103,30 +103,14 @@ type Config struct {
 const maxBatch = 1000
 
 func (c *Config) setDefaults() error {
-	if c.Dialect == nil {
-		c.Dialect = SQLite
-	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = 30 * time.Second
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = 10_000
-	}
-	if c.Period == 0 {
-		c.Period = 30 * time.Second
-	}
-	if c.Grace == 0 {
-		c.Grace = c.Period
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 3 * c.Period
-	}
-	if c.Batch == 0 {
-		c.Batch = 100
-	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = 10 * time.Minute
-	}
+	c.Dialect = cmp.Or(c.Dialect, SQLite)
+	c.SendTimeout = cmp.Or(c.SendTimeout, 30*time.Second)
+	c.MaxPending = cmp.Or(c.MaxPending, 10_000)
+	c.Period = cmp.Or(c.Period, 30*time.Second)
+	c.Grace = cmp.Or(c.Grace, c.Period)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 3*c.Period)
+	c.Batch = cmp.Or(c.Batch, 100)
+	c.DedupWindow = cmp.Or(c.DedupWindow, 10*time.Minute)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)

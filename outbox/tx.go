@@ -95,14 +95,12 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 		deliverAt = at.UnixMilli()
 	}
 	d := t.ob.d
-	res, err := t.ExecContext(ctx, d.rebind(d.InsertIgnore("qmq_outbox", []string{"id", "subject", "payload", "deliver_at", "created_at"})),
+	n, err := execCount(ctx, t.Tx, d.rebind(d.InsertIgnore("qmq_outbox", []string{"id", "subject", "payload", "deliver_at", "created_at"})),
 		m.ID(), m.Subject(), payload, deliverAt, time.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("outbox: send %s: %w", m.ID(), err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: send %s: %w", m.ID(), err)
-	} else if n == 0 {
+	if n == 0 {
 		return fmt.Errorf("%w: %s", ErrDuplicateID, m.ID())
 	}
 	t.mu.Lock()

@@ -128,24 +128,16 @@ func (ob *Outbox) oldest(ctx context.Context, cutoff, afterAt int64, afterID str
 func (ob *Outbox) takeLease(ctx context.Context) error {
 	now := time.Now()
 	until := now.Add(ob.cfg.LeaseTTL).UnixMilli()
-	res, err := ob.db.ExecContext(ctx, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
+	n, err := execCount(ctx, ob.db, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
 		"WHERE name = ? AND (owner = ? OR expires_at < ?)"), ob.cfg.Owner, until, leaseName, ob.cfg.Owner, now.UnixMilli())
+	if err == nil && n == 0 {
+		n, err = execCount(ctx, ob.db, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
+			leaseName, ob.cfg.Owner, until)
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: take lease: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	} else if n == 1 {
-		return nil
-	}
-	res, err = ob.db.ExecContext(ctx, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
-		leaseName, ob.cfg.Owner, until)
-	if err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	} else if n == 1 {
+	if n == 1 {
 		return nil
 	}
 	var owner string

@@ -19,8 +19,9 @@ type Tx struct {
 	*sql.Tx
 	ob *Outbox
 
-	mu   sync.Mutex
-	msgs []*qmq.Message // to send after the commit (at most MaxPending)
+	mu    sync.Mutex
+	msgs  []outgoing // to send after the commit (at most MaxPending)
+	bytes int        // their encoded size (at most MaxPendingBytes)
 }
 
 // Begin starts a transaction (opts as for sql.DB.BeginTx).
@@ -105,8 +106,9 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.msgs) < t.ob.cfg.MaxPending {
-		t.msgs = append(t.msgs, kept)
+	if len(t.msgs) < t.ob.cfg.MaxPending && t.bytes+len(payload) <= t.ob.cfg.MaxPendingBytes {
+		t.msgs = append(t.msgs, outgoing{kept, len(payload)})
+		t.bytes += len(payload)
 	}
 	return nil
 }
@@ -121,7 +123,7 @@ func (t *Tx) Commit() error {
 	}
 	t.mu.Lock()
 	msgs := t.msgs
-	t.msgs = nil
+	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
 	if claimed := t.ob.claim(msgs); len(claimed) > 0 {
 		go t.ob.send(claimed)
@@ -132,7 +134,7 @@ func (t *Tx) Commit() error {
 // Rollback rolls the transaction back: none of its messages is sent.
 func (t *Tx) Rollback() error {
 	t.mu.Lock()
-	t.msgs = nil
+	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
 	if err := t.Tx.Rollback(); err != nil {
 		return fmt.Errorf("outbox: rollback: %w", err)

@@ -87,9 +87,14 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	kept := new(qmq.Message)
-	if err := kept.UnmarshalBinary(payload); err != nil {
-		return fmt.Errorf("outbox: %w", err)
+	// The copy sent at the commit, decoded from what the row holds; none
+	// over the bounds, where the row waits for the watchdog.
+	var kept *qmq.Message
+	if t.hasRoom(len(payload)) {
+		kept = new(qmq.Message)
+		if err := kept.UnmarshalBinary(payload); err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
 	}
 	var deliverAt int64
 	if at := m.DeliverAt(); !at.IsZero() {
@@ -104,13 +109,21 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 	if n == 0 {
 		return fmt.Errorf("%w: %s", ErrDuplicateID, m.ID())
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.msgs) < t.ob.cfg.MaxPending && t.bytes+len(payload) <= t.ob.cfg.MaxPendingBytes {
+	if kept != nil {
+		t.mu.Lock()
 		t.msgs = append(t.msgs, outgoing{kept, len(payload)})
 		t.bytes += len(payload)
+		t.mu.Unlock()
 	}
 	return nil
+}
+
+// hasRoom reports whether the Tx may keep one more message of size bytes
+// to send at its commit, within MaxPending and MaxPendingBytes.
+func (t *Tx) hasRoom(size int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.msgs) < t.ob.cfg.MaxPending && t.bytes+size <= t.ob.cfg.MaxPendingBytes
 }
 
 // Commit commits the transaction and then sends its messages, in the

@@ -72,11 +72,7 @@ func Idempotent(db *sql.DB, h func(ctx context.Context, tx *sql.Tx, m *qmq.Messa
 				}
 			}
 		}()
-		res, err := tx.ExecContext(ctx, insert, cfg.Scope, m.ID(), time.Now().UnixMilli())
-		if err != nil {
-			return fmt.Errorf("outbox: process %s: record the id: %w", m.ID(), err)
-		}
-		n, err := res.RowsAffected()
+		n, err := execCount(ctx, tx, insert, cfg.Scope, m.ID(), time.Now().UnixMilli())
 		if err != nil {
 			return fmt.Errorf("outbox: process %s: record the id: %w", m.ID(), err)
 		}
@@ -112,11 +108,7 @@ func CleanProcessed(ctx context.Context, db *sql.DB, d *Dialect, olderThan time.
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%w: clean processed ids older than %s: must be positive", ErrConfig, olderThan)
 	}
-	res, err := db.ExecContext(ctx, d.rebind("DELETE FROM qmq_processed WHERE processed_at < ?"), time.Now().Add(-olderThan).UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("outbox: clean processed ids: %w", err)
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, db, d.rebind("DELETE FROM qmq_processed WHERE processed_at < ?"), time.Now().Add(-olderThan).UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("outbox: clean processed ids: %w", err)
 	}

@@ -71,6 +71,13 @@ type Config struct {
 	// keeps to send at its commit: a committed message over it is left for
 	// the watchdog. Default 10,000.
 	MaxPending int
+	// MaxPendingBytes bounds the encoded bytes of the messages being sent
+	// at once, of those a Tx keeps to send at its commit, and of a page
+	// the watchdog reads: a committed message over it is left for the
+	// watchdog, and a page stops short of it. At least
+	// qmq.MaxMessageSize, so that a largest message is always sent.
+	// Default 64 MiB.
+	MaxPendingBytes int
 	// Period is how often the watchdog takes or renews its lease and
 	// resends what is left. Default 30 s.
 	Period time.Duration
@@ -103,30 +110,15 @@ type Config struct {
 const maxBatch = 1000
 
 func (c *Config) setDefaults() error {
-	if c.Dialect == nil {
-		c.Dialect = SQLite
-	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = 30 * time.Second
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = 10_000
-	}
-	if c.Period == 0 {
-		c.Period = 30 * time.Second
-	}
-	if c.Grace == 0 {
-		c.Grace = c.Period
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 3 * c.Period
-	}
-	if c.Batch == 0 {
-		c.Batch = 100
-	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = 10 * time.Minute
-	}
+	c.Dialect = cmp.Or(c.Dialect, SQLite)
+	c.SendTimeout = cmp.Or(c.SendTimeout, 30*time.Second)
+	c.MaxPending = cmp.Or(c.MaxPending, 10_000)
+	c.MaxPendingBytes = cmp.Or(c.MaxPendingBytes, 64<<20)
+	c.Period = cmp.Or(c.Period, 30*time.Second)
+	c.Grace = cmp.Or(c.Grace, c.Period)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 3*c.Period)
+	c.Batch = cmp.Or(c.Batch, 100)
+	c.DedupWindow = cmp.Or(c.DedupWindow, 10*time.Minute)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)
@@ -140,6 +132,8 @@ func (c *Config) setDefaults() error {
 	case c.SendTimeout < 0, c.MaxPending < 0, c.Period < 0, c.Grace < 0, c.DedupWindow < 0:
 		return fmt.Errorf("%w: send timeout %s, most pending %d, period %s, grace %s and dedup window %s must be positive",
 			ErrConfig, c.SendTimeout, c.MaxPending, c.Period, c.Grace, c.DedupWindow)
+	case c.MaxPendingBytes < qmq.MaxMessageSize:
+		return fmt.Errorf("%w: most pending bytes %d is under the largest message, %d bytes", ErrConfig, c.MaxPendingBytes, qmq.MaxMessageSize)
 	case c.Batch < 1 || c.Batch > maxBatch:
 		return fmt.Errorf("%w: batch %d (1..%d)", ErrConfig, c.Batch, maxBatch)
 	case c.LeaseTTL < 2*c.Period:
@@ -163,11 +157,19 @@ type Outbox struct {
 	d   *Dialect
 	log hclog.Logger
 
-	mu      sync.Mutex
-	pending map[string]struct{} // ids being sent, or acknowledged and being deleted
-	idle    chan struct{}       // closed when pending empties; nil while no Flush waits
-	closed  bool
-	sends   sync.WaitGroup
+	mu           sync.Mutex
+	pending      map[string]int // ids being sent, or acknowledged and being deleted → encoded size
+	pendingBytes int            // the sum of pending's sizes
+	idle         chan struct{}  // closed when pending empties; nil while no Flush waits
+	closed       bool
+	sends        sync.WaitGroup
+}
+
+// outgoing is a message to send and the size of its encoding, which
+// counts against MaxPendingBytes.
+type outgoing struct {
+	m    *qmq.Message
+	size int
 }
 
 // New returns an Outbox that keeps its rows in db and sends them with s
@@ -188,25 +190,28 @@ func New(db *sql.DB, s Sender, cfg Config) (*Outbox, error) {
 			return nil, fmt.Errorf("outbox: create tables (%s): %w", cfg.Dialect.Name, err)
 		}
 	}
-	return &Outbox{db: db, s: s, cfg: cfg, d: cfg.Dialect, log: cfg.Logger, pending: map[string]struct{}{}}, nil
+	return &Outbox{db: db, s: s, cfg: cfg, d: cfg.Dialect, log: cfg.Logger, pending: map[string]int{}}, nil
 }
 
 // claim marks the messages of msgs that are not being sent as being sent,
-// up to MaxPending in all, and returns them; none once the Outbox is
-// closed. Each returned message is released by release.
-func (ob *Outbox) claim(msgs []*qmq.Message) []*qmq.Message {
+// up to MaxPending messages and MaxPendingBytes bytes in all, and returns
+// them; none once the Outbox is closed. Each returned message is released
+// by release.
+func (ob *Outbox) claim(msgs []outgoing) []outgoing {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if ob.closed {
 		return nil
 	}
-	var out []*qmq.Message
-	for _, m := range msgs {
-		if _, busy := ob.pending[m.ID()]; busy || len(ob.pending) >= ob.cfg.MaxPending {
+	var out []outgoing
+	for _, o := range msgs {
+		if _, busy := ob.pending[o.m.ID()]; busy || len(ob.pending) >= ob.cfg.MaxPending ||
+			ob.pendingBytes+o.size > ob.cfg.MaxPendingBytes {
 			continue
 		}
-		ob.pending[m.ID()] = struct{}{}
-		out = append(out, m)
+		ob.pending[o.m.ID()] = o.size
+		ob.pendingBytes += o.size
+		out = append(out, o)
 	}
 	if len(out) > 0 {
 		ob.sends.Add(1)
@@ -214,11 +219,12 @@ func (ob *Outbox) claim(msgs []*qmq.Message) []*qmq.Message {
 	return out
 }
 
-func (ob *Outbox) release(msgs []*qmq.Message) {
+func (ob *Outbox) release(msgs []outgoing) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	for _, m := range msgs {
-		delete(ob.pending, m.ID())
+	for _, o := range msgs {
+		ob.pendingBytes -= ob.pending[o.m.ID()]
+		delete(ob.pending, o.m.ID())
 	}
 	if len(ob.pending) == 0 && ob.idle != nil {
 		close(ob.idle)
@@ -230,25 +236,25 @@ func (ob *Outbox) release(msgs []*qmq.Message) {
 // send sends claimed messages at once (the Producer batches them), deletes
 // the rows of those acknowledged, and releases them all. It returns how
 // many were acknowledged and deleted, and the first error.
-func (ob *Outbox) send(msgs []*qmq.Message) (int, error) {
+func (ob *Outbox) send(msgs []outgoing) (int, error) {
 	defer ob.release(msgs)
 	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
 	defer cancel()
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
-	for i, m := range msgs {
-		wg.Go(func() { errs[i] = ob.s.SendMessage(ctx, m) })
+	for i, o := range msgs {
+		wg.Go(func() { errs[i] = ob.s.SendMessage(ctx, o.m) })
 	}
 	wg.Wait()
 	var acked []string
 	var first error
 	for i, err := range errs {
 		if err != nil {
-			ob.log.Warn("outbox send failed: the watchdog will resend", "id", msgs[i].ID(), "error", err)
+			ob.log.Warn("outbox send failed: the watchdog will resend", "id", msgs[i].m.ID(), "error", err)
 			first = cmp.Or(first, err)
 			continue
 		}
-		acked = append(acked, msgs[i].ID())
+		acked = append(acked, msgs[i].m.ID())
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
 	defer dcancel()

@@ -19,8 +19,9 @@ type Tx struct {
 	*sql.Tx
 	ob *Outbox
 
-	mu   sync.Mutex
-	msgs []*qmq.Message // to send after the commit (at most MaxPending)
+	mu    sync.Mutex
+	msgs  []outgoing // to send after the commit (at most MaxPending)
+	bytes int        // their encoded size (at most MaxPendingBytes)
 }
 
 // Begin starts a transaction (opts as for sql.DB.BeginTx).
@@ -86,31 +87,43 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	kept := new(qmq.Message)
-	if err := kept.UnmarshalBinary(payload); err != nil {
-		return fmt.Errorf("outbox: %w", err)
+	// The copy sent at the commit, decoded from what the row holds; none
+	// over the bounds, where the row waits for the watchdog.
+	var kept *qmq.Message
+	if t.hasRoom(len(payload)) {
+		kept = new(qmq.Message)
+		if err := kept.UnmarshalBinary(payload); err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
 	}
 	var deliverAt int64
 	if at := m.DeliverAt(); !at.IsZero() {
 		deliverAt = at.UnixMilli()
 	}
 	d := t.ob.d
-	res, err := t.ExecContext(ctx, d.rebind(d.InsertIgnore("qmq_outbox", []string{"id", "subject", "payload", "deliver_at", "created_at"})),
+	n, err := execCount(ctx, t.Tx, d.rebind(d.InsertIgnore("qmq_outbox", []string{"id", "subject", "payload", "deliver_at", "created_at"})),
 		m.ID(), m.Subject(), payload, deliverAt, time.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("outbox: send %s: %w", m.ID(), err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: send %s: %w", m.ID(), err)
-	} else if n == 0 {
+	if n == 0 {
 		return fmt.Errorf("%w: %s", ErrDuplicateID, m.ID())
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.msgs) < t.ob.cfg.MaxPending {
-		t.msgs = append(t.msgs, kept)
+	if kept != nil {
+		t.mu.Lock()
+		t.msgs = append(t.msgs, outgoing{kept, len(payload)})
+		t.bytes += len(payload)
+		t.mu.Unlock()
 	}
 	return nil
+}
+
+// hasRoom reports whether the Tx may keep one more message of size bytes
+// to send at its commit, within MaxPending and MaxPendingBytes.
+func (t *Tx) hasRoom(size int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.msgs) < t.ob.cfg.MaxPending && t.bytes+size <= t.ob.cfg.MaxPendingBytes
 }
 
 // Commit commits the transaction and then sends its messages, in the
@@ -123,7 +136,7 @@ func (t *Tx) Commit() error {
 	}
 	t.mu.Lock()
 	msgs := t.msgs
-	t.msgs = nil
+	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
 	if claimed := t.ob.claim(msgs); len(claimed) > 0 {
 		go t.ob.send(claimed)
@@ -134,7 +147,7 @@ func (t *Tx) Commit() error {
 // Rollback rolls the transaction back: none of its messages is sent.
 func (t *Tx) Rollback() error {
 	t.mu.Lock()
-	t.msgs = nil
+	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
 	if err := t.Tx.Rollback(); err != nil {
 		return fmt.Errorf("outbox: rollback: %w", err)

@@ -41,85 +41,98 @@ func (ob *Outbox) RunWatchdog(ctx context.Context) error {
 }
 
 // Sweep takes or renews the watchdog's lease and, holding it, resends the
-// rows older than Grace, oldest first, in batches of Batch, deleting each
-// when it is acknowledged; the lease is renewed before each batch. A row
-// that cannot be decoded or that the Producer refuses is logged and
-// skipped, and so is one whose send fails (it is tried again at the next
-// sweep); the sweep stops at the first batch whose every send failed (the
-// broker is likely down: the next period tries again). It returns how
-// many rows it sent and deleted; ErrLeaseHeld when another owner holds
-// the lease.
+// rows older than Grace, oldest first, in pages of at most Batch rows and
+// MaxPendingBytes bytes, deleting each when it is acknowledged; the lease
+// is renewed before each page. A row that cannot be decoded or that the
+// Producer refuses is logged and skipped, and so is one whose send fails
+// (it is tried again at the next sweep); the sweep stops at the first page
+// whose every send failed (the broker is likely down: the next period
+// tries again). It returns how many rows it sent and deleted;
+// ErrLeaseHeld when another owner holds the lease.
 func (ob *Outbox) Sweep(ctx context.Context) (int, error) {
 	if ob.isClosed() {
 		return 0, ErrClosed
 	}
 	cutoff := time.Now().Add(-ob.cfg.Grace).UnixMilli()
-	afterAt, afterID := int64(math.MinInt64), ""
+	after := rowKey{createdAt: math.MinInt64}
 	sent := 0
 	for {
 		if err := ob.takeLease(ctx); err != nil {
 			return sent, err
 		}
-		rows, err := ob.oldest(ctx, cutoff, afterAt, afterID)
+		p, err := ob.page(ctx, cutoff, after)
 		if err != nil {
 			return sent, err
 		}
-		var msgs []*qmq.Message
-		for _, r := range rows {
-			m := new(qmq.Message)
-			err := m.UnmarshalBinary(r.payload)
-			if err == nil {
-				err = ob.s.Check(m)
-			}
-			if err != nil {
-				ob.log.Error("outbox row cannot be sent: left in the table", "id", r.id, "error", err)
-				continue
-			}
-			msgs = append(msgs, m)
-		}
-		if claimed := ob.claim(msgs); len(claimed) > 0 {
+		if claimed := ob.claim(p.msgs); len(claimed) > 0 {
 			n, err := ob.send(claimed)
 			sent += n
 			if n == 0 && err != nil {
 				return sent, err
 			}
 		}
-		if len(rows) < ob.cfg.Batch {
+		if !p.more {
 			return sent, nil
 		}
-		afterAt, afterID = rows[len(rows)-1].createdAt, rows[len(rows)-1].id
+		after = p.last
 	}
 }
 
-// row is one row of qmq_outbox as the watchdog reads it.
-type row struct {
-	id        string
-	payload   []byte
+// rowKey is where a row of qmq_outbox stands in the watchdog's order.
+type rowKey struct {
 	createdAt int64
+	id        string
 }
 
-// oldest reads up to Batch rows created at or before cutoff and after
-// (afterAt, afterID) in (created_at, id) order.
-func (ob *Outbox) oldest(ctx context.Context, cutoff, afterAt int64, afterID string) ([]row, error) {
+// page is what the watchdog read of qmq_outbox at once.
+type page struct {
+	msgs []outgoing // the rows that decoded and that the Producer takes
+	last rowKey     // the last row read, sendable or not
+	more bool       // the page stopped at Batch or at MaxPendingBytes
+}
+
+// page reads the rows created at or before cutoff and after the key
+// after, in (created_at, id) order, up to Batch rows and, past the first,
+// up to MaxPendingBytes bytes of payload, decoding each as it is read. A
+// row that does not decode or that the Producer refuses is logged and
+// left in the table.
+func (ob *Outbox) page(ctx context.Context, cutoff int64, after rowKey) (page, error) {
 	q := ob.d.rebind("SELECT id, payload, created_at FROM qmq_outbox WHERE created_at <= ? AND " +
 		"(created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?")
-	rs, err := ob.db.QueryContext(ctx, q, cutoff, afterAt, afterAt, afterID, ob.cfg.Batch)
+	rs, err := ob.db.QueryContext(ctx, q, cutoff, after.createdAt, after.createdAt, after.id, ob.cfg.Batch)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+		return page{}, fmt.Errorf("outbox: read rows to resend: %w", err)
 	}
 	defer rs.Close()
-	var out []row
+	var p page
+	rows, bytes := 0, 0
 	for rs.Next() {
-		var r row
-		if err := rs.Scan(&r.id, &r.payload, &r.createdAt); err != nil {
-			return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+		var k rowKey
+		var payload []byte
+		if err := rs.Scan(&k.id, &payload, &k.createdAt); err != nil {
+			return page{}, fmt.Errorf("outbox: read rows to resend: %w", err)
 		}
-		out = append(out, r)
+		if rows > 0 && bytes+len(payload) > ob.cfg.MaxPendingBytes {
+			p.more = true // this row starts the next page
+			return p, nil
+		}
+		rows, bytes, p.last = rows+1, bytes+len(payload), k
+		m := new(qmq.Message)
+		err := m.UnmarshalBinary(payload)
+		if err == nil {
+			err = ob.s.Check(m)
+		}
+		if err != nil {
+			ob.log.Error("outbox row cannot be sent: left in the table", "id", k.id, "error", err)
+			continue
+		}
+		p.msgs = append(p.msgs, outgoing{m, len(payload)})
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: read rows to resend: %w", err)
+		return page{}, fmt.Errorf("outbox: read rows to resend: %w", err)
 	}
-	return out, nil
+	p.more = rows == ob.cfg.Batch
+	return p, nil
 }
 
 // takeLease takes the lease if it has expired or is absent, or renews it
@@ -128,24 +141,16 @@ func (ob *Outbox) oldest(ctx context.Context, cutoff, afterAt int64, afterID str
 func (ob *Outbox) takeLease(ctx context.Context) error {
 	now := time.Now()
 	until := now.Add(ob.cfg.LeaseTTL).UnixMilli()
-	res, err := ob.db.ExecContext(ctx, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
+	n, err := execCount(ctx, ob.db, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
 		"WHERE name = ? AND (owner = ? OR expires_at < ?)"), ob.cfg.Owner, until, leaseName, ob.cfg.Owner, now.UnixMilli())
+	if err == nil && n == 0 {
+		n, err = execCount(ctx, ob.db, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
+			leaseName, ob.cfg.Owner, until)
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: take lease: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	} else if n == 1 {
-		return nil
-	}
-	res, err = ob.db.ExecContext(ctx, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
-		leaseName, ob.cfg.Owner, until)
-	if err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("outbox: take lease: %w", err)
-	} else if n == 1 {
+	if n == 1 {
 		return nil
 	}
 	var owner string

@@ -1,0 +1,177 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testmsg"
+)
+
+// messageOfSize returns a message of p's whose encoding is exactly size
+// bytes, with the id id ("" for a generated one).
+func messageOfSize(t *testing.T, p *qmq.Producer, id string, size int) *qmq.Message {
+	t.Helper()
+	m := p.GenerateMessage("orders")
+	if id != "" {
+		if err := m.SetID(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := testmsg.OfSize(m.ID(), "orders", 0, size) // the creation time is 8 bytes whatever its value
+	m.SetBody(w.Body)
+	for _, pr := range w.Properties {
+		m.SetString(pr.Key, pr.Value)
+	}
+	return m
+}
+
+// commitAll sends msgs in one transaction and waits for the sends that
+// follow its commit; it returns how many were sent then and how many rows
+// were left for the watchdog.
+func commitAll(t *testing.T, cfg Config, msgs func(p *qmq.Producer) []*qmq.Message) (sent, left int) {
+	t.Helper()
+	db := tempDB(t)
+	rec := newRecorder(nil)
+	ob := newOutbox(t, db, rec, cfg)
+	ctx := context.Background()
+	p := newProducer(t, "127.0.0.1:1")
+	err := ob.WithTx(ctx, func(tx *Tx) error {
+		for _, m := range msgs(p) {
+			if err := tx.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return rec.total(), rowsLeft(t, db)
+}
+
+// A commit sends at once up to MaxPending messages; the rest wait for the
+// watchdog.
+func TestCommitSendsUpToMaxPending(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		n          int
+		sent, left int
+	}{
+		{"just under", 2, 2, 0},
+		{"at", 3, 3, 0},
+		{"just over", 4, 3, 1},
+	} {
+		sent, left := commitAll(t, Config{MaxPending: 3}, func(p *qmq.Producer) []*qmq.Message {
+			var msgs []*qmq.Message
+			for range tc.n {
+				msgs = append(msgs, p.GenerateMessage("orders"))
+			}
+			return msgs
+		})
+		if sent != tc.sent || left != tc.left {
+			t.Errorf("%s MaxPending: %d sent at the commit, %d rows left; want %d and %d", tc.name, sent, left, tc.sent, tc.left)
+		}
+	}
+}
+
+// A commit keeps in memory, and sends at once, messages up to
+// MaxPendingBytes of encoding; the rest wait for the watchdog.
+func TestCommitSendsUpToMaxPendingBytes(t *testing.T) {
+	const half = qmq.MaxMessageSize / 2
+	for _, tc := range []struct {
+		name       string
+		second     int // the second message's size, the first being half
+		sent, left int
+	}{
+		{"just under", qmq.MaxMessageSize - half - 1, 2, 0},
+		{"at", qmq.MaxMessageSize - half, 2, 0},
+		{"just over", qmq.MaxMessageSize - half + 1, 1, 1},
+	} {
+		sent, left := commitAll(t, Config{MaxPendingBytes: qmq.MaxMessageSize}, func(p *qmq.Producer) []*qmq.Message {
+			return []*qmq.Message{messageOfSize(t, p, "", half), messageOfSize(t, p, "", tc.second)}
+		})
+		if sent != tc.sent || left != tc.left {
+			t.Errorf("%s MaxPendingBytes: %d sent at the commit, %d rows left; want %d and %d", tc.name, sent, left, tc.sent, tc.left)
+		}
+	}
+}
+
+func TestMaxPendingBytesConfig(t *testing.T) {
+	db := tempDB(t)
+	for _, tc := range []struct {
+		bytes int
+		ok    bool
+	}{{qmq.MaxMessageSize - 1, false}, {qmq.MaxMessageSize, true}, {qmq.MaxMessageSize + 1, true}} {
+		_, err := New(db, newRecorder(nil), Config{MaxPendingBytes: tc.bytes})
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConfig)) {
+			t.Errorf("MaxPendingBytes %d: New = %v, want ok %v", tc.bytes, err, tc.ok)
+		}
+	}
+}
+
+// Largest messages, one with an id of the most bytes, are kept in rows,
+// read back and resent by the watchdog in pages of at most
+// MaxPendingBytes: a page whose every send fails ends the sweep, so the
+// sends of a failed sweep count the first page.
+func TestSweepPagesByBytes(t *testing.T) {
+	longID := strings.Repeat("i", 128)
+	for _, tc := range []struct {
+		name      string
+		bytes     int
+		firstPage int
+	}{
+		{"one largest message", qmq.MaxMessageSize, 1},
+		{"two largest messages, just under", 2*qmq.MaxMessageSize - 1, 1},
+		{"two largest messages, at", 2 * qmq.MaxMessageSize, 2},
+	} {
+		db := tempDB(t)
+		p := newProducer(t, "127.0.0.1:1")
+		writer := newRecorder(nil)
+		writer.down.Store(true)
+		ob0 := newOutbox(t, db, writer, Config{})
+		ctx := context.Background()
+		err := ob0.WithTx(ctx, func(tx *Tx) error {
+			for _, id := range []string{longID, "", ""} {
+				if err := tx.Send(ctx, messageOfSize(t, p, id, qmq.MaxMessageSize)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ob0.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec("UPDATE qmq_outbox SET created_at = 0"); err != nil { // past any grace
+			t.Fatal(err)
+		}
+
+		rec := newRecorder(nil)
+		rec.down.Store(true)
+		cfg := fastWatchdog
+		cfg.MaxPendingBytes = tc.bytes
+		ob := newOutbox(t, db, rec, cfg)
+		if _, err := ob.Sweep(ctx); !errors.Is(err, errBrokerDown) || rec.total() != tc.firstPage {
+			t.Errorf("%s: a sweep with the broker down: %v after %d sends, want the %d of its first page",
+				tc.name, err, rec.total(), tc.firstPage)
+		}
+		rec.down.Store(false)
+		if n, err := ob.Sweep(ctx); n != 3 || err != nil || rowsLeft(t, db) != 0 {
+			t.Errorf("%s: a sweep with the broker up: %d sent, %v, %d rows left; want 3, none, none", tc.name, n, err, rowsLeft(t, db))
+		}
+		rec.mu.Lock()
+		got := rec.last[longID]
+		rec.mu.Unlock()
+		if got == nil || len(got.ID()) != 128 {
+			t.Errorf("%s: the message with a 128-byte id was not resent", tc.name)
+		}
+	}
+}

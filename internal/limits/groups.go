@@ -52,3 +52,8 @@ const (
 	_ = uint(DefaultAckWait - MinAckWait)
 	_ = uint(MaxIdleExpiry - MinIdleExpiry)
 )
+
+// MaxDeadLetterPage bounds the dead letters one broker group lists in one
+// answer: the broker answers at most this many, and qmqctl refuses a
+// --limit over it.
+const MaxDeadLetterPage = 1000

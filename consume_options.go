@@ -74,13 +74,6 @@ func WithAtMostOnce() ConsumerOption {
 // its consumer when WithBroadcast is given 0.
 const DefaultBroadcastExpiry = time.Hour
 
-// broadcastExpiry bounds a broadcast group's idle expiry: the broker's
-// bounds of a group's idle expiry.
-const (
-	minBroadcastExpiry = time.Second
-	maxBroadcastExpiry = limits.DefaultMaxDelay
-)
-
 // WithBroadcast makes every instance receive every message: the consumer
 // consumes as a consumer group of its own, named "<group>.<consumer>"
 // (which must keep to the naming rule and its 200-byte bound), that starts
@@ -117,9 +110,9 @@ func (o *consumerOptions) consumeGroup(group string) (string, error) {
 	if !o.broadcast {
 		return group, nil
 	}
-	if o.idleExpiry < minBroadcastExpiry || o.idleExpiry > maxBroadcastExpiry {
+	if o.idleExpiry < limits.MinIdleExpiry || o.idleExpiry > limits.MaxIdleExpiry {
 		return "", fmt.Errorf("%w: broadcast expiry %s (0 for %s, or %s..%s)", ErrInvalidOption,
-			o.idleExpiry, DefaultBroadcastExpiry, minBroadcastExpiry, maxBroadcastExpiry)
+			o.idleExpiry, DefaultBroadcastExpiry, limits.MinIdleExpiry, limits.MaxIdleExpiry)
 	}
 	own := group + "." + o.name
 	if err := limits.CheckName("broadcast group", own); err != nil {

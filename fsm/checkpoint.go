@@ -225,7 +225,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		for i := 0; i < m && r.Err() == nil; i++ {
 			rd := redelivery{seq: int64(r.Uvarint())}
 			if version >= 4 {
-				rd.deliveries = uint32(min(r.Uvarint(), MaxDeliveriesLimit+1))
+				rd.deliveries = uint32(min(r.Uvarint(), limits.MaxDeliveries+1))
 			}
 			g.redeliver = append(g.redeliver, rd)
 		}
@@ -249,7 +249,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		for i := 0; i < m && r.Err() == nil; i++ {
 			p := pulled{consumeSeq: int64(r.Uvarint()), pos: int64(r.Uvarint()), acked: r.Byte() == 1, deliveries: 1}
 			if version >= 4 {
-				p.deliveries = uint32(min(r.Uvarint(), MaxDeliveriesLimit+1))
+				p.deliveries = uint32(min(r.Uvarint(), limits.MaxDeliveries+1))
 				p.deadline = int64(r.Uvarint())
 			}
 			cs.window = append(cs.window, p)
@@ -357,7 +357,7 @@ func (c *checkpoint) check() error {
 			return fmt.Errorf("%w: consumer %v has epoch %d, the next is %d", ErrBadCheckpoint, cs.key, cs.epoch, c.st.nextEpoch)
 		}
 		for _, p := range cs.window {
-			if p.deliveries < 1 || p.deliveries > MaxDeliveriesLimit || p.deadline < 0 {
+			if p.deliveries < 1 || p.deliveries > limits.MaxDeliveries || p.deadline < 0 {
 				return fmt.Errorf("%w: consumer %v: an entry delivered %d times, due back at %d", ErrBadCheckpoint, cs.key, p.deliveries, p.deadline)
 			}
 		}

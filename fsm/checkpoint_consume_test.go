@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -230,11 +231,11 @@ func TestDecodeCheckpointRefusesConsumerFields(t *testing.T) {
 		"negative dead dropped":    func(st *state) { g(st, "d").deadDropped = -1 },
 		"negative idle since":      func(st *state) { g(st, "idle").idleSince = -1 },
 		"life past the last":       func(st *state) { g(st, "r").gen = st.nextGen + 1 },
-		"dead letter deliveries":   func(st *state) { g(st, "d").dead[0].deliveries = MaxDeliveriesLimit + 1 },
+		"dead letter deliveries":   func(st *state) { g(st, "d").dead[0].deliveries = limits.MaxDeliveries + 1 },
 		"dead letter negative":     func(st *state) { g(st, "d").dead[0].seq = -1 },
-		"redelivery deliveries":    func(st *state) { g(st, "g").redeliver = []redelivery{{seq: 1, deliveries: MaxDeliveriesLimit + 1}} },
+		"redelivery deliveries":    func(st *state) { g(st, "g").redeliver = []redelivery{{seq: 1, deliveries: limits.MaxDeliveries + 1}} },
 		"window deliveries 0":      func(st *state) { c(st).window[0].deliveries = 0 },
-		"window deliveries over":   func(st *state) { c(st).window[0].deliveries = MaxDeliveriesLimit + 1 },
+		"window deliveries over":   func(st *state) { c(st).window[0].deliveries = limits.MaxDeliveries + 1 },
 		"window deadline negative": func(st *state) { c(st).window[0].deadline = -1 },
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // appendGroupV4 encodes what checkpoint version 4 adds to a group (see
@@ -47,12 +48,12 @@ func (g *group) check() error {
 		return fmt.Errorf("negative counts or cursor")
 	}
 	for _, r := range g.redeliver {
-		if r.seq < 0 || r.deliveries > MaxDeliveriesLimit {
+		if r.seq < 0 || r.deliveries > limits.MaxDeliveries {
 			return fmt.Errorf("redelivery of %d after %d deliveries", r.seq, r.deliveries)
 		}
 	}
 	for _, d := range g.dead {
-		if d.seq < 0 || d.at < 0 || d.deliveries > MaxDeliveriesLimit {
+		if d.seq < 0 || d.at < 0 || d.deliveries > limits.MaxDeliveries {
 			return fmt.Errorf("dead letter %d after %d deliveries at %d", d.seq, d.deliveries, d.at)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -454,7 +455,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 			r.group = &group{settings: DefaultGroupSettings(), gen: 1}
 		})},
 		{"dead letter after too many deliveries", mutate(func(r *rawCheckpoint) {
-			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: MaxDeliveriesLimit + 1}}}
+			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: limits.MaxDeliveries + 1}}}
 		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

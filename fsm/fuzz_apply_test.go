@@ -176,8 +176,8 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 		table := []GroupSettings{
 			DefaultGroupSettings(),
 			{MaxDeliveries: 1, AckWait: minAckWait, IdleExpiry: minIdleExpiry},
-			{MaxDeliveries: MaxDeliveriesLimit, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay, AckWait: maxAckWait, MaxInFlight: limits.MaxPullMessages * 10, IdleExpiry: maxRetryDelay},
-			{MaxDeliveries: MaxDeliveriesLimit + 1, RetryMax: maxRetryDelay + 1, AckWait: maxAckWait + 1, MaxInFlight: limits.MaxPullMessages*10 + 1, IdleExpiry: maxRetryDelay + 1},
+			{MaxDeliveries: limits.MaxDeliveries, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay, AckWait: maxAckWait, MaxInFlight: limits.MaxInFlight, IdleExpiry: maxIdleExpiry},
+			{MaxDeliveries: limits.MaxDeliveries + 1, RetryMax: maxRetryDelay + 1, AckWait: maxAckWait + 1, MaxInFlight: limits.MaxInFlight + 1, IdleExpiry: maxIdleExpiry + 1},
 			{MaxDeliveries: 0, RetryFirst: 2, RetryMax: 1, AckWait: minAckWait - 1, IdleExpiry: minIdleExpiry - 1},
 			{MaxDeliveries: 2, AckWait: minAckWait, MaxInFlight: 1},
 			{MaxDeliveries: 1, AckWait: 0},
@@ -202,7 +202,7 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 				tags[k] = fmt.Sprint("t", k)
 			}
 		}
-		idle := []int64{0, minIdleExpiry - 1, minIdleExpiry, maxRetryDelay, maxRetryDelay + 1}
+		idle := []int64{0, minIdleExpiry - 1, minIdleExpiry, maxIdleExpiry, maxIdleExpiry + 1}
 		return (&Pull{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
 			AtMostOnce: pick(i+2, 2) == 1, Tags: tags, TagsAll: pick(i+3, 2) == 1, Start: StartPosition(pick(i+1, 4)),
 			StartAt: []int64{0, at - 1000, -1}[pick(i+2, 3)], IdleExpiry: idle[pick(i+3, len(idle))]}).Encode()

@@ -35,41 +35,43 @@ type GroupSettings struct {
 }
 
 // DefaultGroupSettings are a new group's settings: QMQ's retry policy
-// (32 deliveries, the first retry after 5 s, doubling to at most 15
-// minutes, so a message is given up on after about 6 hours) and a 30 s ack
-// wait.
+// (limits.DefaultMaxDeliveries deliveries, 32; the first retry after
+// limits.DefaultRetryFirst, 5 s, doubling to at most limits.DefaultRetryMax,
+// 15 minutes, so a message is given up on after about 6 hours) and an ack
+// wait of limits.DefaultAckWait, 30 s.
 func DefaultGroupSettings() GroupSettings {
 	return GroupSettings{
-		MaxDeliveries: 32,
-		RetryFirst:    (5 * time.Second).Milliseconds(),
-		RetryMax:      (15 * time.Minute).Milliseconds(),
-		AckWait:       (30 * time.Second).Milliseconds(),
+		MaxDeliveries: limits.DefaultMaxDeliveries,
+		RetryFirst:    limits.DefaultRetryFirst.Milliseconds(),
+		RetryMax:      limits.DefaultRetryMax.Milliseconds(),
+		AckWait:       limits.DefaultAckWait.Milliseconds(),
 	}
 }
 
-// Bounds of the settings.
+// The bounds of the settings (those of internal/limits) in milliseconds,
+// the unit the settings are kept in.
 const (
-	MaxDeliveriesLimit = 10000
-	maxRetryDelay      = int64(limits.DefaultMaxDelay / time.Millisecond)
-	minAckWait         = int64(time.Second / time.Millisecond)
-	maxAckWait         = int64(7 * 24 * time.Hour / time.Millisecond)
-	minIdleExpiry      = int64(time.Second / time.Millisecond)
+	maxRetryDelay = int64(limits.MaxRetryDelay / time.Millisecond)
+	minAckWait    = int64(limits.MinAckWait / time.Millisecond)
+	maxAckWait    = int64(limits.MaxAckWait / time.Millisecond)
+	minIdleExpiry = int64(limits.MinIdleExpiry / time.Millisecond)
+	maxIdleExpiry = int64(limits.MaxIdleExpiry / time.Millisecond)
 )
 
 // Check reports whether the settings are within their bounds.
 func (s GroupSettings) Check() error {
 	switch {
-	case s.MaxDeliveries < 1 || s.MaxDeliveries > MaxDeliveriesLimit:
-		return fmt.Errorf("%w: max deliveries %d (1..%d)", ErrInvalid, s.MaxDeliveries, MaxDeliveriesLimit)
+	case s.MaxDeliveries < 1 || s.MaxDeliveries > limits.MaxDeliveries:
+		return fmt.Errorf("%w: max deliveries %d (1..%d)", ErrInvalid, s.MaxDeliveries, limits.MaxDeliveries)
 	case s.RetryFirst < 0 || s.RetryMax < s.RetryFirst || s.RetryMax > maxRetryDelay:
 		return fmt.Errorf("%w: retry backoff %s to %s (0 <= first <= max <= %s)", ErrInvalid,
 			millis(s.RetryFirst), millis(s.RetryMax), millis(maxRetryDelay))
 	case s.AckWait != 0 && (s.AckWait < minAckWait || s.AckWait > maxAckWait):
 		return fmt.Errorf("%w: ack wait %s (0 for none, or %s..%s)", ErrInvalid, millis(s.AckWait), millis(minAckWait), millis(maxAckWait))
-	case s.MaxInFlight > limits.MaxPullMessages*10:
-		return fmt.Errorf("%w: max in flight %d (0 for the broker's default, at most %d)", ErrInvalid, s.MaxInFlight, limits.MaxPullMessages*10)
-	case s.IdleExpiry != 0 && (s.IdleExpiry < minIdleExpiry || s.IdleExpiry > maxRetryDelay):
-		return fmt.Errorf("%w: idle expiry %s (0 for never, or %s..%s)", ErrInvalid, millis(s.IdleExpiry), millis(minIdleExpiry), millis(maxRetryDelay))
+	case s.MaxInFlight > limits.MaxInFlight:
+		return fmt.Errorf("%w: max in flight %d (0 for the broker's default, at most %d)", ErrInvalid, s.MaxInFlight, limits.MaxInFlight)
+	case s.IdleExpiry != 0 && (s.IdleExpiry < minIdleExpiry || s.IdleExpiry > maxIdleExpiry):
+		return fmt.Errorf("%w: idle expiry %s (0 for never, or %s..%s)", ErrInvalid, millis(s.IdleExpiry), millis(minIdleExpiry), millis(maxIdleExpiry))
 	}
 	return nil
 }

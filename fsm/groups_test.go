@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -179,14 +180,14 @@ func TestSetGroupPartial(t *testing.T) {
 	for _, c := range []SetGroup{
 		{Set: 1 << 6},
 		{Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 0}},
-		{Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: MaxDeliveriesLimit + 1}},
+		{Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: limits.MaxDeliveries + 1}},
 		{Set: SetRetryFirst, Settings: GroupSettings{RetryFirst: DefaultGroupSettings().RetryMax + 1}},
 		{Set: SetRetryMax, Settings: GroupSettings{RetryMax: maxRetryDelay + 1}},
 		{Set: SetAckWait, Settings: GroupSettings{AckWait: minAckWait - 1}},
 		{Set: SetAckWait, Settings: GroupSettings{AckWait: maxAckWait + 1}},
 		{Set: SetMaxInFlight, Settings: GroupSettings{MaxInFlight: 100_001}},
 		{Set: SetIdleExpiry, Settings: GroupSettings{IdleExpiry: minIdleExpiry - 1}},
-		{Set: SetIdleExpiry, Settings: GroupSettings{IdleExpiry: maxRetryDelay + 1}},
+		{Set: SetIdleExpiry, Settings: GroupSettings{IdleExpiry: maxIdleExpiry + 1}},
 		{Start: StartAtTime + 1},
 	} {
 		c.Now, c.Subject, c.Group = r.now, "s", "g"
@@ -194,7 +195,7 @@ func TestSetGroupPartial(t *testing.T) {
 	}
 	wantStateUnchanged(t, r.f, before)
 	// At the bounds: accepted.
-	r.setGroup("g", setAll, GroupSettings{MaxDeliveries: MaxDeliveriesLimit, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay,
-		AckWait: maxAckWait, MaxInFlight: 100_000, IdleExpiry: maxRetryDelay})
+	r.setGroup("g", setAll, GroupSettings{MaxDeliveries: limits.MaxDeliveries, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay,
+		AckWait: maxAckWait, MaxInFlight: 100_000, IdleExpiry: maxIdleExpiry})
 	r.setGroup("g", setAll, GroupSettings{MaxDeliveries: 1, AckWait: minAckWait, IdleExpiry: minIdleExpiry})
 }

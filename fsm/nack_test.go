@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // A nacked message comes back through a retry record: to the group that
@@ -68,7 +69,7 @@ func TestRetryDelayDoublesToItsCap(t *testing.T) {
 	if got := (GroupSettings{RetryFirst: 0, RetryMax: 1000}).retryDelay(5); got != 0 {
 		t.Errorf("no backoff: %d", got)
 	}
-	if got := (GroupSettings{RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay}).retryDelay(MaxDeliveriesLimit); got != maxRetryDelay {
+	if got := (GroupSettings{RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay}).retryDelay(limits.MaxDeliveries); got != maxRetryDelay {
 		t.Errorf("largest backoff: %d", got)
 	}
 }

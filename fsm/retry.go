@@ -49,14 +49,14 @@ func (rr retryRecord) message(at, now int64) *logs.Message {
 // names as long as names go, every number at its widest.
 var maxRetryRecordBytes = delaywheel.RecordSize(retryRecord{
 	subject: strings.Repeat("s", limits.MaxName), group: strings.Repeat("g", limits.MaxName),
-	r: redelivery{seq: math.MaxInt64, deliveries: MaxDeliveriesLimit}, gen: math.MaxUint64,
+	r: redelivery{seq: math.MaxInt64, deliveries: limits.MaxDeliveries}, gen: math.MaxUint64,
 }.message(math.MaxInt64, math.MaxInt64))
 
 func decodeRetryRecord(body []byte) (retryRecord, error) {
 	r := binenc.NewReader(body)
 	rr := retryRecord{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
 	rr.r.seq = int64(r.Uvarint())
-	rr.r.deliveries = uint32(min(r.Uvarint(), MaxDeliveriesLimit))
+	rr.r.deliveries = uint32(min(r.Uvarint(), limits.MaxDeliveries))
 	rr.gen = r.Uvarint()
 	if err := r.Done(); err != nil {
 		return rr, fmt.Errorf("%w: retry record: %w", ErrBadCommand, err)

@@ -147,7 +147,7 @@ func (n *Node) proposeAsLeader(ctx context.Context, encode func(now int64) []byt
 }
 
 // maxDeadLetterPage bounds the dead letters one list answers.
-const maxDeadLetterPage = 1000
+const maxDeadLetterPage = limits.MaxDeadLetterPage
 
 // handleDeadLetters lists a group's dead letters, or reads one whole.
 func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) {

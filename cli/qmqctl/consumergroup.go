@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // The consumer-group subcommands of `group`: list, show, set, reset.
@@ -93,8 +94,10 @@ func consumerGroupCommands() []*cli.Command {
 		Category: consumerGroupsCategory,
 		Usage:    "change a consumer group's settings (creating it, at the latest message, if it does not exist)",
 		Description: "Settings not given stay as they are. Each broker group of the subject gets the change; a\n" +
-			"group not known there is created with the defaults (32 deliveries, retries after 5s doubling\n" +
-			"to 15m, ack wait 30s), the changes applied, starting at the latest message: it receives what\n" +
+			fmt.Sprintf("group not known there is created with the defaults (%d deliveries, retries after %s doubling\n",
+				limits.DefaultMaxDeliveries, shortDuration(limits.DefaultRetryFirst)) +
+			fmt.Sprintf("to %s, ack wait %s), the changes applied, starting at the latest message: it receives what\n",
+				shortDuration(limits.DefaultRetryMax), shortDuration(limits.DefaultAckWait)) +
 			"is sent from then on. Set a group up this way before anything is sent to its subject.\n\n" +
 			"A message whose --max-deliveries-th delivery fails (a nack, an ack wait that runs out, a\n" +
 			"consumer that dies) becomes a dead letter instead. A failed message comes back after\n" +

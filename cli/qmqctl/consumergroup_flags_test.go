@@ -4,9 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/qmqgo/qmq/fsm"
 )
 
 // TestConsumerGroupBadFlags: every bad value is refused with a clear error
@@ -91,39 +88,4 @@ func TestConsumerGroupFlagsAtTheirLimits(t *testing.T) {
 	dl := []string{"--server", srv, "deadletter", "list", "--subject", "orders", "--group", "billing"}
 	mustRun(t, append(dl, "--limit", "1")...)
 	mustRun(t, append(dl, "--limit", "1000", "--offset", "0")...)
-}
-
-// TestSettingBoundsAreTheBrokers: the bounds qmqctl checks are the ones the
-// broker's state machine applies, at each edge.
-func TestSettingBoundsAreTheBrokers(t *testing.T) {
-	ms := func(d time.Duration) int64 { return d.Milliseconds() }
-	for _, c := range []struct {
-		what string
-		edit func(*fsm.GroupSettings)
-		ok   bool
-	}{
-		{"max deliveries at the limit", func(s *fsm.GroupSettings) { s.MaxDeliveries = maxDeliveriesLimit }, true},
-		{"max deliveries over", func(s *fsm.GroupSettings) { s.MaxDeliveries = maxDeliveriesLimit + 1 }, false},
-		{"retry max at the limit", func(s *fsm.GroupSettings) { s.RetryMax = ms(maxRetryDelay) }, true},
-		{"retry max over", func(s *fsm.GroupSettings) { s.RetryMax = ms(maxRetryDelay) + 1 }, false},
-		{"ack wait at the minimum", func(s *fsm.GroupSettings) { s.AckWait = ms(minAckWait) }, true},
-		{"ack wait under", func(s *fsm.GroupSettings) { s.AckWait = ms(minAckWait) - 1 }, false},
-		{"ack wait at the maximum", func(s *fsm.GroupSettings) { s.AckWait = ms(maxAckWait) }, true},
-		{"ack wait over", func(s *fsm.GroupSettings) { s.AckWait = ms(maxAckWait) + 1 }, false},
-		{"max in flight at the limit", func(s *fsm.GroupSettings) { s.MaxInFlight = maxInFlightLimit }, true},
-		{"max in flight over", func(s *fsm.GroupSettings) { s.MaxInFlight = maxInFlightLimit + 1 }, false},
-		{"idle expiry at the minimum", func(s *fsm.GroupSettings) { s.IdleExpiry = ms(minIdleExpiry) }, true},
-		{"idle expiry under", func(s *fsm.GroupSettings) { s.IdleExpiry = ms(minIdleExpiry) - 1 }, false},
-		{"idle expiry at the maximum", func(s *fsm.GroupSettings) { s.IdleExpiry = ms(maxIdleExpiry) }, true},
-		{"idle expiry over", func(s *fsm.GroupSettings) { s.IdleExpiry = ms(maxIdleExpiry) + 1 }, false},
-	} {
-		s := fsm.DefaultGroupSettings()
-		c.edit(&s)
-		if err := s.Check(); (err == nil) != c.ok {
-			t.Errorf("%s: the broker says %v", c.what, err)
-		}
-	}
-	if fsm.MaxDeliveriesLimit != maxDeliveriesLimit {
-		t.Errorf("max deliveries: the broker's limit is %d, qmqctl's %d", fsm.MaxDeliveriesLimit, maxDeliveriesLimit)
-	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -10,27 +11,30 @@ import (
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
-// The flags of `group set` and their bounds, checked before anything is
-// sent. The bounds are the broker's (a test holds them to its check).
-const (
-	maxDeliveriesLimit = 10000
-	maxRetryDelay      = limits.DefaultMaxDelay
-	minAckWait         = time.Second
-	maxAckWait         = 7 * 24 * time.Hour
-	maxInFlightLimit   = limits.MaxPullMessages * 10
-	minIdleExpiry      = time.Second
-	maxIdleExpiry      = limits.DefaultMaxDelay
-)
-
+// The flags of `group set`, checked before anything is sent against the
+// bounds the broker applies (those of internal/limits).
 func settingFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.Int64Flag{Name: "max-deliveries", Usage: fmt.Sprintf("hand a message out at most `N` times (1..%d); 1 makes the first failure a dead letter", maxDeliveriesLimit), DefaultText: "unchanged"},
+		&cli.Int64Flag{Name: "max-deliveries", Usage: fmt.Sprintf("hand a message out at most `N` times (1..%d); 1 makes the first failure a dead letter", limits.MaxDeliveries), DefaultText: "unchanged"},
 		&cli.DurationFlag{Name: "retry-first", Usage: "wait `D` before the first redelivery of a failed message (0 to at most --retry-max)", DefaultText: "unchanged"},
-		&cli.DurationFlag{Name: "retry-max", Usage: "the longest wait `D` before a redelivery (at most 17544h, two years)", DefaultText: "unchanged"},
-		&cli.DurationFlag{Name: "ack-wait", Usage: "give an unacked message back to the group after `D` (0 for never, or 1s..168h)", DefaultText: "unchanged"},
-		&cli.Int64Flag{Name: "max-in-flight", Usage: fmt.Sprintf("each consumer holds at most `N` unacked messages (0 for the broker's default, at most %d)", maxInFlightLimit), DefaultText: "unchanged"},
-		&cli.DurationFlag{Name: "idle-expiry", Usage: "forget the group after `D` with no consumer (0 for never, or 1s..17544h)", DefaultText: "unchanged"},
+		&cli.DurationFlag{Name: "retry-max", Usage: fmt.Sprintf("the longest wait `D` before a redelivery (at most %s, two years)", shortDuration(limits.MaxRetryDelay)), DefaultText: "unchanged"},
+		&cli.DurationFlag{Name: "ack-wait", Usage: fmt.Sprintf("give an unacked message back to the group after `D` (0 for never, or %s..%s)", shortDuration(limits.MinAckWait), shortDuration(limits.MaxAckWait)), DefaultText: "unchanged"},
+		&cli.Int64Flag{Name: "max-in-flight", Usage: fmt.Sprintf("each consumer holds at most `N` unacked messages (0 for the broker's default, at most %d)", limits.MaxInFlight), DefaultText: "unchanged"},
+		&cli.DurationFlag{Name: "idle-expiry", Usage: fmt.Sprintf("forget the group after `D` with no consumer (0 for never, or %s..%s)", shortDuration(limits.MinIdleExpiry), shortDuration(limits.MaxIdleExpiry)), DefaultText: "unchanged"},
 	}
+}
+
+// shortDuration writes d as time.Duration does, less its trailing zero
+// units: 17544h, 15m, 30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // changesFromFlags reads and checks the setting flags given.
@@ -38,16 +42,16 @@ func changesFromFlags(c *cli.Context) (qmq.ConsumerGroupChanges, error) {
 	var ch qmq.ConsumerGroupChanges
 	if c.IsSet("max-deliveries") {
 		n := c.Int64("max-deliveries")
-		if n < 1 || n > maxDeliveriesLimit {
-			return ch, fmt.Errorf("--max-deliveries %d: 1..%d", n, maxDeliveriesLimit)
+		if n < 1 || n > limits.MaxDeliveries {
+			return ch, fmt.Errorf("--max-deliveries %d: 1..%d", n, limits.MaxDeliveries)
 		}
 		v := uint32(n)
 		ch.MaxDeliveries = &v
 	}
 	if c.IsSet("max-in-flight") {
 		n := c.Int64("max-in-flight")
-		if n < 0 || n > maxInFlightLimit {
-			return ch, fmt.Errorf("--max-in-flight %d: 0 for the broker's default, or at most %d", n, maxInFlightLimit)
+		if n < 0 || n > limits.MaxInFlight {
+			return ch, fmt.Errorf("--max-in-flight %d: 0 for the broker's default, or at most %d", n, limits.MaxInFlight)
 		}
 		v := uint32(n)
 		ch.MaxInFlight = &v
@@ -58,10 +62,10 @@ func changesFromFlags(c *cli.Context) (qmq.ConsumerGroupChanges, error) {
 		min, max time.Duration
 		zero     string // what 0 means when min > 0
 	}{
-		{"retry-first", &ch.RetryFirst, 0, maxRetryDelay, ""},
-		{"retry-max", &ch.RetryMax, 0, maxRetryDelay, ""},
-		{"ack-wait", &ch.AckWait, minAckWait, maxAckWait, "0 for none"},
-		{"idle-expiry", &ch.IdleExpiry, minIdleExpiry, maxIdleExpiry, "0 for never"},
+		{"retry-first", &ch.RetryFirst, 0, limits.MaxRetryDelay, ""},
+		{"retry-max", &ch.RetryMax, 0, limits.MaxRetryDelay, ""},
+		{"ack-wait", &ch.AckWait, limits.MinAckWait, limits.MaxAckWait, "0 for none"},
+		{"idle-expiry", &ch.IdleExpiry, limits.MinIdleExpiry, limits.MaxIdleExpiry, "0 for never"},
 	} {
 		if !c.IsSet(d.name) {
 			continue

@@ -14,10 +14,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/limits"
 )
-
-// maxDeadLetterLimit is the most dead letters a broker group lists at once.
-const maxDeadLetterLimit = 1000
 
 const deadLetterHelp = "A dead letter is a message whose delivery to its consumer group failed for the group's\n" +
 	"max-deliveries-th time (see `qmqctl group set`). The broker keeps it, per consumer group, until it\n" +
@@ -36,14 +34,14 @@ func deadLetterCommand() *cli.Command {
 			Description: deadLetterHelp,
 			Flags: []cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag,
 				&cli.IntFlag{Name: "offset", Usage: "skip the first `N` of each broker group"},
-				&cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("list at most `N` of each broker group (1..%d)", maxDeadLetterLimit)},
+				&cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("list at most `N` of each broker group (1..%d)", limits.MaxDeadLetterPage)},
 			},
 			Action: func(c *cli.Context) error {
 				if n := c.Int("offset"); n < 0 {
 					return fmt.Errorf("--offset %d: at least 0", n)
 				}
-				if n := c.Int("limit"); n < 1 || n > maxDeadLetterLimit {
-					return fmt.Errorf("--limit %d: 1..%d", n, maxDeadLetterLimit)
+				if n := c.Int("limit"); n < 1 || n > limits.MaxDeadLetterPage {
+					return fmt.Errorf("--limit %d: 1..%d", n, limits.MaxDeadLetterPage)
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					pages, err := a.DeadLetters(ctx, c.String("subject"), c.String("group"), c.Int("offset"), c.Int("limit"))

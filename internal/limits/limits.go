@@ -10,7 +10,10 @@
 // It is also the protocol floor the client shares with the broker: the
 // naming rule (CheckName), ConsumerID and the metaserver group's name live
 // here, so that the SDK checks what the broker checks without linking the
-// broker's packages (Raft, bolt, the state machines).
+// broker's packages (Raft, bolt, the state machines). So are a consumer
+// group's settings: their defaults and bounds (groups.go) are what the
+// state machine applies, what qmqctl checks its flags against and prints
+// in its help, and what the SDK checks a broadcast group's expiry against.
 package limits
 
 import "time"

@@ -125,12 +125,7 @@ func (c *Pull) checkOptions() error {
 	if c.StartAt < 0 {
 		return fmt.Errorf("%w: start time %d before the epoch", ErrInvalid, c.StartAt)
 	}
-	if c.IdleExpiry != 0 {
-		s := DefaultGroupSettings()
-		s.IdleExpiry = c.IdleExpiry
-		return s.Check()
-	}
-	return nil
+	return checkIdleExpiry(c.IdleExpiry)
 }
 
 // CheckPull reports whether apply would refuse c for its content alone: the

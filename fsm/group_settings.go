@@ -70,8 +70,15 @@ func (s GroupSettings) Check() error {
 		return fmt.Errorf("%w: ack wait %s (0 for none, or %s..%s)", ErrInvalid, millis(s.AckWait), millis(minAckWait), millis(maxAckWait))
 	case s.MaxInFlight > limits.MaxInFlight:
 		return fmt.Errorf("%w: max in flight %d (0 for the broker's default, at most %d)", ErrInvalid, s.MaxInFlight, limits.MaxInFlight)
-	case s.IdleExpiry != 0 && (s.IdleExpiry < minIdleExpiry || s.IdleExpiry > maxIdleExpiry):
-		return fmt.Errorf("%w: idle expiry %s (0 for never, or %s..%s)", ErrInvalid, millis(s.IdleExpiry), millis(minIdleExpiry), millis(maxIdleExpiry))
+	}
+	return checkIdleExpiry(s.IdleExpiry)
+}
+
+// checkIdleExpiry reports whether an idle expiry (milliseconds) is within
+// its bounds: a group's setting, or what a pull creating a group asks for.
+func checkIdleExpiry(ms int64) error {
+	if ms != 0 && (ms < minIdleExpiry || ms > maxIdleExpiry) {
+		return fmt.Errorf("%w: idle expiry %s (0 for never, or %s..%s)", ErrInvalid, millis(ms), millis(minIdleExpiry), millis(maxIdleExpiry))
 	}
 	return nil
 }

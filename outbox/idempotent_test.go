@@ -11,6 +11,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 // addToOrder is a handler whose effect shows how often it was applied: it
@@ -158,7 +159,7 @@ func TestCleanProcessed(t *testing.T) {
 // first delivery's ack is lost after the handler committed: a nack here)
 // is applied once.
 func TestIdempotentSubscription(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	db := totalsDB(t)
 	p := newProducer(t, n.ClientAddr())
 	ob := newOutbox(t, db, p, Config{})
@@ -197,7 +198,7 @@ func TestIdempotentSubscription(t *testing.T) {
 
 // A delayed message sent through the outbox arrives not before its time.
 func TestDelayedThroughOutbox(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	db := tempDB(t)
 	p := newProducer(t, n.ClientAddr())
 	ob := newOutbox(t, db, p, Config{})

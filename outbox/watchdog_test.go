@@ -10,7 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 // fastWatchdog is a watchdog config for tests: short periods, a lease
@@ -43,7 +43,7 @@ func sendIn(t *testing.T, ob *Outbox, p *qmq.Producer, subject string, n int) []
 // their ids: those whose first send was stored (its answer lost) are
 // answered as duplicates, and every message is stored once.
 func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	path := filepath.Join(t.TempDir(), "app.db")
 	p := newProducer(t, n.ClientAddr())
 
@@ -89,8 +89,9 @@ func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
 // With the broker down, a committed message's row waits; when the broker
 // is back, the watchdog sends it.
 func TestBrokerDownThenBack(t *testing.T) {
-	cfg := brokerConfig(t)
-	n := startBroker(t, cfg)
+	cfg := testcluster.BrokerConfig(t)
+	cfg.ClientAddr = testcluster.Addr(t) // the same address after the restart
+	n := testcluster.StartBroker(t, cfg)
 	db := tempDB(t)
 	p := newProducer(t, n.ClientAddr(), qmq.WithSendTimeout(time.Second))
 	conf := fastWatchdog
@@ -112,11 +113,7 @@ func TestBrokerDownThenBack(t *testing.T) {
 	if left := rowsLeft(t, db); left != 2 {
 		t.Fatalf("%d rows after a failed sweep, want 2", left)
 	}
-	n2, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n2.Close() })
+	n2 := testcluster.StartBroker(t, cfg)
 	await.True(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return rowsLeft(t, db) == 0 })
 	got := pullAll(t, n2.ClientAddr(), "orders", "audit", 2)
 	for _, id := range ids {

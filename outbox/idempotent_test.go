@@ -25,9 +25,12 @@ func addToOrder(ctx context.Context, tx *sql.Tx, m *qmq.Message) error {
 	return err
 }
 
-func total(t *testing.T, db *sql.DB) int {
+// wantTotal checks that order 1's total is want after what happened.
+func wantTotal(t *testing.T, db *sql.DB, want int, after string) {
 	t.Helper()
-	return count(t, db, "SELECT coalesce(sum(total), 0) FROM totals")
+	if got := count(t, db, "SELECT coalesce(sum(total), 0) FROM totals"); got != want {
+		t.Errorf("total %d after %s, want %d", got, after, want)
+	}
 }
 
 func totalsDB(t *testing.T) *sql.DB {
@@ -56,9 +59,7 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := total(t, db); got != 5 {
-		t.Errorf("total %d after the same message twice, want 5", got)
-	}
+	wantTotal(t, db, 5, "the same message twice")
 
 	// A handler that fails after its effect: rolled back, a nack.
 	fail := errors.New("the ledger is closed")
@@ -80,16 +81,12 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 	if err := hf(ctx, m2); !errors.Is(err, fail) {
 		t.Fatalf("a failed handler = %v, want its error (a nack)", err)
 	}
-	if got := total(t, db); got != 5 {
-		t.Errorf("total %d after a failed handler, want 5 (rolled back)", got)
-	}
+	wantTotal(t, db, 5, "a failed handler (rolled back)")
 	failing = false
 	if err := hf(ctx, m2); err != nil {
 		t.Fatal(err)
 	}
-	if got := total(t, db); got != 12 {
-		t.Errorf("total %d after the failed message came again, want 12", got)
-	}
+	wantTotal(t, db, 12, "the failed message came again")
 
 	audit, err := Idempotent(db, addToOrder, IdempotentConfig{Scope: "audit"})
 	if err != nil {
@@ -98,9 +95,7 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 	if err := audit(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if got := total(t, db); got != 17 {
-		t.Errorf("total %d after another scope handled the first message, want 17", got)
-	}
+	wantTotal(t, db, 17, "another scope handled the first message")
 }
 
 func TestIdempotentConfig(t *testing.T) {
@@ -150,9 +145,7 @@ func TestCleanProcessed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := total(t, db); got != 3 {
-		t.Errorf("total %d, want 3: the cleaned id applied again, the kept one not", got)
-	}
+	wantTotal(t, db, 3, "the cleaned id was applied again, the kept one not")
 }
 
 // End to end: a message sent through an outbox and delivered twice (the
@@ -191,9 +184,7 @@ func TestIdempotentSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	await.True(t, 20*time.Second, "the second delivery", func() bool { return deliveries.Load() >= 2 })
-	if got := total(t, db); got != 9 {
-		t.Errorf("total %d after two deliveries, want 9", got)
-	}
+	wantTotal(t, db, 9, "two deliveries")
 }
 
 // A delayed message sent through the outbox arrives not before its time.

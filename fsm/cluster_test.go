@@ -491,26 +491,11 @@ func (c *clusterT) running() []*clusterNode {
 	return out
 }
 
-// clusterWaitFor polls cond every few milliseconds until it holds, and
-// fails the test after timeout.
-func clusterWaitFor(t *testing.T, timeout time.Duration, what func() string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what())
-		}
-		<-tick.C
-	}
-}
-
 // waitLeader waits until a running node is leader (want, if not nil) and
 // records it.
 func (c *clusterT) waitLeader(t *testing.T, want *clusterNode) {
 	t.Helper()
-	clusterWaitFor(t, clusterWaitTimeout, func() string { return "a leader" }, func() bool {
+	await.True(t, clusterWaitTimeout, "a leader", func() bool {
 		c.leader = nil
 		for _, n := range c.running() {
 			if n.raft.State() == raft.Leader && (want == nil || n == want) {
@@ -555,8 +540,13 @@ func (c *clusterT) waitApplied(t *testing.T, nodes ...*clusterNode) {
 	t.Helper()
 	want := c.leader.fsm.Applied()
 	var state []string
-	what := func() string { return fmt.Sprintf("every node to apply index %d: %s", want, strings.Join(state, ", ")) }
-	clusterWaitFor(t, clusterWaitTimeout, what, func() bool {
+	done := false
+	defer func() { // where each node was, when the wait below failed
+		if !done {
+			t.Logf("applied: %s", strings.Join(state, ", "))
+		}
+	}()
+	await.True(t, clusterWaitTimeout, fmt.Sprintf("every node to apply index %d", want), func() bool {
 		state = state[:0]
 		ok := true
 		for _, n := range nodes {
@@ -565,6 +555,7 @@ func (c *clusterT) waitApplied(t *testing.T, nodes ...*clusterNode) {
 		}
 		return ok
 	})
+	done = true
 }
 
 // apply runs cmd through Raft on node n and returns the FSM's response.

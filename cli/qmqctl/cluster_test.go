@@ -35,8 +35,9 @@ func startCluster(t *testing.T) string {
 	}
 	defer a.Close()
 	var c *qmq.Cluster
-	defer func() { // the last answer, when the wait below fails
-		if t.Failed() {
+	done := false
+	defer func() { // the last answer, when the wait below failed
+		if !done {
 			t.Logf("the cluster as last seen: %+v %v", c, err)
 		}
 	}()
@@ -54,5 +55,6 @@ func startCluster(t *testing.T) string {
 		}
 		return ready == 2
 	})
+	done = true
 	return m.ClientAddr()
 }

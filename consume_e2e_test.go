@@ -56,6 +56,21 @@ func pullUntil(ctx context.Context, t *testing.T, c *qmq.Puller, last string) []
 	return nil
 }
 
+// pullN pulls with c until n messages have come, and returns them.
+func pullN(ctx context.Context, t *testing.T, c *qmq.Puller, n int, what string) []*qmq.Message {
+	t.Helper()
+	var got []*qmq.Message
+	await.True(t, 20*time.Second, what, func() bool {
+		msgs, err := c.Pull(ctx, 10, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, msgs...)
+		return len(got) == n
+	})
+	return got
+}
+
 func newPuller(t *testing.T, n *server.Node, subject, group string, opts ...qmq.PullerOption) *qmq.Puller {
 	t.Helper()
 	c, err := qmq.NewPuller(n.ClientAddr(), subject, group, opts...)
@@ -138,15 +153,7 @@ func TestAtMostOnceIsNeverRedelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []*qmq.Message
-	await.True(t, 20*time.Second, "the three messages", func() bool {
-		msgs, err := a.Pull(ctx, 10, 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, msgs...)
-		return len(got) == 3
-	})
+	got := pullN(ctx, t, a, 3, "the three messages")
 	if err := a.Ack(ctx, got...); err != nil {
 		t.Fatalf("ack of messages pulled at most once (nothing to send): %v", err)
 	}
@@ -293,15 +300,7 @@ func TestInProgressHoldsOffTheAckWait(t *testing.T) {
 		AckWait: &wait, Start: transport.StartEarliest}, nil)
 	sendJobs(ctx, t, p, 1)
 	a := newPuller(t, n, "jobs", "workers")
-	var held []*qmq.Message
-	await.True(t, 20*time.Second, "the message", func() bool {
-		msgs, err := a.Pull(ctx, 10, 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, msgs...)
-		return len(held) == 1
-	})
+	held := pullN(ctx, t, a, 1, "the message")
 	b := newPuller(t, n, "jobs", "workers")
 	// Three ack waits of work, extended twice per ack wait: without the
 	// extensions the message goes to b within two.
@@ -315,15 +314,7 @@ func TestInProgressHoldsOffTheAckWait(t *testing.T) {
 			t.Fatalf("while extended, another consumer pulled %d messages (%v)", len(msgs), err)
 		}
 	}
-	var again []*qmq.Message
-	await.True(t, 20*time.Second, "the message at the other consumer", func() bool {
-		msgs, err := b.Pull(ctx, 10, 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		again = append(again, msgs...)
-		return len(again) == 1
-	})
+	again := pullN(ctx, t, b, 1, "the message at the other consumer")
 	if now := time.Now(); now.Before(extended.Add(wait)) || again[0].Deliveries() != 2 {
 		t.Fatalf("handed again %s after the last extension (delivery %d), want an ack wait (%s) at least, delivery 2",
 			now.Sub(extended), again[0].Deliveries(), wait)

@@ -10,18 +10,16 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 )
 
-// TestDelayedMessagesAreNeverEarly sends messages due over the next two
-// seconds beside ordinary ones, and checks that every one arrives, none
-// before its delivery time; it logs how late they were.
 // brokerAndProducer starts a one-node group (tweaked) with a producer for
 // it, and a context for the test's sends.
 func brokerAndProducer(t *testing.T, tweak func(*server.Config)) (*server.Node, *qmq.Producer, context.Context) {
 	t.Helper()
-	n := startBroker(t, tweak)
+	n := testcluster.Broker(t, tweak)
 	p, err := qmq.NewProducer(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +30,9 @@ func brokerAndProducer(t *testing.T, tweak func(*server.Config)) (*server.Node, 
 	return n, p, ctx
 }
 
+// TestDelayedMessagesAreNeverEarly sends messages due over the next two
+// seconds beside ordinary ones, and checks that every one arrives, none
+// before its delivery time; it logs how late they were.
 func TestDelayedMessagesAreNeverEarly(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	due := map[string]time.Time{}

@@ -2,64 +2,17 @@ package qmq_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/server"
 )
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-// testLogger routes a node's warnings and errors through t.Log.
-func testLogger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startBroker starts a one-node broker group and waits until it leads.
-func startBroker(t *testing.T, tweak func(*server.Config)) *server.Node {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
-	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
-	cfg.SetElectionTimeout(300 * time.Millisecond)
-	cfg.Logger = testLogger(t)
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for n.Status().State != "Leader" || n.Status().LeaderAddr == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("broker never became leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return n
-}
-
 func TestSendAndSubscribe(t *testing.T) {
-	n := startBroker(t, nil)
+	n := testcluster.Broker(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -148,7 +101,7 @@ func TestSendAndSubscribe(t *testing.T) {
 }
 
 func TestPullerAckAndReclaim(t *testing.T) {
-	n := startBroker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
+	n := testcluster.Broker(t, func(c *server.Config) { c.SessionTimeout = 300 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := qmq.NewProducer(n.ClientAddr())
@@ -203,7 +156,7 @@ func ids(msgs []*qmq.Message) []string {
 // Messages near the size limit, sent together, must not make a request or
 // a pull reply exceed the frame limit.
 func TestLargeMessagesTravelInBoundedFrames(t *testing.T) {
-	n := startBroker(t, nil)
+	n := testcluster.Broker(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p, err := qmq.NewProducer(n.ClientAddr())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
@@ -114,7 +115,7 @@ func deliverAtOf(m *qmq.Message) int64 {
 // The SDK refuses pull settings the broker would refuse on every pull
 // (a Subscription with them used to receive nothing, for ever).
 func TestPullSettingsWithinLimits(t *testing.T) {
-	n := startBroker(t, nil)
+	n := testcluster.Broker(t, nil)
 	h := func(context.Context, *qmq.Message) error { return nil }
 	for _, opt := range []qmq.SubscribeOption{qmq.WithPullBatch(limits.MaxPullMessages + 1), qmq.WithPullWait(limits.MaxPullWait + time.Millisecond)} {
 		if sub, err := qmq.Subscribe(n.ClientAddr(), "s", "g", h, opt); err == nil {

@@ -54,6 +54,19 @@ func deadLetters(t *testing.T, n *server.Node, subject, group string) transport.
 	return page
 }
 
+// subscribeJobs subscribes h to subject "jobs" as group "workers",
+// pulling with a 200 ms wait and logging nothing, and stops the
+// subscription when the test ends.
+func subscribeJobs(t *testing.T, n *server.Node, h qmq.Handler, opts ...qmq.SubscribeOption) {
+	t.Helper()
+	opts = append([]qmq.SubscribeOption{qmq.WithPullWait(200 * time.Millisecond), qmq.WithLogger(nil)}, opts...)
+	sub, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Stop)
+}
+
 // deliveryLog records each delivery a handler sees: the message, its
 // delivery count and when.
 type deliveryLog struct {
@@ -93,36 +106,27 @@ func (l *deliveryLog) of(id string) []delivery {
 func TestHandlerErrorBringsTheMessageBackAfterTheGroupBackoff(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	setRetries(t, n, "jobs", "workers", 100*time.Millisecond, 100)
-	poison, flaky, fine := p.GenerateMessage("jobs"), p.GenerateMessage("jobs"), p.GenerateMessage("jobs")
-	for _, m := range []*qmq.Message{poison, flaky, fine} {
-		if err := p.SendMessage(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	poison, flaky, fine := sendTagged(ctx, t, p, "jobs"), sendTagged(ctx, t, p, "jobs"), sendTagged(ctx, t, p, "jobs")
 	var log deliveryLog
-	sub, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", func(_ context.Context, m *qmq.Message) error {
+	subscribeJobs(t, n, func(_ context.Context, m *qmq.Message) error {
 		log.add(m)
 		switch {
-		case m.ID() == poison.ID():
+		case m.ID() == poison:
 			return errors.New("poison")
-		case m.ID() == flaky.ID() && m.Deliveries() == 1:
+		case m.ID() == flaky && m.Deliveries() == 1:
 			return errors.New("not yet")
 		}
 		return nil
-	}, qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond), qmq.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Stop()
+	}, qmq.WithWorkers(1))
 	await.True(t, 20*time.Second, "the flaky message handled on its second delivery, the fine one on its first, the poison one a third time", func() bool {
-		return len(log.of(flaky.ID())) == 2 && len(log.of(fine.ID())) == 1 && len(log.of(poison.ID())) >= 3
+		return len(log.of(flaky)) == 2 && len(log.of(fine)) == 1 && len(log.of(poison)) >= 3
 	})
-	for i, d := range log.of(flaky.ID()) {
+	for i, d := range log.of(flaky) {
 		if d.deliveries != i+1 {
 			t.Errorf("the flaky message's delivery %d says Deliveries %d", i+1, d.deliveries)
 		}
 	}
-	for i, d := range log.of(poison.ID()) {
+	for i, d := range log.of(poison) {
 		if d.deliveries != i+1 {
 			t.Errorf("the poison message's delivery %d says Deliveries %d", i+1, d.deliveries)
 		}
@@ -135,15 +139,12 @@ func TestHandlerErrorBringsTheMessageBackAfterTheGroupBackoff(t *testing.T) {
 func TestRetryAfterIsNeverEarly(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	setRetries(t, n, "jobs", "workers", time.Minute, 100)
-	m := p.GenerateMessage("jobs")
-	if err := p.SendMessage(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	id := sendTagged(ctx, t, p, "jobs")
 	const after = 700 * time.Millisecond
 	var log deliveryLog
 	var mu sync.Mutex
 	var nackedAt time.Time
-	sub, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", func(_ context.Context, m *qmq.Message) error {
+	subscribeJobs(t, n, func(_ context.Context, m *qmq.Message) error {
 		log.add(m)
 		if m.Deliveries() > 1 {
 			return nil
@@ -152,15 +153,11 @@ func TestRetryAfterIsNeverEarly(t *testing.T) {
 		defer mu.Unlock()
 		nackedAt = time.Now()
 		return fmt.Errorf("downstream busy: %w", qmq.RetryAfter(after))
-	}, qmq.WithPullWait(200*time.Millisecond), qmq.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Stop()
-	await.True(t, 20*time.Second, "the message again", func() bool { return len(log.of(m.ID())) == 2 })
+	})
+	await.True(t, 20*time.Second, "the message again", func() bool { return len(log.of(id)) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
-	if again := log.of(m.ID())[1]; again.at.Before(nackedAt.Add(after)) || again.deliveries != 2 {
+	if again := log.of(id)[1]; again.at.Before(nackedAt.Add(after)) || again.deliveries != 2 {
 		t.Fatalf("the message came back %s after its nack (delivery %d), want no sooner than %s, delivery 2",
 			again.at.Sub(nackedAt), again.deliveries, after)
 	}
@@ -177,15 +174,7 @@ func TestPullerNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var got []*qmq.Message
-	await.True(t, 20*time.Second, "both messages", func() bool {
-		more, err := c.Pull(ctx, 10, 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, more...)
-		return len(got) == 2
-	})
+	got := pullN(ctx, t, c, 2, "both messages")
 	at := time.Now().Add(600 * time.Millisecond)
 	if err := c.Nack(ctx, qmq.RetryAt(at), got[0]); err != nil {
 		t.Fatal(err)
@@ -220,25 +209,18 @@ func TestPullerNack(t *testing.T) {
 func TestDeadLetterAfterMaxDeliveries(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	setRetries(t, n, "jobs", "workers", 0, 2)
-	m := p.GenerateMessage("jobs")
-	if err := p.SendMessage(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	id := sendTagged(ctx, t, p, "jobs")
 	var log deliveryLog
-	sub, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", func(_ context.Context, m *qmq.Message) error {
+	subscribeJobs(t, n, func(_ context.Context, m *qmq.Message) error {
 		log.add(m)
 		return errors.New("always fails")
-	}, qmq.WithPullWait(200*time.Millisecond), qmq.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Stop()
+	})
 	await.True(t, 20*time.Second, "a dead letter", func() bool { return deadLetters(t, n, "jobs", "workers").Total == 1 })
 	page := deadLetters(t, n, "jobs", "workers")
-	if l := page.Letters[0]; l.ID != m.ID() || l.Deliveries != 2 {
-		t.Fatalf("dead letter %+v, want %s after 2 deliveries", l, m.ID())
+	if l := page.Letters[0]; l.ID != id || l.Deliveries != 2 {
+		t.Fatalf("dead letter %+v, want %s after 2 deliveries", l, id)
 	}
-	if seen := log.of(m.ID()); len(seen) != 2 || seen[1].deliveries != 2 {
+	if seen := log.of(id); len(seen) != 2 || seen[1].deliveries != 2 {
 		t.Fatalf("the handler saw %+v, want deliveries 1 and 2", seen)
 	}
 }

@@ -2,29 +2,27 @@ package qmq_test
 
 import (
 	"context"
-	"github.com/qmqgo/qmq/internal/await"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// startMeta starts a one-node metaserver group.
 // startTwoGroups starts a metaserver and two one-node broker groups, g1
 // and g2, registered with it and led, and an Admin of the cluster (closed
 // when the test ends).
 func startTwoGroups(t *testing.T) (*server.MetaNode, map[string]*server.Node, *qmq.Admin) {
 	t.Helper()
-	m := startMeta(t, nil)
+	m := testcluster.Meta(t, nil)
 	groups := map[string]*server.Node{}
 	for _, g := range []string{"g1", "g2"} {
-		groups[g] = startBroker(t, func(c *server.Config) {
-			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
-		})
+		groups[g] = testcluster.Broker(t, testcluster.Registered(g, m.ClientAddr()))
 	}
 	admin, err := qmq.NewAdmin(m.ClientAddr())
 	if err != nil {
@@ -38,24 +36,6 @@ func startTwoGroups(t *testing.T) (*server.MetaNode, map[string]*server.Node, *q
 		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
 	})
 	return m, groups, admin
-}
-
-func startMeta(t *testing.T, tweak func(*server.MetaConfig)) *server.MetaNode {
-	t.Helper()
-	cfg := server.DefaultMetaConfig()
-	cfg.ID, cfg.DataDir, cfg.Bootstrap = "m1", t.TempDir(), true
-	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", freeAddr(t)
-	cfg.SetElectionTimeout(300 * time.Millisecond)
-	cfg.Logger = testLogger(t)
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	m, err := server.NewMeta(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
 }
 
 // drained reports how far a broker group's consume log of subject reaches
@@ -142,14 +122,10 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 	}
 	defer conn.Close()
 	probe := (&transport.SendRequest{Messages: []*logs.Message{{ID: "probe", Subject: "probe"}}}).Encode()
-	for {
-		if _, err := conn.Call(ctx, transport.TypeSend, probe); transport.CodeOf(err) == transport.ReadOnly {
-			break
-		} else if ctx.Err() != nil {
-			t.Fatal("g2 never became readonly")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.True(t, 30*time.Second, "g2 to become readonly", func() bool {
+		_, err := conn.Call(ctx, transport.TypeSend, probe)
+		return transport.CodeOf(err) == transport.ReadOnly
+	})
 	heldBefore, _ := drained(groups["g2"], "orders")
 	for id := range sendAll(t, p, "orders", 200) {
 		sent[id] = true
@@ -187,12 +163,10 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 // whole, sends wait on it only until the metaserver marks it unavailable,
 // then go to the subject's other group; none fails.
 func TestProducerMovesOffADeadGroup(t *testing.T) {
-	m := startMeta(t, func(c *server.MetaConfig) { c.GroupTimeout = time.Second })
+	m := testcluster.Meta(t, func(c *server.MetaConfig) { c.GroupTimeout = time.Second })
 	groups := map[string]*server.Node{}
 	for _, g := range []string{"g1", "g2"} {
-		groups[g] = startBroker(t, func(c *server.Config) {
-			c.Group, c.Meta, c.MetaHeartbeat = g, []string{m.ClientAddr()}, 100*time.Millisecond
-		})
+		groups[g] = testcluster.Broker(t, testcluster.Registered(g, m.ClientAddr()))
 	}
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
@@ -213,7 +187,7 @@ func TestProducerMovesOffADeadGroup(t *testing.T) {
 // TestPullerWithoutWait: a pull that waits for nothing still returns what
 // is ready, and a Puller acks only what it pulled itself.
 func TestPullerWithoutWait(t *testing.T) {
-	n := startBroker(t, nil)
+	n := testcluster.Broker(t, nil)
 	p, err := qmq.NewProducer(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -248,8 +222,8 @@ func TestPullerWithoutWait(t *testing.T) {
 // asked for again only briefly; while the metaserver does not answer, sends
 // go on to the broker group the cached route names.
 func TestSendsGoOnWhileTheMetaserverIsDown(t *testing.T) {
-	m := startMeta(t, nil)
-	startBroker(t, func(c *server.Config) { c.Meta = []string{m.ClientAddr()} })
+	m := testcluster.Meta(t, nil)
+	testcluster.Broker(t, func(c *server.Config) { c.Meta = []string{m.ClientAddr()} })
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)

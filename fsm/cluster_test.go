@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -349,11 +350,8 @@ func (c *clusterT) now() int64 {
 func (c *clusterT) newNode(t *testing.T, i int) *clusterNode {
 	t.Helper()
 	n := &clusterNode{id: raft.ServerID(fmt.Sprintf("node%d", i)), dir: filepath.Join(c.root, fmt.Sprintf("node%d", i))}
-	trans, err := clusterListen("127.0.0.1:0", c.logger.Named(string(n.id)))
-	if err != nil {
-		t.Fatalf("%s: listen: %v", n.id, err)
-	}
-	n.trans, n.addr = trans, trans.LocalAddr()
+	n.trans = clusterListen(t, "127.0.0.1:0", c.logger.Named(string(n.id)))
+	n.addr = n.trans.LocalAddr()
 	c.nodes = append(c.nodes, n)
 	c.base.Cleanup(func() {
 		if err := n.close(); err != nil {
@@ -365,16 +363,21 @@ func (c *clusterT) newNode(t *testing.T, i int) *clusterNode {
 
 // clusterListen opens a TCP transport on bind. Re-listening on a restarted
 // node's port can fail for a moment if the port is still held; it is
-// retried for a few seconds.
-func clusterListen(bind string, logger hclog.Logger) (*raft.NetworkTransport, error) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		trans, err := raft.NewTCPTransportWithLogger(bind, nil, 3, 2*time.Second, logger)
-		if err == nil || time.Now().After(deadline) {
-			return trans, err
+// retried for a few seconds, and the test fails with the last error.
+func clusterListen(t *testing.T, bind string, logger hclog.Logger) *raft.NetworkTransport {
+	t.Helper()
+	var trans *raft.NetworkTransport
+	var err error
+	defer func() {
+		if err != nil {
+			t.Logf("listen on %s: %v", bind, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	await.True(t, 5*time.Second, "a transport listening on "+bind, func() bool {
+		trans, err = raft.NewTCPTransportWithLogger(bind, nil, 3, 2*time.Second, logger)
+		return err == nil
+	})
+	return trans
 }
 
 func clusterRaftConfig(id raft.ServerID, logger hclog.Logger) *raft.Config {
@@ -410,9 +413,7 @@ func (c *clusterT) start(t *testing.T, n *clusterNode, bootstrap *raft.Configura
 	logger := c.logger.Named(string(n.id))
 	var err error
 	if n.trans == nil {
-		if n.trans, err = clusterListen(string(n.addr), logger); err != nil {
-			fail("listen again on %s: %v", n.addr, err)
-		}
+		n.trans = clusterListen(t, string(n.addr), logger)
 	}
 	cfg := DefaultConfig(filepath.Join(n.dir, "fsm"))
 	cfg.SegmentSize = clusterSegmentSize
@@ -490,26 +491,11 @@ func (c *clusterT) running() []*clusterNode {
 	return out
 }
 
-// clusterWaitFor polls cond every few milliseconds until it holds, and
-// fails the test after timeout.
-func clusterWaitFor(t *testing.T, timeout time.Duration, what func() string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what())
-		}
-		<-tick.C
-	}
-}
-
 // waitLeader waits until a running node is leader (want, if not nil) and
 // records it.
 func (c *clusterT) waitLeader(t *testing.T, want *clusterNode) {
 	t.Helper()
-	clusterWaitFor(t, clusterWaitTimeout, func() string { return "a leader" }, func() bool {
+	await.True(t, clusterWaitTimeout, "a leader", func() bool {
 		c.leader = nil
 		for _, n := range c.running() {
 			if n.raft.State() == raft.Leader && (want == nil || n == want) {
@@ -554,8 +540,13 @@ func (c *clusterT) waitApplied(t *testing.T, nodes ...*clusterNode) {
 	t.Helper()
 	want := c.leader.fsm.Applied()
 	var state []string
-	what := func() string { return fmt.Sprintf("every node to apply index %d: %s", want, strings.Join(state, ", ")) }
-	clusterWaitFor(t, clusterWaitTimeout, what, func() bool {
+	done := false
+	defer func() { // where each node was, when the wait below failed
+		if !done {
+			t.Logf("applied: %s", strings.Join(state, ", "))
+		}
+	}()
+	await.True(t, clusterWaitTimeout, fmt.Sprintf("every node to apply index %d", want), func() bool {
 		state = state[:0]
 		ok := true
 		for _, n := range nodes {
@@ -564,6 +555,7 @@ func (c *clusterT) waitApplied(t *testing.T, nodes ...*clusterNode) {
 		}
 		return ok
 	})
+	done = true
 }
 
 // apply runs cmd through Raft on node n and returns the FSM's response.

@@ -3,64 +3,17 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	_ "modernc.org/sqlite"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-func testLogger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: tWriter{t}})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// brokerConfig is a one-node broker group's config on fixed loopback
-// ports, so that it can be stopped and started again at the same
-// address.
-func brokerConfig(t *testing.T) server.Config {
-	cfg := server.DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
-	cfg.ClientAddr, cfg.RaftAddr = freeAddr(t), freeAddr(t)
-	cfg.SetElectionTimeout(300 * time.Millisecond)
-	cfg.Logger = testLogger(t)
-	return cfg
-}
-
-// startBroker starts a broker node with cfg and waits until it leads.
-func startBroker(t *testing.T, cfg server.Config) *server.Node {
-	t.Helper()
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	await.True(t, 10*time.Second, "the broker to lead", func() bool {
-		return n.Status().State == "Leader" && n.Status().LeaderAddr != ""
-	})
-	return n
-}
 
 func newProducer(t *testing.T, addr string, opts ...qmq.ProducerOption) *qmq.Producer {
 	t.Helper()
@@ -92,7 +45,7 @@ func tempDB(t *testing.T) *sql.DB { return openDB(t, filepath.Join(t.TempDir(), 
 func newOutbox(t *testing.T, db *sql.DB, s Sender, cfg Config) *Outbox {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = testcluster.Logger(t)
 	}
 	ob, err := New(db, s, cfg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 // addToOrder is a handler whose effect shows how often it was applied: it
@@ -24,9 +25,12 @@ func addToOrder(ctx context.Context, tx *sql.Tx, m *qmq.Message) error {
 	return err
 }
 
-func total(t *testing.T, db *sql.DB) int {
+// wantTotal checks that order 1's total is want after what happened.
+func wantTotal(t *testing.T, db *sql.DB, want int, after string) {
 	t.Helper()
-	return count(t, db, "SELECT coalesce(sum(total), 0) FROM totals")
+	if got := count(t, db, "SELECT coalesce(sum(total), 0) FROM totals"); got != want {
+		t.Errorf("total %d after %s, want %d", got, after, want)
+	}
 }
 
 func totalsDB(t *testing.T) *sql.DB {
@@ -55,9 +59,7 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := total(t, db); got != 5 {
-		t.Errorf("total %d after the same message twice, want 5", got)
-	}
+	wantTotal(t, db, 5, "the same message twice")
 
 	// A handler that fails after its effect: rolled back, a nack.
 	fail := errors.New("the ledger is closed")
@@ -79,16 +81,12 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 	if err := hf(ctx, m2); !errors.Is(err, fail) {
 		t.Fatalf("a failed handler = %v, want its error (a nack)", err)
 	}
-	if got := total(t, db); got != 5 {
-		t.Errorf("total %d after a failed handler, want 5 (rolled back)", got)
-	}
+	wantTotal(t, db, 5, "a failed handler (rolled back)")
 	failing = false
 	if err := hf(ctx, m2); err != nil {
 		t.Fatal(err)
 	}
-	if got := total(t, db); got != 12 {
-		t.Errorf("total %d after the failed message came again, want 12", got)
-	}
+	wantTotal(t, db, 12, "the failed message came again")
 
 	audit, err := Idempotent(db, addToOrder, IdempotentConfig{Scope: "audit"})
 	if err != nil {
@@ -97,9 +95,7 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 	if err := audit(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if got := total(t, db); got != 17 {
-		t.Errorf("total %d after another scope handled the first message, want 17", got)
-	}
+	wantTotal(t, db, 17, "another scope handled the first message")
 }
 
 func TestIdempotentConfig(t *testing.T) {
@@ -149,16 +145,14 @@ func TestCleanProcessed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := total(t, db); got != 3 {
-		t.Errorf("total %d, want 3: the cleaned id applied again, the kept one not", got)
-	}
+	wantTotal(t, db, 3, "the cleaned id was applied again, the kept one not")
 }
 
 // End to end: a message sent through an outbox and delivered twice (the
 // first delivery's ack is lost after the handler committed: a nack here)
 // is applied once.
 func TestIdempotentSubscription(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	db := totalsDB(t)
 	p := newProducer(t, n.ClientAddr())
 	ob := newOutbox(t, db, p, Config{})
@@ -190,14 +184,12 @@ func TestIdempotentSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	await.True(t, 20*time.Second, "the second delivery", func() bool { return deliveries.Load() >= 2 })
-	if got := total(t, db); got != 9 {
-		t.Errorf("total %d after two deliveries, want 9", got)
-	}
+	wantTotal(t, db, 9, "two deliveries")
 }
 
 // A delayed message sent through the outbox arrives not before its time.
 func TestDelayedThroughOutbox(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	db := tempDB(t)
 	p := newProducer(t, n.ClientAddr())
 	ob := newOutbox(t, db, p, Config{})

@@ -9,13 +9,14 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/internal/testmsg"
 )
 
 // A commit sends its messages and deletes their rows; each is stored once
 // with the id it had in the outbox, routed as a chosen id.
 func TestCommitSendsAndDeletes(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	db := tempDB(t)
 	rec := newRecorder(newProducer(t, n.ClientAddr()))
 	ob := newOutbox(t, db, rec, Config{})

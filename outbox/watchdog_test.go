@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -10,7 +11,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 // fastWatchdog is a watchdog config for tests: short periods, a lease
@@ -39,11 +40,22 @@ func sendIn(t *testing.T, ob *Outbox, p *qmq.Producer, subject string, n int) []
 	return ids
 }
 
+// downOutbox returns an outbox on db whose every send fails, as if the
+// broker were down: what is sent through it is left in rows for a
+// watchdog. The producer only makes messages (nothing listens at its
+// address).
+func downOutbox(t *testing.T, db *sql.DB) (*Outbox, *qmq.Producer) {
+	t.Helper()
+	writer := newRecorder(nil)
+	writer.down.Store(true)
+	return newOutbox(t, db, writer, Config{}), newProducer(t, "127.0.0.1:1")
+}
+
 // Rows left behind by a process that died are resent by the watchdog with
 // their ids: those whose first send was stored (its answer lost) are
 // answered as duplicates, and every message is stored once.
 func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
-	n := startBroker(t, brokerConfig(t))
+	n := testcluster.Broker(t, nil)
 	path := filepath.Join(t.TempDir(), "app.db")
 	p := newProducer(t, n.ClientAddr())
 
@@ -89,8 +101,9 @@ func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
 // With the broker down, a committed message's row waits; when the broker
 // is back, the watchdog sends it.
 func TestBrokerDownThenBack(t *testing.T) {
-	cfg := brokerConfig(t)
-	n := startBroker(t, cfg)
+	cfg := testcluster.BrokerConfig(t)
+	cfg.ClientAddr = testcluster.Addr(t) // the same address after the restart
+	n := testcluster.StartBroker(t, cfg)
 	db := tempDB(t)
 	p := newProducer(t, n.ClientAddr(), qmq.WithSendTimeout(time.Second))
 	conf := fastWatchdog
@@ -112,11 +125,7 @@ func TestBrokerDownThenBack(t *testing.T) {
 	if left := rowsLeft(t, db); left != 2 {
 		t.Fatalf("%d rows after a failed sweep, want 2", left)
 	}
-	n2, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n2.Close() })
+	n2 := testcluster.StartBroker(t, cfg)
 	await.True(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return rowsLeft(t, db) == 0 })
 	got := pullAll(t, n2.ClientAddr(), "orders", "audit", 2)
 	for _, id := range ids {
@@ -130,10 +139,7 @@ func TestBrokerDownThenBack(t *testing.T) {
 // other never does; when the holder stops, the other takes over.
 func TestTwoWatchdogsOneLease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	p := newProducer(t, "127.0.0.1:1")
-	writer := newRecorder(nil)
-	writer.down.Store(true)
-	obw := newOutbox(t, openDB(t, path), writer, Config{})
+	obw, p := downOutbox(t, openDB(t, path))
 
 	a, b := newRecorder(nil), newRecorder(nil)
 	cfgA, cfgB := fastWatchdog, fastWatchdog
@@ -185,10 +191,8 @@ func TestTwoWatchdogsOneLease(t *testing.T) {
 // has expired.
 func TestLeaseExpires(t *testing.T) {
 	db := tempDB(t)
-	p := newProducer(t, "127.0.0.1:1")
-	writer := newRecorder(nil)
-	writer.down.Store(true)
-	sendIn(t, newOutbox(t, db, writer, Config{}), p, "orders", 3)
+	obw, p := downOutbox(t, db)
+	sendIn(t, obw, p, "orders", 3)
 
 	rec := newRecorder(nil)
 	ob := newOutbox(t, db, rec, fastWatchdog)
@@ -200,6 +204,8 @@ func TestLeaseExpires(t *testing.T) {
 	await.True(t, 10*time.Second, "the rows to be old enough", func() bool {
 		return count(t, db, "SELECT count(*) FROM qmq_outbox WHERE created_at <= ?", time.Now().Add(-fastWatchdog.Grace).UnixMilli()) == 3
 	})
+	// Sweeps through the lease's life, each refused: the time to the expiry
+	// is what is under test, so it is slept through, not awaited.
 	for time.Now().Before(expires.Add(-100 * time.Millisecond)) {
 		if _, err := ob.Sweep(ctx); !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("a sweep while another owner's lease is live = %v, want ErrLeaseHeld", err)
@@ -222,10 +228,8 @@ func TestLeaseExpires(t *testing.T) {
 // their commit.
 func TestSweepLeavesYoungRows(t *testing.T) {
 	db := tempDB(t)
-	p := newProducer(t, "127.0.0.1:1")
-	writer := newRecorder(nil)
-	writer.down.Store(true)
-	sendIn(t, newOutbox(t, db, writer, Config{}), p, "orders", 2)
+	obw, p := downOutbox(t, db)
+	sendIn(t, obw, p, "orders", 2)
 	rec := newRecorder(nil)
 	ob := newOutbox(t, db, rec, Config{}) // Grace 30 s
 	if n, err := ob.Sweep(context.Background()); err != nil || n != 0 || rec.total() != 0 {
@@ -237,10 +241,7 @@ func TestSweepLeavesYoungRows(t *testing.T) {
 // are resent.
 func TestSweepSkipsBadRows(t *testing.T) {
 	db := tempDB(t)
-	p := newProducer(t, "127.0.0.1:1")
-	writer := newRecorder(nil)
-	writer.down.Store(true)
-	ob0 := newOutbox(t, db, writer, Config{})
+	ob0, p := downOutbox(t, db)
 	if _, err := db.Exec("INSERT INTO qmq_outbox (id, subject, payload, deliver_at, created_at) VALUES ('bad', 'orders', x'00ff', 0, 0)"); err != nil {
 		t.Fatal(err)
 	}

@@ -28,35 +28,17 @@ func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient,
 	if _, err := gc.Call(ctx, transport.TypeSetGroup, set); err != nil {
 		t.Fatal(err)
 	}
-	for i := range n {
-		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
-		for _, f := range mutate {
-			f(m)
-		}
-		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for got, from, epoch := 0, int64(0), uint64(0); got < n; {
-		req := &transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Wait: time.Second, From: from, Epoch: epoch}
-		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := transport.DecodePullResponse(body)
-		if err != nil {
-			t.Fatal(err)
-		}
+	sendBlobs(t, ctx, gc, n, size, mutate...)
+	req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Wait: time.Second}
+	pullEach(t, ctx, gc, req, n, func(_ int, resp *transport.PullResponse) {
 		for _, m := range resp.Messages {
 			nack := &transport.NackRequest{Subject: "blobs", Group: "g", Consumer: "c", Epoch: resp.Epoch,
 				Ranges: []transport.AckRange{{First: m.PullSeq, Last: m.PullSeq}}}
 			if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 				t.Fatal(err)
 			}
-			from, epoch = m.PullSeq+1, resp.Epoch
-			got++
 		}
-	}
+	})
 }
 
 // A page of dead letters names each one's message by id, tags and size,

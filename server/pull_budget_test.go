@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"runtime"
 	"testing"
@@ -19,33 +18,17 @@ import (
 // and the rest come with the next pulls.
 func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 	n := startNode(t, "n1", true, func(c *Config) { c.ClientLimits.Memory = 3 << 20 })
-	waitFor(t, 10*time.Second, "leadership", func() bool { return n.Status().State == "Leader" })
+	waitLeader(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
-	for i := range 8 {
-		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, 1<<20)}
-		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, from, epoch := 0, int64(0), uint64(0)
-	for pulls := 0; got < 8; pulls++ {
-		req := &transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 8, Wait: time.Second, From: from, Epoch: epoch, Start: transport.StartEarliest}
-		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := transport.DecodePullResponse(body)
-		if err != nil {
-			t.Fatal(err)
-		}
+	sendBlobs(t, ctx, gc, 8, 1<<20)
+	req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 8, Wait: time.Second, Start: transport.StartEarliest}
+	pullEach(t, ctx, gc, req, 8, func(pull int, resp *transport.PullResponse) {
 		if len(resp.Messages) == 0 || len(resp.Messages) > 2 {
-			t.Fatalf("pull %d carried %d messages of 1 MiB; the budget holds 3 MiB", pulls, len(resp.Messages))
+			t.Fatalf("pull %d carried %d messages of 1 MiB; the budget holds 3 MiB", pull, len(resp.Messages))
 		}
-		got += len(resp.Messages)
-		from, epoch = resp.Messages[len(resp.Messages)-1].PullSeq+1, resp.Epoch
-	}
+	})
 }
 
 // A pull takes its message's bytes from the budget before it reads the

@@ -3,52 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
-
-// startBroker starts a one-node broker group in-process and returns its
-// client address once it leads.
-func startBroker(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftAddr := l.Addr().String()
-	l.Close()
-	cfg := server.DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", t.TempDir(), true
-	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", raftAddr
-	cfg.SetElectionTimeout(300 * time.Millisecond)
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for n.Status().State != "Leader" {
-		if time.Now().After(deadline) {
-			t.Fatal("broker never became leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return n.ClientAddr()
-}
 
 func TestBenchProduceThenConsume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker")
 	}
-	addr := startBroker(t)
+	addr := testcluster.Broker(t, nil).ClientAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	subjects := []string{"bench-0", "bench-1"}
@@ -108,7 +74,7 @@ func TestBenchProduceThenConsume(t *testing.T) {
 // Tagged production with tag-filtered consumption, and a fraction of the
 // messages failed once: every message is finished, each once.
 func TestBenchTagsAndNacks(t *testing.T) {
-	addr := startBroker(t)
+	addr := testcluster.Broker(t, nil).ClientAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var errs bytes.Buffer
@@ -140,12 +106,7 @@ func TestBenchTagsAndNacks(t *testing.T) {
 
 func TestBenchProduceReportsFailures(t *testing.T) {
 	// Nothing listens on the address: every send fails within its timeout.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testcluster.Addr(t)
 	var errs bytes.Buffer
 	sum, err := runProduce(context.Background(), produceConfig{server: addr, subjects: []string{"s"}, size: 1, count: 20,
 		inflight: 10, producers: 1, batch: 10, requests: 1, timeout: 300 * time.Millisecond, errOut: &errs})
@@ -164,7 +125,7 @@ func TestBenchProduceReportsFailures(t *testing.T) {
 // consumer counts them as delayed, none early, with latency from their
 // delivery time.
 func TestBenchDelayed(t *testing.T) {
-	addr := startBroker(t)
+	addr := testcluster.Broker(t, nil).ClientAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var errs bytes.Buffer

@@ -4,13 +4,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 // TestConsumerGroupBadFlags: every bad value is refused with a clear error
 // before anything is sent (nothing listens at the server address, so an
 // error that names the flag came before any connection).
 func TestConsumerGroupBadFlags(t *testing.T) {
-	dead := freeAddr(t)
+	dead := testcluster.Addr(t)
 	g := []string{"--subject", "orders", "--group", "billing"}
 	set := slices.Clip(append([]string{"group", "set"}, g...))
 	reset := slices.Clip(append([]string{"group", "reset"}, g...))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -245,7 +246,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 // metaserver answers the consumer-group commands as the subject's only
 // broker group.
 func TestConsumerGroupCommandsOnAStandaloneBroker(t *testing.T) {
-	addr := startBroker(t)
+	addr := testcluster.Broker(t, nil).ClientAddr()
 	mustRun(t, "--server", addr, "group", "set", "--subject", "orders", "--group", "billing", "--max-deliveries", "3")
 	var views []qmq.ConsumerGroupView
 	runJSON(t, &views, "--server", addr, "group", "list")

@@ -169,7 +169,7 @@ func TestIdempotentSubscription(t *testing.T) {
 			return qmq.RetryAfter(10 * time.Millisecond) // the effect is committed, the ack lost
 		}
 		return nil
-	}, qmq.StartAt(qmq.Earliest))
+	}, qmq.StartAt(qmq.Earliest), qmq.WithPullWait(500*time.Millisecond)) // Close need not wait out a long poll
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // a replica waits before applying), so that consumers are still served
 // (pulls and acks write little) and delayed messages still fire. Sends are
 // taken again as soon as space returns. A replica whose apply waits for
-// space while it leads hands leadership to another voter, whose disk may
+// space while it leads, or a leader whose disk is under the state
+// machine's reserve, hands leadership to another voter, whose disk may
 // have room: a leader that cannot apply holds the whole group up. A write
 // that fails anyway stops the node (fail-stop, see fsm/diskspace.go).
 
@@ -74,6 +76,27 @@ func (n *Node) handOver(why string) {
 			n.log.Warn("handing leadership over", "error", err)
 		}
 	}()
+}
+
+// starvedHandOverEvery bounds how often a leader short of the space to
+// apply hands leadership over: when every voter is short, leadership
+// moves among them at this pace, not at every upkeep round.
+const starvedHandOverEvery = 10 * time.Second
+
+// handOverIfStarved, on the leader, hands leadership over when its disk
+// has less free space than the state machine keeps to apply
+// (fsm.Config.DiskReserve): its next entry would wait, and with sends
+// refused (the send floor is higher) nothing else might come to make it
+// wait and hand over, leaving the group without a leader that can take
+// sends while other voters have room. last is when it last did.
+func (n *Node) handOverIfStarved(last *time.Time) {
+	_, free := n.disk.full()
+	if free >= n.cfg.FSM.DiskReserve || time.Since(*last) < starvedHandOverEvery {
+		return
+	}
+	*last = time.Now()
+	n.handOver(fmt.Sprintf("this leader's data disk has %d MiB free, under the %d MiB kept to apply entries (--disk-reserve)",
+		free>>20, n.cfg.FSM.DiskReserve>>20))
 }
 
 // storageFailed hears that the state machine stopped applying because a

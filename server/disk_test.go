@@ -80,8 +80,8 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	waitFor(t, 5*time.Second, "sends taken again", func() bool { return sendOne(ctx, conn, "after") == nil })
 }
 
-// A leader whose state machine cannot apply for want of space hands
-// leadership to a voter with room, so the group goes on taking sends; the
+// A leader whose disk is too short to apply hands leadership to a voter
+// with room, even with no entry waiting, so the group goes on taking sends; the
 // starved node catches up once space is back, and the replicas stay
 // identical.
 func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
@@ -103,8 +103,11 @@ func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
 	}
 	old := leaderOf(nodes)
 	disks[old.cfg.ID].free.Store(0) // nothing left: it cannot apply, nor take sends
+	// Nothing is sent meanwhile: a leader whose disk cannot take its next
+	// entry hands over before any entry makes it wait.
+	waitFor(t, 20*time.Second, "another leader", func() bool { return leaderOf(nodes) != nil && leaderOf(nodes) != old })
 	waitFor(t, 20*time.Second, "a send taken by another leader", func() bool {
-		return sendOne(ctx, gc, "after") == nil && leaderOf(nodes) != nil && leaderOf(nodes) != old
+		return sendOne(ctx, gc, "after") == nil && leaderOf(nodes) != old
 	})
 	if !old.Status().ApplyWaiting && old.fsm.Applied() == leaderOf(nodes).fsm.Applied() {
 		t.Log("the old leader applied everything before its disk filled")

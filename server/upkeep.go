@@ -15,7 +15,8 @@ const upkeepEvery = time.Second
 // rest wait for the next round.
 const maxOverdue = 100000
 
-// runUpkeep, on the leader, hands back to their group the messages whose
+// runUpkeep, on the leader, hands leadership over when its disk is too
+// short to apply (handOverIfStarved), hands back to their group the messages whose
 // ack wait has passed (an Expire per consumer) and forgets the groups idle
 // longer than their idle expiry (a conditional Forget), until ctx (the
 // leadership) ends. Both decisions are checked again in apply against the
@@ -24,12 +25,14 @@ const maxOverdue = 100000
 func (n *Node) runUpkeep(ctx context.Context) {
 	tick := time.NewTicker(upkeepEvery)
 	defer tick.Stop()
+	var handedOver time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		n.handOverIfStarved(&handedOver)
 		now := n.clock.now().UnixMilli()
 		for _, o := range n.fsm.Overdue(now, maxOverdue) {
 			cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, Group: o.ID.Group, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}

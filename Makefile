@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci chaos bench fuzz lint
+.PHONY: help build run test ci chaos bench fuzz lint databases
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
 # for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
@@ -16,7 +16,7 @@ SEED     ?=
 ONLY     ?=
 
 help: ## list the targets
-	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## compile every package, and qmqd and qmqctl into bin/
 	$(GO) build $(PKGS)
@@ -25,10 +25,10 @@ build: ## compile every package, and qmqd and qmqctl into bin/
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev
 
-test: ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters
+test: databases ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
+ci: lint databases ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
 chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims it at kinds of fault; prints the seed, the faults and the findings
@@ -44,6 +44,22 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+# The outbox's tests start PostgreSQL and MariaDB servers of their own, on
+# loopback ports in temporary directories, and stop them when they end
+# (internal/testdb); this only installs the programs, without starting
+# the packages' own services.
+DB_PACKAGES := postgresql mariadb-server
+databases: ## install PostgreSQL and MariaDB (Debian's packages) if missing, for the outbox's tests
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: the outbox's tests need PostgreSQL and MariaDB; install them (Debian: sudo apt-get install $(DB_PACKAGES)), or run make as root to let it"; \
+	  exit 1; \
+	fi; \
+	echo "make: installing $(DB_PACKAGES) for the outbox's tests"; \
+	noservice=; if [ ! -e /usr/sbin/policy-rc.d ]; then noservice=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DB_PACKAGES) >/dev/null; \
+	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
 
 lint: ## go vet, and fail if gofmt would change a file
 	$(GO) vet $(PKGS)

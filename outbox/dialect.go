@@ -1,6 +1,9 @@
 package outbox
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Dialect holds every piece of SQL in which the databases the outbox
 // runs on differ; everything else is plain SQL that each of them takes.
@@ -35,8 +38,38 @@ var SQLite = &Dialect{
 	TimeType:    "INTEGER",
 	Placeholder: func(int) string { return "?" },
 	InsertIgnore: func(table string, cols []string) string {
-		return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
-			strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ") ON CONFLICT DO NOTHING"
+		return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + inList(len(cols)) + " ON CONFLICT DO NOTHING"
+	},
+}
+
+// PostgreSQL is the dialect of PostgreSQL 9.5 or later, through
+// database/sql (github.com/jackc/pgx/v5/stdlib, lib/pq).
+var PostgreSQL = &Dialect{
+	Name:        "postgresql",
+	KeyType:     "TEXT",
+	BlobType:    "BYTEA",
+	TimeType:    "BIGINT",
+	Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
+	InsertIgnore: func(table string, cols []string) string {
+		return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + inList(len(cols)) + " ON CONFLICT DO NOTHING"
+	},
+}
+
+// MySQL is the dialect of MariaDB 10.5 and MySQL 8 or later
+// (github.com/go-sql-driver/mysql), with InnoDB tables. Keys compare byte
+// by byte (a binary collation): message ids differing only in case are
+// different messages.
+var MySQL = &Dialect{
+	Name:        "mysql",
+	KeyType:     "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+	BlobType:    "LONGBLOB",
+	TimeType:    "BIGINT",
+	Placeholder: func(int) string { return "?" },
+	// INSERT IGNORE would also turn a value too long for its column into a
+	// warning; every value is checked against its column before it is
+	// written, so here it only skips the duplicate key.
+	InsertIgnore: func(table string, cols []string) string {
+		return "INSERT IGNORE INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + inList(len(cols))
 	},
 }
 
@@ -67,7 +100,7 @@ func (d *Dialect) schema() []string {
 			"payload " + d.BlobType + " NOT NULL, deliver_at " + d.TimeType + " NOT NULL, created_at " + d.TimeType + " NOT NULL)",
 		"CREATE INDEX IF NOT EXISTS qmq_outbox_by_age ON qmq_outbox (created_at, id)",
 		"CREATE TABLE IF NOT EXISTS qmq_outbox_lease (name " + d.KeyType + " PRIMARY KEY, owner " + d.KeyType + " NOT NULL, " +
-			"expires_at " + d.TimeType + " NOT NULL)",
+			"expires_at " + d.TimeType + " NOT NULL, renewals " + d.TimeType + " NOT NULL)",
 	}
 }
 

@@ -7,7 +7,7 @@ func TestRebindNumbersPlaceholders(t *testing.T) {
 	if got := d.rebind("a = ? AND b IN " + inList(2)); got != "a = ? AND b IN (?, ?)" {
 		t.Errorf("sqlite rebind = %q", got)
 	}
-	d.Placeholder = func(n int) string { return "$" + string(rune('0'+n)) }
+	d.Placeholder = PostgreSQL.Placeholder
 	if got := d.rebind("a = ? AND b IN " + inList(2)); got != "a = $1 AND b IN ($2, $3)" {
 		t.Errorf("numbered rebind = %q", got)
 	}

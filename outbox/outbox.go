@@ -20,8 +20,8 @@
 // consumer's handler so that its database effects are applied once per
 // message id, whatever the number of deliveries.
 //
-// Every SQL difference between databases is in a Dialect; this version
-// has SQLite.
+// Every SQL difference between databases is in a Dialect: SQLite (the
+// default), PostgreSQL and MySQL (MariaDB and MySQL).
 package outbox
 
 import (
@@ -176,7 +176,7 @@ type outgoing struct {
 // (a *qmq.Producer), creating its tables if they do not exist. Neither db
 // nor s is closed by Close.
 //
-// With SQLite, open db with a busy timeout (modernc.org/sqlite:
+// Set cfg.Dialect to the database's. With SQLite, open db with a busy timeout (modernc.org/sqlite:
 // "?_pragma=busy_timeout(10000)"), as the outbox's deletes and the
 // watchdog write beside the application's transactions.
 func New(db *sql.DB, s Sender, cfg Config) (*Outbox, error) {

@@ -141,11 +141,14 @@ func (ob *Outbox) page(ctx context.Context, cutoff int64, after rowKey) (page, e
 func (ob *Outbox) takeLease(ctx context.Context) error {
 	now := time.Now()
 	until := now.Add(ob.cfg.LeaseTTL).UnixMilli()
-	n, err := execCount(ctx, ob.db, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ? "+
+	// renewals changes in every update, so that the rows affected count
+	// a renewal within the same millisecond on a database that counts
+	// changed rows, not matched ones (MySQL's default).
+	n, err := execCount(ctx, ob.db, ob.d.rebind("UPDATE qmq_outbox_lease SET owner = ?, expires_at = ?, renewals = renewals + 1 "+
 		"WHERE name = ? AND (owner = ? OR expires_at < ?)"), ob.cfg.Owner, until, leaseName, ob.cfg.Owner, now.UnixMilli())
 	if err == nil && n == 0 {
-		n, err = execCount(ctx, ob.db, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at"})),
-			leaseName, ob.cfg.Owner, until)
+		n, err = execCount(ctx, ob.db, ob.d.rebind(ob.d.InsertIgnore("qmq_outbox_lease", []string{"name", "owner", "expires_at", "renewals"})),
+			leaseName, ob.cfg.Owner, until, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: take lease: %w", err)

@@ -197,7 +197,7 @@ func TestLeaseExpires(t *testing.T) {
 	rec := newRecorder(nil)
 	ob := newOutbox(t, db, rec, fastWatchdog)
 	expires := time.Now().Add(time.Second)
-	if _, err := db.Exec("INSERT INTO qmq_outbox_lease (name, owner, expires_at) VALUES (?, 'dead', ?)", leaseName, expires.UnixMilli()); err != nil {
+	if _, err := db.Exec("INSERT INTO qmq_outbox_lease (name, owner, expires_at, renewals) VALUES (?, 'dead', ?, 0)", leaseName, expires.UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -304,7 +304,8 @@ func awaitPaid(ctx context.Context, db *sql.DB, runID string, want int) error {
 	defer tick.Stop()
 	for {
 		var paid int
-		err := db.QueryRowContext(ctx, "SELECT count(DISTINCT order_id) FROM payments WHERE order_id LIKE ?", runID+"-%").Scan(&paid)
+		err := db.QueryRowContext(ctx, "SELECT count(DISTINCT p.order_id) FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.id LIKE ?",
+			runID+"-%").Scan(&paid)
 		if err == nil && paid >= want {
 			return nil
 		}

@@ -1,8 +1,13 @@
 package outbox
 
 import (
+	"context"
+	"database/sql"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // Dialect holds every piece of SQL in which the databases the outbox
@@ -23,6 +28,10 @@ type Dialect struct {
 	TimeType string
 	// Placeholder returns the bind parameter numbered n (from 1).
 	Placeholder func(n int) string
+	// IndexInTable declares qmq_outbox's index in its CREATE TABLE, for a
+	// database without CREATE INDEX IF NOT EXISTS (MySQL); otherwise the
+	// index is created by its own statement.
+	IndexInTable bool
 	// InsertIgnore returns "INSERT ... VALUES (...)" that inserts nothing,
 	// without an error and without spoiling the transaction, when a row
 	// with the same primary key exists; the rows affected tell which.
@@ -55,16 +64,18 @@ var PostgreSQL = &Dialect{
 	},
 }
 
-// MySQL is the dialect of MariaDB 10.5 and MySQL 8 or later
+// MySQL is the dialect of MariaDB 10.5 and MySQL 8 or later (tested on
+// MariaDB)
 // (github.com/go-sql-driver/mysql), with InnoDB tables. Keys compare byte
 // by byte (a binary collation): message ids differing only in case are
 // different messages.
 var MySQL = &Dialect{
-	Name:        "mysql",
-	KeyType:     "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-	BlobType:    "LONGBLOB",
-	TimeType:    "BIGINT",
-	Placeholder: func(int) string { return "?" },
+	Name:         "mysql",
+	KeyType:      "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+	BlobType:     "LONGBLOB",
+	TimeType:     "BIGINT",
+	Placeholder:  func(int) string { return "?" },
+	IndexInTable: true,
 	// INSERT IGNORE would also turn a value too long for its column into a
 	// warning; every value is checked against its column before it is
 	// written, so here it only skips the duplicate key.
@@ -95,13 +106,47 @@ func (d *Dialect) rebind(q string) string {
 // schema returns the statements that create the outbox's tables and
 // index when they do not exist.
 func (d *Dialect) schema() []string {
-	return []string{
-		"CREATE TABLE IF NOT EXISTS qmq_outbox (id " + d.KeyType + " PRIMARY KEY, subject " + d.KeyType + " NOT NULL, " +
-			"payload " + d.BlobType + " NOT NULL, deliver_at " + d.TimeType + " NOT NULL, created_at " + d.TimeType + " NOT NULL)",
-		"CREATE INDEX IF NOT EXISTS qmq_outbox_by_age ON qmq_outbox (created_at, id)",
-		"CREATE TABLE IF NOT EXISTS qmq_outbox_lease (name " + d.KeyType + " PRIMARY KEY, owner " + d.KeyType + " NOT NULL, " +
-			"expires_at " + d.TimeType + " NOT NULL, renewals " + d.TimeType + " NOT NULL)",
+	const index = "qmq_outbox_by_age"
+	const indexCols = "(created_at, id)"
+	outbox := "CREATE TABLE IF NOT EXISTS qmq_outbox (id " + d.KeyType + " PRIMARY KEY, subject " + d.KeyType + " NOT NULL, " +
+		"payload " + d.BlobType + " NOT NULL, deliver_at " + d.TimeType + " NOT NULL, created_at " + d.TimeType + " NOT NULL"
+	lease := "CREATE TABLE IF NOT EXISTS qmq_outbox_lease (name " + d.KeyType + " PRIMARY KEY, owner " + d.KeyType + " NOT NULL, " +
+		"expires_at " + d.TimeType + " NOT NULL, renewals " + d.TimeType + " NOT NULL)"
+	if d.IndexInTable {
+		return []string{outbox + ", INDEX " + index + " " + indexCols + ")", lease}
 	}
+	return []string{outbox + ")", "CREATE INDEX IF NOT EXISTS " + index + " ON qmq_outbox " + indexCols, lease}
+}
+
+// createAttempts bounds the tries of createTables.
+const createAttempts = 5
+
+// createTables runs the statements that create tables and indexes if
+// they do not exist. Processes starting at once on a new database race
+// there: PostgreSQL fails all but one CREATE TABLE IF NOT EXISTS of a
+// table with a duplicate key error. The statements are tried again, a
+// little later each time, and a table made meanwhile by another process
+// then exists.
+func createTables(ctx context.Context, db *sql.DB, stmts []string) error {
+	var err error
+	for attempt := range createAttempts {
+		if attempt > 0 && !wait.Sleep(ctx, time.Duration(attempt)*50*time.Millisecond) {
+			break
+		}
+		if err = execAll(ctx, db, stmts); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func execAll(ctx context.Context, db *sql.DB, stmts []string) error {
+	for _, q := range stmts {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // processedSchema returns the statement that creates the idempotent

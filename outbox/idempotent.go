@@ -55,7 +55,7 @@ func Idempotent(db *sql.DB, h func(ctx context.Context, tx *sql.Tx, m *qmq.Messa
 	d := cfg.Dialect
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, d.processedSchema()); err != nil {
+	if err := createTables(ctx, db, []string{d.processedSchema()}); err != nil {
 		return nil, fmt.Errorf("outbox: create table qmq_processed (%s): %w", d.Name, err)
 	}
 	insert := d.rebind(d.InsertIgnore("qmq_processed", []string{"scope", "id", "processed_at"}))

@@ -39,6 +39,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // ErrClosed is returned by a closed Outbox.
@@ -92,8 +93,8 @@ type Config struct {
 	// Batch is how many rows the watchdog reads and resends at once, 1 to
 	// 1,000. Default 100.
 	Batch int
-	// DedupWindow is the broker groups' dedup window (qmqd
-	// --dedup-window). Grace + Period + LeaseTTL must be at most half of
+	// DedupWindow is the broker groups' dedup window (fsm.Config's
+	// DedupWindow, 10 minutes in qmqd). Grace + Period + LeaseTTL must be at most half of
 	// it, so that a row whose first send was stored is resent, even after
 	// a change of watchdog, while the broker still knows its id. Default
 	// 10 minutes.
@@ -185,10 +186,8 @@ func New(db *sql.DB, s Sender, cfg Config) (*Outbox, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.SendTimeout)
 	defer cancel()
-	for _, q := range cfg.Dialect.schema() {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("outbox: create tables (%s): %w", cfg.Dialect.Name, err)
-		}
+	if err := createTables(ctx, db, cfg.Dialect.schema()); err != nil {
+		return nil, fmt.Errorf("outbox: create tables (%s): %w", cfg.Dialect.Name, err)
 	}
 	return &Outbox{db: db, s: s, cfg: cfg, d: cfg.Dialect, log: cfg.Logger, pending: map[string]int{}}, nil
 }
@@ -235,8 +234,9 @@ func (ob *Outbox) release(msgs []outgoing) {
 
 // send sends claimed messages at once (the Producer batches them), deletes
 // the rows of those acknowledged, and releases them all. It returns how
-// many were acknowledged and deleted, and the first error.
-func (ob *Outbox) send(msgs []outgoing) (int, error) {
+// many were acknowledged and deleted, how many a broker refused for their
+// content (their rows stay, for an operator), and the first other error.
+func (ob *Outbox) send(msgs []outgoing) (sent, refused int, err error) {
 	defer ob.release(msgs)
 	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
 	defer cancel()
@@ -249,20 +249,33 @@ func (ob *Outbox) send(msgs []outgoing) (int, error) {
 	var acked []string
 	var first error
 	for i, err := range errs {
-		if err != nil {
+		switch {
+		case err == nil:
+			acked = append(acked, msgs[i].m.ID())
+		case refusedForGood(err):
+			ob.log.Error("outbox send refused by the broker: the row stays in qmq_outbox for an operator", "id", msgs[i].m.ID(), "error", err)
+			refused++
+		default:
 			ob.log.Warn("outbox send failed: the watchdog will resend", "id", msgs[i].m.ID(), "error", err)
 			first = cmp.Or(first, err)
-			continue
 		}
-		acked = append(acked, msgs[i].m.ID())
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
 	defer dcancel()
 	if err := ob.delete(dctx, acked); err != nil {
 		ob.log.Warn("outbox delete failed: the watchdog will resend, as a duplicate", "rows", len(acked), "error", err)
-		return 0, cmp.Or(first, err)
+		return 0, refused, cmp.Or(first, err)
 	}
-	return len(acked), first
+	return len(acked), refused, first
+}
+
+// refusedForGood reports whether a broker refused a send for the
+// message's content (INVALID, TOO_LARGE: a broker configured with a
+// shorter maximum delay or a smaller maximum message than the producer
+// checked against), which no resend changes.
+func refusedForGood(err error) bool {
+	var e *transport.Error
+	return errors.As(err, &e) && (e.Code == transport.Invalid || e.Code == transport.TooLarge)
 }
 
 // delete deletes the rows of ids.

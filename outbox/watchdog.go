@@ -45,9 +45,10 @@ func (ob *Outbox) RunWatchdog(ctx context.Context) error {
 // MaxPendingBytes bytes, deleting each when it is acknowledged; the lease
 // is renewed before each page. A row that cannot be decoded or that the
 // Producer refuses is logged and skipped, and so is one whose send fails
-// (it is tried again at the next sweep); the sweep stops at the first page
-// whose every send failed (the broker is likely down: the next period
-// tries again). It returns how many rows it sent and deleted;
+// or that a broker refuses (it is tried again at the next sweep); the
+// sweep stops at the first page whose every send failed other than by a
+// broker's refusal (the broker is likely down: the next period tries
+// again), so rows a broker refuses do not hold up the rows behind them. It returns how many rows it sent and deleted;
 // ErrLeaseHeld when another owner holds the lease.
 func (ob *Outbox) Sweep(ctx context.Context) (int, error) {
 	if ob.isClosed() {
@@ -65,9 +66,9 @@ func (ob *Outbox) Sweep(ctx context.Context) (int, error) {
 			return sent, err
 		}
 		if claimed := ob.claim(p.msgs); len(claimed) > 0 {
-			n, err := ob.send(claimed)
+			n, refused, err := ob.send(claimed)
 			sent += n
-			if n == 0 && err != nil {
+			if n == 0 && refused == 0 && err != nil {
 				return sent, err
 			}
 		}

@@ -19,8 +19,8 @@ func Postgres(tb testing.TB) string {
 	return get(tb, "PostgreSQL", startPostgres).database(tb)
 }
 
-// MariaDB returns the DSN (for the "mysql" driver, with clientFoundRows
-// and parseTime off) of a new database of its own for the test, on the
+// MariaDB returns the DSN (for the "mysql" driver, with the driver's
+// defaults: rows affected count changed rows, not matched ones) of a new database of its own for the test, on the
 // test binary's MariaDB server, started on first use.
 func MariaDB(tb testing.TB) string {
 	tb.Helper()
@@ -128,5 +128,5 @@ func startMariaDB() (*server, error) {
 }
 
 func myDSN(port int, db string) string {
-	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?clientFoundRows=true", port, db)
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s", port, db)
 }

@@ -34,7 +34,7 @@ type server struct {
 	exited  chan struct{} // closed when proc has been waited for
 	admin   *sql.DB       // connected as its superuser, to create databases
 	dsn     func(db string) string
-	drop    string // the statement that drops a database, with %s for its name
+	drop    string       // the statement that drops a database, with %s for its name
 	created atomic.Int64 // databases created, for their names
 }
 

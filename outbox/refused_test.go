@@ -1,0 +1,58 @@
+package outbox
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// refusingSender acknowledges every message but those of refuse, which it
+// answers as a broker refuses a message for its content.
+type refusingSender struct {
+	refuse map[string]bool
+
+	mu   sync.Mutex
+	sent []string
+}
+
+func (s *refusingSender) Check(m *qmq.Message) error { _, err := m.MarshalBinary(); return err }
+
+func (s *refusingSender) SendMessage(_ context.Context, m *qmq.Message) error {
+	if s.refuse[m.ID()] {
+		return &transport.Error{Code: transport.Invalid, Message: "delivery time beyond this broker's maximum delay"}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, m.ID())
+	return nil
+}
+
+// Rows a broker refuses for their content stay for an operator and do not
+// hold up the rows behind them: a full page of them at the head of the
+// outbox used to end every sweep there.
+func TestSweepGoesPastRefusedRows(t *testing.T) {
+	db := tempDB(t)
+	obw, p := downOutbox(t, db)
+	ids := sendIn(t, obw, p, "orders", 3)
+	slices.Sort(ids) // the watchdog's order within one millisecond
+	s := &refusingSender{refuse: map[string]bool{ids[0]: true, ids[1]: true}}
+	cfg := fastWatchdog
+	cfg.Batch = 2 // the first page: the two refused rows
+	ob := newOutbox(t, db, s, cfg)
+	await.True(t, 10*time.Second, "the rows to be older than the grace period", func() bool {
+		return count(t, db, "SELECT count(*) FROM qmq_outbox WHERE created_at <= ?", time.Now().Add(-cfg.Grace).UnixMilli()) == 3
+	})
+	n, err := ob.Sweep(context.Background())
+	if err != nil || n != 1 || !slices.Equal(s.sent, ids[2:]) {
+		t.Fatalf("Sweep = %d, %v; sent %v, want 1, nil and %v", n, err, s.sent, ids[2:])
+	}
+	if left := rowsLeft(t, db); left != 2 {
+		t.Errorf("%d rows left, want the 2 refused", left)
+	}
+}

@@ -144,14 +144,14 @@ func (c *orderCheck) run() {
 	c.expect("effects of orders not committed", notIn(c.effects, c.committed, c.reported.RolledBack))
 	c.expect("commits reported without the order's row", func(yield func(string, string) bool) {
 		for id := range c.reported.Committed {
-			if !c.committed[id] && !yield(id, "") {
+			if !c.committed[id] && !yield(id, "reported committed") {
 				return
 			}
 		}
 	})
 	c.expect("rollbacks reported of orders whose row is there", func(yield func(string, string) bool) {
 		for id := range c.reported.RolledBack {
-			if c.committed[id] && !yield(id, "") {
+			if c.committed[id] && !yield(id, "reported rolled back") {
 				return
 			}
 		}

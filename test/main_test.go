@@ -3,11 +3,15 @@ package test
 import (
 	"os"
 	"testing"
+
+	"github.com/qmqgo/qmq/internal/testdb"
 )
 
-// TestMain removes the qmqd and qmqctl binaries the tests built.
+// TestMain runs the tests through testdb.Run, which stops the database
+// servers they started, then removes the binaries they built.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testdb.Run(m)
 	RemoveBinaries()
+	RemoveAppBinaries()
 	os.Exit(code)
 }

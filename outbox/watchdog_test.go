@@ -117,14 +117,15 @@ func TestBrokerDownThenBack(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go ob.RunWatchdog(ctx)
-	// The watchdog keeps trying while the broker is down; the rows stay.
+	// A sweep with the broker down fails; the rows stay. (Before the
+	// watchdog runs: a sweep of its own would claim the rows first.)
 	if _, err := ob.Sweep(ctx); err == nil {
 		t.Error("a sweep with the broker down reported no failure")
 	}
 	if left := rowsLeft(t, db); left != 2 {
 		t.Fatalf("%d rows after a failed sweep, want 2", left)
 	}
+	go ob.RunWatchdog(ctx) // keeps trying while the broker is down
 	n2 := testcluster.StartBroker(t, cfg)
 	await.True(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return rowsLeft(t, db) == 0 })
 	got := pullAll(t, n2.ClientAddr(), "orders", "audit", 2)

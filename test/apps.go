@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,24 +39,17 @@ func AppBinary(t testing.TB, pkg string) string {
 		return path
 	}
 	start := time.Now()
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
 	if b.dir == "" {
+		var err error
 		if b.dir, err = os.MkdirTemp("", "qmq-e2e-apps-"); err != nil {
 			t.Fatal(err)
 		}
 		b.built = map[string]string{}
 	}
-	path := filepath.Join(b.dir, filepath.Base(pkg))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, pkg)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	if err := goBuild(b.dir, pkg); err != nil {
+		t.Fatal(err)
 	}
+	path := filepath.Join(b.dir, filepath.Base(pkg))
 	b.built[pkg] = path
 	t.Logf("%s built in %s (once per test binary)", pkg, time.Since(start).Round(time.Millisecond))
 	return path

@@ -31,18 +31,25 @@ const everyFaultWithin = 8 * time.Minute
 //	                    kills and partitions (default: every kind), to
 //	                    aim a run at one
 func chaosSettings(t *testing.T) (time.Duration, uint64) {
-	d := 40 * time.Second
-	if s := os.Getenv("QMQ_CHAOS_DURATION"); s != "" {
+	return runSettings(t, "QMQ_CHAOS", 40*time.Second)
+}
+
+// runSettings reads a fault run's duration and seed from the environment
+// variables PREFIX_DURATION (default def) and PREFIX_SEED (default: from
+// the clock).
+func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration, uint64) {
+	d := def
+	if s := os.Getenv(prefix + "_DURATION"); s != "" {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
-			t.Fatalf("QMQ_CHAOS_DURATION=%q: %v", s, err)
+			t.Fatalf("%s_DURATION=%q: %v", prefix, s, err)
 		}
 	}
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("QMQ_CHAOS_SEED"); s != "" {
+	if s := os.Getenv(prefix + "_SEED"); s != "" {
 		var err error
 		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("QMQ_CHAOS_SEED=%q: %v", s, err)
+			t.Fatalf("%s_SEED=%q: %v", prefix, s, err)
 		}
 	}
 	return d, seed

@@ -6,7 +6,9 @@
 // processes: a broker group or the metaserver group. chaos.go applies faults
 // to clusters on a seeded schedule, history.go records what clients did and
 // saw and checks it, and replicas.go compares a group's logs across nodes;
-// chaos_test.go puts them together (docs/reliability.md).
+// chaos_test.go puts them together (docs/reliability.md). apps.go runs
+// application programs (test/internal/orderapp) as killable processes, for
+// outbox_faults_test.go, the transactional outbox's end-to-end run.
 //
 //	c := NewCluster(t, "g1", "--election-timeout", "500ms")
 //	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap
@@ -68,22 +70,12 @@ func Binaries(t testing.TB) (qmqd, qmqctl string) {
 	b.once.Do(func() {
 		start := time.Now()
 		defer func() { b.took = time.Since(start) }()
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			b.err = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(gomod)))
+		var err error
 		if b.dir, err = os.MkdirTemp("", "qmq-e2e-bin-"); err != nil {
 			b.err = err
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.dir+string(filepath.Separator), "./cli/qmqd", "./cli/qmqctl")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build in %s: %w\n%s", root, err, out)
+		if b.err = goBuild(b.dir, "./cli/qmqd", "./cli/qmqctl"); b.err != nil {
 			return
 		}
 		b.qmqd, b.qmqctl = filepath.Join(b.dir, "qmqd"), filepath.Join(b.dir, "qmqctl")
@@ -92,6 +84,24 @@ func Binaries(t testing.TB) (qmqd, qmqctl string) {
 		t.Fatalf("building qmqd and qmqctl: %v", b.err)
 	}
 	return b.qmqd, b.qmqctl
+}
+
+// goBuild builds the packages pkgs (paths from the module's root) into
+// dir, without -race whatever the test binary was built with.
+func goBuild(dir string, pkgs ...string) error {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s in %s: %w\n%s", strings.Join(pkgs, " "), root, err, out)
+	}
+	return nil
 }
 
 // RemoveBinaries deletes the binaries Binaries built, if any.

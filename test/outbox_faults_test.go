@@ -4,8 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,21 +17,7 @@ import (
 //	QMQ_OUTBOX_FAULTS_DURATION  how long faults are applied (default 45s)
 //	QMQ_OUTBOX_FAULTS_SEED      the fault schedule's seed (default: from the clock, printed)
 func outboxFaultSettings(t *testing.T) (time.Duration, uint64) {
-	d := 45 * time.Second
-	if s := os.Getenv("QMQ_OUTBOX_FAULTS_DURATION"); s != "" {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			t.Fatalf("QMQ_OUTBOX_FAULTS_DURATION=%q: %v", s, err)
-		}
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("QMQ_OUTBOX_FAULTS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("QMQ_OUTBOX_FAULTS_SEED=%q: %v", s, err)
-		}
-	}
-	return d, seed
+	return runSettings(t, "QMQ_OUTBOX_FAULTS", 45*time.Second)
 }
 
 // TestOutboxEndToEndWithFaults runs the transactional outbox and the

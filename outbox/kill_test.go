@@ -247,14 +247,9 @@ func deliverLeftRows(t *testing.T, db *testDB, broker, subject string, committed
 	t.Helper()
 	rec := newRecorder(newProducer(t, broker))
 	ob := db.newOutbox(t, rec, fastWatchdog)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ob.RunWatchdog(ctx) }()
+	stop := runWatchdog(t, ob)
 	await.True(t, 30*time.Second, "the watchdog to send every row left", func() bool { return db.rowsLeft(t) == 0 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("watchdog: %v", err)
-	}
+	stop()
 	got := pullAll(t, broker, subject, "audit", len(committed))
 	for id := range committed {
 		if got[id] != 1 {

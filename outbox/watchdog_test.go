@@ -39,6 +39,25 @@ func sendIn(t *testing.T, ob *Outbox, p *qmq.Producer, subject string, n int) []
 	return ids
 }
 
+// runWatchdog runs ob's watchdog until stop is called or the test ends;
+// stop returns once the watchdog has returned (and released its lease).
+func runWatchdog(t *testing.T, ob *Outbox) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ob.RunWatchdog(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("watchdog: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop) // before the Outbox and its database close
+	return stop
+}
+
 // downOutbox returns an outbox on pool (a pool of db's) whose every send
 // fails, as if the broker were down: what is sent through it is left in
 // rows for a watchdog. The producer only makes messages (nothing listens
@@ -74,9 +93,7 @@ func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
 		}
 		second := newRecorder(newProducer(t, n.ClientAddr()))
 		ob2 := db.newOutbox(t, second, fastWatchdog)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go ob2.RunWatchdog(ctx)
+		runWatchdog(t, ob2)
 		await.True(t, 10*time.Second, "the watchdog to resend every row", func() bool { return db.rowsLeft(t) == 0 })
 
 		for _, id := range stored {
@@ -116,16 +133,19 @@ func TestBrokerDownThenBack(t *testing.T) {
 		if left := db.rowsLeft(t); left != 2 {
 			t.Fatalf("%d rows with the broker down, want 2", left)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go ob.RunWatchdog(ctx)
-		// The watchdog keeps trying while the broker is down; the rows stay.
-		if _, err := ob.Sweep(ctx); err == nil {
+		// A sweep fails while the broker is down; the rows stay. (It runs
+		// before the watchdog, which would be sending them: a sweep skips
+		// the rows being sent.)
+		db.awaitSweepable(t, 2, conf.Grace)
+		if _, err := ob.Sweep(context.Background()); err == nil {
 			t.Error("a sweep with the broker down reported no failure")
 		}
 		if left := db.rowsLeft(t); left != 2 {
 			t.Fatalf("%d rows after a failed sweep, want 2", left)
 		}
+		// The watchdog keeps trying while the broker is down, and sends
+		// once it is back.
+		runWatchdog(t, ob)
 		n = testcluster.StartBroker(t, cfg)
 		await.True(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return db.rowsLeft(t) == 0 })
 		got := pullAll(t, n.ClientAddr(), subject, "audit", 2)
@@ -149,14 +169,7 @@ func TestTwoWatchdogsOneLease(t *testing.T) {
 		cfgA.Owner, cfgB.Owner = "a", "b"
 		obA := db.newOutboxOn(t, db.open(t), a, cfgA)
 		obB := db.newOutboxOn(t, db.open(t), b, cfgB)
-		ctxA, stopA := context.WithCancel(context.Background())
-		ctxB, stopB := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		defer wg.Wait() // after both are stopped (defers run last first)
-		defer stopA()
-		defer stopB()
-		wg.Go(func() { obA.RunWatchdog(ctxA) })
-		wg.Go(func() { obB.RunWatchdog(ctxB) })
+		stopA, stopB := runWatchdog(t, obA), runWatchdog(t, obB)
 
 		first := sendIn(t, obw, p, "orders", 20)
 		await.True(t, 10*time.Second, "the first rows to be resent", func() bool { return db.rowsLeft(t) == 0 })
@@ -178,7 +191,7 @@ func TestTwoWatchdogsOneLease(t *testing.T) {
 			}
 		}
 
-		// The holder stops: it releases its lease, and the other takes over.
+		// The holder stops, releasing its lease, and the other takes over.
 		stopHolder()
 		second := sendIn(t, obw, p, "orders", 5)
 		await.True(t, 10*time.Second, "the other watchdog to resend", func() bool { return db.rowsLeft(t) == 0 })

@@ -63,15 +63,32 @@ func TestIdempotentAppliesOnce(t *testing.T) {
 	})
 }
 
+// A scope is refused at start unless it is at most 128 bytes of printable
+// ASCII other than a space, as a message id: MySQL would take "billing"
+// and "billing " for one scope, and two scopes of invalid UTF-8 for one;
+// PostgreSQL would refuse such a scope at every message.
 func TestIdempotentConfig(t *testing.T) {
 	db := sqliteDB(t)
 	for _, tc := range []struct {
 		scope string
 		ok    bool
-	}{{"", true}, {strings.Repeat("s", maxScope), true}, {strings.Repeat("s", maxScope+1), false}} {
+	}{
+		{"", true},
+		{"billing.v2:eu-west_1", true},
+		{"!~", true},
+		{strings.Repeat("s", maxScope), true},
+		{strings.Repeat("s", maxScope+1), false},
+		{"billing ", false},
+		{"bill ing", false},
+		{"billing	", false},
+		{"a\xff", false},
+		{"a\x00", false},
+		{"a\x7f", false},
+		{"facturación", false},
+	} {
 		_, err := Idempotent(db.DB, db.addToOrder, IdempotentConfig{Scope: tc.scope})
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConfig)) {
-			t.Errorf("scope of %d bytes: %v, want ok %v", len(tc.scope), err, tc.ok)
+			t.Errorf("scope %q (%d bytes): %v, want ok %v", tc.scope, len(tc.scope), err, tc.ok)
 		}
 	}
 	if _, err := Idempotent(db.DB, nil, IdempotentConfig{}); !errors.Is(err, ErrConfig) {

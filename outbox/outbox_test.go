@@ -327,11 +327,31 @@ func TestConfigLimits(t *testing.T) {
 		{"negative grace", Config{Grace: -time.Second}, false},
 		{"owner at its most", Config{Owner: strings.Repeat("o", 128)}, true},
 		{"owner over its most", Config{Owner: strings.Repeat("o", 129)}, false},
+		// An owner is compared byte by byte on every database (MySQL's
+		// collations ignore trailing spaces).
+		{"owner of printable ASCII", Config{Owner: "host-1.example:42!~"}, true},
+		{"owner with a trailing space", Config{Owner: "host-1 "}, false},
+		{"owner with a space", Config{Owner: "host 1"}, false},
+		{"owner with invalid UTF-8", Config{Owner: "host\xff"}, false},
+		{"owner with a NUL", Config{Owner: "host\x00"}, false},
 	} {
 		_, err := New(db.DB, newRecorder(nil), tc.cfg)
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConfig)) {
 			t.Errorf("%s: New = %v, want ok %v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// The default owner is made of the host name, whatever bytes it holds,
+// as a key the config takes.
+func TestDefaultOwnerIsAKey(t *testing.T) {
+	for _, host := range []string{"db-1.example", "höst name", "h\xff\x00st"} {
+		if k := asKey(host); !validKey(k) {
+			t.Errorf("asKey(%q) = %q, not a valid key", host, k)
+		}
+	}
+	if got := asKey("db-1.example"); got != "db-1.example" {
+		t.Errorf("asKey changed a valid host name to %q", got)
 	}
 }
 

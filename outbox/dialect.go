@@ -68,7 +68,10 @@ var PostgreSQL = &Dialect{
 // MariaDB)
 // (github.com/go-sql-driver/mysql), with InnoDB tables. Keys compare byte
 // by byte (a binary collation): message ids differing only in case are
-// different messages.
+// different messages. The server's max_allowed_packet must be at least
+// 16 MiB (MariaDB's default; MySQL 8's is 64 MiB), so that a row holding
+// a largest message (qmq.MaxMessageSize) is written and read back: over
+// it, the server closes the connection and the transaction is lost.
 var MySQL = &Dialect{
 	Name:         "mysql",
 	KeyType:      "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",

@@ -2,17 +2,12 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
 )
 
 func newProducer(t *testing.T, addr string, opts ...qmq.ProducerOption) *qmq.Producer {
@@ -24,47 +19,6 @@ func newProducer(t *testing.T, addr string, opts ...qmq.ProducerOption) *qmq.Pro
 	t.Cleanup(func() { p.Close() })
 	return p
 }
-
-// openDB opens (creating) the SQLite database file path, with a busy
-// timeout, as the package documentation asks.
-func openDB(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, note TEXT)"); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-func tempDB(t *testing.T) *sql.DB { return openDB(t, filepath.Join(t.TempDir(), "app.db")) }
-
-func newOutbox(t *testing.T, db *sql.DB, s Sender, cfg Config) *Outbox {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = testcluster.Logger(t)
-	}
-	ob, err := New(db, s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ob.Close() })
-	return ob
-}
-
-func count(t *testing.T, db *sql.DB, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func rowsLeft(t *testing.T, db *sql.DB) int { return count(t, db, "SELECT count(*) FROM qmq_outbox") }
 
 // recorder is a Sender that counts what it is asked to send. With a
 // Producer it sends for real; without, it acknowledges without sending.

@@ -14,10 +14,12 @@ import (
 type IdempotentConfig struct {
 	// Dialect is the database's SQL dialect. Default SQLite.
 	Dialect *Dialect
-	// Scope names what processes the messages, at most 128 bytes: each
-	// scope applies a message once. Consumers of different consumer groups
-	// that share a database each need their own scope (their group's name,
-	// say), as each group gets every message. Default "".
+	// Scope names what processes the messages: at most 128 bytes of
+	// printable ASCII other than a space, as a message id (a consumer
+	// group's name is one). Each scope applies a message once. Consumers
+	// of different consumer groups that share a database each need their
+	// own scope (their group's name, say), as each group gets every
+	// message. Default "".
 	Scope string
 	// TxOptions are the options of each handler's transaction. Default
 	// nil (the database's defaults).
@@ -26,7 +28,7 @@ type IdempotentConfig struct {
 
 // maxScope bounds IdempotentConfig.Scope, as a message id is bounded: both
 // make the primary key of qmq_processed.
-const maxScope = 128
+const maxScope = maxKey
 
 // Idempotent returns a qmq.Handler that applies h's database effects once
 // per message id, however often the message is delivered. For each
@@ -46,8 +48,8 @@ func Idempotent(db *sql.DB, h func(ctx context.Context, tx *sql.Tx, m *qmq.Messa
 	if cfg.Dialect == nil {
 		cfg.Dialect = SQLite
 	}
-	if len(cfg.Scope) > maxScope {
-		return nil, fmt.Errorf("%w: scope of %d bytes (at most %d)", ErrConfig, len(cfg.Scope), maxScope)
+	if len(cfg.Scope) > maxScope || !validKey(cfg.Scope) {
+		return nil, fmt.Errorf("%w: scope %.40q: at most %d bytes of printable ASCII other than a space", ErrConfig, cfg.Scope, maxScope)
 	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: no handler", ErrConfig)

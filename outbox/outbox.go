@@ -99,8 +99,9 @@ type Config struct {
 	// a change of watchdog, while the broker still knows its id. Default
 	// 10 minutes.
 	DedupWindow time.Duration
-	// Owner names this Outbox as a lease holder; at most 128 bytes.
-	// Default the host name, the process id and a random suffix.
+	// Owner names this Outbox as a lease holder: at most 128 bytes of
+	// printable ASCII other than a space, as a message id. Default the
+	// host name, the process id and a random suffix.
 	Owner string
 	// Logger receives warnings about sends that failed and rows that
 	// cannot be sent. Default none.
@@ -124,7 +125,7 @@ func (c *Config) setDefaults() error {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)
 		rand.Read(b)
-		c.Owner = fmt.Sprintf("%.80s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+		c.Owner = fmt.Sprintf("%.80s-%d-%s", asKey(host), os.Getpid(), hex.EncodeToString(b))
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -143,8 +144,8 @@ func (c *Config) setDefaults() error {
 	case 2*(c.Grace+c.Period+c.LeaseTTL) > c.DedupWindow:
 		return fmt.Errorf("%w: grace %s + period %s + lease TTL %s is over half the dedup window %s: a resend could come after the broker forgot the id",
 			ErrConfig, c.Grace, c.Period, c.LeaseTTL, c.DedupWindow)
-	case len(c.Owner) > 128:
-		return fmt.Errorf("%w: owner of %d bytes (at most 128)", ErrConfig, len(c.Owner))
+	case len(c.Owner) > maxKey || !validKey(c.Owner):
+		return fmt.Errorf("%w: owner %.40q: at most %d bytes of printable ASCII other than a space", ErrConfig, c.Owner, maxKey)
 	}
 	return nil
 }

@@ -33,9 +33,9 @@ func messageOfSize(t *testing.T, p *qmq.Producer, id string, size int) *qmq.Mess
 // were left for the watchdog.
 func commitAll(t *testing.T, cfg Config, msgs func(p *qmq.Producer) []*qmq.Message) (sent, left int) {
 	t.Helper()
-	db := tempDB(t)
+	db := sqliteDB(t)
 	rec := newRecorder(nil)
-	ob := newOutbox(t, db, rec, cfg)
+	ob := db.newOutbox(t, rec, cfg)
 	ctx := context.Background()
 	p := newProducer(t, "127.0.0.1:1")
 	err := ob.WithTx(ctx, func(tx *Tx) error {
@@ -52,7 +52,7 @@ func commitAll(t *testing.T, cfg Config, msgs func(p *qmq.Producer) []*qmq.Messa
 	if err := ob.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return rec.total(), rowsLeft(t, db)
+	return rec.total(), db.rowsLeft(t)
 }
 
 // A commit sends at once up to MaxPending messages; the rest wait for the
@@ -103,12 +103,12 @@ func TestCommitSendsUpToMaxPendingBytes(t *testing.T) {
 }
 
 func TestMaxPendingBytesConfig(t *testing.T) {
-	db := tempDB(t)
+	db := sqliteDB(t)
 	for _, tc := range []struct {
 		bytes int
 		ok    bool
 	}{{qmq.MaxMessageSize - 1, false}, {qmq.MaxMessageSize, true}, {qmq.MaxMessageSize + 1, true}} {
-		_, err := New(db, newRecorder(nil), Config{MaxPendingBytes: tc.bytes})
+		_, err := New(db.DB, newRecorder(nil), Config{MaxPendingBytes: tc.bytes})
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrConfig)) {
 			t.Errorf("MaxPendingBytes %d: New = %v, want ok %v", tc.bytes, err, tc.ok)
 		}
@@ -118,9 +118,34 @@ func TestMaxPendingBytesConfig(t *testing.T) {
 // Largest messages, one with an id of the most bytes, are kept in rows,
 // read back and resent by the watchdog in pages of at most
 // MaxPendingBytes: a page whose every send fails ends the sweep, so the
-// sends of a failed sweep count the first page.
+// sends of a failed sweep count the first page. The rows are written once
+// and swept with each bound, the broker down, then with the broker up.
 func TestSweepPagesByBytes(t *testing.T) {
 	longID := strings.Repeat("i", 128)
+	db := sqliteDB(t)
+	p := newProducer(t, "127.0.0.1:1")
+	writer := newRecorder(nil)
+	writer.down.Store(true)
+	ob0 := db.newOutbox(t, writer, Config{})
+	ctx := context.Background()
+	err := ob0.WithTx(ctx, func(tx *Tx) error {
+		for _, id := range []string{longID, "", ""} {
+			if err := tx.Send(ctx, messageOfSize(t, p, id, qmq.MaxMessageSize)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob0.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.awaitSweepable(t, 3, fastWatchdog.Grace)
+
+	var ob *Outbox
+	rec := newRecorder(nil)
 	for _, tc := range []struct {
 		name      string
 		bytes     int
@@ -130,48 +155,26 @@ func TestSweepPagesByBytes(t *testing.T) {
 		{"two largest messages, just under", 2*qmq.MaxMessageSize - 1, 1},
 		{"two largest messages, at", 2 * qmq.MaxMessageSize, 2},
 	} {
-		db := tempDB(t)
-		p := newProducer(t, "127.0.0.1:1")
-		writer := newRecorder(nil)
-		writer.down.Store(true)
-		ob0 := newOutbox(t, db, writer, Config{})
-		ctx := context.Background()
-		err := ob0.WithTx(ctx, func(tx *Tx) error {
-			for _, id := range []string{longID, "", ""} {
-				if err := tx.Send(ctx, messageOfSize(t, p, id, qmq.MaxMessageSize)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ob0.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec("UPDATE qmq_outbox SET created_at = 0"); err != nil { // past any grace
-			t.Fatal(err)
-		}
-
-		rec := newRecorder(nil)
+		rec = newRecorder(nil)
 		rec.down.Store(true)
 		cfg := fastWatchdog
 		cfg.MaxPendingBytes = tc.bytes
-		ob := newOutbox(t, db, rec, cfg)
+		cfg.Owner = "sweeper" // each holds the lease the one before took
+		ob = db.newOutbox(t, rec, cfg)
 		if _, err := ob.Sweep(ctx); !errors.Is(err, errBrokerDown) || rec.total() != tc.firstPage {
 			t.Errorf("%s: a sweep with the broker down: %v after %d sends, want the %d of its first page",
 				tc.name, err, rec.total(), tc.firstPage)
 		}
-		rec.down.Store(false)
-		if n, err := ob.Sweep(ctx); n != 3 || err != nil || rowsLeft(t, db) != 0 {
-			t.Errorf("%s: a sweep with the broker up: %d sent, %v, %d rows left; want 3, none, none", tc.name, n, err, rowsLeft(t, db))
-		}
-		rec.mu.Lock()
-		got := rec.last[longID]
-		rec.mu.Unlock()
-		if got == nil || len(got.ID()) != 128 {
-			t.Errorf("%s: the message with a 128-byte id was not resent", tc.name)
-		}
+	}
+	// Pages of two rows, then of one.
+	rec.down.Store(false)
+	if n, err := ob.Sweep(ctx); n != 3 || err != nil || db.rowsLeft(t) != 0 {
+		t.Errorf("a sweep with the broker up: %d sent, %v, %d rows left; want 3, none, none", n, err, db.rowsLeft(t))
+	}
+	rec.mu.Lock()
+	got := rec.last[longID]
+	rec.mu.Unlock()
+	if got == nil || len(got.ID()) != 128 {
+		t.Error("the message with a 128-byte id was not resent")
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -37,22 +35,20 @@ func (s *refusingSender) SendMessage(_ context.Context, m *qmq.Message) error {
 // hold up the rows behind them: a full page of them at the head of the
 // outbox used to end every sweep there.
 func TestSweepGoesPastRefusedRows(t *testing.T) {
-	db := tempDB(t)
-	obw, p := downOutbox(t, db)
+	db := sqliteDB(t)
+	obw, p := downOutbox(t, db, db.DB)
 	ids := sendIn(t, obw, p, "orders", 3)
 	slices.Sort(ids) // the watchdog's order within one millisecond
 	s := &refusingSender{refuse: map[string]bool{ids[0]: true, ids[1]: true}}
 	cfg := fastWatchdog
 	cfg.Batch = 2 // the first page: the two refused rows
-	ob := newOutbox(t, db, s, cfg)
-	await.True(t, 10*time.Second, "the rows to be older than the grace period", func() bool {
-		return count(t, db, "SELECT count(*) FROM qmq_outbox WHERE created_at <= ?", time.Now().Add(-cfg.Grace).UnixMilli()) == 3
-	})
+	ob := db.newOutbox(t, s, cfg)
+	db.awaitSweepable(t, 3, cfg.Grace)
 	n, err := ob.Sweep(context.Background())
 	if err != nil || n != 1 || !slices.Equal(s.sent, ids[2:]) {
 		t.Fatalf("Sweep = %d, %v; sent %v, want 1, nil and %v", n, err, s.sent, ids[2:])
 	}
-	if left := rowsLeft(t, db); left != 2 {
+	if left := db.rowsLeft(t); left != 2 {
 		t.Errorf("%d rows left, want the 2 refused", left)
 	}
 }

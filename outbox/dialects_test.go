@@ -27,12 +27,12 @@ type dialect struct {
 	name   string // the subtest's name, Dialect.Name
 	d      *Dialect
 	driver string                    // the database/sql driver
-	dsn    func(t *testing.T) string // the DSN of a fresh database of the test's
+	dsn    func(t testing.TB) string // the DSN of a fresh database of the test's
 }
 
 var (
 	sqliteDialect   = dialect{"sqlite", SQLite, "sqlite", sqliteDSN}
-	postgresDialect = dialect{"postgresql", PostgreSQL, "pgx", func(t *testing.T) string { return testdb.Postgres(t) }}
+	postgresDialect = dialect{"postgresql", PostgreSQL, "pgx", func(t testing.TB) string { return testdb.Postgres(t) }}
 	mysqlDialect    = dialect{"mysql", MySQL, "mysql", mariaDBDSN}
 )
 
@@ -41,14 +41,14 @@ var dialects = []dialect{sqliteDialect, postgresDialect, mysqlDialect}
 
 // sqliteDSN is a new database file of the test's, opened with a busy
 // timeout as the package documentation asks.
-func sqliteDSN(t *testing.T) string {
+func sqliteDSN(t testing.TB) string {
 	return "file:" + filepath.Join(t.TempDir(), "app.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 }
 
 // mariaDBDSN is a new MariaDB database of the test's, reached with the
 // driver's default of counting changed rows, not matched ones
 // (clientFoundRows off): the outbox must not depend on a DSN flag.
-func mariaDBDSN(t *testing.T) string {
+func mariaDBDSN(t testing.TB) string {
 	cfg, err := mysql.ParseDSN(testdb.MariaDB(t))
 	if err != nil {
 		t.Fatal(err)
@@ -76,9 +76,9 @@ type testDB struct {
 
 // sqliteDB is a fresh SQLite database, for the tests of what does not
 // depend on the database (Go logic: bounds, configs, decoding).
-func sqliteDB(t *testing.T) *testDB { return newTestDB(t, sqliteDialect) }
+func sqliteDB(t testing.TB) *testDB { return newTestDB(t, sqliteDialect) }
 
-func newTestDB(t *testing.T, dl dialect) *testDB {
+func newTestDB(t testing.TB, dl dialect) *testDB {
 	t.Helper()
 	db := &testDB{dialect: dl, dsnOf: dl.dsn(t)}
 	db.DB = db.open(t)
@@ -89,7 +89,7 @@ func newTestDB(t *testing.T, dl dialect) *testDB {
 }
 
 // open opens another pool on the database, closed when the test ends.
-func (db *testDB) open(t *testing.T) *sql.DB {
+func (db *testDB) open(t testing.TB) *sql.DB {
 	t.Helper()
 	p, err := sql.Open(db.driver, db.dsnOf)
 	if err != nil {
@@ -103,7 +103,7 @@ func (db *testDB) open(t *testing.T) *sql.DB {
 // placeholders.
 func (db *testDB) rebind(q string) string { return db.d.rebind(q) }
 
-func (db *testDB) exec(t *testing.T, q string, args ...any) {
+func (db *testDB) exec(t testing.TB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.Exec(db.rebind(q), args...); err != nil {
 		t.Fatalf("%s: %s: %v", db.name, q, err)
@@ -111,7 +111,7 @@ func (db *testDB) exec(t *testing.T, q string, args ...any) {
 }
 
 // count runs a query that returns one integer.
-func (db *testDB) count(t *testing.T, q string, args ...any) int {
+func (db *testDB) count(t testing.TB, q string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(db.rebind(q), args...).Scan(&n); err != nil {
@@ -120,12 +120,12 @@ func (db *testDB) count(t *testing.T, q string, args ...any) int {
 	return n
 }
 
-func (db *testDB) rowsLeft(t *testing.T) int { return db.count(t, "SELECT count(*) FROM qmq_outbox") }
+func (db *testDB) rowsLeft(t testing.TB) int { return db.count(t, "SELECT count(*) FROM qmq_outbox") }
 
 // awaitSweepable waits until the outbox's n rows are older than grace, so
 // that a watchdog with that grace resends them. (Rewriting their
 // created_at would rewrite large rows whole.)
-func (db *testDB) awaitSweepable(t *testing.T, n int, grace time.Duration) {
+func (db *testDB) awaitSweepable(t testing.TB, n int, grace time.Duration) {
 	t.Helper()
 	await.True(t, 10*time.Second, fmt.Sprintf("%d rows older than %s", n, grace), func() bool {
 		return db.count(t, "SELECT count(*) FROM qmq_outbox WHERE created_at <= ?", time.Now().Add(-grace).UnixMilli()) == n
@@ -134,12 +134,12 @@ func (db *testDB) awaitSweepable(t *testing.T, n int, grace time.Duration) {
 
 // newOutbox returns an Outbox of the database's dialect on its pool,
 // closed when the test ends.
-func (db *testDB) newOutbox(t *testing.T, s Sender, cfg Config) *Outbox {
+func (db *testDB) newOutbox(t testing.TB, s Sender, cfg Config) *Outbox {
 	return db.newOutboxOn(t, db.DB, s, cfg)
 }
 
 // newOutboxOn is newOutbox on another pool of the database.
-func (db *testDB) newOutboxOn(t *testing.T, pool *sql.DB, s Sender, cfg Config) *Outbox {
+func (db *testDB) newOutboxOn(t testing.TB, pool *sql.DB, s Sender, cfg Config) *Outbox {
 	t.Helper()
 	cfg.Dialect = db.d
 	if cfg.Logger == nil {

@@ -164,8 +164,16 @@ type Outbox struct {
 	pendingBytes int            // the sum of pending's sizes
 	idle         chan struct{}  // closed when pending empties; nil while no Flush waits
 	closed       bool
-	sends        sync.WaitGroup
+	sends        sync.WaitGroup // a claim each, until released
+	committed    [][]outgoing   // claimed at commits, waiting for a committed sender
+	senders      int            // committed senders running
 }
+
+// maxCommittedSenders bounds the goroutines that send what commits
+// claimed, and so the database connections their deletes take: while
+// they are all busy, the commits' messages queue, and the next free one
+// sends them all at once and deletes their rows in one statement.
+const maxCommittedSenders = 4
 
 // outgoing is a message to send and the size of its encoding, which
 // counts against MaxPendingBytes.
@@ -233,12 +241,56 @@ func (ob *Outbox) release(msgs []outgoing) {
 	ob.sends.Done()
 }
 
-// send sends claimed messages at once (the Producer batches them), deletes
-// the rows of those acknowledged, and releases them all. It returns how
-// many were acknowledged and deleted, how many a broker refused for their
-// content (their rows stay, for an operator), and the first other error.
-func (ob *Outbox) send(msgs []outgoing) (sent, refused int, err error) {
-	defer ob.release(msgs)
+// enqueue hands the messages a commit claimed to a committed sender,
+// starting one if fewer than maxCommittedSenders run.
+func (ob *Outbox) enqueue(claimed []outgoing) {
+	ob.mu.Lock()
+	ob.committed = append(ob.committed, claimed)
+	start := ob.senders < maxCommittedSenders
+	if start {
+		ob.senders++
+	}
+	ob.mu.Unlock()
+	if start {
+		go ob.sendCommitted()
+	}
+}
+
+// sendCommitted sends what commits claimed, all that is queued at a time,
+// until the queue is empty.
+func (ob *Outbox) sendCommitted() {
+	for {
+		ob.mu.Lock()
+		claims := ob.committed
+		ob.committed = nil
+		if len(claims) == 0 {
+			ob.senders--
+			ob.mu.Unlock()
+			return
+		}
+		ob.mu.Unlock()
+		var msgs []outgoing
+		for _, c := range claims {
+			msgs = append(msgs, c...)
+		}
+		ob.deliver(msgs)
+		for _, c := range claims {
+			ob.release(c)
+		}
+	}
+}
+
+// send sends the messages of one claim and releases it; see deliver.
+func (ob *Outbox) send(claimed []outgoing) (sent, refused int, err error) {
+	defer ob.release(claimed)
+	return ob.deliver(claimed)
+}
+
+// deliver sends messages at once (the Producer batches them) and deletes
+// the rows of those acknowledged. It returns how many were acknowledged
+// and deleted, how many a broker refused for their content (their rows
+// stay, for an operator), and the first other error.
+func (ob *Outbox) deliver(msgs []outgoing) (sent, refused int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
 	defer cancel()
 	errs := make([]error, len(msgs))

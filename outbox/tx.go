@@ -139,7 +139,7 @@ func (t *Tx) Commit() error {
 	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
 	if claimed := t.ob.claim(msgs); len(claimed) > 0 {
-		go t.ob.send(claimed)
+		t.ob.enqueue(claimed)
 	}
 	return nil
 }

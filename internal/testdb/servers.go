@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
@@ -27,11 +29,24 @@ func MariaDB(tb testing.TB) string {
 	return get(tb, "MariaDB", startMariaDB).database(tb)
 }
 
+// dirPattern names the servers' temporary directories.
+const dirPattern = "qmq-testdb-"
+
+// ownerFile, in a server's directory, holds the process id of the test
+// binary that made it.
+const ownerFile = "owner.pid"
+
 // newServer makes the server's temporary directory, owned by the account
-// it runs as, and its log file.
+// it runs as, and its log file, after removing the directories of test
+// binaries that died without stopping their servers.
 func newServer(name string, a runAs) (*server, *os.File, error) {
-	dir, err := os.MkdirTemp("", "qmq-testdb-")
+	removeOrphans()
+	dir, err := os.MkdirTemp("", dirPattern)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	if err := a.own(dir); err != nil {
@@ -44,6 +59,22 @@ func newServer(name string, a runAs) (*server, *os.File, error) {
 		return nil, nil, err
 	}
 	return &server{name: name, dir: dir}, log, nil
+}
+
+// removeOrphans removes the server directories whose test binary is gone
+// (killed: the kernel killed its servers too, see runAs.command).
+func removeOrphans() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPattern+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // being made, or not ours
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(dir)
+		}
+	}
 }
 
 func startPostgres() (*server, error) {

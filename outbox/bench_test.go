@@ -25,12 +25,7 @@ const benchSenders = 32
 //
 //	go test -run '^$' -bench BenchmarkSend -benchtime 5000x -count 5 ./outbox/
 func BenchmarkSend(b *testing.B) {
-	n := testcluster.Broker(b, nil)
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
+	p := benchProducer(b)
 	ctx := context.Background()
 	b.Run("plain", func(b *testing.B) {
 		runSenders(b, func(int64) error {
@@ -63,6 +58,18 @@ func BenchmarkSend(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchProducer returns a Producer of a one-node broker group started
+// for the benchmark.
+func benchProducer(b *testing.B) *qmq.Producer {
+	n := testcluster.Broker(b, nil)
+	p, err := qmq.NewProducer(n.ClientAddr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	return p
 }
 
 // runSenders runs send b.N times over benchSenders goroutines, each call
@@ -105,12 +112,7 @@ func runSenders(b *testing.B, send func(id int64) error) {
 //	go test -run '^$' -bench BenchmarkWatchdogRecovery -benchtime 3x -count 5 ./outbox/
 func BenchmarkWatchdogRecovery(b *testing.B) {
 	const recoveryRows = 10000
-	n := testcluster.Broker(b, nil)
-	p, err := qmq.NewProducer(n.ClientAddr())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
+	p := benchProducer(b)
 	ctx := context.Background()
 	for _, dl := range dialects {
 		b.Run(fmt.Sprintf("%s/rows=%d", dl.name, recoveryRows), func(b *testing.B) {

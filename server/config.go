@@ -48,6 +48,12 @@ type Config struct {
 	// MaxDelay is how far ahead a delayed message may be due; a send beyond
 	// it is refused, not clamped. Default DefaultMaxDelay (two years).
 	MaxDelay time.Duration
+	// RaftLog is the store a new data directory keeps its Raft log and
+	// stable state in: RaftLogWAL (raft-wal, in raft-wal/) or RaftLogBolt
+	// (raft-boltdb, in raft.db). A data directory that already holds one
+	// keeps it, whatever this says: one from an earlier version, with
+	// raft.db, stays on raft-boltdb. Default RaftLogWAL.
+	RaftLog RaftLog
 	// MinFreeDisk is the free space under which the leader refuses sends
 	// (DISK_FULL) while it goes on serving consumers. It should be well
 	// above FSM.DiskReserve, where a replica stops applying. Default 512 MiB.
@@ -103,6 +109,7 @@ func DefaultConfig() Config {
 		MaxPullWait:        30 * time.Second,
 		MaxDelay:           DefaultMaxDelay,
 		MinFreeDisk:        512 << 20,
+		RaftLog:            RaftLogWAL,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -152,6 +159,9 @@ func (c *Config) Validate() error {
 		return errors.New("server: config: batch limits must be positive")
 	case c.Now == nil || c.Logger == nil:
 		return errors.New("server: config: Now and Logger must be set")
+	}
+	if _, err := ParseRaftLog(string(c.RaftLog)); err != nil {
+		return fmt.Errorf("server: config: %w", err)
 	}
 	return c.checkRetention()
 }

@@ -224,3 +224,25 @@ func TestRaftLogInUseIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A batch may go past MaxBatchBytes by one send request; the Raft entry it
+// makes must still be one raft-wal reads back.
+func TestConfigBoundsMaxBatchBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	for _, tc := range []struct {
+		bytes int
+		ok    bool
+	}{
+		{MaxMaxBatchBytes - 1, true},
+		{MaxMaxBatchBytes, true},
+		{MaxMaxBatchBytes + 1, false},
+		{64 << 20, false},
+	} {
+		cfg.MaxBatchBytes = tc.bytes
+		if err := cfg.Validate(); (err == nil) != tc.ok {
+			t.Errorf("MaxBatchBytes %d: %v (want accepted: %v)", tc.bytes, err, tc.ok)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft-wal/segment"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/fsm/meta"
@@ -37,7 +38,8 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// MaxBatchMessages and MaxBatchBytes cap one group-commit batch: the
 	// leader packs concurrent sends into one Raft entry up to these.
-	// Defaults 4096 messages and 4 MiB.
+	// Defaults 4096 messages and 4 MiB; MaxBatchBytes at most
+	// MaxMaxBatchBytes.
 	MaxBatchMessages int
 	MaxBatchBytes    int
 	// MaxInflightBatches is how many batches may await commit at once while
@@ -48,6 +50,12 @@ type Config struct {
 	// MaxDelay is how far ahead a delayed message may be due; a send beyond
 	// it is refused, not clamped. Default DefaultMaxDelay (two years).
 	MaxDelay time.Duration
+	// RaftLog is the store a new data directory keeps its Raft log and
+	// stable state in: RaftLogWAL (raft-wal, in raft-wal/) or RaftLogBolt
+	// (raft-boltdb, in raft.db). A data directory that already holds one
+	// keeps it, whatever this says: one from an earlier version, with
+	// raft.db, stays on raft-boltdb. Default RaftLogWAL.
+	RaftLog RaftLog
 	// MinFreeDisk is the free space under which the leader refuses sends
 	// (DISK_FULL) while it goes on serving consumers. It should be well
 	// above FSM.DiskReserve, where a replica stops applying. Default 512 MiB.
@@ -72,6 +80,18 @@ type Config struct {
 	// Logger is the root logger. Default: hclog at info level on stderr.
 	Logger hclog.Logger
 }
+
+// MaxMaxBatchBytes is the largest MaxBatchBytes allowed: 32 MiB. A batch
+// goes past MaxBatchBytes by at most one send request (one frame), and the
+// Raft entry it makes must stay under the largest entry raft-wal reads
+// back (segment.MaxEntrySize, 64 MiB): it writes a larger one, then calls
+// it corrupt.
+const MaxMaxBatchBytes = 32 << 20
+
+// The largest batch with its last request and the Append command's framing
+// (a few bytes a message) fits a raft-wal entry: the build fails if it
+// does not (a negative constant does not convert to uint).
+const _ = uint(segment.MaxEntrySize - MaxMaxBatchBytes - limits.MaxFrame - 16*limits.MaxBatchMessages - 4096)
 
 // DefaultMaxDelay is two years (731 days): the furthest ahead a delayed
 // message may be due unless the broker is configured otherwise.
@@ -103,6 +123,7 @@ func DefaultConfig() Config {
 		MaxPullWait:        30 * time.Second,
 		MaxDelay:           DefaultMaxDelay,
 		MinFreeDisk:        512 << 20,
+		RaftLog:            RaftLogWAL,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -150,8 +171,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: config: MinFreeDisk %d is negative", c.MinFreeDisk)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:
 		return errors.New("server: config: batch limits must be positive")
+	case c.MaxBatchBytes > MaxMaxBatchBytes:
+		return fmt.Errorf("server: config: MaxBatchBytes %d over %d: a Raft entry must fit the log store", c.MaxBatchBytes, MaxMaxBatchBytes)
 	case c.Now == nil || c.Logger == nil:
 		return errors.New("server: config: Now and Logger must be set")
+	}
+	if _, err := ParseRaftLog(string(c.RaftLog)); err != nil {
+		return fmt.Errorf("server: config: %w", err)
 	}
 	return c.checkRetention()
 }

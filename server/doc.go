@@ -1,7 +1,9 @@
 // Package server holds the two kinds of node of a cluster, each one member
-// of a Raft group (hashicorp/raft with raft-boltdb as log and stable store,
-// TCP transport) serving the client protocol of package transport and an
-// admin HTTP listener with /status and /metrics.
+// of a Raft group (hashicorp/raft over a TCP transport; raft-wal as log and
+// stable store for broker groups, raft-boltdb for the metaserver and for
+// broker data directories from before raft-wal) serving the client
+// protocol of package transport and an admin HTTP listener with /status
+// and /metrics.
 //
 // A broker node (Node, New) is a member of a broker group over the fsm
 // package's state machine. Its leader packs concurrent sends into one Raft

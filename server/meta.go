@@ -64,8 +64,10 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})
 		},
 	}
+	// The metaserver's log is small and seldom written: raft-boltdb (see
+	// DESIGN.md, "The Raft log store").
 	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
-		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps}); err != nil {
+		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: RaftLogBolt}); err != nil {
 		return nil, err
 	}
 	m.newMetrics()
@@ -77,7 +79,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 			m.goLoop(func() { m.lead(ctx) })
 		})
 	})
-	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr)
+	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", m.store.kind)
 	return m, nil
 }
 

@@ -79,13 +79,20 @@ func New(cfg Config) (_ *Node, err error) {
 	// Retention must match across the group and nothing compares it: the
 	// start line lets an operator do so.
 	r := cfg.FSM.Retention
-	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr,
+	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.kind,
 		"retention-age", time.Duration(r.MaxAge)*time.Millisecond, "retention-bytes", r.MaxBytes)
 	return n, nil
 }
 
 func (n *Node) openRaft() error {
-	var err error
+	// The Raft log first: it locks the data directory against a second
+	// process before the state machine's logs are opened (and cut back to
+	// their checkpoint).
+	store, err := openRaftLog(n.cfg.DataDir, n.cfg.RaftLog, n.log)
+	if err != nil {
+		return err
+	}
+	n.raftGroup.store = store
 	fcfg := n.cfg.FSM
 	fcfg.Dir = filepath.Join(n.cfg.DataDir, "fsm")
 	fcfg.Logger = n.log
@@ -103,7 +110,7 @@ func (n *Node) openRaft() error {
 		return err
 	}
 	n.raftGroup = raftGroup{
-		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout,
+		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store,
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()

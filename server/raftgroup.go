@@ -3,14 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // RaftTiming is a Raft group's timing.
@@ -38,7 +35,7 @@ type raftGroup struct {
 	applyTimeout time.Duration
 
 	raft     *raft.Raft
-	bolt     *raftboltdb.BoltStore
+	store    *raftLogStore
 	trans    *raft.NetworkTransport
 	leaderCh chan bool
 
@@ -61,18 +58,19 @@ type raftSetup struct {
 	ownCheckpoint bool
 	// advertise is the Raft address handed to the group, if not addr.
 	advertise string
+	// raftLog is the log store a new data directory gets; one that holds
+	// a log keeps its own (see openRaftLog). Unused if the group's store
+	// was opened before.
+	raftLog RaftLog
 }
 
 func (g *raftGroup) open(s raftSetup) error {
 	var err error
 	g.leaderCh = make(chan bool, 16)
-	g.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(s.dir, "raft.db"),
-		// Without these, bolt rewrites its whole freelist on every commit.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return fmt.Errorf("server: open raft log: %w", err)
+	if g.store == nil {
+		if g.store, err = openRaftLog(s.dir, s.raftLog, g.log); err != nil {
+			return err
+		}
 	}
 	if g.trans, err = newRaftTransport(s.addr, s.advertise, g.log.Named("raft-net")); err != nil {
 		return err
@@ -96,24 +94,24 @@ func (g *raftGroup) open(s raftSetup) error {
 		return fmt.Errorf("server: raft config: %w", err)
 	}
 	if s.bootstrap {
-		has, err := raft.HasExistingState(g.bolt, g.bolt, s.snaps)
+		has, err := raft.HasExistingState(g.store.logs, g.store.stable, s.snaps)
 		if err != nil {
 			return fmt.Errorf("server: check raft state: %w", err)
 		}
 		if !has {
 			cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
-			if err := raft.BootstrapCluster(rc, g.bolt, g.bolt, s.snaps, g.trans, cfg); err != nil {
+			if err := raft.BootstrapCluster(rc, g.store.logs, g.store.stable, s.snaps, g.trans, cfg); err != nil {
 				return fmt.Errorf("server: bootstrap: %w", err)
 			}
 		}
 	}
 	// Followers are fed from memory: without a cache the leader reads every
-	// entry back from bolt (and decodes it) to replicate it.
-	logs, err := raft.NewLogCache(1024, g.bolt)
+	// entry back from the store (and decodes it) to replicate it.
+	logs, err := raft.NewLogCache(1024, g.store.logs)
 	if err != nil {
 		return fmt.Errorf("server: raft log cache: %w", err)
 	}
-	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.bolt, s.snaps, g.trans); err != nil {
+	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, g.trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	return nil
@@ -132,8 +130,8 @@ func (g *raftGroup) closeStores() []error {
 	if g.trans != nil {
 		errs = append(errs, g.trans.Close())
 	}
-	if g.bolt != nil {
-		errs = append(errs, g.bolt.Close())
+	if g.store != nil {
+		errs = append(errs, g.store.Close())
 	}
 	return errs
 }

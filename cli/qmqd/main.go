@@ -56,6 +56,9 @@ func brokerFlags() []cli.Flag {
 			Usage: "a replica waits before applying while its data disk has less than `MIB` MiB free beyond what it is about to write"},
 		&cli.IntFlag{Name: "max-open-files", Value: d.FSM.MaxOpenFiles,
 			Usage: "keep at most `N` segment files open (at least 16); the process's file limit (ulimit -n) must leave room above it"},
+		&cli.StringFlag{Name: "raft-log", Value: string(d.RaftLog),
+			Usage: "the Raft log `STORE` of a new data directory: wal (raft-wal, in raft-wal/: one fsync per batch) or bolt " +
+				"(raft-boltdb, in raft.db: two); a directory that holds a log keeps its own, so one from before raft-wal stays on raft.db"},
 	}, retentionFlags()...)
 }
 
@@ -64,6 +67,11 @@ func brokerSettings(c *cli.Context, cfg *server.Config) error {
 	cfg.MaxDelay = c.Duration("max-delay")
 	cfg.MinFreeDisk, cfg.FSM.DiskReserve = c.Int64("min-free-disk")<<20, c.Int64("disk-reserve")<<20
 	cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
+	l, err := server.ParseRaftLog(c.String("raft-log"))
+	if err != nil {
+		return fmt.Errorf("%w --raft-log %q: wal or bolt", errInvalidFlag, c.String("raft-log"))
+	}
+	cfg.RaftLog = l
 	return retentionSettings(c, cfg)
 }
 

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/qmqgo/qmq/server"
+)
+
+func TestRaftLogFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want server.RaftLog
+		err  string // the refusal names this; "" when accepted
+	}{
+		{"default", nil, server.RaftLogWAL, ""},
+		{"wal", []string{"--raft-log", "wal"}, server.RaftLogWAL, ""},
+		{"bolt", []string{"--raft-log", "bolt"}, server.RaftLogBolt, ""},
+		{"empty", []string{"--raft-log", ""}, "", `--raft-log "": wal or bolt`},
+		{"capitals", []string{"--raft-log", "WAL"}, "", `--raft-log "WAL": wal or bolt`},
+		{"a store's full name", []string{"--raft-log", "raft-boltdb"}, "", `--raft-log "raft-boltdb": wal or bolt`},
+		{"a trailing space", []string{"--raft-log", "wal "}, "", `--raft-log "wal ": wal or bolt`},
+		{"no value", []string{"--raft-log"}, "", "flag needs an argument: -raft-log"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := brokerSettingsOf(t, tc.args...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				if strings.Contains(tc.err, "wal or bolt") && !errors.Is(err, errInvalidFlag) {
+					t.Fatalf("error %v does not wrap errInvalidFlag", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.RaftLog != tc.want {
+				t.Fatalf("RaftLog %q, want %q", cfg.RaftLog, tc.want)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -38,10 +39,8 @@ func checkID(id string) error {
 	if id == "" || len(id) > logs.MaxIDLen {
 		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), logs.MaxIDLen)
 	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < '!' || c > '~' {
-			return fmt.Errorf("%w: %.40q: byte %d (%q) is not printable ASCII other than a space", ErrInvalidID, id, i, c)
-		}
+	if i := limits.FirstUnprintable(id); i >= 0 {
+		return fmt.Errorf("%w: %.40q: byte %d (%q) is not printable ASCII other than a space", ErrInvalidID, id, i, id[i])
 	}
 	return nil
 }

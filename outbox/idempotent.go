@@ -26,10 +26,6 @@ type IdempotentConfig struct {
 	TxOptions *sql.TxOptions
 }
 
-// maxScope bounds IdempotentConfig.Scope, as a message id is bounded: both
-// make the primary key of qmq_processed.
-const maxScope = maxKey
-
 // Idempotent returns a qmq.Handler that applies h's database effects once
 // per message id, however often the message is delivered. For each
 // message it begins a transaction and records the id in qmq_processed
@@ -48,8 +44,8 @@ func Idempotent(db *sql.DB, h func(ctx context.Context, tx *sql.Tx, m *qmq.Messa
 	if cfg.Dialect == nil {
 		cfg.Dialect = SQLite
 	}
-	if len(cfg.Scope) > maxScope || !validKey(cfg.Scope) {
-		return nil, fmt.Errorf("%w: scope %.40q: at most %d bytes of printable ASCII other than a space", ErrConfig, cfg.Scope, maxScope)
+	if err := checkKey("scope", cfg.Scope); err != nil {
+		return nil, err
 	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: no handler", ErrConfig)

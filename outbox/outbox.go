@@ -144,10 +144,8 @@ func (c *Config) setDefaults() error {
 	case 2*(c.Grace+c.Period+c.LeaseTTL) > c.DedupWindow:
 		return fmt.Errorf("%w: grace %s + period %s + lease TTL %s is over half the dedup window %s: a resend could come after the broker forgot the id",
 			ErrConfig, c.Grace, c.Period, c.LeaseTTL, c.DedupWindow)
-	case len(c.Owner) > maxKey || !validKey(c.Owner):
-		return fmt.Errorf("%w: owner %.40q: at most %d bytes of printable ASCII other than a space", ErrConfig, c.Owner, maxKey)
 	}
-	return nil
+	return checkKey("owner", c.Owner)
 }
 
 // Outbox sends messages written in database transactions. It is safe for

@@ -346,7 +346,7 @@ func TestConfigLimits(t *testing.T) {
 // as a key the config takes.
 func TestDefaultOwnerIsAKey(t *testing.T) {
 	for _, host := range []string{"db-1.example", "höst name", "h\xff\x00st"} {
-		if k := asKey(host); !validKey(k) {
+		if k := asKey(host); checkKey("owner", k) != nil {
 			t.Errorf("asKey(%q) = %q, not a valid key", host, k)
 		}
 	}

@@ -36,22 +36,7 @@ func commitAll(t *testing.T, cfg Config, msgs func(p *qmq.Producer) []*qmq.Messa
 	db := sqliteDB(t)
 	rec := newRecorder(nil)
 	ob := db.newOutbox(t, rec, cfg)
-	ctx := context.Background()
-	p := newProducer(t, "127.0.0.1:1")
-	err := ob.WithTx(ctx, func(tx *Tx) error {
-		for _, m := range msgs(p) {
-			if err := tx.Send(ctx, m); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitMessages(t, ob, msgs(newProducer(t, "127.0.0.1:1")))
 	return rec.total(), db.rowsLeft(t)
 }
 
@@ -127,21 +112,12 @@ func TestSweepPagesByBytes(t *testing.T) {
 	writer := newRecorder(nil)
 	writer.down.Store(true)
 	ob0 := db.newOutbox(t, writer, Config{})
+	var largest []*qmq.Message
+	for _, id := range []string{longID, "", ""} {
+		largest = append(largest, messageOfSize(t, p, id, qmq.MaxMessageSize))
+	}
+	commitMessages(t, ob0, largest)
 	ctx := context.Background()
-	err := ob0.WithTx(ctx, func(tx *Tx) error {
-		for _, id := range []string{longID, "", ""} {
-			if err := tx.Send(ctx, messageOfSize(t, p, id, qmq.MaxMessageSize)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob0.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
 	db.awaitSweepable(t, 3, fastWatchdog.Grace)
 
 	var ob *Outbox

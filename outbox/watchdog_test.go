@@ -17,14 +17,29 @@ import (
 // long enough that a loaded machine does not lose it between renewals.
 var fastWatchdog = Config{Period: 50 * time.Millisecond, Grace: 50 * time.Millisecond, LeaseTTL: 5 * time.Second}
 
+// sendIn commits n new messages of subject in one transaction of ob and
+// waits for the sends that follow; it returns their ids.
 func sendIn(t *testing.T, ob *Outbox, p *qmq.Producer, subject string, n int) []string {
 	t.Helper()
 	var ids []string
-	err := ob.WithTx(context.Background(), func(tx *Tx) error {
-		for range n {
-			m := p.GenerateMessage(subject)
-			ids = append(ids, m.ID())
-			if err := tx.Send(context.Background(), m); err != nil {
+	var msgs []*qmq.Message
+	for range n {
+		m := p.GenerateMessage(subject)
+		ids = append(ids, m.ID())
+		msgs = append(msgs, m)
+	}
+	commitMessages(t, ob, msgs)
+	return ids
+}
+
+// commitMessages sends msgs in one transaction of ob and waits for the
+// sends that follow its commit.
+func commitMessages(t testing.TB, ob *Outbox, msgs []*qmq.Message) {
+	t.Helper()
+	ctx := context.Background()
+	err := ob.WithTx(ctx, func(tx *Tx) error {
+		for _, m := range msgs {
+			if err := tx.Send(ctx, m); err != nil {
 				return err
 			}
 		}
@@ -33,10 +48,9 @@ func sendIn(t *testing.T, ob *Outbox, p *qmq.Producer, subject string, n int) []
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Flush(context.Background()); err != nil {
+	if err := ob.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return ids
 }
 
 // runWatchdog runs ob's watchdog until stop is called or the test ends;

@@ -126,14 +126,22 @@ func wantLogs(t *testing.T, s raft.LogStore, first, last uint64) {
 	}
 }
 
+// mustOpenRaftLog opens the Raft log store in dir, failing the test if
+// it cannot.
+func mustOpenRaftLog(t *testing.T, dir string, want RaftLog) *raftLogStore {
+	t.Helper()
+	s, err := openRaftLog(dir, want, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("open the raft log in %s: %v", dir, err)
+	}
+	return s
+}
+
 func TestRaftLogStoresKeepEntriesAndStableStateAcrossReopen(t *testing.T) {
 	for _, kind := range []RaftLog{RaftLogWAL, RaftLogBolt} {
 		t.Run(string(kind), func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openRaftLog(dir, kind, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustOpenRaftLog(t, dir, kind)
 			if s.kind != kind {
 				t.Fatalf("opened %q, want %q", s.kind, kind)
 			}
@@ -149,10 +157,7 @@ func TestRaftLogStoresKeepEntriesAndStableStateAcrossReopen(t *testing.T) {
 			}
 			// Opened again in the same process, as a node restarted in
 			// place is: every file and lock of the first must be released.
-			s, err = openRaftLog(dir, RaftLogWAL, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s = mustOpenRaftLog(t, dir, RaftLogWAL)
 			defer s.Close()
 			if s.kind != kind {
 				t.Fatalf("reopened as %q, want %q", s.kind, kind)
@@ -179,10 +184,7 @@ func TestRaftLogStoresKeepEntriesAndStableStateAcrossReopen(t *testing.T) {
 // it; the node must start again afterwards and keep appending.
 func TestWALStartsAfterItsTailWasCut(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openRaftLog(dir, RaftLogWAL, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpenRaftLog(t, dir, RaftLogWAL)
 	storeLogs(t, s.logs, 1, 10)
 	storeLogs(t, s.logs, 11, 20)
 	if err := s.logs.DeleteRange(16, 20); err != nil {
@@ -192,10 +194,7 @@ func TestWALStartsAfterItsTailWasCut(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = openRaftLog(dir, RaftLogWAL, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatalf("reopen after the tail was cut: %v", err)
-	}
+	s = mustOpenRaftLog(t, dir, RaftLogWAL)
 	defer s.Close()
 	wantLogs(t, s.logs, 1, 18)
 	storeLogs(t, s.logs, 19, 25)
@@ -206,20 +205,14 @@ func TestRaftLogInUseIsRefused(t *testing.T) {
 	for _, kind := range []RaftLog{RaftLogWAL, RaftLogBolt} {
 		t.Run(string(kind), func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openRaftLog(dir, kind, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustOpenRaftLog(t, dir, kind)
 			if _, err := openRaftLog(dir, kind, hclog.NewNullLogger()); !errors.Is(err, ErrRaftLogInUse) {
 				t.Fatalf("second open: %v, want ErrRaftLogInUse", err)
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, err = openRaftLog(dir, kind, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatalf("open once the first closed: %v", err)
-			}
+			s = mustOpenRaftLog(t, dir, kind)
 			s.Close()
 		})
 	}

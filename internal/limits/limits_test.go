@@ -44,3 +44,13 @@ func TestConsumerIDCheck(t *testing.T) {
 		}
 	}
 }
+
+// The printable range ends at '!' and '~': a space, DEL and bytes past
+// ASCII are refused, wherever they stand.
+func TestFirstUnprintable(t *testing.T) {
+	for s, want := range map[string]int{"": -1, "!~": -1, "a b": 1, " a": 0, "a\x7f": 1, "a\x80": 1, "é": 0, "ab\x00": 2} {
+		if got := FirstUnprintable(s); got != want {
+			t.Errorf("FirstUnprintable(%q) = %d, want %d", s, got, want)
+		}
+	}
+}

@@ -46,3 +46,16 @@ func (id ConsumerID) Check() error {
 	}
 	return CheckName("consumer", id.Consumer)
 }
+
+// FirstUnprintable returns the index of the first byte of s that is not
+// printable ASCII other than a space ('!' to '~'), or -1 if there is
+// none: the rule of a chosen message id, and of the outbox's keys, which
+// every database then stores and compares byte by byte.
+func FirstUnprintable(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < '!' || c > '~' {
+			return i
+		}
+	}
+	return -1
+}

@@ -63,7 +63,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		}
 		m.DeliverAt = 0 // due already: delivered at once, like any message
 		m.Index, m.AppendedAt = index, now
-		off, size, err := f.store.messages.Append(m)
+		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
 		f.dedup.add(m.ID, now, seen{offset: off, size: size})

@@ -107,6 +107,19 @@ var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 type Append struct {
 	Now      int64
 	Messages []*logs.Message
+	// Wire, when set, holds each message's encoding as it arrived
+	// (logs.ReadMessageWire): Wire[i] encodes Messages[i]. Encode copies it
+	// and apply stores it (logs.MessageLog.AppendWire) instead of encoding
+	// the message again. Decode sets it.
+	Wire [][]byte
+}
+
+// wire returns message i's encoding: as it arrived, or encoded now.
+func (c *Append) wire(i int) []byte {
+	if c.Wire != nil {
+		return c.Wire[i]
+	}
+	return c.Messages[i].AppendEncoded(nil)
 }
 
 // Pull hands up to Max entries of Subject to Consumer of Group, first any
@@ -228,8 +241,12 @@ func appendNames(b []byte, subject, group, consumer string) []byte {
 func (c *Append) Encode() []byte {
 	b := appendHeader(nil, CmdAppend, c.Now)
 	b = binenc.AppendUvarint(b, uint64(len(c.Messages)))
-	for _, m := range c.Messages {
-		b = m.AppendEncoded(b)
+	for i, m := range c.Messages {
+		if c.Wire != nil {
+			b = append(b, c.Wire[i]...)
+		} else {
+			b = m.AppendEncoded(b)
+		}
 	}
 	return b
 }
@@ -316,11 +333,11 @@ func Decode(b []byte) (any, error) {
 		c := &Append{Now: now}
 		n := r.Count(limits.MaxBatchMessages)
 		for i := 0; i < n && r.Err() == nil; i++ {
-			m, err := logs.ReadMessage(r)
+			m, wire, err := logs.ReadMessageWire(r)
 			if err != nil {
 				return nil, fmt.Errorf("%w: append message %d: %w", ErrBadCommand, i, err)
 			}
-			c.Messages = append(c.Messages, m)
+			c.Messages, c.Wire = append(c.Messages, m), append(c.Wire, wire)
 		}
 		cmd = c
 	case CmdPull:

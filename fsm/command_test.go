@@ -51,9 +51,17 @@ func TestCommandRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
-			if !reflect.DeepEqual(got, cmd) {
+			if a, ok := got.(*Append); ok {
+				checkAppendWire(t, a)
+				withoutWire := *a
+				withoutWire.Wire = nil
+				if !reflect.DeepEqual(&withoutWire, cmd) {
+					t.Fatalf("decoded %#v, want %#v", &withoutWire, cmd)
+				}
+			} else if !reflect.DeepEqual(got, cmd) {
 				t.Fatalf("decoded %#v, want %#v", got, cmd)
 			}
+			// An Append is encoded again from the wire forms Decode kept.
 			if again := got.(encoder).Encode(); !bytes.Equal(again, enc) {
 				t.Fatalf("re-encoded %x, want %x", again, enc)
 			}
@@ -162,6 +170,20 @@ func TestCheckName(t *testing.T) {
 		err := CheckName("subject", tc.name)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("CheckName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// checkAppendWire checks that a decoded Append kept each message's
+// encoding: what encoding the decoded message gives.
+func checkAppendWire(t *testing.T, a *Append) {
+	t.Helper()
+	if len(a.Wire) != len(a.Messages) {
+		t.Fatalf("decoded %d messages with %d wire forms", len(a.Messages), len(a.Wire))
+	}
+	for i, m := range a.Messages {
+		if want := m.AppendEncoded(nil); !bytes.Equal(a.Wire[i], want) {
+			t.Fatalf("message %d: wire %x, want %x", i, a.Wire[i], want)
 		}
 	}
 }

@@ -35,6 +35,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if enc := m.AppendEncoded(nil); !bytes.Equal(enc, p) {
 			t.Fatalf("re-encoding differs:\n in  %x\n out %x", p, enc)
 		}
+		checkWire(t, p)
 	})
 }
 

@@ -154,8 +154,26 @@ func DecodeMessage(p []byte) (*Message, error) {
 
 // ReadMessage decodes one message from r, leaving r after it; command
 // decoders use it to read messages embedded in a batch. The Reader refuses
-// overlong varints, so a message has exactly one encoding.
-func ReadMessage(r *binenc.Reader) (*Message, error) {
+// overlong varints, so a message has exactly one encoding. The result owns
+// its memory.
+func ReadMessage(r *binenc.Reader) (*Message, error) { return readMessage(r, false) }
+
+// ReadMessageWire decodes one message from r like ReadMessage and also
+// returns its encoding: the bytes of r it was read from, which, since a
+// message has exactly one encoding, are m.AppendEncoded(nil). The body and
+// the encoding alias r's buffer, which must not change while either is in
+// use. The leader and the state machine use it to store a message in the
+// form it arrived in (see MessageLog.AppendWire) instead of encoding it
+// again.
+func ReadMessageWire(r *binenc.Reader) (m *Message, wire []byte, err error) {
+	start := r.Offset()
+	if m, err = readMessage(r, true); err != nil {
+		return nil, nil, err
+	}
+	return m, r.Since(start), nil
+}
+
+func readMessage(r *binenc.Reader, shareBody bool) (*Message, error) {
 	v := r.Byte()
 	if r.Err() == nil && v != messageVersion && v != messageVersionDelayed {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, v)
@@ -180,7 +198,11 @@ func ReadMessage(r *binenc.Reader) (*Message, error) {
 		}
 	}
 	if body := r.Bytes(MaxBodyLen); len(body) > 0 {
-		m.Body = append([]byte(nil), body...)
+		if shareBody {
+			m.Body = body
+		} else {
+			m.Body = append([]byte(nil), body...)
+		}
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/qmqgo/qmq/internal/binenc"
 )
 
 // sampleMessage returns a message using every field.
@@ -363,5 +365,82 @@ func TestRetainFrom(t *testing.T) {
 	}
 	if m, err := ml.ReadAt(segs[2].Base); err != nil || m.AppendedAt != first[2] {
 		t.Fatalf("ReadAt kept = %+v, %v", m, err)
+	}
+}
+
+// checkWire holds ReadMessageWire and the record AppendWire stores for p,
+// one valid encoding, to what decoding and encoding again would give: the
+// wire is p itself, and the record is the decoded message stamped and
+// delivered at once, encoded.
+func checkWire(t *testing.T, p []byte) {
+	t.Helper()
+	m, wire, err := ReadMessageWire(binenc.NewReader(p))
+	if err != nil {
+		t.Fatalf("ReadMessageWire: %v", err)
+	}
+	if !bytes.Equal(wire, p) {
+		t.Fatalf("wire differs from the encoding read:\n in   %x\n wire %x", p, wire)
+	}
+	const index, appendedAt = 0x0102030405060708, 1_795_831_200_123
+	got, err := stampedRecord([]byte("prefix"), wire, index, appendedAt)
+	if err != nil {
+		t.Fatalf("stampedRecord: %v", err)
+	}
+	m.Index, m.AppendedAt, m.DeliverAt = index, appendedAt, 0
+	if want := m.AppendEncoded([]byte("prefix")); !bytes.Equal(got, want) {
+		t.Fatalf("stamped record differs from the message encoded:\n got  %x\n want %x", got, want)
+	}
+}
+
+func TestAppendWireStoresWhatAppendStores(t *testing.T) {
+	msgs := []*Message{
+		{ID: "a", Subject: "b"},
+		{ID: "a", Subject: "b", DeliverAt: 1_795_831_200_000, Body: []byte("due")},
+		{ID: strings.Repeat("i", MaxIDLen), Subject: "s", Tags: []string{"x", "y"},
+			Properties: []Property{{Key: "k", Value: "v"}}, Body: make([]byte, 300), CreatedAt: 42, Index: 7, AppendedAt: 9},
+	}
+	for i := range 3 {
+		msgs = append(msgs, sampleMessage(i))
+	}
+	ml, err := OpenMessageLog(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Log().Close()
+	for i, m := range msgs {
+		checkWire(t, m.AppendEncoded(nil))
+		off, size, err := ml.AppendWire(m.AppendEncoded(nil), uint64(100+i), int64(1000+i))
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if err := ml.Log().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ml.Read(off, size)
+		if err != nil {
+			t.Fatalf("message %d: read back: %v", i, err)
+		}
+		want := *m
+		want.Index, want.AppendedAt, want.DeliverAt = uint64(100+i), int64(1000+i), 0
+		if !bytes.Equal(got.AppendEncoded(nil), want.AppendEncoded(nil)) {
+			t.Fatalf("message %d: stored %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+func TestAppendWireRefusesWhatIsNoMessage(t *testing.T) {
+	ml, err := OpenMessageLog(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Log().Close()
+	full := (&Message{ID: "a", Subject: "b", DeliverAt: 5}).AppendEncoded(nil)
+	for _, wire := range [][]byte{nil, {messageVersion}, full[:wireDeliverAt-1], full[:wireFixedDelayed-1], {9, 0, 0}} {
+		if _, _, err := ml.AppendWire(wire, 1, 1); !errors.Is(err, ErrInvalidMessage) {
+			t.Errorf("AppendWire(%x) = %v, want ErrInvalidMessage", wire, err)
+		}
+	}
+	if ml.Log().Next() != 0 {
+		t.Fatalf("refused wires wrote %d bytes", ml.Log().Next())
 	}
 }

@@ -2,6 +2,8 @@ package logs
 
 import (
 	"fmt"
+
+	"github.com/qmqgo/qmq/internal/binenc"
 )
 
 // MessageLog holds every subject's messages in one log (QMQ's message
@@ -44,6 +46,54 @@ func (ml *MessageLog) Append(m *Message) (offset int64, size int, err error) {
 		return 0, 0, err
 	}
 	return off, RecordSize(len(ml.buf)), nil
+}
+
+// The fixed fields at the start of every message's encoding (see Message).
+const (
+	wireCreatedAt    = 9  // created-at i64
+	wireAppendedAt   = 17 // appended-at i64
+	wireDeliverAt    = 25 // deliver-at i64, version 2 only
+	wireFixedDelayed = 33 // where version 2's id begins
+)
+
+// AppendWire appends, delivered at once, the message whose encoding is wire
+// (from ReadMessageWire, so it decoded and passed Check), stamped with index
+// and appendedAt, and returns its offset and record size. It writes what
+// Append writes for that message with Index and AppendedAt set and
+// DeliverAt cleared, without decoding or encoding it: the encoding is
+// copied with its two stamps replaced, and a delayed message's delivery
+// time is dropped (version 2 becomes version 1).
+//
+//	wire:   version | index | created-at | appended-at | [deliver-at] | id …
+//	record: 1       | index | created-at | appendedAt  |                id …
+func (ml *MessageLog) AppendWire(wire []byte, index uint64, appendedAt int64) (offset int64, size int, err error) {
+	if ml.buf, err = stampedRecord(ml.buf[:0], wire, index, appendedAt); err != nil {
+		return 0, 0, err
+	}
+	off, err := ml.log.Append(ml.buf)
+	if err != nil {
+		return 0, 0, err
+	}
+	return off, RecordSize(len(ml.buf)), nil
+}
+
+// stampedRecord appends to dst the payload AppendWire stores for wire.
+func stampedRecord(dst, wire []byte, index uint64, appendedAt int64) ([]byte, error) {
+	rest := wireDeliverAt
+	switch {
+	case len(wire) > 0 && wire[0] == messageVersionDelayed:
+		rest = wireFixedDelayed
+	case len(wire) > 0 && wire[0] != messageVersion:
+		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, wire[0])
+	}
+	if len(wire) < rest {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than its fixed fields", ErrInvalidMessage, len(wire))
+	}
+	b := append(dst, messageVersion)
+	b = binenc.AppendUint64(b, index)
+	b = append(b, wire[wireCreatedAt:wireAppendedAt]...)
+	b = binenc.AppendUint64(b, uint64(appendedAt))
+	return append(b, wire[rest:]...), nil
 }
 
 // Read returns the message at offset whose record size is size (both as

@@ -20,9 +20,12 @@ type batcher struct {
 	slots chan struct{}
 }
 
-// sendCall is one client's send waiting for its batch.
+// sendCall is one client's send waiting for its batch: its messages, and
+// each one's encoding as it arrived (proposed as it is, never encoded
+// again).
 type sendCall struct {
 	msgs []*logs.Message
+	wire [][]byte
 	size int
 	done chan sendOutcome
 }
@@ -36,9 +39,9 @@ func newBatcher(n *Node) *batcher {
 	return &batcher{n: n, in: make(chan *sendCall, 4096), slots: make(chan struct{}, n.cfg.MaxInflightBatches)}
 }
 
-// send queues msgs and waits for their outcome.
-func (b *batcher) send(ctx context.Context, msgs []*logs.Message, size int) ([]fsm.MessageResult, error) {
-	call := &sendCall{msgs: msgs, size: size, done: make(chan sendOutcome, 1)}
+// send queues msgs, whose encodings are wire, and waits for their outcome.
+func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte, size int) ([]fsm.MessageResult, error) {
+	call := &sendCall{msgs: msgs, wire: wire, size: size, done: make(chan sendOutcome, 1)}
 	select {
 	case b.in <- call:
 	case <-ctx.Done():
@@ -96,11 +99,11 @@ func (b *batcher) run() {
 
 // commit proposes one Append for calls and answers them when it applies.
 func (b *batcher) commit(calls []*sendCall, count int) {
-	msgs := make([]*logs.Message, 0, count)
+	msgs, wire := make([]*logs.Message, 0, count), make([][]byte, 0, count)
 	for _, c := range calls {
-		msgs = append(msgs, c.msgs...)
+		msgs, wire = append(msgs, c.msgs...), append(wire, c.wire...)
 	}
-	cmd := &fsm.Append{Now: b.n.clock.now().UnixMilli(), Messages: msgs}
+	cmd := &fsm.Append{Now: b.n.clock.now().UnixMilli(), Messages: msgs, Wire: wire}
 	future := b.n.applyAsync(cmd.Encode())
 	b.n.metrics.batchSize.Observe(float64(count))
 	go func() {

@@ -71,7 +71,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 		if err := fsm.CheckMessage(m); err != nil {
 			return nil, transport.Errorf(transport.Invalid, "message %d: %v", i, err)
 		}
-		size += m.EncodedSize()
+		size += len(req.Wire[i])
 	}
 	if len(req.Messages) == 0 {
 		return (&transport.SendResponse{}).Encode(), nil
@@ -93,7 +93,8 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	// A delivery time too far ahead is refused here, per message.
 	limit := n.clock.now().Add(n.cfg.MaxDelay).UnixMilli()
 	var accepted []*logs.Message
-	var at []int // accepted[j] is req.Messages[at[j]]
+	var wire [][]byte // wire[j] encodes accepted[j]
+	var at []int      // accepted[j] is req.Messages[at[j]]
 	for i, m := range req.Messages {
 		if m.DeliverAt > limit {
 			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: fmt.Sprintf(
@@ -101,13 +102,13 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 				time.UnixMilli(m.DeliverAt).UTC().Format(time.RFC3339), n.cfg.MaxDelay)}
 			continue
 		}
-		accepted = append(accepted, m)
+		accepted, wire = append(accepted, m), append(wire, req.Wire[i])
 		at = append(at, i)
 	}
 	if len(accepted) > 0 {
 		ctx, cancel := n.requestContext(ctx)
 		defer cancel()
-		results, err := n.batcher.send(ctx, accepted, size)
+		results, err := n.batcher.send(ctx, accepted, wire, size)
 		if err != nil {
 			return nil, err
 		}

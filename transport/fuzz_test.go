@@ -51,8 +51,18 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
 	f.Add((&PullResponse{Epoch: 4, Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if q, err := DecodeSendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
-			t.Fatalf("send request does not re-encode to its input")
+		if q, err := DecodeSendRequest(in); err == nil {
+			if !bytes.Equal(q.Encode(), in) {
+				t.Fatalf("send request does not re-encode to its input")
+			}
+			if len(q.Wire) != len(q.Messages) {
+				t.Fatalf("send request: %d messages, %d wire forms", len(q.Messages), len(q.Wire))
+			}
+			for i, m := range q.Messages {
+				if !bytes.Equal(q.Wire[i], m.AppendEncoded(nil)) {
+					t.Fatalf("send request: message %d's wire form is not its encoding", i)
+				}
+			}
 		}
 		if q, err := DecodePullRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("pull request does not re-encode to its input")

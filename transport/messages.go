@@ -26,6 +26,11 @@ const (
 // SendRequest: version | count | message…
 type SendRequest struct {
 	Messages []*logs.Message
+	// Wire holds each message's encoding as it arrived (DecodeSendRequest
+	// sets it; Wire[i] encodes Messages[i]), for the leader to propose
+	// without encoding the messages again. Bodies and encodings alias the
+	// payload decoded. Encode ignores it.
+	Wire [][]byte
 }
 
 // SendStatus is the outcome of one message of a send.
@@ -181,7 +186,7 @@ func DecodeSendRequest(b []byte) (*SendRequest, error) {
 	q := &SendRequest{}
 	n := r.Count(limits.MaxBatchMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		m, err := logs.ReadMessage(r)
+		m, wire, err := logs.ReadMessageWire(r)
 		if err == nil {
 			err = m.Check() // the limits of a stored message, its whole size among them
 		}
@@ -192,7 +197,7 @@ func DecodeSendRequest(b []byte) (*SendRequest, error) {
 			}
 			return nil, Errorf(code, "send: message %d: %v", i, err)
 		}
-		q.Messages = append(q.Messages, m)
+		q.Messages, q.Wire = append(q.Messages, m), append(q.Wire, wire)
 	}
 	return q, done("send", r)
 }

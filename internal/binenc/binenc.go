@@ -61,6 +61,10 @@ func (r *Reader) Remaining() int { return len(r.buf) - r.off }
 // Offset returns the number of bytes read so far.
 func (r *Reader) Offset() int { return r.off }
 
+// Since returns the bytes read from offset off (an earlier Offset) up to
+// now. The result aliases the Reader's buffer.
+func (r *Reader) Since(off int) []byte { return r.buf[off:r.off:r.off] }
+
 func (r *Reader) fail(err error) {
 	if r.err == nil {
 		r.err = fmt.Errorf("%w at byte %d", err, r.off)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/qmqgo/qmq/internal/limits"
@@ -52,6 +53,98 @@ func (f *FSM) ReadMessage(at MessageAt) (*logs.Message, error) {
 		return nil, logs.ErrClosed
 	}
 	return f.store.messages.Read(at.Offset, at.Size)
+}
+
+// Gone marks a MessageAt of LocateAll or a wire form of ReadWires whose
+// message retention removed.
+const Gone = -1
+
+// LocateAll returns where the messages with consume-log sequences seqs of
+// subject lie, in order, reading each run of consecutive sequences at
+// once; one that retention removed has Offset Gone. A pull locates what
+// it handed out, reserves memory for the messages, then reads them with
+// ReadWires. Safe on any goroutine.
+func (f *FSM) LocateAll(subject string, seqs []int64) ([]MessageAt, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return nil, logs.ErrClosed
+	}
+	cl := f.store.consumeLog(subject)
+	if cl == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoSubject, subject)
+	}
+	ats := make([]MessageAt, 0, len(seqs))
+	for i := 0; i < len(seqs); {
+		n := 1
+		for i+n < len(seqs) && seqs[i+n] == seqs[i]+int64(n) {
+			n++
+		}
+		es, err := cl.GetRange(seqs[i], n)
+		if errors.Is(err, logs.ErrRetained) {
+			es, err = nil, nil // part of the run went: one at a time, to tell which
+			for _, seq := range seqs[i : i+n] {
+				e, err := cl.Get(seq)
+				if errors.Is(err, logs.ErrRetained) {
+					e = logs.ConsumeEntry{Offset: Gone}
+				} else if err != nil {
+					return nil, err
+				}
+				es = append(es, e)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			ats = append(ats, MessageAt{Offset: e.Offset, Size: e.Size})
+		}
+		i += n
+	}
+	return ats, nil
+}
+
+// ReadWires returns the encodings of the messages at ats (from LocateAll),
+// in order: the message-log records' payloads, each run of neighbouring
+// records read at once. A message retention removed, or marked Gone, comes
+// back nil. Safe on any goroutine.
+func (f *FSM) ReadWires(ats []MessageAt) ([][]byte, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return nil, logs.ErrClosed
+	}
+	ml := f.store.messages.Log()
+	out := make([][]byte, len(ats))
+	for i := 0; i < len(ats); {
+		if ats[i].Offset == Gone {
+			i++
+			continue
+		}
+		sizes := []int{ats[i].Size}
+		for j := i + 1; j < len(ats) && ats[j].Offset == ats[j-1].Offset+int64(ats[j-1].Size); j++ {
+			sizes = append(sizes, ats[j].Size)
+		}
+		ps, err := ml.ReadRun(ats[i].Offset, sizes)
+		if errors.Is(err, logs.ErrRetained) {
+			ps, err = make([][]byte, len(sizes)), nil // part of the run went: one at a time
+			for k := range ps {
+				at := ats[i+k]
+				ps[k], err = ml.ReadSized(at.Offset, at.Size)
+				if errors.Is(err, logs.ErrRetained) {
+					ps[k], err = nil, nil
+				} else if err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		copy(out[i:], ps)
+		i += len(sizes)
+	}
+	return out, nil
 }
 
 // LogEnds describes how far each log of the FSM reaches, for status pages

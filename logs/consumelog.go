@@ -75,12 +75,33 @@ func (c *ConsumeLog) Get(seq int64) (ConsumeEntry, error) {
 	if err != nil {
 		return ConsumeEntry{}, err
 	}
+	return decodeConsumeEntry(p), nil
+}
+
+// GetRange returns the n entries from sequence seq on, read at once.
+func (c *ConsumeLog) GetRange(seq int64, n int) ([]ConsumeEntry, error) {
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = ConsumeRecordSize
+	}
+	ps, err := c.log.ReadRun(seq*ConsumeRecordSize, sizes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ConsumeEntry, len(ps))
+	for i, p := range ps {
+		out[i] = decodeConsumeEntry(p)
+	}
+	return out, nil
+}
+
+func decodeConsumeEntry(p []byte) ConsumeEntry {
 	return ConsumeEntry{
 		Offset:     int64(binary.LittleEndian.Uint64(p[0:])),
 		Size:       int(binary.LittleEndian.Uint32(p[8:])),
 		AppendedAt: int64(binary.LittleEndian.Uint64(p[16:])),
 		TagMask:    binary.LittleEndian.Uint64(p[24:]),
-	}, nil
+	}
 }
 
 // StartSeq returns the first retained sequence.

@@ -463,6 +463,61 @@ func (l *Log) ReadSized(off int64, size int) ([]byte, error) {
 	return s.readRecord(off, size, l.opts.MaxPayload)
 }
 
+// ReadRun returns the payloads of records lying back to back from offset
+// off, whose whole sizes (RecordSize of each payload) are sizes, reading
+// each segment they lie in once. The payloads share one buffer. Readers of
+// many neighbouring records (a consumer's pull, a range of a consume log)
+// use it instead of one read per record.
+func (l *Log) ReadRun(off int64, sizes []int) ([][]byte, error) {
+	total := 0
+	for _, size := range sizes {
+		if size <= recordHeader || size > recordHeader+l.opts.MaxPayload {
+			return nil, fmt.Errorf("%w: record size %d at offset %d", ErrRecordSize, size, off+int64(total))
+		}
+		total += size
+	}
+	if len(sizes) == 0 {
+		return nil, nil
+	}
+	if _, err := l.checkRange(off, total); err != nil {
+		return nil, err
+	}
+	segs := l.segments()
+	buf := make([]byte, total)
+	out := make([][]byte, 0, len(sizes))
+	for at, i := 0, 0; i < len(sizes); {
+		pos := off + int64(at)
+		s := segmentFor(segs, pos)
+		if s == nil {
+			return nil, fmt.Errorf("%w: offset %d is before the start", ErrRetained, pos)
+		}
+		// The records of this segment: a record never spans two.
+		n, end := 0, at
+		for i+n < len(sizes) && (s == segs[len(segs)-1] || off+int64(end) < nextBase(segs, s)) {
+			end += sizes[i+n]
+			n++
+		}
+		if err := s.readRun(pos, buf[at:end]); err != nil {
+			return nil, err
+		}
+		for ; at < end; i++ {
+			p, err := s.verify(off+int64(at), buf[at:at+sizes[i]])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+			at += sizes[i]
+		}
+	}
+	return out, nil
+}
+
+// nextBase returns the base of the segment after s in segs.
+func nextBase(segs []*segment, s *segment) int64 {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > s.base })
+	return segs[i].base
+}
+
 // Scan calls fn with each record from offset from up to the end visible
 // when Scan starts. The payload passed to fn is only valid during the call.
 // A bad record is returned as an error that names its file and offset.

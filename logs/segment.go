@@ -254,6 +254,19 @@ func (s *segment) readRecord(off int64, size int, maxPayload int) ([]byte, error
 	return s.verify(off, buf)
 }
 
+// readRun fills buf with the bytes of records from logical offset off.
+func (s *segment) readRun(off int64, buf []byte) error {
+	f, err := s.file(false)
+	if err != nil {
+		return s.readErr(off, err)
+	}
+	defer s.done()
+	if _, err := f.ReadAt(buf, off-s.base+headerSize); err != nil {
+		return s.readErr(off, err)
+	}
+	return nil
+}
+
 func (s *segment) readErr(off int64, err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s offset %d: record runs past end of file", ErrCorrupt, s.path, off)

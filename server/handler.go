@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -231,40 +230,50 @@ const maxPullReply = transport.DefaultMaxFrame / 2
 // memory budget until the reply is written: the first waits for its bytes,
 // the others are left out when none are free. Messages left out come again
 // on the consumer's next pull, which asks from the first pull sequence it
-// has not received.
+// has not received. Messages go into the reply in their stored encoding,
+// read a run of neighbours at a time, never decoded and encoded again.
 func (n *Node) pulledMessages(ctx context.Context, req *transport.PullRequest, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
 	subject := req.Subject
-	resp := &transport.PullResponse{Epoch: res.Epoch, Version: req.Version, Messages: make([]transport.PulledMessage, 0, len(res.Entries))}
-	size := 0
-	var gone []int64
-	for _, e := range res.Entries {
-		// Take the message's bytes from the budget before reading it: the
-		// first waits for them, the others are left out when none are free.
-		at, err := n.fsm.Locate(subject, e.ConsumeSeq)
-		if err == nil {
-			if size += at.Size; size > maxPullReply && len(resp.Messages) > 0 {
+	seqs := make([]int64, len(res.Entries))
+	for i, e := range res.Entries {
+		seqs[i] = e.ConsumeSeq
+	}
+	ats, err := n.fsm.LocateAll(subject, seqs)
+	if err != nil {
+		return nil, transport.Errorf(transport.Internal, "locating %s sequences %d…: %v", subject, seqs[0], err)
+	}
+	// Take the messages' bytes from the budget before reading them: the
+	// first waits for them, the others are left out when none are free.
+	size, taken, fit := 0, 0, 0
+	for _, at := range ats {
+		if at.Offset != fsm.Gone {
+			if size += at.Size; size > maxPullReply && taken > 0 {
 				break
 			}
-			if len(resp.Messages) == 0 {
+			if taken == 0 {
 				if err := transport.Reserve(ctx, int64(at.Size)); err != nil {
 					return nil, err
 				}
 			} else if !transport.TryReserve(ctx, int64(at.Size)) {
 				break
 			}
+			taken++
 		}
-		var m *logs.Message
-		if err == nil {
-			m, err = n.fsm.ReadMessage(at)
-		}
-		if errors.Is(err, logs.ErrRetained) {
+		fit++
+	}
+	wires, err := n.fsm.ReadWires(ats[:fit])
+	if err != nil {
+		return nil, transport.Errorf(transport.Internal, "reading %s sequences %d…: %v", subject, seqs[0], err)
+	}
+	resp := &transport.PullResponse{Epoch: res.Epoch, Version: req.Version, Messages: make([]transport.PulledMessage, 0, len(wires))}
+	var gone []int64
+	for i, w := range wires {
+		e := res.Entries[i]
+		if w == nil {
 			gone = append(gone, e.PullSeq) // removed by retention after it was handed out
 			continue
 		}
-		if err != nil {
-			return nil, transport.Errorf(transport.Internal, "reading %s sequence %d: %v", subject, e.ConsumeSeq, err)
-		}
-		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Deliveries: e.Deliveries, Message: m})
+		resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: e.PullSeq, Deliveries: e.Deliveries, Wire: w})
 	}
 	if len(gone) > 0 {
 		n.ackGone(subject, consumer, res.Epoch, gone)

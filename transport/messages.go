@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -107,6 +108,10 @@ type PulledMessage struct {
 	PullSeq    int64
 	Deliveries uint32
 	Message    *logs.Message
+	// Wire, when set, is the message's encoding (a message-log record's
+	// payload), which Encode copies instead of encoding Message; the
+	// broker sets it and not Message. DecodePullResponse sets Message.
+	Wire []byte
 }
 
 // PullResponse: version | epoch | count | (pull-seq | [deliveries, version 3] | message)…
@@ -328,14 +333,22 @@ func (p *PullResponse) Encode() []byte {
 	if version == 0 {
 		version = payloadVersionPull3
 	}
-	b := binenc.AppendUvarint([]byte{version}, p.Epoch)
+	size := 1 + 2*binary.MaxVarintLen64
+	for _, m := range p.Messages {
+		size += 2*binary.MaxVarintLen64 + len(m.Wire)
+	}
+	b := binenc.AppendUvarint(append(make([]byte, 0, size), version), p.Epoch)
 	b = binenc.AppendUvarint(b, uint64(len(p.Messages)))
 	for _, m := range p.Messages {
 		b = binenc.AppendUvarint(b, uint64(m.PullSeq))
 		if version >= payloadVersionPull3 {
 			b = binenc.AppendUvarint(b, uint64(m.Deliveries))
 		}
-		b = m.Message.AppendEncoded(b)
+		if m.Wire != nil {
+			b = append(b, m.Wire...)
+		} else {
+			b = m.Message.AppendEncoded(b)
+		}
 	}
 	return b
 }

@@ -85,10 +85,20 @@ type Log struct {
 	dirDirty bool // a segment was created or removed since the last Sync
 	dirty    bool // the active segment was written since the last Sync
 	closed   bool
+	// writtenBack is the offset of the active segment up to which the
+	// device was asked to write its pages (see Flush).
+	writtenBack int64
 }
 
 // flushThreshold bounds the bytes buffered between Flushes.
 const flushThreshold = 1 << 20
+
+// writebackEvery is how many bytes Flush lets pile up in the page cache
+// before it asks the device to start writing them: the fsync of a roll or
+// a checkpoint, on the state machine's goroutine, then waits for little
+// more than the last few, instead of for everything written since the
+// last one (tens of megabytes and a hundred milliseconds, at full rate).
+const writebackEvery = 1 << 20
 
 // Open opens the log in dir, creating dir and a first segment if needed,
 // and recovers its tail (see Options.DurableEnd).
@@ -324,6 +334,13 @@ func (l *Log) Flush() error {
 	l.pending = l.pending[:0]
 	l.dirty = true
 	l.end.Store(a.end())
+	if l.writtenBack < a.base {
+		l.writtenBack = a.base // a new segment
+	}
+	if a.end()-l.writtenBack >= writebackEvery {
+		a.writeback(l.writtenBack, a.end())
+		l.writtenBack = a.end()
+	}
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/qmqgo/qmq/internal/disk"
 )
 
 // A segment file is a fixed header followed by records:
@@ -154,6 +156,17 @@ func (s *segment) writeAt(p []byte, off int64) error {
 	defer s.done()
 	_, err = f.WriteAt(p, headerSize+off-s.base)
 	return err
+}
+
+// writeback asks the device to start writing the records between logical
+// offsets from and to (see disk.Writeback).
+func (s *segment) writeback(from, to int64) {
+	f, err := s.file(false)
+	if err != nil {
+		return // a hint only: the next fsync meets the failure
+	}
+	defer s.done()
+	disk.Writeback(f, headerSize+from-s.base, to-from)
 }
 
 // detach closes the segment's file; with a cache, it stops handing the

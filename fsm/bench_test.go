@@ -197,7 +197,7 @@ func BenchmarkDedupAddLookup(b *testing.B) {
 		if len(d.lookup(ids[i%len(ids)])) != 0 {
 			b.Fatal("a new id was found")
 		}
-		d.add(ids[i%len(ids)], at, seen{offset: int64(n+i) * 200, size: 200})
+		d.add(ids[i%len(ids)], at, int64(n+i)*200)
 	}
 }
 

@@ -5,10 +5,11 @@ import (
 	"testing"
 )
 
-// Ids whose hashes collide must all stay in the window: each is a
-// candidate until it expires, whatever order they expire in.
-func TestDedupKeepsCollidingIDs(t *testing.T) {
-	d := newDedup(100)
+// Ids whose hashes collide must all stay in the window of delayed
+// messages: each is a candidate until it expires, whatever order they
+// expire in.
+func TestRefDedupKeepsCollidingIDs(t *testing.T) {
+	d := newRefDedup(100)
 	const h = 42
 	d.addHash(h, 10, seen{offset: 1})
 	d.addHash(h, 20, seen{offset: 2})

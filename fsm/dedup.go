@@ -30,6 +30,8 @@ type dedup struct {
 	floor int64
 	hint  int     // ids of the newest bucket closed, to size the next
 	out   []int64 // reused by lookup
+	// touched keeps lookup's first loads from being optimised away.
+	touched uint64
 }
 
 // dedupBuckets is how many buckets the window spans: an id is remembered at
@@ -62,6 +64,16 @@ func (d *dedup) lookup(id string) []int64 { return d.lookupHash(hashID(id)) }
 
 func (d *dedup) lookupHash(h uint64) []int64 {
 	m := mixHash(h)
+	// Load every table's first slot before probing any: the loads do not
+	// depend on one another, so the processor overlaps their cache misses
+	// instead of waiting for each in turn behind a branch on the last.
+	var touch uint64
+	for _, b := range d.buckets {
+		for _, t := range b.tables {
+			touch ^= t.slots[t.home(m)]
+		}
+	}
+	d.touched = touch
 	d.out = d.out[:0]
 	for _, b := range d.buckets {
 		for _, t := range b.tables {
@@ -95,15 +107,7 @@ func (d *dedup) addHash(h uint64, appendedAt, off int64) {
 		t = b.tables[len(b.tables)-1]
 	}
 	if t == nil || !t.fits(off) {
-		slots := d.hint * 100 / dedupTargetLoad
-		if t != nil { // the bucket outgrew its tables: half as many slots more
-			slots = 0
-			for _, t := range b.tables {
-				slots += len(t.slots)
-			}
-			slots /= 2
-		}
-		t = newDedupTable(off, slots)
+		t = newDedupTable(off, d.tableSize(b, appendedAt))
 		b.tables = append(b.tables, t)
 	}
 	t.insert(mixHash(h), off)
@@ -114,6 +118,25 @@ func (d *dedup) addHash(h uint64, appendedAt, off int64) {
 // within reports whether an id appended at appendedAt is within the window
 // at now: the rule a confirmed hit must pass.
 func (d *dedup) within(appendedAt, now int64) bool { return appendedAt >= now-d.window }
+
+// tableSize returns the slots of a new table for bucket b, about to take an
+// id appended at appendedAt. A new bucket's first table is sized for as many
+// ids as the previous bucket took. A bucket that outgrew its tables gets
+// one sized for the rest of its width at the rate it has seen so far, but
+// at least half and at most four times the slots it has: few tables to
+// probe when the rate rose, a bounded excess when a burst misled it.
+func (d *dedup) tableSize(b *dedupBucket, appendedAt int64) int {
+	if len(b.tables) == 0 {
+		return d.hint * 100 / dedupTargetLoad
+	}
+	have := 0
+	for _, t := range b.tables {
+		have += len(t.slots)
+	}
+	elapsed := max(1, appendedAt-b.id*d.width+1)
+	rest := float64(b.n) * float64(d.width-elapsed) / float64(elapsed) * 100 / dedupTargetLoad
+	return int(min(max(rest, float64(have/2)), float64(4*have)))
+}
 
 // expire forgets the buckets whose every millisecond is before now minus
 // the window, that is, whose last millisecond is not within it.

@@ -54,3 +54,21 @@ func BenchmarkDedupMemory(b *testing.B) {
 		})
 	}
 }
+
+// The window holds at most 16 bytes of heap per remembered id, its tables'
+// slack and a bucket that outgrew its first table included: 1 M ids over
+// one window.
+func TestDedupHoldsAtMost16BytesPerID(t *testing.T) {
+	const n, window = 1_000_000, 600_000
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d := newDedup(window)
+	fillDedup(d, n, window)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if perID := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n; perID > 16 {
+		t.Fatalf("the window holds %.1f bytes per id, want at most 16", perID)
+	}
+	runtime.KeepAlive(d)
+}

@@ -45,7 +45,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
 			continue
 		}
-		if off, dup := f.isDuplicate(m.ID); dup {
+		if off, dup := f.isDuplicate(m.ID, now); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
 			continue
 		}
@@ -66,24 +66,28 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
-		f.dedup.add(m.ID, now, seen{offset: off, size: size})
+		f.dedup.add(m.ID, now, off)
 		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}
 	return res // ApplyBatch runs retention next
 }
 
-// isDuplicate reports whether id was appended within the window, and where.
-// The window holds hashes; a hit is confirmed by reading that message.
-func (f *FSM) isDuplicate(id string) (int64, bool) {
+// isDuplicate reports whether id was appended within the window before
+// now, and where. The window holds fingerprints of hashes, and whole
+// buckets of time; a hit is confirmed by reading that message, which must
+// have id and have been appended within the window (its bucket may hold it
+// a little longer). The window keeps no sizes: a hit is rare, a size per id
+// is not.
+func (f *FSM) isDuplicate(id string, now int64) (int64, bool) {
 	candidates := f.dedup.lookup(id)
 	if len(candidates) == 0 {
 		return 0, false
 	}
 	must(0, f.store.messages.Log().Flush())
-	for _, s := range candidates {
-		if prev := must(f.store.messages.Read(s.offset, s.size)); prev.ID == id {
-			return s.offset, true
+	for _, off := range candidates {
+		if prev := must(f.store.messages.ReadAt(off)); prev.ID == id && f.dedup.within(prev.AppendedAt, now) {
+			return off, true
 		}
 	}
 	return 0, false

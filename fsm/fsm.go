@@ -140,7 +140,7 @@ type FSM struct {
 	st      *state
 	dedup   *dedup // ids appended to the message log
 	// delayedDedup holds ids scheduled for later, by schedule reference.
-	delayedDedup *dedup
+	delayedDedup *refDedup
 	// emptied are hours swept from the state, removed after the next checkpoint.
 	emptied []int64
 	// scheduled are the entries the batch being applied scheduled, for
@@ -249,13 +249,13 @@ func (f *FSM) load(dir string) error {
 // delayed messages are not counted again: their ids entered the window
 // when they were scheduled), and ids scheduled within the window, from the
 // journal.
-func rebuildDedup(s *store, cp *checkpoint, window int64) (*dedup, *dedup, error) {
-	d, delayed := newDedup(window), newDedup(window)
+func rebuildDedup(s *store, cp *checkpoint, window int64) (*dedup, *refDedup, error) {
+	d, delayed := newDedup(window), newRefDedup(window)
 	if cp.dedupFrom >= 0 {
 		from := max(cp.dedupFrom, s.messages.Log().Start())
 		err := s.messages.Scan(from, func(off int64, size int, m *logs.Message) error {
 			if m.DeliverAt == 0 {
-				d.add(m.ID, m.AppendedAt, seen{offset: off, size: size})
+				d.add(m.ID, m.AppendedAt, off)
 			}
 			return nil
 		})

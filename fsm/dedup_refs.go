@@ -1,0 +1,94 @@
+package fsm
+
+// refDedup remembers the ids scheduled for later within the window, by
+// schedule reference (an hour and an offset into it, see delaywheel.MakeRef).
+// References do not grow along one log, so the packed tables of dedup do not
+// fit them; and sweepHours removes an hour one window after its last append,
+// so an id must be forgotten exactly when its window has passed, never a
+// moment later (a later lookup would read a removed hour). It keeps 64-bit
+// hashes of ids, not the ids: a hit is confirmed by reading the record it
+// points at. Ids whose hashes collide are all kept (in more), so a collision
+// costs a read, never a duplicate or a lost message.
+type refDedup struct {
+	window int64             // milliseconds
+	seen   map[uint64]seen   // id hash → newest record with it
+	more   map[uint64][]seen // older records whose ids share that hash
+	fifo   []refDedupEntry   // in append order, so in appended-at order
+}
+
+type seen struct {
+	offset int64 // schedule reference
+}
+
+type refDedupEntry struct {
+	hash       uint64
+	appendedAt int64
+	offset     int64
+}
+
+func newRefDedup(window int64) *refDedup {
+	return &refDedup{window: window, seen: map[uint64]seen{}, more: map[uint64][]seen{}}
+}
+
+// lookup returns the records scheduled with id's hash: the candidates to
+// read and compare.
+func (d *refDedup) lookup(id string) []seen { return d.lookupHash(hashID(id)) }
+
+func (d *refDedup) lookupHash(h uint64) []seen {
+	s, ok := d.seen[h]
+	if !ok {
+		return nil
+	}
+	return append([]seen{s}, d.more[h]...)
+}
+
+// addHash records a record scheduled at time appendedAt, whose id (of hash
+// h) the caller found to be new.
+func (d *refDedup) addHash(h uint64, appendedAt int64, s seen) {
+	if old, ok := d.seen[h]; ok {
+		d.more[h] = append(d.more[h], old) // another id with the same hash
+	}
+	d.seen[h] = s
+	d.fifo = append(d.fifo, refDedupEntry{hash: h, appendedAt: appendedAt, offset: s.offset})
+}
+
+// expire forgets ids scheduled before now minus the window.
+func (d *refDedup) expire(now int64) {
+	n := 0
+	for n < len(d.fifo) && d.fifo[n].appendedAt < now-d.window {
+		n++
+	}
+	for _, e := range d.fifo[:n] {
+		d.forget(e.hash, e.offset)
+	}
+	if n > 0 {
+		d.fifo = d.fifo[n:]
+		if cap(d.fifo) > 1024 && len(d.fifo) < cap(d.fifo)/4 {
+			d.fifo = append([]refDedupEntry(nil), d.fifo...)
+		}
+	}
+}
+
+// forget removes the record at offset from the entries of hash h.
+func (d *refDedup) forget(h uint64, offset int64) {
+	more := d.more[h]
+	if d.seen[h].offset == offset {
+		if len(more) == 0 {
+			delete(d.seen, h)
+			return
+		}
+		d.seen[h], more = more[len(more)-1], more[:len(more)-1]
+	} else {
+		for i, s := range more {
+			if s.offset == offset {
+				more = append(more[:i], more[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(more) == 0 {
+		delete(d.more, h)
+	} else {
+		d.more[h] = more
+	}
+}

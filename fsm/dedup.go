@@ -36,7 +36,7 @@ type dedup struct {
 
 // dedupBuckets is how many buckets the window spans: an id is remembered at
 // most a dedupBuckets-th of the window longer than the window.
-const dedupBuckets = 10
+const dedupBuckets = 3
 
 // A dedupBucket holds the ids appended within one bucket's width.
 type dedupBucket struct {

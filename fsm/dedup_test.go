@@ -36,7 +36,7 @@ func TestUnmixHashInvertsMixHash(t *testing.T) {
 // Ids whose 64-bit hashes are equal must all stay in the window: each is a
 // candidate until its bucket expires.
 func TestDedupKeepsFullHashCollisions(t *testing.T) {
-	d := newDedup(100) // buckets of 10 ms
+	d := newDedup(10 * dedupBuckets) // buckets of 10 ms
 	const h = 42
 	d.addHash(h, 10, 1)
 	d.addHash(h, 20, 2)
@@ -45,21 +45,21 @@ func TestDedupKeepsFullHashCollisions(t *testing.T) {
 	if got := sorted(d.lookupHash(h)); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Fatalf("candidates %v, want 1 2 3", got)
 	}
-	d.expire(119) // the bucket [10, 20) is still within the window at 119
+	d.expire(10*dedupBuckets + 19) // the bucket [10, 20) is still within the window
 	if got := sorted(d.lookupHash(h)); !slices.Equal(got, []int64{1, 2, 3}) {
-		t.Fatalf("at 119: %v, want 1 2 3", got)
+		t.Fatalf("a millisecond before it expires: %v, want 1 2 3", got)
 	}
-	d.expire(120)
+	d.expire(10*dedupBuckets + 20)
 	if got := sorted(d.lookupHash(h)); !slices.Equal(got, []int64{2, 3}) {
-		t.Fatalf("at 120: %v, want 2 3", got)
+		t.Fatalf("as it expires: %v, want 2 3", got)
 	}
-	d.expire(130)
+	d.expire(10*dedupBuckets + 30)
 	if got := d.lookupHash(h); len(got) != 0 || d.oldest() != 4 {
-		t.Fatalf("at 130: %v, oldest %d; want none, oldest 4", got, d.oldest())
+		t.Fatalf("as the next expires: %v, oldest %d; want none, oldest 4", got, d.oldest())
 	}
-	d.expire(140)
+	d.expire(10*dedupBuckets + 40)
 	if len(d.buckets) != 0 || d.oldest() != -1 {
-		t.Fatalf("at 140: %d buckets, oldest %d; want none", len(d.buckets), d.oldest())
+		t.Fatalf("as the last expires: %d buckets, oldest %d; want none", len(d.buckets), d.oldest())
 	}
 }
 
@@ -168,7 +168,7 @@ func TestDedupBucketEdges(t *testing.T) {
 // longer answered, what lies from it on is, and the window is rebuilt
 // from the cut.
 func TestDedupForgetBeforeStraddlingABucket(t *testing.T) {
-	d := newDedup(100)
+	d := newDedup(10 * dedupBuckets) // buckets of 10 ms
 	for i := range 10 {
 		d.addHash(uint64(i), 10, int64(100+i*10)) // offsets 100..190, one bucket
 	}

@@ -94,11 +94,15 @@ func (f *FSM) sweepHours(now int64) {
 }
 
 // removeEmptiedHours deletes the hours swept before a checkpoint that no
-// longer names them was written. One a leader is still reading is kept for
-// the next checkpoint.
-func (f *FSM) removeEmptiedHours() {
+// longer names them was written: those of only, or with only nil every
+// one. One a leader is still reading is kept for the next checkpoint.
+func (f *FSM) removeEmptiedHours(only []int64) {
 	kept := f.emptied[:0]
 	for _, hour := range f.emptied {
+		if only != nil && !slices.Contains(only, hour) {
+			kept = append(kept, hour) // emptied after the checkpoint
+			continue
+		}
 		err := f.store.sched.Remove(hour)
 		switch {
 		case errors.Is(err, delaywheel.ErrBusy):

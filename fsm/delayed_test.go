@@ -171,8 +171,9 @@ func TestDelayedDedupSurvivesRestart(t *testing.T) {
 
 // TestEmptiedHoursAreRemoved: once every entry of an hour was fired and
 // the hour (and the dedup window after it) has passed, the hour leaves the
-// state, and its directory goes at the next checkpoint. A late Fire of one
-// of its entries changes nothing.
+// state, and its directory goes once the next checkpoint is written (at
+// the first apply after it: a snapshot's checkpoint is written off the
+// apply goroutine). A late Fire of one of its entries changes nothing.
 func TestEmptiedHoursAreRemoved(t *testing.T) {
 	cfg := unitConfig(t.TempDir())
 	f := unitOpen(t, cfg)
@@ -193,11 +194,15 @@ func TestEmptiedHoursAreRemoved(t *testing.T) {
 		t.Fatalf("hour removed before a checkpoint stopped naming it: %v", err)
 	}
 	takeSnapshot(t, f)
+	if _, err := os.Stat(hourDir); err != nil {
+		t.Fatalf("hour removed before the apply goroutine learnt of the checkpoint: %v", err)
+	}
+	appendAt(t, f, 4, unitNow+2*delaywheel.HourMillis, unitMsg("tock", "s", 1))
 	if _, err := os.Stat(hourDir); !os.IsNotExist(err) {
 		t.Fatalf("emptied hour still on disk after the checkpoint: %v", err)
 	}
 	before := stateBytes(f)
-	if r := fireAt(t, f, 4, unitNow+2*delaywheel.HourMillis, ref); r.Fired != 0 || r.Passed != 1 {
+	if r := fireAt(t, f, 5, unitNow+2*delaywheel.HourMillis, ref); r.Fired != 0 || r.Passed != 1 {
 		t.Fatalf("a late fire of a removed hour's entry: %+v", r)
 	}
 	wantStateUnchanged(t, f, before)

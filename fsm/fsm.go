@@ -156,11 +156,19 @@ type FSM struct {
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
 
-	checkpointSize int64                 // bytes of the last checkpoint written (FSM goroutine only)
-	diskWait       atomic.Bool           // waiting for disk space before applying
-	broken         atomic.Pointer[error] // why applying stopped for good; nil while it goes on
-	stop           chan struct{}         // closed by Interrupt
-	interrupt      sync.Once
+	checkpointSize int64 // bytes of the last checkpoint written (FSM goroutine only)
+	// ckptMu orders the writes of the checkpoint file: by Persist, by
+	// retention and by Restore (see pendingCheckpoint).
+	ckptMu    sync.Mutex
+	ckptIndex uint64                            // the applied index of the checkpoint written last
+	restores  uint64                            // Restores so far: a snapshot taken before one is never written
+	cleanup   atomic.Pointer[pendingCheckpoint] // written by Persist, to clean after on the apply goroutine
+	// dirFile is cfg.Dir, open from Open to Close, for syncData.
+	dirFile   *os.File
+	diskWait  atomic.Bool           // waiting for disk space before applying
+	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
+	stop      chan struct{}         // closed by Interrupt
+	interrupt sync.Once
 }
 
 var (
@@ -182,9 +190,16 @@ func Open(cfg Config) (*FSM, error) {
 		return nil, err
 	}
 	os.RemoveAll(filepath.Join(cfg.Dir, stagingDir)) // released snapshots' links
+	dirFile, err := os.Open(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: open %s: %w", cfg.Dir, err)
+	}
+	f.dirFile = dirFile
 	if err := f.load(filepath.Join(cfg.Dir, dataDir)); err != nil {
+		dirFile.Close()
 		return nil, err
 	}
+	f.ckptIndex = f.st.applied
 	f.log.Info("opened", "applied-index", f.st.applied, "message-log-end", f.store.messages.Log().End())
 	return f, nil
 }
@@ -282,7 +297,7 @@ func (f *FSM) Close() error {
 	if f.store == nil {
 		return nil
 	}
-	err := f.store.close()
+	err := errors.Join(f.store.close(), f.dirFile.Close())
 	f.store = nil
 	return err
 }
@@ -324,6 +339,7 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
+	f.cleanAfterCheckpoint()
 	defer func() {
 		if r := recover(); r != nil {
 			sf, ok := r.(storageFailure)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,13 +15,15 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 )
 
-// Snapshot makes the logs durable, writes the checkpoint, and hard-links
-// every segment into a staging directory: no data is copied, and the
-// segments' bytes up to the recorded sizes never change (logs only append,
-// and recovery never cuts below a checkpoint), so the snapshot stays valid
-// while the logs grow. Raft calls it on the FSM goroutine.
+// Snapshot flushes the logs, takes the checkpoint (the state and the logs'
+// ends) and hard-links every segment into a staging directory: no data is
+// copied, and the segments' bytes up to the recorded sizes never change
+// (logs only append, and recovery never cuts below a checkpoint), so the
+// snapshot stays valid while the logs grow. Raft calls it on the FSM
+// goroutine; the fsyncs that make the checkpoint durable, and its write,
+// wait for Persist, off that goroutine (see pendingCheckpoint).
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	cp, ends, err := f.writeCheckpoint()
+	pending, ends, err := f.takeCheckpoint()
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +32,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, err
 	}
 	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
-	m := &manifest{checkpoint: cp}
+	m := &manifest{checkpoint: pending.encoded}
 	made := map[string]bool{}
 	for _, seg := range files {
 		dst := stagedPath(staging, seg.rel)
@@ -47,20 +50,35 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		m.files = append(m.files, snapFile{rel: seg.rel, size: seg.size})
 	}
 	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
-	return &fsmSnapshot{dir: staging, manifest: m}, nil
+	return &fsmSnapshot{fsm: f, dir: staging, manifest: m, pending: pending}, nil
 }
 
 // stagedPath is where a snapshot keeps its link to the file rel (a path
-// of the manifest) under root. Schedule files are kept flat, in one
-// directory, with the hour's path folded into the name
-// (schedule/2026113014@dispatched@X.seg): a snapshot of thousands of hours
-// then creates one directory, not one per hour, and creating a directory
-// costs far more than a link.
+// of the manifest) under root. Schedule files and consume-log files are
+// kept flat, one directory each, with the rest of the path folded into
+// the name (schedule/2026113014@dispatched@X.seg, consume/orders@X.seg;
+// names never hold '@'): a snapshot of thousands of hours or subjects then
+// creates two directories, not one each, and on the apply goroutine,
+// where Snapshot runs, creating a directory costs far more than a link.
 func stagedPath(root, rel string) string {
-	if rest, ok := strings.CutPrefix(rel, scheduleDir+"/"); ok {
-		return filepath.Join(root, scheduleDir, strings.ReplaceAll(rest, "/", "@"))
+	for _, dir := range []string{scheduleDir, consumeDir} {
+		if rest, ok := strings.CutPrefix(rel, dir+"/"); ok {
+			return filepath.Join(root, dir, strings.ReplaceAll(rest, "/", "@"))
+		}
 	}
 	return filepath.Join(root, filepath.FromSlash(rel))
+}
+
+// openStaged opens the link to rel under root: where stagedPath puts it,
+// or, in a snapshot stored before consume logs were kept flat, at rel.
+func openStaged(root, rel string) (*os.File, error) {
+	f, err := os.Open(stagedPath(root, rel))
+	if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(rel, consumeDir+"/") {
+		if nested, nerr := os.Open(filepath.Join(root, filepath.FromSlash(rel))); nerr == nil {
+			return nested, nil
+		}
+	}
+	return f, err
 }
 
 // segmentFile is one segment in a snapshot: its path in the store, its
@@ -92,46 +110,53 @@ func (f *FSM) snapshotFiles(ends *logEnds) ([]segmentFile, error) {
 }
 
 // writeCheckpoint makes the logs durable and then records the state and
-// the logs' ends in the checkpoint, which it returns with those ends. Once
-// it is written, the schedule hours emptied before it are removed, and the
-// journal drops what is older than any dedup window.
+// the logs' ends in the checkpoint, at once, on the apply goroutine (as
+// retention must before it removes segments), and returns it with those
+// ends. Once it is written, the schedule hours emptied before it are
+// removed, and the journal drops what is older than any dedup window.
 func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
-	// A replica that stopped may hold half an entry (a write failed after
-	// others succeeded): a checkpoint must never make that durable. Its
-	// last checkpoint stands; a restart replays from there.
-	if err := f.Stopped(); err != nil {
-		return nil, nil, fmt.Errorf("%w: no checkpoint: %w", ErrStopped, err)
+	p, ends, err := f.takeCheckpoint()
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := f.store.sync(); err != nil {
 		return nil, nil, err
 	}
-	c := f.currentCheckpoint()
-	cp := c.encode()
-	f.checkpointSize = int64(len(cp))
-	if err := writeFileAtomic(f.store.dir, checkpointFile, cp); err != nil {
+	f.ckptMu.Lock()
+	err = writeFileAtomic(f.store.dir, checkpointFile, p.encoded)
+	if err == nil {
+		f.ckptIndex = max(f.ckptIndex, p.index)
+	}
+	f.ckptMu.Unlock()
+	if err != nil {
 		return nil, nil, err
 	}
-	f.removeEmptiedHours()
-	if err := f.store.journal.RemoveBefore(f.st.now - f.cfg.DedupWindow.Milliseconds()); err != nil {
+	f.removeEmptiedHours(nil)
+	if err := f.store.journal.RemoveBefore(p.journalBefore); err != nil {
 		f.log.Warn("trimming the journal", "error", err)
 	}
-	return cp, c.ends, nil
+	return p.encoded, ends, nil
 }
 
 // fsmSnapshot is a snapshot waiting to be persisted.
 type fsmSnapshot struct {
+	fsm      *FSM
 	dir      string // hard links to the segments, by relative path
 	manifest *manifest
+	pending  *pendingCheckpoint
 }
 
-// Persist hands the links to a SnapshotStore sink (no copy), or streams the
+// Persist makes the snapshot's checkpoint durable (see pendingCheckpoint),
+// then hands the links to a SnapshotStore sink (no copy), or streams the
 // whole snapshot into any other sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	var err error
-	if ls, ok := sink.(*linkSink); ok {
-		err = ls.adopt(s.dir, s.manifest)
-	} else {
-		err = writeStream(sink, s.manifest, s.open)
+	err := s.fsm.persistCheckpoint(s.pending, s.dir)
+	if err == nil {
+		if ls, ok := sink.(*linkSink); ok {
+			err = ls.adopt(s.dir, s.manifest)
+		} else {
+			err = writeStream(sink, s.manifest, s.open)
+		}
 	}
 	if err != nil {
 		sink.Cancel()
@@ -141,7 +166,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) open(rel string) (io.ReadCloser, error) {
-	f, err := os.Open(stagedPath(s.dir, rel))
+	f, err := openStaged(s.dir, rel)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
@@ -192,6 +217,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
+	// No checkpoint a snapshot took before may be written from here on,
+	// into the data this replaces or the data it brings.
+	f.ckptMu.Lock()
+	defer f.ckptMu.Unlock()
+	f.restores++
 	if err := f.store.close(); err != nil {
 		f.log.Warn("closing logs before restore", "error", err)
 	}
@@ -213,6 +243,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		// restart Open finds the restored data in place.
 		panic(fmt.Sprintf("fsm: restore: reopening restored data: %v", err))
 	}
+	f.ckptIndex = f.st.applied
 	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
 	return nil
 }

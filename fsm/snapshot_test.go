@@ -146,8 +146,10 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if hourFile, ok := strings.CutPrefix(rel, scheduleDir+string(filepath.Separator)); ok {
-			rel = filepath.Join(scheduleDir, strings.ReplaceAll(hourFile, "@", string(filepath.Separator))) // see stagedPath
+		for _, dir := range []string{scheduleDir, consumeDir} {
+			if flat, ok := strings.CutPrefix(rel, dir+string(filepath.Separator)); ok {
+				rel = filepath.Join(dir, strings.ReplaceAll(flat, "@", string(filepath.Separator))) // see stagedPath
+			}
 		}
 		live, err := os.Stat(filepath.Join(src.cfg.Dir, dataDir, rel))
 		if err != nil {
@@ -180,6 +182,29 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 	stream := readAll(t, rc)
 	if meta.Size != int64(len(stream)) {
 		t.Fatalf("meta size %d, stream of %d bytes", meta.Size, len(stream))
+	}
+	// The consume logs' links lie in one directory (see stagedPath); a
+	// snapshot stored with them in one directory per subject, as before,
+	// streams the same.
+	flat, err := os.ReadDir(filepath.Join(filesDir, consumeDir))
+	if err != nil || len(flat) == 0 {
+		t.Fatalf("no consume-log links: %v", err)
+	}
+	for _, e := range flat {
+		if e.IsDir() {
+			t.Fatalf("the snapshot made a directory %s for consume-log links", e.Name())
+		}
+		subject, file, _ := strings.Cut(e.Name(), "@")
+		nested := filepath.Join(filesDir, consumeDir, subject, file)
+		if err := os.MkdirAll(filepath.Dir(nested), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(filesDir, consumeDir, e.Name()), nested); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, rc, err := store.Open(sink.ID()); err != nil || !bytes.Equal(readAll(t, rc), stream) {
+		t.Fatalf("a snapshot of the earlier layout does not stream alike (%v)", err)
 	}
 	g := restoreInto(t, stream)
 	if g.Applied() != 100 {

@@ -227,7 +227,7 @@ func (s *SnapshotStore) openStream(id string) (io.ReadCloser, error) {
 	go func() {
 		defer close(done)
 		pw.CloseWithError(writeStream(pw, m, func(rel string) (io.ReadCloser, error) {
-			return os.Open(stagedPath(filepath.Join(dir, filesDir), rel))
+			return openStaged(filepath.Join(dir, filesDir), rel)
 		}))
 	}()
 	return &pipeStream{PipeReader: pr, done: done}, nil

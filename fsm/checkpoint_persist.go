@@ -1,0 +1,86 @@
+package fsm
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// pendingCheckpoint is a checkpoint a snapshot took on the apply
+// goroutine, to be made durable off it: Snapshot only flushes the logs,
+// encodes the state with the logs' ends and links the segments (a few
+// milliseconds whatever the state's size), and Persist, on Raft's snapshot
+// goroutine while applies go on, makes the logs durable up to those ends,
+// then writes the checkpoint. The fsyncs of a checkpoint (one per log
+// written since the last: hundreds of milliseconds with many subjects)
+// then never stall an apply.
+//
+// Logs only append, so their bytes up to the ends stay as they were while
+// the apply goroutine writes on; segments that retention removes meanwhile
+// stay readable through the snapshot's links. A checkpoint only ever
+// replaces an older one: one written meanwhile by retention (which writes
+// its own, at once, before it removes anything) or by a Restore wins, and
+// this one is dropped.
+type pendingCheckpoint struct {
+	encoded []byte
+	index   uint64 // the applied index it records
+	restore uint64 // FSM.restores when it was taken
+	// What it makes removable, removed on the apply goroutine once it is
+	// written (cleanAfterCheckpoint): the schedule hours emptied before it,
+	// and the journal older than any dedup window at its time.
+	hours         []int64
+	journalBefore int64
+}
+
+// takeCheckpoint flushes the logs and returns the checkpoint of the
+// current state with their ends, not yet durable. Apply goroutine only.
+func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
+	// A replica that stopped may hold half an entry (a write failed after
+	// others succeeded): a checkpoint must never make that durable. Its
+	// last checkpoint stands; a restart replays from there.
+	if err := f.Stopped(); err != nil {
+		return nil, nil, fmt.Errorf("%w: no checkpoint: %w", ErrStopped, err)
+	}
+	if err := f.store.flush(); err != nil {
+		return nil, nil, err
+	}
+	c := f.currentCheckpoint()
+	p := &pendingCheckpoint{encoded: c.encode(), index: f.st.applied, restore: f.restores,
+		hours:         append([]int64{}, f.emptied...), // not nil: none is not all
+		journalBefore: f.st.now - f.cfg.DedupWindow.Milliseconds()}
+	f.checkpointSize = int64(len(p.encoded))
+	return p, c.ends, nil
+}
+
+// persistCheckpoint makes p durable: the data it records first (syncData,
+// through the snapshot's staging directory of links), then the checkpoint
+// file, unless a newer checkpoint was written meanwhile. Any goroutine.
+func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
+	if err := f.syncData(staging); err != nil {
+		return fmt.Errorf("fsm: checkpoint: %w", err)
+	}
+	f.ckptMu.Lock()
+	defer f.ckptMu.Unlock()
+	if p.restore != f.restores || p.index <= f.ckptIndex {
+		return nil // a newer checkpoint, or a restored one, stands
+	}
+	if err := writeFileAtomic(filepath.Join(f.cfg.Dir, dataDir), checkpointFile, p.encoded); err != nil {
+		return err
+	}
+	f.ckptIndex = p.index
+	f.cleanup.Store(p)
+	return nil
+}
+
+// cleanAfterCheckpoint removes, on the apply goroutine, what the last
+// checkpoint Persist wrote no longer needs: the schedule hours emptied
+// before it and the journal older than any dedup window at its time.
+func (f *FSM) cleanAfterCheckpoint() {
+	p := f.cleanup.Swap(nil)
+	if p == nil || p.restore != f.restores {
+		return
+	}
+	f.removeEmptiedHours(p.hours)
+	if err := f.store.journal.RemoveBefore(p.journalBefore); err != nil {
+		f.log.Warn("trimming the journal", "error", err)
+	}
+}

@@ -235,39 +235,14 @@ func (s *store) flush() error {
 	return errors.Join(s.journal.Log().Flush(), s.sched.Flush())
 }
 
-// syncWorkers is how many logs sync fsyncs at once.
-const syncWorkers = 16
-
-// sync makes every log durable. The logs are fsynced several at a time,
-// each by one worker while the writer waits (so each log still has one
-// writer at a time): the file system commits fsyncs that arrive together
-// in one journal transaction, so a checkpoint of many subjects' logs costs
-// about one fsync's wait on the apply goroutine, not one per log.
+// sync makes every log durable.
 func (s *store) sync() error {
-	all := s.all()
-	errs := make([]error, len(all)+1)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(syncWorkers, len(all)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				errs[i] = all[i].log.Sync()
-			}
-		}()
+	for _, l := range s.all() {
+		if err := l.log.Sync(); err != nil {
+			return err
+		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errs[len(all)] = s.sched.Sync()
-	}()
-	for i := range all {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := s.sched.Sync(); err != nil {
 		return err
 	}
 	return syncDir(filepath.Join(s.dir, consumeDir))

@@ -58,6 +58,11 @@ func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
 	if err := f.syncData(staging); err != nil {
 		return fmt.Errorf("fsm: checkpoint: %w", err)
 	}
+	// A write or a file cache's fsync that failed meanwhile may have lost
+	// bytes below the ends: no checkpoint then.
+	if err := f.logsFailed(); err != nil {
+		return fmt.Errorf("fsm: checkpoint: %w", err)
+	}
 	f.ckptMu.Lock()
 	defer f.ckptMu.Unlock()
 	if p.restore != f.restores || p.index <= f.ckptIndex {
@@ -83,4 +88,23 @@ func (f *FSM) cleanAfterCheckpoint() {
 	if err := f.store.journal.RemoveBefore(p.journalBefore); err != nil {
 		f.log.Warn("trimming the journal", "error", err)
 	}
+}
+
+// logsFailed returns why applying stopped, or a failure a log met outside
+// its writer, or nil. Any goroutine.
+func (f *FSM) logsFailed() error {
+	if err := f.Stopped(); err != nil {
+		return err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return nil
+	}
+	for _, l := range f.store.all() {
+		if err := l.log.Failed(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -145,7 +145,14 @@ func TestFilesEvictionSyncFailureIsSticky(t *testing.T) {
 	if rec.count(activePath(a)) != 1 || a.active().f != nil {
 		t.Fatal("a was not evicted")
 	}
-	// The writer's next Append, Flush and Sync return it; reads still work.
+	// Any goroutine sees it at once (a checkpoint being made checks it);
+	if err := a.Failed(); !errors.Is(err, injected) {
+		t.Fatalf("Failed after a failed eviction fsync: %v, want %v", err, injected)
+	}
+	if err := c.Failed(); err != nil {
+		t.Fatalf("Failed of another log: %v", err)
+	}
+	// the writer's next Append, Flush and Sync return it; reads still work.
 	if _, err := a.Append(payload(9)); !errors.Is(err, injected) {
 		t.Fatalf("Append after a failed eviction fsync: %v, want %v", err, injected)
 	}

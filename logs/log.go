@@ -406,6 +406,15 @@ func (l *Log) writeErr() error {
 	return l.werr
 }
 
+// Failed returns a failure met outside the writer (see fail) that the
+// writer may not have seen yet, or nil. Any goroutine may call it.
+func (l *Log) Failed() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // fail records a failure met outside the writer; the log's next Append,
 // Flush or Sync returns it. Any goroutine may call it.
 func (l *Log) fail(err error) {

@@ -62,6 +62,9 @@ type raftSetup struct {
 	// a log keeps its own (see openRaftLog). Unused if the group's store
 	// was opened before.
 	raftLog RaftLog
+	// logCache is the bytes of recent entries kept in memory in front of
+	// the log store (see logCache); 0 keeps none.
+	logCache int64
 }
 
 func (g *raftGroup) open(s raftSetup) error {
@@ -106,11 +109,9 @@ func (g *raftGroup) open(s raftSetup) error {
 		}
 	}
 	// Followers are fed from memory: without a cache the leader reads every
-	// entry back from the store (and decodes it) to replicate it.
-	logs, err := raft.NewLogCache(1024, g.store.logs)
-	if err != nil {
-		return fmt.Errorf("server: raft log cache: %w", err)
-	}
+	// entry back from the store (and decodes it) to replicate it. The cache
+	// is bounded by bytes, since an entry may be a whole batch of sends.
+	logs := newLogCache(g.store.logs, s.logCache)
 	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, g.trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}

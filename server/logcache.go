@@ -16,7 +16,8 @@ const DefaultRaftLogCache = 16 << 20
 
 // logCache is a raft.LogStore that keeps the most recent entries it stored
 // in memory, up to max bytes, so that the leader feeds followers that keep
-// up without reading entries back from the store and decoding them.
+// up without reading entries back from the store and decoding them. A
+// follower caches nothing: it reads entries back only to apply them.
 //
 // It holds one run of consecutive entries, oldest first:
 //
@@ -38,6 +39,10 @@ const DefaultRaftLogCache = 16 << 20
 type logCache struct {
 	store raft.LogStore
 	max   int64
+	// keep reports whether entries stored now are to be cached: only while
+	// the node leads (a follower feeds no one). Once it reports false, the
+	// next store empties the cache.
+	keep func() bool
 
 	mu      sync.Mutex
 	first   uint64 // index of entries[0]; meaningless while entries is empty
@@ -45,13 +50,14 @@ type logCache struct {
 	bytes   int64 // what the entries cost, by logCacheSize
 }
 
-// newLogCache wraps store with a cache of up to max bytes; max 0 disables
-// it (store is returned as it is).
-func newLogCache(store raft.LogStore, max int64) raft.LogStore {
+// newLogCache wraps store with a cache of up to max bytes of the entries
+// stored while keep reports true; max 0 disables it (store is returned as
+// it is).
+func newLogCache(store raft.LogStore, max int64, keep func() bool) raft.LogStore {
 	if max <= 0 {
 		return store
 	}
-	return &logCache{store: store, max: max}
+	return &logCache{store: store, max: max, keep: keep}
 }
 
 // logCacheSize is what caching l costs.
@@ -84,6 +90,10 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.keep() {
+		c.reset()
+		return nil
+	}
 	for _, l := range logs {
 		c.add(l)
 	}

@@ -60,6 +60,9 @@ func (m *memLogStore) DeleteRange(min, max uint64) error {
 func (m *memLogStore) FirstIndex() (uint64, error) { return 0, nil }
 func (m *memLogStore) LastIndex() (uint64, error)  { return 0, nil }
 
+// always is a log cache's keep for a node that always leads.
+func always() bool { return true }
+
 // entry returns entry i whose Data makes it cost size bytes in the cache.
 func entry(i uint64, size int64) *raft.Log {
 	data := bytes.Repeat([]byte{byte(i)}, int(size-logCacheOverhead))
@@ -128,7 +131,7 @@ func TestLogCacheHoldsRecentEntriesUpToItsBytes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemLogStore()
-			c := newLogCache(store, tc.max).(*logCache)
+			c := newLogCache(store, tc.max, always).(*logCache)
 			storeRange(t, c, 1, 10, size)
 			wantCached(t, c, store, tc.first, tc.last, 1, 11)
 		})
@@ -137,7 +140,7 @@ func TestLogCacheHoldsRecentEntriesUpToItsBytes(t *testing.T) {
 
 func TestLogCacheEvictsOldestAsOneBatchArrives(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 4*1000).(*logCache)
+	c := newLogCache(store, 4*1000, always).(*logCache)
 	var batch []*raft.Log
 	for i := uint64(1); i <= 10; i++ {
 		batch = append(batch, entry(i, 1000))
@@ -155,7 +158,7 @@ func TestLogCacheEvictsOldestAsOneBatchArrives(t *testing.T) {
 
 func TestLogCacheNeverHoldsAnEntryOverItsBytes(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 2000).(*logCache)
+	c := newLogCache(store, 2000, always).(*logCache)
 	storeRange(t, c, 1, 2, 1000)
 	// At the bound: held alone.
 	storeRange(t, c, 3, 3, 2000)
@@ -169,7 +172,7 @@ func TestLogCacheNeverHoldsAnEntryOverItsBytes(t *testing.T) {
 
 func TestLogCacheStartsANewRunWhenEntriesDoNotFollow(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000).(*logCache)
+	c := newLogCache(store, 10*1000, always).(*logCache)
 	storeRange(t, c, 1, 5, 1000)
 	// A gap (a snapshot installed, the log restarted after it).
 	storeRange(t, c, 20, 21, 1000)
@@ -208,7 +211,7 @@ func TestLogCacheDropsDeletedEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemLogStore()
-			c := newLogCache(store, 6*1000).(*logCache)
+			c := newLogCache(store, 6*1000, always).(*logCache)
 			storeRange(t, c, 1, 10, 1000)
 			wantCached(t, c, store, 5, 10, 1, 10)
 			if err := c.DeleteRange(tc.min, tc.max); err != nil {
@@ -221,7 +224,7 @@ func TestLogCacheDropsDeletedEntries(t *testing.T) {
 
 func TestLogCacheCachesNothingTheStoreRefused(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000).(*logCache)
+	c := newLogCache(store, 10*1000, always).(*logCache)
 	storeRange(t, c, 1, 2, 1000)
 	store.failStore = errors.New("disk gone")
 	if err := c.StoreLogs([]*raft.Log{entry(3, 1000)}); !errors.Is(err, store.failStore) {
@@ -232,7 +235,7 @@ func TestLogCacheCachesNothingTheStoreRefused(t *testing.T) {
 
 func TestLogCacheKeepsACopyNotTheCallersEntry(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000).(*logCache)
+	c := newLogCache(store, 10*1000, always).(*logCache)
 	l := entry(1, 1000)
 	if err := c.StoreLogs([]*raft.Log{l}); err != nil {
 		t.Fatal(err)
@@ -244,10 +247,26 @@ func TestLogCacheKeepsACopyNotTheCallersEntry(t *testing.T) {
 	wantCached(t, c, store, 1, 1, 1, 1)
 }
 
+func TestLogCacheHoldsNothingWhileTheNodeFollows(t *testing.T) {
+	store := newMemLogStore()
+	var leading atomic.Bool
+	c := newLogCache(store, 10*1000, leading.Load).(*logCache)
+	storeRange(t, c, 1, 3, 1000)
+	wantCached(t, c, store, 1, 0, 1, 3)
+	leading.Store(true)
+	storeRange(t, c, 4, 6, 1000)
+	wantCached(t, c, store, 4, 6, 1, 6)
+	// Leadership lost: the next entries stored empty the cache.
+	leading.Store(false)
+	wantCached(t, c, store, 4, 6, 1, 6)
+	storeRange(t, c, 7, 7, 1000)
+	wantCached(t, c, store, 1, 0, 1, 7)
+}
+
 func TestLogCacheOfZeroBytesIsTheStore(t *testing.T) {
 	store := newMemLogStore()
-	if c := newLogCache(store, 0); c != raft.LogStore(store) {
-		t.Fatalf("newLogCache(store, 0) = %T, want the store itself", c)
+	if c := newLogCache(store, 0, always); c != raft.LogStore(store) {
+		t.Fatalf("newLogCache(store, 0, always) = %T, want the store itself", c)
 	}
 }
 
@@ -260,7 +279,7 @@ func TestLogCacheIsMonotonicAsItsStore(t *testing.T) {
 		store raft.LogStore
 		want  bool
 	}{{wal.logs, true}, {bolt.logs, false}, {newMemLogStore(), false}} {
-		if got := newLogCache(tc.store, 1<<20).(raft.MonotonicLogStore).IsMonotonic(); got != tc.want {
+		if got := newLogCache(tc.store, 1<<20, always).(raft.MonotonicLogStore).IsMonotonic(); got != tc.want {
 			t.Errorf("%T: IsMonotonic %v, want %v", tc.store, got, tc.want)
 		}
 	}
@@ -271,7 +290,7 @@ func TestLogCacheIsMonotonicAsItsStore(t *testing.T) {
 // replication does: every read gets the entry stored at its index.
 func TestLogCacheUnderConcurrentUse(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 20*500).(*logCache)
+	c := newLogCache(store, 20*500, always).(*logCache)
 	const last = 3000
 	var written, deleted atomic.Uint64
 	var wg sync.WaitGroup

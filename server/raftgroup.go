@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,9 @@ type raftGroup struct {
 	store    *raftLogStore
 	trans    *raft.NetworkTransport
 	leaderCh chan bool
+	// leading is what leaderCh said last: whether the node leads. The log
+	// cache holds entries only while it does.
+	leading atomic.Bool
 
 	// memberAddr returns a member's client address from the group's state.
 	memberAddr func(id string) string
@@ -111,7 +115,7 @@ func (g *raftGroup) open(s raftSetup) error {
 	// Followers are fed from memory: without a cache the leader reads every
 	// entry back from the store (and decodes it) to replicate it. The cache
 	// is bounded by bytes, since an entry may be a whole batch of sends.
-	logs := newLogCache(g.store.logs, s.logCache)
+	logs := newLogCache(g.store.logs, s.logCache, g.leading.Load)
 	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, g.trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
@@ -193,6 +197,7 @@ func (g *raftGroup) watchLeadership(ctx context.Context, changed func(), lead fu
 	for {
 		select {
 		case leader := <-g.leaderCh:
+			g.leading.Store(leader)
 			changed()
 			switch {
 			case leader && cancel == nil:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -202,7 +203,10 @@ func TestRaftGroupHoldsAtMostItsLogCacheAfterLargeEntries(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, 10*time.Second, "leadership", func() bool { return g.raft.State() == raft.Leader })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.watchLeadership(ctx, func() {}, func(context.Context) {})
+	waitFor(t, 10*time.Second, "leadership", g.leading.Load)
 	if err := g.raft.Barrier(10 * time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // heapAfterGC is the heap in use once garbage is collected: twice, so
@@ -224,4 +226,34 @@ func TestRaftGroupHoldsAtMostItsLogCacheAfterLargeEntries(t *testing.T) {
 	if held > cache+4<<20 {
 		t.Fatalf("the group holds %.1f MiB after 48 entries of 1 MiB, want at most %d MiB", float64(held)/(1<<20), (cache+4<<20)>>20)
 	}
+}
+
+// The largest entry a batch can make (MaxMaxBatchBytes and one more
+// request) is over three segments: it is written whole into one segment
+// that it seals, and reads back before and after a reopen.
+func TestWALTakesAnEntryLargerThanASegment(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpenRaftLog(t, dir, RaftLogWAL)
+	const big = MaxMaxBatchBytes + limits.MaxFrame
+	if big <= walSegmentSize {
+		t.Fatalf("entry of %d bytes fits a %d-byte segment", big, walSegmentSize)
+	}
+	for _, batch := range [][]*raft.Log{bigEntries(1, 3, 1000), bigEntries(4, 1, big), bigEntries(5, 3, 1000)} {
+		if err := s.logs.StoreLogs(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func() {
+		t.Helper()
+		wantBigEntries(t, s.logs, 1, 3, 1000)
+		wantBigEntries(t, s.logs, 4, 4, big)
+		wantBigEntries(t, s.logs, 5, 7, 1000)
+	}
+	check()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpenRaftLog(t, dir, RaftLogWAL)
+	defer s.Close()
+	check()
 }

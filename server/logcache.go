@@ -33,7 +33,7 @@ const DefaultRaftLogCache = 16 << 20
 // proposal's future, which would keep the proposal's result alive too.
 //
 // raft calls StoreLogs and GetLog from its own goroutines and DeleteRange
-// from its snapshot goroutine too; one mutex guards the run. Entries are
+// from its snapshot goroutine too; one lock guards the run. Entries are
 // cached only once the store has them, and dropped before the store
 // deletes them, so the cache never answers for an entry the store lacks.
 type logCache struct {
@@ -44,7 +44,7 @@ type logCache struct {
 	// next store empties the cache.
 	keep func() bool
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	first   uint64 // index of entries[0]; meaningless while entries is empty
 	entries []*raft.Log
 	bytes   int64 // what the entries cost, by logCacheSize
@@ -68,13 +68,13 @@ func logCacheSize(l *raft.Log) int64 {
 // GetLog implements raft.LogStore: from memory if the entry is cached,
 // else from the store.
 func (c *logCache) GetLog(index uint64, log *raft.Log) error {
-	c.mu.Lock()
+	c.mu.RLock()
 	if n := uint64(len(c.entries)); n > 0 && index >= c.first && index-c.first < n {
 		*log = *c.entries[index-c.first]
-		c.mu.Unlock()
+		c.mu.RUnlock()
 		return nil
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	return c.store.GetLog(index, log)
 }
 
@@ -182,7 +182,7 @@ func (c *logCache) IsMonotonic() bool {
 
 // cached reports the run's first index, its length and its bytes.
 func (c *logCache) cached() (first uint64, n int, bytes int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return c.first, len(c.entries), c.bytes
 }

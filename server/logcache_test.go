@@ -292,7 +292,7 @@ func TestLogCacheUnderConcurrentUse(t *testing.T) {
 	store := newMemLogStore()
 	c := newLogCache(store, 20*500, always).(*logCache)
 	const last = 3000
-	var written, deleted atomic.Uint64
+	var written, deleted atomic.Uint64 // deleted: the last index a read may find gone
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	wg.Add(1)
@@ -311,12 +311,12 @@ func TestLogCacheUnderConcurrentUse(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for deleted.Load() < last-100 {
-			if w := written.Load(); w > deleted.Load()+100 {
-				if err := c.DeleteRange(deleted.Load()+1, w-100); err != nil {
+			if w, from := written.Load(), deleted.Load()+1; w >= from+100 {
+				deleted.Store(w - 100) // before the entries go: readers may miss them from now on
+				if err := c.DeleteRange(from, w-100); err != nil {
 					errs <- err
 					return
 				}
-				deleted.Store(w - 100)
 			}
 		}
 	}()

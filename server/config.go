@@ -56,6 +56,11 @@ type Config struct {
 	// keeps it, whatever this says: one from an earlier version, with
 	// raft.db, stays on raft-boltdb. Default RaftLogWAL.
 	RaftLog RaftLog
+	// RaftLogCache is the bytes of the most recent Raft entries kept in
+	// memory, from which the leader feeds followers that keep up without
+	// reading entries back from the log store. An entry larger than it is
+	// not kept. 0 keeps none. Default DefaultRaftLogCache (16 MiB).
+	RaftLogCache int64
 	// MinFreeDisk is the free space under which the leader refuses sends
 	// (DISK_FULL) while it goes on serving consumers. It should be well
 	// above FSM.DiskReserve, where a replica stops applying. Default 512 MiB.
@@ -124,6 +129,7 @@ func DefaultConfig() Config {
 		MaxDelay:           DefaultMaxDelay,
 		MinFreeDisk:        512 << 20,
 		RaftLog:            RaftLogWAL,
+		RaftLogCache:       DefaultRaftLogCache,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -169,6 +175,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, limits.MaxBatchMessages)
 	case c.MinFreeDisk < 0:
 		return fmt.Errorf("server: config: MinFreeDisk %d is negative", c.MinFreeDisk)
+	case c.RaftLogCache < 0:
+		return fmt.Errorf("server: config: RaftLogCache %d is negative", c.RaftLogCache)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:
 		return errors.New("server: config: batch limits must be positive")
 	case c.MaxBatchBytes > MaxMaxBatchBytes:

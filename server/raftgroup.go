@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,9 @@ type raftGroup struct {
 	store    *raftLogStore
 	trans    *raft.NetworkTransport
 	leaderCh chan bool
+	// leading is what leaderCh said last: whether the node leads. The log
+	// cache holds entries only while it does.
+	leading atomic.Bool
 
 	// memberAddr returns a member's client address from the group's state.
 	memberAddr func(id string) string
@@ -62,6 +66,9 @@ type raftSetup struct {
 	// a log keeps its own (see openRaftLog). Unused if the group's store
 	// was opened before.
 	raftLog RaftLog
+	// logCache is the bytes of recent entries kept in memory in front of
+	// the log store (see logCache); 0 keeps none.
+	logCache int64
 }
 
 func (g *raftGroup) open(s raftSetup) error {
@@ -106,11 +113,9 @@ func (g *raftGroup) open(s raftSetup) error {
 		}
 	}
 	// Followers are fed from memory: without a cache the leader reads every
-	// entry back from the store (and decodes it) to replicate it.
-	logs, err := raft.NewLogCache(1024, g.store.logs)
-	if err != nil {
-		return fmt.Errorf("server: raft log cache: %w", err)
-	}
+	// entry back from the store (and decodes it) to replicate it. The cache
+	// is bounded by bytes, since an entry may be a whole batch of sends.
+	logs := newLogCache(g.store.logs, s.logCache, g.leading.Load)
 	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, g.trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
@@ -192,6 +197,7 @@ func (g *raftGroup) watchLeadership(ctx context.Context, changed func(), lead fu
 	for {
 		select {
 		case leader := <-g.leaderCh:
+			g.leading.Store(leader)
 			changed()
 			switch {
 			case leader && cancel == nil:

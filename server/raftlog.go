@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/segment"
 	"go.etcd.io/bbolt"
 )
 
@@ -114,7 +116,7 @@ func openRaftLog(dir string, want RaftLog, log hclog.Logger) (*raftLogStore, err
 	if kind == RaftLogBolt {
 		return openBolt(dir)
 	}
-	return openWAL(dir, log)
+	return openWAL(dir, walSegmentSize, log)
 }
 
 func openBolt(dir string) (*raftLogStore, error) {
@@ -136,7 +138,9 @@ func openBolt(dir string) (*raftLogStore, error) {
 // fsyncs every batch of entries before StoreLogs returns and commits the
 // stable state in bolt with an fdatasync, as Raft requires; it takes no
 // lock of its own that gives up, so the directory is locked here first.
-func openWAL(dir string, log hclog.Logger) (*raftLogStore, error) {
+// New segment files are segmentSize bytes (walSegmentSize but in tests);
+// a sealed segment drops its write buffer (sealedSegments).
+func openWAL(dir string, segmentSize int, log hclog.Logger) (*raftLogStore, error) {
 	path := filepath.Join(dir, walDir)
 	if err := makeDir(path); err != nil {
 		return nil, fmt.Errorf("server: open raft log %s: %w", path, err)
@@ -145,7 +149,8 @@ func openWAL(dir string, log hclog.Logger) (*raftLogStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := wal.Open(path, wal.WithLogger(log.Named("raft-wal")))
+	w, err := wal.Open(path, wal.WithLogger(log.Named("raft-wal")), wal.WithSegmentSize(segmentSize),
+		wal.WithSegmentFiler(sealedSegments{Filer: segment.NewFiler(path, walfs.New()), log: log.Named("raft-wal")}))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("server: open raft log %s: %w", path, err), lock.Close())
 	}

@@ -59,8 +59,14 @@ func brokerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raft-log", Value: string(d.RaftLog),
 			Usage: "the Raft log `STORE` of a new data directory: wal (raft-wal, in raft-wal/: one fsync per batch) or bolt " +
 				"(raft-boltdb, in raft.db: two); a directory that holds a log keeps its own, so one from before raft-wal stays on raft.db"},
+		&cli.Int64Flag{Name: "raft-log-cache", Value: d.RaftLogCache >> 20,
+			Usage: "keep the most recent `MIB` MiB of Raft entries in memory, to feed followers without reading them back from the log (0: none)"},
 	}, retentionFlags()...)
 }
+
+// maxRaftLogCacheMiB is the largest --raft-log-cache: 1 TiB, far above any
+// memory, and far below where its bytes overflow.
+const maxRaftLogCacheMiB = 1 << 20
 
 // brokerSettings applies brokerFlags to cfg.
 func brokerSettings(c *cli.Context, cfg *server.Config) error {
@@ -72,6 +78,11 @@ func brokerSettings(c *cli.Context, cfg *server.Config) error {
 		return fmt.Errorf("%w --raft-log %q: wal or bolt", errInvalidFlag, c.String("raft-log"))
 	}
 	cfg.RaftLog = l
+	cache := c.Int64("raft-log-cache")
+	if cache < 0 || cache > maxRaftLogCacheMiB {
+		return fmt.Errorf("%w --raft-log-cache %d: 0 to %d", errInvalidFlag, cache, maxRaftLogCacheMiB)
+	}
+	cfg.RaftLogCache = cache << 20
 	return retentionSettings(c, cfg)
 }
 

@@ -44,3 +44,35 @@ func TestRaftLogFlag(t *testing.T) {
 		})
 	}
 }
+
+func TestRaftLogCacheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int64
+		err  bool
+	}{
+		{"default", nil, server.DefaultRaftLogCache, false},
+		{"none", []string{"--raft-log-cache", "0"}, 0, false},
+		{"one MiB", []string{"--raft-log-cache", "1"}, 1 << 20, false},
+		{"the largest", []string{"--raft-log-cache", "1048576"}, 1 << 40, false},
+		{"over the largest", []string{"--raft-log-cache", "1048577"}, 0, true},
+		{"negative", []string{"--raft-log-cache", "-1"}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := brokerSettingsOf(t, tc.args...)
+			if tc.err {
+				if !errors.Is(err, errInvalidFlag) || !strings.Contains(err.Error(), "--raft-log-cache") {
+					t.Fatalf("error %v, want errInvalidFlag naming --raft-log-cache", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.RaftLogCache != tc.want {
+				t.Fatalf("RaftLogCache %d, want %d", cfg.RaftLogCache, tc.want)
+			}
+		})
+	}
+}

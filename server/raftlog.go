@@ -67,6 +67,7 @@ type raftLogStore struct {
 	kind   RaftLog
 	logs   raft.LogStore
 	stable raft.StableStore
+	reaper *segmentReaper // raft-wal's: unlinks the segments it deleted
 	close  func() error
 }
 
@@ -149,13 +150,17 @@ func openWAL(dir string, segmentSize int, log hclog.Logger) (*raftLogStore, erro
 	if err != nil {
 		return nil, err
 	}
+	reaper := newSegmentReaper(path, log.Named("raft-wal"))
 	w, err := wal.Open(path, wal.WithLogger(log.Named("raft-wal")), wal.WithSegmentSize(segmentSize),
-		wal.WithSegmentFiler(sealedSegments{Filer: segment.NewFiler(path, walfs.New()), log: log.Named("raft-wal")}))
+		wal.WithSegmentFiler(sealedSegments{Filer: segment.NewFiler(path, walfs.New()), log: log.Named("raft-wal"), reaper: reaper}))
 	if err != nil {
+		reaper.close()
 		return nil, errors.Join(fmt.Errorf("server: open raft log %s: %w", path, err), lock.Close())
 	}
-	return &raftLogStore{kind: RaftLogWAL, logs: w, stable: w, close: func() error {
-		return errors.Join(w.Close(), lock.Close())
+	return &raftLogStore{kind: RaftLogWAL, logs: w, stable: w, reaper: reaper, close: func() error {
+		err := w.Close()
+		reaper.close()
+		return errors.Join(err, lock.Close())
 	}}, nil
 }
 

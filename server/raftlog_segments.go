@@ -29,8 +29,13 @@ const walSegmentSize = 16 << 20
 // leaves the log.
 type sealedSegments struct {
 	*segment.Filer
-	log hclog.Logger
+	log    hclog.Logger
+	reaper *segmentReaper
 }
+
+// Delete implements types.SegmentFiler: the file is renamed under
+// raft-wal's write lock and unlinked after it (see segmentReaper).
+func (f sealedSegments) Delete(baseIndex, id uint64) error { return f.reaper.delete(baseIndex, id) }
 
 // Create implements types.SegmentFiler.
 func (f sealedSegments) Create(info types.SegmentInfo) (types.SegmentWriter, error) {

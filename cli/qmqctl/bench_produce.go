@@ -26,6 +26,7 @@ func benchProduceCommand() *cli.Command {
 		&cli.DurationFlag{Name: "deliver-over", Usage: "with --deliver-in and --count: spread the due times evenly over `DUR` (0: all due at once)"},
 		&cli.StringFlag{Name: "tag", Usage: "tag every --tag-every-th message with `TAG` (for tag-filtered consumers: bench consume --tags)"},
 		&cli.IntFlag{Name: "tag-every", Value: 1, Usage: "with --tag: tag one message in `N` (100: 1 %)"},
+		&cli.Int64Flag{Name: "rate", Usage: "hold the send rate at `N` msgs/s in all, spread over the producers (1 to 10,000,000; unset: as fast as the window allows); a run that falls more than 10 ms behind its schedule does not burst to catch up, it slips and says by how much"},
 		&cli.BoolFlag{Name: "await-fired", Usage: "with --deliver-in: after sending, wait until the brokers hold none of the run's subjects pending, and report how fast they were fired"},
 	)
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)
@@ -43,8 +44,13 @@ func benchProduceCommand() *cli.Command {
 			"  qmqctl bench produce --count 200000 --deliver-in 30s --deliver-over 20s   (10,000 due a second)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
+			if c.IsSet("rate") {
+				if err := checkRate(c.Int64("rate")); err != nil {
+					return err
+				}
+			}
 			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
-				return runProduce(ctx, produceConfig{
+				return runProduce(ctx, produceConfig{rate: c.Int64("rate"),
 					server: b.server, subjects: b.subjects, size: c.Int("size"),
 					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
 					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
@@ -58,6 +64,7 @@ func benchProduceCommand() *cli.Command {
 }
 
 type produceConfig struct {
+	rate      int64  // msgs/s in all (0: as fast as the window allows)
 	tag       string // tag one message in tagEvery with it ("": none)
 	tagEvery  int
 	server    string
@@ -107,6 +114,11 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 	case cfg.awaitFired && cfg.deliverIn == 0:
 		return nil, fmt.Errorf("--await-fired needs --deliver-in")
 	}
+	if cfg.rate != 0 {
+		if err := checkRate(cfg.rate); err != nil {
+			return nil, err
+		}
+	}
 	producers := make([]*qmq.Producer, 0, cfg.producers)
 	defer func() {
 		for _, p := range producers {
@@ -153,6 +165,10 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 
 	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "produce", &acked)
 	start := time.Now()
+	var pace *pacer
+	if cfg.rate > 0 {
+		pace = newPacer(cfg.rate, start)
+	}
 	var wg sync.WaitGroup
 	for i, p := range producers {
 		rec := newLatencyRecorder(perProducer)
@@ -167,6 +183,10 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 				select {
 				case window <- struct{}{}:
 				case <-runCtx.Done():
+					return
+				}
+				if pace != nil && !pace.wait(runCtx) {
+					<-window
 					return
 				}
 				k := issued.Add(1)
@@ -217,6 +237,10 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		LatencyOf: "enqueue (SendAsync) to acknowledgement (callback), successful sends only",
 	}
 	sum.rates(elapsed)
+	if pace != nil {
+		late, slipped := pace.behind()
+		sum.Rate, sum.MaxLate, sum.Slipped = cfg.rate, ms(late), slipped.Seconds()
+	}
 	if cfg.deliverIn > 0 {
 		sum.DeliverIn, sum.DeliverOver = cfg.deliverIn.Seconds(), cfg.deliverOver.Seconds()
 	}

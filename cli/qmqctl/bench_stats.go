@@ -114,6 +114,13 @@ type benchSummary struct {
 	Elapsed  float64  `json:"elapsed_s"`
 	MsgsPerS float64  `json:"msgs_per_s"`
 	MBPerS   float64  `json:"mb_per_s"` // 10^6 bytes of message body a second
+	// Paced runs (produce --rate): the rate asked for; the latest a send
+	// left after its slot in the schedule (at most 10 ms: beyond that the
+	// schedule slips); the total time it slipped (about Slipped × Rate
+	// messages were not sent).
+	Rate    int64   `json:"rate,omitempty"`
+	MaxLate float64 `json:"max_late_ms,omitempty"`
+	Slipped float64 `json:"slipped_s,omitempty"`
 	// Delayed runs. DeliverIn and DeliverOver (produce): when the messages
 	// were due. FiredIn and FiredPerS (produce --await-fired): from the
 	// first due time until none was pending. Early (consume): messages
@@ -157,6 +164,10 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 			s.Clients, s.Inflight, s.Batch, s.Requests)
 		fmt.Fprintf(&b, "message      %d B body\n", s.Size)
 		fmt.Fprintf(&b, "sent         %d acknowledged, %d failed\n", s.Messages, s.Failed)
+		if s.Rate > 0 {
+			fmt.Fprintf(&b, "rate         %d msgs/s asked, %.0f achieved; behind schedule: slipped %.3f s in all (about %.0f messages not sent), a send at most %s ms late otherwise\n",
+				s.Rate, s.MsgsPerS, s.Slipped, s.Slipped*float64(s.Rate), fmtMs(s.MaxLate))
+		}
 		if s.DeliverIn > 0 {
 			fmt.Fprintf(&b, "delayed      due from %.3g s after the start, over %.3g s\n", s.DeliverIn, s.DeliverOver)
 		}

@@ -48,8 +48,9 @@ func checkRate(rate int64) error {
 	return nil
 }
 
-func newPacer(rate int64, start time.Time) *pacer {
-	return &pacer{start: start, interval: 1e9 / float64(rate), catchUp: float64(pacerCatchUp)}
+// newPacer returns a schedule of rate sends a second (positive) from start.
+func newPacer(rate float64, start time.Time) *pacer {
+	return &pacer{start: start, interval: 1e9 / rate, catchUp: float64(pacerCatchUp)}
 }
 
 // slot takes the next slot of the schedule at now and returns when it is

@@ -200,7 +200,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "produce", &acked)
 	var pace *pacer
 	if cfg.rate > 0 {
-		pace = newPacer(cfg.rate, start)
+		pace = newPacer(float64(cfg.rate), start)
 	}
 	var wg sync.WaitGroup
 	for i, p := range producers {

@@ -112,6 +112,7 @@ func runRound(ctx context.Context, o *options, s system, dir string, res results
 		} else {
 			res.add(name, "e2e20kp99", f.p99)
 			res.add(name, "e2e20kp999", f.p999)
+			res.add(name, "e2e20krate", f.achieved)
 			show("e2e-20k: p99", f.p99, "ms")
 			show("  p99.9", f.p999, "ms")
 			show("  achieved", f.achieved, "msgs/s")
@@ -125,6 +126,7 @@ func runRound(ctx context.Context, o *options, s system, dir string, res results
 			note("e2e-half", err)
 		} else {
 			res.add(name, "e2ehalfp99", f.p99)
+			res.add(name, "e2ehalfrate", f.achieved)
 			show(fmt.Sprintf("e2e-half (%d msgs/s): p99", int(asyncRate/2)), f.p99, "ms")
 			show("  achieved", f.achieved, "msgs/s")
 		}

@@ -22,7 +22,9 @@ var rows = []row{
 	{"maxrate", "MAX RATE 1C", "highest fixed rate one consumer keeps up with, 128 B", "msgs/s", true, 2},
 	{"e2e20kp99", "E2E P99 20K", "end to end p99 at 20,000 msgs/s, 128 B", "ms", false, 1},
 	{"e2e20kp999", "E2E P99.9 20K", "end to end p99.9 at 20,000 msgs/s, 128 B", "ms", false, 1},
+	{"e2e20krate", "E2E 20K RATE", "rate achieved when asked for 20,000 msgs/s with a consumer", "msgs/s", true, 0},
 	{"e2ehalfp99", "E2E P99 HALF", "end to end p99 at half the max async 128 B rate", "ms", false, 1},
+	{"e2ehalfrate", "HALF RATE", "rate achieved when asked for half the max async 128 B rate", "msgs/s", true, 0},
 	{"rss", "RSS", "RSS per node after the runs (VmRSS, largest node)", "MiB", false, 1},
 	{"hwm", "PEAK RSS", "peak RSS per node (VmHWM, largest node)", "MiB", false, 1},
 	{"disk", "DISK", "disk per node after the runs (du of the data directory, mean)", "MiB", false, 1},
@@ -39,6 +41,6 @@ var workloads = []struct {
 	{"sync-128", []string{"sync128", "sync128p50"}},
 	{"drain-128", []string{"drain128"}},
 	{"max-rate", []string{"maxrate"}},
-	{"e2e-20k", []string{"e2e20kp99", "e2e20kp999"}},
-	{"e2e-half", []string{"e2ehalfp99"}},
+	{"e2e-20k", []string{"e2e20kp99", "e2e20kp999", "e2e20krate"}},
+	{"e2e-half", []string{"e2ehalfp99", "e2ehalfrate"}},
 }

@@ -189,3 +189,14 @@ func TestKeptUp(t *testing.T) {
 		}
 	}
 }
+
+func TestE2EComplete(t *testing.T) {
+	if err := (e2eFigures{sent: 10, received: 10}).complete(); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []e2eFigures{{}, {sent: 10, received: 9}, {sent: 10}} {
+		if bad.complete() == nil {
+			t.Errorf("%+v taken as complete", bad)
+		}
+	}
+}

@@ -47,6 +47,16 @@ func (f e2eFigures) keptUp() bool {
 	return f.achieved >= 0.95*f.asked && f.received >= f.sent && f.sent > 0 && f.p99 <= keepUpP99
 }
 
+// complete says why a run's latency cannot stand for it: nothing sent, or
+// messages the consumer had not received when it was stopped (their
+// latency, the longest, would be missing).
+func (f e2eFigures) complete() error {
+	if f.sent == 0 || f.received < f.sent {
+		return fmt.Errorf("the consumer received %d of the %d messages sent", f.received, f.sent)
+	}
+	return nil
+}
+
 // keepUpP99 is the latency above which a consumer is taken to have fallen
 // behind, in ms.
 const keepUpP99 = 250

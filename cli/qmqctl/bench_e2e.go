@@ -89,9 +89,10 @@ func (s *stallClock) longest(end time.Time) time.Duration {
 // latency (send call to handler) to a callback.
 type e2eConsumer struct {
 	subs     []*qmq.Subscription
-	received atomic.Int64 // messages sent in this run, received
-	bytes    atomic.Int64 // their bodies' bytes
-	stale    atomic.Int64 // messages without a stamp from this run: older ones, or others'
+	stall    atomic.Pointer[stallClock] // set once the producers start
+	received atomic.Int64               // messages sent in this run, received
+	bytes    atomic.Int64               // their bodies' bytes
+	stale    atomic.Int64               // messages without a stamp from this run: older ones, or others'
 }
 
 // e2eConfig says what an e2eConsumer consumes and what it tells.
@@ -99,13 +100,13 @@ type e2eConfig struct {
 	server    string
 	subjects  []string
 	group     string
-	consumers int       // subscriptions per subject
-	start     time.Time // messages stamped before it are not this run's
-	stall     *stallClock
+	consumers int                             // subscriptions per subject
+	start     time.Time                       // messages stamped before it are not this run's
 	latency   func(d time.Duration, size int) // called for every message of the run, from handler goroutines
 }
 
-// startE2E subscribes before the run sends anything. The group starts at
+// startE2E subscribes before the run sends anything; the run then hands
+// the consumer its stall clock (setStall) as it starts sending. The group starts at
 // the subject's earliest message, so nothing sent before its first pull
 // is missed; messages older than the run are counted stale and acked.
 func startE2E(cfg e2eConfig) (*e2eConsumer, error) {
@@ -117,7 +118,9 @@ func startE2E(cfg e2eConfig) (*e2eConsumer, error) {
 			c.stale.Add(1)
 			return nil
 		}
-		cfg.stall.event(now)
+		if s := c.stall.Load(); s != nil {
+			s.event(now)
+		}
 		cfg.latency(now.Sub(sent), len(m.Body()))
 		c.bytes.Add(int64(len(m.Body())))
 		c.received.Add(1)
@@ -136,6 +139,9 @@ func startE2E(cfg e2eConfig) (*e2eConsumer, error) {
 	}
 	return c, nil
 }
+
+// setStall makes every receipt from now on an event of s.
+func (c *e2eConsumer) setStall(s *stallClock) { c.stall.Store(s) }
 
 // await waits until the consumer has received want messages of the run,
 // or for at most d; it reports whether it got them all.

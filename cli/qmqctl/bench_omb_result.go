@@ -66,10 +66,11 @@ type ombResult struct {
 	AggregatedEndToEndLatencyMax       float64            `json:"aggregatedEndToEndLatencyMax"`
 	AggregatedEndToEndLatencyQuantiles map[string]float64 `json:"aggregatedEndToEndLatencyQuantiles"`
 
-	// qmq's additions: the measured phase's mean rates (acknowledged sends,
+	// qmq's additions: the measured phase's length and mean rates (acknowledged sends,
 	// and receipts by every subscription), the backlog at its end, the
 	// messages, the subscriptions a topic, and the longest stretch with neither an ack nor a receipt.
 	SubscriptionsPerTopic int     `json:"subscriptionsPerTopic"`
+	MeasuredSeconds       float64 `json:"measuredSeconds"`
 	AggregatedPublishRate float64 `json:"aggregatedPublishRate"`
 	AggregatedConsumeRate float64 `json:"aggregatedConsumeRate"`
 	MessagesPublished     int64   `json:"messagesPublished"`
@@ -140,6 +141,7 @@ func (res *ombResult) aggregate(r *ombRun, elapsed time.Duration, sent, received
 		res.AggregatedPublishLatencyQuantiles[k] = pct(p, q)
 		res.AggregatedEndToEndLatencyQuantiles[k] = pct(e, q)
 	}
+	res.MeasuredSeconds = elapsed.Seconds()
 	if s := elapsed.Seconds(); s > 0 {
 		res.AggregatedPublishRate = float64(sent) / s
 		res.AggregatedConsumeRate = float64(received) / s

@@ -75,7 +75,6 @@ func runOMB(ctx context.Context, w *ombWorkload, cfg ombConfig) (*ombResult, err
 	r.payloads = ombPayloads(w)
 
 	start := time.Now()
-	r.stall = newStallClock(start)
 	var consumers []*e2eConsumer
 	defer func() {
 		for _, c := range consumers {
@@ -85,7 +84,7 @@ func runOMB(ctx context.Context, w *ombWorkload, cfg ombConfig) (*ombResult, err
 	for s := range w.SubscriptionsPerTopic {
 		group := fmt.Sprintf("sub-%03d", s)
 		c, err := startE2E(e2eConfig{server: cfg.server, subjects: r.subjects, group: group, consumers: w.ConsumerPerSubscription,
-			start: start, stall: r.stall, latency: r.receipt})
+			start: start, latency: r.receipt})
 		if err != nil {
 			return nil, err
 		}
@@ -104,6 +103,11 @@ func runOMB(ctx context.Context, w *ombWorkload, cfg ombConfig) (*ombResult, err
 			return nil, err
 		}
 		producers = append(producers, p)
+	}
+	// Stalls count from when the producers start.
+	r.stall = newStallClock(time.Now())
+	for _, c := range consumers {
+		c.setStall(r.stall)
 	}
 	sendCtx, stopSending := context.WithCancel(ctx)
 	defer stopSending()

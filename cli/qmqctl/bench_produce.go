@@ -155,12 +155,6 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		producers = append(producers, p)
 	}
 
-	runCtx, cancel := ctx, context.CancelFunc(func() {})
-	if cfg.duration > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, cfg.duration)
-	}
-	defer cancel()
-
 	body := make([]byte, cfg.size)
 	for i := range body {
 		body[i] = 'a' + byte(i%26)
@@ -184,18 +178,27 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		perProducer = int(cfg.count)/len(producers) + 1
 	}
 
-	start := time.Now()
-	stall := newStallClock(start)
 	var consumer *e2eConsumer
 	e2e := newLatencyRecorder(0)
 	if cfg.consume != "" {
 		var err error
 		consumer, err = startE2E(e2eConfig{server: cfg.server, subjects: cfg.subjects, group: cfg.consume, consumers: cfg.consumers,
-			start: start, stall: stall, latency: func(d time.Duration, _ int) { e2e.add(d) }})
+			start: time.Now(), latency: func(d time.Duration, _ int) { e2e.add(d) }})
 		if err != nil {
 			return nil, err
 		}
 		defer consumer.stop()
+	}
+	// The run starts once the consumer, if any, has subscribed.
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, cfg.duration)
+	}
+	defer cancel()
+	start := time.Now()
+	stall := newStallClock(start)
+	if consumer != nil {
+		consumer.setStall(stall)
 	}
 	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "produce", &acked)
 	var pace *pacer

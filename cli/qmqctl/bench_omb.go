@@ -86,7 +86,7 @@ func readWorkload(path string) (*ombWorkload, error) {
 	}
 	w, err := parseWorkload(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
 	return w, nil
 }

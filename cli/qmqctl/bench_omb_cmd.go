@@ -45,7 +45,8 @@ func benchOMBCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			w, err := readWorkload(c.String("workload"))
 			if err != nil {
-				return err
+				fmt.Fprintln(os.Stderr, err) // it names itself: "qmqctl: bad workload: …"
+				return errFailed
 			}
 			duration, warmup := time.Duration(w.TestDurationMinutes)*time.Minute, time.Duration(w.WarmupDurationMinutes)*time.Minute
 			if c.IsSet("duration") {

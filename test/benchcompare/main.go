@@ -175,7 +175,11 @@ func runAll(ctx context.Context, o *options) error {
 			failed, err := runRound(ctx, o, s, dir, res)
 			failures += failed
 			if err != nil {
-				return fmt.Errorf("round %d, %s: %w (logs in %s and %s)", r+1, s.name(), err, dir, logf.Name())
+				where := "run with --keep to keep the logs"
+				if o.keep {
+					where = "logs in " + dir + " and " + logf.Name()
+				}
+				return fmt.Errorf("round %d, %s: %w (%s)", r+1, s.name(), err, where)
 			}
 			if !o.keep {
 				os.RemoveAll(dir)
@@ -194,7 +198,7 @@ func runAll(ctx context.Context, o *options) error {
 		return err
 	}
 	if failures > 0 {
-		return fmt.Errorf("%d measurements failed (see the messages above and %s)", failures, logf.Name())
+		return fmt.Errorf("%d measurements failed (see the messages above; --keep keeps the logs)", failures)
 	}
 	return nil
 }

@@ -39,7 +39,9 @@ func runRound(ctx context.Context, o *options, s system, dir string, res results
 	}
 	defer s.stop()
 	if err := s.start(ctx, dir); err != nil {
-		tailLogs(dir)
+		if ctx.Err() == nil {
+			tailLogs(dir)
+		}
 		return 0, err
 	}
 	sz := sizesFor(o.quick)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -97,18 +100,20 @@ func (ps *procs) stopAll() {
 }
 
 // run runs a client command to its end (killed by its PID if ctx ends),
-// and returns its standard output; its standard error goes to the log.
+// and returns its standard output; its standard error goes to the log,
+// and the end of it into the error of a command that failed.
 func run(ctx context.Context, logf *os.File, bin string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stderr = logf
+	var stderr bytes.Buffer
+	cmd.Stderr = io.MultiWriter(logf, &stderr)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) || ctx.Err() != nil {
-			return out, fmt.Errorf("%s %v: %w (see %s)", bin, args, err, logf.Name())
+		tail := stderr.Bytes()
+		if len(tail) > 600 {
+			tail = tail[len(tail)-600:]
 		}
-		return out, err
+		return out, fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, bytes.TrimSpace(tail))
 	}
 	return out, nil
 }

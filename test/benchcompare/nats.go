@@ -213,10 +213,7 @@ func (n *natsSystem) drain(ctx context.Context, size, count int) (float64, error
 		"--msgs", strconv.Itoa(count), "--batch", "1000", "--clients", "4"); err != nil {
 		return 0, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := n.js.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: "drain",
-		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy}); err != nil {
+	if _, err := n.consumer(ctx, stream, "drain"); err != nil {
 		return 0, err
 	}
 	rate, _, err := n.bench(ctx, "js", "consume", "--stream", stream, "--consumer", "drain", "--msgs", strconv.Itoa(count), "--acks", "explicit")
@@ -228,5 +225,34 @@ func (n *natsSystem) e2e(ctx context.Context, size, rate int, d time.Duration) (
 	if err != nil {
 		return e2eFigures{}, err
 	}
-	return natsE2E(ctx, n.nc, n.js, stream, subject, size, rate, d)
+	cons, err := n.consumer(ctx, stream, "e2e")
+	if err != nil {
+		return e2eFigures{}, err
+	}
+	return natsE2E(ctx, n.log, n.nc, cons, stream, subject, size, rate, d)
+}
+
+// consumer creates a durable pull consumer of the stream from its first
+// message, with explicit acks, and waits until it has a leader: a pull
+// sent before then can go unanswered until it expires.
+func (n *natsSystem) consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := n.js.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: name,
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, err
+	}
+	return cons, waitFor(ctx, 20*time.Second, "the leader of NATS consumer "+name, func() error {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		info, err := cons.Info(ictx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("consumer %s of %s has no leader yet", name, stream)
+		}
+		return nil
+	})
 }

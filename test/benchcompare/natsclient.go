@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,20 +16,14 @@ import (
 
 // natsE2E is `qmqctl bench produce --rate R --consume G` for NATS: one
 // publisher sending size-byte messages at rate for d with at most 1,000
-// unacknowledged (PublishAsync), and one durable pull consumer with
-// explicit acks on the stream, started first. Each body's first 8 bytes
+// unacknowledged (PublishAsync), and cons (natsSystem.consumer: durable,
+// pull, explicit acks) consuming from before the first publish, with pulls
+// of 2 s and nats.go's other defaults. Each body's first 8 bytes
 // carry the send time (Unix ns, big-endian), as qmqctl's do; the latency
 // is from the publish call to the consumer's handler.
-func natsE2E(ctx context.Context, nc *nats.Conn, admin jetstream.JetStream, stream, subject string, size, rate int, d time.Duration) (e2eFigures, error) {
+func natsE2E(ctx context.Context, logw io.Writer, nc *nats.Conn, cons jetstream.Consumer, stream, subject string, size, rate int, d time.Duration) (e2eFigures, error) {
 	if size < 8 {
 		return e2eFigures{}, fmt.Errorf("natsE2E: size %d: at least 8 bytes carry the send time", size)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := admin.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: "e2e",
-		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
-	cancel()
-	if err != nil {
-		return e2eFigures{}, err
 	}
 	var recvMu sync.Mutex
 	var lat []time.Duration
@@ -43,7 +38,9 @@ func natsE2E(ctx context.Context, nc *nats.Conn, admin jetstream.JetStream, stre
 			received.Add(1)
 		}
 		_ = m.Ack()
-	})
+	}, jetstream.PullExpiry(2*time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		fmt.Fprintf(logw, "natsE2E: consume %s: %v\n", stream, err)
+	}))
 	if err != nil {
 		return e2eFigures{}, err
 	}

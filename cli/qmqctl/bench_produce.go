@@ -35,15 +35,22 @@ func benchProduceCommand() *cli.Command {
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)
 	return &cli.Command{
 		Name:  "produce",
-		Usage: "send messages as fast as the window allows; report throughput and enqueue-to-ack latency",
+		Usage: "send messages as fast as the window allows, or at a fixed rate; report throughput, enqueue-to-ack and end-to-end latency",
 		Description: "Each producer keeps --inflight messages sent and not yet acknowledged, using SendAsync,\n" +
 			"and measures every message's latency from the SendAsync call to its callback (the broker\n" +
 			"group has committed it on a quorum and applied it). Prints msgs/s, MB/s of message bodies,\n" +
 			"and latency percentiles (exact: every sample is kept, 8 bytes a message). Exits 1 if any\n" +
 			"send failed.\n\n" +
+			"--rate N holds N msgs/s in all: the producers share one schedule, a send never goes before\n" +
+			"its slot, and one more than 10 ms late makes the schedule slip instead of bursting; the\n" +
+			"summary gives the achieved rate and how far the run fell behind. --consume GROUP subscribes\n" +
+			"to the subjects first and adds end-to-end latency (send call to handler, from a nanosecond\n" +
+			"stamp in the body's first 8 bytes) and the longest stall: the longest stretch with neither\n" +
+			"an acknowledgement nor a receipt.\n\n" +
 			"Examples:\n" +
 			"  qmqctl bench produce --size 1024 --count 200000\n" +
 			"  qmqctl bench produce --inflight 1 --duration 10s\n" +
+			"  qmqctl bench produce --subject live-1 --rate 20000 --duration 30s --consume live\n" +
 			"  qmqctl bench produce --count 200000 --deliver-in 30s --deliver-over 20s   (10,000 due a second)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {

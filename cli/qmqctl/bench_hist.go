@@ -67,20 +67,6 @@ func (h *latencyHistogram) add(d time.Duration) {
 	}
 }
 
-// merge adds o's counts to h (o must not change meanwhile).
-func (h *latencyHistogram) merge(o *latencyHistogram) {
-	for i := range o.counts {
-		if c := o.counts[i].Load(); c > 0 {
-			h.counts[i].Add(c)
-		}
-	}
-	h.n.Add(o.n.Load())
-	h.sum.Add(o.sum.Load())
-	if m := o.max.Load(); m > h.max.Load() {
-		h.max.Store(m)
-	}
-}
-
 // percentile returns the nearest-rank p-th percentile (0 < p ≤ 100), as
 // the upper bound of its bucket, never above the largest value counted.
 // Zero for no values.

@@ -255,15 +255,20 @@ func (r *ombRun) reportErr(err error) {
 }
 
 // phase runs for d (or until ctx ends), printing a line every period and
-// at the end of a shorter last one; with res, each line's figures are
-// appended to it.
+// at the end of a shorter last one: ⌈d / period⌉ lines; with res, each
+// line's figures are appended to it.
 func (r *ombRun) phase(ctx context.Context, d time.Duration, res *ombResult) {
-	end := time.Now().Add(d)
-	last := time.Now()
+	// Period k ends at begin + k × period (the last at end): a late
+	// timer shortens the next period rather than adding one.
+	begin := time.Now()
+	end, last := begin.Add(d), begin
 	sent, failed, sentBytes, recv, recvBytes := r.sent.Load(), r.failed.Load(), r.sentBytes.Load(), r.received.Load(), r.recvBytes.Load()
-	for {
-		wait := min(r.cfg.period-time.Since(last), time.Until(end))
-		if wait > 0 {
+	for k := time.Duration(1); ; k++ {
+		target := begin.Add(k * r.cfg.period)
+		if target.After(end) {
+			target = end
+		}
+		if wait := time.Until(target); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -272,7 +277,7 @@ func (r *ombRun) phase(ctx context.Context, d time.Duration, res *ombResult) {
 			t.Stop()
 		}
 		now := time.Now()
-		secs := now.Sub(last).Seconds()
+		secs := max(now.Sub(last).Seconds(), 1e-9) // never 0: the rates are JSON numbers
 		pub := r.pubPeriod.Swap(new(latencyHistogram))
 		e2e := r.e2ePeriod.Swap(new(latencyHistogram))
 		s, f, sb, rc, rb := r.sent.Load(), r.failed.Load(), r.sentBytes.Load(), r.received.Load(), r.recvBytes.Load()

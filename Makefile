@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci chaos bench fuzz lint databases
+.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
 # for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
@@ -16,7 +16,7 @@ SEED     ?=
 ONLY     ?=
 
 help: ## list the targets
-	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## compile every package, and qmqd and qmqctl into bin/
 	$(GO) build $(PKGS)
@@ -36,6 +36,13 @@ chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims
 
 bench: ## run the benchmarks (BENCH=regexp to pick), 5 rounds each for medians
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 5 $(PKGS)
+
+# The comparison with NATS JetStream (test/benchcompare, a Go module of its
+# own so that the NATS client never enters qmq's). COMPARE passes flags:
+# --rounds N (3), --quick (a smoke check), --only WORKLOAD,…, --out FILE.
+COMPARE ?=
+bench-compare: ## compare qmq with NATS JetStream, 3 nodes each, fsync on (COMPARE='--quick' for a smoke check); writes docs/benchmarks.md and docs/bench-compare.png
+	cd test/benchcompare && $(GO) run . $(COMPARE)
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@for pkg in $$($(GO) list $(PKGS)); do \
@@ -61,7 +68,8 @@ databases: ## install PostgreSQL and MariaDB (Debian's packages) if missing, for
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DB_PACKAGES) >/dev/null; \
 	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
 
-lint: ## go vet, and fail if gofmt would change a file
+lint: ## go vet (also of test/benchcompare, a module of its own), and fail if gofmt would change a file
 	$(GO) vet $(PKGS)
+	cd test/benchcompare && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

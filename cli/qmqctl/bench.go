@@ -17,12 +17,14 @@ import (
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure produce and consume throughput and latency",
+		Usage: "measure produce and consume throughput and latency, or run an OMB workload",
 		Description: "`bench produce` sends generated messages and measures each one's latency from enqueue\n" +
 			"to acknowledgement (committed on a quorum and applied); `bench consume` drains them with\n" +
 			"Pull and Ack. Both print a summary on stdout (--json for JSON) and a progress bar on\n" +
-			"stderr when it is a terminal. See docs/benchmarks.md for measured figures.",
-		Subcommands: []*cli.Command{benchProduceCommand(), benchConsumeCommand()},
+			"stderr when it is a terminal. `bench produce --rate N` holds a fixed rate, `--consume GROUP`\n" +
+			"adds a consumer and end-to-end latency; `bench omb` runs an OpenMessaging Benchmark\n" +
+			"workload file. See docs/benchmarks.md for measured figures.",
+		Subcommands: []*cli.Command{benchProduceCommand(), benchConsumeCommand(), benchOMBCommand()},
 	}
 }
 

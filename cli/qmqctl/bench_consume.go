@@ -34,7 +34,8 @@ func benchConsumeCommand() *cli.Command {
 			"Latency is end to end: from the message's CreatedAt (stamped by the producer, stored with\n" +
 			"millisecond precision, so figures can read up to 1 ms high) to its receipt by the puller.\n" +
 			"It assumes the producer's clock agrees with this one. Draining an old backlog measures the\n" +
-			"backlog's age; run `bench produce` alongside for a live end-to-end figure.\n\n" +
+			"backlog's age; run `bench produce` alongside for a live end-to-end figure, or\n" +
+			"`bench produce --consume GROUP` for an exact one (nanosecond send stamps).\n\n" +
 			"Examples:\n" +
 			"  qmqctl bench produce --count 200000 && qmqctl bench consume --group g1 --count 200000",
 		Flags: flags,

@@ -26,25 +26,42 @@ func benchProduceCommand() *cli.Command {
 		&cli.DurationFlag{Name: "deliver-over", Usage: "with --deliver-in and --count: spread the due times evenly over `DUR` (0: all due at once)"},
 		&cli.StringFlag{Name: "tag", Usage: "tag every --tag-every-th message with `TAG` (for tag-filtered consumers: bench consume --tags)"},
 		&cli.IntFlag{Name: "tag-every", Value: 1, Usage: "with --tag: tag one message in `N` (100: 1 %)"},
+		&cli.Int64Flag{Name: "rate", Usage: "hold the send rate at `N` msgs/s in all, spread over the producers (1 to 10,000,000; unset: as fast as the window allows); a run that falls more than 10 ms behind its schedule does not burst to catch up, it slips and says by how much"},
+		&cli.StringFlag{Name: "consume", Usage: "also consume the run's messages as consumer `GROUP` (starting at the earliest message: use a fresh subject) and report end-to-end latency (send call to handler, exact to the nanosecond: the body's first 8 bytes carry the send time, so --size must be at least 8) and the longest stall"},
+		&cli.IntFlag{Name: "consumers", Value: 1, Usage: "with --consume: `N` subscriptions of the group per subject"},
+		&cli.DurationFlag{Name: "consume-wait", Value: 10 * time.Second, Usage: "with --consume: after the last acknowledgement, wait at most `DUR` for the consumer to receive every message"},
 		&cli.BoolFlag{Name: "await-fired", Usage: "with --deliver-in: after sending, wait until the brokers hold none of the run's subjects pending, and report how fast they were fired"},
 	)
 	flags = append(flags, benchRunFlags("send `N` messages in all, shared among the producers")...)
 	return &cli.Command{
 		Name:  "produce",
-		Usage: "send messages as fast as the window allows; report throughput and enqueue-to-ack latency",
+		Usage: "send messages as fast as the window allows, or at a fixed rate; report throughput, enqueue-to-ack and end-to-end latency",
 		Description: "Each producer keeps --inflight messages sent and not yet acknowledged, using SendAsync,\n" +
 			"and measures every message's latency from the SendAsync call to its callback (the broker\n" +
 			"group has committed it on a quorum and applied it). Prints msgs/s, MB/s of message bodies,\n" +
 			"and latency percentiles (exact: every sample is kept, 8 bytes a message). Exits 1 if any\n" +
 			"send failed.\n\n" +
+			"--rate N holds N msgs/s in all: the producers share one schedule, a send never goes before\n" +
+			"its slot, and one more than 10 ms late makes the schedule slip instead of bursting; the\n" +
+			"summary gives the achieved rate and how far the run fell behind. --consume GROUP subscribes\n" +
+			"to the subjects first and adds end-to-end latency (send call to handler, from a nanosecond\n" +
+			"stamp in the body's first 8 bytes) and the longest stall: the longest stretch with neither\n" +
+			"an acknowledgement nor a receipt.\n\n" +
 			"Examples:\n" +
 			"  qmqctl bench produce --size 1024 --count 200000\n" +
 			"  qmqctl bench produce --inflight 1 --duration 10s\n" +
+			"  qmqctl bench produce --subject live-1 --rate 20000 --duration 30s --consume live\n" +
 			"  qmqctl bench produce --count 200000 --deliver-in 30s --deliver-over 20s   (10,000 due a second)",
 		Flags: flags,
 		Action: func(c *cli.Context) error {
+			if c.IsSet("rate") {
+				if err := checkRate(c.Int64("rate")); err != nil {
+					return err
+				}
+			}
 			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
-				return runProduce(ctx, produceConfig{
+				return runProduce(ctx, produceConfig{rate: c.Int64("rate"),
+					consume: c.String("consume"), consumers: c.Int("consumers"), consumeWait: c.Duration("consume-wait"),
 					server: b.server, subjects: b.subjects, size: c.Int("size"),
 					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
 					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
@@ -58,18 +75,24 @@ func benchProduceCommand() *cli.Command {
 }
 
 type produceConfig struct {
-	tag       string // tag one message in tagEvery with it ("": none)
-	tagEvery  int
-	server    string
-	subjects  []string
-	size      int
-	count     int64         // 0: no limit
-	duration  time.Duration // 0: no limit
-	inflight  int
-	producers int
-	batch     int
-	requests  int
-	timeout   time.Duration
+	rate int64 // msgs/s in all (0: as fast as the window allows)
+	// End to end: a consumer group ("": none) with consumers subscriptions
+	// per subject, waited for up to consumeWait after the last ack.
+	consume     string
+	consumers   int
+	consumeWait time.Duration
+	tag         string // tag one message in tagEvery with it ("": none)
+	tagEvery    int
+	server      string
+	subjects    []string
+	size        int
+	count       int64         // 0: no limit
+	duration    time.Duration // 0: no limit
+	inflight    int
+	producers   int
+	batch       int
+	requests    int
+	timeout     time.Duration
 	// Delayed messages: the first due deliverIn after the start, the rest
 	// spread over deliverOver; awaitFired waits for them to be fired.
 	deliverIn, deliverOver time.Duration
@@ -107,6 +130,23 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 	case cfg.awaitFired && cfg.deliverIn == 0:
 		return nil, fmt.Errorf("--await-fired needs --deliver-in")
 	}
+	if cfg.rate != 0 {
+		if err := checkRate(cfg.rate); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.consume != "" {
+		switch {
+		case cfg.size < stampSize:
+			return nil, fmt.Errorf("--consume needs --size of at least %d: the body carries the send time", stampSize)
+		case cfg.consumers < 1:
+			return nil, fmt.Errorf("--consumers must be at least 1, got %d", cfg.consumers)
+		case cfg.consumeWait <= 0:
+			return nil, fmt.Errorf("--consume-wait must be positive")
+		case cfg.deliverIn > 0:
+			return nil, fmt.Errorf("--consume measures ordinary messages, not delayed ones (--deliver-in)")
+		}
+	}
 	producers := make([]*qmq.Producer, 0, cfg.producers)
 	defer func() {
 		for _, p := range producers {
@@ -121,12 +161,6 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		}
 		producers = append(producers, p)
 	}
-
-	runCtx, cancel := ctx, context.CancelFunc(func() {})
-	if cfg.duration > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, cfg.duration)
-	}
-	defer cancel()
 
 	body := make([]byte, cfg.size)
 	for i := range body {
@@ -151,8 +185,33 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		perProducer = int(cfg.count)/len(producers) + 1
 	}
 
-	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "produce", &acked)
+	var consumer *e2eConsumer
+	e2e := newLatencyRecorder(0)
+	if cfg.consume != "" {
+		var err error
+		consumer, err = startE2E(e2eConfig{server: cfg.server, subjects: cfg.subjects, group: cfg.consume, consumers: cfg.consumers,
+			start: time.Now(), latency: func(d time.Duration, _ int) { e2e.add(d) }})
+		if err != nil {
+			return nil, err
+		}
+		defer consumer.stop()
+	}
+	// The run starts once the consumer, if any, has subscribed.
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, cfg.duration)
+	}
+	defer cancel()
 	start := time.Now()
+	stall := newStallClock(start)
+	if consumer != nil {
+		consumer.setStall(stall)
+	}
+	bar := startProgress(cfg.progress, cfg.count, cfg.duration, "produce", &acked)
+	var pace *pacer
+	if cfg.rate > 0 {
+		pace = newPacer(float64(cfg.rate), start)
+	}
 	var wg sync.WaitGroup
 	for i, p := range producers {
 		rec := newLatencyRecorder(perProducer)
@@ -169,6 +228,10 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 				case <-runCtx.Done():
 					return
 				}
+				if pace != nil && !pace.wait(runCtx) {
+					<-window
+					return
+				}
 				k := issued.Add(1)
 				if runCtx.Err() != nil {
 					<-window
@@ -179,15 +242,25 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 					return
 				}
 				m := p.GenerateMessage(cfg.subjects[(k-1)%int64(len(cfg.subjects))])
-				m.SetBody(body)
+				b := body
+				if consumer != nil {
+					b = make([]byte, len(body))
+					copy(b, body)
+				}
+				m.SetBody(b)
 				m.SetDeliverAt(cfg.dueAt(start, k))
 				if cfg.tag != "" && k%int64(cfg.tagEvery) == 0 {
 					m.AddTag(cfg.tag)
 				}
 				sends.Add(1)
 				t0 := time.Now()
+				if consumer != nil {
+					stampBody(b, t0)
+				}
 				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
-					d := time.Since(t0)
+					now := time.Now()
+					d := now.Sub(t0)
+					stall.event(now)
 					if err != nil {
 						failed.Add(1)
 						reportErr(err)
@@ -202,8 +275,13 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	sent := time.Now()
+	elapsed := sent.Sub(start)
 	bar.stop()
+	var drained bool
+	if consumer != nil {
+		drained = consumer.await(ctx, acked.Load(), cfg.consumeWait)
+	}
 
 	var samples []time.Duration
 	for _, r := range recorders {
@@ -217,6 +295,19 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		LatencyOf: "enqueue (SendAsync) to acknowledgement (callback), successful sends only",
 	}
 	sum.rates(elapsed)
+	if consumer != nil {
+		lat := summarizeLatencies(e2e.take())
+		sum.Group, sum.Consumers, sum.Received, sum.Stale = cfg.consume, cfg.consumers, consumer.received.Load(), consumer.stale.Load()
+		sum.E2E, sum.E2EOf = &lat, "send call to the handler's receipt (nanosecond stamp in the body), messages of this run"
+		sum.MaxStall = ms(stall.longest(sent))
+		if !drained && ctx.Err() == nil {
+			sum.Note = fmt.Sprintf("the consumer received %d of %d acknowledged messages within --consume-wait %s", sum.Received, sum.Messages, cfg.consumeWait)
+		}
+	}
+	if pace != nil {
+		late, slipped := pace.behind()
+		sum.Rate, sum.MaxLate, sum.Slipped = cfg.rate, ms(late), slipped.Seconds()
+	}
 	if cfg.deliverIn > 0 {
 		sum.DeliverIn, sum.DeliverOver = cfg.deliverIn.Seconds(), cfg.deliverOver.Seconds()
 	}

@@ -114,6 +114,23 @@ type benchSummary struct {
 	Elapsed  float64  `json:"elapsed_s"`
 	MsgsPerS float64  `json:"msgs_per_s"`
 	MBPerS   float64  `json:"mb_per_s"` // 10^6 bytes of message body a second
+	// Paced runs (produce --rate): the rate asked for; the latest a send
+	// left after its slot in the schedule (at most 10 ms: beyond that the
+	// schedule slips); the total time it slipped (about Slipped × Rate
+	// messages were not sent).
+	Rate    int64   `json:"rate,omitempty"`
+	MaxLate float64 `json:"max_late_ms,omitempty"`
+	Slipped float64 `json:"slipped_s,omitempty"`
+	// End to end (produce --consume): the group, its subscriptions per
+	// subject, the run's messages it received, older messages it skipped,
+	// their latency, and the longest stretch of the run with neither an
+	// acknowledgement nor a receipt.
+	Consumers int             `json:"consumers,omitempty"`
+	Received  int64           `json:"received,omitempty"`
+	Stale     int64           `json:"stale,omitempty"`
+	E2E       *latencySummary `json:"e2e_latency,omitempty"`
+	E2EOf     string          `json:"e2e_latency_of,omitempty"`
+	MaxStall  float64         `json:"max_stall_ms,omitempty"`
 	// Delayed runs. DeliverIn and DeliverOver (produce): when the messages
 	// were due. FiredIn and FiredPerS (produce --await-fired): from the
 	// first due time until none was pending. Early (consume): messages
@@ -157,6 +174,10 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 			s.Clients, s.Inflight, s.Batch, s.Requests)
 		fmt.Fprintf(&b, "message      %d B body\n", s.Size)
 		fmt.Fprintf(&b, "sent         %d acknowledged, %d failed\n", s.Messages, s.Failed)
+		if s.Rate > 0 {
+			fmt.Fprintf(&b, "rate         %d msgs/s asked, %.0f achieved; behind schedule: slipped %.3f s in all (about %.0f messages not sent), a send at most %s ms late otherwise\n",
+				s.Rate, s.MsgsPerS, s.Slipped, s.Slipped*float64(s.Rate), fmtMs(s.MaxLate))
+		}
 		if s.DeliverIn > 0 {
 			fmt.Fprintf(&b, "delayed      due from %.3g s after the start, over %.3g s\n", s.DeliverIn, s.DeliverOver)
 		}
@@ -181,6 +202,18 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 		fmt.Fprintf(&b, "latency      no samples\n")
 	}
 	fmt.Fprintf(&b, "measured     %s\n", s.LatencyOf)
+	if s.E2E != nil {
+		fmt.Fprintf(&b, "consumed     %d of the %d acknowledged, by group %s (%d subscriptions a subject); %d older messages skipped\n",
+			s.Received, s.Messages, s.Group, s.Consumers, s.Stale)
+		if e := s.E2E; e.Samples > 0 {
+			fmt.Fprintf(&b, "e2e latency  p50 %s ms  p90 %s ms  p99 %s ms  p99.9 %s ms  max %s ms  (min %s, mean %s; %d samples)\n",
+				fmtMs(e.P50), fmtMs(e.P90), fmtMs(e.P99), fmtMs(e.P999), fmtMs(e.Max), fmtMs(e.Min), fmtMs(e.Mean), e.Samples)
+		} else {
+			fmt.Fprintf(&b, "e2e latency  no samples\n")
+		}
+		fmt.Fprintf(&b, "e2e measured %s\n", s.E2EOf)
+		fmt.Fprintf(&b, "max stall    %s ms with neither an acknowledgement nor a receipt\n", fmtMs(s.MaxStall))
+	}
 	if s.Note != "" {
 		fmt.Fprintf(&b, "note         %s\n", s.Note)
 	}

@@ -238,8 +238,10 @@ func (n *natsSystem) e2e(ctx context.Context, size, rate int, d time.Duration) (
 func (n *natsSystem) consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// The same windows as qmq's consumer: up to 10,000 unacked (a qmq
+	// consumer's MaxUnacked) where NATS's default is 1,000.
 	cons, err := n.js.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: name,
-		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 10000})
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ func natsE2E(ctx context.Context, logw io.Writer, nc *nats.Conn, cons jetstream.
 			received.Add(1)
 		}
 		_ = m.Ack()
-	}, jetstream.PullExpiry(2*time.Second), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullExpiry(2*time.Second), jetstream.PullMaxMessages(1000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		fmt.Fprintf(logw, "natsE2E: consume %s: %v\n", stream, err)
 	}))
 	if err != nil {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 )
 
 // pendingCheckpoint is a checkpoint a snapshot took on the apply
@@ -45,7 +46,7 @@ func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
 	}
 	c := f.currentCheckpoint()
 	p := &pendingCheckpoint{encoded: c.encode(), index: f.st.applied, restore: f.restores,
-		hours:         append([]int64{}, f.emptied...), // not nil: none is not all
+		hours:         slices.Clone(f.emptied),
 		journalBefore: f.st.now - f.cfg.DedupWindow.Milliseconds()}
 	f.checkpointSize = int64(len(p.encoded))
 	return p, c.ends, nil
@@ -63,27 +64,40 @@ func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
 	if err := f.logsFailed(); err != nil {
 		return fmt.Errorf("fsm: checkpoint: %w", err)
 	}
-	f.ckptMu.Lock()
-	defer f.ckptMu.Unlock()
-	if p.restore != f.restores || p.index <= f.ckptIndex {
-		return nil // a newer checkpoint, or a restored one, stands
-	}
-	if err := writeFileAtomic(filepath.Join(f.cfg.Dir, dataDir), checkpointFile, p.encoded); err != nil {
+	if written, err := f.recordCheckpoint(p); err != nil || !written {
 		return err
 	}
-	f.ckptIndex = p.index
 	f.cleanup.Store(p)
 	return nil
 }
 
-// cleanAfterCheckpoint removes, on the apply goroutine, what the last
-// checkpoint Persist wrote no longer needs: the schedule hours emptied
-// before it and the journal older than any dedup window at its time.
-func (f *FSM) cleanAfterCheckpoint() {
-	p := f.cleanup.Swap(nil)
-	if p == nil || p.restore != f.restores {
-		return
+// recordCheckpoint writes p's checkpoint file, unless a newer checkpoint
+// or a restored one stands, and reports whether it did. Any goroutine.
+func (f *FSM) recordCheckpoint(p *pendingCheckpoint) (bool, error) {
+	f.ckptMu.Lock()
+	defer f.ckptMu.Unlock()
+	if p.restore != f.restores || p.index < f.ckptIndex {
+		return false, nil
 	}
+	if err := writeFileAtomic(filepath.Join(f.cfg.Dir, dataDir), checkpointFile, p.encoded); err != nil {
+		return false, err
+	}
+	f.ckptIndex = p.index
+	return true, nil
+}
+
+// cleanAfterCheckpoint removes, on the apply goroutine, what the last
+// checkpoint Persist wrote no longer needs (see cleanAfter).
+func (f *FSM) cleanAfterCheckpoint() {
+	if p := f.cleanup.Swap(nil); p != nil && p.restore == f.restores {
+		f.cleanAfter(p)
+	}
+}
+
+// cleanAfter removes what checkpoint p, written, no longer needs: the
+// schedule hours emptied before it and the journal older than any dedup
+// window at its time. Apply goroutine only.
+func (f *FSM) cleanAfter(p *pendingCheckpoint) {
 	f.removeEmptiedHours(p.hours)
 	if err := f.store.journal.RemoveBefore(p.journalBefore); err != nil {
 		f.log.Warn("trimming the journal", "error", err)

@@ -93,13 +93,13 @@ func (f *FSM) sweepHours(now int64) {
 	}
 }
 
-// removeEmptiedHours deletes the hours swept before a checkpoint that no
-// longer names them was written: those of only, or with only nil every
-// one. One a leader is still reading is kept for the next checkpoint.
-func (f *FSM) removeEmptiedHours(only []int64) {
+// removeEmptiedHours deletes the hours of emptied (those swept before a
+// checkpoint that no longer names them was written). One swept since, or
+// one a leader is still reading, is kept for the next checkpoint.
+func (f *FSM) removeEmptiedHours(emptied []int64) {
 	kept := f.emptied[:0]
 	for _, hour := range f.emptied {
-		if only != nil && !slices.Contains(only, hour) {
+		if !slices.Contains(emptied, hour) {
 			kept = append(kept, hour) // emptied after the checkpoint
 			continue
 		}

@@ -122,19 +122,10 @@ func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 	if err := f.store.sync(); err != nil {
 		return nil, nil, err
 	}
-	f.ckptMu.Lock()
-	err = writeFileAtomic(f.store.dir, checkpointFile, p.encoded)
-	if err == nil {
-		f.ckptIndex = max(f.ckptIndex, p.index)
-	}
-	f.ckptMu.Unlock()
-	if err != nil {
+	if _, err := f.recordCheckpoint(p); err != nil {
 		return nil, nil, err
 	}
-	f.removeEmptiedHours(nil)
-	if err := f.store.journal.RemoveBefore(p.journalBefore); err != nil {
-		f.log.Warn("trimming the journal", "error", err)
-	}
+	f.cleanAfter(p)
 	return p.encoded, ends, nil
 }
 

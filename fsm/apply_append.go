@@ -45,11 +45,12 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
 			continue
 		}
-		if off, dup := f.isDuplicate(m.ID, now); dup {
+		h := hashID(m.ID) // once: both windows and the schedule's journal key on it
+		if off, dup := f.isDuplicate(m.ID, h, now); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
 			continue
 		}
-		if ref, dup := f.isDelayedDuplicate(m.ID); dup {
+		if ref, dup := f.isDelayedDuplicate(m.ID, h); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: -1, Seq: -1, Ref: ref}
 			continue
 		}
@@ -58,7 +59,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			continue
 		}
 		if m.DeliverAt > scheduleAfter {
-			res.Messages[i] = f.schedule(index, now, m)
+			res.Messages[i] = f.schedule(index, now, m, h)
 			continue
 		}
 		m.DeliverAt = 0 // due already: delivered at once, like any message
@@ -66,21 +67,21 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
-		f.dedup.add(m.ID, now, off)
+		f.dedup.addHash(h, now, off)
 		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}
 	return res // ApplyBatch runs retention next
 }
 
-// isDuplicate reports whether id was appended within the window before
-// now, and where. The window holds fingerprints of hashes, and whole
+// isDuplicate reports whether id, whose hash is h, was appended within the
+// window before now, and where. The window holds fingerprints of hashes, and whole
 // buckets of time; a hit is confirmed by reading that message, which must
 // have id and have been appended within the window (its bucket may hold it
 // a little longer). The window keeps no sizes: a hit is rare, a size per id
 // is not.
-func (f *FSM) isDuplicate(id string, now int64) (int64, bool) {
-	candidates := f.dedup.lookup(id)
+func (f *FSM) isDuplicate(id string, h uint64, now int64) (int64, bool) {
+	candidates := f.dedup.lookupHash(h)
 	if len(candidates) == 0 {
 		return 0, false
 	}

@@ -30,10 +30,8 @@ func newRefDedup(window int64) *refDedup {
 	return &refDedup{window: window, seen: map[uint64]seen{}, more: map[uint64][]seen{}}
 }
 
-// lookup returns the records scheduled with id's hash: the candidates to
-// read and compare.
-func (d *refDedup) lookup(id string) []seen { return d.lookupHash(hashID(id)) }
-
+// lookupHash returns the records scheduled with an id of hash h: the
+// candidates to read and compare.
 func (d *refDedup) lookupHash(h uint64) []seen {
 	s, ok := d.seen[h]
 	if !ok {

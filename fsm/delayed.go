@@ -16,9 +16,9 @@ import (
 // learns of every entry scheduled through OnSchedule, and loads whole hours
 // through LoadSchedule.
 
-// schedule writes a delayed message: the schedule log, the journal, the
-// pending counts and the dedup window.
-func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
+// schedule writes a delayed message, whose id's hash is h: the schedule
+// log, the journal, the pending counts and the dedup window.
+func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64) MessageResult {
 	hour := delaywheel.Hour(m.DeliverAt) // a valid hour: CheckMessage saw to it
 	m.Index, m.AppendedAt = index, now
 	ref, err := f.store.sched.Append(m.DeliverAt, m)
@@ -28,7 +28,6 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message) MessageResult {
 		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
 	}
 	must(0, err)
-	h := hashID(m.ID)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
 	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
 	f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
@@ -49,10 +48,10 @@ func (f *FSM) pend(hour int64, e delaywheel.Entry) {
 	f.scheduled = append(f.scheduled, e)
 }
 
-// isDelayedDuplicate reports whether id was scheduled within the window,
+// isDelayedDuplicate reports whether id (hash h) was scheduled within the window,
 // and where. A hit is confirmed by reading the schedule record.
-func (f *FSM) isDelayedDuplicate(id string) (uint64, bool) {
-	candidates := f.delayedDedup.lookup(id)
+func (f *FSM) isDelayedDuplicate(id string, h uint64) (uint64, bool) {
+	candidates := f.delayedDedup.lookupHash(h)
 	if len(candidates) == 0 {
 		return 0, false
 	}

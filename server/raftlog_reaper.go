@@ -32,6 +32,7 @@ type segmentReaper struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	closing sync.Once
 }
 
 // newSegmentReaper removes the files an earlier reaper renamed and did not
@@ -94,8 +95,9 @@ func (r *segmentReaper) reap() {
 	}
 }
 
-// close unlinks what is left and stops the reaper.
+// close unlinks what is left and stops the reaper; closing again does
+// nothing.
 func (r *segmentReaper) close() {
-	close(r.stop)
+	r.closing.Do(func() { close(r.stop) })
 	<-r.done
 }

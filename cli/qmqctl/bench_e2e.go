@@ -91,7 +91,6 @@ type e2eConsumer struct {
 	subs     []*qmq.Subscription
 	stall    atomic.Pointer[stallClock] // set once the producers start
 	received atomic.Int64               // messages sent in this run, received
-	bytes    atomic.Int64               // their bodies' bytes
 	stale    atomic.Int64               // messages without a stamp from this run: older ones, or others'
 }
 
@@ -122,7 +121,6 @@ func startE2E(cfg e2eConfig) (*e2eConsumer, error) {
 			s.event(now)
 		}
 		cfg.latency(now.Sub(sent), len(m.Body()))
-		c.bytes.Add(int64(len(m.Body())))
 		c.received.Add(1)
 		return nil
 	}

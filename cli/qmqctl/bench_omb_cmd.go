@@ -61,7 +61,7 @@ func benchOMBCommand() *cli.Command {
 			res, err := runOMB(ctx, w, ombConfig{server: c.String("server"), prefix: c.String("subject-prefix"),
 				duration: duration, warmup: warmup, period: c.Duration("period"), inflight: c.Int("inflight"),
 				batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
-				progress: os.Stderr, maxShownError: maxShownErrors})
+				progress: os.Stderr})
 			if err != nil {
 				return err
 			}

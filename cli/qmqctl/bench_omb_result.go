@@ -103,37 +103,43 @@ func (res *ombResult) addPeriod(l ombLine) {
 	res.PublishErrorRate = append(res.PublishErrorRate, l.errRate)
 	res.ConsumeRate = append(res.ConsumeRate, l.consRate)
 	res.Backlog = append(res.Backlog, l.backlog)
-	res.PublishLatencyAvg = append(res.PublishLatencyAvg, ms(l.pub.mean()))
-	res.PublishLatency50pct = append(res.PublishLatency50pct, pct(l.pub, 50))
-	res.PublishLatency75pct = append(res.PublishLatency75pct, pct(l.pub, 75))
-	res.PublishLatency95pct = append(res.PublishLatency95pct, pct(l.pub, 95))
-	res.PublishLatency99pct = append(res.PublishLatency99pct, pct(l.pub, 99))
-	res.PublishLatency999pct = append(res.PublishLatency999pct, pct(l.pub, 99.9))
-	res.PublishLatency9999pct = append(res.PublishLatency9999pct, pct(l.pub, 99.99))
-	res.PublishLatencyMax = append(res.PublishLatencyMax, pct(l.pub, 100))
-	res.EndToEndLatencyAvg = append(res.EndToEndLatencyAvg, ms(l.e2e.mean()))
-	res.EndToEndLatency50pct = append(res.EndToEndLatency50pct, pct(l.e2e, 50))
-	res.EndToEndLatency75pct = append(res.EndToEndLatency75pct, pct(l.e2e, 75))
-	res.EndToEndLatency95pct = append(res.EndToEndLatency95pct, pct(l.e2e, 95))
-	res.EndToEndLatency99pct = append(res.EndToEndLatency99pct, pct(l.e2e, 99))
-	res.EndToEndLatency999pct = append(res.EndToEndLatency999pct, pct(l.e2e, 99.9))
-	res.EndToEndLatency9999pct = append(res.EndToEndLatency9999pct, pct(l.e2e, 99.99))
-	res.EndToEndLatencyMax = append(res.EndToEndLatencyMax, pct(l.e2e, 100))
+	appendLatencies(l.pub, &res.PublishLatencyAvg, &res.PublishLatency50pct, &res.PublishLatency75pct, &res.PublishLatency95pct,
+		&res.PublishLatency99pct, &res.PublishLatency999pct, &res.PublishLatency9999pct, &res.PublishLatencyMax)
+	appendLatencies(l.e2e, &res.EndToEndLatencyAvg, &res.EndToEndLatency50pct, &res.EndToEndLatency75pct, &res.EndToEndLatency95pct,
+		&res.EndToEndLatency99pct, &res.EndToEndLatency999pct, &res.EndToEndLatency9999pct, &res.EndToEndLatencyMax)
+}
+
+// ombFieldQuantiles are the quantiles OMB gives a field each, after the
+// average: 50, 75, 95, 99, 99.9, 99.99 and the maximum.
+var ombFieldQuantiles = []float64{50, 75, 95, 99, 99.9, 99.99, 100}
+
+// appendLatencies appends h's average to avg and its ombFieldQuantiles
+// to fields, in order.
+func appendLatencies(h *latencyHistogram, avg *[]float64, fields ...*[]float64) {
+	*avg = append(*avg, ms(h.mean()))
+	for i, q := range ombFieldQuantiles {
+		*fields[i] = append(*fields[i], pct(h, q))
+	}
+}
+
+// setLatencies sets avg to h's average and fields to its
+// ombFieldQuantiles, in order.
+func setLatencies(h *latencyHistogram, avg *float64, fields ...*float64) {
+	*avg = ms(h.mean())
+	for i, q := range ombFieldQuantiles {
+		*fields[i] = pct(h, q)
+	}
 }
 
 // aggregate fills in the measured phase's figures.
 func (res *ombResult) aggregate(r *ombRun, elapsed time.Duration, sent, received int64) {
 	p, e := r.pubAll, r.e2eAll
-	res.AggregatedPublishLatencyAvg = ms(p.mean())
-	res.AggregatedPublishLatency50pct, res.AggregatedPublishLatency75pct = pct(p, 50), pct(p, 75)
-	res.AggregatedPublishLatency95pct, res.AggregatedPublishLatency99pct = pct(p, 95), pct(p, 99)
-	res.AggregatedPublishLatency999pct, res.AggregatedPublishLatency9999pct = pct(p, 99.9), pct(p, 99.99)
-	res.AggregatedPublishLatencyMax = pct(p, 100)
-	res.AggregatedEndToEndLatencyAvg = ms(e.mean())
-	res.AggregatedEndToEndLatency50pct, res.AggregatedEndToEndLatency75pct = pct(e, 50), pct(e, 75)
-	res.AggregatedEndToEndLatency95pct, res.AggregatedEndToEndLatency99pct = pct(e, 95), pct(e, 99)
-	res.AggregatedEndToEndLatency999pct, res.AggregatedEndToEndLatency9999pct = pct(e, 99.9), pct(e, 99.99)
-	res.AggregatedEndToEndLatencyMax = pct(e, 100)
+	setLatencies(p, &res.AggregatedPublishLatencyAvg, &res.AggregatedPublishLatency50pct, &res.AggregatedPublishLatency75pct,
+		&res.AggregatedPublishLatency95pct, &res.AggregatedPublishLatency99pct, &res.AggregatedPublishLatency999pct,
+		&res.AggregatedPublishLatency9999pct, &res.AggregatedPublishLatencyMax)
+	setLatencies(e, &res.AggregatedEndToEndLatencyAvg, &res.AggregatedEndToEndLatency50pct, &res.AggregatedEndToEndLatency75pct,
+		&res.AggregatedEndToEndLatency95pct, &res.AggregatedEndToEndLatency99pct, &res.AggregatedEndToEndLatency999pct,
+		&res.AggregatedEndToEndLatency9999pct, &res.AggregatedEndToEndLatencyMax)
 	res.AggregatedPublishLatencyQuantiles = map[string]float64{}
 	res.AggregatedEndToEndLatencyQuantiles = map[string]float64{}
 	for _, q := range ombQuantiles {

@@ -13,22 +13,22 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // ombConfig is how a workload runs: the client's settings, and the
 // durations (the workload's unless given).
 type ombConfig struct {
-	server        string
-	prefix        string        // subjects are PREFIX-NAME-RANDOM-i
-	duration      time.Duration // measured phase
-	warmup        time.Duration // before it, not counted
-	period        time.Duration // between two progress lines
-	inflight      int           // messages in flight per producer
-	batch         int           // SDK batch
-	requests      int           // SDK requests in flight per producer
-	timeout       time.Duration // send timeout
-	progress      io.Writer     // the lines every period
-	maxShownError int
+	server   string
+	prefix   string        // subjects are PREFIX-NAME-RANDOM-i
+	duration time.Duration // measured phase
+	warmup   time.Duration // before it, not counted
+	period   time.Duration // between two progress lines
+	inflight int           // messages in flight per producer
+	batch    int           // SDK batch
+	requests int           // SDK requests in flight per producer
+	timeout  time.Duration // send timeout
+	progress io.Writer     // the lines every period
 }
 
 // ombRun is one workload's run: its counters and histograms.
@@ -246,9 +246,9 @@ func (r *ombRun) receipt(d time.Duration, size int) {
 func (r *ombRun) reportErr(err error) {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
-	if r.shown < r.cfg.maxShownError {
+	if r.shown < maxShownErrors {
 		fmt.Fprintf(r.cfg.progress, "qmqctl: %v\n", err)
-	} else if r.shown == r.cfg.maxShownError {
+	} else if r.shown == maxShownErrors {
 		fmt.Fprintf(r.cfg.progress, "qmqctl: further send errors are counted, not shown\n")
 	}
 	r.shown++
@@ -268,14 +268,7 @@ func (r *ombRun) phase(ctx context.Context, d time.Duration, res *ombResult) {
 		if target.After(end) {
 			target = end
 		}
-		if wait := time.Until(target); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
+		wait.Sleep(ctx, time.Until(target))
 		now := time.Now()
 		secs := max(now.Sub(last).Seconds(), 1e-9) // never 0: the rates are JSON numbers
 		pub := r.pubPeriod.Swap(new(latencyHistogram))

@@ -157,7 +157,7 @@ func TestBenchOMBRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := runOMB(ctx, w, ombConfig{server: addr, prefix: "omb", duration: 1200 * time.Millisecond, warmup: 300 * time.Millisecond,
-		period: 400 * time.Millisecond, inflight: 100, batch: 100, requests: 4, timeout: 10 * time.Second, progress: &progress, maxShownError: 5})
+		period: 400 * time.Millisecond, inflight: 100, batch: 100, requests: 4, timeout: 10 * time.Second, progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,6 @@ type pacer struct {
 
 	mu      sync.Mutex
 	next    float64 // the next slot, nanoseconds after start
-	slots   int64   // slots handed out
 	maxLate time.Duration
 	slipped time.Duration
 }
@@ -65,7 +64,6 @@ func (p *pacer) slot(now time.Time) time.Time {
 	}
 	due := p.next
 	p.next += p.interval
-	p.slots++
 	if late := time.Duration(at - due); late > p.maxLate {
 		p.maxLate = late
 	}

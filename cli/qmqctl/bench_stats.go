@@ -194,23 +194,12 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(&b, "elapsed      %.3f s\n", s.Elapsed)
 	fmt.Fprintf(&b, "throughput   %.0f msgs/s, %.2f MB/s of bodies (1 MB = 10^6 B)\n", s.MsgsPerS, s.MBPerS)
-	l := s.Latency
-	if l.Samples > 0 {
-		fmt.Fprintf(&b, "latency      p50 %s ms  p90 %s ms  p99 %s ms  p99.9 %s ms  max %s ms  (min %s, mean %s; %d samples)\n",
-			fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), fmtMs(l.Min), fmtMs(l.Mean), l.Samples)
-	} else {
-		fmt.Fprintf(&b, "latency      no samples\n")
-	}
+	writeLatency(&b, "latency     ", s.Latency)
 	fmt.Fprintf(&b, "measured     %s\n", s.LatencyOf)
 	if s.E2E != nil {
 		fmt.Fprintf(&b, "consumed     %d of the %d acknowledged, by group %s (%d subscriptions a subject); %d older messages skipped\n",
 			s.Received, s.Messages, s.Group, s.Consumers, s.Stale)
-		if e := s.E2E; e.Samples > 0 {
-			fmt.Fprintf(&b, "e2e latency  p50 %s ms  p90 %s ms  p99 %s ms  p99.9 %s ms  max %s ms  (min %s, mean %s; %d samples)\n",
-				fmtMs(e.P50), fmtMs(e.P90), fmtMs(e.P99), fmtMs(e.P999), fmtMs(e.Max), fmtMs(e.Min), fmtMs(e.Mean), e.Samples)
-		} else {
-			fmt.Fprintf(&b, "e2e latency  no samples\n")
-		}
+		writeLatency(&b, "e2e latency ", *s.E2E)
 		fmt.Fprintf(&b, "e2e measured %s\n", s.E2EOf)
 		fmt.Fprintf(&b, "max stall    %s ms with neither an acknowledgement nor a receipt\n", fmtMs(s.MaxStall))
 	}
@@ -231,4 +220,14 @@ func fmtMs(v float64) string {
 	default:
 		return fmt.Sprintf("%.1f", v)
 	}
+}
+
+// writeLatency writes one summary line of l, after label.
+func writeLatency(b *strings.Builder, label string, l latencySummary) {
+	if l.Samples == 0 {
+		fmt.Fprintf(b, "%s no samples\n", label)
+		return
+	}
+	fmt.Fprintf(b, "%s p50 %s ms  p90 %s ms  p99 %s ms  p99.9 %s ms  max %s ms  (min %s, mean %s; %d samples)\n",
+		label, fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), fmtMs(l.Min), fmtMs(l.Mean), l.Samples)
 }

@@ -259,13 +259,12 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 				}
 				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
 					now := time.Now()
-					d := now.Sub(t0)
-					stall.event(now)
 					if err != nil {
-						failed.Add(1)
+						failed.Add(1) // a failure is no sign of life: it ends no stall
 						reportErr(err)
 					} else {
-						rec.add(d)
+						stall.event(now)
+						rec.add(now.Sub(t0))
 						acked.Add(1)
 					}
 					<-window

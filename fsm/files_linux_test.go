@@ -158,6 +158,17 @@ func manySubjectsUnderLowFileLimit(t *testing.T, dir string) {
 	snapshotStream(t, f)
 }
 
+// On Linux a checkpoint's syncfs makes the files the cache closed durable
+// and reports their write-back errors, so evicting a dirty file costs no
+// fsync on the apply goroutine (one per append with more subjects written
+// in turn than the cache holds).
+func TestEvictionDefersSyncsToCheckpoint(t *testing.T) {
+	f := unitOpen(t, unitConfig(t.TempDir()))
+	if !f.store.files.DefersEvictionSyncs() {
+		t.Fatal("the file cache fsyncs the dirty files it evicts")
+	}
+}
+
 // TestOpenFilesBounded checks that the descriptors an FSM holds stay near
 // MaxOpenFiles while many subjects and segments are written, retained and
 // read concurrently.

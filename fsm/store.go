@@ -68,6 +68,11 @@ func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
 	// One cache of open files for every log of the store: the files open do
 	// not grow with subjects, hours or segments.
 	files := logs.NewFiles(cfg.MaxOpenFiles)
+	if checkpointSyncsClosedFiles {
+		// With more subjects than the cache holds, an fsync per eviction
+		// would be an fsync per append on the apply goroutine.
+		files.DeferEvictionSyncs()
+	}
 	s := &store{
 		dir:     dir,
 		files:   files,

@@ -29,6 +29,11 @@ import (
 //     whose write-back failed. Fsyncs of one file are serialised
 //     (segment.syncMu), so the writer's own fsync after an eviction's failed
 //     one sees that failure.
+//   - Unless the owner defers those fsyncs (DeferEvictionSyncs): a dirty
+//     file is then closed as it is, and what makes it durable is the
+//     owner's: its log's next Sync (which fsyncs the reopened file: an fsync
+//     writes the file's pages whichever descriptor wrote them) or a
+//     syncfs(2) of the whole file system.
 //   - The bound is soft only while every cached file is in use: a use never
 //     waits for a slot and never fails for want of one; the excess is closed
 //     as soon as its users release it.
@@ -46,6 +51,8 @@ type Files struct {
 
 	// fsync makes a file durable: (*os.File).Sync; tests replace it.
 	fsync func(*os.File) error
+	// deferSyncs: eviction closes dirty files without an fsync.
+	deferSyncs bool
 }
 
 // maxEvictionSyncs bounds the dirty files one acquire fsyncs to make room;
@@ -58,6 +65,18 @@ const maxEvictionSyncs = 4
 func NewFiles(limit int) *Files {
 	return &Files{max: max(limit, 1), fsync: (*os.File).Sync}
 }
+
+// DeferEvictionSyncs makes eviction close dirty files without an fsync,
+// for an owner that makes them durable itself: through the logs' Sync, or
+// with one syncfs(2) through a descriptor opened before the writes, which
+// also reports the write-back errors of files closed since (Linux 5.8 and
+// later). With many logs written in turn (a consume log per subject, more
+// subjects than the cache holds) each append would otherwise wait for an
+// fsync. Call it before the cache is used.
+func (fs *Files) DeferEvictionSyncs() { fs.deferSyncs = true }
+
+// DefersEvictionSyncs reports whether DeferEvictionSyncs was called.
+func (fs *Files) DefersEvictionSyncs() bool { return fs.deferSyncs }
 
 // Max returns the most files the cache keeps open while some are idle.
 func (fs *Files) Max() int { return fs.max }
@@ -154,20 +173,23 @@ func (fs *Files) forget(s *segment) error {
 	return fs.closeIfIdle(s)
 }
 
-// closeIfIdle closes s's file if it has one and nobody uses it. fs.mu is held.
+// closeIfIdle closes s's file if it has one and nobody uses it. fs.mu is
+// held. Dirtiness is the cached file's: a file reopened starts clean for
+// the cache, while its log still knows it has writes to sync.
 func (fs *Files) closeIfIdle(s *segment) error {
 	if s.f == nil || s.refs.Load() != 0 {
 		return nil
 	}
 	s.list.remove(s)
 	err := s.f.Close()
-	s.f = nil
+	s.f, s.dirty = nil, false
 	fs.open.Add(-1)
 	return err
 }
 
 // makeRoom closes idle files, least recently used first, until at most
-// limit are open: clean ones first, then dirty ones after an fsync. It
+// limit are open: clean ones first, then dirty ones after an fsync (or
+// without one, with deferSyncs). It
 // gives up, leaving the bound exceeded, when every file is in use. fs.mu
 // is held; fsyncs drop it meanwhile.
 func (fs *Files) makeRoom(limit int) {
@@ -179,6 +201,12 @@ func (fs *Files) makeRoom(limit int) {
 			continue
 		}
 		v := fs.dirty.idleFromBack()
+		if v != nil && fs.deferSyncs {
+			if err := fs.closeIfIdle(v); err != nil {
+				v.owner.fail(fmt.Errorf("logs: close %s: %w", v.path, err))
+			}
+			continue
+		}
 		if v == nil || syncs == maxEvictionSyncs {
 			return
 		}

@@ -115,6 +115,40 @@ func TestFilesEvictionFsyncsDirtyFile(t *testing.T) {
 	checkRecords(t, a, offs, 0) // reopened on a miss
 }
 
+// With DeferEvictionSyncs a dirty file is closed without an fsync, and
+// its log's next Sync fsyncs it through the reopened file.
+func TestFilesDeferredEvictionSyncs(t *testing.T) {
+	fs := NewFiles(2)
+	fs.DeferEvictionSyncs()
+	rec := recordSyncs(fs)
+	root := t.TempDir()
+	a := openLog(t, filepath.Join(root, "a"), Options{Files: fs})
+	syncLog(t, a)
+	offs := appendN(t, a, 5)
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := openLog(t, filepath.Join(root, "b"), Options{Files: fs})
+	appendN(t, b, 5)
+	path := activePath(a)
+	before := rec.count(path)
+	openLog(t, filepath.Join(root, "c"), Options{Files: fs})
+	if a.active().f != nil {
+		t.Fatal("a's dirty file still open: want it evicted")
+	}
+	if got := rec.count(path); got != before {
+		t.Fatalf("%s fsynced %d times on eviction, want none", path, got-before)
+	}
+	checkRecords(t, a, offs, 0) // reopened on a miss
+	syncLog(t, a)
+	if got := rec.count(path); got != before+1 {
+		t.Fatalf("%s fsynced %d times by its log's Sync after eviction, want 1", path, got-before)
+	}
+	if got := fs.Open(); got > 2 {
+		t.Fatalf("%d files open, want at most 2", got)
+	}
+}
+
 func TestFilesEvictionSyncFailureIsSticky(t *testing.T) {
 	fs := NewFiles(2)
 	rec := recordSyncs(fs)

@@ -81,7 +81,7 @@ func (n *Node) registerWithMeta() bool {
 // as far as it knows. A node removed with qmqctl leave may not learn it,
 // so stop its process after leave.
 func (n *Node) isMember() bool {
-	for _, m := range n.Status().Members {
+	for _, m := range n.membership().Members {
 		if m.ID == n.cfg.ID {
 			return true
 		}
@@ -149,7 +149,7 @@ func (n *Node) standaloneRoute(p []byte) ([]byte, error) {
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	st := n.Status()
+	st := n.membership()
 	g := transport.GroupRoute{Name: n.cfg.Group, Writable: true, Available: true, Leader: st.LeaderAddr}
 	for _, m := range st.Members {
 		if m.ClientAddr != "" {
@@ -164,7 +164,7 @@ func (n *Node) standaloneRoute(p []byte) ([]byte, error) {
 
 // standaloneCluster describes this node's group as the whole cluster.
 func (n *Node) standaloneCluster() transport.Cluster {
-	st := n.Status()
+	st := n.membership()
 	g := transport.GroupStatus{Name: n.cfg.Group, Writable: true, Available: st.Leader != "",
 		Leader: st.Leader, Term: st.Term, Nodes: []transport.NodeStatus{}}
 	for _, m := range st.Members {

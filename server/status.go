@@ -24,7 +24,7 @@ type Member = transport.Member
 
 // Status reports the node's Raft and state-machine position.
 func (n *Node) Status() Status {
-	s := n.status(n.fsm.Applied(), n.clientAddr)
+	s := n.membership()
 	s.Backlog, s.ReadOnly = n.fsm.Backlog(), !n.writable.Load()
 	s.DiskFull, s.DiskFree = n.disk.full()
 	s.ApplyWaiting = n.applyWaiting.Load()
@@ -32,6 +32,15 @@ func (n *Node) Status() Status {
 		s.Stopped = err.Error()
 	}
 	return s
+}
+
+// membership is the part of Status that Raft knows (state, term, leader,
+// members, indexes): what a route or a cluster answer needs. It costs the
+// same whatever the state machine holds, where Status's backlog visits
+// every subject; a producer asks for a route once per new subject, so
+// routes answered from Status cost O(subjects²) for a run over new subjects.
+func (n *Node) membership() Status {
+	return n.status(n.fsm.Applied(), n.clientAddr)
 }
 
 // Delays reports the pending delayed messages of this node's replica.

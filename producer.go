@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"sync"
@@ -330,6 +331,7 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 		byGroup := sticky
 		sticky = map[string][]*pending{}
 		chosen := map[string]string{} // subject → group, one per subject per round
+		p.r.prefetch(ctx, subjectsOf(msgs))
 		for _, q := range msgs {
 			// A message whose id its producer chose goes where a resend of
 			// the id from another Producer would go (pickFor).
@@ -442,6 +444,17 @@ func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (ke
 		}
 	}
 	return keep, move
+}
+
+// subjectsOf yields the subject of each of qs.
+func subjectsOf(qs []*pending) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, q := range qs {
+			if !yield(q.msg.subject) {
+				return
+			}
+		}
+	}
 }
 
 // sendTo sends one request to a broker group, trying for up to

@@ -18,7 +18,7 @@ import (
 // startGroup starts a bootstrapped node and joins two more to it through
 // the join request, as qmqctl join does; tweak (if any) adjusts each
 // node's configuration, by node id.
-func startGroup(t *testing.T, tweak ...func(id string, c *Config)) []*Node {
+func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	t.Helper()
 	config := func(id string) func(*Config) {
 		return func(c *Config) {

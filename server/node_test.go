@@ -71,7 +71,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	await.True(t, timeout, what, cond)
 }
 
-func waitLeader(t *testing.T, n *Node) {
+func waitLeader(t testing.TB, n *Node) {
 	waitFor(t, 10*time.Second, "leadership", func() bool {
 		return n.isLeader() && n.fsm.MemberAddr(n.cfg.ID) == n.ClientAddr()
 	})

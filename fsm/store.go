@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -253,17 +254,14 @@ func (s *store) sync() error {
 	return syncDir(filepath.Join(s.dir, consumeDir))
 }
 
+// syncDir fsyncs dir, if it exists.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	err := disk.SyncDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("fsm: open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsm: sync %s: %w", dir, err)
+		return fmt.Errorf("fsm: %w", err)
 	}
 	return nil
 }

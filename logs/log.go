@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync/atomic"
+
+	"github.com/qmqgo/qmq/internal/disk"
 )
 
 // Errors returned by every log. Callers test them with errors.Is; the
@@ -377,8 +379,8 @@ func (l *Log) Sync() error {
 		l.dirty = false
 	}
 	if l.dirDirty {
-		if err := syncDir(l.dir); err != nil {
-			return err
+		if err := disk.SyncDir(l.dir); err != nil {
+			return fmt.Errorf("logs: %w", err)
 		}
 		l.dirDirty = false
 	}
@@ -430,18 +432,6 @@ func (l *Log) adopt(s *segment, f *os.File, created bool) {
 	}
 	s.files = l.opts.Files
 	s.files.insert(s, f, created)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("logs: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("logs: sync dir %s: %w", dir, err)
-	}
-	return nil
 }
 
 // segmentFor returns the segment holding offset off, or nil.

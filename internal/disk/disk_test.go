@@ -1,8 +1,10 @@
 package disk
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +27,16 @@ func TestFree(t *testing.T) {
 	}
 	if _, err := Free(filepath.Join(dir, "missing", "x")); err == nil {
 		t.Fatal("Free of a missing path succeeded")
+	}
+}
+
+func TestSyncDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := SyncDir(dir); err != nil {
+		t.Fatalf("SyncDir(%s): %v", dir, err)
+	}
+	missing := filepath.Join(dir, "missing")
+	if err := SyncDir(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("SyncDir of a missing directory: %v, want ErrNotExist naming it", err)
 	}
 }

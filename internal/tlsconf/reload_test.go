@@ -103,15 +103,24 @@ func TestFileSizeLimit(t *testing.T) {
 	}
 }
 
-func TestReloadAfterRename(t *testing.T) {
-	dir := t.TempDir()
-	ca := newCA(t)
-	f := writeSet(t, dir, ca, nodeSpec("n1"))
-	var w warnings
+// watchedNode writes node n1's files, issued by a new CA, into a new
+// directory and loads them, checked on every handshake, with warnings
+// recorded.
+func watchedNode(t *testing.T) (dir string, ca *CA, f Files, r *Reloader, w *warnings) {
+	t.Helper()
+	dir = t.TempDir()
+	ca = newCA(t)
+	f = writeSet(t, dir, ca, nodeSpec("n1"))
+	w = &warnings{}
 	r, err := Load(f, Options{CheckEvery: -1, Warn: w.warn})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, ca, f, r, w
+}
+
+func TestReloadAfterRename(t *testing.T) {
+	dir, ca, _, r, w := watchedNode(t)
 	old := r.Leaf().SerialNumber
 	cert, key := issue(t, ca, nodeSpec("n1"))
 	if err := WriteFiles(dir, "n1", cert, key, true); err != nil {
@@ -126,14 +135,7 @@ func TestReloadAfterRename(t *testing.T) {
 }
 
 func TestHalfReplacedPairKeepsTheOldAndWarnsOnce(t *testing.T) {
-	dir := t.TempDir()
-	ca := newCA(t)
-	f := writeSet(t, dir, ca, nodeSpec("n1"))
-	var w warnings
-	r, err := Load(f, Options{CheckEvery: -1, Warn: w.warn})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ca, f, r, w := watchedNode(t)
 	old := r.Leaf().SerialNumber
 	cert, key := issue(t, ca, nodeSpec("n1"))
 	replace(t, f.Cert, cert) // the key is not replaced yet
@@ -155,14 +157,7 @@ func TestHalfReplacedPairKeepsTheOldAndWarnsOnce(t *testing.T) {
 }
 
 func TestCorruptFileKeepsTheOldAndWarnsOncePerSet(t *testing.T) {
-	dir := t.TempDir()
-	ca := newCA(t)
-	f := writeSet(t, dir, ca, nodeSpec("n1"))
-	var w warnings
-	r, err := Load(f, Options{CheckEvery: -1, Warn: w.warn})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, ca, f, r, w := watchedNode(t)
 	before := r.current()
 	good := mustRead(t, f.CA)
 	for i, bad := range [][]byte{[]byte("not pem"), good[:len(good)/2]} {

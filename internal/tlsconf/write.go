@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/qmqgo/qmq/internal/disk"
 )
 
 // ErrExists: WriteFiles would overwrite a file and was not told to.
@@ -45,7 +47,10 @@ func WriteFiles(dir, name string, cert, key []byte, force bool) error {
 	if err := writeAtomic(certPath, cert, 0o644); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	if err := disk.SyncDir(dir); err != nil {
+		return fmt.Errorf("tlsconf: %w", err)
+	}
+	return nil
 }
 
 // writeAtomic writes data to path through a temporary file and a rename.
@@ -74,19 +79,6 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	}
 	if err = os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("tlsconf: %w", err)
-	}
-	return nil
-}
-
-// syncDir makes the renames in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("tlsconf: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("tlsconf: sync %s: %w", dir, err)
 	}
 	return nil
 }

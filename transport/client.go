@@ -32,17 +32,8 @@ type Conn struct {
 	done    chan struct{}
 }
 
-// Dial connects to addr.
-func Dial(ctx context.Context, addr string) (*Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, &Error{Code: Unavailable, Message: fmt.Sprintf("dial %s: %v", addr, err)}
-	}
-	return newConn(addr, c), nil
-}
-
-// newConn starts a Conn on c, a connection to addr.
+// newConn starts a Conn on c, a connection to addr. (A *tls.Conn is not a
+// *net.TCPConn, but Go sets TCP_NODELAY on every TCP connection anyway.)
 func newConn(addr string, c net.Conn) *Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -163,11 +154,16 @@ func (c *Conn) write(f Frame) error {
 }
 
 // unavailable is the error of a call on a failed connection: the server's
-// own, if it sent one before closing, else Unavailable.
+// own, if it sent one before closing; ErrTLS if the connection failed on a
+// TLS alert (a TLS 1.3 server refusing the client's certificate says so
+// only on the client's first read); else Unavailable.
 func (c *Conn) unavailable() error {
 	c.mu.Lock()
 	err := c.err
 	c.mu.Unlock()
+	if isTLSError(err) {
+		return fmt.Errorf("%w: connection to %s: %v", ErrTLS, c.addr, err)
+	}
 	if e, ok := err.(*Error); ok {
 		return &Error{Code: e.Code, Message: fmt.Sprintf("connection to %s: %s", c.addr, e.Message), Leader: e.Leader}
 	}

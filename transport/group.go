@@ -18,6 +18,7 @@ const maxElectionBackoff = 100 * time.Millisecond
 // leader; NOT_LEADER answers redirect, and retriable failures are retried
 // (with backoff) until the context ends. It is safe for concurrent use.
 type GroupClient struct {
+	dial    Dialer
 	servers []string
 
 	mu     sync.Mutex
@@ -39,12 +40,13 @@ func SplitServers(servers string) []string {
 }
 
 // NewGroupClient returns a client for the group whose nodes answer at
-// servers (any subset will do: NOT_LEADER answers name the leader).
-func NewGroupClient(servers []string) (*GroupClient, error) {
+// servers (any subset will do: NOT_LEADER answers name the leader). Its
+// connections are d's.
+func (d Dialer) NewGroupClient(servers []string) (*GroupClient, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("qmq: no server address given")
 	}
-	return &GroupClient{servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
+	return &GroupClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
 }
 
 // Servers returns the addresses the client tries when it knows no leader.
@@ -119,7 +121,7 @@ func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := Dial(dctx, addr)
+	conn, err := c.dial.Dial(dctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +141,8 @@ func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 
 // Call sends a request to the leader, following redirects and retrying
 // retriable failures until ctx ends. A leader change costs latency, not an
-// error.
+// error. An error that is not an *Error, such as ErrTLS, is returned at
+// once.
 func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
 	backoff := 10 * time.Millisecond
 	var last error

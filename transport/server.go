@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,13 +40,14 @@ const (
 	DefaultFrameTimeout     = 30 * time.Second
 	DefaultMaxConnsPerAddr  = 256
 	DefaultMaxConns         = 8192
+	DefaultHandshakeTimeout = 10 * time.Second
 )
 
 // Server accepts client connections and runs a Handler for each request,
 // concurrently, up to MaxInFlight per connection. Every resource a client
 // can make it hold is bounded: connections by MaxConnsPerAddr and
 // MaxConns, memory by MaxInFlightBytes, the time a frame takes to arrive
-// by FrameTimeout.
+// by FrameTimeout, TLS handshakes by HandshakeTimeout.
 type Server struct {
 	Handler Handler
 	Logger  hclog.Logger
@@ -76,6 +78,18 @@ type Server struct {
 	MaxConnsPerAddr int
 	// MaxConns bounds the open connections in all, likewise. Default 8192.
 	MaxConns int
+	// TLS, if set, makes every connection TLS; a tlsconf.Reloader's Server
+	// config picks up rotated certificate files on each handshake. A
+	// connection's handshake runs once MaxConnsPerAddr and MaxConns have
+	// admitted it, so that they bound handshakes too; a connection over a
+	// limit is answered TOO_MANY_CONNECTIONS over TLS. A client that does
+	// not speak TLS is answered INVALID on request id 0, in plaintext,
+	// where its first bytes allow. Nil (the default): plaintext.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a connection's TLS handshake: a connection
+	// whose handshake has not completed by then is closed and its slot
+	// returned. Default 10 s.
+	HandshakeTimeout time.Duration
 
 	budget *budget
 
@@ -89,9 +103,10 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	refusedPerAddr atomic.Uint64
-	refusedTotal   atomic.Uint64
-	framesTimedOut atomic.Uint64
+	refusedPerAddr   atomic.Uint64
+	refusedTotal     atomic.Uint64
+	framesTimedOut   atomic.Uint64
+	handshakesFailed atomic.Uint64
 }
 
 // ServerStats is what a Server holds and what it refused, for metrics.
@@ -102,6 +117,7 @@ type ServerStats struct {
 	RefusedPerAddr   uint64 // connections refused by MaxConnsPerAddr, ever
 	RefusedTotal     uint64 // connections refused by MaxConns, ever
 	FramesTimedOut   uint64 // connections closed by FrameTimeout, ever
+	HandshakesFailed uint64 // connections closed because their TLS handshake failed or timed out, ever
 }
 
 // Stats reports the server's counters; all zero before Serve.
@@ -116,6 +132,7 @@ func (s *Server) Stats() ServerStats {
 	st.RefusedPerAddr = s.refusedPerAddr.Load()
 	st.RefusedTotal = s.refusedTotal.Load()
 	st.FramesTimedOut = s.framesTimedOut.Load()
+	st.HandshakesFailed = s.handshakesFailed.Load()
 	return st
 }
 
@@ -177,6 +194,9 @@ func (s *Server) setDefaults() {
 	if s.MaxConns <= 0 {
 		s.MaxConns = DefaultMaxConns
 	}
+	if s.HandshakeTimeout <= 0 {
+		s.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
 	}
@@ -210,7 +230,8 @@ func (s *Server) admit(c net.Conn) {
 // it, a refused connection is closed without an answer.
 const maxRefusing = 64
 
-// refuseLocked answers c with e on request id 0 and closes it. The caller
+// refuseLocked answers c with e on request id 0 and closes it; with TLS,
+// the handshake and the answer together have lingerTimeout. The caller
 // holds mu.
 func (s *Server) refuseLocked(c net.Conn, e *Error) {
 	s.Logger.Debug("refusing connection", "remote", c.RemoteAddr().String(), "error", e.Message)
@@ -222,11 +243,16 @@ func (s *Server) refuseLocked(c net.Conn, e *Error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		fw := newFrameWriter(c, 256)
+		conn := c
+		if s.TLS != nil {
+			c.SetDeadline(time.Now().Add(lingerTimeout))
+			conn = tls.Server(c, s.TLS)
+		}
+		fw := newFrameWriter(conn, 256)
 		if fw.writeError(e, lingerTimeout) == nil {
-			lingerClose(c)
+			lingerClose(conn)
 		} else {
-			c.Close()
+			conn.Close()
 		}
 		s.mu.Lock()
 		delete(s.refusing, c)

@@ -28,8 +28,18 @@ type serverConn struct {
 	handlers sync.WaitGroup
 }
 
-func (s *Server) serveConn(c net.Conn, ip string) {
+// serveConn serves raw, the connection admit counted, until it ends.
+func (s *Server) serveConn(raw net.Conn, ip string) {
 	defer s.wg.Done()
+	c := raw
+	if s.TLS != nil {
+		tc, err := s.handshake(raw)
+		if err != nil {
+			s.forget(raw, ip)
+			return
+		}
+		c = tc
+	}
 	sc := &serverConn{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), w: newFrameWriter(c, 64<<10),
 		log: s.Logger.With("remote", c.RemoteAddr().String())}
 	sc.ctx, sc.cancel = context.WithCancel(s.ctx)
@@ -38,7 +48,7 @@ func (s *Server) serveConn(c net.Conn, ip string) {
 	}
 	sc.handlers.Wait()
 	sc.cancel()
-	s.forget(c, ip)
+	s.forget(raw, ip)
 	c.Close()
 }
 

@@ -1,0 +1,89 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// ErrTLS means a TLS handshake failed: the peer's certificate is not
+// trusted or not valid for the address dialled, this side's certificate
+// was refused, or the peer does not speak TLS (or speaks it where this
+// side does not). Retrying the same connection cannot help, so it is not
+// an *Error and GroupClient.Call returns it at once.
+var ErrTLS = errors.New("transport: tls handshake failed")
+
+// Dialer opens client connections. The zero value dials plaintext TCP.
+type Dialer struct {
+	// TLS, if set, makes every connection TLS: it is called once per dial
+	// for the config to use, so that a config built from files that are
+	// reloaded (tlsconf.Reloader.Client) takes effect on the next dial. A
+	// config whose ServerName is empty checks the server's certificate
+	// against the host dialled: an IP literal against its IP addresses, a
+	// name against its DNS names. Nil (the default): plaintext.
+	TLS func() *tls.Config
+}
+
+// Dial connects to addr with the zero Dialer: plaintext.
+func Dial(ctx context.Context, addr string) (*Conn, error) { return Dialer{}.Dial(ctx, addr) }
+
+// NewGroupClient returns a GroupClient of the zero Dialer: plaintext.
+func NewGroupClient(servers []string) (*GroupClient, error) {
+	return Dialer{}.NewGroupClient(servers)
+}
+
+// Dial connects to addr, and with TLS set completes the handshake before
+// it returns. A connection that cannot be made is an Unavailable *Error; a
+// handshake that fails on a certificate, an alert from the peer or a peer
+// that does not speak TLS is ErrTLS.
+func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
+	var c net.Conn
+	var err error
+	if d.TLS == nil {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = (&tls.Dialer{Config: d.TLS()}).DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		if isTLSError(err) {
+			return nil, fmt.Errorf("%w: dial %s: %v", ErrTLS, addr, err)
+		}
+		return nil, &Error{Code: Unavailable, Message: fmt.Sprintf("dial %s: %v", addr, err)}
+	}
+	return newConn(addr, c), nil
+}
+
+// isTLSError reports whether err is a handshake's refusal rather than a
+// network failure: a certificate that does not verify, an alert the peer
+// sent (in TLS 1.3 a server refusing the client's certificate says so on
+// the client's first read, after its handshake returned), or bytes that
+// are not TLS.
+func isTLSError(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.AlertError](err); ok {
+		return true
+	}
+	// Over TCP, crypto/tls reports an alert received as a *net.OpError
+	// whose Op is "remote error" around an unexported alert type.
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "remote error" {
+		return true
+	}
+	return false
+}

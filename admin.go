@@ -33,16 +33,25 @@ const MetaGroup = limits.MetaGroup
 // Admin runs operator requests against a cluster: through any metaserver
 // node, or any broker node (which forwards to its metaserver).
 type Admin struct {
-	c *transport.GroupClient
+	dial transport.Dialer // for the metaserver and every group it names
+	c    *transport.GroupClient
 }
 
-// NewAdmin returns an Admin for the cluster at servers.
-func NewAdmin(servers string) (*Admin, error) {
-	c, err := transport.NewGroupClient(transport.SplitServers(servers))
+// NewAdmin returns an Admin for the cluster at servers. Its options are a
+// ConnOption (WithTLS, WithTLSConfig).
+func NewAdmin(servers string, opts ...AdminOption) (*Admin, error) {
+	var o adminOptions
+	for _, opt := range opts {
+		opt.applyAdmin(&o)
+	}
+	if o.conn.err != nil {
+		return nil, o.conn.err
+	}
+	c, err := o.conn.dial.NewGroupClient(transport.SplitServers(servers))
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{c: c}, nil
+	return &Admin{dial: o.conn.dial, c: c}, nil
 }
 
 // Servers returns the addresses the Admin was given.
@@ -145,7 +154,7 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("qmq: no group %q is known to the metaserver: start its first node with --bootstrap (and --meta), then join the others", group)
 	}
-	return transport.NewGroupClient(servers)
+	return a.dial.NewGroupClient(servers)
 }
 
 // groupCall sends a membership request to group's leader. While no node
@@ -253,7 +262,7 @@ func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) 
 	var out []ForgetGroupResult
 	for _, g := range r.Groups {
 		res := ForgetGroupResult{BrokerGroup: g.Name}
-		if err := brokerCall(ctx, g, transport.TypeForgetGroup, req, &res.ForgetGroupResult); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeForgetGroup, req, &res.ForgetGroupResult); err != nil {
 			return out, err
 		}
 		out = append(out, res)

@@ -121,7 +121,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerG
 	var errs []error
 	for _, g := range brokers {
 		var infos []ConsumerGroupInfo
-		if err := brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject}, &infos); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject}, &infos); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -162,7 +162,7 @@ func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*Cons
 	var errs []error
 	for _, g := range r.Groups {
 		var got []ConsumerGroupInfo
-		if err := brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject, Group: group}, &got); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject, Group: group}, &got); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -250,7 +250,7 @@ func (a *Admin) changeGroup(ctx context.Context, subject, group string, t transp
 	var out []ConsumerGroupResult
 	for _, g := range r.Groups {
 		var res transport.GroupResult
-		if err := brokerCall(ctx, g, t, req, &res); err != nil {
+		if err := a.brokerCall(ctx, g, t, req, &res); err != nil {
 			return out, err
 		}
 		out = append(out, ConsumerGroupResult{BrokerGroup: g.Name, Created: res.Created})
@@ -275,7 +275,7 @@ func (a *Admin) DeadLetters(ctx context.Context, subject, group string, offset, 
 	var errs []error
 	for _, g := range r.Groups {
 		var page DeadLetterPage
-		if err := brokerCall(ctx, g, transport.TypeDeadLetters, req, &page); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, req, &page); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -300,7 +300,7 @@ func (a *Admin) DeadLetter(ctx context.Context, subject, group, brokerGroup stri
 		return nil, err
 	}
 	var page DeadLetterPage
-	if err := brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, Group: group, Seq: &seq}, &page); err != nil {
+	if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, Group: group, Seq: &seq}, &page); err != nil {
 		return nil, err
 	}
 	if len(page.Letters) == 0 {
@@ -370,7 +370,7 @@ func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op tran
 	var out []DeadLetterResult
 	for _, g := range brokers {
 		var res transport.DeadLetterOpResult
-		if err := brokerCall(ctx, g, transport.TypeDeadLetterOp, req, &res); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeDeadLetterOp, req, &res); err != nil {
 			return out, err
 		}
 		out = append(out, DeadLetterResult{BrokerGroup: g.Name, Done: res.Done})
@@ -411,11 +411,11 @@ func brokerOf(r *Route, name string) (transport.GroupRoute, error) {
 
 // brokerCall sends a JSON request to broker group g's leader and decodes
 // the JSON answer into out.
-func brokerCall(ctx context.Context, g transport.GroupRoute, t transport.Type, req, out any) error {
+func (a *Admin) brokerCall(ctx context.Context, g transport.GroupRoute, t transport.Type, req, out any) error {
 	if len(g.Servers) == 0 {
 		return fmt.Errorf("qmq: %s in broker group %s: no node to ask", t, g.Name)
 	}
-	gc, err := transport.NewGroupClient(g.Servers)
+	gc, err := a.dial.NewGroupClient(g.Servers)
 	if err != nil {
 		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
 	}

@@ -44,9 +44,14 @@
 //
 // NewPuller takes PullerOptions and Subscribe SubscribeOptions;
 // ConsumerOptions (WithConsumerName, WithLogger, StartAt, StartAtTime,
-// WithTags, WithAllTags, WithAtMostOnce, WithBroadcast) are both. The
-// package links only the wire protocol, the message encoding and internal
-// pieces, never the broker's code or Raft.
+// WithTags, WithAllTags, WithAtMostOnce, WithBroadcast) are both. A
+// ConnOption is an option of NewProducer, NewPuller, Subscribe and
+// NewAdmin alike: WithTLS connects over TLS with PEM files (a CA, and the
+// client's certificate and key), reloaded when they are replaced;
+// WithTLSConfig with a *tls.Config of the caller's. Without one, clients
+// connect over plaintext TCP. The package links only the wire protocol,
+// the message encoding and internal pieces, never the broker's code or
+// Raft.
 //
 //	p, _ := qmq.NewProducer("127.0.0.1:6222")
 //	m := p.GenerateMessage("orders.created")

@@ -9,13 +9,14 @@ import (
 
 // PullerOption configures NewPuller. The options that configure a Puller
 // are ConsumerOptions: WithConsumerName, WithLogger, StartAt, StartAtTime,
-// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast.
+// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast; and a
+// ConnOption (WithTLS, WithTLSConfig).
 type PullerOption interface {
 	applyPuller(*pullerOptions)
 }
 
-// SubscribeOption configures Subscribe: every ConsumerOption, and the
-// options of the subscription's own loop (WithWorkers, WithPullBatch,
+// SubscribeOption configures Subscribe: every ConsumerOption, a
+// ConnOption, and the options of the subscription's own loop (WithWorkers, WithPullBatch,
 // WithPullWait). Those are not PullerOptions, so giving one to NewPuller
 // does not compile.
 type SubscribeOption interface {
@@ -39,6 +40,7 @@ type consumerOptions struct {
 	atMostOnce bool
 	broadcast  bool          // a consumer group of its own
 	idleExpiry time.Duration // a broadcast group is forgotten after this long without its consumer
+	conn       ConnOption    // how it connects
 }
 
 // pullerOptions configure a Puller.

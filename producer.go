@@ -42,6 +42,7 @@ type producerOptions struct {
 	sendTimeout time.Duration
 	maxDelay    time.Duration
 	now         func() time.Time
+	conn        ConnOption
 }
 
 // DefaultMaxDelay is two years (731 days): how far ahead a message may be
@@ -74,24 +75,37 @@ var ErrInvalidName = limits.ErrName
 // beyond it fails with ErrDelayTooLong before reaching a broker. Brokers
 // enforce their own maximum too. Default DefaultMaxDelay.
 func WithMaxDelay(d time.Duration) ProducerOption {
-	return func(o *producerOptions) { o.maxDelay = d }
+	return producerOption(func(o *producerOptions) { o.maxDelay = d })
 }
 
-// ProducerOption configures a Producer.
-type ProducerOption func(*producerOptions)
+// ProducerOption configures a Producer: WithBatchSize, WithMaxInflight,
+// WithSendTimeout, WithMaxDelay, and a ConnOption (WithTLS,
+// WithTLSConfig).
+type ProducerOption interface {
+	applyProducer(*producerOptions)
+}
+
+// producerOption sets what only a Producer has.
+type producerOption func(*producerOptions)
+
+func (f producerOption) applyProducer(o *producerOptions) { f(o) }
 
 // WithBatchSize caps how many messages one send request carries.
 // Default 1,000.
-func WithBatchSize(n int) ProducerOption { return func(o *producerOptions) { o.maxBatch = n } }
+func WithBatchSize(n int) ProducerOption {
+	return producerOption(func(o *producerOptions) { o.maxBatch = n })
+}
 
 // WithMaxInflight caps how many send requests may await their answer at
 // once. Default 8.
-func WithMaxInflight(n int) ProducerOption { return func(o *producerOptions) { o.maxInflight = n } }
+func WithMaxInflight(n int) ProducerOption {
+	return producerOption(func(o *producerOptions) { o.maxInflight = n })
+}
 
 // WithSendTimeout bounds an asynchronous send, retries included, and a
 // synchronous send whose context has no deadline. Default 30 s.
 func WithSendTimeout(d time.Duration) ProducerOption {
-	return func(o *producerOptions) { o.sendTimeout = d }
+	return producerOption(func(o *producerOptions) { o.sendTimeout = d })
 }
 
 // Producer sends messages. It is safe for concurrent use; concurrent sends
@@ -122,17 +136,20 @@ type pending struct {
 // one will do). Each subject's messages are spread over its writable broker
 // groups.
 func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
-	r, err := newRouter(servers)
-	if err != nil {
-		return nil, err
-	}
 	o := producerOptions{maxBatch: 1000, maxInflight: 8, sendTimeout: 30 * time.Second, maxDelay: DefaultMaxDelay, now: time.Now}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyProducer(&o)
 	}
 	if o.maxBatch <= 0 || o.maxBatch > limits.MaxBatchMessages || o.maxInflight <= 0 || o.sendTimeout <= 0 || o.maxDelay <= 0 {
 		return nil, fmt.Errorf("qmq: producer options: batch %d (1..%d), inflight %d, timeout %s and maximum delay %s must be positive",
 			o.maxBatch, limits.MaxBatchMessages, o.maxInflight, o.sendTimeout, o.maxDelay)
+	}
+	if o.conn.err != nil {
+		return nil, o.conn.err
+	}
+	r, err := newRouter(servers, o.conn.dial)
+	if err != nil {
+		return nil, err
 	}
 	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}

@@ -68,7 +68,10 @@ func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newRouter(servers)
+	if o.conn.err != nil {
+		return nil, o.conn.err
+	}
+	r, err := newRouter(servers, o.conn.dial)
 	if err != nil {
 		return nil, err
 	}

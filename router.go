@@ -33,6 +33,7 @@ const staleRefresh = 2 * time.Second
 // node, which asks the metaserver), caches the answers, and keeps one
 // client per broker group.
 type router struct {
+	dial transport.Dialer
 	meta *transport.GroupClient
 	ttl  time.Duration // routeTTL; tests shorten it
 
@@ -48,12 +49,14 @@ type route struct {
 	next    atomic.Uint32 // round robin over writable groups
 }
 
-func newRouter(servers string) (*router, error) {
-	meta, err := transport.NewGroupClient(transport.SplitServers(servers))
+// newRouter returns a router that asks the nodes at servers, and connects
+// to them and to every broker group with d.
+func newRouter(servers string, d transport.Dialer) (*router, error) {
+	meta, err := d.NewGroupClient(transport.SplitServers(servers))
 	if err != nil {
 		return nil, err
 	}
-	return &router{meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
+	return &router{dial: d, meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
 }
 
 // lookup returns subject's route, from the cache while it is fresh.
@@ -152,7 +155,7 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 			c.SetServers(g.Servers, g.Leader)
 			continue
 		}
-		c, err := transport.NewGroupClient(g.Servers)
+		c, err := r.dial.NewGroupClient(g.Servers)
 		if err != nil {
 			return nil, fmt.Errorf("qmq: route of %s: group %s: %w", subject, g.Name, err)
 		}

@@ -66,7 +66,7 @@ func TestPrefetchLooksUpRoutesInParallel(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Close(); <-served })
-	r, err := newRouter(lis.Addr().String())
+	r, err := newRouter(lis.Addr().String(), transport.Dialer{})
 	if err != nil {
 		t.Fatal(err)
 	}

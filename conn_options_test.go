@@ -2,19 +2,17 @@ package qmq_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testbroker"
 	"github.com/qmqgo/qmq/internal/tlsconf"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -136,91 +134,15 @@ func TestWithTLSBadFilesFailEveryConstructor(t *testing.T) {
 	}
 }
 
-// fakeBroker is a one-node cluster in one transport.Server: it routes
-// every subject to itself, stores what is sent, and hands it to pulls.
-type fakeBroker struct {
-	addr string
-
-	mu   sync.Mutex
-	msgs []*logs.Message
-}
-
-// startFakeBroker serves a fakeBroker over TLS with d's node certificate,
-// requiring client certificates of d's CA.
-func startFakeBroker(t *testing.T, d tlsDir) *fakeBroker {
+// startTLSBroker serves a test broker over TLS with d's node
+// certificate, requiring client certificates of d's CA.
+func startTLSBroker(t *testing.T, d tlsDir) *testbroker.Broker {
 	t.Helper()
 	r, err := tlsconf.Load(tlsconf.Files(d.files("n1")), tlsconf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &fakeBroker{addr: lis.Addr().String()}
-	srv := &transport.Server{Handler: b.handle, TLS: r.Server(tlsconf.Require, false)}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Close(); <-served })
-	return b
-}
-
-func (b *fakeBroker) handle(ctx context.Context, typ transport.Type, p []byte) ([]byte, error) {
-	switch typ {
-	case transport.TypeRoute:
-		var req transport.RouteRequest
-		if err := json.Unmarshal(p, &req); err != nil {
-			return nil, err
-		}
-		return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{
-			{Name: "g1", Servers: []string{b.addr}, Leader: b.addr, Writable: true, Available: true}}})
-	case transport.TypeSend:
-		req, err := transport.DecodeSendRequest(p)
-		if err != nil {
-			return nil, err
-		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		var resp transport.SendResponse
-		for _, m := range req.Messages {
-			b.msgs = append(b.msgs, m)
-			resp.Results = append(resp.Results, transport.SendResult{Status: transport.SendAppended})
-		}
-		return resp.Encode(), nil
-	case transport.TypePull:
-		req, err := transport.DecodePullRequest(p)
-		if err != nil {
-			return nil, err
-		}
-		resp := transport.PullResponse{Epoch: 1, Version: req.Version}
-		ctx, cancel := context.WithTimeout(ctx, req.Wait)
-		defer cancel()
-		for len(resp.Messages) == 0 && ctx.Err() == nil {
-			b.mu.Lock()
-			for seq := req.From; seq < int64(len(b.msgs)) && len(resp.Messages) < req.Max; seq++ {
-				resp.Messages = append(resp.Messages, transport.PulledMessage{PullSeq: seq, Deliveries: 1, Message: b.msgs[seq]})
-			}
-			b.mu.Unlock()
-			if len(resp.Messages) == 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}
-		return resp.Encode(), nil
-	case transport.TypeAck:
-		req, err := transport.DecodeAckRequest(p)
-		if err != nil {
-			return nil, err
-		}
-		return (&transport.AckResponse{AckPos: req.Ranges[len(req.Ranges)-1].Last + 1}).Encode(), nil
-	case transport.TypeHeartbeat:
-		return nil, nil
-	case transport.TypeStatus:
-		return json.Marshal(transport.Status{ID: "n1", Group: "g1", State: "Leader"})
-	}
-	return nil, transport.Errorf(transport.UnknownType, "the fake broker does not answer %s", typ)
+	return testbroker.Start(t, r.Server(tlsconf.Require, false))
 }
 
 // TestWithTLSEndToEnd: over TLS a Producer sends, a Puller and a
@@ -228,12 +150,12 @@ func (b *fakeBroker) handle(ctx context.Context, typ transport.Type, p []byte) (
 // TLS, or with another CA's files, is refused.
 func TestWithTLSEndToEnd(t *testing.T) {
 	d := newTLSDir(t)
-	b := startFakeBroker(t, d)
+	b := startTLSBroker(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	conn := qmq.WithTLS(d.files("app"))
 
-	p, err := qmq.NewProducer(b.addr, conn)
+	p, err := qmq.NewProducer(b.Addr, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +166,7 @@ func TestWithTLSEndToEnd(t *testing.T) {
 		t.Fatalf("send over TLS: %v", err)
 	}
 
-	pl, err := qmq.NewPuller(b.addr, "orders", "g", conn, qmq.WithLogger(nil))
+	pl, err := qmq.NewPuller(b.Addr, "orders", "g", conn, qmq.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +180,7 @@ func TestWithTLSEndToEnd(t *testing.T) {
 	}
 
 	got := make(chan string, 1)
-	sub, err := qmq.Subscribe(b.addr, "orders", "g2", func(_ context.Context, m *qmq.Message) error {
+	sub, err := qmq.Subscribe(b.Addr, "orders", "g2", func(_ context.Context, m *qmq.Message) error {
 		select {
 		case got <- string(m.Body()):
 		default:
@@ -278,12 +200,12 @@ func TestWithTLSEndToEnd(t *testing.T) {
 		t.Fatal("the subscription received nothing over TLS")
 	}
 
-	a, err := qmq.NewAdmin(b.addr, conn)
+	a, err := qmq.NewAdmin(b.Addr, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if st, err := a.Status(ctx, b.addr); err != nil || st.ID != "n1" {
+	if st, err := a.Status(ctx, b.Addr); err != nil || st.ID != "n1" {
 		t.Fatalf("status over TLS: %+v, %v", st, err)
 	}
 
@@ -292,7 +214,7 @@ func TestWithTLSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	static, err := qmq.NewProducer(b.addr, qmq.WithTLSConfig(r.Client()))
+	static, err := qmq.NewProducer(b.Addr, qmq.WithTLSConfig(r.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +230,7 @@ func TestWithTLSEndToEnd(t *testing.T) {
 		"plaintext":  nil,
 		"another CA": {qmq.WithTLS(other.files("app"))},
 	} {
-		p, err := qmq.NewProducer(b.addr, opts...)
+		p, err := qmq.NewProducer(b.Addr, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

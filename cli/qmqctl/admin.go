@@ -14,9 +14,10 @@ import (
 	"github.com/qmqgo/qmq"
 )
 
-// withAdmin runs fn with an Admin for --server and a deadline.
+// withAdmin runs fn with an Admin for --server (over TLS with the --tls-*
+// flags) and a deadline.
 func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *qmq.Admin) error) error {
-	a, err := qmq.NewAdmin(c.String("server"))
+	a, err := qmq.NewAdmin(c.String("server"), connOption(c))
 	if err != nil {
 		return err
 	}

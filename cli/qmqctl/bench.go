@@ -12,6 +12,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
+
+	"github.com/qmqgo/qmq"
 )
 
 func benchCommand() *cli.Command {
@@ -147,6 +149,7 @@ func (p *progress) stop() {
 // benchTarget is what every benchmark takes from the shared flags.
 type benchTarget struct {
 	server   string
+	conn     qmq.ConnOption // how to connect: the global --tls-* flags
 	subjects []string
 	count    int64         // 0: no limit
 	duration time.Duration // 0: no limit
@@ -168,7 +171,7 @@ func runBench(c *cli.Context, run func(context.Context, benchTarget) (*benchSumm
 	ctx, stop := signalContext()
 	defer stop()
 	go func() { <-ctx.Done(); stop() }() // restore the default handler: a second Ctrl-C kills
-	sum, err := run(ctx, benchTarget{server: c.String("server"), subjects: subjects,
+	sum, err := run(ctx, benchTarget{server: c.String("server"), conn: connOption(c), subjects: subjects,
 		count: count, duration: duration, progress: !c.Bool("no-progress")})
 	if sum != nil {
 		if werr := sum.write(os.Stdout, c.Bool("json")); werr != nil && err == nil {

@@ -42,7 +42,7 @@ func benchConsumeCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
 				return runConsume(ctx, consumeConfig{
-					server: b.server, subjects: b.subjects, group: c.String("group"),
+					server: b.server, conn: b.conn, subjects: b.subjects, group: c.String("group"),
 					consumers: c.Int("consumers"), pullBatch: c.Int("pull-batch"), idle: c.Duration("idle"),
 					tags: c.StringSlice("tags"), nack: c.Float64("nack"),
 					count: b.count, duration: b.duration, progress: b.progress, errOut: os.Stderr,
@@ -56,6 +56,7 @@ type consumeConfig struct {
 	tags      []string // receive only messages with any of them
 	nack      float64  // the fraction of messages failed once
 	server    string
+	conn      qmq.ConnOption
 	subjects  []string
 	group     string
 	consumers int
@@ -79,7 +80,7 @@ func runConsume(ctx context.Context, cfg consumeConfig) (*benchSummary, error) {
 		return nil, fmt.Errorf("--nack %g: a fraction within 0..1", cfg.nack)
 	}
 	// A new group starts at the oldest message: the backlog is what a drain measures.
-	opts := []qmq.PullerOption{qmq.StartAt(qmq.Earliest)}
+	opts := []qmq.PullerOption{cfg.conn, qmq.StartAt(qmq.Earliest)}
 	if len(cfg.tags) > 0 {
 		opts = append(opts, qmq.WithTags(cfg.tags...))
 	}

@@ -97,6 +97,7 @@ type e2eConsumer struct {
 // e2eConfig says what an e2eConsumer consumes and what it tells.
 type e2eConfig struct {
 	server    string
+	conn      qmq.ConnOption
 	subjects  []string
 	group     string
 	consumers int                             // subscriptions per subject
@@ -126,7 +127,7 @@ func startE2E(cfg e2eConfig) (*e2eConsumer, error) {
 	}
 	for _, subject := range cfg.subjects {
 		for range cfg.consumers {
-			sub, err := qmq.Subscribe(cfg.server, subject, cfg.group, handler, qmq.StartAt(qmq.Earliest),
+			sub, err := qmq.Subscribe(cfg.server, subject, cfg.group, handler, cfg.conn, qmq.StartAt(qmq.Earliest),
 				qmq.WithWorkers(4), qmq.WithPullBatch(1000), qmq.WithPullWait(500*time.Millisecond))
 			if err != nil {
 				c.stop()

@@ -58,7 +58,7 @@ func benchOMBCommand() *cli.Command {
 			ctx, stop := signalContext()
 			defer stop()
 			go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills
-			res, err := runOMB(ctx, w, ombConfig{server: c.String("server"), prefix: c.String("subject-prefix"),
+			res, err := runOMB(ctx, w, ombConfig{server: c.String("server"), conn: connOption(c), prefix: c.String("subject-prefix"),
 				duration: duration, warmup: warmup, period: c.Duration("period"), inflight: c.Int("inflight"),
 				batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
 				progress: os.Stderr})

@@ -20,15 +20,16 @@ import (
 // durations (the workload's unless given).
 type ombConfig struct {
 	server   string
-	prefix   string        // subjects are PREFIX-NAME-RANDOM-i
-	duration time.Duration // measured phase
-	warmup   time.Duration // before it, not counted
-	period   time.Duration // between two progress lines
-	inflight int           // messages in flight per producer
-	batch    int           // SDK batch
-	requests int           // SDK requests in flight per producer
-	timeout  time.Duration // send timeout
-	progress io.Writer     // the lines every period
+	conn     qmq.ConnOption // how to connect: the global --tls-* flags
+	prefix   string         // subjects are PREFIX-NAME-RANDOM-i
+	duration time.Duration  // measured phase
+	warmup   time.Duration  // before it, not counted
+	period   time.Duration  // between two progress lines
+	inflight int            // messages in flight per producer
+	batch    int            // SDK batch
+	requests int            // SDK requests in flight per producer
+	timeout  time.Duration  // send timeout
+	progress io.Writer      // the lines every period
 }
 
 // ombRun is one workload's run: its counters and histograms.
@@ -83,7 +84,7 @@ func runOMB(ctx context.Context, w *ombWorkload, cfg ombConfig) (*ombResult, err
 	}()
 	for s := range w.SubscriptionsPerTopic {
 		group := fmt.Sprintf("sub-%03d", s)
-		c, err := startE2E(e2eConfig{server: cfg.server, subjects: r.subjects, group: group, consumers: w.ConsumerPerSubscription,
+		c, err := startE2E(e2eConfig{server: cfg.server, conn: cfg.conn, subjects: r.subjects, group: group, consumers: w.ConsumerPerSubscription,
 			start: start, latency: r.receipt})
 		if err != nil {
 			return nil, err
@@ -98,7 +99,7 @@ func runOMB(ctx context.Context, w *ombWorkload, cfg ombConfig) (*ombResult, err
 		}
 	}()
 	for range cap(producers) {
-		p, err := qmq.NewProducer(cfg.server, qmq.WithBatchSize(cfg.batch), qmq.WithMaxInflight(cfg.requests), qmq.WithSendTimeout(cfg.timeout))
+		p, err := qmq.NewProducer(cfg.server, cfg.conn, qmq.WithBatchSize(cfg.batch), qmq.WithMaxInflight(cfg.requests), qmq.WithSendTimeout(cfg.timeout))
 		if err != nil {
 			return nil, err
 		}

@@ -62,7 +62,7 @@ func benchProduceCommand() *cli.Command {
 			return runBench(c, func(ctx context.Context, b benchTarget) (*benchSummary, error) {
 				return runProduce(ctx, produceConfig{rate: c.Int64("rate"),
 					consume: c.String("consume"), consumers: c.Int("consumers"), consumeWait: c.Duration("consume-wait"),
-					server: b.server, subjects: b.subjects, size: c.Int("size"),
+					server: b.server, conn: b.conn, subjects: b.subjects, size: c.Int("size"),
 					count: b.count, duration: b.duration, inflight: c.Int("inflight"), producers: c.Int("producers"),
 					batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
 					deliverIn: c.Duration("deliver-in"), deliverOver: c.Duration("deliver-over"), awaitFired: c.Bool("await-fired"),
@@ -84,6 +84,7 @@ type produceConfig struct {
 	tag         string // tag one message in tagEvery with it ("": none)
 	tagEvery    int
 	server      string
+	conn        qmq.ConnOption
 	subjects    []string
 	size        int
 	count       int64         // 0: no limit
@@ -154,7 +155,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 		}
 	}()
 	for range cfg.producers {
-		p, err := qmq.NewProducer(cfg.server, qmq.WithBatchSize(cfg.batch),
+		p, err := qmq.NewProducer(cfg.server, cfg.conn, qmq.WithBatchSize(cfg.batch),
 			qmq.WithMaxInflight(cfg.requests), qmq.WithSendTimeout(cfg.timeout))
 		if err != nil {
 			return nil, err
@@ -189,7 +190,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 	e2e := newLatencyRecorder(0)
 	if cfg.consume != "" {
 		var err error
-		consumer, err = startE2E(e2eConfig{server: cfg.server, subjects: cfg.subjects, group: cfg.consume, consumers: cfg.consumers,
+		consumer, err = startE2E(e2eConfig{server: cfg.server, conn: cfg.conn, subjects: cfg.subjects, group: cfg.consume, consumers: cfg.consumers,
 			start: time.Now(), latency: func(d time.Duration, _ int) { e2e.add(d) }})
 		if err != nil {
 			return nil, err
@@ -326,7 +327,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 // subjects has a message pending, and records how long firing took from
 // the moment the first message fell due.
 func awaitFired(ctx context.Context, cfg produceConfig, start time.Time, sum *benchSummary) error {
-	a, err := qmq.NewAdmin(cfg.server)
+	a, err := qmq.NewAdmin(cfg.server, cfg.conn)
 	if err != nil {
 		return err
 	}

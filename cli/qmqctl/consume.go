@@ -64,7 +64,7 @@ func consumeCommand() *cli.Command {
 			if name := c.String("consumer"); name != "" {
 				opts = append(opts, qmq.WithConsumerName(name))
 			}
-			p, err := qmq.NewPuller(c.String("server"), c.String("subject"), c.String("group"), opts...)
+			p, err := qmq.NewPuller(c.String("server"), c.String("subject"), c.String("group"), append(opts, connOption(c))...)
 			if err != nil {
 				return err
 			}

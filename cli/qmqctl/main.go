@@ -29,13 +29,13 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:  "qmqctl",
 		Usage: "send, consume and administer QMQ",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{
 				Name: "server", Value: qmq.DefaultServer, EnvVars: []string{"QMQ_SERVER"},
 				Usage: "metaserver or broker `HOST:PORT[,HOST:PORT…]`: any node of the cluster will do",
 			},
-		},
+		}, tlsFlags()...),
 		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(),
-			deadLetterCommand(), subjectCommand(), delayCommand(), benchCommand()},
+			deadLetterCommand(), subjectCommand(), delayCommand(), benchCommand(), tlsCommand()},
 	}
 }

@@ -45,7 +45,7 @@ func sendCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			p, err := qmq.NewProducer(c.String("server"), qmq.WithSendTimeout(c.Duration("timeout")))
+			p, err := qmq.NewProducer(c.String("server"), connOption(c), qmq.WithSendTimeout(c.Duration("timeout")))
 			if err != nil {
 				return err
 			}

@@ -13,35 +13,73 @@ import (
 
 // latencyRecorder keeps every latency sample, so percentiles are exact
 // rather than bucketed. Eight bytes a message: a million messages cost
-// 8 MB. Safe for concurrent use.
+// 8 MB. Samples go into blocks of recorderBlock, never one slice that
+// grows: doubling a slice of millions of samples copied tens of megabytes
+// under the mutex, and every send's callback waited meanwhile, which a
+// long run reported as the brokers' stall. Safe for concurrent use.
 type latencyRecorder struct {
-	mu      sync.Mutex
-	samples []time.Duration
+	mu     sync.Mutex
+	blocks [][]time.Duration // full blocks, the one being filled, then empty ones reserved
+	cur    int               // the block being filled
 }
 
+// recorderBlock is the samples one block holds (512 KiB).
+const recorderBlock = 64 << 10
+
+// newLatencyRecorder returns a recorder with room for capacity samples
+// reserved up front (0: none; blocks are added as needed).
 func newLatencyRecorder(capacity int) *latencyRecorder {
-	return &latencyRecorder{samples: make([]time.Duration, 0, max(capacity, 0))}
+	r := &latencyRecorder{}
+	for range (max(capacity, 0) + recorderBlock - 1) / recorderBlock {
+		r.blocks = append(r.blocks, make([]time.Duration, 0, recorderBlock))
+	}
+	return r
 }
 
 func (r *latencyRecorder) add(d time.Duration) {
 	r.mu.Lock()
-	r.samples = append(r.samples, d)
+	b := r.block()
+	*b = append(*b, d)
 	r.mu.Unlock()
 }
 
 func (r *latencyRecorder) addAll(ds []time.Duration) {
 	r.mu.Lock()
-	r.samples = append(r.samples, ds...)
+	for len(ds) > 0 {
+		b := r.block()
+		n := min(len(ds), cap(*b)-len(*b))
+		*b = append(*b, ds[:n]...)
+		ds = ds[n:]
+	}
 	r.mu.Unlock()
+}
+
+// block returns the block being filled, moving on to the next (added if
+// none is reserved) when it is full. r.mu is held.
+func (r *latencyRecorder) block() *[]time.Duration {
+	for r.cur < len(r.blocks) && len(r.blocks[r.cur]) == cap(r.blocks[r.cur]) {
+		r.cur++
+	}
+	if r.cur == len(r.blocks) {
+		r.blocks = append(r.blocks, make([]time.Duration, 0, recorderBlock))
+	}
+	return &r.blocks[r.cur]
 }
 
 // take returns the samples gathered so far and forgets them.
 func (r *latencyRecorder) take() []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.samples
-	r.samples = nil
-	return s
+	n := 0
+	for _, b := range r.blocks {
+		n += len(b)
+	}
+	out := make([]time.Duration, 0, n)
+	for _, b := range r.blocks {
+		out = append(out, b...)
+	}
+	r.blocks, r.cur = nil, 0
+	return out
 }
 
 // percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of

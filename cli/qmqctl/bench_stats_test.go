@@ -147,3 +147,42 @@ func TestSummaryRatesAndOutput(t *testing.T) {
 		t.Errorf("empty summary:\n%s", zero.String())
 	}
 }
+
+// Samples fill fixed blocks, so a block once written is never copied (a
+// growing slice of millions of samples was, under the mutex, stalling
+// every callback), and take returns them all in order, across blocks and
+// across an addAll that spans them.
+func TestLatencyRecorderBlocks(t *testing.T) {
+	r := newLatencyRecorder(recorderBlock + 1) // two blocks reserved
+	r.add(0)
+	first := &r.blocks[0][0]
+	n := time.Duration(1)
+	for ; n < recorderBlock-3; n++ {
+		r.add(n)
+	}
+	span := make([]time.Duration, 2*recorderBlock+10) // past the reserved blocks
+	for i := range span {
+		span[i] = n
+		n++
+	}
+	r.addAll(span)
+	for range 5 {
+		r.add(n)
+		n++
+	}
+	if &r.blocks[0][0] != first {
+		t.Fatal("the first block moved: samples were copied")
+	}
+	got := r.take()
+	if len(got) != int(n) {
+		t.Fatalf("took %d samples, want %d", len(got), n)
+	}
+	for i, d := range got {
+		if d != time.Duration(i) {
+			t.Fatalf("sample %d is %d, want %d", i, d, i)
+		}
+	}
+	if again := r.take(); len(again) != 0 {
+		t.Fatalf("a second take returned %d samples", len(again))
+	}
+}

@@ -36,7 +36,7 @@ func (n *Node) keepAddressRecorded(ctx context.Context) {
 			continue
 		}
 		req, _ := json.Marshal(transport.JoinRequest{ID: n.cfg.ID, RaftAddr: raftAddr, ClientAddr: n.clientAddr})
-		if err := callOnce(ctx, leader, transport.TypeJoin, req); err != nil {
+		if err := n.callOnce(ctx, leader, transport.TypeJoin, req); err != nil {
 			n.log.Warn("asking the leader to record this node's client address", "leader", leader, "error", err)
 			continue
 		}
@@ -46,10 +46,10 @@ func (n *Node) keepAddressRecorded(ctx context.Context) {
 
 // callOnce sends one request to addr on a connection of its own, bounded
 // by five seconds.
-func callOnce(ctx context.Context, addr string, t transport.Type, payload []byte) error {
+func (g *raftGroup) callOnce(ctx context.Context, addr string, t transport.Type, payload []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := transport.Dial(ctx, addr)
+	conn, err := g.dial.Dial(ctx, addr)
 	if err != nil {
 		return err
 	}

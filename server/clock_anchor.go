@@ -173,7 +173,7 @@ func (n *Node) readClocks(ctx context.Context) (clockRound, error) {
 	answers := make(chan *reading, len(addrs)) // nil: no reading
 	for _, a := range addrs {
 		go func() {
-			ms, err := readClock(rctx, a)
+			ms, err := n.readClock(rctx, a)
 			switch {
 			case transport.CodeOf(err) == transport.UnknownType:
 				answers <- &reading{at: time.Now(), old: true}
@@ -232,8 +232,8 @@ collect:
 }
 
 // readClock asks the broker node at addr for its clock.
-func readClock(ctx context.Context, addr string) (int64, error) {
-	conn, err := transport.Dial(ctx, addr)
+func (g *raftGroup) readClock(ctx context.Context, addr string) (int64, error) {
+	conn, err := g.dial.Dial(ctx, addr)
 	if err != nil {
 		return 0, err
 	}

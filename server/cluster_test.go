@@ -30,7 +30,7 @@ func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	n1 := startNode(t, "n1", true, config("n1"))
 	waitLeader(t, n1)
 	nodes := []*Node{n1}
-	admin, err := qmq.NewAdmin(n1.ClientAddr())
+	admin, err := qmq.NewAdmin(n1.ClientAddr(), connOf(n1.cfg.TLS))
 	if err != nil {
 		t.Fatal(err)
 	}

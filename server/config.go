@@ -237,6 +237,10 @@ type NodeConfig struct {
 	Bootstrap bool
 	// ClientLimits bound what clients can make the client listener hold.
 	ClientLimits ClientLimits
+	// TLS, when its files are given, makes the client port TLS-only and
+	// the node's dials to other nodes (Raft aside) TLS. Default: none,
+	// plaintext.
+	TLS TLSConfig
 }
 
 // ClientLimits bound the client listener; a zero field takes its default.
@@ -271,5 +275,5 @@ func (c *NodeConfig) check(what string) error {
 			return fmt.Errorf("server: %s: %s address %q: %w", what, a.name, a.addr, err)
 		}
 	}
-	return nil
+	return c.TLS.check()
 }

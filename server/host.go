@@ -24,6 +24,9 @@ type host struct {
 	// filesReserved is how many descriptors the node keeps for itself
 	// (segment files, Raft); client connections get the rest.
 	filesReserved int
+	// tls is the node's certificate, shared by its listeners and its
+	// dials; nil when it has none (plaintext).
+	tls *nodeTLS
 
 	client    *transport.Server
 	clientLis net.Listener
@@ -42,13 +45,17 @@ func newHost(log hclog.Logger) host {
 	return host{hlog: log, ctx: ctx, cancel: cancel}
 }
 
-// listen creates the data directory and opens the client listener;
-// advertise ("" for the address listened on) is the address handed out.
-func (h *host) listen(dataDir, clientAddr, advertise string) error {
+// listen loads the node's TLS files, creates the data directory and opens
+// the client listener; advertise ("" for the address listened on) is the
+// address handed out.
+func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) error {
+	var err error
+	if h.tls, err = loadTLS(tlsc, h.hlog.Named("tls").Warn); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("server: create data directory: %w", err)
 	}
-	var err error
 	if h.clientLis, err = net.Listen("tcp", clientAddr); err != nil {
 		return fmt.Errorf("server: listen for clients: %w", err)
 	}
@@ -64,7 +71,8 @@ func (h *host) listen(dataDir, clientAddr, advertise string) error {
 func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr string, status func() any, reg *prometheus.Registry) error {
 	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
 	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client"),
-		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns}
+		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns,
+		TLS: h.tls.clientServer()}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
 	h.goLoop(func() {
 		if err := h.client.Serve(h.clientLis); err != nil {

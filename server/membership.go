@@ -35,7 +35,7 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	if !g.isVoter(req.ID, req.RaftAddr) {
 		// A voter that cannot be reached costs the group its quorum (a
 		// one-node group stops at once), so a mistyped join must fail here.
-		if err := checkJoiner(ctx, g.group, &req); err != nil {
+		if err := g.checkJoiner(ctx, &req); err != nil {
 			return nil, transport.Errorf(transport.Invalid, "refusing to add node %s: %v", req.ID, err)
 		}
 	}
@@ -70,10 +70,10 @@ func (g *raftGroup) isVoter(id, raftAddr string) bool {
 // the node the request names: its id, its Raft address, and a node of this
 // group (a broker node cannot join the metaserver group, nor one group's
 // node another's).
-func checkJoiner(ctx context.Context, group string, req *transport.JoinRequest) error {
+func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := transport.Dial(ctx, req.ClientAddr)
+	conn, err := g.dial.Dial(ctx, req.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("its client address does not answer: %w", err)
 	}
@@ -89,8 +89,8 @@ func checkJoiner(ctx context.Context, group string, req *transport.JoinRequest) 
 	switch {
 	case st.ID != req.ID:
 		return fmt.Errorf("%s is node %q, not %q", req.ClientAddr, st.ID, req.ID)
-	case st.Group != group:
-		return fmt.Errorf("node %s is a node of group %q, not %q", st.ID, st.Group, group)
+	case st.Group != g.group:
+		return fmt.Errorf("node %s is a node of group %q, not %q", st.ID, st.Group, g.group)
 	case st.RaftAddr != req.RaftAddr:
 		return fmt.Errorf("node %s listens for Raft on %s, not %s", st.ID, st.RaftAddr, req.RaftAddr)
 	}

@@ -50,7 +50,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 			m.Close()
 		}
 	}()
-	if err := m.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr); err != nil {
+	if err := m.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr, cfg.TLS); err != nil {
 		return nil, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, m.log.Named("snapshots"))
@@ -58,7 +58,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, fmt.Errorf("server: snapshot store: %w", err)
 	}
 	m.raftGroup = raftGroup{
-		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout,
+		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, dial: m.tls.dialer(),
 		memberAddr: m.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})

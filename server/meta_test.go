@@ -12,8 +12,9 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// startMeta starts a metaserver node with fast timings; it stops at cleanup.
-func startMeta(t testing.TB, id string, bootstrap bool) *MetaNode {
+// startMeta starts a metaserver node with fast timings, changed by tweak;
+// it stops at cleanup.
+func startMeta(t testing.TB, id string, bootstrap bool, tweak ...func(*MetaConfig)) *MetaNode {
 	t.Helper()
 	cfg := DefaultMetaConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), bootstrap
@@ -21,6 +22,9 @@ func startMeta(t testing.TB, id string, bootstrap bool) *MetaNode {
 	cfg.SetElectionTimeout(300 * time.Millisecond)
 	cfg.GroupTimeout = 600 * time.Millisecond
 	cfg.Logger = testLogger(t, id)
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	m, err := NewMeta(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -42,9 +46,9 @@ func startMetaBroker(t testing.TB, group string, metas ...*MetaNode) *Node {
 	})
 }
 
-func newAdmin(t *testing.T, addr string) *qmq.Admin {
+func newAdmin(t *testing.T, addr string, opts ...qmq.AdminOption) *qmq.Admin {
 	t.Helper()
-	a, err := qmq.NewAdmin(addr)
+	a, err := qmq.NewAdmin(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func (n *Node) startMetaLink() error {
 		return nil
 	}
 	var err error
-	if n.meta, err = transport.NewGroupClient(n.cfg.Meta); err != nil {
+	if n.meta, err = n.dial.NewGroupClient(n.cfg.Meta); err != nil {
 		return err
 	}
 	n.goLoop(n.reportToMeta)

@@ -115,6 +115,9 @@ func clientListenerMetrics(s *transport.Server) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_client_frame_timeouts_total",
 			Help: "Client connections closed because a frame took longer than the frame timeout to arrive."},
 			stat(func(st transport.ServerStats) float64 { return float64(st.FramesTimedOut) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_client_tls_handshakes_failed_total",
+			Help: "Client connections closed because their TLS handshake failed or timed out (a certificate refused, a client without TLS)."},
+			stat(func(st transport.ServerStats) float64 { return float64(st.HandshakesFailed) })),
 	}
 }
 

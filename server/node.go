@@ -57,7 +57,7 @@ func New(cfg Config) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	if err := n.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr); err != nil {
+	if err := n.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr, cfg.TLS); err != nil {
 		return nil, err
 	}
 	if err := n.openRaft(); err != nil {
@@ -110,7 +110,7 @@ func (n *Node) openRaft() error {
 		return err
 	}
 	n.raftGroup = raftGroup{
-		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store,
+		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.tls.dialer(),
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()

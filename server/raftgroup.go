@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/transport"
 )
 
 // RaftTiming is a Raft group's timing.
@@ -34,6 +36,9 @@ type raftGroup struct {
 	id, group    string
 	log          hclog.Logger
 	applyTimeout time.Duration
+	// dial is how the node dials other nodes' client ports (joins, clock
+	// readings, the metaserver): over TLS when the node has a certificate.
+	dial transport.Dialer
 
 	raft     *raft.Raft
 	store    *raftLogStore

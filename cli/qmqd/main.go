@@ -92,7 +92,11 @@ func devCommand() *cli.Command {
 		Usage: "run a complete one-node queue on embedded defaults",
 		Description: "Starts one metaserver node and one broker node in this process, each bootstrapping its\n" +
 			"own group; data survives restarts in --data. Send and consume with `qmqctl send` /\n" +
-			"`qmqctl consume` (their default server is this one).",
+			"`qmqctl consume` (their default server is this one). With --tls-cert, --tls-key and --tls-ca\n" +
+			"both nodes serve TLS with that one node certificate, which must be valid for every host they\n" +
+			"listen on (127.0.0.1 by default), and the broker dials the metaserver over TLS;\n" +
+			"qmqctl then takes --tls-ca (and --tls-cert and --tls-key: a client certificate, unless\n" +
+			"--tls-client-auth is none).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data", Value: "qmq-data", Usage: "data `DIR` (broker/ and meta/ inside)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:6222", Usage: "broker client `HOST:PORT`"},
@@ -100,7 +104,7 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
-		}, brokerFlags()...),
+		}, append(brokerFlags(), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
@@ -117,7 +121,7 @@ func devCommand() *cli.Command {
 			// One voter per group: elections are instant, so short timeouts cost nothing.
 			mcfg := server.DefaultMetaConfig()
 			mcfg.NodeConfig = server.NodeConfig{ID: "dev-meta", DataDir: filepath.Join(c.String("data"), "meta"),
-				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true}
+				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true, TLS: tlsConfig(c)}
 			mcfg.Logger = logger
 			mcfg.SetElectionTimeout(200 * time.Millisecond)
 			m, err := server.NewMeta(mcfg)
@@ -125,7 +129,7 @@ func devCommand() *cli.Command {
 				return err
 			}
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
-				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true}
+				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true, TLS: tlsConfig(c)}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
@@ -133,8 +137,12 @@ func devCommand() *cli.Command {
 				m.Close()
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s (metaserver %s), http %s, data %s\n",
-				n.ClientAddr(), m.ClientAddr(), n.HTTPAddr(), c.String("data"))
+			over := ""
+			if cfg.TLS.CertFile != "" {
+				over = " over tls"
+			}
+			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s%s (metaserver %s), http %s, data %s\n",
+				n.ClientAddr(), over, m.ClientAddr(), n.HTTPAddr(), c.String("data"))
 			waitForSignal(n.Failed())
 			return errors.Join(n.FailedErr(), n.Close(), m.Close())
 		},
@@ -225,7 +233,7 @@ func brokerCommand() *cli.Command {
 
 // nodeFlags are the flags of every node, of a group described by group.
 func nodeFlags(group string) []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in " + group},
 		&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
 		&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
@@ -238,7 +246,7 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.Int64Flag{Name: "client-memory", Value: transport.DefaultMaxInFlightBytes >> 20, Usage: "hold at most `MIB` MiB of client requests and replies in flight; beyond, connections wait"},
 		&cli.IntFlag{Name: "max-conns-per-addr", Value: transport.DefaultMaxConnsPerAddr, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` from one IP address"},
 		&cli.IntFlag{Name: "max-conns", Value: transport.DefaultMaxConns, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` in all"},
-	}
+	}, tlsFlags()...)
 }
 
 // nodeConfig reads nodeFlags.
@@ -246,7 +254,8 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
 		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
-		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")}}
+		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")},
+		TLS:          tlsConfig(c)}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

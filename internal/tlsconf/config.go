@@ -28,6 +28,11 @@ func verifyNode(cs tls.ConnectionState) error {
 	return checkNode(cs.PeerCertificates[0])
 }
 
+// CheckNodeCert reports whether leaf is a node's certificate, with both
+// the serverAuth and clientAuth extended key usages (ErrNotNode if not):
+// a node must not start with a client's, which every peer would refuse.
+func CheckNodeCert(leaf *x509.Certificate) error { return checkNode(leaf) }
+
 // checkNode reports whether leaf names both serverAuth and clientAuth,
 // as (*CA).Issue makes a node's.
 func checkNode(leaf *x509.Certificate) error {

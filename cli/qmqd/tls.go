@@ -1,0 +1,38 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq/server"
+)
+
+// tlsFlags are the TLS flags of every command that runs a node: meta,
+// broker and dev. They name the same files as qmqctl's, and read the
+// same environment variables.
+func tlsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"QMQ_TLS_CERT"},
+			Usage: "serve TLS 1.3 only, on the client port, with the node certificate in `FILE` (PEM; " +
+				"qmqctl tls init --node makes one), and dial other nodes over TLS with it; it must be valid for every host " +
+				"the node is dialled at (the --listen or --advertise host, the --raft or --raft-advertise host). " +
+				"The files are looked at once a second and reloaded when replaced (by rename): new connections use them"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"QMQ_TLS_KEY"},
+			Usage: "with --tls-cert: the certificate's private key `FILE` (PEM)"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"QMQ_TLS_CA"},
+			Usage: "with --tls-cert: trust the CA certificates in `FILE` (PEM): other nodes' certificates, and clients', must be signed by one of them"},
+		&cli.StringFlag{Name: "tls-client-auth", Value: "require", EnvVars: []string{"QMQ_TLS_CLIENT_AUTH"},
+			Usage: "with --tls-cert: what the client port asks of a client's certificate: `MODE` require (one signed by the CA), " +
+				"request (checked if the client presents one) or none"},
+	}
+}
+
+// tlsConfig reads tlsFlags. The client auth mode goes with the files: given
+// without them (by flag or environment), it is refused by the node's
+// config check rather than ignored.
+func tlsConfig(c *cli.Context) server.TLSConfig {
+	t := server.TLSConfig{CAFile: c.String("tls-ca"), CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key")}
+	if t != (server.TLSConfig{}) || c.IsSet("tls-client-auth") {
+		t.ClientAuth = c.String("tls-client-auth")
+	}
+	return t
+}

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// TLSConfig names a node's TLS files. With them, the node's ports are
+// TLS-only and its dials to other nodes are TLS, all with one certificate
+// reloaded from its files (see internal/tlsconf). Without them (the zero
+// value), everything is plaintext.
+type TLSConfig struct {
+	// CAFile holds the PEM certificates of the CAs the node trusts: the
+	// certificates of the nodes it dials and of the clients and nodes
+	// that dial it must be signed by one of them. Required with CertFile.
+	CAFile string
+	// CertFile is the node's PEM certificate, a node certificate (both
+	// the serverAuth and clientAuth extended key usages: nodes dial each
+	// other) valid for every host the node is dialled at, clients' and
+	// Raft's alike. Default: none, TLS off.
+	CertFile string
+	// KeyFile is CertFile's private key (PEM). Required with CertFile.
+	KeyFile string
+	// ClientAuth is what the client port asks of a client's certificate:
+	// "require" (one signed by the CA), "request" (verified if the client
+	// presents one) or "none". Default "" is require. The Raft port
+	// requires a node certificate whatever it says.
+	ClientAuth string
+	// ReloadCheck is the least time between two looks at the files (three
+	// stats, on a handshake or dial): replaced files are used by new
+	// connections within it. Default 0 means 1 s; a negative value looks
+	// on every handshake and dial (for tests).
+	ReloadCheck time.Duration
+}
+
+// ErrTLSConfig is wrapped by Validate's errors about NodeConfig.TLS.
+var ErrTLSConfig = errors.New("server: config: tls")
+
+// files is c's files in tlsconf's terms.
+func (c TLSConfig) files() tlsconf.Files {
+	return tlsconf.Files{CA: c.CAFile, Cert: c.CertFile, Key: c.KeyFile}
+}
+
+// check reports a set of files a node cannot serve with (all three are
+// needed), and a client auth mode that is unknown or given without files.
+func (c TLSConfig) check() error {
+	if c.files().IsZero() {
+		if c.ClientAuth != "" {
+			return fmt.Errorf("%w: client auth %q is given without the certificate files", ErrTLSConfig, c.ClientAuth)
+		}
+		return nil
+	}
+	if err := c.files().CheckNode(); err != nil {
+		return fmt.Errorf("%w: %w", ErrTLSConfig, err)
+	}
+	if _, err := tlsconf.ParseClientAuth(c.ClientAuth); err != nil {
+		return fmt.Errorf("%w: %w", ErrTLSConfig, err)
+	}
+	return nil
+}
+
+// nodeTLS is a node's loaded TLS files, shared by its listeners and its
+// dials; nil when the node has none.
+type nodeTLS struct {
+	files *tlsconf.Reloader
+	auth  tlsconf.ClientAuth // the client port's
+}
+
+// loadTLS reads the files of c (checked by Validate), so that a node whose
+// files do not load, or whose certificate is a client's, refuses to
+// start; a replaced set that does not load later is logged through warn
+// and the previous one kept.
+func loadTLS(c TLSConfig, warn func(msg string, kv ...any)) (*nodeTLS, error) {
+	if c.files().IsZero() {
+		return nil, nil
+	}
+	auth, err := tlsconf.ParseClientAuth(c.ClientAuth)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTLSConfig, err)
+	}
+	r, err := tlsconf.Load(c.files(), tlsconf.Options{CheckEvery: c.ReloadCheck, Warn: warn})
+	if err != nil {
+		return nil, fmt.Errorf("server: tls: %w", err)
+	}
+	if err := tlsconf.CheckNodeCert(r.Leaf()); err != nil {
+		return nil, fmt.Errorf("server: tls: %s: %w", c.CertFile, err)
+	}
+	return &nodeTLS{files: r, auth: auth}, nil
+}
+
+// clientServer is the client port's TLS config, nil for plaintext.
+func (t *nodeTLS) clientServer() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.files.Server(t.auth, false)
+}
+
+// dialer is how the node dials other nodes: with its own certificate,
+// which is also a client's, checking theirs against the CA.
+func (t *nodeTLS) dialer() transport.Dialer {
+	if t == nil {
+		return transport.Dialer{}
+	}
+	return transport.Dialer{TLS: t.files.Client}
+}

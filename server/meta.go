@@ -67,7 +67,8 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	// The metaserver's log is small and seldom written: raft-boltdb (see
 	// DESIGN.md, "The Raft log store").
 	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
-		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: RaftLogBolt, logCache: DefaultRaftLogCache}); err != nil {
+		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: RaftLogBolt, logCache: DefaultRaftLogCache,
+		tls: m.tls.reloader()}); err != nil {
 		return nil, err
 	}
 	m.newMetrics()

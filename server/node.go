@@ -117,7 +117,7 @@ func (n *Node) openRaft() error {
 		},
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
-		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache})
+		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader()})
 }
 
 // Raft exposes the Raft node, for tests and admin tools.

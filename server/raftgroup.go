@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -74,6 +75,9 @@ type raftSetup struct {
 	// logCache is the bytes of recent entries kept in memory in front of
 	// the log store (see logCache); 0 keeps none.
 	logCache int64
+	// tls makes Raft's connections TLS, between nodes of its CA only;
+	// nil: plaintext.
+	tls *tlsconf.Reloader
 }
 
 func (g *raftGroup) open(s raftSetup) error {
@@ -84,7 +88,7 @@ func (g *raftGroup) open(s raftSetup) error {
 			return err
 		}
 	}
-	if g.trans, err = newRaftTransport(s.addr, s.advertise, g.log.Named("raft-net")); err != nil {
+	if g.trans, err = newRaftTransport(s.addr, s.advertise, s.tls, g.log.Named("raft-net")); err != nil {
 		return err
 	}
 	rc := raft.DefaultConfig()

@@ -1,37 +1,108 @@
 package server
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/tlsconf"
 )
+
+// raftHandshakeTimeout bounds the TLS handshake of an accepted Raft
+// connection.
+const raftHandshakeTimeout = 10 * time.Second
 
 // raftStream is the Raft transport's stream layer: TCP like raft's own,
 // but a node listening on a specific IP also dials its peers from that IP.
 // Peers, and any proxy between them, then see which node a connection
 // comes from; a node on a multi-homed host talks to its group from the one
-// address it was given.
+// address it was given. With TLS files, every connection is TLS and each
+// side must present a node certificate of the CA.
 type raftStream struct {
 	net.Listener
 	advertise net.Addr
 	dialer    net.Dialer
+	tls       *tlsconf.Reloader // nil: plaintext
+	server    *tls.Config       // tls's nodes-only server config
+	log       hclog.Logger
 }
 
 func (s *raftStream) Addr() net.Addr { return s.advertise }
 
+// Dial connects to a peer; over TLS, the handshake is done within
+// timeout too, with the node's current certificate.
 func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := s.dialer
 	d.Timeout = timeout
-	return d.Dial("tcp", string(addr))
+	if s.tls == nil {
+		return d.Dial("tcp", string(addr))
+	}
+	return (&tls.Dialer{NetDialer: &d, Config: s.tls.Client()}).Dial("tcp", string(addr))
+}
+
+// Accept returns the next connection. Over TLS it does not handshake:
+// raft accepts in one loop, where a peer that stalls its handshake would
+// hold up every other; the handshake runs on the connection's first Read
+// or Write instead, in the goroutine raft gives it.
+func (s *raftStream) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil || s.tls == nil {
+		return c, err
+	}
+	return &raftServerConn{Conn: tls.Server(c, s.server), log: s.log}, nil
+}
+
+// raftServerConn is an accepted Raft connection over TLS, which handshakes
+// on first use, within raftHandshakeTimeout.
+type raftServerConn struct {
+	*tls.Conn
+	log  hclog.Logger
+	once sync.Once
+	err  error // the handshake's outcome: nil, or io.EOF
+}
+
+// handshake runs the handshake once. A refused one is logged here and
+// reported as io.EOF, which raft takes for a peer gone: it closes the
+// connection without logging it again.
+func (c *raftServerConn) handshake() error {
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), raftHandshakeTimeout)
+		defer cancel()
+		if err := c.Conn.HandshakeContext(ctx); err != nil {
+			c.log.Warn("refused a raft connection", "remote", c.RemoteAddr().String(), "error", err)
+			c.err = io.EOF
+		}
+	})
+	return c.err
+}
+
+func (c *raftServerConn) Read(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *raftServerConn) Write(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 // newRaftTransport listens for Raft on bind and hands out advertise (the
 // same address when empty): peers dial advertise, which a proxy may stand
-// in front of.
-func newRaftTransport(bind, advertise string, log hclog.Logger) (*raft.NetworkTransport, error) {
+// in front of. With files (not nil) every connection is TLS, and only a
+// node certificate of the CA is accepted, as server and as client: a
+// client's certificate of the same CA cannot speak Raft.
+func newRaftTransport(bind, advertise string, files *tlsconf.Reloader, log hclog.Logger) (*raft.NetworkTransport, error) {
 	if advertise == "" {
 		advertise = bind
 	}
@@ -46,7 +117,10 @@ func newRaftTransport(bind, advertise string, log hclog.Logger) (*raft.NetworkTr
 	if err != nil {
 		return nil, fmt.Errorf("server: listen for raft: %w", err)
 	}
-	s := &raftStream{Listener: ln, advertise: adv}
+	s := &raftStream{Listener: ln, advertise: adv, tls: files, log: log}
+	if files != nil {
+		s.server = files.Server(tlsconf.Require, true)
+	}
 	if local := ln.Addr().(*net.TCPAddr); !local.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: local.IP}
 	}

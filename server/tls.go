@@ -93,6 +93,14 @@ func loadTLS(c TLSConfig, warn func(msg string, kv ...any)) (*nodeTLS, error) {
 	return &nodeTLS{files: r, auth: auth}, nil
 }
 
+// reloader is the node's files, nil for plaintext.
+func (t *nodeTLS) reloader() *tlsconf.Reloader {
+	if t == nil {
+		return nil
+	}
+	return t.files
+}
+
 // clientServer is the client port's TLS config, nil for plaintext.
 func (t *nodeTLS) clientServer() *tls.Config {
 	if t == nil {

@@ -237,9 +237,9 @@ type NodeConfig struct {
 	Bootstrap bool
 	// ClientLimits bound what clients can make the client listener hold.
 	ClientLimits ClientLimits
-	// TLS, when its files are given, makes the client and Raft ports
-	// TLS-only and the node's dials to other nodes TLS. Default: none,
-	// plaintext.
+	// TLS, when its files are given, makes the client, Raft and HTTP
+	// ports TLS-only and the node's dials to other nodes TLS. Default:
+	// none, plaintext.
 	TLS TLSConfig
 }
 

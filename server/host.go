@@ -67,7 +67,8 @@ func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) err
 }
 
 // serve answers client requests with handler, and /status and /metrics at
-// httpAddr unless it is "".
+// httpAddr unless it is "": both over TLS, with the one certificate and
+// client auth mode, when the node has TLS files.
 func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr string, status func() any, reg *prometheus.Registry) error {
 	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
 	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client"),
@@ -83,7 +84,7 @@ func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr st
 		return nil
 	}
 	var err error
-	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, status, reg, h.hlog, h.goLoop)
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.clientServer(), status, reg, h.hlog, h.goLoop)
 	return err
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -77,8 +78,11 @@ var defaultHTTPLimits = httpLimits{
 	maxHeaderBytes: 64 << 10,
 }
 
-// serveHTTP serves /status (status's answer as JSON) and /metrics at addr.
-func serveHTTP(addr string, limits httpLimits, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
+// serveHTTP serves /status (status's answer as JSON) and /metrics at addr,
+// over TLS with tlsConfig unless it is nil. net/http bounds a handshake by
+// the least of limits' timeouts, and answers a plaintext request to a TLS
+// port with 400.
+func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: listen for http: %w", err)
@@ -95,8 +99,13 @@ func serveHTTP(addr string, limits httpLimits, status func() any, reg *prometheu
 		ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read, WriteTimeout: limits.write,
 		IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes,
 		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+	serve := func() error { return srv.Serve(lis) }
+	if tlsConfig != nil {
+		srv.TLSConfig = tlsConfig
+		serve = func() error { return srv.ServeTLS(lis, "", "") }
+	}
 	goLoop(func() {
-		if err := srv.Serve(lis); err != nil && err != http.ErrServerClosed {
+		if err := serve(); err != nil && err != http.ErrServerClosed {
 			log.Error("http listener stopped", "error", err)
 		}
 	})

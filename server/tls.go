@@ -26,10 +26,10 @@ type TLSConfig struct {
 	CertFile string
 	// KeyFile is CertFile's private key (PEM). Required with CertFile.
 	KeyFile string
-	// ClientAuth is what the client port asks of a client's certificate:
-	// "require" (one signed by the CA), "request" (verified if the client
-	// presents one) or "none". Default "" is require. The Raft port
-	// requires a node certificate whatever it says.
+	// ClientAuth is what the client and HTTP ports ask of a client's
+	// certificate: "require" (one signed by the CA), "request" (verified
+	// if the client presents one) or "none". Default "" is require. The
+	// Raft port requires a node certificate whatever it says.
 	ClientAuth string
 	// ReloadCheck is the least time between two looks at the files (three
 	// stats, on a handshake or dial): replaced files are used by new

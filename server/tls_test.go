@@ -1,9 +1,11 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"io/fs"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,5 +208,45 @@ func TestTLSBrokerOfAnotherCANeverRegisters(t *testing.T) {
 	})
 	if _, known := groupAvailable(t, newAdmin(t, m.ClientAddr(), fx.client("app")), "g1"); known {
 		t.Fatal("the metaserver knows the group of a broker of another CA")
+	}
+}
+
+// TestTLSHTTP: a TLS node serves /status and /metrics over TLS only, with
+// the client port's client auth: plaintext HTTP is answered 400, https
+// without a client certificate is refused, and https with the CA and a
+// client certificate works.
+func TestTLSHTTP(t *testing.T) {
+	fx := newTLSFixture(t)
+	n := startNode(t, "n1", true, func(c *Config) { c.TLS = fx.node("n1") })
+	get := func(c *http.Client, url string) (int, string, error) {
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	client := func(config *tls.Config) *http.Client {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}
+		t.Cleanup(c.CloseIdleConnections)
+		return c
+	}
+
+	if code, _, err := get(client(nil), "http://"+n.HTTPAddr()+"/status"); err != nil || code != http.StatusBadRequest {
+		t.Fatalf("plaintext /status: %d, %v; want 400", code, err)
+	}
+	fx.issue("app", tlsconf.Spec{CN: "app"})
+	noCert := fx.config("app")
+	noCert.CertFile, noCert.KeyFile = "", ""
+	if code, _, err := get(client(clientConfig(t, noCert)), "https://"+n.HTTPAddr()+"/status"); err == nil {
+		t.Fatalf("https without a client certificate: %d, want a refused handshake", code)
+	}
+	app := client(clientConfig(t, fx.config("app")))
+	for path, want := range map[string]string{"/status": `"id": "n1"`, "/metrics": "qmq_raft_applied_index"} {
+		code, body, err := get(app, "https://"+n.HTTPAddr()+path)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("https %s: %d, %v, want 200 with %q:\n%s", path, code, err, want, body)
+		}
 	}
 }

@@ -12,16 +12,16 @@ import (
 func tlsFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"QMQ_TLS_CERT"},
-			Usage: "serve TLS 1.3 only, on the client and Raft ports, with the node certificate in `FILE` (PEM; " +
+			Usage: "serve TLS 1.3 only, on the client, Raft and --http ports, with the node certificate in `FILE` (PEM; " +
 				"qmqctl tls init --node makes one), and dial other nodes over TLS with it; it must be valid for every host " +
-				"the node is dialled at (the --listen or --advertise host, the --raft or --raft-advertise host). " +
+				"the node is dialled at (the --listen or --advertise host, the --raft or --raft-advertise host, the --http host). " +
 				"The files are looked at once a second and reloaded when replaced (by rename): new connections use them"},
 		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"QMQ_TLS_KEY"},
 			Usage: "with --tls-cert: the certificate's private key `FILE` (PEM)"},
 		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"QMQ_TLS_CA"},
 			Usage: "with --tls-cert: trust the CA certificates in `FILE` (PEM): other nodes' certificates, and clients', must be signed by one of them"},
 		&cli.StringFlag{Name: "tls-client-auth", Value: "require", EnvVars: []string{"QMQ_TLS_CLIENT_AUTH"},
-			Usage: "with --tls-cert: what the client port asks of a client's certificate: `MODE` require (one signed by the CA), " +
+			Usage: "with --tls-cert: the `MODE` of the client and --http ports for client certificates: require (one signed by the CA), " +
 				"request (checked if the client presents one) or none; the Raft port always requires a node certificate"},
 	}
 }

@@ -43,10 +43,7 @@ func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
 		}
 	})
 	n1, n2 := nodes[0], nodes[1]
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr())
-	}
+	addrs := clientAddrs(nodes)
 	c, err := transport.NewGroupClient(addrs)
 	if err != nil {
 		t.Fatal(err)

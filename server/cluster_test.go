@@ -56,6 +56,15 @@ func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	return nodes
 }
 
+// clientAddrs returns the client addresses of nodes.
+func clientAddrs(nodes []*Node) []string {
+	addrs := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr())
+	}
+	return addrs
+}
+
 func leaderOf(nodes []*Node) *Node {
 	for _, n := range nodes {
 		if n.isLeader() {

@@ -89,10 +89,7 @@ func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
 	nodes := startGroup(t, func(id string, c *Config) { c.FSM.DiskFree = disks[id].probe })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr())
-	}
+	addrs := clientAddrs(nodes)
 	gc, err := transport.NewGroupClient(addrs)
 	if err != nil {
 		t.Fatal(err)

@@ -50,10 +50,7 @@ func servesSerial(config *tls.Config, addr string, serial *big.Int) bool {
 func TestTLSRotationWhileSending(t *testing.T) {
 	fx := newTLSFixture(t)
 	nodes := startGroup(t, withTLS(fx))
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr())
-	}
+	addrs := clientAddrs(nodes)
 	p, err := qmq.NewProducer(strings.Join(addrs, ","), fx.client("app"))
 	if err != nil {
 		t.Fatal(err)

@@ -143,21 +143,13 @@ func TestTLSClientPortRefusesPlaintext(t *testing.T) {
 func TestTLSGroupJoinsAndServes(t *testing.T) {
 	fx := newTLSFixture(t)
 	nodes := startGroup(t, withTLS(fx))
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr())
-	}
+	addrs := clientAddrs(nodes)
 	p, err := qmq.NewProducer(strings.Join(addrs, ","), fx.client("app"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	ctx := ctxFor(t, 20*time.Second)
-	for range 10 {
-		if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendOrders(t, p, 10)
 }
 
 // TestTLSBrokerRegistersWithTLSMeta: a TLS broker registers with a TLS
@@ -182,12 +174,7 @@ func TestTLSBrokerRegistersWithTLSMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	ctx := ctxFor(t, 20*time.Second)
-	for range 10 {
-		if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendOrders(t, p, 10)
 }
 
 // TestTLSBrokerOfAnotherCANeverRegisters: a broker whose certificate and
@@ -247,6 +234,18 @@ func TestTLSHTTP(t *testing.T) {
 		code, body, err := get(app, "https://"+n.HTTPAddr()+path)
 		if err != nil || code != http.StatusOK || !strings.Contains(body, want) {
 			t.Fatalf("https %s: %d, %v, want 200 with %q:\n%s", path, code, err, want, body)
+		}
+	}
+}
+
+// sendOrders sends n messages to subject orders, each acknowledged within
+// 20 s, or fails the test.
+func sendOrders(t *testing.T, p *qmq.Producer, n int) {
+	t.Helper()
+	ctx := ctxFor(t, 20*time.Second)
+	for range n {
+		if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -56,14 +56,18 @@ func TestCommitsQueueBehindBusySenders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	await.True(t, 10*time.Second, "the senders to be busy", func() bool {
-		return s.load() == maxCommittedSenders
+	// Each commit's message is either being sent or queued. A sender that
+	// starts late takes every commit queued by then, so how many messages
+	// are in flight depends on scheduling; how many senders run does not.
+	var senders, queued int
+	await.True(t, 10*time.Second, "every commit's message in flight or queued", func() bool {
+		ob.mu.Lock()
+		senders, queued = ob.senders, len(ob.committed)
+		ob.mu.Unlock()
+		return s.load()+queued == commits
 	})
-	ob.mu.Lock()
-	senders, queued := ob.senders, len(ob.committed)
-	ob.mu.Unlock()
-	if senders != maxCommittedSenders || queued != commits-maxCommittedSenders {
-		t.Errorf("%d senders and %d commits queued, want %d and %d", senders, queued, maxCommittedSenders, commits-maxCommittedSenders)
+	if senders != maxCommittedSenders || queued == 0 {
+		t.Errorf("%d senders and %d commits queued, want %d senders and the other commits queued", senders, queued, maxCommittedSenders)
 	}
 	close(s.open)
 	if err := ob.Flush(ctx); err != nil {

@@ -241,6 +241,12 @@ type NodeConfig struct {
 	// ports TLS-only and the node's dials to other nodes TLS. Default:
 	// none, plaintext.
 	TLS TLSConfig
+	// Insecure lets a node without TLS files start with an address (client,
+	// Raft or HTTP, or an advertised one) that is not on loopback; it then
+	// warns at start and its status says insecure. Without it, such a node
+	// is refused (ErrInsecure). Loopback is an IP for which IsLoopback
+	// holds, or "localhost". Default false.
+	Insecure bool
 }
 
 // ClientLimits bound the client listener; a zero field takes its default.
@@ -275,5 +281,8 @@ func (c *NodeConfig) check(what string) error {
 			return fmt.Errorf("server: %s: %s address %q: %w", what, a.name, a.addr, err)
 		}
 	}
-	return c.TLS.check()
+	if err := c.TLS.check(); err != nil {
+		return err
+	}
+	return c.checkExposure()
 }

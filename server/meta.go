@@ -59,6 +59,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	}
 	m.raftGroup = raftGroup{
 		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, dial: m.tls.dialer(),
+		sec:        cfg.security(),
 		memberAddr: m.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})
@@ -80,6 +81,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 			m.goLoop(func() { m.lead(ctx) })
 		})
 	})
+	cfg.warnInsecure(m.log)
 	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", m.store.kind)
 	return m, nil
 }

@@ -171,6 +171,7 @@ func (n *Node) standaloneCluster() transport.Cluster {
 		ns := transport.NodeStatus{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, State: "Unknown", SeenMillis: -1}
 		if m.ID == n.cfg.ID {
 			ns.State, ns.Term, ns.AppliedIndex, ns.SeenMillis = st.State, st.Term, st.AppliedIndex, 0
+			ns.TLS, ns.Insecure = st.TLS, st.Insecure
 		}
 		g.Nodes = append(g.Nodes, ns)
 	}

@@ -79,6 +79,7 @@ func New(cfg Config) (_ *Node, err error) {
 	// Retention must match across the group and nothing compares it: the
 	// start line lets an operator do so.
 	r := cfg.FSM.Retention
+	cfg.warnInsecure(n.log)
 	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.kind,
 		"retention-age", time.Duration(r.MaxAge)*time.Millisecond, "retention-bytes", r.MaxBytes)
 	return n, nil
@@ -111,6 +112,7 @@ func (n *Node) openRaft() error {
 	}
 	n.raftGroup = raftGroup{
 		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.tls.dialer(),
+		sec:        n.cfg.security(),
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()

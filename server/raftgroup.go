@@ -40,6 +40,8 @@ type raftGroup struct {
 	// dial is how the node dials other nodes' client ports (joins, clock
 	// readings, the metaserver): over TLS when the node has a certificate.
 	dial transport.Dialer
+	// sec is what the node's status says of its transport security.
+	sec security
 
 	raft     *raft.Raft
 	store    *raftLogStore
@@ -179,6 +181,7 @@ func (g *raftGroup) status(applied uint64, clientAddr string) Status {
 		Leader: string(leaderID), Term: num("term"), CommitIndex: num("commit_index"),
 		AppliedIndex: applied, LastIndex: g.raft.LastIndex(),
 		ClientAddr: clientAddr, RaftAddr: string(g.trans.LocalAddr()),
+		TLS: g.sec.tls, Insecure: g.sec.insecure,
 	}
 	if leaderID != "" {
 		s.LeaderAddr = g.memberAddr(string(leaderID))

@@ -46,6 +46,10 @@ func (c TLSConfig) files() tlsconf.Files {
 	return tlsconf.Files{CA: c.CAFile, Cert: c.CertFile, Key: c.KeyFile}
 }
 
+// on reports whether TLS is on: files are given (check makes sure that
+// all three are).
+func (c TLSConfig) on() bool { return !c.files().IsZero() }
+
 // check reports a set of files a node cannot serve with (all three are
 // needed), and a client auth mode that is unknown or given without files.
 func (c TLSConfig) check() error {

@@ -45,6 +45,11 @@ type Status struct {
 	ClientAddr   string   `json:"client_addr"`
 	RaftAddr     string   `json:"raft_addr"`
 	Members      []Member `json:"members"`
+	// TLS: the node's ports serve TLS only. Insecure: the node has no TLS
+	// and serves on an address that is not on loopback, which it was
+	// allowed to by --insecure (NodeConfig.Insecure).
+	TLS      bool `json:"tls"`
+	Insecure bool `json:"insecure,omitempty"`
 	// Broker nodes only: deliveries the known consumer groups still owe
 	// (not yet pulled, or pulled and unacknowledged), and whether the
 	// metaserver has drained the group.

@@ -129,4 +129,8 @@ type NodeStatus struct {
 	Backlog int64 `json:"backlog"`
 	// SeenMillis is how long ago its last heartbeat arrived; -1 if never.
 	SeenMillis int64 `json:"seen_ms"`
+	// TLS and Insecure are the node's Status.TLS and Status.Insecure at
+	// its last heartbeat.
+	TLS      bool `json:"tls"`
+	Insecure bool `json:"insecure,omitempty"`
 }

@@ -36,7 +36,8 @@ func newApp() *cli.App {
 		Description: "`qmqd dev` starts a complete one-node queue with no other setup. A production cluster is\n" +
 			"a metaserver group (`qmqd meta`, three nodes) and broker groups (`qmqd broker --meta …`,\n" +
 			"three nodes each): bootstrap the first node of each group with --bootstrap, then add the\n" +
-			"others with `qmqctl join`. docs/operations.md walks through it.",
+			"others with `qmqctl join`. docs/operations.md walks through it. A node with an address that\n" +
+			"is not on loopback starts only with TLS (--tls-cert, --tls-key, --tls-ca) or --insecure.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "trace, debug, info, warn or error", EnvVars: []string{"QMQ_LOG_LEVEL"}},
 		},
@@ -96,7 +97,8 @@ func devCommand() *cli.Command {
 			"both nodes serve TLS with that one node certificate, which must be valid for every host they\n" +
 			"listen on (127.0.0.1 by default), and the broker dials the metaserver over TLS;\n" +
 			"qmqctl then takes --tls-ca (and --tls-cert and --tls-key: a client certificate, unless\n" +
-			"--tls-client-auth is none).",
+			"--tls-client-auth is none). Its addresses are on loopback by default; given one that is\n" +
+			"not, it needs TLS or --insecure, as meta and broker do.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data", Value: "qmq-data", Usage: "data `DIR` (broker/ and meta/ inside)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:6222", Usage: "broker client `HOST:PORT`"},
@@ -121,7 +123,8 @@ func devCommand() *cli.Command {
 			// One voter per group: elections are instant, so short timeouts cost nothing.
 			mcfg := server.DefaultMetaConfig()
 			mcfg.NodeConfig = server.NodeConfig{ID: "dev-meta", DataDir: filepath.Join(c.String("data"), "meta"),
-				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true, TLS: tlsConfig(c)}
+				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true,
+				TLS: tlsConfig(c), Insecure: insecure(c)}
 			mcfg.Logger = logger
 			mcfg.SetElectionTimeout(200 * time.Millisecond)
 			m, err := server.NewMeta(mcfg)
@@ -129,7 +132,8 @@ func devCommand() *cli.Command {
 				return err
 			}
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
-				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true, TLS: tlsConfig(c)}
+				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true,
+				TLS: tlsConfig(c), Insecure: insecure(c)}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
@@ -255,7 +259,7 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
 		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
 		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")},
-		TLS:          tlsConfig(c)}
+		TLS:          tlsConfig(c), Insecure: insecure(c)}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

@@ -8,7 +8,8 @@ import (
 
 // tlsFlags are the TLS flags of every command that runs a node: meta,
 // broker and dev. They name the same files as qmqctl's, and read the
-// same environment variables.
+// same environment variables, but for --insecure, which has none: an
+// inherited environment cannot open a node to the network.
 func tlsFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"QMQ_TLS_CERT"},
@@ -23,10 +24,18 @@ func tlsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-client-auth", Value: "require", EnvVars: []string{"QMQ_TLS_CLIENT_AUTH"},
 			Usage: "with --tls-cert: the `MODE` of the client and --http ports for client certificates: require (one signed by the CA), " +
 				"request (checked if the client presents one) or none; the Raft port always requires a node certificate"},
+		&cli.BoolFlag{Name: "insecure",
+			Usage: "start without --tls-cert although an address (--listen, --raft, --http or an advertised one) is not on loopback " +
+				"(127.0.0.0/8, ::1, localhost): anyone who reaches it can send, consume and change the cluster. The node warns at start " +
+				"and /status says \"insecure\": true. Without TLS and without this flag, such a node refuses to start. No environment " +
+				"variable sets it, so an inherited environment cannot turn it on"},
 	}
 }
 
-// tlsConfig reads tlsFlags. The client auth mode goes with the files: given
+// insecure reads --insecure, from the command line only.
+func insecure(c *cli.Context) bool { return c.Bool("insecure") }
+
+// tlsConfig reads tlsFlags but --insecure (see insecure). The client auth mode goes with the files: given
 // without them (by flag or environment), it is refused by the node's
 // config check rather than ignored.
 func tlsConfig(c *cli.Context) server.TLSConfig {

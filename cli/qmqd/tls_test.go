@@ -87,3 +87,38 @@ func TestTLSFlagsOnEveryNodeCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestInsecureFlag: --insecure reaches the node's config on meta, broker
+// and dev, and nothing in the environment sets it.
+func TestInsecureFlag(t *testing.T) {
+	for _, env := range []string{"QMQ_INSECURE", "INSECURE", "QMQD_INSECURE"} {
+		t.Setenv(env, "true")
+	}
+	if nodeConfigOf(t).Insecure {
+		t.Fatal("no --insecure: the config is insecure")
+	}
+	if !nodeConfigOf(t, "--insecure").Insecure {
+		t.Fatal("--insecure does not reach the config")
+	}
+	for _, cmd := range newApp().Commands {
+		i := slices.IndexFunc(cmd.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), "insecure") })
+		if i < 0 {
+			t.Errorf("qmqd %s has no --insecure", cmd.Name)
+			continue
+		}
+		if f, ok := cmd.Flags[i].(*cli.BoolFlag); !ok || len(f.EnvVars) != 0 {
+			t.Errorf("qmqd %s --insecure: not a bool flag without environment variables", cmd.Name)
+		}
+	}
+}
+
+// TestDevOffLoopbackNeedsInsecure: qmqd dev given an address that is not
+// on loopback refuses to start without TLS or --insecure.
+func TestDevOffLoopbackNeedsInsecure(t *testing.T) {
+	app := newApp()
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	err := app.Run([]string{"qmqd", "dev", "--data", t.TempDir(), "--meta-listen", "0.0.0.0:0"})
+	if !errors.Is(err, server.ErrInsecure) {
+		t.Fatalf("dev --meta-listen 0.0.0.0:0: %v, want %v", err, server.ErrInsecure)
+	}
+}

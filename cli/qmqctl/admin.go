@@ -42,7 +42,8 @@ func statusCommand() *cli.Command {
 		Description: "Asks the metaserver (through --server) for every broker group, and each metaserver node\n" +
 			"for its own position. LAG is how many entries a node's applied index trails its leader's;\n" +
 			"BACKLOG is how many deliveries its consumer groups still owe. Broker figures come from\n" +
-			"heartbeats, so they are up to a few seconds old (SEEN).",
+			"heartbeats, so they are up to a few seconds old (SEEN). TLS is on, off (plaintext on loopback\n" +
+			"only) or INSECURE! (plaintext on an address other hosts can reach, allowed by qmqd --insecure).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
 			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
@@ -66,7 +67,7 @@ func statusCommand() *cli.Command {
 
 func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tCLIENT\tRAFT")
+	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tTLS\tCLIENT\tRAFT")
 	var leaderApplied uint64
 	for _, s := range metas {
 		if s.State == "Leader" {
@@ -75,14 +76,15 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	}
 	for _, s := range metas {
 		if s.err != "" {
-			fmt.Fprintf(w, "meta\t%s\tunreachable\t\t\t\t\t\t%s\t%s (%s)\n", s.ID, s.ClientAddr, s.RaftAddr, s.err)
+			fmt.Fprintf(w, "meta\t%s\tunreachable\t\t\t\t\t\t\t%s\t%s (%s)\n", s.ID, s.ClientAddr, s.RaftAddr, s.err)
 			continue
 		}
 		lag := uint64(0)
 		if leaderApplied > s.AppliedIndex {
 			lag = leaderApplied - s.AppliedIndex
 		}
-		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\t-\tnow\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag, s.ClientAddr, s.RaftAddr)
+		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\t-\tnow\t%s\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag,
+			security(s.TLS, s.Insecure), s.ClientAddr, s.RaftAddr)
 	}
 	for _, g := range cl.Groups {
 		name := g.Name
@@ -97,7 +99,12 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 			if n.SeenMillis >= 0 {
 				seen = (time.Duration(n.SeenMillis) * time.Millisecond).Round(100 * time.Millisecond).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", name, n.ID, n.State, n.Term, n.AppliedIndex, n.Lag, n.Backlog, seen, n.ClientAddr, n.RaftAddr)
+			sec := "-" // no heartbeat yet
+			if n.SeenMillis >= 0 {
+				sec = security(n.TLS, n.Insecure)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", name, n.ID, n.State, n.Term, n.AppliedIndex, n.Lag, n.Backlog, seen,
+				sec, n.ClientAddr, n.RaftAddr)
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -105,6 +112,19 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	}
 	fmt.Printf("%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
 	return nil
+}
+
+// security is a node's TLS column: "on", "off" (plaintext on loopback
+// only), or "INSECURE!" for plaintext on an address other hosts can reach
+// (qmqd --insecure).
+func security(tls, insecure bool) string {
+	switch {
+	case tls:
+		return "on"
+	case insecure:
+		return "INSECURE!"
+	}
+	return "off"
 }
 
 // fillUnreported asks every broker node the metaserver has no heartbeat
@@ -120,6 +140,7 @@ func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				if st, err := a.Status(sctx, n.ClientAddr); err == nil {
 					n.State, n.Term, n.AppliedIndex, n.Backlog, n.SeenMillis = st.State, st.Term, st.AppliedIndex, st.Backlog, 0
+					n.TLS, n.Insecure = st.TLS, st.Insecure
 				}
 				cancel()
 			}

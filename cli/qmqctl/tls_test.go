@@ -349,3 +349,16 @@ func carriesConn(e ast.Expr) bool {
 	}
 	return false
 }
+
+// TestStatusSecurityColumn: status marks a node that serves plaintext off
+// loopback, and tells TLS from plaintext on loopback.
+func TestStatusSecurityColumn(t *testing.T) {
+	for _, tt := range []struct {
+		tls, insecure bool
+		want          string
+	}{{true, false, "on"}, {false, false, "off"}, {false, true, "INSECURE!"}} {
+		if got := security(tt.tls, tt.insecure); got != tt.want {
+			t.Errorf("tls %v, insecure %v: %q, want %q", tt.tls, tt.insecure, got, tt.want)
+		}
+	}
+}

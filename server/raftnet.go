@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/lograte"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 )
 
@@ -32,6 +33,7 @@ type raftStream struct {
 	tls       *tlsconf.Reloader // nil: plaintext
 	server    *tls.Config       // tls's nodes-only server config
 	log       hclog.Logger
+	refusals  *lograte.Limiter // a peer refused in a loop logs once a second
 }
 
 func (s *raftStream) Addr() net.Addr { return s.advertise }
@@ -56,16 +58,16 @@ func (s *raftStream) Accept() (net.Conn, error) {
 	if err != nil || s.tls == nil {
 		return c, err
 	}
-	return &raftServerConn{Conn: tls.Server(c, s.server), log: s.log}, nil
+	return &raftServerConn{Conn: tls.Server(c, s.server), stream: s}, nil
 }
 
 // raftServerConn is an accepted Raft connection over TLS, which handshakes
 // on first use, within raftHandshakeTimeout.
 type raftServerConn struct {
 	*tls.Conn
-	log  hclog.Logger
-	once sync.Once
-	err  error // the handshake's outcome: nil, or io.EOF
+	stream *raftStream
+	once   sync.Once
+	err    error // the handshake's outcome: nil, or io.EOF
 }
 
 // handshake runs the handshake once. A refused one is logged here and
@@ -76,7 +78,9 @@ func (c *raftServerConn) handshake() error {
 		ctx, cancel := context.WithTimeout(context.Background(), raftHandshakeTimeout)
 		defer cancel()
 		if err := c.Conn.HandshakeContext(ctx); err != nil {
-			c.log.Warn("refused a raft connection", "remote", c.RemoteAddr().String(), "error", err)
+			if ok, suppressed := c.stream.refusals.Allow(); ok {
+				c.stream.log.Warn("refused a raft connection", "remote", c.RemoteAddr().String(), "error", err, "suppressed", suppressed)
+			}
 			c.err = io.EOF
 		}
 	})
@@ -117,7 +121,7 @@ func newRaftTransport(bind, advertise string, files *tlsconf.Reloader, log hclog
 	if err != nil {
 		return nil, fmt.Errorf("server: listen for raft: %w", err)
 	}
-	s := &raftStream{Listener: ln, advertise: adv, tls: files, log: log}
+	s := &raftStream{Listener: ln, advertise: adv, tls: files, log: log, refusals: lograte.New(time.Second)}
 	if files != nil {
 		s.server = files.Server(tlsconf.Require, true)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/qmqgo/qmq/internal/lograte"
 	"github.com/qmqgo/qmq/internal/wait"
 )
 
@@ -107,6 +108,7 @@ type Server struct {
 	refusedTotal     atomic.Uint64
 	framesTimedOut   atomic.Uint64
 	handshakesFailed atomic.Uint64
+	handshakeLog     *lograte.Limiter // failed handshakes log once a second
 }
 
 // ServerStats is what a Server holds and what it refused, for metrics.
@@ -197,6 +199,7 @@ func (s *Server) setDefaults() {
 	if s.HandshakeTimeout <= 0 {
 		s.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	s.handshakeLog = lograte.New(time.Second)
 	if s.Logger == nil {
 		s.Logger = hclog.NewNullLogger()
 	}

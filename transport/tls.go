@@ -50,7 +50,9 @@ func (s *Server) handshake(c net.Conn) (*tls.Conn, error) {
 		// closing gently keeps a reset from destroying it before the
 		// client reads it (in TLS 1.3 a client learns of a refused
 		// certificate only on its first read).
-		log.Warn("tls handshake failed", "error", err)
+		if ok, suppressed := s.handshakeLog.Allow(); ok {
+			log.Warn("tls handshake failed", "error", err, "suppressed", suppressed)
+		}
 		lingerClose(c)
 	}
 	return nil, err

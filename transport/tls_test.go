@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"sync"
 )
 
 // loopbackIP is the address the test servers listen on and their
@@ -252,4 +254,46 @@ func TestTLSConnectionLimitsBoundHandshakes(t *testing.T) {
 	if err := callOnce(t, client, addr); err != nil {
 		t.Fatalf("at the limit: %v", err)
 	}
+}
+
+// TestTLSFailedHandshakesLogOncePerSecond: a client failing its handshake
+// in a loop does not write a line per attempt; every failure is still
+// counted, and the next line says how many were held back.
+func TestTLSFailedHandshakesLogOncePerSecond(t *testing.T) {
+	caA, caB := newTestCA(t), newTestCA(t)
+	var logs lockedLog
+	s := tlsServer(t, caA, tlsconf.Require)
+	s.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	addr := serve(t, s, nil)
+	foreign := dialerOf(loadTLS(t, caA, caB, tlsconf.Spec{CN: "app"}))
+	const attempts = 20
+	start := time.Now()
+	for range attempts {
+		if err := callOnce(t, foreign, addr); !errors.Is(err, ErrTLS) {
+			t.Fatalf("got %v, want ErrTLS", err)
+		}
+	}
+	eventually(t, "every failed handshake counted", func() bool { return s.Stats().HandshakesFailed == attempts })
+	lines := strings.Count(logs.String(), "tls handshake failed")
+	if most := int(time.Since(start)/time.Second) + 1; lines < 1 || lines > most {
+		t.Fatalf("%d lines for %d failed handshakes within %v, want 1 to %d", lines, attempts, time.Since(start), most)
+	}
+}
+
+// lockedLog is a log output safe for the server's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

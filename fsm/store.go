@@ -212,9 +212,11 @@ type namedLog struct {
 func (s *store) ends(hours map[int64]*hourState) *logEnds {
 	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{},
 		journal: s.journal.Log().End(), hours: map[int64]delaywheel.HourEnds{}}
-	for _, subject := range s.subjects() {
-		e.consume[subject] = s.consumeLog(subject).Log().End()
+	s.mu.RLock()
+	for subject, cl := range s.consume { // a map: no order needed
+		e.consume[subject] = cl.Log().End()
 	}
+	s.mu.RUnlock()
 	for hour := range hours {
 		e.hours[hour], _ = s.sched.Ends(hour)
 	}

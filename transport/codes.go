@@ -33,6 +33,14 @@ const (
 	// retriable at once, here: send to another group of the subject, or
 	// here again later (the SDK's producer does both).
 	DiskFull Code = 11
+	// Unauthenticated: the node checks applications and the request's
+	// connection has not proved one (no Hello, an unknown application, a
+	// wrong or expired secret, or one deleted or rotated since). Not
+	// retriable: fix the credentials.
+	Unauthenticated Code = 12
+	// PermissionDenied: the application may not do what it asked; the
+	// message names the application and what was refused.
+	PermissionDenied Code = 13
 )
 
 var codeInfo = map[Code]struct {
@@ -51,6 +59,8 @@ var codeInfo = map[Code]struct {
 	StaleConsumer:      {"STALE_CONSUMER", false},
 	TooManyConnections: {"TOO_MANY_CONNECTIONS", true},
 	DiskFull:           {"DISK_FULL", false},
+	Unauthenticated:    {"UNAUTHENTICATED", false},
+	PermissionDenied:   {"PERMISSION_DENIED", false},
 }
 
 func (c Code) String() string {

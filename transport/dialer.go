@@ -25,6 +25,9 @@ type Dialer struct {
 	// against the host dialled: an IP literal against its IP addresses, a
 	// name against its DNS names. Nil (the default): plaintext.
 	TLS func() *tls.Config
+	// Credentials, if set, are sent in a Hello on every connection
+	// before Dial returns it: the connection works for that application.
+	Credentials *Credentials
 }
 
 // Dial connects to addr with the zero Dialer: plaintext.
@@ -36,7 +39,8 @@ func NewGroupClient(servers []string) (*GroupClient, error) {
 }
 
 // Dial connects to addr, and with TLS set completes the handshake before
-// it returns. A connection that cannot be made is an Unavailable *Error; a
+// it returns; with Credentials set, so does the Hello (an
+// UNAUTHENTICATED refusal is an *Error that is not retriable). A connection that cannot be made is an Unavailable *Error; a
 // handshake that fails on a certificate, an alert from the peer or a peer
 // that does not speak TLS is ErrTLS.
 func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
@@ -53,7 +57,15 @@ func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
 		}
 		return nil, &Error{Code: Unavailable, Message: fmt.Sprintf("dial %s: %v", addr, err)}
 	}
-	return newConn(addr, c), nil
+	conn := newConn(addr, c)
+	if d.Credentials != nil {
+		hello := &HelloRequest{App: d.Credentials.App, Secret: d.Credentials.Secret}
+		if _, err := conn.Call(ctx, TypeHello, hello.Encode()); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 // isTLSError reports whether err is a handshake's refusal rather than a

@@ -95,6 +95,9 @@ const (
 	TypeDeadLetters Type = 26
 	// TypeDeadLetterOp resends or purges dead letters (DeadLetterOpRequest, JSON).
 	TypeDeadLetterOp Type = 27
+	// TypeHello names the application a connection works for and proves
+	// it (HelloRequest); a client sends it first.
+	TypeHello Type = 28
 )
 
 func (t Type) String() string {
@@ -153,6 +156,8 @@ func (t Type) String() string {
 		return "dead-letter-op"
 	case TypeTime:
 		return "time"
+	case TypeHello:
+		return "hello"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -76,6 +76,9 @@ func FuzzDecodeRequests(f *testing.F) {
 		if q, err := DecodeExtendRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("extend request does not re-encode to its input")
 		}
+		if q, err := DecodeHelloRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
+			t.Fatalf("hello request does not re-encode to its input")
+		}
 		if q, err := DecodeHeartbeatRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("heartbeat request does not re-encode to its input")
 		}

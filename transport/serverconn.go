@@ -32,6 +32,7 @@ type serverConn struct {
 func (s *Server) serveConn(raw net.Conn, ip string) {
 	defer s.wg.Done()
 	c := raw
+	peer := &Peer{Addr: raw.RemoteAddr().String()}
 	if s.TLS != nil {
 		tc, err := s.handshake(raw)
 		if err != nil {
@@ -39,10 +40,13 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 			return
 		}
 		c = tc
+		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 {
+			peer.Certificate = st.VerifiedChains[0][0]
+		}
 	}
 	sc := &serverConn{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), w: newFrameWriter(c, 64<<10),
-		log: s.Logger.With("remote", c.RemoteAddr().String())}
-	sc.ctx, sc.cancel = context.WithCancel(s.ctx)
+		log: s.Logger.With("remote", peer.Addr)}
+	sc.ctx, sc.cancel = context.WithCancel(WithPeer(s.ctx, peer))
 	if err := sc.readRequests(); err != nil {
 		sc.fail(err)
 	}

@@ -23,11 +23,35 @@ type TLSFiles struct {
 
 // ConnOption says how a Producer, Puller, Subscription or Admin connects
 // to the cluster's nodes; it is an option of NewProducer, NewPuller,
-// Subscribe and NewAdmin alike. The zero value (the default) connects
-// over plaintext TCP; the last ConnOption given wins.
+// Subscribe and NewAdmin alike. Without one a client connects over
+// plaintext TCP and names no application. WithTLS (or WithTLSConfig) and
+// WithApp combine; of two TLS options, the last given wins.
 type ConnOption struct {
+	set func(*connection)
+}
+
+// connection is what the ConnOptions given say.
+type connection struct {
 	dial transport.Dialer
 	err  error // WithTLS's files did not load: the constructor returns it
+}
+
+func (o ConnOption) apply(c *connection) {
+	if o.set != nil {
+		o.set(c)
+	}
+}
+
+// And returns one ConnOption that applies o, then each of more: for code
+// that passes how to connect around as one value, such as
+// qmq.WithTLS(files).And(qmq.WithApp(code, secret)).
+func (o ConnOption) And(more ...ConnOption) ConnOption {
+	return ConnOption{set: func(c *connection) {
+		o.apply(c)
+		for _, m := range more {
+			m.apply(c)
+		}
+	}}
 }
 
 // WithTLS connects over TLS 1.3 with the certificates in files. They are
@@ -42,10 +66,13 @@ type ConnOption struct {
 // its DNS names.
 func WithTLS(files TLSFiles) ConnOption {
 	r, err := tlsconf.Load(tlsconf.Files(files), tlsconf.Options{Warn: warnTLS})
-	if err != nil {
-		return ConnOption{err: fmt.Errorf("qmq: tls: %w", err)}
-	}
-	return ConnOption{dial: transport.Dialer{TLS: r.Client}}
+	return ConnOption{set: func(c *connection) {
+		if err != nil {
+			c.err = fmt.Errorf("qmq: tls: %w", err)
+			return
+		}
+		c.dial.TLS, c.err = r.Client, nil
+	}}
 }
 
 // WithTLSConfig connects over TLS with config as it is: nothing is
@@ -53,19 +80,48 @@ func WithTLS(files TLSFiles) ConnOption {
 // the address dialled. The nodes speak TLS 1.3 only. A nil config
 // connects over plaintext TCP.
 func WithTLSConfig(config *tls.Config) ConnOption {
-	if config == nil {
-		return ConnOption{}
-	}
-	return ConnOption{dial: transport.Dialer{TLS: func() *tls.Config { return config }}}
+	return ConnOption{set: func(c *connection) {
+		c.dial.TLS, c.err = nil, nil
+		if config != nil {
+			c.dial.TLS = func() *tls.Config { return config }
+		}
+	}}
+}
+
+// Errors of a cluster that checks applications: match them with
+// errors.Is. Neither is retried: the credentials or the permissions must
+// change first.
+var (
+	// ErrUnauthenticated: no application was named, or an unknown one, a
+	// wrong or expired secret, or one rotated out since the connection
+	// was made.
+	ErrUnauthenticated error = &transport.Error{Code: transport.Unauthenticated}
+	// ErrPermissionDenied: the application may not do what it asked; the
+	// error names what.
+	ErrPermissionDenied error = &transport.Error{Code: transport.PermissionDenied}
+)
+
+// WithApp makes every connection work for the application code, proved
+// with its secret (`qmqctl app create` makes both). A cluster that checks
+// applications refuses a client without one, or with a wrong secret, with
+// an error whose code is UNAUTHENTICATED (errors.Is(err, ErrUnauthenticated)),
+// and what the application may not do with PERMISSION_DENIED
+// (ErrPermissionDenied). A cluster that does not check applications
+// ignores them. The secret crosses each connection as it is: use it with
+// WithTLS.
+func WithApp(code, secret string) ConnOption {
+	return ConnOption{set: func(c *connection) {
+		c.dial.Credentials = &transport.Credentials{App: code, Secret: secret}
+	}}
 }
 
 // warnTLS reports replaced TLS files that do not load.
 func warnTLS(msg string, kv ...any) { slog.Default().Warn("qmq: "+msg, kv...) }
 
-func (o ConnOption) applyProducer(p *producerOptions)   { p.conn = o }
-func (o ConnOption) applyPuller(p *pullerOptions)       { p.conn = o }
-func (o ConnOption) applySubscribe(p *subscribeOptions) { p.conn = o }
-func (o ConnOption) applyAdmin(a *adminOptions)         { a.conn = o }
+func (o ConnOption) applyProducer(p *producerOptions)   { o.apply(&p.conn) }
+func (o ConnOption) applyPuller(p *pullerOptions)       { o.apply(&p.conn) }
+func (o ConnOption) applySubscribe(p *subscribeOptions) { o.apply(&p.conn) }
+func (o ConnOption) applyAdmin(a *adminOptions)         { o.apply(&a.conn) }
 
 // AdminOption configures NewAdmin: a ConnOption.
 type AdminOption interface {
@@ -74,5 +130,5 @@ type AdminOption interface {
 
 // adminOptions configure an Admin.
 type adminOptions struct {
-	conn ConnOption
+	conn connection
 }

@@ -40,7 +40,7 @@ type consumerOptions struct {
 	atMostOnce bool
 	broadcast  bool          // a consumer group of its own
 	idleExpiry time.Duration // a broadcast group is forgotten after this long without its consumer
-	conn       ConnOption    // how it connects
+	conn       connection    // how it connects (ConnOptions)
 }
 
 // pullerOptions configure a Puller.

@@ -42,7 +42,7 @@ type producerOptions struct {
 	sendTimeout time.Duration
 	maxDelay    time.Duration
 	now         func() time.Time
-	conn        ConnOption
+	conn        connection
 }
 
 // DefaultMaxDelay is two years (731 days): how far ahead a message may be
@@ -510,7 +510,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outc
 		case err != nil:
 			q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
 		case resp.Results[i].Status == transport.SendRejected:
-			q.done(fmt.Errorf("qmq: send %s: rejected: %s", q.msg.id, resp.Results[i].Error))
+			q.done(rejection(q.msg.id, resp.Results[i].Error))
 		default:
 			q.msg.duplicate.Store(resp.Results[i].Status == transport.SendDuplicate)
 			q.done(nil)
@@ -538,3 +538,12 @@ func (p *Producer) Close() error {
 // maxRequestBytes bounds the messages of one send request, well below the
 // broker's frame limit; a larger single message travels alone.
 const maxRequestBytes = 4 << 20
+
+// rejection is the error of a message the broker rejected: an *Error
+// (errors.Is(err, ErrPermissionDenied), say) when the broker named a code.
+func rejection(id, text string) error {
+	if e := transport.ParseRejection(text); e != nil {
+		return fmt.Errorf("qmq: send %s: %w", id, e)
+	}
+	return fmt.Errorf("qmq: send %s: rejected: %s", id, text)
+}

@@ -158,6 +158,9 @@ func (c *Config) Validate() error {
 	if err := c.NodeConfig.check("config"); err != nil {
 		return err
 	}
+	if c.Auth && len(c.Meta) == 0 {
+		return fmt.Errorf("%w: a broker with --auth needs its metaserver (--meta), which holds the applications", ErrAuthConfig)
+	}
 	if err := meta.CheckBrokerGroup(c.Group); err != nil {
 		return fmt.Errorf("server: config: %w", err)
 	}
@@ -247,6 +250,20 @@ type NodeConfig struct {
 	// is refused (ErrInsecure). Loopback is an IP for which IsLoopback
 	// holds, or "localhost". Default false.
 	Insecure bool
+	// Auth makes the node check applications: every client request must
+	// come from an application that proved its secret (a Hello), or over
+	// a connection with a node certificate, and may do only what the
+	// application's rights allow (see docs/security.md). It needs TLS with
+	// client certificates requested or required, by which nodes know each
+	// other; a broker also needs its metaserver, which holds the
+	// applications. Default false: every request is served.
+	Auth bool
+	// OpenHTTP serves /status and /metrics to anyone who reaches
+	// HTTPAddr, without asking for a client certificate. By default the
+	// HTTP port asks what the client port asks (TLSConfig.ClientAuth),
+	// and with Auth on requires a client certificate of the CA. The HTTP
+	// port never serves an admin operation.
+	OpenHTTP bool
 }
 
 // ClientLimits bound the client listener; a zero field takes its default.
@@ -282,6 +299,9 @@ func (c *NodeConfig) check(what string) error {
 		}
 	}
 	if err := c.TLS.check(); err != nil {
+		return err
+	}
+	if err := c.checkAuth(); err != nil {
 		return err
 	}
 	return c.checkExposure()

@@ -14,7 +14,7 @@ func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeNack, req.Subject, req.Group, req.Consumer); err != nil {
 		return nil, err
 	}
 	cmd := &fsm.Nack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
@@ -43,7 +43,7 @@ func (n *Node) handleExtend(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeExtend, req.Subject, req.Group, req.Consumer); err != nil {
 		return nil, err
 	}
 	cmd := &fsm.Extend{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,

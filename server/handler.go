@@ -36,7 +36,7 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 	case transport.TypeDeadLetterOp:
 		return n.handleDeadLetterOp(ctx, p)
 	case transport.TypeHeartbeat:
-		return n.handleHeartbeat(p)
+		return n.handleHeartbeat(ctx, p)
 	case transport.TypeStatus:
 		return json.Marshal(n.Status())
 	case transport.TypeDelays:
@@ -63,7 +63,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := 0
+	size, acc := 0, accessOf(ctx)
 	for i, m := range req.Messages {
 		// Everything apply would refuse is refused here, before it costs a
 		// Raft entry (the decoder checked the message limits already).
@@ -95,6 +95,10 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	var wire [][]byte // wire[j] encodes accepted[j]
 	var at []int      // accepted[j] is req.Messages[at[j]]
 	for i, m := range req.Messages {
+		if err := acc.send(m.Subject); err != nil {
+			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(err)}
+			continue
+		}
 		if m.DeliverAt > limit {
 			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: fmt.Sprintf(
 				"delivery time %s is more than the broker's maximum delay (%s) ahead",
@@ -147,7 +151,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if req.Max <= 0 {
 		return nil, transport.Errorf(transport.Invalid, "pull of %d messages", req.Max)
 	}
-	id, err := n.consumerRequest(req.Subject, req.Group, req.Consumer)
+	id, err := n.consumerRequest(ctx, transport.TypePull, req.Subject, req.Group, req.Consumer)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +291,7 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeAck, req.Subject, req.Group, req.Consumer); err != nil {
 		return nil, err
 	}
 	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Epoch: req.Epoch}
@@ -328,22 +332,26 @@ func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) 
 	return json.Marshal(transport.ForgetGroupResult{Known: r.Known, Consumers: r.Consumers, Unacked: r.Unacked})
 }
 
-func (n *Node) handleHeartbeat(p []byte) ([]byte, error) {
+func (n *Node) handleHeartbeat(ctx context.Context, p []byte) ([]byte, error) {
 	req, err := transport.DecodeHeartbeatRequest(p)
 	if err != nil {
 		return nil, err
 	}
-	_, err = n.consumerRequest(req.Subject, req.Group, req.Consumer)
+	_, err = n.consumerRequest(ctx, transport.TypeHeartbeat, req.Subject, req.Group, req.Consumer)
 	return nil, err
 }
 
-// consumerRequest checks the names of a consumer's request, that this node
-// leads (with its clock anchored), and touches the consumer's session:
-// every pull, ack and heartbeat is a sign of life.
-func (n *Node) consumerRequest(subject, group, consumer string) (fsm.ConsumerID, error) {
+// consumerRequest checks the names of a consumer's request of type t,
+// that its application may consume the subject as the group, that this
+// node leads (with its clock anchored), and touches the consumer's
+// session: every pull, ack and heartbeat is a sign of life.
+func (n *Node) consumerRequest(ctx context.Context, t transport.Type, subject, group, consumer string) (fsm.ConsumerID, error) {
 	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: consumer}
 	if err := id.Check(); err != nil {
 		return id, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := accessOf(ctx).consume(t, subject, group); err != nil {
+		return id, err
 	}
 	if !n.isLeader() {
 		return id, n.notLeader()

@@ -66,12 +66,14 @@ func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) err
 	return nil
 }
 
-// serve answers client requests with handler, and /status and /metrics at
-// httpAddr unless it is "": both over TLS, with the one certificate and
-// client auth mode, when the node has TLS files.
-func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr string, status func() any, reg *prometheus.Registry) error {
+// serve answers client requests with handler behind g, and /status and
+// /metrics at httpAddr unless it is "": both over TLS, with the one
+// certificate, when the node has TLS files. The HTTP port asks what the
+// client port asks of clients' certificates, but with the guard on it
+// requires one, unless openHTTP.
+func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, httpAddr string, openHTTP bool, status func() any, reg *prometheus.Registry) error {
 	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
-	h.client = &transport.Server{Handler: handler, Logger: h.hlog.Named("client"),
+	h.client = &transport.Server{Handler: g.wrap(handler), Logger: h.hlog.Named("client"),
 		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns,
 		TLS: h.tls.clientServer()}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
@@ -84,7 +86,7 @@ func (h *host) serve(handler transport.Handler, limits ClientLimits, httpAddr st
 		return nil
 	}
 	var err error
-	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.clientServer(), status, reg, h.hlog, h.goLoop)
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.httpServer(g.on, openHTTP), status, reg, h.hlog, h.goLoop)
 	return err
 }
 

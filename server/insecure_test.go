@@ -104,7 +104,7 @@ func (b *syncBuffer) String() string {
 // and says "insecure": true in its status and on /status; a TLS node says
 // "tls": true and is never insecure.
 func TestStatusSaysInsecure(t *testing.T) {
-	const warning = "serving without tls on a non-loopback address"
+	const warning = "serving anyone who reaches a non-loopback address"
 	var logs syncBuffer
 	loopback := startMeta(t, "m1", true, func(c *MetaConfig) {
 		c.Insecure = true
@@ -146,5 +146,83 @@ func TestStatusSaysInsecure(t *testing.T) {
 	})
 	if st := secured.Status(); !st.TLS || st.Insecure {
 		t.Errorf("tls node: tls %v, insecure %v; want tls only", st.TLS, st.Insecure)
+	}
+}
+
+// TestConfigRefusesOpenTLSOffLoopback: a node off loopback whose TLS lets
+// in clients without a certificate (client auth none or request) is
+// refused unless it checks applications or is Insecure; its status then
+// says insecure.
+func TestConfigRefusesOpenTLSOffLoopback(t *testing.T) {
+	f := newTLSFixture(t)
+	for _, c := range []struct {
+		clientAuth     string
+		auth, insecure bool
+		ok             bool
+	}{
+		{"require", false, false, true},
+		{"", false, false, true}, // require by default
+		{"request", false, false, false},
+		{"none", false, false, false},
+		{"request", true, false, true},
+		{"request", false, true, true},
+		{"none", false, true, true},
+	} {
+		cfg := DefaultMetaConfig()
+		cfg.ID, cfg.DataDir = "m1", t.TempDir()
+		cfg.ClientAddr, cfg.RaftAddr = "0.0.0.0:6224", "127.0.0.1:6225"
+		cfg.TLS = f.config("n1")
+		cfg.TLS.ClientAuth, cfg.Auth, cfg.Insecure = c.clientAuth, c.auth, c.insecure
+		err := cfg.Validate()
+		if c.ok != (err == nil) {
+			t.Errorf("client auth %q, auth %v, insecure %v: %v, want ok %v", c.clientAuth, c.auth, c.insecure, err, c.ok)
+			continue
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInsecure) || !strings.Contains(err.Error(), "give --auth, or --tls-client-auth require, or --insecure") {
+				t.Errorf("client auth %q: %v does not explain", c.clientAuth, err)
+			}
+			continue
+		}
+		if want := c.insecure; cfg.security().insecure != want {
+			t.Errorf("client auth %q, auth %v, insecure %v: status insecure %v, want %v", c.clientAuth, c.auth, c.insecure, !want, want)
+		}
+	}
+}
+
+// TestConfigAuthNeeds: authentication needs TLS that asks clients for
+// certificates (by which nodes know each other), and a broker needs its
+// metaserver, which holds the applications.
+func TestConfigAuthNeeds(t *testing.T) {
+	f := newTLSFixture(t)
+	meta := func(tls TLSConfig) MetaConfig {
+		cfg := DefaultMetaConfig()
+		cfg.ID, cfg.DataDir = "m1", t.TempDir()
+		cfg.ClientAddr, cfg.RaftAddr, cfg.TLS, cfg.Auth = "127.0.0.1:6224", "127.0.0.1:6225", tls, true
+		return cfg
+	}
+	none := f.config("n1")
+	none.ClientAuth = "none"
+	for name, cfg := range map[string]MetaConfig{"no tls": meta(TLSConfig{}), "client auth none": meta(none)} {
+		if err := cfg.Validate(); !errors.Is(err, ErrAuthConfig) {
+			t.Errorf("%s: %v, want %v", name, err, ErrAuthConfig)
+		}
+	}
+	for _, mode := range []string{"request", "require", ""} {
+		tls := f.config("n1")
+		tls.ClientAuth = mode
+		if cfg := meta(tls); cfg.Validate() != nil {
+			t.Errorf("client auth %q: %v", mode, cfg.Validate())
+		}
+	}
+	broker := DefaultConfig()
+	broker.ID, broker.Group, broker.DataDir = "b1", "g1", t.TempDir()
+	broker.ClientAddr, broker.RaftAddr, broker.TLS, broker.Auth = "127.0.0.1:6222", "127.0.0.1:6223", f.config("n1"), true
+	if err := broker.Validate(); !errors.Is(err, ErrAuthConfig) || !strings.Contains(err.Error(), "--meta") {
+		t.Errorf("a broker without --meta: %v", err)
+	}
+	broker.Meta = []string{"127.0.0.1:6224"}
+	if err := broker.Validate(); err != nil {
+		t.Errorf("a broker with --meta: %v", err)
 	}
 }

@@ -33,6 +33,7 @@ type MetaNode struct {
 	readyTerm atomic.Uint64 // the term in which this node led and caught up (a barrier); 0 if none
 	assignMu  sync.Mutex    // one route assignment at a time, so racing first uses agree
 
+	guard    *guard
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 }
@@ -73,7 +74,8 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, err
 	}
 	m.newMetrics()
-	if err := m.serve(m.handle, cfg.ClientLimits, cfg.HTTPAddr, func() any { return m.Status() }, m.registry); err != nil {
+	m.guard = newGuard(cfg.Auth, m.appTable, newAuditLog(m.log), m.registry)
+	if err := m.serve(m.handle, m.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return m.Status() }, m.registry); err != nil {
 		return nil, err
 	}
 	m.goLoop(func() {

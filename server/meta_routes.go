@@ -219,7 +219,9 @@ func (m *MetaNode) handleDeregister(ctx context.Context, p []byte) ([]byte, erro
 }
 
 // handleBrokerHeartbeat records a broker node's report and answers whether
-// its group takes sends.
+// its group takes sends, with the applications when the node's are not
+// the metaserver's: an application's change reaches every broker by its
+// next heartbeat (MetaHeartbeat, 2 s by default).
 func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 	var hb transport.BrokerHeartbeat
 	if err := transport.DecodeJSON(p, &hb); err != nil {
@@ -231,7 +233,11 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Unknown: true})
 	}
 	m.health.record(&hb)
-	return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly})
+	reply := transport.HeartbeatReply{Writable: !g.ReadOnly}
+	if apps := m.appTable(); apps != nil && apps.Version() != hb.AppsVersion {
+		reply.Apps = &transport.AppTable{Apps: apps.Apps()}
+	}
+	return json.Marshal(reply)
 }
 
 // cluster describes every broker group from registrations and heartbeats.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -94,7 +95,8 @@ func (n *Node) isMember() bool {
 func (n *Node) heartbeatMeta() bool {
 	ends := n.fsm.Ends()
 	hb := transport.BrokerHeartbeat{Status: n.Status(),
-		Load: transport.Load{Subjects: len(ends.Consume), MessageBytes: ends.Messages}}
+		Load:        transport.Load{Subjects: len(ends.Consume), MessageBytes: ends.Messages},
+		AppsVersion: n.apps.Load().Version()}
 	body, _ := json.Marshal(hb)
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.MetaHeartbeat)
 	defer cancel()
@@ -112,6 +114,9 @@ func (n *Node) heartbeatMeta() bool {
 	}
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
+	}
+	if reply.Apps != nil {
+		n.setApps(reply.Apps.Apps)
 	}
 	if reply.Unknown {
 		n.log.Warn("the metaserver does not know this node")
@@ -176,4 +181,16 @@ func (n *Node) standaloneCluster() transport.Cluster {
 		g.Nodes = append(g.Nodes, ns)
 	}
 	return transport.Cluster{Groups: []transport.GroupStatus{g}}
+}
+
+// setApps replaces the applications the node checks requests against
+// with the metaserver's; a table that does not check keeps the one held.
+func (n *Node) setApps(apps []auth.App) {
+	t, err := auth.NewTable(apps)
+	if err != nil {
+		n.log.Warn("applications from the metaserver refused; keeping the ones held", "error", err)
+		return
+	}
+	n.apps.Store(t)
+	n.log.Info("applications received from the metaserver", "apps", t.Len(), "version", t.Version()[:12])
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -24,8 +25,10 @@ type Node struct {
 
 	fsm *fsm.FSM
 
-	meta     *transport.GroupClient // nil without a metaserver
-	writable atomic.Bool            // false while the metaserver drains the group
+	meta     *transport.GroupClient     // nil without a metaserver
+	writable atomic.Bool                // false while the metaserver drains the group
+	apps     atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
+	guard    *guard
 
 	batcher  *batcher
 	sessions *sessions
@@ -67,7 +70,8 @@ func New(cfg Config) (_ *Node, err error) {
 	n.notify = newNotifier()
 	n.sessions = newSessions(n)
 	n.batcher = newBatcher(n)
-	if err := n.serve(n.handle, cfg.ClientLimits, cfg.HTTPAddr, func() any { return n.Status() }, n.metrics.registry); err != nil {
+	n.guard = newGuard(cfg.Auth, n.apps.Load, newAuditLog(n.log), n.metrics.registry)
+	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.metrics.registry); err != nil {
 		return nil, err
 	}
 	if err := n.startMetaLink(); err != nil {

@@ -181,7 +181,7 @@ func (g *raftGroup) status(applied uint64, clientAddr string) Status {
 		Leader: string(leaderID), Term: num("term"), CommitIndex: num("commit_index"),
 		AppliedIndex: applied, LastIndex: g.raft.LastIndex(),
 		ClientAddr: clientAddr, RaftAddr: string(g.trans.LocalAddr()),
-		TLS: g.sec.tls, Insecure: g.sec.insecure,
+		TLS: g.sec.tls, Insecure: g.sec.insecure, Auth: g.sec.auth,
 	}
 	if leaderID != "" {
 		s.LeaderAddr = g.memberAddr(string(leaderID))

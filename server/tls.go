@@ -113,6 +113,21 @@ func (t *nodeTLS) clientServer() *tls.Config {
 	return t.files.Server(t.auth, false)
 }
 
+// httpServer is the HTTP port's TLS config, nil for plaintext: open asks
+// clients for no certificate; authOn requires one of the CA; otherwise it
+// asks what the client port asks.
+func (t *nodeTLS) httpServer(authOn, open bool) *tls.Config {
+	switch {
+	case t == nil:
+		return nil
+	case open:
+		return t.files.Server(tlsconf.None, false)
+	case authOn:
+		return t.files.Server(tlsconf.Require, false)
+	}
+	return t.files.Server(t.auth, false)
+}
+
 // dialer is how the node dials other nodes: with its own certificate,
 // which is also a client's, checking theirs against the CA.
 func (t *nodeTLS) dialer() transport.Dialer {

@@ -50,6 +50,8 @@ type Status struct {
 	// allowed to by --insecure (NodeConfig.Insecure).
 	TLS      bool `json:"tls"`
 	Insecure bool `json:"insecure,omitempty"`
+	// Auth: the node checks applications (NodeConfig.Auth).
+	Auth bool `json:"auth"`
 	// Broker nodes only: deliveries the known consumer groups still owe
 	// (not yet pulled, or pulled and unacknowledged), and whether the
 	// metaserver has drained the group.

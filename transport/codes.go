@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a wire error code. The values are part of the protocol: never
@@ -113,4 +114,31 @@ func CodeOf(err error) Code {
 // Errorf builds an *Error.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// RejectionText is how one message's rejection (SendResult.Error) carries
+// err: for an *Error, its code's name, a colon and its message
+// ("PERMISSION_DENIED: application billing may not send to subject
+// payments"), which ParseRejection reads back; otherwise err's text.
+func RejectionText(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code.String() + ": " + e.Message
+	}
+	return err.Error()
+}
+
+// ParseRejection returns the *Error a rejection's text names with its
+// code (RejectionText), or nil when the text names none.
+func ParseRejection(text string) *Error {
+	name, msg, ok := strings.Cut(text, ": ")
+	if !ok {
+		return nil
+	}
+	for c, i := range codeInfo {
+		if c != OK && i.name == name {
+			return &Error{Code: c, Message: msg}
+		}
+	}
+	return nil
 }

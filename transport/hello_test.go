@@ -147,3 +147,25 @@ func TestPeerCertificate(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectionText: a message's rejection carries its code, which the
+// client reads back; a text naming no code is no *Error.
+func TestRejectionText(t *testing.T) {
+	e := Errorf(PermissionDenied, "application billing may not send to subject payments: really")
+	text := RejectionText(e)
+	if text != "PERMISSION_DENIED: application billing may not send to subject payments: really" {
+		t.Fatalf("text %q", text)
+	}
+	back := ParseRejection(text)
+	if back == nil || back.Code != PermissionDenied || back.Message != e.Message {
+		t.Fatalf("read back %+v", back)
+	}
+	for _, s := range []string{"delivery time too far", "OK: fine", "NOPE: x", "PERMISSION_DENIED"} {
+		if ParseRejection(s) != nil {
+			t.Errorf("%q read as a coded rejection", s)
+		}
+	}
+	if RejectionText(errors.New("plain")) != "plain" {
+		t.Error("a plain error's text changed")
+	}
+}

@@ -1,5 +1,7 @@
 package transport
 
+import "github.com/qmqgo/qmq/internal/auth"
+
 // The metaserver's requests are rare next to sends and pulls (clients cache
 // routes), so their payloads are JSON like the membership requests.
 
@@ -11,6 +13,12 @@ type RouteRequest struct {
 	Subject       string `json:"subject"`
 	ConsumerGroup string `json:"consumer_group,omitempty"`
 	Lookup        bool   `json:"lookup,omitempty"`
+	// App is the application asking, which the metaserver counts a new
+	// subject or consumer group against. Nodes set it: a node with
+	// authentication on sets the application of the connection asking,
+	// and a node forwarding a request passes it on; anyone else's is
+	// replaced.
+	App string `json:"app,omitempty"`
 }
 
 // Route is where a subject lives: producers send to its writable groups,
@@ -55,6 +63,16 @@ type DeregisterRequest struct {
 type BrokerHeartbeat struct {
 	Status Status `json:"status"`
 	Load   Load   `json:"load"`
+	// AppsVersion is the version of the applications the node holds
+	// (auth.Table.Version; "" for none): the reply carries them when the
+	// metaserver's differ.
+	AppsVersion string `json:"apps_version,omitempty"`
+}
+
+// AppTable is every application of the cluster, as the metaserver sends
+// them to brokers.
+type AppTable struct {
+	Apps []auth.App `json:"apps"`
 }
 
 // Load is what a broker group holds, reported by its leader; routing
@@ -71,6 +89,9 @@ type HeartbeatReply struct {
 	// Unknown is true when the metaserver does not know the node (it was
 	// deregistered, or the metaserver was rebuilt): register again.
 	Unknown bool `json:"unknown,omitempty"`
+	// Apps are the metaserver's applications when the heartbeat's
+	// AppsVersion is not theirs; nil otherwise.
+	Apps *AppTable `json:"apps,omitempty"`
 }
 
 // AssignRequest routes a subject to more broker groups: the named ones, or

@@ -27,6 +27,11 @@ func tlsFlags() []cli.Flag {
 			Usage: "with --tls-ca: this client's certificate `FILE` (PEM), which nodes require unless their --tls-client-auth is none or request"},
 		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"QMQ_TLS_KEY"},
 			Usage: "with --tls-cert: the certificate's private key `FILE` (PEM)"},
+		&cli.StringFlag{Name: "app", EnvVars: []string{"QMQ_APP"},
+			Usage: "work as the application `CODE`, proved with --secret, on a cluster that checks applications (qmqd --auth)"},
+		&cli.StringFlag{Name: "secret", EnvVars: []string{"QMQ_SECRET"},
+			Usage: "with --app: the application's `SECRET` (qmqctl app create prints it); prefer the environment variable, which " +
+				"other users cannot read from the process list"},
 	}
 }
 
@@ -37,13 +42,16 @@ func tlsFiles(c *cli.Context) qmq.TLSFiles {
 
 // connOption is how every command connects: over TLS when a TLS flag is
 // given (files that do not load fail the command, naming them), else over
-// plaintext TCP.
+// plaintext TCP; as the application --app names, when given.
 func connOption(c *cli.Context) qmq.ConnOption {
-	f := tlsFiles(c)
-	if f == (qmq.TLSFiles{}) {
-		return qmq.ConnOption{}
+	var o qmq.ConnOption
+	if f := tlsFiles(c); f != (qmq.TLSFiles{}) {
+		o = qmq.WithTLS(f)
 	}
-	return qmq.WithTLS(f)
+	if app := c.String("app"); app != "" || c.String("secret") != "" {
+		o = o.And(qmq.WithApp(app, c.String("secret")))
+	}
+	return o
 }
 
 func tlsCommand() *cli.Command {

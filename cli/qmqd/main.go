@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -106,7 +107,7 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Value: "127.0.0.1:6223", Usage: "broker Raft `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-listen", Value: "127.0.0.1:6224", Usage: "metaserver client `HOST:PORT`"},
 			&cli.StringFlag{Name: "meta-raft", Value: "127.0.0.1:6225", Usage: "metaserver Raft `HOST:PORT`"},
-		}, append(brokerFlags(), tlsFlags()...)...),
+		}, slices.Concat(brokerFlags(), tlsFlags(), authFlags())...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
 			if err != nil {
@@ -124,7 +125,7 @@ func devCommand() *cli.Command {
 			mcfg := server.DefaultMetaConfig()
 			mcfg.NodeConfig = server.NodeConfig{ID: "dev-meta", DataDir: filepath.Join(c.String("data"), "meta"),
 				ClientAddr: c.String("meta-listen"), RaftAddr: c.String("meta-raft"), Bootstrap: true,
-				TLS: tlsConfig(c), Insecure: insecure(c)}
+				TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 			mcfg.Logger = logger
 			mcfg.SetElectionTimeout(200 * time.Millisecond)
 			m, err := server.NewMeta(mcfg)
@@ -133,7 +134,7 @@ func devCommand() *cli.Command {
 			}
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true,
-				TLS: tlsConfig(c), Insecure: insecure(c)}
+				TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
@@ -250,7 +251,7 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.Int64Flag{Name: "client-memory", Value: transport.DefaultMaxInFlightBytes >> 20, Usage: "hold at most `MIB` MiB of client requests and replies in flight; beyond, connections wait"},
 		&cli.IntFlag{Name: "max-conns-per-addr", Value: transport.DefaultMaxConnsPerAddr, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` from one IP address"},
 		&cli.IntFlag{Name: "max-conns", Value: transport.DefaultMaxConns, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` in all"},
-	}, tlsFlags()...)
+	}, slices.Concat(tlsFlags(), authFlags())...)
 }
 
 // nodeConfig reads nodeFlags.
@@ -259,7 +260,7 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
 		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
 		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")},
-		TLS:          tlsConfig(c), Insecure: insecure(c)}
+		TLS:          tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

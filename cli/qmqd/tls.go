@@ -32,6 +32,23 @@ func tlsFlags() []cli.Flag {
 	}
 }
 
+// authFlags are the flags of every command that runs a node about who may
+// use it: --auth, and --open-http, which like --insecure has no
+// environment variable.
+func authFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "auth", EnvVars: []string{"QMQ_AUTH"},
+			Usage: "check applications: every client request must come from an application proved by its secret (qmqctl app create; " +
+				"the SDK's qmq.WithApp, qmqctl --app and --secret) and may do only what its rights allow, or from a connection with a " +
+				"node certificate of the CA (nodes, and operators holding one). Needs --tls-cert, --tls-key and --tls-ca with " +
+				"--tls-client-auth request or require; a broker also needs --meta. See docs/security.md"},
+		&cli.BoolFlag{Name: "open-http",
+			Usage: "serve /status and /metrics on --http to anyone who reaches it, without asking for a client certificate (by " +
+				"default the HTTP port asks what --tls-client-auth says, and with --auth requires one of the CA). The HTTP port never " +
+				"serves an admin operation. No environment variable sets it"},
+	}
+}
+
 // insecure reads --insecure, from the command line only.
 func insecure(c *cli.Context) bool { return c.Bool("insecure") }
 

@@ -1,0 +1,50 @@
+package server
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/internal/lograte"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// auditLog records, in the node's log under the name "audit", every admin
+// operation (who, from where, the request) and every refused request
+// (who, from where, what was refused and why). Both are rate-limited, so
+// that a client cannot fill the disk: admin operations to auditAdminRate
+// lines a second, refusals to one a second; a line says how many were
+// held back before it.
+type auditLog struct {
+	log            hclog.Logger
+	admins, denied *lograte.Limiter
+}
+
+const (
+	auditAdminRate = 100
+	// auditRequestBytes bounds the request an admin line quotes.
+	auditRequestBytes = 512
+)
+
+func newAuditLog(log hclog.Logger) *auditLog {
+	return &auditLog{log: log.Named("audit"),
+		admins: lograte.New(time.Second / auditAdminRate), denied: lograte.New(time.Second)}
+}
+
+// admin records an admin operation about to run. Its payload is the
+// request's JSON (no admin request carries a secret).
+func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
+	if ok, suppressed := l.admins.Allow(); ok {
+		if len(p) > auditRequestBytes {
+			p = p[:auditRequestBytes]
+		}
+		l.log.Info("admin operation", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
+	}
+}
+
+// refused records a refused request.
+func (l *auditLog) refused(who, remote string, t transport.Type, why string) {
+	if ok, suppressed := l.denied.Allow(); ok {
+		l.log.Warn("request refused", "who", who, "remote", remote, "op", t.String(), "reason", why, "suppressed", suppressed)
+	}
+}

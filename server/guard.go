@@ -1,0 +1,253 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// The guard checks every client request of a node with authentication
+// on (NodeConfig.Auth) before its handler runs. Who asks is one of:
+//
+//   - a node: the connection presented a node certificate of the cluster's
+//     CA (both serverAuth and clientAuth, as nodes dial each other with).
+//     Nodes, and operators holding a node certificate, may do everything;
+//   - an application: the connection said Hello with its code and secret,
+//     checked against the table of applications (the metaserver's
+//     replicated state; brokers receive it with their heartbeat replies);
+//   - anyone else, who may only say Hello.
+//
+// Each request type has a class: node-only (registration, heartbeats,
+// clocks), admin (membership, routing, consumer-group and dead-letter
+// operations, applications), read (status and listings: any application),
+// and the rest, whose subjects and consumer groups the handlers check
+// against the application's rights (access). An application's rights are
+// looked up on every request, so a permission changed, a secret rotated
+// out or an application deleted takes effect on open connections too.
+type guard struct {
+	on    bool
+	table func() *auth.Table // nil until a broker first hears from its metaserver
+	now   func() time.Time
+	audit *auditLog
+
+	refused *prometheus.CounterVec // by reason
+}
+
+// newGuard returns a guard; with on false it only answers Hello (accepting
+// any credentials unchecked) and lets everything through.
+func newGuard(on bool, table func() *auth.Table, audit *auditLog, reg *prometheus.Registry) *guard {
+	g := &guard{on: on, table: table, now: time.Now, audit: audit,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qmq_auth_refused_total",
+			Help: "Client requests refused by authentication (unauthenticated) or permissions (permission_denied).",
+		}, []string{"reason"})}
+	reg.MustRegister(g.refused)
+	return g
+}
+
+// class is what a request type asks of its caller.
+type class uint8
+
+const (
+	classApp   class = iota // an application; the handler checks subjects and groups
+	classRead               // any application
+	classAdmin              // an admin application
+	classNode               // a node
+)
+
+func classOf(t transport.Type) class {
+	switch t {
+	case transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups:
+		return classRead
+	case transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime:
+		return classNode
+	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeNack, transport.TypeExtend,
+		transport.TypeHeartbeat, transport.TypeRoute:
+		return classApp
+	}
+	// Everything else changes the cluster: membership, routing, consumer
+	// groups, dead letters, applications. A type not listed here is an
+	// admin's, so a new one is never open by omission.
+	return classAdmin
+}
+
+// wrap returns h behind the guard: Hello is answered here, and every
+// other request reaches h only if its caller may make it, with its access
+// in ctx for the handler's finer checks.
+func (g *guard) wrap(h transport.Handler) transport.Handler {
+	return func(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
+		acc, p, err := g.admit(ctx, t, p)
+		if err != nil || t == transport.TypeHello {
+			return nil, err
+		}
+		return h(context.WithValue(ctx, accessKey{}, acc), t, p)
+	}
+}
+
+// admit decides a request: its access (nil: everything allowed) and its
+// payload, which for a route request names the application asking.
+func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access, []byte, error) {
+	peer := transport.PeerOf(ctx)
+	if !g.on || peer == nil { // authentication off, or a call from inside the node
+		if t == transport.TypeRoute && peer != nil {
+			p = routeOnBehalf(p, "") // only a node may say whom it asks for
+		}
+		return nil, p, nil
+	}
+	if c := peer.Certificate; c != nil && tlsconf.CheckNodeCert(c) == nil {
+		acc := &access{g: g, peer: peer, who: "node:" + c.Subject.CommonName}
+		if t != transport.TypeHello && classOf(t) == classAdmin {
+			g.audit.admin(acc.who, peer.Addr, t, p)
+		}
+		return acc, p, nil
+	}
+	if t == transport.TypeHello {
+		return nil, nil, g.hello(peer, p)
+	}
+	id, ok := peer.Identity().(auth.Identity)
+	if !ok {
+		return nil, nil, g.unauthenticated(peer, "anonymous", t,
+			"this node checks applications: connect with the application's code and secret (qmq.WithApp; qmqctl --app and --secret)")
+	}
+	table := g.table()
+	if table == nil {
+		return nil, nil, transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
+	}
+	rights, err := table.Rights(id, g.now())
+	if err != nil {
+		return nil, nil, g.unauthenticated(peer, "app:"+id.App, t, err.Error())
+	}
+	acc := &access{g: g, peer: peer, who: "app:" + id.App, rights: rights}
+	switch classOf(t) {
+	case classNode:
+		return nil, nil, acc.deny(t, fmt.Sprintf("only a node may send %s requests", t))
+	case classAdmin:
+		if !rights.Admin() {
+			return nil, nil, acc.deny(t, fmt.Sprintf("application %s is not an admin: it may not %s", id.App, t))
+		}
+		g.audit.admin(acc.who, peer.Addr, t, p)
+	case classApp:
+		if t == transport.TypeRoute {
+			var err error
+			if p, err = acc.route(p); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return acc, p, nil
+}
+
+// hello checks an application's credentials and, if they hold, makes them
+// the connection's identity.
+func (g *guard) hello(peer *transport.Peer, p []byte) error {
+	q, err := transport.DecodeHelloRequest(p)
+	if err != nil {
+		return err
+	}
+	table := g.table()
+	if table == nil {
+		return transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
+	}
+	id, err := table.Authenticate(q.App, q.Secret, g.now())
+	if err != nil {
+		return g.unauthenticated(peer, "app:"+q.App, transport.TypeHello, err.Error())
+	}
+	peer.SetIdentity(id)
+	return nil
+}
+
+func (g *guard) unauthenticated(peer *transport.Peer, who string, t transport.Type, why string) error {
+	g.refused.WithLabelValues("unauthenticated").Inc()
+	g.audit.refused(who, peer.Addr, t, why)
+	return transport.Errorf(transport.Unauthenticated, "%s", why)
+}
+
+type accessKey struct{}
+
+// access is what one request's caller may do. A nil *access may do
+// everything: authentication is off, or the call comes from inside the
+// node.
+type access struct {
+	g      *guard
+	peer   *transport.Peer
+	who    string       // for the audit log: "node:ID" or "app:CODE"
+	rights *auth.Rights // nil for a node
+}
+
+// accessOf returns the access the guard gave ctx's request.
+func accessOf(ctx context.Context) *access {
+	a, _ := ctx.Value(accessKey{}).(*access)
+	return a
+}
+
+// app is the application asking, "" for a node or without authentication.
+func (a *access) app() string {
+	if a == nil || a.rights == nil {
+		return ""
+	}
+	return a.rights.App().Code
+}
+
+// send refuses a message to subject the application may not send to.
+func (a *access) send(subject string) error {
+	if a == nil || a.rights == nil || a.rights.MaySend(subject) {
+		return nil
+	}
+	return a.deny(transport.TypeSend, fmt.Sprintf("application %s may not send to subject %s", a.app(), subject))
+}
+
+// consume refuses a consumer's request for a subject and consumer group
+// the application may not consume as.
+func (a *access) consume(t transport.Type, subject, group string) error {
+	if a == nil || a.rights == nil || a.rights.MayConsume(subject, group) {
+		return nil
+	}
+	return a.deny(t, fmt.Sprintf("application %s may not consume subject %s as consumer group %s", a.app(), subject, group))
+}
+
+// route checks a route request: a consumer's (it names its consumer
+// group) as consume, any other as a subject the application sends to or
+// consumes. It returns the payload naming the application, which the
+// metaserver counts a new subject or consumer group against.
+func (a *access) route(p []byte) ([]byte, error) {
+	var req transport.RouteRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if req.ConsumerGroup != "" {
+		if err := a.consume(transport.TypeRoute, req.Subject, req.ConsumerGroup); err != nil {
+			return nil, err
+		}
+	} else if !a.rights.MayUse(req.Subject) {
+		return nil, a.deny(transport.TypeRoute, fmt.Sprintf("application %s may neither send to nor consume subject %s", a.app(), req.Subject))
+	}
+	req.App = a.app()
+	b, _ := json.Marshal(req)
+	return b, nil
+}
+
+// routeOnBehalf returns a route request's payload with App set to app,
+// or p unchanged if it does not decode (its handler refuses it).
+func routeOnBehalf(p []byte, app string) []byte {
+	var req transport.RouteRequest
+	if transport.DecodeJSON(p, &req) != nil || req.App == app {
+		return p
+	}
+	req.App = app
+	b, _ := json.Marshal(req)
+	return b
+}
+
+// deny counts, logs and returns a refusal of what the application asked.
+func (a *access) deny(t transport.Type, why string) error {
+	a.g.refused.WithLabelValues("permission_denied").Inc()
+	a.g.audit.refused(a.who, a.peer.Addr, t, why)
+	return transport.Errorf(transport.PermissionDenied, "%s", why)
+}

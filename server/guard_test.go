@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// guardFixture is a guard over a table of three applications, and the
+// handler behind it, which records the access and payload it was given.
+type guardFixture struct {
+	t       *testing.T
+	g       *guard
+	table   *auth.Table
+	secrets map[string]string
+	log     *syncBuffer
+	got     struct {
+		acc *access
+		p   []byte
+	}
+	handler transport.Handler
+}
+
+func newGuardFixture(t *testing.T) *guardFixture {
+	f := &guardFixture{t: t, secrets: map[string]string{}, log: &syncBuffer{}}
+	var apps []auth.App
+	for _, a := range []auth.App{
+		{Code: "ops", Admin: true},
+		{Code: "billing", Send: []string{"orders.*"}, Consume: []auth.Grant{{Subject: "payments", Group: "billing"}}},
+		{Code: "reader"},
+	} {
+		secret, s, err := auth.NewSecret()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Secrets = []auth.Secret{s}
+		apps = append(apps, a)
+		f.secrets[a.Code] = secret
+	}
+	var err error
+	if f.table, err = auth.NewTable(apps); err != nil {
+		t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})
+	f.g = newGuard(true, func() *auth.Table { return f.table }, newAuditLog(log), prometheus.NewRegistry())
+	f.handler = f.g.wrap(func(ctx context.Context, _ transport.Type, p []byte) ([]byte, error) {
+		f.got.acc, f.got.p = accessOf(ctx), p
+		return []byte("served"), nil
+	})
+	return f
+}
+
+// call makes a request on peer's connection.
+func (f *guardFixture) call(peer *transport.Peer, t transport.Type, p []byte) error {
+	f.got.acc, f.got.p = nil, nil
+	_, err := f.handler(transport.WithPeer(context.Background(), peer), t, p)
+	return err
+}
+
+// app returns a connection that said Hello as code.
+func (f *guardFixture) app(code string) *transport.Peer {
+	f.t.Helper()
+	p := &transport.Peer{Addr: "127.0.0.9:4000"}
+	if err := f.call(p, transport.TypeHello, (&transport.HelloRequest{App: code, Secret: f.secrets[code]}).Encode()); err != nil {
+		f.t.Fatalf("hello as %s: %v", code, err)
+	}
+	return p
+}
+
+func codeOf(err error) transport.Code { return transport.CodeOf(err) }
+
+func routeRequest(subject, group, app string) []byte {
+	b, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app})
+	return b
+}
+
+// TestGuardClasses: who may make which request type.
+func TestGuardClasses(t *testing.T) {
+	f := newGuardFixture(t)
+	anon := &transport.Peer{Addr: "127.0.0.9:1"}
+	ops, billing := f.app("ops"), f.app("billing")
+	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
+		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetGroup, transport.TypeMetaForgetGroup,
+		transport.TypeSetGroup, transport.TypeResetGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp, transport.Type(99)}
+	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups}
+	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
+	for _, typ := range append(append(append([]transport.Type{transport.TypeSend, transport.TypePull}, admin...), read...), nodeOnly...) {
+		if err := f.call(anon, typ, nil); codeOf(err) != transport.Unauthenticated {
+			t.Errorf("%s without hello: %v, want UNAUTHENTICATED", typ, err)
+		}
+	}
+	for _, typ := range admin {
+		if err := f.call(billing, typ, []byte(`{}`)); codeOf(err) != transport.PermissionDenied || !strings.Contains(err.Error(), "application billing is not an admin") {
+			t.Errorf("%s by billing: %v, want PERMISSION_DENIED naming it", typ, err)
+		}
+		if err := f.call(ops, typ, []byte(`{}`)); err != nil {
+			t.Errorf("%s by ops: %v", typ, err)
+		}
+	}
+	for _, typ := range read {
+		if err := f.call(f.app("reader"), typ, nil); err != nil {
+			t.Errorf("%s by reader: %v", typ, err)
+		}
+	}
+	for _, typ := range nodeOnly {
+		if err := f.call(ops, typ, nil); codeOf(err) != transport.PermissionDenied {
+			t.Errorf("%s by an admin application: %v, want PERMISSION_DENIED", typ, err)
+		}
+	}
+	// The handler's finer checks: billing's rights.
+	if err := f.call(billing, transport.TypeSend, nil); err != nil {
+		t.Fatal(err)
+	}
+	acc := f.got.acc
+	for _, c := range []struct {
+		what string
+		err  error
+		want transport.Code
+	}{
+		{"send orders.paid", acc.send("orders.paid"), transport.OK},
+		{"send payments", acc.send("payments"), transport.PermissionDenied},
+		{"consume payments as billing", acc.consume(transport.TypePull, "payments", "billing"), transport.OK},
+		{"consume payments as other", acc.consume(transport.TypePull, "payments", "other"), transport.PermissionDenied},
+	} {
+		if codeOf(c.err) != c.want {
+			t.Errorf("billing: %s: %v, want %s", c.what, c.err, c.want)
+		}
+	}
+	if err := acc.send("payments"); !strings.Contains(err.Error(), "application billing may not send to subject payments") {
+		t.Errorf("the refusal does not name what: %v", err)
+	}
+}
+
+// TestGuardRoute: a route request is checked against the subject (and the
+// consumer group, a consumer's), and reaches the handler naming the
+// application asking, whatever the client claimed; a node's claim stands.
+func TestGuardRoute(t *testing.T) {
+	f := newGuardFixture(t)
+	billing := f.app("billing")
+	for _, c := range []struct {
+		subject, group string
+		want           transport.Code
+	}{
+		{"orders.paid", "", transport.OK},
+		{"payments", "", transport.OK},
+		{"payments", "billing", transport.OK},
+		{"payments", "other", transport.PermissionDenied},
+		{"orders.paid", "billing", transport.PermissionDenied},
+		{"refunds", "", transport.PermissionDenied},
+	} {
+		err := f.call(billing, transport.TypeRoute, routeRequest(c.subject, c.group, "ops"))
+		if codeOf(err) != c.want {
+			t.Errorf("route %s/%s: %v, want %s", c.subject, c.group, err, c.want)
+			continue
+		}
+		if err == nil {
+			var req transport.RouteRequest
+			json.Unmarshal(f.got.p, &req)
+			if req.App != "billing" {
+				t.Errorf("route %s/%s reached the handler as %q, want billing", c.subject, c.group, req.App)
+			}
+		}
+	}
+	node := &transport.Peer{Addr: "127.0.0.2:1", Certificate: issueCert(t, true)}
+	if err := f.call(node, transport.TypeRoute, routeRequest("refunds", "", "billing")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(f.got.p), `"app":"billing"`) {
+		t.Errorf("a node's route lost the application it asks for: %s", f.got.p)
+	}
+	// Without authentication, a claim is dropped: only a node may make one.
+	open := newGuard(false, nil, newAuditLog(hclog.NewNullLogger()), prometheus.NewRegistry())
+	var got []byte
+	h := open.wrap(func(_ context.Context, _ transport.Type, p []byte) ([]byte, error) { got = p; return nil, nil })
+	if _, err := h(transport.WithPeer(context.Background(), &transport.Peer{}), transport.TypeRoute, routeRequest("s", "", "ops")); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(got), "ops") {
+		t.Errorf("an open node passed on a client's claim: %s", got)
+	}
+}
+
+// issueCert returns a certificate of a new CA's, a node's or a client's.
+func issueCert(t *testing.T, node bool) *x509.Certificate {
+	t.Helper()
+	ca, err := tlsconf.NewCA("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := ca.Issue(tlsconf.Spec{CN: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestGuardNodesAndHello: a node certificate may do everything, a
+// client's certificate nothing more than no certificate; a wrong secret,
+// an unknown application and a broker without the table yet are refused,
+// and the refusals are counted and logged at most once a second.
+func TestGuardNodesAndHello(t *testing.T) {
+	f := newGuardFixture(t)
+	node := &transport.Peer{Addr: "127.0.0.2:1", Certificate: issueCert(t, true)}
+	for _, typ := range []transport.Type{transport.TypeRegister, transport.TypeJoin, transport.TypeSend, transport.TypeStatus} {
+		if err := f.call(node, typ, nil); err != nil {
+			t.Errorf("%s by a node: %v", typ, err)
+		}
+	}
+	client := &transport.Peer{Addr: "127.0.0.3:1", Certificate: issueCert(t, false)}
+	if err := f.call(client, transport.TypeStatus, nil); codeOf(err) != transport.Unauthenticated {
+		t.Errorf("a client certificate without hello: %v", err)
+	}
+	before := testutil.ToFloat64(f.g.refused.WithLabelValues("unauthenticated"))
+	for i := range 20 {
+		hello := transport.HelloRequest{App: "billing", Secret: f.secrets["ops"]}
+		if i%2 == 1 {
+			hello.App = "nobody"
+		}
+		if err := f.call(&transport.Peer{Addr: "127.0.0.4:1"}, transport.TypeHello, hello.Encode()); codeOf(err) != transport.Unauthenticated {
+			t.Fatalf("a wrong hello: %v", err)
+		}
+	}
+	if got := testutil.ToFloat64(f.g.refused.WithLabelValues("unauthenticated")) - before; got != 20 {
+		t.Errorf("%v refusals counted, want 20", got)
+	}
+	if n := strings.Count(f.log.String(), "request refused"); n > 2 {
+		t.Errorf("%d audit lines for 20 refusals within a second: not rate-limited", n)
+	}
+	if !strings.Contains(f.log.String(), "remote=127.0.0.3:1") {
+		t.Errorf("the audit log does not say where from:\n%s", f.log)
+	}
+	f.table = nil
+	if err := f.call(&transport.Peer{}, transport.TypeHello, (&transport.HelloRequest{App: "ops", Secret: f.secrets["ops"]}).Encode()); codeOf(err) != transport.Unavailable {
+		t.Errorf("hello before the table arrived: %v, want UNAVAILABLE", err)
+	}
+}
+
+// TestGuardFollowsTheTable: rights are looked up on every request, so a
+// change of the table reaches connections already open: a rotation with
+// no grace, a deletion, a permission taken away.
+func TestGuardFollowsTheTable(t *testing.T) {
+	f := newGuardFixture(t)
+	billing := f.app("billing")
+	apps := func(change func(a *auth.App)) *auth.Table {
+		var out []auth.App
+		for _, a := range f.table.Apps() {
+			if a.Code == "billing" {
+				if change == nil {
+					continue
+				}
+				change(&a)
+			}
+			out = append(out, a)
+		}
+		tab, err := auth.NewTable(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab
+	}
+	original := f.table
+	f.table = apps(func(a *auth.App) { a.Send = nil })
+	if err := f.call(billing, transport.TypeSend, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.got.acc.send("orders.paid"); codeOf(err) != transport.PermissionDenied {
+		t.Errorf("a send right taken away still holds: %v", err)
+	}
+	_, s, _ := auth.NewSecret()
+	f.table = apps(func(a *auth.App) { a.Secrets = []auth.Secret{s} })
+	if err := f.call(billing, transport.TypeSend, nil); codeOf(err) != transport.Unauthenticated || !strings.Contains(err.Error(), "rotated") {
+		t.Errorf("a rotated-out secret still holds: %v", err)
+	}
+	f.table = apps(nil)
+	if err := f.call(billing, transport.TypeSend, nil); codeOf(err) != transport.Unauthenticated || !strings.Contains(err.Error(), "no longer exists") {
+		t.Errorf("a deleted application still holds: %v", err)
+	}
+	f.table = original
+	old := f.g.now
+	f.g.now = func() time.Time { return old().Add(time.Hour) }
+	if err := f.call(billing, transport.TypeSend, nil); err != nil {
+		t.Errorf("the table restored: %v", err)
+	}
+}

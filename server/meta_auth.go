@@ -1,0 +1,7 @@
+package server
+
+import "github.com/qmqgo/qmq/internal/auth"
+
+// appTable is the applications the metaserver node checks requests
+// against: its state machine's.
+func (m *MetaNode) appTable() *auth.Table { return nil }

@@ -275,6 +275,10 @@ type ClientLimits struct {
 	ConnsPerAddr int
 	// Conns bounds the connections in all. Default 8192.
 	Conns int
+	// RequestsPerConn bounds the requests handled at once on one
+	// connection; beyond, the connection is not read until one finishes
+	// (the client is slowed, not failed). Default 1024.
+	RequestsPerConn int
 }
 
 // check reports the first setting that cannot work; what names the
@@ -286,7 +290,7 @@ func (c *NodeConfig) check(what string) error {
 	if c.DataDir == "" {
 		return fmt.Errorf("server: %s: data directory is empty", what)
 	}
-	if l := c.ClientLimits; l.Memory < 0 || l.ConnsPerAddr < 0 || l.Conns < 0 {
+	if l := c.ClientLimits; l.Memory < 0 || l.ConnsPerAddr < 0 || l.Conns < 0 || l.RequestsPerConn < 0 {
 		return fmt.Errorf("server: %s: negative client limits %+v", what, l)
 	}
 	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"raft advertise", c.RaftAdvertiseAddr}}

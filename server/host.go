@@ -74,7 +74,7 @@ func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) err
 func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, httpAddr string, openHTTP bool, status func() any, reg *prometheus.Registry) error {
 	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
 	h.client = &transport.Server{Handler: g.wrap(handler), Logger: h.hlog.Named("client"),
-		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns,
+		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns, MaxInFlight: limits.RequestsPerConn,
 		TLS: h.tls.clientServer()}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
 	h.goLoop(func() {

@@ -57,7 +57,9 @@ type Server struct {
 	// DefaultMaxFrame (16 MiB).
 	MaxFrame int
 	// MaxInFlight bounds the requests handled at once on one connection;
-	// its reader waits for one to finish before reading on. Default 1024.
+	// its reader waits for one to finish before reading on (TCP then
+	// holds the client back: the client is slowed, never failed, and the
+	// waits are counted in ServerStats.InFlightFull). Default 1024.
 	MaxInFlight int
 	// MaxInFlightBytes is the memory budget shared by every connection:
 	// each request's payload (plus 4 KiB for its handler) from the moment
@@ -107,6 +109,7 @@ type Server struct {
 	refusedPerAddr   atomic.Uint64
 	refusedTotal     atomic.Uint64
 	framesTimedOut   atomic.Uint64
+	inFlightFull     atomic.Uint64
 	handshakesFailed atomic.Uint64
 	handshakeLog     *lograte.Limiter // failed handshakes log once a second
 }
@@ -120,6 +123,7 @@ type ServerStats struct {
 	RefusedTotal     uint64 // connections refused by MaxConns, ever
 	FramesTimedOut   uint64 // connections closed by FrameTimeout, ever
 	HandshakesFailed uint64 // connections closed because their TLS handshake failed or timed out, ever
+	InFlightFull     uint64 // times a connection's reader waited because MaxInFlight requests were being handled, ever
 }
 
 // Stats reports the server's counters; all zero before Serve.
@@ -135,6 +139,7 @@ func (s *Server) Stats() ServerStats {
 	st.RefusedTotal = s.refusedTotal.Load()
 	st.FramesTimedOut = s.framesTimedOut.Load()
 	st.HandshakesFailed = s.handshakesFailed.Load()
+	st.InFlightFull = s.inFlightFull.Load()
 	return st
 }
 

@@ -64,8 +64,13 @@ func (sc *serverConn) readRequests() error {
 	for {
 		select {
 		case slots <- struct{}{}:
-		case <-sc.ctx.Done():
-			return nil
+		default:
+			s.inFlightFull.Add(1)
+			select {
+			case slots <- struct{}{}:
+			case <-sc.ctx.Done():
+				return nil
+			}
 		}
 		// Between frames a connection may stay idle for ever; once a
 		// frame's first byte is here, the rest has FrameTimeout.

@@ -251,6 +251,9 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.Int64Flag{Name: "client-memory", Value: transport.DefaultMaxInFlightBytes >> 20, Usage: "hold at most `MIB` MiB of client requests and replies in flight; beyond, connections wait"},
 		&cli.IntFlag{Name: "max-conns-per-addr", Value: transport.DefaultMaxConnsPerAddr, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` from one IP address"},
 		&cli.IntFlag{Name: "max-conns", Value: transport.DefaultMaxConns, Usage: "refuse (TOO_MANY_CONNECTIONS) connections beyond `N` in all"},
+		&cli.IntFlag{Name: "max-requests-per-conn", Value: transport.DefaultMaxInFlight,
+			Usage: "handle at most `N` requests of one connection at once; beyond, the connection is not read until one finishes " +
+				"(the client is slowed, not failed; counted in qmq_client_requests_per_conn_waits_total)"},
 	}, slices.Concat(tlsFlags(), authFlags())...)
 }
 
@@ -259,8 +262,9 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
 		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
-		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns")},
-		TLS:          tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
+		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns"),
+			RequestsPerConn: c.Int("max-requests-per-conn")},
+		TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

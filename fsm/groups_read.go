@@ -44,6 +44,14 @@ func (f *FSM) Groups() []GroupInfo {
 	return out
 }
 
+// HasGroup reports whether the consumer group of subject is known: a
+// map lookup, unlike Group. Safe on any goroutine.
+func (f *FSM) HasGroup(subject, group string) bool {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	return f.st.groups[groupKey{subject, group}] != nil
+}
+
 // Group returns one consumer group; false if it is not known. Safe on any
 // goroutine.
 func (f *FSM) Group(subject, group string) (GroupInfo, bool) {

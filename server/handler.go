@@ -159,6 +159,9 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if err := fsm.CheckPull(cmd); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
+	if err := n.recordNewGroup(ctx, req.Subject, req.Group); err != nil {
+		return nil, err
+	}
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
 	// A long poll is a sign of life for as long as it waits.

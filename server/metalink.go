@@ -194,3 +194,20 @@ func (n *Node) setApps(apps []auth.App) {
 	n.apps.Store(t)
 	n.log.Info("applications received from the metaserver", "apps", t.Len(), "version", t.Version()[:12])
 }
+
+// recordNewGroup has the metaserver record a consumer group an
+// application's pull is about to create here, before it is created: the
+// metaserver counts it against the application's limit of consumer
+// groups, which a client pulling without asking for the route first
+// would otherwise escape. Only with authentication on, for an
+// application, and once per group: a group this node knows costs a map
+// lookup.
+func (n *Node) recordNewGroup(ctx context.Context, subject, group string) error {
+	app := accessOf(ctx).app()
+	if app == "" || n.meta == nil || n.fsm.HasGroup(subject, group) {
+		return nil
+	}
+	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app})
+	_, err := n.forwardToMeta(ctx, transport.TypeRoute, body)
+	return err
+}

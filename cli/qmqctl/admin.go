@@ -43,7 +43,7 @@ func statusCommand() *cli.Command {
 			"for its own position. LAG is how many entries a node's applied index trails its leader's;\n" +
 			"BACKLOG is how many deliveries its consumer groups still owe. Broker figures come from\n" +
 			"heartbeats, so they are up to a few seconds old (SEEN). TLS is on, off (plaintext on loopback\n" +
-			"only) or INSECURE! (plaintext on an address other hosts can reach, allowed by qmqd --insecure).",
+			"only) or INSECURE! (open to anyone on an address other hosts can reach, allowed by qmqd --insecure).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
 			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
@@ -115,14 +115,14 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 }
 
 // security is a node's TLS column: "on", "off" (plaintext on loopback
-// only), or "INSECURE!" for plaintext on an address other hosts can reach
-// (qmqd --insecure).
+// only), or "INSECURE!" for a node open to anyone on an address other
+// hosts can reach (qmqd --insecure), with TLS or without.
 func security(tls, insecure bool) string {
 	switch {
-	case tls:
-		return "on"
 	case insecure:
 		return "INSECURE!"
+	case tls:
+		return "on"
 	}
 	return "off"
 }

@@ -25,8 +25,9 @@ func benchCommand() *cli.Command {
 			"Pull and Ack. Both print a summary on stdout (--json for JSON) and a progress bar on\n" +
 			"stderr when it is a terminal. `bench produce --rate N` holds a fixed rate, `--consume GROUP`\n" +
 			"adds a consumer and end-to-end latency; `bench omb` runs an OpenMessaging Benchmark\n" +
-			"workload file. See docs/benchmarks.md for measured figures.",
-		Subcommands: []*cli.Command{benchProduceCommand(), benchConsumeCommand(), benchOMBCommand()},
+			"workload file; `bench hostile` plays misbehaving clients. See docs/benchmarks.md for\n" +
+			"measured figures.",
+		Subcommands: []*cli.Command{benchProduceCommand(), benchConsumeCommand(), benchOMBCommand(), benchHostileCommand()},
 	}
 }
 

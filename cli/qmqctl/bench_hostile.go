@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
+)
+
+func benchHostileCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "hostile",
+		Usage: "act as misbehaving clients against a node, to measure what they cost well-behaved ones",
+		Description: "For --duration, --loops goroutines each open a connection, say Hello with a wrong secret\n" +
+			"for --app, and close it, over and over, while --idle connections are opened and held\n" +
+			"without a word, spread over the --from source addresses. Run `qmqctl bench produce` (as a\n" +
+			"real application) at the same time, and alone, to see the difference. It uses the global\n" +
+			"--tls-* flags to reach a TLS node. It prints what the node answered: refused hellos,\n" +
+			"connections refused by a connection limit, and other errors.",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "loops", Value: 4, Usage: "`N` goroutines saying Hello with a wrong secret in a loop"},
+			&cli.IntFlag{Name: "idle", Value: 1000, Usage: "hold `N` connections open without a word"},
+			&cli.StringFlag{Name: "from", Value: "127.0.0.1", Usage: "comma-separated loopback source `IPS` the connections are spread over"},
+			&cli.DurationFlag{Name: "duration", Value: 30 * time.Second, Usage: "run for `DUR`"},
+			&cli.StringFlag{Name: "as", Value: "hostile", Usage: "the application `CODE` the wrong secrets are given for"},
+		},
+		Action: func(c *cli.Context) error {
+			var cfg *tls.Config
+			if f := tlsFiles(c); f.CA != "" {
+				r, err := tlsconf.Load(tlsconf.Files(f), tlsconf.Options{})
+				if err != nil {
+					return fmt.Errorf("tls: %w", err)
+				}
+				cfg = r.Client()
+			}
+			target := strings.Split(c.String("server"), ",")[0]
+			var from []net.IP
+			for _, s := range strings.Split(c.String("from"), ",") {
+				ip := net.ParseIP(strings.TrimSpace(s))
+				if ip == nil || !ip.IsLoopback() {
+					return fmt.Errorf("--from %q: give loopback IP addresses", s)
+				}
+				from = append(from, ip)
+			}
+			h := &hostile{target: target, tls: cfg, from: from, app: c.String("as")}
+			ctx, cancel := context.WithTimeout(c.Context, c.Duration("duration"))
+			defer cancel()
+			h.run(ctx, c.Int("loops"), c.Int("idle"))
+			fmt.Fprintf(c.App.Writer, "hellos refused %d, connections held %d, refused by a limit %d, other errors %d\n",
+				h.refused.Load(), h.held.Load(), h.limited.Load(), h.failed.Load())
+			return nil
+		},
+	}
+}
+
+// hostile is a set of misbehaving clients of one node.
+type hostile struct {
+	target string
+	tls    *tls.Config
+	from   []net.IP
+	app    string
+	next   atomic.Uint64 // picks the next source address
+
+	refused, held, limited, failed atomic.Int64
+}
+
+func (h *hostile) run(ctx context.Context, loops, idle int) {
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	for range idle {
+		c, err := h.dial(ctx)
+		if err != nil {
+			h.count(err)
+			continue
+		}
+		h.held.Add(1)
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		// A node over a connection limit answers TOO_MANY_CONNECTIONS and
+		// closes: the connection was not held after all.
+		go func() {
+			f, err := transport.ReadFrame(bufio.NewReader(c), transport.DefaultMaxFrame)
+			if err == nil && ctx.Err() == nil {
+				_, err = transport.DecodeStatus(f.Payload)
+				h.held.Add(-1)
+				h.count(err)
+			}
+		}()
+	}
+	for range loops {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				h.count(h.wrongHello(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// count files a failure by what the node answered.
+func (h *hostile) count(err error) {
+	var e *transport.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &e) && e.Code == transport.Unauthenticated:
+		h.refused.Add(1)
+	case errors.As(err, &e) && e.Code == transport.TooManyConnections:
+		h.limited.Add(1)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+	default:
+		h.failed.Add(1)
+	}
+}
+
+// dial opens a connection from the next source address.
+func (h *hostile) dial(ctx context.Context) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: h.from[h.next.Add(1)%uint64(len(h.from))]}}
+	if h.tls == nil {
+		return d.DialContext(ctx, "tcp", h.target)
+	}
+	return (&tls.Dialer{NetDialer: d, Config: h.tls}).DialContext(ctx, "tcp", h.target)
+}
+
+// wrongHello connects, says Hello with a wrong secret, reads the answer
+// and closes.
+func (h *hostile) wrongHello(ctx context.Context) error {
+	c, err := h.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	w := bufio.NewWriter(c)
+	hello := &transport.HelloRequest{App: h.app, Secret: "qmqs_wrong"}
+	if err := transport.WriteFrame(w, transport.Frame{Type: transport.TypeHello, ID: 1, Payload: hello.Encode()}); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	f, err := transport.ReadFrame(bufio.NewReader(c), transport.DefaultMaxFrame)
+	if err != nil {
+		return err
+	}
+	_, err = transport.DecodeStatus(f.Payload)
+	if err == nil {
+		return errors.New("a wrong secret was accepted")
+	}
+	return err
+}

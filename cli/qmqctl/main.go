@@ -35,6 +35,7 @@ func newApp() *cli.App {
 				Usage: "metaserver or broker `HOST:PORT[,HOST:PORT…]`: any node of the cluster will do",
 			},
 		}, tlsFlags()...),
+		Before: checkCredentials,
 		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(),
 			deadLetterCommand(), subjectCommand(), delayCommand(), benchCommand(), tlsCommand()},
 	}

@@ -30,9 +30,41 @@ func tlsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "app", EnvVars: []string{"QMQ_APP"},
 			Usage: "work as the application `CODE`, proved with --secret, on a cluster that checks applications (qmqd --auth)"},
 		&cli.StringFlag{Name: "secret", EnvVars: []string{"QMQ_SECRET"},
-			Usage: "with --app: the application's `SECRET` (qmqctl app create prints it); prefer the environment variable, which " +
-				"other users cannot read from the process list"},
+			Usage: "with --app: the application's `SECRET` (qmqctl app create prints it); prefer --secret-file or the environment " +
+				"variable, which other users cannot read from the process list"},
+		&cli.StringFlag{Name: "secret-file", EnvVars: []string{"QMQ_SECRET_FILE"},
+			Usage: "with --app: read the application's secret from `FILE` (qmqctl app create --secret-out writes one)"},
 	}
+}
+
+// checkCredentials refuses, before any command runs, --app without a
+// secret, a secret without --app, and a --secret-file that cannot be read.
+func checkCredentials(c *cli.Context) error {
+	_, _, err := appCredentials(c)
+	return err
+}
+
+// appCredentials reads --app with --secret or --secret-file; "" when
+// --app is not given.
+func appCredentials(c *cli.Context) (app, secret string, err error) {
+	app, secret = c.String("app"), c.String("secret")
+	file := c.String("secret-file")
+	switch {
+	case app == "" && (secret != "" || file != ""):
+		return "", "", errors.New("--secret and --secret-file go with --app")
+	case secret != "" && file != "":
+		return "", "", errors.New("give --secret or --secret-file, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", "", fmt.Errorf("--secret-file: %w", err)
+		}
+		secret = strings.TrimSpace(string(b))
+	}
+	if app != "" && secret == "" {
+		return "", "", errors.New("--app needs --secret or --secret-file (or QMQ_SECRET, QMQ_SECRET_FILE)")
+	}
+	return app, secret, nil
 }
 
 // tlsFiles are the files the global TLS flags name.
@@ -48,8 +80,9 @@ func connOption(c *cli.Context) qmq.ConnOption {
 	if f := tlsFiles(c); f != (qmq.TLSFiles{}) {
 		o = qmq.WithTLS(f)
 	}
-	if app := c.String("app"); app != "" || c.String("secret") != "" {
-		o = o.And(qmq.WithApp(app, c.String("secret")))
+	// checkCredentials, the app's Before, refused bad ones.
+	if app, secret, _ := appCredentials(c); app != "" {
+		o = o.And(qmq.WithApp(app, secret))
 	}
 	return o
 }

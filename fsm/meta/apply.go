@@ -2,7 +2,10 @@ package meta
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+
+	"github.com/qmqgo/qmq/internal/auth"
 )
 
 // admit reports why cmd would be refused by the state as it is, or nil:
@@ -10,7 +13,23 @@ import (
 // cmd and s, so every replica decides alike.
 func (s *state) admit(cmd Command) error {
 	switch c := cmd.(type) {
-	case *Register, *Deregister, *Member, *ForgetConsumer:
+	case *Register, *Deregister, *Member, *ForgetConsumer, *DeleteApp:
+	case *PutApp:
+		old := s.Apps[c.App.Code]
+		switch {
+		case c.Create && old != nil:
+			return fmt.Errorf("%w: application %s exists", ErrInvalid, c.App.Code)
+		case !c.Create && old == nil:
+			return fmt.Errorf("%w: no application %s", ErrInvalid, c.App.Code)
+		case !c.Create:
+			if err := updated(old, &c.App).Check(); err != nil {
+				return checkAuth(err)
+			}
+		}
+	case *RotateApp:
+		if s.Apps[c.Code] == nil {
+			return fmt.Errorf("%w: no application %s", ErrInvalid, c.Code)
+		}
 	case *Assign:
 		for _, g := range c.Groups {
 			if s.Groups[g] == nil {
@@ -60,7 +79,12 @@ func (s *state) apply(cmd Command) error {
 		}
 		r := &Route{}
 		if old != nil {
-			r = &Route{Groups: slices.Clone(old.Groups), Consumers: old.Consumers}
+			cp := *old
+			cp.Groups = slices.Clone(old.Groups)
+			r = &cp
+		} else if s.Apps[c.App] != nil {
+			r.App = c.App
+			s.appSubjects[c.App]++
 		}
 		for _, g := range c.Groups {
 			if !slices.Contains(r.Groups, g) {
@@ -74,6 +98,17 @@ func (s *state) apply(cmd Command) error {
 	case *Consumer:
 		r := s.Subjects[c.Subject]
 		if i, found := slices.BinarySearch(r.Consumers, c.Group); !found {
+			app := ""
+			if s.Apps[c.App] != nil {
+				app = c.App
+				s.appGroups[app]++
+				if r.ConsumerApps == nil {
+					r.ConsumerApps = make([]string, len(r.Consumers))
+				}
+			}
+			if r.ConsumerApps != nil {
+				r.ConsumerApps = slices.Insert(r.ConsumerApps, i, app)
+			}
 			r.Consumers = slices.Insert(r.Consumers, i, c.Group)
 			s.consumers++
 		}
@@ -83,7 +118,37 @@ func (s *state) apply(cmd Command) error {
 			if i, found := slices.BinarySearch(r.Consumers, c.Group); found {
 				r.Consumers = slices.Delete(r.Consumers, i, i+1)
 				s.consumers--
+				if r.ConsumerApps != nil {
+					if app := r.ConsumerApps[i]; app != "" {
+						untally(s.appGroups, app)
+					}
+					r.ConsumerApps = slices.Delete(r.ConsumerApps, i, i+1)
+					if !slices.ContainsFunc(r.ConsumerApps, func(a string) bool { return a != "" }) {
+						r.ConsumerApps = nil
+					}
+				}
 			}
+		}
+	case *PutApp:
+		a := clone(&c.App)
+		if !c.Create {
+			a = updated(s.Apps[c.App.Code], &c.App)
+		}
+		return s.setApp(a.Code, a)
+	case *RotateApp:
+		old := s.Apps[c.Code]
+		a := clone(old)
+		a.Secrets = []auth.Secret{c.Secret}
+		if c.OldExpires != 0 {
+			prev := old.Secrets[0]
+			prev.Expires = c.OldExpires
+			a.Secrets = append(a.Secrets, prev)
+		}
+		return s.setApp(c.Code, a)
+	case *DeleteApp:
+		// Idempotent, so a retried request succeeds.
+		if s.Apps[c.Code] != nil {
+			return s.setApp(c.Code, nil)
 		}
 	case *Member:
 		if c.ClientAddr == "" {
@@ -104,4 +169,50 @@ func (s *state) routedTo(group string) int {
 		}
 	}
 	return n
+}
+
+// untally takes one from code's tally, dropping the code at zero.
+func untally(tally map[string]int, code string) {
+	if tally[code]--; tally[code] <= 0 {
+		delete(tally, code)
+	}
+}
+
+// clone copies a record, its slices with it: records are never changed in
+// place, since the table built from them is read without the state's lock.
+func clone(a *auth.App) *auth.App {
+	c := *a
+	c.Secrets = slices.Clone(a.Secrets)
+	c.Send = slices.Clone(a.Send)
+	c.Consume = slices.Clone(a.Consume)
+	return &c
+}
+
+// updated is stored with the rights, admin flag and limits of update, and
+// stored's code and secrets.
+func updated(stored, update *auth.App) *auth.App {
+	a := clone(update)
+	a.Code, a.Secrets = stored.Code, slices.Clone(stored.Secrets)
+	return a
+}
+
+// setApp stores a as the record of code (nil: removes it) and rebuilds
+// the table. A table auth.NewTable refuses, which admit's checks rule out,
+// changes nothing.
+func (s *state) setApp(code string, a *auth.App) error {
+	next := maps.Clone(s.Apps)
+	if next == nil {
+		next = map[string]*auth.App{}
+	}
+	if a == nil {
+		delete(next, code)
+	} else {
+		next[code] = a
+	}
+	t, err := appTable(next)
+	if err != nil {
+		return err
+	}
+	s.Apps, s.table = next, t
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -70,8 +71,27 @@ func (c *Deregister) check() error {
 	return checkName("node id", c.ID)
 }
 
+// checkAuth makes an auth refusal a meta one.
+func checkAuth(err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkAppName reports whether app is "" (no application) or a valid code.
+func checkAppName(app string) error {
+	if app == "" {
+		return nil
+	}
+	return checkAuth(auth.CheckCode(app))
+}
+
 func (c *Assign) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
+		return err
+	}
+	if err := checkAppName(c.App); err != nil {
 		return err
 	}
 	if len(c.Groups) == 0 {
@@ -94,6 +114,9 @@ func (c *Consumer) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
 		return err
 	}
+	if err := checkAppName(c.App); err != nil {
+		return err
+	}
 	return checkName("consumer group", c.Group)
 }
 
@@ -113,3 +136,43 @@ func (c *Member) check() error {
 	}
 	return nil
 }
+
+// rightsOnly is a well-formed secret record with which Check checks an
+// update's rights (App.Check wants a secret); it is never stored.
+var rightsOnly = func() auth.Secret {
+	_, s, err := auth.NewSecret()
+	if err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return s
+}()
+
+func (c *PutApp) check() error {
+	if c.Create {
+		if len(c.App.Secrets) != 1 {
+			return fmt.Errorf("%w: new application %s has %d secrets, not 1", ErrInvalid, c.App.Code, len(c.App.Secrets))
+		}
+		return checkAuth(c.App.Check())
+	}
+	if len(c.App.Secrets) != 0 {
+		return fmt.Errorf("%w: an update of application %s carries secrets: it keeps the stored ones", ErrInvalid, c.App.Code)
+	}
+	a := c.App
+	a.Secrets = []auth.Secret{rightsOnly}
+	return checkAuth(a.Check())
+}
+
+func (c *RotateApp) check() error {
+	// The new secret is checked as a record's current one: well formed,
+	// never expiring.
+	a := auth.App{Code: c.Code, Secrets: []auth.Secret{c.Secret}}
+	if err := a.Check(); err != nil {
+		return checkAuth(err)
+	}
+	if c.OldExpires < 0 {
+		return fmt.Errorf("%w: application %s: the old secret's expiry %d is negative", ErrInvalid, c.Code, c.OldExpires)
+	}
+	return nil
+}
+
+func (c *DeleteApp) check() error { return checkAuth(auth.CheckCode(c.Code)) }

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/auth"
 )
 
 // maxSnapshot bounds a snapshot read by Restore.
@@ -151,7 +153,8 @@ func (f *FSM) Route(subject string) (Route, bool) {
 	if r == nil {
 		return Route{}, false
 	}
-	return Route{Groups: slices.Clone(r.Groups), Consumers: slices.Clone(r.Consumers)}, true
+	return Route{Groups: slices.Clone(r.Groups), Consumers: slices.Clone(r.Consumers), App: r.App,
+		ConsumerApps: slices.Clone(r.ConsumerApps)}, true
 }
 
 // Subjects returns every routed subject, sorted.
@@ -179,4 +182,31 @@ func (f *FSM) MemberAddr(id string) string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.s.Members[id]
+}
+
+// Apps returns the applications as a table: immutable, so the caller may
+// keep it. It is rebuilt after each change and on Restore, and never nil.
+func (f *FSM) Apps() *auth.Table {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.s.table == nil { // a state no check or apply has seen: only in tests
+		t, _ := appTable(nil)
+		return t
+	}
+	return f.s.table
+}
+
+// AppUsage is what an application created: the routes and the consumer
+// groups recorded as its, which its limits bound.
+type AppUsage struct {
+	Subjects int
+	Groups   int
+}
+
+// Usage returns what the application code created. It counts for a
+// deleted application too: what it created stays, recorded as its.
+func (f *FSM) Usage(code string) AppUsage {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return AppUsage{Subjects: f.s.appSubjects[code], Groups: f.s.appGroups[code]}
 }

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/internal/auth"
 )
 
 func apply(t *testing.T, f *FSM, cmd Command) error {
@@ -185,7 +188,18 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Encode(&Assign{Subject: "s", Groups: []string{"g1"}}))
 	f.Add(Encode(&Consumer{Subject: "s", Group: "c"}))
 	f.Add(Encode(&ForgetConsumer{Subject: "s", Group: "c"}))
-	f.Add([]byte{9, '{', '}'})
+	f.Add(Encode(&Assign{Subject: "t", Groups: []string{"g1"}, App: "billing"}))
+	f.Add(Encode(&Consumer{Subject: "s", Group: "c", App: "billing"}))
+	create, _ := createApp(f, "ops", func(a *auth.App) {
+		a.Send = []string{"orders.*", "*"}
+		a.Consume = []auth.Grant{{Subject: "s", Group: "c*"}}
+	})
+	f.Add(Encode(create))
+	f.Add(Encode(&PutApp{App: auth.App{Code: "billing", Admin: true, MaxSubjects: 1}}))
+	f.Add(Encode(&RotateApp{Code: "billing", Secret: create.App.Secrets[0], OldExpires: 99}))
+	f.Add(Encode(&DeleteApp{Code: "billing"}))
+	f.Add([]byte{8, '{', '}'})
+	f.Add([]byte{11, '{', '}'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cmd, err := Decode(b)
 		if err != nil {
@@ -197,11 +211,13 @@ func FuzzDecode(f *testing.F) {
 		if _, err := Decode(Encode(cmd)); err != nil {
 			t.Fatalf("re-encoded %T does not decode: %v", cmd, err)
 		}
-		// Applied to a state that has a group and a route: a refused command
-		// changes nothing, and whatever the state becomes restores.
+		// Applied to a state that has a group, a route and an application: a
+		// refused command changes nothing, and whatever the state becomes
+		// restores.
 		m := New()
 		mustApply(t, m, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 		mustApply(t, m, &Assign{Subject: "s", Groups: []string{"g1"}})
+		mustApply(t, m, &PutApp{App: auth.App{Code: "billing", Secrets: []auth.Secret{rightsOnly}, MaxGroups: 1}, Create: true})
 		before := stateBytes(t, m)
 		checked := m.Check(cmd)
 		err = apply(t, m, cmd)
@@ -211,8 +227,12 @@ func FuzzDecode(f *testing.F) {
 		if err != nil && !bytes.Equal(before, stateBytes(t, m)) {
 			t.Fatalf("refused %T changed the state", cmd)
 		}
-		if _, err := decodeSnapshot(snapshotBytes(t, m)); err != nil {
+		doc, err := decodeSnapshot(snapshotBytes(t, m))
+		if err != nil {
 			t.Fatalf("state after %T does not restore: %v", cmd, err)
+		}
+		if doc.State.table.Version() != m.Apps().Version() {
+			t.Fatalf("after %T the table differs from the restored one's", cmd)
 		}
 	})
 }
@@ -220,6 +240,8 @@ func FuzzDecode(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"applied":7,"state":{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}}`))
 	f.Add([]byte(`{"state":{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}}`))
+	f.Add([]byte(`{"state":{"groups":{"g":{"nodes":{}}},"subjects":{"s":{"groups":["g"],"consumers":["a","b"],"app":"x","consumer_apps":["x",""]}},"members":{},` +
+		`"apps":{"x":{"code":"x","secrets":[{"salt":"00000000000000000000000000000000","hash":"0000000000000000000000000000000000000000000000000000000000000000"}]}}}}`))
 	f.Add([]byte(`{"applied":1}`))                            // no state: refused
 	f.Add([]byte(`{"groups":{},"subjects":{},"members":{}}`)) // a bare state: refused
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -236,34 +258,51 @@ func FuzzRestore(f *testing.F) {
 			m.Group(g)
 		}
 		m.SubjectCounts()
+		for _, a := range m.Apps().Apps() {
+			m.Usage(a.Code)
+		}
 	})
 }
 
-// recount returns the tallies check computes from scratch.
-func recount(t *testing.T, f *FSM) (routed, consumers int) {
+// recount returns the state check computes from the snapshot, its
+// tallies counted from scratch.
+func recount(t *testing.T, f *FSM) *state {
 	t.Helper()
 	doc, err := decodeSnapshot(snapshotBytes(t, f))
 	if err != nil {
 		t.Fatalf("the state does not restore: %v", err)
 	}
-	return doc.State.routed, doc.State.consumers
+	return doc.State
 }
 
 // FuzzCommandSequence applies a sequence of commands over a few names, each
 // from three bytes (op, a, b): FSM.Check foretells every refusal, a refused
-// command changes nothing, and the tallies behind the limits that span
-// subjects stay what counting the state gives.
+// command changes nothing, the tallies behind the limits that span
+// subjects and the applications' limits stay what counting the state
+// gives, and the table is the one its applications build.
 func FuzzCommandSequence(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 2, 0, 1, 4, 0, 0, 4, 0, 1, 5, 0, 0, 1, 0, 0})
 	f.Add([]byte{0, 1, 0, 0, 2, 0, 2, 1, 7, 2, 1, 23, 4, 1, 2, 5, 1, 2, 5, 1, 2, 1, 2, 0, 3, 2, 1})
 	f.Add([]byte{6, 0, 1, 6, 1, 1, 6, 0, 0, 3, 0, 0})
+	// Applications: created with limits of 1, routes and groups of theirs,
+	// updates, rotations, a deletion and a creation again.
+	f.Add([]byte{0, 0, 0, 7, 1, 1, 7, 2, 0, 2, 0, 0x21, 2, 1, 0x21, 4, 0, 0x40, 4, 0, 0x41, 5, 0, 0x40, 4, 0, 0x41,
+		8, 1, 3, 8, 1, 2, 9, 1, 0, 7, 1, 0, 2, 2, 0x21, 8, 2, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		name := func(prefix string, x byte) string { return fmt.Sprintf("%s%d", prefix, x%4) }
+		// app is an application code from a byte's high bits: "" or one
+		// of three.
+		app := func(x byte) string {
+			if x>>5%4 == 0 {
+				return ""
+			}
+			return name("app", x>>5)
+		}
 		m := New()
 		for ; len(b) >= 3; b = b[3:] {
 			x, y := b[1], b[2]
 			var cmd Command
-			switch b[0] % 7 {
+			switch b[0] % 10 {
 			case 0:
 				cmd = &Register{Group: name("g", x), ID: name("n", y), RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 			case 1:
@@ -278,11 +317,12 @@ func FuzzCommandSequence(f *testing.F) {
 				if len(a.Groups) == 0 {
 					a.Groups = []string{"g0"}
 				}
+				a.App = app(y)
 				cmd = a
 			case 3:
 				cmd = &SetWritable{Group: name("g", x), Writable: y&1 != 0}
 			case 4:
-				cmd = &Consumer{Subject: name("s", x), Group: name("c", y)}
+				cmd = &Consumer{Subject: name("s", x), Group: name("c", y), App: app(y)}
 			case 5:
 				cmd = &ForgetConsumer{Subject: name("s", x), Group: name("c", y)}
 			case 6:
@@ -291,8 +331,19 @@ func FuzzCommandSequence(f *testing.F) {
 					addr = "127.0.0.1:9"
 				}
 				cmd = &Member{ID: name("m", x), ClientAddr: addr}
+			case 7: // create (y odd) or update, with limits of y%4
+				a := auth.App{Code: name("app", x), MaxSubjects: int(y % 4), MaxGroups: int(y % 4)}
+				if y&1 != 0 {
+					a.Secrets = []auth.Secret{rightsOnly}
+				}
+				cmd = &PutApp{App: a, Create: y&1 != 0}
+			case 8:
+				cmd = &RotateApp{Code: name("app", x), Secret: rightsOnly, OldExpires: int64(y % 3)}
+			case 9:
+				cmd = &DeleteApp{Code: name("app", x)}
 			}
 			before := stateBytes(t, m)
+			beforeSubjects, beforeGroups := maps.Clone(m.s.appSubjects), maps.Clone(m.s.appGroups)
 			checked := m.Check(cmd)
 			err := apply(t, m, cmd)
 			if (err == nil) != (checked == nil) {
@@ -301,9 +352,26 @@ func FuzzCommandSequence(f *testing.F) {
 			if err != nil && !bytes.Equal(before, stateBytes(t, m)) {
 				t.Fatalf("refused %T %+v changed the state", cmd, cmd)
 			}
-			if routed, consumers := recount(t, m); routed != m.s.routed || consumers != m.s.consumers {
+			r := recount(t, m)
+			if r.routed != m.s.routed || r.consumers != m.s.consumers {
 				t.Fatalf("after %T %+v: tallies %d route entries, %d consumer groups; the state holds %d, %d",
-					cmd, cmd, m.s.routed, m.s.consumers, routed, consumers)
+					cmd, cmd, m.s.routed, m.s.consumers, r.routed, r.consumers)
+			}
+			if !maps.Equal(r.appSubjects, m.s.appSubjects) || !maps.Equal(r.appGroups, m.s.appGroups) {
+				t.Fatalf("after %T %+v: application tallies %v %v; the state holds %v %v",
+					cmd, cmd, m.s.appSubjects, m.s.appGroups, r.appSubjects, r.appGroups)
+			}
+			if r.table.Version() != m.Apps().Version() {
+				t.Fatalf("after %T %+v: the table is not the one the applications build", cmd, cmd)
+			}
+			// A limit may be lowered below what an application created,
+			// but nothing it creates takes it past.
+			for code, a := range m.s.Apps {
+				if m.s.appSubjects[code] > beforeSubjects[code] && m.s.appSubjects[code] > a.SubjectLimit() ||
+					m.s.appGroups[code] > beforeGroups[code] && m.s.appGroups[code] > a.GroupLimit() {
+					t.Fatalf("after %T %+v: application %s created %d subjects and %d groups, past its limits %d and %d",
+						cmd, cmd, code, m.s.appSubjects[code], m.s.appGroups[code], a.SubjectLimit(), a.GroupLimit())
+				}
 			}
 		}
 	})

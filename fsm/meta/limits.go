@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -116,6 +117,10 @@ func (s *state) limits(cmd Command) error {
 		if s.routed+added > MaxRoutedGroups {
 			return overLimit("MaxRoutedGroups", MaxRoutedGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
 		}
+		if a := s.Apps[c.App]; old == nil && a != nil && s.appSubjects[c.App] >= a.SubjectLimit() {
+			return overLimit(fmt.Sprintf("application %s's max subjects", c.App), a.SubjectLimit(),
+				"application %s created %d subjects, subject %s would be one more", c.App, s.appSubjects[c.App], c.Subject)
+		}
 	case *Consumer:
 		r := s.Subjects[c.Subject]
 		if r == nil {
@@ -129,6 +134,14 @@ func (s *state) limits(cmd Command) error {
 		}
 		if s.consumers >= MaxTotalConsumerGroups {
 			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.Group, c.Subject)
+		}
+		if a := s.Apps[c.App]; a != nil && s.appGroups[c.App] >= a.GroupLimit() {
+			return overLimit(fmt.Sprintf("application %s's max groups", c.App), a.GroupLimit(),
+				"application %s created %d consumer groups, %s of subject %s would be one more", c.App, s.appGroups[c.App], c.Group, c.Subject)
+		}
+	case *PutApp:
+		if c.Create && s.Apps[c.App.Code] == nil && len(s.Apps) >= auth.MaxApps {
+			return overLimit("MaxApps", auth.MaxApps, "%d applications exist, %s would be one more", len(s.Apps), c.App.Code)
 		}
 	case *Member:
 		if _, ok := s.Members[c.ID]; !ok && c.ClientAddr != "" && len(s.Members) >= MaxMembers {

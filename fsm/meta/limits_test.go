@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -275,6 +276,24 @@ func limitCases() []limitCase {
 			&Member{ID: "m1"}, &Member{ID: "over", ClientAddr: "127.0.0.1:9"},
 		},
 		past: func(s *state) { s.Members["past"] = "127.0.0.1:9" },
+	}, {
+		name: "MaxApps", limit: auth.MaxApps,
+		build: func(s *state) {
+			s.Apps = map[string]*auth.App{}
+			for i := range auth.MaxApps - 1 {
+				code := fmt.Sprintf("a%d", i)
+				s.Apps[code] = &auth.App{Code: code, Secrets: []auth.Secret{rightsOnly}}
+			}
+		},
+		under: &PutApp{App: auth.App{Code: "under", Secrets: []auth.Secret{rightsOnly}}, Create: true},
+		over:  &PutApp{App: auth.App{Code: "over", Secrets: []auth.Secret{rightsOnly}}, Create: true},
+		still: []Command{
+			&PutApp{App: auth.App{Code: "a0", Admin: true}},
+			&RotateApp{Code: "a0", Secret: rightsOnly, OldExpires: 1},
+			&DeleteApp{Code: "over"}, &DeleteApp{Code: "a1"},
+			&PutApp{App: auth.App{Code: "over", Secrets: []auth.Secret{rightsOnly}}, Create: true},
+		},
+		past: func(s *state) { s.Apps["past"] = &auth.App{Code: "past", Secrets: []auth.Secret{rightsOnly}} },
 	}}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/qmqgo/qmq/internal/auth"
 )
 
 // state is everything the metaserver replicates. It is also the snapshot,
@@ -13,11 +15,22 @@ type state struct {
 	Groups   map[string]*Group `json:"groups"`
 	Subjects map[string]*Route `json:"subjects"`
 	Members  map[string]string `json:"members"` // metaserver node id → client address
+	// Apps are the applications by code. A snapshot from before
+	// applications has none (a nil map, taken for an empty one).
+	Apps map[string]*auth.App `json:"apps,omitempty"`
 
 	// Tallies of the limits that span subjects, kept by apply and set by
 	// check; not in the snapshot.
 	routed    int // route entries of all subjects
 	consumers int // consumer groups of all subjects
+	// Per application code: the routes and the consumer groups recorded
+	// as its (Route.App, Route.ConsumerApps). A code with none is absent.
+	appSubjects map[string]int
+	appGroups   map[string]int
+
+	// table is Apps as nodes check requests against it, rebuilt by apply
+	// after each change of Apps and by check; never nil once either ran.
+	table *auth.Table
 }
 
 // Group is a broker group as registered.
@@ -34,14 +47,23 @@ type Node struct {
 }
 
 // Route is a subject's broker groups, in the order they were assigned, and
-// its known consumer groups, sorted.
+// its known consumer groups, sorted. App is the application that created
+// the route ("" for none). ConsumerApps is empty while no consumer group
+// of the subject was recorded by an application; otherwise it holds, for
+// each of Consumers at the same index, the application that recorded it
+// (or ""). A route that no application touched encodes as it did before
+// applications existed.
 type Route struct {
-	Groups    []string `json:"groups"`
-	Consumers []string `json:"consumers,omitempty"`
+	Groups       []string `json:"groups"`
+	Consumers    []string `json:"consumers,omitempty"`
+	App          string   `json:"app,omitempty"`
+	ConsumerApps []string `json:"consumer_apps,omitempty"`
 }
 
 func newState() *state {
-	return &state{Groups: map[string]*Group{}, Subjects: map[string]*Route{}, Members: map[string]string{}}
+	empty, _ := appTable(nil) // an empty table always builds
+	return &state{Groups: map[string]*Group{}, Subjects: map[string]*Route{}, Members: map[string]string{},
+		appSubjects: map[string]int{}, appGroups: map[string]int{}, table: empty}
 }
 
 // check validates a state read from a snapshot, as strictly as commands
@@ -71,6 +93,7 @@ func (s *state) check() error {
 		return overLimit("MaxSubjects", MaxSubjects, "snapshot has %d subjects", len(s.Subjects))
 	}
 	routed, consumers := 0, 0
+	appSubjects, appGroups := map[string]int{}, map[string]int{}
 	for subject, r := range s.Subjects {
 		if r == nil {
 			return fmt.Errorf("%w: snapshot route of %q is empty", ErrInvalid, subject)
@@ -99,6 +122,23 @@ func (s *state) check() error {
 				return fmt.Errorf("%w: snapshot's consumer groups of %s are not sorted and unique", ErrInvalid, subject)
 			}
 		}
+		if err := checkAppName(r.App); err != nil {
+			return err
+		}
+		if r.App != "" {
+			appSubjects[r.App]++
+		}
+		if len(r.ConsumerApps) != 0 && len(r.ConsumerApps) != len(r.Consumers) {
+			return fmt.Errorf("%w: snapshot's route of %s names the applications of %d consumer groups, not %d", ErrInvalid, subject, len(r.ConsumerApps), len(r.Consumers))
+		}
+		for _, app := range r.ConsumerApps {
+			if err := checkAppName(app); err != nil {
+				return err
+			}
+			if app != "" {
+				appGroups[app]++
+			}
+		}
 		routed += len(r.Groups)
 		consumers += len(r.Consumers)
 	}
@@ -117,6 +157,40 @@ func (s *state) check() error {
 			return err
 		}
 	}
+	table, err := s.checkApps()
+	if err != nil {
+		return err
+	}
 	s.routed, s.consumers = routed, consumers
+	s.appSubjects, s.appGroups, s.table = appSubjects, appGroups, table
 	return nil
+}
+
+// checkApps checks a snapshot's applications, each record as auth.App.Check
+// does, and returns their table.
+func (s *state) checkApps() (*auth.Table, error) {
+	if len(s.Apps) > auth.MaxApps {
+		return nil, overLimit("MaxApps", auth.MaxApps, "snapshot has %d applications", len(s.Apps))
+	}
+	for code, a := range s.Apps {
+		if a == nil || a.Code != code {
+			return nil, fmt.Errorf("%w: snapshot's application %q is empty or under another code", ErrInvalid, code)
+		}
+		if err := a.Check(); err != nil {
+			return nil, checkAuth(err)
+		}
+	}
+	return appTable(s.Apps)
+}
+
+// appTable builds the table of apps. Every table of the state is built
+// here, so that equal applications give equal versions (an empty table's
+// included: auth.NewTable hashes a nil list and an empty one apart).
+func appTable(apps map[string]*auth.App) (*auth.Table, error) {
+	records := make([]auth.App, 0, len(apps))
+	for _, a := range apps {
+		records = append(records, *a)
+	}
+	t, err := auth.NewTable(records)
+	return t, checkAuth(err)
 }

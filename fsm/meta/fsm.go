@@ -13,8 +13,9 @@ import (
 	"github.com/qmqgo/qmq/internal/auth"
 )
 
-// maxSnapshot bounds a snapshot read by Restore.
-const maxSnapshot = 256 << 20
+// maxSnapshot bounds a snapshot read by Restore: four times the largest
+// state the limits allow (limits.go). It was 256 MiB before applications.
+const maxSnapshot = 512 << 20
 
 // FSM is the metaserver's raft.FSM. Its read methods are safe to call from
 // any goroutine and return copies.

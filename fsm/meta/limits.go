@@ -9,7 +9,7 @@ import (
 )
 
 // The limits on the replicated state. Restore refuses a snapshot over
-// maxSnapshot (256 MiB), and Raft restores the last snapshot on start-up:
+// maxSnapshot (512 MiB), and Raft restores the last snapshot on start-up:
 // a state that outgrew it would leave the metaserver unable to start. So
 // every collection a client can grow has a bound, and the largest state
 // the bounds allow encodes to under a quarter of maxSnapshot, with every
@@ -23,24 +23,37 @@ import (
 //	a broker group     "NAME":{"readonly":true,"nodes":{…}},   232 + its nodes
 //	all groups         256 MaxBrokerGroups × (232 + 16 MaxNodesPerGroup × 4,842)
 //	                   = 256 × 77,704                              = 19,892,224
-//	a subject          "NAME":{"groups":[…],"consumers":[…]},   232 + its lists
-//	all subjects       40,000 MaxSubjects × 232                    =  9,280,000
+//	a subject          "NAME":{"groups":[…],"consumers":[…],"app":"APP","consumer_apps":[…]},
+//	                   232 + 209 (its application) + 19 + its lists
+//	all subjects       40,000 MaxSubjects × 460                    = 18,400,000
 //	route entries      "GROUP",  80,000 MaxRoutedGroups × 203      = 16,240,000
-//	consumer groups    "NAME",   80,000 MaxTotalConsumerGroups × 203 = 16,240,000
+//	consumer groups    "NAME", and its application's "APP",
+//	                   80,000 MaxTotalConsumerGroups × 406         = 32,480,000
 //	members            "ID":"ADDR",  32 MaxMembers × 1,736         =     55,552
+//	an application     "CODE":{"code":"CODE","admin":true,"secrets":[…],
+//	                   "consume":[…],"max_subjects":…,"max_groups":…},
+//	                   203 + 211 + 13 + 2 secrets of at most 148
+//	                   {"salt":"…","hash":"…","expires":…}, + 71 the rest
+//	                   + 32 auth.MaxRules consume rules of two 201-byte patterns
+//	                   {"subject":"…*","group":"…*"}, of 428    =     14,490
+//	all applications   512 auth.MaxApps × 14,490                   =  7,418,880
 //	the rest           {"applied":…,"state":{"groups":…}}          <        100
-//	total                                                          < 61,708,000
+//	total                                                          < 94,486,756
 //
-// 61.7 MB is 58.9 MiB, under a quarter of maxSnapshot (64 MiB);
-// TestLargestStateRestores builds that state and restores it. Counts, not
-// bytes, are bounded, so that a refusal is plain to explain and every
-// replica decides it alike. For scale: 100,000 subjects routed to 16
-// groups each would take 100,000 × (232 + 16 × 203) = 348 MB of routes
-// alone, over maxSnapshot.
+// 94.5 MB is 90.1 MiB, under a quarter of maxSnapshot (128 MiB);
+// TestLargestStateRestores builds that state and restores it. (Before
+// applications the total was 58.9 MiB, under a quarter of the 256 MiB
+// maxSnapshot was then.) Counts, not bytes, are bounded, so that a refusal
+// is plain to explain and every replica decides it alike. For scale:
+// 100,000 subjects routed to 16 groups each would take 100,000 × (232 + 16
+// × 203) = 348 MB of routes alone, two thirds of maxSnapshot.
 //
 // A limit may be raised in a later release (with maxSnapshot if need be),
 // never lowered: a state that holds more than a lowered limit would no
-// longer restore.
+// longer restore. auth.MaxApps bounds the applications (PutApp past it is
+// refused with ErrLimit naming MaxApps); each application's own limits
+// (auth.App.SubjectLimit and GroupLimit) bound the routes and consumer
+// groups recorded as its, which the limits above bound already.
 const (
 	// MaxBrokerGroups bounds the registered broker groups.
 	MaxBrokerGroups = 256

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,17 +40,24 @@ func largestState(t *testing.T) *state {
 		s.Groups[name] = g
 		groups = append(groups, name)
 	}
+	apps := largestApps()
+	s.Apps = map[string]*auth.App{}
+	for i := range apps {
+		s.Apps[apps[i].Code] = &apps[i]
+	}
 	// Route entries and consumer groups spread over every subject, so that
-	// each subject writes both of its lists.
+	// each subject writes both of its lists, and each route and consumer
+	// group recorded as an application's.
 	next := 0
 	for i := range MaxSubjects {
-		r := &Route{}
+		r := &Route{App: apps[i%len(apps)].Code}
 		for range share(MaxRoutedGroups, MaxSubjects, i) {
 			r.Groups = append(r.Groups, groups[next%len(groups)])
 			next++
 		}
 		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
 			r.Consumers = append(r.Consumers, longName('c', j, limits.MaxName))
+			r.ConsumerApps = append(r.ConsumerApps, apps[(i+j)%len(apps)].Code)
 		}
 		s.Subjects[longName('s', i, limits.MaxName)] = r
 	}
@@ -62,7 +70,49 @@ func largestState(t *testing.T) *state {
 	if s.routed != MaxRoutedGroups || s.consumers != MaxTotalConsumerGroups {
 		t.Fatalf("largest state holds %d route entries and %d consumer groups", s.routed, s.consumers)
 	}
+	if s.table.Len() != auth.MaxApps {
+		t.Fatalf("largest state's table holds %d applications", s.table.Len())
+	}
 	return s
+}
+
+// largestApps returns auth.MaxApps applications each at its largest:
+// admin, two secrets the older expiring as late as can be, the most rules
+// (consume rules, the longer kind) of the longest patterns, and the
+// highest limits.
+func largestApps() []auth.App {
+	pattern := func(prefix byte, i int) string { return longName(prefix, i, limits.MaxName) + "*" }
+	apps := make([]auth.App, auth.MaxApps)
+	for i := range apps {
+		old := rightsOnly
+		old.Expires = math.MaxInt64
+		a := auth.App{Code: longName('a', i, limits.MaxName), Admin: true, Secrets: []auth.Secret{rightsOnly, old},
+			MaxSubjects: auth.MaxPerApp, MaxGroups: auth.MaxPerApp}
+		for j := range auth.MaxRules {
+			a.Consume = append(a.Consume, auth.Grant{Subject: pattern('s', j), Group: pattern('g', j)})
+		}
+		apps[i] = a
+	}
+	return apps
+}
+
+// TestLargestTableFitsAFrame: the table of the largest applications, as
+// brokers receive it (its records' JSON), fits a frame with room for the
+// heartbeat reply around it.
+func TestLargestTableFitsAFrame(t *testing.T) {
+	apps := largestApps()
+	if _, err := auth.NewTable(apps); err != nil {
+		t.Fatalf("the largest applications do not make a table: %v", err)
+	}
+	b, err := json.Marshal(apps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const room = 64 << 10 // a heartbeat reply's other fields, its status and the frame's header
+	t.Logf("the largest table is %d bytes (%.1f MiB)", len(b), float64(len(b))/(1<<20))
+	if len(b)+room > limits.MaxFrame {
+		t.Fatalf("the largest table is %d bytes: with %d of room it does not fit a frame of %d", len(b), room, limits.MaxFrame)
+	}
 }
 
 // share is subject i's part of total spread over n subjects.
@@ -102,6 +152,7 @@ func TestLargestStateRestores(t *testing.T) {
 		&Assign{Subject: subject, Groups: []string{longName('g', 100, limits.MaxName)}},
 		&Consumer{Subject: subject, Group: "new"},
 		&Member{ID: "new", ClientAddr: "127.0.0.1:9"},
+		&PutApp{App: auth.App{Code: "new", Secrets: []auth.Secret{rightsOnly}}, Create: true},
 	} {
 		res := g.Apply(&raft.Log{Index: math.MaxUint64, Type: raft.LogCommand, Data: Encode(cmd)})
 		if err, _ := res.(error); !errors.Is(err, ErrLimit) {

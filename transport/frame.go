@@ -98,6 +98,19 @@ const (
 	// TypeHello names the application a connection works for and proves
 	// it (HelloRequest); a client sends it first.
 	TypeHello Type = 28
+	// The application registry: metaserver requests (apps.go), which
+	// brokers forward. 28 is the connection's hello.
+
+	// TypeApps lists the applications (no payload; answered with []AppInfo).
+	TypeApps Type = 29
+	// TypeAppPut creates an application or replaces its rights (AppRequest;
+	// a creation is answered with its AppSecret).
+	TypeAppPut Type = 30
+	// TypeAppRotate gives an application a new secret (AppRotateRequest;
+	// answered with AppSecret).
+	TypeAppRotate Type = 31
+	// TypeAppDelete forgets an application (AppDeleteRequest).
+	TypeAppDelete Type = 32
 )
 
 func (t Type) String() string {
@@ -158,6 +171,14 @@ func (t Type) String() string {
 		return "time"
 	case TypeHello:
 		return "hello"
+	case TypeApps:
+		return "apps"
+	case TypeAppPut:
+		return "app-put"
+	case TypeAppRotate:
+		return "app-rotate"
+	case TypeAppDelete:
+		return "app-delete"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

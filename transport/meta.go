@@ -8,7 +8,9 @@ import "github.com/qmqgo/qmq/internal/auth"
 // RouteRequest asks where a subject lives. The metaserver assigns a subject
 // it has not seen to broker groups on this first use, unless Lookup is set
 // (then an unknown subject is INVALID). ConsumerGroup, when set, records
-// that group as a consumer of the subject.
+// that group as a consumer of the subject. App is the application on whose
+// behalf a broker forwards the request: a route or consumer group it
+// creates counts towards that application's limits.
 type RouteRequest struct {
 	Subject       string `json:"subject"`
 	ConsumerGroup string `json:"consumer_group,omitempty"`

@@ -240,7 +240,7 @@ func TestPerAppLimits(t *testing.T) {
 	}
 	over := &Assign{Subject: "b-over", Groups: []string{"g1"}, IfNew: true, App: "billing"}
 	want := fmt.Sprintf("application billing's max subjects is %d", n)
-	if err := refused(t, f, over); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+	if err := refused(t, f, over); !errors.Is(err, ErrAppLimit) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("billing's route past its limit: %v, want ErrLimit naming %q", err, want)
 	}
 	// At the limit: its routes still grow, another application's, an
@@ -271,7 +271,7 @@ func TestPerAppLimits(t *testing.T) {
 	mustApply(t, f, &Consumer{Subject: "n0", Group: "c0", App: "billing"}) // known: not one more
 	overGroup := &Consumer{Subject: "o0", Group: "c-over", App: "billing"}
 	want = fmt.Sprintf("application billing's max groups is %d", n)
-	if err := refused(t, f, overGroup); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+	if err := refused(t, f, overGroup); !errors.Is(err, ErrAppLimit) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("billing's group past its limit: %v, want ErrLimit naming %q", err, want)
 	}
 	mustApply(t, f, &Consumer{Subject: "o0", Group: "c-over", App: "ops"})

@@ -85,9 +85,19 @@ const (
 // fails alike until something is forgotten.
 var ErrLimit = fmt.Errorf("%w: limit reached", ErrInvalid)
 
+// ErrAppLimit means a command would take an application past its own
+// limits (auth.App.SubjectLimit, GroupLimit). It wraps ErrLimit.
+var ErrAppLimit = fmt.Errorf("%w (an application's)", ErrLimit)
+
 // overLimit is the error of a command that would pass limit, named name.
 func overLimit(name string, limit int, format string, args ...any) error {
 	return fmt.Errorf("%w: %s; %s is %d", ErrLimit, fmt.Sprintf(format, args...), name, limit)
+}
+
+// overAppLimit is the error of a command that would pass an application's
+// limit, named name.
+func overAppLimit(name string, limit int, format string, args ...any) error {
+	return fmt.Errorf("%w: %s; %s is %d", ErrAppLimit, fmt.Sprintf(format, args...), name, limit)
 }
 
 // limits reports whether applying cmd would take s past a limit. It reads
@@ -131,7 +141,7 @@ func (s *state) limits(cmd Command) error {
 			return overLimit("MaxRoutedGroups", MaxRoutedGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
 		}
 		if a := s.Apps[c.App]; old == nil && a != nil && s.appSubjects[c.App] >= a.SubjectLimit() {
-			return overLimit(fmt.Sprintf("application %s's max subjects", c.App), a.SubjectLimit(),
+			return overAppLimit(fmt.Sprintf("application %s's max subjects", c.App), a.SubjectLimit(),
 				"application %s created %d subjects, subject %s would be one more", c.App, s.appSubjects[c.App], c.Subject)
 		}
 	case *Consumer:
@@ -149,7 +159,7 @@ func (s *state) limits(cmd Command) error {
 			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.Group, c.Subject)
 		}
 		if a := s.Apps[c.App]; a != nil && s.appGroups[c.App] >= a.GroupLimit() {
-			return overLimit(fmt.Sprintf("application %s's max groups", c.App), a.GroupLimit(),
+			return overAppLimit(fmt.Sprintf("application %s's max groups", c.App), a.GroupLimit(),
 				"application %s created %d consumer groups, %s of subject %s would be one more", c.App, s.appGroups[c.App], c.Group, c.Subject)
 		}
 	case *PutApp:

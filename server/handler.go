@@ -52,7 +52,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 	case transport.TypeTime:
 		return n.handleTime(p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
-		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup:
+		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup,
+		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete:
 		return n.forwardToMeta(ctx, t, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))

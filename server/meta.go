@@ -184,6 +184,14 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 		return m.handleSubjects()
 	case transport.TypeMetaForgetGroup:
 		return m.handleForgetGroup(ctx, p)
+	case transport.TypeApps:
+		return m.handleApps()
+	case transport.TypeAppPut:
+		return m.handleAppPut(ctx, p)
+	case transport.TypeAppRotate:
+		return m.handleAppRotate(ctx, p)
+	case transport.TypeAppDelete:
+		return m.handleAppDelete(ctx, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -26,6 +27,14 @@ func FuzzMetaRequests(f *testing.F) {
 	seed(transport.TypeSetWritable, transport.SetWritableRequest{Group: "nope"})
 	seed(transport.TypeDeregister, transport.DeregisterRequest{Group: "g/1", ID: ""})
 	seed(transport.TypeJoin, transport.JoinRequest{ID: "x", RaftAddr: "bad", ClientAddr: "bad"})
+	seed(transport.TypeAppPut, transport.AppRequest{Code: "a", Send: []string{"s*"}, Consume: []auth.Grant{{Subject: "*", Group: "c"}}, MaxSubjects: 1, Create: true})
+	seed(transport.TypeAppPut, transport.AppRequest{Code: "a", Admin: true, MaxGroups: 1})
+	seed(transport.TypeAppPut, transport.AppRequest{Code: "a", Send: []string{"**"}, MaxSubjects: -1})
+	seed(transport.TypeAppRotate, transport.AppRotateRequest{Code: "a", GraceMillis: 1000})
+	seed(transport.TypeAppRotate, transport.AppRotateRequest{Code: "a", GraceMillis: -1})
+	seed(transport.TypeAppDelete, transport.AppDeleteRequest{Code: "a"})
+	seed(transport.TypeRoute, transport.RouteRequest{Subject: "t", ConsumerGroup: "c", App: "a"})
+	f.Add(uint8(transport.TypeApps), []byte(nil))
 	f.Add(uint8(transport.TypeRoute), []byte("{"))
 	f.Add(uint8(transport.TypeCluster), []byte(nil))
 	f.Add(uint8(200), []byte("x"))

@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sort"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -26,28 +28,40 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 			return nil, transport.Errorf(transport.Invalid, "%v", err)
 		}
 	}
+	app := requestApp(ctx, req.App)
+	if app != "" {
+		if err := auth.CheckCode(app); err != nil {
+			return nil, transport.Errorf(transport.Invalid, "%v", err)
+		}
+	}
 	if _, ok := m.fsm.Route(req.Subject); !ok {
 		if req.Lookup {
 			return nil, transport.Errorf(transport.Invalid, "subject %s has no route: nothing was sent to it or consumed from it", req.Subject)
 		}
-		if err := m.assign(ctx, req.Subject, m.cfg.SubjectGroups); err != nil {
+		if err := m.assign(ctx, req.Subject, m.cfg.SubjectGroups, app); err != nil {
 			return nil, err
 		}
 	}
 	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && !slices.Contains(r.Consumers, req.ConsumerGroup) {
 		// Knowing the consumer groups is for operators; a consumer is served
-		// its route even when recording it fails (say, at a limit, which
-		// costs no Raft entry).
-		if err := m.proposeChecked(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup}); err != nil {
-			m.log.Warn("recording a consumer group", "subject", req.Subject, "group", req.ConsumerGroup, "error", err)
+		// its route even when recording it fails at the metaserver's limits
+		// (which costs no Raft entry). A new group past its application's
+		// own limit is refused: that limit is the application's to keep.
+		cmd := &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app}
+		if err := m.fsm.Check(cmd); errors.Is(err, meta.ErrAppLimit) {
+			return nil, transport.Errorf(transport.Invalid, "%v", err)
+		}
+		if err := m.proposeChecked(ctx, cmd); err != nil {
+			m.log.Warn("recording a consumer group", "subject", req.Subject, "group", req.ConsumerGroup, "app", app, "error", err)
 		}
 	}
 	return json.Marshal(m.route(req.Subject))
 }
 
 // assign routes subject to more groups, chosen by load, until it has
-// count (or every writable, available group).
-func (m *MetaNode) assign(ctx context.Context, subject string, count int) error {
+// count (or every writable, available group). app is the application a
+// new route is created for ("" for none), whose limit it counts towards.
+func (m *MetaNode) assign(ctx context.Context, subject string, count int, app string) error {
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
 	r, _ := m.fsm.Route(subject) // again, under the lock: a racing request may have assigned it
@@ -64,9 +78,9 @@ func (m *MetaNode) assign(ctx context.Context, subject string, count int) error 
 	}
 	// A first use only creates: should the route exist after all, it stands.
 	// A new subject past a limit is refused here, without a Raft entry.
-	err := m.proposeChecked(ctx, &meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0})
+	err := m.proposeChecked(ctx, &meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0, App: app})
 	if err == nil {
-		m.log.Info("subject assigned", "subject", subject, "groups", picked)
+		m.log.Info("subject assigned", "subject", subject, "groups", picked, "app", app)
 	}
 	return err
 }
@@ -144,7 +158,8 @@ func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
 			return nil, err
 		}
 	case req.Count > 0 && req.Count <= meta.MaxGroupsPerSubject:
-		if err := m.assign(ctx, req.Subject, req.Count); err != nil {
+		// An operator's assignment: the route is no application's.
+		if err := m.assign(ctx, req.Subject, req.Count, ""); err != nil {
 			return nil, err
 		}
 	default:

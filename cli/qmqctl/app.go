@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq"
+)
+
+// The application registry: `app create`, `update`, `list`, `rotate`,
+// `delete`.
+
+// appRightsHelp explains the rights flags of create and update.
+const appRightsHelp = "Rights are patterns of names: \"orders\" is that subject (or consumer group) only,\n" +
+	"\"orders.*\" every name starting with \"orders.\" (orders.paid, orders.eu.new), \"*\" every\n" +
+	"name. --send PATTERN lets the application send to the subjects matching it; --consume\n" +
+	"SUBJECT/GROUP lets it consume the subjects matching SUBJECT as the consumer groups matching\n" +
+	"GROUP ('/' separates them: names never contain one). Repeat either flag (or separate\n" +
+	"patterns with commas); an application has at most 32 rules. --admin lets it do everything,\n" +
+	"administration included, whatever its rules. --max-subjects and --max-groups bound the\n" +
+	"subjects (routes made on a first send or consume) and consumer groups it may create\n" +
+	"(0: 1,000 each)."
+
+// appFlags are create's and update's flags.
+func appFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "admin", Usage: "the application may do everything"},
+		&cli.StringSliceFlag{Name: "send", Usage: "a subject `PATTERN` the application may send to (repeatable)"},
+		&cli.StringSliceFlag{Name: "consume", Usage: "`SUBJECT/GROUP` patterns: the application may consume those subjects as those consumer groups (repeatable)"},
+		&cli.IntFlag{Name: "max-subjects", Usage: "the most subjects the application may create: `N` (0 for the default, 1000)"},
+		&cli.IntFlag{Name: "max-groups", Usage: "the most consumer groups the application may create: `N` (0 for the default, 1000)"},
+	}
+}
+
+func appCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "app",
+		Usage: "applications and their secrets: create, update, list, rotate, delete",
+		Description: "An application (QMQ's app code) is what a client connects as: a CODE, a secret the\n" +
+			"metaserver makes (shown once, when it is made) and the rights below. The metaserver\n" +
+			"keeps only a hash of each secret.\n\n" + appRightsHelp,
+		Subcommands: []*cli.Command{{
+			Name:            "create",
+			Usage:           "create an application and print its secret (the only time it is shown)",
+			ArgsUsage:       "CODE",
+			Description:     appRightsHelp,
+			Flags:           appFlags(),
+			SkipFlagParsing: true,
+			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
+				spec, err := appSpec(c, code)
+				if err != nil {
+					return err
+				}
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					secret, err := a.CreateApp(ctx, spec)
+					if err != nil {
+						return err
+					}
+					printSecret(c.App.Writer, code, secret, "created")
+					return nil
+				})
+			}),
+		}, {
+			Name:      "update",
+			Usage:     "replace an application's rights and limits (its secret stays)",
+			ArgsUsage: "CODE",
+			Description: "Replaces every right and limit with those given: a right not given again is taken away,\n" +
+				"a limit not given is the default again. Lowering a limit below what the application has\n" +
+				"created removes nothing; it creates no more until below it.\n\n" + appRightsHelp,
+			Flags:           appFlags(),
+			SkipFlagParsing: true,
+			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
+				spec, err := appSpec(c, code)
+				if err != nil {
+					return err
+				}
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					if err := a.UpdateApp(ctx, spec); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "application %s updated\n", code)
+					return nil
+				})
+			}),
+		}, {
+			Name:  "list",
+			Usage: "list the applications: their rights, limits, what they created and their secrets' state",
+			Description: "SUBJECTS and GROUPS are what the application created of its limit. SECRETS is 1, or 2\n" +
+				"after a rotation whose old secret still works (until the time shown). No secret, nor\n" +
+				"anything that verifies one, is ever listed.",
+			Flags: []cli.Flag{jsonFlag},
+			Action: func(c *cli.Context) error {
+				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					apps, err := a.Apps(ctx)
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSONTo(c.App.Writer, apps)
+					}
+					return printApps(c.App.Writer, apps, time.Now())
+				})
+			},
+		}, {
+			Name:      "rotate",
+			Usage:     "give an application a new secret and print it; the old one works for --grace",
+			ArgsUsage: "CODE",
+			Description: "The old secret keeps working for --grace (0s: it stops at once), so that the application's\n" +
+				"instances can move to the new one; a secret replaced before it stops at once. --grace is\n" +
+				"at most 720h (30 days).",
+			Flags: []cli.Flag{
+				&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "how long the old secret keeps working (`DURATION`)"},
+			},
+			SkipFlagParsing: true,
+			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
+				grace := c.Duration("grace")
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					secret, err := a.RotateApp(ctx, code, grace)
+					if err != nil {
+						return err
+					}
+					printSecret(c.App.Writer, code, secret, "has a new secret")
+					if grace > 0 {
+						fmt.Fprintf(c.App.Writer, "The old secret works until %s.\n", time.Now().Add(grace).Format(time.RFC3339))
+					} else {
+						fmt.Fprintln(c.App.Writer, "The old secret no longer works.")
+					}
+					return nil
+				})
+			}),
+		}, {
+			Name:            "delete",
+			Usage:           "delete an application: its secrets stop working at once",
+			ArgsUsage:       "CODE",
+			Description:     "The subjects and consumer groups it created stay. Deleting an unknown application succeeds.",
+			SkipFlagParsing: true,
+			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+					if err := a.DeleteApp(ctx, code); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "application %s deleted\n", code)
+					return nil
+				})
+			}),
+		}},
+	}
+}
+
+// appSpec reads create's and update's flags.
+func appSpec(c *cli.Context, code string) (qmq.AppSpec, error) {
+	spec := qmq.AppSpec{Code: code, Admin: c.Bool("admin"), Send: c.StringSlice("send"),
+		MaxSubjects: c.Int("max-subjects"), MaxGroups: c.Int("max-groups")}
+	for _, g := range c.StringSlice("consume") {
+		subject, group, ok := strings.Cut(g, "/")
+		if !ok || subject == "" || group == "" || strings.Contains(group, "/") {
+			return spec, fmt.Errorf("--consume %q: want SUBJECT/GROUP, two patterns separated by one '/'", g)
+		}
+		spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: subject, Group: group})
+	}
+	return spec, nil
+}
+
+// printSecret prints a new secret, on a line of its own, and how to use it.
+func printSecret(w io.Writer, code, secret, what string) {
+	fmt.Fprintf(w, "Application %s %s. Its secret, shown this once (keep it safe):\n%s\n", code, what, secret)
+	fmt.Fprintf(w, "Connect as it with `qmqctl --app %s --secret …` (or QMQ_APP and QMQ_SECRET in the\n"+
+		"environment), or qmq.WithApp from Go.\n", code)
+}
+
+// printApps prints the applications as a table.
+func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tGROUPS\tSECRETS")
+	for _, a := range apps {
+		admin := "-"
+		if a.Admin {
+			admin = "yes"
+		}
+		var consume []string
+		for _, g := range a.Consume {
+			consume = append(consume, g.Subject+"/"+g.Group)
+		}
+		secrets := "1"
+		if a.Secrets > 1 {
+			secrets = fmt.Sprintf("%d (old one until %s)", a.Secrets, a.OldSecretExpires.Format(time.RFC3339))
+			if !a.OldSecretExpires.After(now) {
+				secrets = fmt.Sprintf("%d (old one expired)", a.Secrets)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", a.Code, admin, orDash(strings.Join(a.Send, ",")),
+			orDash(strings.Join(consume, ",")), a.Subjects, a.MaxSubjects, a.Groups, a.MaxGroups, secrets)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%d applications\n", len(apps))
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -58,6 +58,13 @@ func (*bufferSink) ID() string    { return "test" }
 func (*bufferSink) Cancel() error { return nil }
 func (*bufferSink) Close() error  { return nil }
 
+// announced waits until m, leading, has recorded its client address: the
+// last entry it writes on its own, so that tests may count entries.
+func announced(t *testing.T, m *MetaNode) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the metaserver to record its address", func() bool { return m.fsm.MemberAddr(m.cfg.ID) == m.ClientAddr() })
+}
+
 // wantInvalid fails the test unless err is INVALID saying want.
 func wantInvalid(t *testing.T, what string, err error, want string) {
 	t.Helper()
@@ -74,6 +81,7 @@ func TestMetaApps(t *testing.T) {
 	m := startMeta(t, "m1", true)
 	b := startMetaBroker(t, "g1", m)
 	waitFor(t, 10*time.Second, "the broker to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	announced(t, m)
 	a := newAdmin(t, b.ClientAddr())
 	ctx := ctxFor(t, 30*time.Second)
 
@@ -217,6 +225,7 @@ func TestMetaAppLimits(t *testing.T) {
 	startMetaBroker(t, "g1", m)
 	a := newAdmin(t, m.ClientAddr())
 	waitFor(t, 10*time.Second, "g1 to be available", func() bool { ok, _ := groupAvailable(t, a, "g1"); return ok })
+	announced(t, m)
 	ctx := ctxFor(t, 30*time.Second)
 	const n = 2
 	for _, spec := range []qmq.AppSpec{{Code: "small", MaxSubjects: n, MaxGroups: n}, {Code: "other"}} {

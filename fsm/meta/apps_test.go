@@ -363,3 +363,21 @@ func TestSnapshotWithoutApps(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyConsumerAppsRestore: a snapshot whose route lists no consumer
+// group's application ("consumer_apps":[]) restores as one that leaves
+// them out, and takes consumer groups of applications and forgets them.
+func TestEmptyConsumerAppsRestore(t *testing.T) {
+	f := New()
+	snap := `{"state":{"groups":{"g":{"nodes":{}}},"subjects":{"s":{"groups":["g"],"consumers":["b","d"],"consumer_apps":[]}},"members":{},` +
+		`"apps":{"x":{"code":"x","secrets":[{"salt":"` + rightsOnly.Salt + `","hash":"` + rightsOnly.Hash + `"}]}}}}`
+	if err := f.Restore(io.NopCloser(strings.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []Command{&Consumer{Subject: "s", Group: "c", App: "x"}, &ForgetConsumer{Subject: "s", Group: "b"}, &Consumer{Subject: "s", Group: "a"}} {
+		mustApply(t, f, cmd)
+	}
+	if r, _ := f.Route("s"); strings.Join(r.Consumers, ",") != "a,c,d" || strings.Join(r.ConsumerApps, ",") != ",x," {
+		t.Fatalf("consumers %v of %v", r.Consumers, r.ConsumerApps)
+	}
+}

@@ -242,6 +242,8 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"state":{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}}`))
 	f.Add([]byte(`{"state":{"groups":{"g":{"nodes":{}}},"subjects":{"s":{"groups":["g"],"consumers":["a","b"],"app":"x","consumer_apps":["x",""]}},"members":{},` +
 		`"apps":{"x":{"code":"x","secrets":[{"salt":"00000000000000000000000000000000","hash":"0000000000000000000000000000000000000000000000000000000000000000"}]}}}}`))
+	f.Add([]byte(`{"state":{"groups":{"g":{"nodes":{}}},"subjects":{"s":{"groups":["g"],"consumers":["a","b"],"consumer_apps":[]}},"members":{},` +
+		`"apps":{"x":{"code":"x","secrets":[{"salt":"00000000000000000000000000000000","hash":"0000000000000000000000000000000000000000000000000000000000000000"}]}}}}`))
 	f.Add([]byte(`{"applied":1}`))                            // no state: refused
 	f.Add([]byte(`{"groups":{},"subjects":{},"members":{}}`)) // a bare state: refused
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -260,6 +262,21 @@ func FuzzRestore(f *testing.F) {
 		m.SubjectCounts()
 		for _, a := range m.Apps().Apps() {
 			m.Usage(a.Code)
+		}
+		// And takes commands: a consumer group of each application and of
+		// none on each subject, then one forgotten.
+		for _, subject := range m.Subjects() {
+			r, _ := m.Route(subject)
+			for _, a := range append(m.Apps().Apps(), auth.App{}) {
+				apply(t, m, &Consumer{Subject: subject, Group: "fuzz-" + a.Code, App: a.Code})
+			}
+			for _, c := range r.Consumers {
+				apply(t, m, &ForgetConsumer{Subject: subject, Group: c})
+				break
+			}
+		}
+		if _, err := decodeSnapshot(snapshotBytes(t, m)); err != nil {
+			t.Fatalf("a restored state after commands does not restore: %v", err)
 		}
 	})
 }

@@ -128,7 +128,10 @@ func (s *state) check() error {
 		if r.App != "" {
 			appSubjects[r.App]++
 		}
-		if len(r.ConsumerApps) != 0 && len(r.ConsumerApps) != len(r.Consumers) {
+		if len(r.ConsumerApps) == 0 {
+			r.ConsumerApps = nil // as apply keeps it: nil while no group has one
+		}
+		if r.ConsumerApps != nil && len(r.ConsumerApps) != len(r.Consumers) {
 			return fmt.Errorf("%w: snapshot's route of %s names the applications of %d consumer groups, not %d", ErrInvalid, subject, len(r.ConsumerApps), len(r.Consumers))
 		}
 		for _, app := range r.ConsumerApps {

@@ -1,6 +1,8 @@
 // Package meta is the metaserver's replicated state machine: the broker
 // groups and their registered nodes, each group's writable flag, the
-// subject → broker-group routes and the consumer groups known per subject.
+// subject → broker-group routes and the consumer groups known per subject,
+// and the applications (QMQ's app codes: their rights and their secrets'
+// hashes) with what each created.
 //
 // The state is small (it grows with groups and subjects, not messages), so
 // commands are a type byte and a JSON body, and a snapshot is the whole

@@ -98,8 +98,9 @@ const (
 	// TypeHello names the application a connection works for and proves
 	// it (HelloRequest); a client sends it first.
 	TypeHello Type = 28
+
 	// The application registry: metaserver requests (apps.go), which
-	// brokers forward. 28 is the connection's hello.
+	// brokers forward.
 
 	// TypeApps lists the applications (no payload; answered with []AppInfo).
 	TypeApps Type = 29

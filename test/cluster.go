@@ -21,6 +21,10 @@
 //	g1 := NewCluster(t, "g1", "--meta", meta.ClientAddrs())
 //	g1.Form(meta.ClientAddrs(), "a", "b", "c") // joined through the metaserver
 //
+// With UseTLS (before the first node starts) every node serves TLS only,
+// with a certificate of a Security of the test's, and the harness talks to
+// it over TLS (security.go); without it everything is plaintext.
+//
 // Every process is started with its own data directory under t.TempDir()
 // and its own log file; t.Cleanup SIGKILLs and reaps every process still
 // running, and prints the tail of every node's log when the test failed.
@@ -177,6 +181,7 @@ type Cluster struct {
 	qmqd   string
 	qmqctl string
 	http   *http.Client
+	sec    *Security // nil: plaintext (UseTLS)
 
 	mu        sync.Mutex
 	nodes     []*Node
@@ -191,6 +196,26 @@ type Cluster struct {
 // listens behind them. Partitions and added latency then act on the
 // proxies (Node.ClientProxy, Node.RaftProxy).
 func (c *Cluster) UseProxies() { c.proxied = true }
+
+// UseTLS makes the cluster's nodes serve TLS only, each with a node
+// certificate of sec valid for every IP it is dialled at (its proxies'
+// too) and --tls-client-auth request; Ctl and CtlJSON then connect with
+// the operator's certificate, and Status reads /status over https. It
+// must come before the first node starts.
+func (c *Cluster) UseTLS(sec *Security) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.nodes) > 0 {
+		c.t.Fatalf("%s: UseTLS after %d nodes started", c.Group, len(c.nodes))
+	}
+	c.sec, c.http = sec, sec.httpClient()
+}
+
+// Security is what UseTLS gave the cluster: nil for plaintext. Its
+// methods work on nil, so a client of the cluster connects with
+// c.Security().ConnOption() either way.
+func (c *Cluster) Security() *Security { return c.sec }
 
 // Node is one qmqd process slot: its addresses and data survive Kill and
 // Restart.
@@ -213,6 +238,8 @@ type Node struct {
 	// free space the node sees (UseSmallDisks).
 	DiskFreeFile string
 	mounted      bool // a tmpfs is mounted on DataDir
+	// TLS, with UseTLS, is the node's certificate, its key and the CA.
+	TLS qmq.TLSFiles
 
 	c         *Cluster
 	bootstrap bool // only the first start passes --bootstrap
@@ -234,7 +261,7 @@ func NewCluster(t testing.TB, group string, flags ...string) *Cluster {
 	// TempDir first: cleanups run last-in first-out, so every process is
 	// dead before its directory is removed.
 	c := &Cluster{t: t, Group: group, flags: flags, dir: t.TempDir(), qmqd: qmqd, qmqctl: qmqctl,
-		http: &http.Client{Timeout: 2 * time.Second}}
+		http: (*Security)(nil).httpClient()}
 	t.Cleanup(c.cleanup)
 	return c
 }
@@ -304,6 +331,9 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 	if c.proxied {
 		n.proxy()
 	}
+	if c.sec != nil {
+		n.TLS = c.sec.NodeCert(c.Group+"-"+id, n.addrs()...)
+	}
 	if err := os.MkdirAll(filepath.Dir(n.LogPath), 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -340,6 +370,17 @@ func (n *Node) proxy() {
 		n.ClientProxy.Close()
 		n.RaftProxy.Close()
 	})
+}
+
+// addrs are every address the node listens or is dialled at.
+func (n *Node) addrs() []string {
+	var out []string
+	for _, a := range []string{n.ClientAddr, n.RaftAddr, n.HTTPAddr, n.ClientBind, n.RaftBind} {
+		if a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // SetClockOffset makes the proxied broker node's clock read d ahead of
@@ -401,6 +442,7 @@ func (n *Node) Args() []string {
 	if n.DiskFreeFile != "" {
 		args = append(args, "--disk-free-file", n.DiskFreeFile)
 	}
+	args = append(args, n.c.sec.NodeArgs(n.TLS)...)
 	n.c.mu.Lock()
 	first := n.starts == 0
 	n.c.mu.Unlock()
@@ -553,9 +595,9 @@ func (n *Node) unexpectedExit() error {
 		n.ID, n.cmd.Process.Pid, n.waitErr, n.LogPath, tail(n.LogPath, 1))
 }
 
-// Status fetches the node's /status over HTTP.
+// Status fetches the node's /status over HTTP (https with UseTLS).
 func (n *Node) Status() (*qmq.Status, error) {
-	resp, err := n.c.http.Get("http://" + n.HTTPAddr + "/status")
+	resp, err := n.c.http.Get(n.c.sec.scheme() + "://" + n.HTTPAddr + "/status")
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.ID, err)
 	}
@@ -660,10 +702,11 @@ func Describe(sts map[string]*qmq.Status) string {
 }
 
 // Ctl runs qmqctl with args (bounded by 30 s) and returns its combined
-// output.
+// output. With UseTLS it connects with the operator's certificate.
 func (c *Cluster) Ctl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	args = append(c.sec.CtlArgs(), args...)
 	out, err := exec.CommandContext(ctx, c.qmqctl, args...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("qmqctl %s: %w\n%s", strings.Join(args, " "), err, out)
@@ -672,11 +715,12 @@ func (c *Cluster) Ctl(args ...string) (string, error) {
 }
 
 // CtlJSON runs qmqctl with args and --json (bounded by 30 s) and decodes
-// what it printed on its standard output into out.
+// what it printed on its standard output into out. With UseTLS it
+// connects with the operator's certificate.
 func (c *Cluster) CtlJSON(out any, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	args = append(args, "--json")
+	args = append(append(c.sec.CtlArgs(), args...), "--json")
 	cmd := exec.CommandContext(ctx, c.qmqctl, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

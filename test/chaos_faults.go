@@ -165,7 +165,7 @@ func (ch *Chaos) wrongClockLeader(c *Cluster) string {
 	if err := Poll(10*time.Second, func() error { return clockAhead(f, ahead) }); err != nil {
 		ch.t.Fatalf("%s's clock offset: %v", f.ID, err)
 	}
-	admin, err := qmq.NewAdmin(c.ClientAddrs())
+	admin, err := qmq.NewAdmin(c.ClientAddrs(), c.Security().OperatorConnOption())
 	if err != nil {
 		ch.t.Fatalf("transfer-leader in %s: %v", c.Group, err)
 	}
@@ -187,11 +187,12 @@ func (ch *Chaos) wrongClockLeader(c *Cluster) string {
 }
 
 // clockAhead reports whether broker node n's clock reads at least about
-// ahead in front of the machine's, asking it with a time request.
+// ahead in front of the machine's, asking it with a time request (a
+// node's request: over TLS, with the operator's node certificate).
 func clockAhead(n *Node, ahead time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	conn, err := transport.Dial(ctx, n.ClientAddr)
+	conn, err := n.c.Security().Dialer().Dial(ctx, n.ClientAddr)
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,25 @@ const everyFaultWithin = 8 * time.Minute
 //	QMQ_CHAOS_ONLY      comma-separated kinds of fault to draw besides leader
 //	                    kills and partitions (default: every kind), to
 //	                    aim a run at one
+//	QMQ_CHAOS_PLAINTEXT 1: every node and client in plaintext (default: TLS)
 func chaosSettings(t *testing.T) (time.Duration, uint64) {
 	return runSettings(t, "QMQ_CHAOS", 40*time.Second)
+}
+
+// chaosSecurity is the chaos run's CA and certificates: every node serves
+// TLS and every client connects over TLS, unless QMQ_CHAOS_PLAINTEXT is
+// true (nil: plaintext).
+func chaosSecurity(t *testing.T) *Security {
+	if s := os.Getenv("QMQ_CHAOS_PLAINTEXT"); s != "" {
+		plain, err := strconv.ParseBool(s)
+		if err != nil {
+			t.Fatalf("QMQ_CHAOS_PLAINTEXT=%q: %v", s, err)
+		}
+		if plain {
+			return nil
+		}
+	}
+	return NewSecurity(t)
 }
 
 // runSettings reads a fault run's duration and seed from the environment
@@ -56,7 +73,8 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 }
 
 // TestChaos runs a metaserver group and two broker groups of three
-// processes each, behind proxies, under producers (synchronous and
+// processes each, behind proxies, over TLS (every node, and every client
+// with a certificate of the run's CA), under producers (synchronous and
 // asynchronous, a tenth of the messages delayed by up to 8 s) and
 // consumers: two consumer groups that acknowledge everything, one whose
 // handler fails a tenth of the messages once (3 deliveries at most, then
@@ -70,9 +88,15 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 // and that every broker group's replicas hold byte-identical logs.
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
-	t.Logf("chaos: seed %d, duration %s (reproduce: make chaos SEED=%d DURATION=%s)", seed, d, seed, d)
+	sec := chaosSecurity(t)
+	mode, env := "over TLS", ""
+	if sec == nil {
+		mode, env = "in plaintext", "QMQ_CHAOS_PLAINTEXT=1 "
+	}
+	t.Logf("chaos: seed %d, duration %s, %s (reproduce: %smake chaos SEED=%d DURATION=%s)", seed, d, mode, env, seed, d)
 	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
 	meta.UseProxies()
+	meta.UseTLS(sec)
 	meta.Form("", "m1", "m2", "m3")
 	// Consumer sessions time out after 3 s, so that cuts and pauses reclaim
 	// consumers; g2 lives on small disks that the disk-full fault fills
@@ -89,11 +113,15 @@ func TestChaos(t *testing.T) {
 		}
 		c := NewCluster(t, g, flags...)
 		c.UseProxies()
+		c.UseTLS(sec)
 		if g == "g2" {
 			c.UseSmallDisks(diskSize)
 		}
 		c.Form(meta.ClientAddrs(), g+"a", g+"b", g+"c")
 		groups = append(groups, c)
+	}
+	for _, c := range append([]*Cluster{meta}, groups...) {
+		servesTLS(t, c, sec != nil)
 	}
 	t.Logf("chaos: g2's small disks are %s", map[bool]string{true: "tmpfs mounts", false: "fault injection (--disk-free-file)"}[groups[1].SmallDisksReal()])
 	servers := meta.ClientAddrs()
@@ -104,7 +132,10 @@ func TestChaos(t *testing.T) {
 	// after 3 deliveries (a dead letter); once consumes at most once; the
 	// broadcast consumer of tail joins once sending is under way.
 	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once"}}
-	admin, err := qmq.NewAdmin(servers)
+	// Producers and consumers connect as applications (the client
+	// certificate), the Admin as the operator (a node certificate).
+	conn := sec.ConnOption()
+	admin, err := qmq.NewAdmin(servers, sec.OperatorConnOption())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +145,7 @@ func TestChaos(t *testing.T) {
 	var subs []*qmq.Subscription
 	var subsMu sync.Mutex
 	subscribe := func(subject, group string, h qmq.Handler, opts ...qmq.SubscribeOption) *qmq.Subscription {
-		opts = append([]qmq.SubscribeOption{qmq.WithPullWait(500 * time.Millisecond), qmq.WithWorkers(2), qmq.StartAt(qmq.Earliest),
+		opts = append([]qmq.SubscribeOption{conn, qmq.WithPullWait(500 * time.Millisecond), qmq.WithWorkers(2), qmq.StartAt(qmq.Earliest),
 			qmq.WithLogger(nil)}, opts...)
 		sub, err := qmq.Subscribe(servers, subject, group, h, opts...)
 		if err != nil {
@@ -164,13 +195,13 @@ func TestChaos(t *testing.T) {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			send(t, h, servers, subjects, uint64(seed)+uint64(i), i == 0, stop)
+			send(t, h, servers, conn, subjects, uint64(seed)+uint64(i), i == 0, stop)
 		}()
 	}
 	senders.Add(1)
 	go func() {
 		defer senders.Done()
-		sendAtLimits(t, h, servers, subjects, uint64(seed)+99, stop)
+		sendAtLimits(t, h, servers, conn, subjects, uint64(seed)+99, stop)
 	}()
 	// The broadcast consumer joins once the first thousand sends are
 	// acknowledged; its group is named after it.
@@ -264,6 +295,21 @@ func TestChaos(t *testing.T) {
 	}
 	for _, c := range groups {
 		c.SameReplicas(3 * time.Minute)
+	}
+}
+
+// servesTLS fails the test unless every node of c says in its /status
+// that it serves TLS, or (!on) that it does not.
+func servesTLS(t *testing.T, c *Cluster, on bool) {
+	t.Helper()
+	sts, err := c.Statuses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, st := range sts {
+		if st.TLS != on {
+			t.Fatalf("%s: %s serves TLS: %t, want %t", c.Group, id, st.TLS, on)
+		}
 	}
 }
 
@@ -361,9 +407,9 @@ func readDeadLetters(t *testing.T, h *History, admin *qmq.Admin, subjects []stri
 
 // send sends messages to subjects until stop: synchronously one at a time,
 // or (async) keeping up to 100 asynchronous sends in flight. A tenth of
-// the messages are delayed by up to 8 s.
-func send(t *testing.T, h *History, servers string, subjects []string, seed uint64, async bool, stop chan struct{}) {
-	p, err := qmq.NewProducer(servers, qmq.WithSendTimeout(20*time.Second))
+// the messages are delayed by up to 8 s. The producer connects with conn.
+func send(t *testing.T, h *History, servers string, conn qmq.ConnOption, subjects []string, seed uint64, async bool, stop chan struct{}) {
+	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(20*time.Second))
 	if err != nil {
 		t.Error(err)
 		return
@@ -405,8 +451,9 @@ func send(t *testing.T, h *History, servers string, subjects []string, seed uint
 // largest size a message may have (qmq.MaxMessageSize), immediate or
 // delayed, which must be delivered like any other; and one a byte larger,
 // which the SDK must refuse with ErrMessageTooLarge before it is sent.
-func sendAtLimits(t *testing.T, h *History, servers string, subjects []string, seed uint64, stop chan struct{}) {
-	p, err := qmq.NewProducer(servers, qmq.WithSendTimeout(60*time.Second))
+// The producer connects with conn.
+func sendAtLimits(t *testing.T, h *History, servers string, conn qmq.ConnOption, subjects []string, seed uint64, stop chan struct{}) {
+	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(60*time.Second))
 	if err != nil {
 		t.Error(err)
 		return

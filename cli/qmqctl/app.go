@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,6 +39,11 @@ func appFlags() []cli.Flag {
 	}
 }
 
+// secretOutFlag writes a new secret to a file instead of printing it.
+var secretOutFlag = &cli.StringFlag{Name: "secret-out",
+	Usage: "write the secret to `FILE` (created with mode 0600; an existing file is not overwritten) instead of printing it; " +
+		"give it to qmqctl --secret-file or read it into the application"}
+
 func appCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "app",
@@ -50,7 +56,7 @@ func appCommand() *cli.Command {
 			Usage:           "create an application and print its secret (the only time it is shown)",
 			ArgsUsage:       "CODE",
 			Description:     appRightsHelp,
-			Flags:           appFlags(),
+			Flags:           append(appFlags(), secretOutFlag),
 			SkipFlagParsing: true,
 			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
 				spec, err := appSpec(c, code)
@@ -62,8 +68,7 @@ func appCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					printSecret(c.App.Writer, code, secret, "created")
-					return nil
+					return giveSecret(c, code, secret, "created")
 				})
 			}),
 		}, {
@@ -116,6 +121,7 @@ func appCommand() *cli.Command {
 				"at most 720h (30 days).",
 			Flags: []cli.Flag{
 				&cli.DurationFlag{Name: "grace", Value: time.Hour, Usage: "how long the old secret keeps working (`DURATION`)"},
+				secretOutFlag,
 			},
 			SkipFlagParsing: true,
 			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
@@ -125,7 +131,9 @@ func appCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					printSecret(c.App.Writer, code, secret, "has a new secret")
+					if err := giveSecret(c, code, secret, "has a new secret"); err != nil {
+						return err
+					}
 					if grace > 0 {
 						fmt.Fprintf(c.App.Writer, "The old secret works until %s.\n", time.Now().Add(grace).Format(time.RFC3339))
 					} else {
@@ -167,11 +175,39 @@ func appSpec(c *cli.Context, code string) (qmq.AppSpec, error) {
 	return spec, nil
 }
 
-// printSecret prints a new secret, on a line of its own, and how to use it.
-func printSecret(w io.Writer, code, secret, what string) {
+// giveSecret writes a new secret to --secret-out, or prints it on a line
+// of its own, and says how to use it.
+func giveSecret(c *cli.Context, code, secret, what string) error {
+	w := c.App.Writer
+	if out := c.String("secret-out"); out != "" {
+		if err := writeSecret(out, secret); err != nil {
+			// The secret exists now and is shown nowhere else: print it
+			// rather than lose it.
+			fmt.Fprintf(w, "Application %s %s, but its secret could not be written (%v). Its secret, shown this once:\n%s\n",
+				code, what, err, secret)
+			return fmt.Errorf("--secret-out: %w", err)
+		}
+		fmt.Fprintf(w, "Application %s %s. Its secret is in %s (mode 0600), and shown nowhere else.\n", code, what, out)
+		fmt.Fprintf(w, "Connect as it with `qmqctl --app %s --secret-file %s`, or qmq.WithApp from Go.\n", code, out)
+		return nil
+	}
 	fmt.Fprintf(w, "Application %s %s. Its secret, shown this once (keep it safe):\n%s\n", code, what, secret)
-	fmt.Fprintf(w, "Connect as it with `qmqctl --app %s --secret …` (or QMQ_APP and QMQ_SECRET in the\n"+
-		"environment), or qmq.WithApp from Go.\n", code)
+	fmt.Fprintf(w, "Connect as it with `qmqctl --app %s --secret-file FILE` (or QMQ_APP with QMQ_SECRET_FILE or\n"+
+		"QMQ_SECRET in the environment), or qmq.WithApp from Go.\n", code)
+	return nil
+}
+
+// writeSecret creates path, readable by its owner only, holding secret.
+func writeSecret(path, secret string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // printApps prints the applications as a table.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +38,7 @@ func TestAppCommands(t *testing.T) {
 	// Options after the code, before it, or both.
 	out := run("app", "create", "billing", "--send", "orders.*", "--send", "invoices", "--consume", "payments.*/billing-*", "--max-subjects", "5")
 	secret := secretIn(t, out)
-	for _, w := range []string{"Application billing created", "shown this once", "--app billing --secret", "QMQ_APP"} {
+	for _, w := range []string{"Application billing created", "shown this once", "--app billing --secret-file", "QMQ_APP"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("app create does not say %q:\n%s", w, out)
 		}
@@ -104,6 +106,28 @@ func TestAppCommands(t *testing.T) {
 	if out := run("app", "list"); !strings.Contains(out, "2 (old one until") {
 		t.Errorf("app list after a rotation:\n%s", out)
 	}
+	// --secret-out writes the secret to a new file of mode 0600, prints
+	// it nowhere, and never overwrites a file.
+	file := filepath.Join(t.TempDir(), "billing.secret")
+	out = run("app", "rotate", "billing", "--secret-out", file)
+	written, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.TrimSpace(string(written)); !strings.HasPrefix(s, "qmqs_") || strings.Contains(out, s) || !strings.Contains(out, "is in "+file) {
+		t.Fatalf("app rotate --secret-out wrote %q and printed:\n%s", written, out)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the secret file has mode %v", fi.Mode().Perm())
+	}
+	out, err = runCLI(append(s, "app", "rotate", "billing", "--secret-out", file)...)
+	if err == nil || !strings.Contains(out, "qmqs_") {
+		t.Fatalf("a rotation whose --secret-out exists: %v; it must fail and print the secret rather than lose it:\n%s", err, out)
+	}
+	if again, _ := os.ReadFile(file); string(again) != string(written) {
+		t.Fatal("an existing secret file was overwritten")
+	}
+
 	out = run("app", "rotate", "--grace", "0s", "billing")
 	if !strings.Contains(out, "The old secret no longer works") || list()[0].Secrets != 1 {
 		t.Fatalf("app rotate --grace 0s:\n%s", out)

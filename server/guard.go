@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,7 +123,7 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 	}
 	rights, err := table.Rights(id, g.now())
 	if err != nil {
-		return nil, nil, g.unauthenticated(peer, "app:"+id.App, t, err.Error())
+		return nil, nil, g.unauthenticated(peer, "app:"+id.App, t, why(err))
 	}
 	acc := &access{g: g, peer: peer, who: "app:" + id.App, rights: rights}
 	switch classOf(t) {
@@ -130,7 +131,7 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 		return nil, nil, acc.deny(t, fmt.Sprintf("only a node may send %s requests", t))
 	case classAdmin:
 		if !rights.Admin() {
-			return nil, nil, acc.deny(t, fmt.Sprintf("application %s is not an admin: it may not %s", id.App, t))
+			return nil, nil, acc.deny(t, fmt.Sprintf("application %s is not an admin: %s is an admin operation", id.App, t))
 		}
 		g.audit.admin(acc.who, peer.Addr, t, p)
 	case classApp:
@@ -157,7 +158,7 @@ func (g *guard) hello(peer *transport.Peer, p []byte) error {
 	}
 	id, err := table.Authenticate(q.App, q.Secret, g.now())
 	if err != nil {
-		return g.unauthenticated(peer, "app:"+q.App, transport.TypeHello, err.Error())
+		return g.unauthenticated(peer, "app:"+q.App, transport.TypeHello, why(err))
 	}
 	peer.SetIdentity(id)
 	return nil
@@ -167,6 +168,12 @@ func (g *guard) unauthenticated(peer *transport.Peer, who string, t transport.Ty
 	g.refused.WithLabelValues("unauthenticated").Inc()
 	g.audit.refused(who, peer.Addr, t, why)
 	return transport.Errorf(transport.Unauthenticated, "%s", why)
+}
+
+// why is an authentication refusal's reason without the package's
+// prefix, which the wire code already says.
+func why(err error) string {
+	return strings.TrimPrefix(err.Error(), auth.ErrUnauthenticated.Error()+": ")
 }
 
 type accessKey struct{}

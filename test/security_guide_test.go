@@ -29,7 +29,7 @@ func TestSecurityGuide(t *testing.T) {
 	qmqd, qmqctl := Binaries(t)
 	dir := t.TempDir()
 	steps := guideSteps(t, "../docs/security.md", "## Walkthrough: a TLS cluster with applications")
-	if len(steps) < 20 {
+	if len(steps) < 19 {
 		t.Fatalf("found %d commands in the walkthrough, expected all of it", len(steps))
 	}
 	addrs := map[string]string{}

@@ -1,0 +1,289 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// secureCluster is a metaserver node and a three-node broker group, all
+// with TLS and authentication, the brokers heartbeating every hb; admin
+// works with a node certificate, as an operator on a node's host would.
+type secureCluster struct {
+	t       *testing.T
+	f       *tlsFixture
+	meta    *MetaNode
+	brokers []*Node
+	admin   *qmq.Admin
+	client  qmq.ConnOption // an application host's certificate, no application
+	secrets map[string]string
+}
+
+func startSecureCluster(t *testing.T, hb time.Duration) *secureCluster {
+	t.Helper()
+	f := newTLSFixture(t)
+	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS, c.Auth = f.node("m1"), true })
+	waitFor(t, 10*time.Second, "the metaserver to lead", func() bool { return m.Status().State == "Leader" })
+	brokers := startGroup(t, withTLS(f), func(_ string, c *Config) {
+		c.Auth, c.Meta, c.MetaHeartbeat = true, []string{m.ClientAddr()}, hb
+	})
+	waitFor(t, 10*time.Second, "the brokers to register", func() bool {
+		g, ok := m.fsm.Group(brokers[0].cfg.Group)
+		return ok && len(g.Nodes) == len(brokers)
+	})
+	announced(t, m)
+	return &secureCluster{t: t, f: f, meta: m, brokers: brokers, admin: newAdmin(t, m.ClientAddr(), connOf(m.cfg.TLS)),
+		client: f.client("apps"), secrets: map[string]string{}}
+}
+
+// create creates an application and keeps its secret.
+func (c *secureCluster) create(spec qmq.AppSpec) {
+	c.t.Helper()
+	secret, err := c.admin.CreateApp(ctxFor(c.t, 30*time.Second), spec)
+	if err != nil {
+		c.t.Fatalf("create %s: %v", spec.Code, err)
+	}
+	c.secrets[spec.Code] = secret
+}
+
+// as is how a client of app connects ("" for none, "wrong:CODE" for a
+// wrong secret).
+func (c *secureCluster) as(app string) qmq.ConnOption {
+	switch {
+	case app == "":
+		return c.client
+	case strings.HasPrefix(app, "wrong:"):
+		return c.client.And(qmq.WithApp(strings.TrimPrefix(app, "wrong:"), "qmqs_wrong"))
+	}
+	return c.client.And(qmq.WithApp(app, c.secrets[app]))
+}
+
+// clientTLS is the application host's certificate, for a raw transport
+// dial.
+func (c *secureCluster) clientTLS(t *testing.T) func() *tls.Config {
+	r, err := tlsconf.Load(tlsconf.Files(c.f.files("apps")), tlsconf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Client
+}
+
+// servers is every node's client address.
+func (c *secureCluster) servers() string {
+	addrs := []string{c.meta.ClientAddr()}
+	for _, b := range c.brokers {
+		addrs = append(addrs, b.ClientAddr())
+	}
+	return strings.Join(addrs, ",")
+}
+
+// lastIndexes is every node's Raft last index, once every node has
+// applied all of its log: equal before and after a request means the
+// request proposed nothing anywhere.
+func (c *secureCluster) lastIndexes() string {
+	c.t.Helper()
+	var s string
+	waitFor(c.t, 10*time.Second, "every node to apply its log", func() bool {
+		s = fmt.Sprintf("meta %d/%d", c.meta.raft.LastIndex(), c.meta.fsm.Applied())
+		settled := c.meta.raft.LastIndex() == c.meta.fsm.Applied()
+		for _, b := range c.brokers {
+			s += fmt.Sprintf(", %s %d/%d", b.cfg.ID, b.raft.LastIndex(), b.fsm.Applied())
+			settled = settled && b.raft.LastIndex() == b.fsm.Applied()
+		}
+		return settled
+	})
+	return s
+}
+
+// TestAuthTable checks (application, operation, subject) cases through
+// the SDK on a three-node broker group with a metaserver: each is served
+// or refused with the code it must be, and a refused one proposes
+// nothing on any node (every node's Raft log ends where it did).
+func TestAuthTable(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(qmq.AppSpec{Code: "ops", Admin: true})
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []qmq.ConsumeGrant{{Subject: "orders.*", Group: "billing"}}})
+	c.create(qmq.AppSpec{Code: "auditor", Consume: []qmq.ConsumeGrant{{Subject: "orders.*", Group: "audit"}}})
+	c.create(qmq.AppSpec{Code: "reader"})
+	version := c.meta.fsm.Apps().Version()
+	waitFor(t, 10*time.Second, "every broker to hold the applications", func() bool {
+		for _, b := range c.brokers {
+			if b.apps.Load().Version() != version {
+				return false
+			}
+		}
+		return true
+	})
+
+	send := func(subject string) func(ctx context.Context, o qmq.ConnOption) error {
+		return func(ctx context.Context, o qmq.ConnOption) error {
+			p, err := qmq.NewProducer(c.servers(), o, qmq.WithSendTimeout(10*time.Second))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			m := p.GenerateMessage(subject)
+			m.SetBody([]byte("x"))
+			return p.SendMessage(ctx, m)
+		}
+	}
+	pull := func(subject, group string) func(ctx context.Context, o qmq.ConnOption) error {
+		return func(ctx context.Context, o qmq.ConnOption) error {
+			p, err := qmq.NewPuller(c.servers(), subject, group, o, qmq.WithLogger(nil))
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			_, err = p.Pull(ctx, 1, 10*time.Millisecond)
+			return err
+		}
+	}
+	admin := func(op func(ctx context.Context, a *qmq.Admin) error) func(ctx context.Context, o qmq.ConnOption) error {
+		return func(ctx context.Context, o qmq.ConnOption) error {
+			a, err := qmq.NewAdmin(c.servers(), o)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return op(ctx, a)
+		}
+	}
+	apps := admin(func(ctx context.Context, a *qmq.Admin) error { _, err := a.Apps(ctx); return err })
+	cluster := admin(func(ctx context.Context, a *qmq.Admin) error { _, err := a.Cluster(ctx); return err })
+	forget := admin(func(ctx context.Context, a *qmq.Admin) error {
+		_, err := a.ForgetConsumerGroup(ctx, "orders.paid", "gone")
+		return err
+	})
+	for _, tc := range []struct {
+		app, op string
+		do      func(ctx context.Context, o qmq.ConnOption) error
+		want    error // nil, qmq.ErrUnauthenticated or qmq.ErrPermissionDenied
+		says    string
+	}{
+		{"billing", "send orders.paid", send("orders.paid"), nil, ""},
+		{"billing", "pull orders.paid as billing", pull("orders.paid", "billing"), nil, ""},
+		{"billing", "send payments", send("payments"), qmq.ErrPermissionDenied, "application billing may neither send to nor consume subject payments"},
+		{"billing", "pull orders.paid as audit", pull("orders.paid", "audit"), qmq.ErrPermissionDenied, "may not consume subject orders.paid as consumer group audit"},
+		{"billing", "list applications", apps, qmq.ErrPermissionDenied, "application billing is not an admin"},
+		{"billing", "forget a consumer group", forget, qmq.ErrPermissionDenied, "is not an admin"},
+		{"billing", "cluster", cluster, nil, ""},
+		// auditor may look the subject up (it consumes it) but not send:
+		// the broker refuses the message itself.
+		{"auditor", "send orders.paid", send("orders.paid"), qmq.ErrPermissionDenied, "application auditor may not send to subject orders.paid"},
+		{"auditor", "pull orders.paid as audit", pull("orders.paid", "audit"), nil, ""},
+		{"reader", "send orders.paid", send("orders.paid"), qmq.ErrPermissionDenied, "application reader may neither send to nor consume"},
+		{"reader", "cluster", cluster, nil, ""},
+		{"ops", "send payments", send("payments"), nil, ""},
+		{"ops", "list applications", apps, nil, ""},
+		{"ops", "forget a consumer group", forget, nil, ""},
+		{"", "cluster", cluster, qmq.ErrUnauthenticated, "connect with the application's code and secret"},
+		{"", "send orders.paid", send("orders.paid"), qmq.ErrUnauthenticated, ""},
+		{"wrong:billing", "send orders.paid", send("orders.paid"), qmq.ErrUnauthenticated, "wrong or expired secret for application billing"},
+		{"wrong:nobody", "pull orders.paid as billing", pull("orders.paid", "billing"), qmq.ErrUnauthenticated, `no application "nobody"`},
+	} {
+		t.Run(fmt.Sprintf("%s %s", tc.app, tc.op), func(t *testing.T) {
+			before := c.lastIndexes()
+			err := tc.do(ctxFor(t, 30*time.Second), c.as(tc.app))
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%v, want %v saying %q", err, tc.want, tc.says)
+			}
+			if after := c.lastIndexes(); after != before {
+				t.Fatalf("a refused request changed the Raft logs: %s, then %s", before, after)
+			}
+		})
+	}
+}
+
+// TestPermissionChangeReachesBrokers: a change of an application reaches
+// every broker node by its next heartbeat to the metaserver. With a
+// heartbeat of hb, every node holds the new table, and a producer
+// already connected is refused, within hb and a second of slack (the
+// docs say: one heartbeat interval and a round trip).
+func TestPermissionChangeReachesBrokers(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	c := startSecureCluster(t, hb)
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders.*"}})
+	p, err := qmq.NewProducer(c.servers(), c.as("billing"), qmq.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := ctxFor(t, 60*time.Second)
+	sendOne := func() error {
+		m := p.GenerateMessage("orders.paid")
+		m.SetBody([]byte("x"))
+		return p.SendMessage(ctx, m)
+	}
+	if err := sendOne(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.admin.UpdateApp(ctx, qmq.AppSpec{Code: "billing", Send: []string{"invoices"}}); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	version := c.meta.fsm.Apps().Version()
+	waitFor(t, hb+time.Second, "every broker node to hold the changed applications", func() bool {
+		for _, b := range c.brokers {
+			if b.apps.Load().Version() != version {
+				return false
+			}
+		}
+		return true
+	})
+	// The producer holds the route and its connections: only the broker
+	// can refuse it now.
+	if err := sendOne(); !errors.Is(err, qmq.ErrPermissionDenied) {
+		t.Fatalf("a send after the right was taken away: %v", err)
+	}
+	t.Logf("the change reached every broker and refused the producer %v after it was made (heartbeat %v)", time.Since(changed).Round(time.Millisecond), hb)
+}
+
+// TestAppGroupLimitOnPull: a client that pulls from a broker directly,
+// without asking for the route, cannot create consumer groups past its
+// application's limit: the broker has the metaserver record a new group
+// first, and the pull past the limit is refused without creating it.
+func TestAppGroupLimitOnPull(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders"}, Consume: []qmq.ConsumeGrant{{Subject: "orders", Group: "*"}}, MaxGroups: 1})
+	version := c.meta.fsm.Apps().Version()
+	leader := c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pullAs := func(group string) error {
+		req := &transport.PullRequest{Subject: "orders", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
+		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
+		return err
+	}
+	if err := pullAs("first"); err != nil {
+		t.Fatalf("the first group: %v", err)
+	}
+	err = pullAs("second")
+	if transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "application billing") {
+		t.Fatalf("a second group past a limit of one: %v, want INVALID naming the application's limit", err)
+	}
+	if leader.fsm.HasGroup("orders", "second") {
+		t.Fatal("the refused pull created its group")
+	}
+	if !leader.fsm.HasGroup("orders", "first") {
+		t.Fatal("the first pull created no group")
+	}
+}

@@ -30,14 +30,16 @@ const everyFaultWithin = 8 * time.Minute
 //	QMQ_CHAOS_ONLY      comma-separated kinds of fault to draw besides leader
 //	                    kills and partitions (default: every kind), to
 //	                    aim a run at one
-//	QMQ_CHAOS_PLAINTEXT 1: every node and client in plaintext (default: TLS)
+//	QMQ_CHAOS_PLAINTEXT 1: every node and client in plaintext, without
+//	                    applications (default: TLS and --auth)
 func chaosSettings(t *testing.T) (time.Duration, uint64) {
 	return runSettings(t, "QMQ_CHAOS", 40*time.Second)
 }
 
 // chaosSecurity is the chaos run's CA and certificates: every node serves
-// TLS and every client connects over TLS, unless QMQ_CHAOS_PLAINTEXT is
-// true (nil: plaintext).
+// TLS and checks applications (--auth), and every client connects over
+// TLS as an application, unless QMQ_CHAOS_PLAINTEXT is true (nil:
+// plaintext, open).
 func chaosSecurity(t *testing.T) *Security {
 	if s := os.Getenv("QMQ_CHAOS_PLAINTEXT"); s != "" {
 		plain, err := strconv.ParseBool(s)
@@ -48,7 +50,7 @@ func chaosSecurity(t *testing.T) *Security {
 			return nil
 		}
 	}
-	return NewSecurity(t)
+	return NewSecurity(t).UseAuth()
 }
 
 // runSettings reads a fault run's duration and seed from the environment
@@ -74,7 +76,8 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 
 // TestChaos runs a metaserver group and two broker groups of three
 // processes each, behind proxies, over TLS (every node, and every client
-// with a certificate of the run's CA), under producers (synchronous and
+// with a certificate of the run's CA) with applications checked (the
+// producers and consumers work as one application), under producers (synchronous and
 // asynchronous, a tenth of the messages delayed by up to 8 s) and
 // consumers: two consumer groups that acknowledge everything, one whose
 // handler fails a tenth of the messages once (3 deliveries at most, then
@@ -89,7 +92,7 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
 	sec := chaosSecurity(t)
-	mode, env := "over TLS", ""
+	mode, env := "over TLS with applications checked", ""
 	if sec == nil {
 		mode, env = "in plaintext", "QMQ_CHAOS_PLAINTEXT=1 "
 	}
@@ -132,14 +135,24 @@ func TestChaos(t *testing.T) {
 	// after 3 deliveries (a dead letter); once consumes at most once; the
 	// broadcast consumer of tail joins once sending is under way.
 	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once"}}
-	// Producers and consumers connect as applications (the client
-	// certificate), the Admin as the operator (a node certificate).
-	conn := sec.ConnOption()
+	// Producers and consumers connect as an application that may send to
+	// and consume the run's subjects (with the client certificate), the
+	// Admin as the operator (a node certificate).
 	admin, err := qmq.NewAdmin(servers, sec.OperatorConnOption())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
+	if sec != nil {
+		spec := qmq.AppSpec{Code: "chaos", Send: subjects}
+		for _, s := range subjects {
+			spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: s, Group: "*"})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sec.CreateApp(ctx, admin, spec)
+		cancel()
+	}
+	conn := sec.ConnOption()
 	setUpRetryingGroup(t, meta, admin, subjects)
 
 	var subs []*qmq.Subscription

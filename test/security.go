@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -46,6 +47,27 @@ type Security struct {
 	Client qmq.TLSFiles
 
 	operator *tlsconf.Reloader // Operator's files, for Dialer and the HTTP client
+
+	auth        bool   // nodes check applications (UseAuth)
+	app, secret string // what ConnOption's clients work as (CreateApp)
+}
+
+// UseAuth makes every node started from now on check applications
+// (qmqd --auth). SDK clients then need an application: CreateApp.
+func (s *Security) UseAuth() *Security {
+	s.auth = true
+	return s
+}
+
+// CreateApp creates an application with admin (which must connect as the
+// operator) and makes ConnOption's clients work as it.
+func (s *Security) CreateApp(ctx context.Context, admin *qmq.Admin, spec qmq.AppSpec) {
+	s.t.Helper()
+	secret, err := admin.CreateApp(ctx, spec)
+	if err != nil {
+		s.t.Fatalf("security: creating application %s: %v", spec.Code, err)
+	}
+	s.app, s.secret = spec.Code, secret
 }
 
 // nodeClientAuth is what every node of a cluster with TLS asks of client
@@ -116,7 +138,11 @@ func (s *Security) NodeArgs(files qmq.TLSFiles) []string {
 	if s == nil {
 		return nil
 	}
-	return []string{"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA, "--tls-client-auth", nodeClientAuth}
+	args := []string{"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA, "--tls-client-auth", nodeClientAuth}
+	if s.auth {
+		args = append(args, "--auth")
+	}
+	return args
 }
 
 // CtlArgs are qmqctl's global flags (given before the command) to connect
@@ -129,12 +155,17 @@ func (s *Security) CtlArgs() []string {
 }
 
 // ConnOption is how an SDK client of the test connects (producers,
-// consumers): over TLS with the client certificate.
+// consumers): over TLS with the client certificate, as the application
+// CreateApp made if any.
 func (s *Security) ConnOption() qmq.ConnOption {
 	if s == nil {
 		return qmq.ConnOption{}
 	}
-	return qmq.WithTLS(s.Client)
+	o := qmq.WithTLS(s.Client)
+	if s.app != "" {
+		o = o.And(qmq.WithApp(s.app, s.secret))
+	}
+	return o
 }
 
 // OperatorConnOption is how the test's Admin connects: over TLS with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"encoding/pem"
 	"net"
 	"strings"
@@ -22,7 +23,7 @@ import (
 // guardFixture is a guard over a table of three applications, and the
 // handler behind it, which records the access and payload it was given.
 type guardFixture struct {
-	t       *testing.T
+	t       testing.TB
 	g       *guard
 	table   *auth.Table
 	secrets map[string]string
@@ -34,7 +35,7 @@ type guardFixture struct {
 	handler transport.Handler
 }
 
-func newGuardFixture(t *testing.T) *guardFixture {
+func newGuardFixture(t testing.TB) *guardFixture {
 	f := &guardFixture{t: t, secrets: map[string]string{}, log: &syncBuffer{}}
 	var apps []auth.App
 	for _, a := range []auth.App{
@@ -196,20 +197,24 @@ func TestGuardRoute(t *testing.T) {
 // issueCert returns a certificate of a new CA's, a node's or a client's.
 func issueCert(t *testing.T, node bool) *x509.Certificate {
 	t.Helper()
-	ca, err := tlsconf.NewCA("", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := ca.Issue(tlsconf.Spec{CN: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Node: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(b)
-	c, err := x509.ParseCertificate(blk.Bytes)
+	c, err := newCert(node)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func newCert(node bool) (*x509.Certificate, error) {
+	ca, err := tlsconf.NewCA("", 0)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := ca.Issue(tlsconf.Spec{CN: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Node: node})
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	return x509.ParseCertificate(blk.Bytes)
 }
 
 // TestGuardNodesAndHello: a node certificate may do everything, a
@@ -300,3 +305,46 @@ func TestGuardFollowsTheTable(t *testing.T) {
 		t.Errorf("the table restored: %v", err)
 	}
 }
+
+// FuzzGuard sends any request type and payload through a guard with
+// authentication on, on a connection that said Hello as an application,
+// as a node, or not at all: it never panics, and every refusal is a wire
+// error.
+func FuzzGuard(f *testing.F) {
+	hello := (&transport.HelloRequest{App: "billing", Secret: "x"}).Encode()
+	f.Add(uint8(transport.TypeHello), hello, uint8(0))
+	f.Add(uint8(transport.TypeRoute), routeRequest("orders.paid", "billing", "ops"), uint8(1))
+	f.Add(uint8(transport.TypeRoute), []byte(`{"subject":"`), uint8(1))
+	f.Add(uint8(transport.TypeSend), []byte{1, 0}, uint8(2))
+	f.Add(uint8(transport.TypeAppPut), []byte(`{}`), uint8(1))
+	f.Fuzz(func(t *testing.T, typ uint8, p []byte, who uint8) {
+		g := newGuardFixture(t)
+		var peer *transport.Peer
+		switch who % 3 {
+		case 0:
+			peer = &transport.Peer{Addr: "127.0.0.9:1"}
+		case 1:
+			peer = g.app("billing")
+		case 2:
+			peer = &transport.Peer{Addr: "127.0.0.2:1", Certificate: fuzzNodeCert}
+		}
+		err := g.call(peer, transport.Type(typ), p)
+		var e *transport.Error
+		if err != nil && !errors.As(err, &e) {
+			t.Fatalf("a refusal that is no wire error: %v", err)
+		}
+		if acc := g.got.acc; acc != nil {
+			acc.send(string(p))
+			acc.consume(transport.TypePull, string(p), string(p))
+		}
+	})
+}
+
+// fuzzNodeCert is a node certificate for FuzzGuard, made once.
+var fuzzNodeCert = func() *x509.Certificate {
+	c, err := newCert(true)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()

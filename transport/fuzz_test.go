@@ -84,7 +84,8 @@ func FuzzDecodeRequests(f *testing.F) {
 		}
 		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
 			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{},
-			&GroupsRequest{}, &SetGroupRequest{}, &ResetGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{}} {
+			&GroupsRequest{}, &SetGroupRequest{}, &ResetGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{},
+			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}} {
 			DecodeJSON(in, v)
 		}
 		var status Status

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# What TLS and application checks cost: a metaserver and a three-node
+# broker group on 127.0.0.1, started fresh for each round in each of three
+# modes, the modes alternated round by round:
+#
+#   plain  no TLS, no --auth
+#   tls    TLS on every link, client certificates required
+#   auth   TLS and --auth: the client works as an application whose
+#          rights are checked on every request and every message
+#
+# Each round measures P1 (128 B, 1,000 in flight, 200,000 messages), L1
+# (one send at a time for 10 s: its p50) and C1 (draining 200,000 messages
+# as a new consumer group), as docs/benchmarks.md's "Produce and consume"
+# does, then prints every figure and each mode's medians.
+#
+# Usage: test/bench-security.sh [ROUNDS]   (default 3; from the repository root)
+set -euo pipefail
+
+rounds=${1:-3}
+work=$(mktemp -d /tmp/qmq-bench-security.XXXXXX)
+pids=()
+
+stop() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	pids=()
+}
+trap 'stop; rm -rf "$work"' EXIT
+
+go build -o "$work/bin/" ./cli/qmqd ./cli/qmqctl
+B=$work/bin
+"$B/qmqctl" tls init --dir "$work/certs" --node m1=127.0.0.1 --node n1=127.0.0.1 --node n2=127.0.0.1 \
+	--node n3=127.0.0.1 --client bench >/dev/null
+C=$work/certs
+meta=127.0.0.1:7400
+servers=127.0.0.1:7411,127.0.0.1:7412,127.0.0.1:7413
+
+# retry CMD...: runs CMD until it succeeds (a node just started may not listen yet), 30 s at most.
+retry() {
+	for _ in $(seq 300); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	"$@"
+}
+
+# start MODE: a fresh cluster; sets ctl, the qmqctl flags a client of MODE uses.
+start() {
+	local mode=$1 d=$work/data
+	rm -rf "$d" && mkdir -p "$d"
+	local nodeflags=() operator=()
+	if [ "$mode" != plain ]; then
+		operator=(--tls-ca "$C/ca.pem" --tls-cert "$C/m1.pem" --tls-key "$C/m1-key.pem")
+	fi
+	tlsof() {
+		if [ "$mode" = plain ]; then return; fi
+		echo "--tls-ca $C/ca.pem --tls-cert $C/$1.pem --tls-key $C/$1-key.pem"
+		if [ "$mode" = auth ]; then echo --auth; fi
+	}
+	# shellcheck disable=SC2046
+	"$B/qmqd" meta --id m1 --data "$d/m1" --listen $meta --raft 127.0.0.1:7401 --bootstrap $(tlsof m1) >"$d/m1.log" 2>&1 &
+	pids+=($!)
+	for i in 1 2 3; do
+		local boot=()
+		if [ $i = 1 ]; then boot=(--bootstrap); fi
+		# shellcheck disable=SC2046
+		"$B/qmqd" broker --group g1 --id n$i --data "$d/n$i" --listen 127.0.0.1:741$i --raft 127.0.0.1:742$i \
+			--meta $meta "${boot[@]}" $(tlsof n$i) >"$d/n$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for i in 2 3; do
+		retry "$B/qmqctl" --server 127.0.0.1:7411 "${operator[@]}" join --group g1 --id n$i --raft 127.0.0.1:742$i --addr 127.0.0.1:741$i
+	done
+	ctl=(--server "$servers")
+	case $mode in
+	tls) ctl+=(--tls-ca "$C/ca.pem" --tls-cert "$C/bench.pem" --tls-key "$C/bench-key.pem") ;;
+	auth)
+		retry "$B/qmqctl" --server $meta "${operator[@]}" app create bench --send 'bench*' --consume 'bench*/*' \
+			--secret-out "$d/bench.secret"
+		ctl+=(--tls-ca "$C/ca.pem" --tls-cert "$C/bench.pem" --tls-key "$C/bench-key.pem" --app bench --secret-file "$d/bench.secret")
+		;;
+	esac
+	retry "$B/qmqctl" "${ctl[@]}" send --subject bench-warm x
+}
+
+# field NAME: reads a bench summary's JSON on stdin and prints NAME.
+field() { python3 -c "import json,sys; print(round(json.load(sys.stdin)$1, 2))"; }
+
+results=$work/results
+for round in $(seq "$rounds"); do
+	for mode in plain tls auth; do
+		start $mode
+		p1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject bench-p1 --size 128 --count 200000 --inflight 1000 --json --no-progress | field '["msgs_per_s"]')
+		l1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject bench-l1 --size 128 --inflight 1 --duration 10s --json --no-progress | field '["latency"]["p50_ms"]')
+		"$B/qmqctl" "${ctl[@]}" bench produce --subject bench-c1 --size 128 --count 200000 --producers 4 --json --no-progress >/dev/null
+		c1=$("$B/qmqctl" "${ctl[@]}" bench consume --subject bench-c1 --group d1 --count 200000 --json --no-progress | field '["msgs_per_s"]')
+		stop
+		echo "$mode $round $p1 $l1 $c1" | tee -a "$results"
+	done
+done
+echo
+echo "medians over $rounds rounds: mode, P1 msgs/s, L1 p50 ms, C1 msgs/s"
+for mode in plain tls auth; do
+	med() { grep "^$mode " "$results" | awk "{print \$$1}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+	echo "$mode $(med 3) $(med 4) $(med 5)"
+done

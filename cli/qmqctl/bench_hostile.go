@@ -56,7 +56,9 @@ func benchHostileCommand() *cli.Command {
 			h := &hostile{target: target, tls: cfg, from: from, app: c.String("as")}
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("duration"))
 			defer cancel()
-			h.run(ctx, c.Int("loops"), c.Int("idle"))
+			h.run(ctx, c.Int("loops"), c.Int("idle"), func() {
+				fmt.Fprintf(c.App.ErrWriter, "holding %d connections; %d goroutines saying wrong secrets\n", h.held.Load(), c.Int("loops"))
+			})
 			fmt.Fprintf(c.App.Writer, "hellos refused %d, connections held %d, refused by a limit %d, other errors %d\n",
 				h.refused.Load(), h.held.Load(), h.limited.Load(), h.failed.Load())
 			return nil
@@ -75,7 +77,9 @@ type hostile struct {
 	refused, held, limited, failed atomic.Int64
 }
 
-func (h *hostile) run(ctx context.Context, loops, idle int) {
+// run holds idle connections, then says wrong secrets in loops until ctx
+// ends; ready is called once the idle connections are open.
+func (h *hostile) run(ctx context.Context, loops, idle int, ready func()) {
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	var mu sync.Mutex
@@ -100,6 +104,7 @@ func (h *hostile) run(ctx context.Context, loops, idle int) {
 			}
 		}()
 	}
+	ready()
 	for range loops {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -107,6 +112,7 @@ func (h *hostile) run(ctx context.Context, loops, idle int) {
 			}
 		})
 	}
+	<-ctx.Done()
 	wg.Wait()
 	for _, c := range conns {
 		c.Close()

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -27,7 +30,8 @@ func benchHostileCommand() *cli.Command {
 			"without a word, spread over the --from source addresses. Run `qmqctl bench produce` (as a\n" +
 			"real application) at the same time, and alone, to see the difference. It uses the global\n" +
 			"--tls-* flags to reach a TLS node. It prints what the node answered: refused hellos,\n" +
-			"connections refused by a connection limit, and other errors.",
+			"connections refused by a connection limit, and other errors; an interrupt (SIGINT,\n" +
+			"SIGTERM) ends it early.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "loops", Value: 4, Usage: "`N` goroutines saying Hello with a wrong secret in a loop"},
 			&cli.IntFlag{Name: "idle", Value: 1000, Usage: "hold `N` connections open without a word"},
@@ -54,7 +58,10 @@ func benchHostileCommand() *cli.Command {
 				from = append(from, ip)
 			}
 			h := &hostile{target: target, tls: cfg, from: from, app: c.String("as")}
-			ctx, cancel := context.WithTimeout(c.Context, c.Duration("duration"))
+			// An interrupt ends the run early, and its counts are printed.
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := context.WithTimeout(ctx, c.Duration("duration"))
 			defer cancel()
 			h.run(ctx, c.Int("loops"), c.Int("idle"), func() {
 				fmt.Fprintf(c.App.ErrWriter, "holding %d connections; %d goroutines saying wrong secrets\n", h.held.Load(), c.Int("loops"))

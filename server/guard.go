@@ -152,6 +152,10 @@ func (g *guard) hello(peer *transport.Peer, p []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := auth.CheckCode(q.App); err != nil {
+		// Not a name: the audit log quotes it rather than writing it raw.
+		return g.unauthenticated(peer, "app:?", transport.TypeHello, strings.TrimPrefix(err.Error(), auth.ErrInvalid.Error()+": "))
+	}
 	table := g.table()
 	if table == nil {
 		return transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")

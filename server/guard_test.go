@@ -348,3 +348,17 @@ var fuzzNodeCert = func() *x509.Certificate {
 	}
 	return c
 }()
+
+// TestGuardHelloNamesNoBadCode: a Hello whose code is not a name (a
+// newline, say, that would forge a line of the audit log) is refused
+// without the code written raw into the log.
+func TestGuardHelloNamesNoBadCode(t *testing.T) {
+	f := newGuardFixture(t)
+	hello := (&transport.HelloRequest{App: "x\n2026-12-01 [INFO] audit: admin operation: who=app:ops", Secret: "s"}).Encode()
+	if err := f.call(&transport.Peer{Addr: "127.0.0.9:1"}, transport.TypeHello, hello); codeOf(err) != transport.Unauthenticated {
+		t.Fatalf("a hello with a bad code: %v", err)
+	}
+	if log := f.log.String(); strings.Count(log, "\n") != 1 || !strings.Contains(log, "who=app:?") {
+		t.Fatalf("the audit log:\n%s", log)
+	}
+}

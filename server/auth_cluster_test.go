@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
@@ -285,5 +287,40 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 	}
 	if !leader.fsm.HasGroup("orders", "first") {
 		t.Fatal("the first pull created no group")
+	}
+}
+
+// TestNewAppUsableAtOnce: an application created after a broker's last
+// heartbeat can say Hello to that broker at once (the broker asks the
+// metaserver again before refusing), and a client saying wrong secrets in
+// a loop makes the broker ask at most once a second.
+func TestNewAppUsableAtOnce(t *testing.T) {
+	c := startSecureCluster(t, time.Hour) // no heartbeat after the first
+	b := c.brokers[1]
+	waitFor(t, 10*time.Second, "the first heartbeat's applications", func() bool { return b.apps.Load() != nil })
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders"}})
+	ctx := ctxFor(t, 30*time.Second)
+	dial := func(secret string) error {
+		conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: secret}}.Dial(ctx, b.ClientAddr())
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	if err := dial(c.secrets["billing"]); err != nil {
+		t.Fatalf("a new application's first hello to a broker that had not heard of it: %v", err)
+	}
+	heartbeats := func() float64 {
+		return testutil.ToFloat64(c.meta.requests.WithLabelValues(transport.TypeBrokerHeartbeat.String()))
+	}
+	before, start := heartbeats(), time.Now()
+	for range 20 {
+		if err := dial("qmqs_wrong"); transport.CodeOf(err) != transport.Unauthenticated {
+			t.Fatalf("a wrong secret: %v", err)
+		}
+	}
+	asked := heartbeats() - before
+	if limit := 1 + time.Since(start).Seconds(); asked > limit {
+		t.Fatalf("20 wrong secrets made the broker ask the metaserver %v times in %v", asked, time.Since(start))
 	}
 }

@@ -35,8 +35,12 @@ import (
 type guard struct {
 	on    bool
 	table func() *auth.Table // nil until a broker first hears from its metaserver
-	now   func() time.Time
-	audit *auditLog
+	// refresh, if set, fetches the table again before a Hello is refused:
+	// a broker's may predate the application or the secret (a broker
+	// rate-limits it; a metaserver's table is always current).
+	refresh func()
+	now     func() time.Time
+	audit   *auditLog
 
 	refused *prometheus.CounterVec // by reason
 }
@@ -157,10 +161,19 @@ func (g *guard) hello(peer *transport.Peer, p []byte) error {
 		return g.unauthenticated(peer, "app:?", transport.TypeHello, strings.TrimPrefix(err.Error(), auth.ErrInvalid.Error()+": "))
 	}
 	table := g.table()
+	if table == nil && g.refresh != nil {
+		g.refresh()
+		table = g.table()
+	}
 	if table == nil {
 		return transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
 	}
 	id, err := table.Authenticate(q.App, q.Secret, g.now())
+	if err != nil && g.refresh != nil {
+		// Created or rotated since this node last heard: look again.
+		g.refresh()
+		id, err = g.table().Authenticate(q.App, q.Secret, g.now())
+	}
 	if err != nil {
 		return g.unauthenticated(peer, "app:"+q.App, transport.TypeHello, why(err))
 	}

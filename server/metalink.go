@@ -211,3 +211,26 @@ func (n *Node) recordNewGroup(ctx context.Context, subject, group string) error 
 	_, err := n.forwardToMeta(ctx, transport.TypeRoute, body)
 	return err
 }
+
+// appsRefreshEvery bounds how often refreshApps asks the metaserver.
+const appsRefreshEvery = time.Second
+
+// refreshApps asks the metaserver for its applications now (a heartbeat,
+// whose reply carries them when they differ), when a Hello names an
+// application this node does not know or a secret it cannot verify: one
+// created or rotated since the last heartbeat is then usable at once. At
+// most once per appsRefreshEvery, so that a client trying names or
+// secrets in a loop costs the metaserver one heartbeat a second; Hellos
+// meanwhile wait for the one under way.
+func (n *Node) refreshApps() {
+	if n.meta == nil {
+		return
+	}
+	n.appsAskMu.Lock()
+	defer n.appsAskMu.Unlock()
+	if time.Since(n.appsAsked) < appsRefreshEvery {
+		return
+	}
+	n.appsAsked = time.Now()
+	n.heartbeatMeta()
+}

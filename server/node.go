@@ -29,6 +29,9 @@ type Node struct {
 	writable atomic.Bool                // false while the metaserver drains the group
 	apps     atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
 	guard    *guard
+	// appsAsked is when refreshApps last asked the metaserver; guarded by appsAskMu.
+	appsAskMu sync.Mutex
+	appsAsked time.Time
 
 	batcher  *batcher
 	sessions *sessions
@@ -71,6 +74,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.sessions = newSessions(n)
 	n.batcher = newBatcher(n)
 	n.guard = newGuard(cfg.Auth, n.apps.Load, newAuditLog(n.log), n.metrics.registry)
+	n.guard.refresh = n.refreshApps
 	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.metrics.registry); err != nil {
 		return nil, err
 	}

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# What TLS and application checks cost: a metaserver and a three-node
-# broker group on 127.0.0.1, started fresh for each round in each of three
-# modes, the modes alternated round by round:
+# What security costs, on a metaserver and a three-node broker group on
+# 127.0.0.1. Each round measures P1 (128 B, 1,000 in flight, 200,000
+# messages), L1 (one send at a time for 10 s: its p50) and C1 (draining
+# 200,000 messages as a new consumer group), as docs/benchmarks.md's
+# "Produce and consume" does; it prints every figure, then the medians.
 #
-#   plain  no TLS, no --auth
-#   tls    TLS on every link, client certificates required
-#   auth   TLS and --auth: the client works as an application whose
-#          rights are checked on every request and every message
+#   cost     a fresh cluster for each round of each of three modes, their
+#            order rotating from round to round:
+#              plain  no TLS, no --auth
+#              tls    TLS on every link, client certificates required
+#              auth   TLS and --auth: the client works as an application
+#                     whose rights are checked on every request and message
+#   hostile  one cluster in auth mode; rounds alternate quiet and hostile,
+#            where `qmqctl bench hostile` meanwhile holds 2,000 idle
+#            connections (from 16 loopback addresses) and says wrong
+#            secrets in a loop on 4 goroutines, all against the broker
+#            group's leader: P1 and L1 of the well-behaved application
 #
-# Each round measures P1 (128 B, 1,000 in flight, 200,000 messages), L1
-# (one send at a time for 10 s: its p50) and C1 (draining 200,000 messages
-# as a new consumer group), as docs/benchmarks.md's "Produce and consume"
-# does, then prints every figure and each mode's medians.
-#
-# Usage: test/bench-security.sh [ROUNDS]   (default 3; from the repository root)
+# Usage: test/bench-security.sh cost|hostile [ROUNDS]   (default 3; from the repository root)
 set -euo pipefail
 
-rounds=${1:-3}
+what=${1:?usage: test/bench-security.sh cost|hostile [ROUNDS]}
+rounds=${2:-3}
 work=$(mktemp -d /tmp/qmq-bench-security.XXXXXX)
 pids=()
 
@@ -87,20 +92,59 @@ start() {
 field() { python3 -c "import json,sys; print(round(json.load(sys.stdin)$1, 2))"; }
 
 results=$work/results
-for round in $(seq "$rounds"); do
-	for mode in plain tls auth; do
-		start $mode
-		p1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject bench-p1 --size 128 --count 200000 --inflight 1000 --json --no-progress | field '["msgs_per_s"]')
-		l1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject bench-l1 --size 128 --inflight 1 --duration 10s --json --no-progress | field '["latency"]["p50_ms"]')
-		"$B/qmqctl" "${ctl[@]}" bench produce --subject bench-c1 --size 128 --count 200000 --producers 4 --json --no-progress >/dev/null
-		c1=$("$B/qmqctl" "${ctl[@]}" bench consume --subject bench-c1 --group d1 --count 200000 --json --no-progress | field '["msgs_per_s"]')
-		stop
-		echo "$mode $round $p1 $l1 $c1" | tee -a "$results"
+
+# measure MODE ROUND: P1, L1 and C1 (with --c1) as the client of ctl, one line to results.
+measure() {
+	local p1 l1 c1=-
+	p1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject "bench-p1-$2" --size 128 --count 200000 --inflight 1000 --json --no-progress | field '["msgs_per_s"]')
+	l1=$("$B/qmqctl" "${ctl[@]}" bench produce --subject "bench-l1-$2" --size 128 --inflight 1 --duration 10s --json --no-progress | field '["latency"]["p50_ms"]')
+	if [ "${3:-}" = --c1 ]; then
+		"$B/qmqctl" "${ctl[@]}" bench produce --subject "bench-c1-$2" --size 128 --count 200000 --producers 4 --json --no-progress >/dev/null
+		c1=$("$B/qmqctl" "${ctl[@]}" bench consume --subject "bench-c1-$2" --group d1 --count 200000 --json --no-progress | field '["msgs_per_s"]')
+	fi
+	echo "$1 $2 $p1 $l1 $c1" | tee -a "$results"
+}
+
+medians() {
+	echo
+	echo "medians over $rounds rounds: mode, P1 msgs/s, L1 p50 ms, C1 msgs/s"
+	for mode in "$@"; do
+		med() { grep "^$mode " "$results" | awk "{print \$$1}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+		echo "$mode $(med 3) $(med 4) $(med 5)"
 	done
-done
-echo
-echo "medians over $rounds rounds: mode, P1 msgs/s, L1 p50 ms, C1 msgs/s"
-for mode in plain tls auth; do
-	med() { grep "^$mode " "$results" | awk "{print \$$1}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-	echo "$mode $(med 3) $(med 4) $(med 5)"
-done
+}
+
+case $what in
+cost)
+	modes=(plain tls auth)
+	for round in $(seq "$rounds"); do
+		for k in 0 1 2; do
+			mode=${modes[$(((round - 1 + k) % 3))]}
+			start "$mode"
+			measure "$mode" "$round" --c1
+			stop
+		done
+	done
+	medians plain tls auth
+	;;
+hostile)
+	start auth
+	from=$(seq -s, -f '127.0.0.%g' 2 17)
+	for round in $(seq "$rounds"); do
+		measure quiet "$round"
+		"$B/qmqctl" --server 127.0.0.1:7411 --tls-ca "$C/ca.pem" --tls-cert "$C/bench.pem" --tls-key "$C/bench-key.pem" \
+			bench hostile --loops 4 --idle 2000 --from "$from" --duration 10m >"$work/hostile.out" 2>&1 &
+		hostile=$!
+		for _ in $(seq 600); do grep -q holding "$work/hostile.out" && break; sleep 0.1; done
+		measure hostile "$round"
+		kill -INT $hostile; wait $hostile || true
+		cat "$work/hostile.out"
+	done
+	stop
+	medians quiet hostile
+	;;
+*)
+	echo "usage: test/bench-security.sh cost|hostile [ROUNDS]" >&2
+	exit 2
+	;;
+esac

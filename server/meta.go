@@ -36,6 +36,8 @@ type MetaNode struct {
 	guard    *guard
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
+	// appLimitHits counts requests refused at an application's own limit.
+	appLimitHits *prometheus.CounterVec
 }
 
 // NewMeta opens a metaserver node's storage, starts Raft and its listeners.
@@ -119,7 +121,11 @@ func (m *MetaNode) newMetrics() {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qmq_meta_requests_total", Help: "Requests received by the metaserver, by type.",
 	}, []string{"type"})
-	m.registry.MustRegister(m.requests, collectors.NewGoCollector(),
+	m.appLimitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_app_limit_refusals_total",
+		Help: "Route requests refused because the application would pass its own limit of subjects or consumer groups.",
+	}, []string{"limit"})
+	m.registry.MustRegister(m.requests, m.appLimitHits, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_raft_applied_index", Help: "Last Raft index applied."},
 			func() float64 { return float64(m.fsm.Applied()) }),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/auth"
@@ -210,10 +211,12 @@ func TestMetaApps(t *testing.T) {
 
 // routeFor asks for a subject's route on behalf of app, as a broker
 // forwards a client's request.
-func routeFor(t *testing.T, addr, app, subject, group string) error {
+func routeFor(t *testing.T, m *MetaNode, app, subject, group string) error {
 	t.Helper()
+	// As a broker forwards it for an application: the claim stands (from
+	// a client that is not a node, the guard replaces it).
 	b, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app})
-	_, err := clientOf(t, addr).Call(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
+	_, err := m.handle(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
 	return err
 }
 
@@ -233,33 +236,37 @@ func TestMetaAppLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := m.ClientAddr()
 	for i := range n {
-		if err := routeFor(t, addr, "small", fmt.Sprintf("s%d", i), ""); err != nil {
+		if err := routeFor(t, m, "small", fmt.Sprintf("s%d", i), ""); err != nil {
 			t.Fatalf("route %d of %d: %v", i+1, n, err)
 		}
 	}
 	last := m.raft.LastIndex()
-	wantInvalid(t, "a route past the limit", routeFor(t, addr, "small", "s-over", ""), fmt.Sprintf("application small's max subjects is %d", n))
+	wantInvalid(t, "a route past the limit", routeFor(t, m, "small", "s-over", ""), fmt.Sprintf("application small's max subjects is %d", n))
 	if _, ok := m.fsm.Route("s-over"); ok || m.raft.LastIndex() != last {
 		t.Fatal("a route refused at the application's limit was made, or took a Raft entry")
 	}
 	for _, c := range []struct{ app, subject string }{{"small", "s0"}, {"other", "s-over"}, {"", "o1"}, {"unknown", "o2"}} {
-		if err := routeFor(t, addr, c.app, c.subject, ""); err != nil {
+		if err := routeFor(t, m, c.app, c.subject, ""); err != nil {
 			t.Fatalf("a route of %s for %q at small's limit: %v", c.subject, c.app, err)
 		}
 	}
 	// Consumer groups.
 	for i := range n {
-		if err := routeFor(t, addr, "small", "s0", fmt.Sprintf("c%d", i)); err != nil {
+		if err := routeFor(t, m, "small", "s0", fmt.Sprintf("c%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantInvalid(t, "a group past the limit", routeFor(t, addr, "small", "s1", "c-over"), fmt.Sprintf("application small's max groups is %d", n))
-	if err := routeFor(t, addr, "small", "s0", "c0"); err != nil {
+	wantInvalid(t, "a group past the limit", routeFor(t, m, "small", "s1", "c-over"), fmt.Sprintf("application small's max groups is %d", n))
+	for limit, want := range map[string]float64{"subjects": 1, "groups": 1} {
+		if got := testutil.ToFloat64(m.appLimitHits.WithLabelValues(limit)); got != want {
+			t.Errorf("qmq_meta_app_limit_refusals_total{limit=%q} = %v, want %v", limit, got, want)
+		}
+	}
+	if err := routeFor(t, m, "small", "s0", "c0"); err != nil {
 		t.Fatalf("a group of small's already recorded: %v", err)
 	}
-	if err := routeFor(t, addr, "other", "s1", "c-over"); err != nil {
+	if err := routeFor(t, m, "other", "s1", "c-over"); err != nil {
 		t.Fatal(err)
 	}
 	infos, err := a.Apps(ctx)
@@ -271,5 +278,5 @@ func TestMetaAppLimits(t *testing.T) {
 			t.Errorf("%s created %d subjects and %d groups", i.Code, i.Subjects, i.Groups)
 		}
 	}
-	wantInvalid(t, "a route for a bad application code", routeFor(t, addr, "-x", "s0", ""), "application")
+	wantInvalid(t, "a route for a bad application code", routeFor(t, m, "-x", "s0", ""), "application")
 }

@@ -51,6 +51,7 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 		// own limit is refused: that limit is the application's to keep.
 		cmd := &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app}
 		if err := m.fsm.Check(cmd); errors.Is(err, meta.ErrAppLimit) {
+			m.countAppLimit(cmd, err)
 			return nil, transport.Errorf(transport.Invalid, "%v", err)
 		}
 		if err := m.proposeChecked(ctx, cmd); err != nil {
@@ -291,10 +292,24 @@ func (m *MetaNode) cluster() transport.Cluster {
 // command may have taken the last room.
 func (m *MetaNode) proposeChecked(ctx context.Context, cmd meta.Command) error {
 	if err := m.fsm.Check(cmd); err != nil {
+		m.countAppLimit(cmd, err)
 		return transport.Errorf(transport.Invalid, "%v", err)
 	}
 	_, err := m.propose(ctx, meta.Encode(cmd))
 	return err
+}
+
+// countAppLimit counts a refusal at an application's own limit, by which
+// limit: a new subject (an Assign) or a new consumer group.
+func (m *MetaNode) countAppLimit(cmd meta.Command, err error) {
+	if !errors.Is(err, meta.ErrAppLimit) {
+		return
+	}
+	limit := "groups"
+	if _, ok := cmd.(*meta.Assign); ok {
+		limit = "subjects"
+	}
+	m.appLimitHits.WithLabelValues(limit).Inc()
 }
 
 func sortedKeys[V any](m map[string]V) []string {

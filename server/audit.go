@@ -13,8 +13,9 @@ import (
 // operation (who, from where, the request) and every refused request
 // (who, from where, what was refused and why). Both are rate-limited, so
 // that a client cannot fill the disk: admin operations to auditAdminRate
-// lines a second, refusals to one a second; a line says how many were
-// held back before it.
+// lines a second after a burst of as many (a script's run is logged
+// whole), refusals to one a second; a line says how many were held back
+// before it.
 type auditLog struct {
 	log            hclog.Logger
 	admins, denied *lograte.Limiter
@@ -28,7 +29,7 @@ const (
 
 func newAuditLog(log hclog.Logger) *auditLog {
 	return &auditLog{log: log.Named("audit"),
-		admins: lograte.New(time.Second / auditAdminRate), denied: lograte.New(time.Second)}
+		admins: lograte.NewBurst(time.Second/auditAdminRate, auditAdminRate), denied: lograte.New(time.Second)}
 }
 
 // admin records an admin operation about to run. Its payload is the

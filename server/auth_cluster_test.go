@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,45 @@ func TestNewAppUsableAtOnce(t *testing.T) {
 	asked := heartbeats() - before
 	if limit := 1 + time.Since(start).Seconds(); asked > limit {
 		t.Fatalf("20 wrong secrets made the broker ask the metaserver %v times in %v", asked, time.Since(start))
+	}
+}
+
+// TestAuthHTTP: with --auth and client certificates only requested, the
+// HTTP port requires a client certificate of the CA; with --open-http it
+// serves /status and /metrics without one.
+func TestAuthHTTP(t *testing.T) {
+	fx := newTLSFixture(t)
+	fx.issue("app", tlsconf.Spec{CN: "app"})
+	noCert := fx.config("app")
+	noCert.CertFile, noCert.KeyFile = "", ""
+	get := func(config *tls.Config, url string) error {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for _, open := range []bool{false, true} {
+		m := startMeta(t, fmt.Sprintf("m-open-%v", open), true, func(c *MetaConfig) {
+			c.TLS, c.Auth, c.OpenHTTP, c.HTTPAddr = fx.node("m1"), true, open, freeAddr(t)
+			c.TLS.ClientAuth = "request"
+		})
+		url := "https://" + m.HTTPAddr() + "/metrics"
+		if err := get(clientConfig(t, fx.config("app")), url); err != nil {
+			t.Errorf("open-http %v: /metrics with a client certificate: %v", open, err)
+		}
+		err := get(clientConfig(t, noCert), url)
+		if open && err != nil {
+			t.Errorf("open-http: /metrics without a client certificate: %v", err)
+		}
+		if !open && err == nil {
+			t.Error("/metrics without a client certificate served, with --auth and no --open-http")
+		}
 	}
 }

@@ -111,6 +111,11 @@ func TestGuardClasses(t *testing.T) {
 			t.Errorf("%s by ops: %v", typ, err)
 		}
 	}
+	// Every admin operation is in the audit log (at most 100 lines a
+	// second: the 13 above all are), with who asked and what.
+	if n := strings.Count(f.log.String(), "admin operation: who=app:ops remote=127.0.0.9:4000"); n != len(admin) {
+		t.Errorf("%d admin operations in the audit log, want %d:\n%s", n, len(admin), f.log)
+	}
 	for _, typ := range read {
 		if err := f.call(f.app("reader"), typ, nil); err != nil {
 			t.Errorf("%s by reader: %v", typ, err)

@@ -32,6 +32,9 @@ type MetaNode struct {
 	health    *health
 	readyTerm atomic.Uint64 // the term in which this node led and caught up (a barrier); 0 if none
 	assignMu  sync.Mutex    // one route assignment at a time, so racing first uses agree
+	// consumerMu: one consumer group recorded at a time, so that racing
+	// requests cannot each pass an application's limit.
+	consumerMu sync.Mutex
 
 	guard    *guard
 	registry *prometheus.Registry

@@ -280,3 +280,38 @@ func TestMetaAppLimits(t *testing.T) {
 	}
 	wantInvalid(t, "a route for a bad application code", routeFor(t, m, "-x", "s0", ""), "application")
 }
+
+// TestMetaAppGroupLimitUnderRacingRequests: racing requests for new
+// consumer groups of one application record no more than its limit, and
+// every one past it is refused.
+func TestMetaAppGroupLimitUnderRacingRequests(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	startMetaBroker(t, "g1", m)
+	a := newAdmin(t, m.ClientAddr())
+	waitFor(t, 10*time.Second, "g1 to be available", func() bool { ok, _ := groupAvailable(t, a, "g1"); return ok })
+	announced(t, m)
+	const limit, racers = 2, 20
+	if _, err := a.CreateApp(ctxFor(t, 30*time.Second), qmq.AppSpec{Code: "small", MaxGroups: limit}); err != nil {
+		t.Fatal(err)
+	}
+	if err := routeFor(t, m, "small", "s0", ""); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, racers)
+	for i := range racers {
+		go func() { errs <- routeFor(t, m, "small", "s0", fmt.Sprintf("c%d", i)) }()
+	}
+	served := 0
+	for range racers {
+		err := <-errs
+		switch {
+		case err == nil:
+			served++
+		case transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "max groups"):
+			t.Errorf("a racing request: %v", err)
+		}
+	}
+	if r, _ := m.fsm.Route("s0"); served != limit || len(r.Consumers) != limit {
+		t.Fatalf("%d racing requests served and %d groups recorded, want %d of each", served, len(r.Consumers), limit)
+	}
+}

@@ -49,16 +49,29 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 		// its route even when recording it fails at the metaserver's limits
 		// (which costs no Raft entry). A new group past its application's
 		// own limit is refused: that limit is the application's to keep.
-		cmd := &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app}
-		if err := m.fsm.Check(cmd); errors.Is(err, meta.ErrAppLimit) {
-			m.countAppLimit(cmd, err)
-			return nil, transport.Errorf(transport.Invalid, "%v", err)
-		}
-		if err := m.proposeChecked(ctx, cmd); err != nil {
-			m.log.Warn("recording a consumer group", "subject", req.Subject, "group", req.ConsumerGroup, "app", app, "error", err)
+		if err := m.recordConsumer(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app}); err != nil {
+			return nil, err
 		}
 	}
 	return json.Marshal(m.route(req.Subject))
+}
+
+// recordConsumer records a consumer group, one at a time (so that racing
+// first pulls of an application's groups cannot each pass its limit
+// before any is applied): a new group past its application's own limit is
+// refused, INVALID; one the metaserver's own limits cannot record is
+// logged and served.
+func (m *MetaNode) recordConsumer(ctx context.Context, cmd *meta.Consumer) error {
+	m.consumerMu.Lock()
+	defer m.consumerMu.Unlock()
+	if err := m.fsm.Check(cmd); errors.Is(err, meta.ErrAppLimit) {
+		m.countAppLimit(cmd, err)
+		return transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := m.proposeChecked(ctx, cmd); err != nil {
+		m.log.Warn("recording a consumer group", "subject", cmd.Subject, "group", cmd.Group, "app", cmd.App, "error", err)
+	}
+	return nil
 }
 
 // assign routes subject to more groups, chosen by load, until it has

@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -363,5 +365,52 @@ func TestAuthHTTP(t *testing.T) {
 		if !open && err == nil {
 			t.Error("/metrics without a client certificate served, with --auth and no --open-http")
 		}
+	}
+}
+
+// TestAppSubjectLimitOnSend: a client that sends to a broker directly,
+// without asking for the route, cannot create subjects past its
+// application's limit: the broker has the metaserver create each new
+// subject's route first, and a message past the limit is rejected
+// (INVALID, naming the limit) without being stored.
+func TestAppSubjectLimitOnSend(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"s.*"}, MaxSubjects: 1})
+	leader := c.brokers[0]
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := 0
+	send := func(subject string) transport.SendResult {
+		t.Helper()
+		sent++
+		req := &transport.SendRequest{Messages: []*logs.Message{testmsg.OfSize(fmt.Sprintf("id-%d", sent), subject, 0, 100)}}
+		b, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+		if err != nil {
+			t.Fatalf("send to %s: %v", subject, err)
+		}
+		resp, err := transport.DecodeSendResponse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Results[0]
+	}
+	if r := send("s.0"); r.Status != transport.SendAppended {
+		t.Fatalf("the first subject: %+v", r)
+	}
+	for _, s := range []string{"s.1", "s.2"} {
+		r := send(s)
+		if e := transport.ParseRejection(r.Error); r.Status != transport.SendRejected || e == nil || e.Code != transport.Invalid || !strings.Contains(e.Message, "max subjects") {
+			t.Fatalf("a subject past a limit of one: %+v", r)
+		}
+		if leader.fsm.HasSubject(s) {
+			t.Fatalf("the rejected message to %s was stored", s)
+		}
+	}
+	if r := send("s.0"); r.Status != transport.SendAppended {
+		t.Fatalf("the application's own subject again: %+v", r)
 	}
 }

@@ -95,8 +95,13 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	var accepted []*logs.Message
 	var wire [][]byte // wire[j] encodes accepted[j]
 	var at []int      // accepted[j] is req.Messages[at[j]]
+	var newSubjects map[string]error
 	for i, m := range req.Messages {
-		if err := acc.send(m.Subject); err != nil {
+		err := acc.send(m.Subject)
+		if err == nil {
+			err = n.recordNewSubject(ctx, &newSubjects, m.Subject)
+		}
+		if err != nil {
 			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(err)}
 			continue
 		}

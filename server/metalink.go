@@ -234,3 +234,27 @@ func (n *Node) refreshApps() {
 	n.appsAsked = time.Now()
 	n.heartbeatMeta()
 }
+
+// recordNewSubject has the metaserver create (and count against the
+// application's limit of subjects) the route of a subject an
+// application's send is about to create here, before it is created: a
+// client sending without asking for the route first would otherwise
+// escape the limit. Only with authentication on, for an application, and
+// once per subject of a send request (seen keeps the answers): a subject
+// this node holds costs a lookup.
+func (n *Node) recordNewSubject(ctx context.Context, seen *map[string]error, subject string) error {
+	app := accessOf(ctx).app()
+	if app == "" || n.meta == nil || n.fsm.HasSubject(subject) {
+		return nil
+	}
+	if err, ok := (*seen)[subject]; ok {
+		return err
+	}
+	if *seen == nil {
+		*seen = map[string]error{}
+	}
+	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, App: app})
+	_, err := n.forwardToMeta(ctx, transport.TypeRoute, body)
+	(*seen)[subject] = err
+	return err
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -412,5 +413,36 @@ func TestAppSubjectLimitOnSend(t *testing.T) {
 	}
 	if r := send("s.0"); r.Status != transport.SendAppended {
 		t.Fatalf("the application's own subject again: %+v", r)
+	}
+}
+
+// TestBrokerWithoutAuthUnderAuthMetaserver: a broker without --auth
+// whose metaserver checks applications learns it from its heartbeat and
+// then serves no client: it would otherwise run, and forward as a node,
+// what every other node refuses (creating an admin application, say).
+func TestBrokerWithoutAuthUnderAuthMetaserver(t *testing.T) {
+	f := newTLSFixture(t)
+	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS, c.Auth = f.node("m1"), true })
+	b := startNode(t, "g1-n1", true, func(c *Config) {
+		c.Group, c.Meta, c.MetaHeartbeat, c.TLS = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1")
+	})
+	waitFor(t, 10*time.Second, "the broker to learn that its metaserver checks applications", b.metaAuth.Load)
+	f.client("apps")
+	client := (&secureCluster{f: f}).clientTLS(t)
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dialer{TLS: client}.Dial(ctx, b.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body, _ := json.Marshal(transport.AppRequest{Code: "evil", Admin: true, Create: true})
+	if _, err := conn.Call(ctx, transport.TypeAppPut, body); transport.CodeOf(err) != transport.Unavailable || !strings.Contains(err.Error(), "restarted with --auth") {
+		t.Fatalf("an admin application created through a broker without --auth: %v", err)
+	}
+	if m.fsm.Apps().App("evil") != nil {
+		t.Fatal("the application was created")
+	}
+	if _, err := conn.Call(ctx, transport.TypeSend, (&transport.SendRequest{}).Encode()); transport.CodeOf(err) != transport.Unavailable {
+		t.Fatalf("a send through the broker: %v", err)
 	}
 }

@@ -39,8 +39,13 @@ type guard struct {
 	// a broker's may predate the application or the secret (a broker
 	// rate-limits it; a metaserver's table is always current).
 	refresh func()
-	now     func() time.Time
-	audit   *auditLog
+	// closed, if set and true on a guard that is off, refuses every
+	// request but a node's: a broker without Auth whose metaserver checks
+	// applications must not serve (or forward, as a node) what its peers
+	// would refuse.
+	closed func() bool
+	now    func() time.Time
+	audit  *auditLog
 
 	refused *prometheus.CounterVec // by reason
 }
@@ -100,14 +105,18 @@ func (g *guard) wrap(h transport.Handler) transport.Handler {
 // payload, which for a route request names the application asking.
 func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access, []byte, error) {
 	peer := transport.PeerOf(ctx)
+	if !g.on && peer != nil && g.closed != nil && g.closed() && !isNode(peer) {
+		return nil, nil, transport.Errorf(transport.Unavailable,
+			"this broker does not check applications but its metaserver does: it serves no client until restarted with --auth")
+	}
 	if !g.on || peer == nil { // authentication off, or a call from inside the node
 		if t == transport.TypeRoute && peer != nil {
 			p = routeOnBehalf(p, "") // only a node may say whom it asks for
 		}
 		return nil, p, nil
 	}
-	if c := peer.Certificate; c != nil && tlsconf.CheckNodeCert(c) == nil {
-		acc := &access{g: g, peer: peer, who: "node:" + c.Subject.CommonName}
+	if isNode(peer) {
+		acc := &access{g: g, peer: peer, who: "node:" + peer.Certificate.Subject.CommonName}
 		if t != transport.TypeHello && classOf(t) == classAdmin {
 			g.audit.admin(acc.who, peer.Addr, t, p)
 		}
@@ -147,6 +156,12 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 		}
 	}
 	return acc, p, nil
+}
+
+// isNode reports whether peer presented a node certificate (verified by
+// the TLS handshake against the CA).
+func isNode(peer *transport.Peer) bool {
+	return peer.Certificate != nil && tlsconf.CheckNodeCert(peer.Certificate) == nil
 }
 
 // hello checks an application's credentials and, if they hold, makes them

@@ -264,7 +264,7 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Unknown: true})
 	}
 	m.health.record(&hb)
-	reply := transport.HeartbeatReply{Writable: !g.ReadOnly}
+	reply := transport.HeartbeatReply{Writable: !g.ReadOnly, Auth: m.cfg.Auth}
 	if apps := m.appTable(); apps != nil && apps.Version() != hb.AppsVersion {
 		reply.Apps = &transport.AppTable{Apps: apps.Apps()}
 	}

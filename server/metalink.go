@@ -118,6 +118,9 @@ func (n *Node) heartbeatMeta() bool {
 	if reply.Apps != nil {
 		n.setApps(reply.Apps.Apps)
 	}
+	if reply.Auth && !n.cfg.Auth && !n.metaAuth.Swap(true) {
+		n.log.Error("the metaserver checks applications and this broker does not: it refuses clients until restarted with --auth")
+	}
 	if reply.Unknown {
 		n.log.Warn("the metaserver does not know this node")
 	}

@@ -29,6 +29,9 @@ type Node struct {
 	writable atomic.Bool                // false while the metaserver drains the group
 	apps     atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
 	guard    *guard
+	// metaAuth: the metaserver said it checks applications (its heartbeat
+	// reply); a broker without Auth then refuses clients.
+	metaAuth atomic.Bool
 	// appsAsked is when refreshApps last asked the metaserver; guarded by appsAskMu.
 	appsAskMu sync.Mutex
 	appsAsked time.Time
@@ -75,6 +78,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.batcher = newBatcher(n)
 	n.guard = newGuard(cfg.Auth, n.apps.Load, newAuditLog(n.log), n.metrics.registry)
 	n.guard.refresh = n.refreshApps
+	n.guard.closed = n.metaAuth.Load
 	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.metrics.registry); err != nil {
 		return nil, err
 	}

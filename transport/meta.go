@@ -94,6 +94,10 @@ type HeartbeatReply struct {
 	// Apps are the metaserver's applications when the heartbeat's
 	// AppsVersion is not theirs; nil otherwise.
 	Apps *AppTable `json:"apps,omitempty"`
+	// Auth: the metaserver checks applications, so every broker must
+	// (one that does not refuses clients until it is restarted with
+	// --auth).
+	Auth bool `json:"auth,omitempty"`
 }
 
 // AssignRequest routes a subject to more broker groups: the named ones, or

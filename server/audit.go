@@ -11,11 +11,12 @@ import (
 
 // auditLog records, in the node's log under the name "audit", every admin
 // operation (who, from where, the request) and every refused request
-// (who, from where, what was refused and why). Both are rate-limited, so
-// that a client cannot fill the disk: admin operations to auditAdminRate
-// lines a second after a burst of as many (a script's run is logged
-// whole), refusals to one a second; a line says how many were held back
-// before it.
+// (who, from where, what was refused and why). An admin operation that
+// changes something is always written: it costs a Raft entry anyway, and
+// a flood of reads must not hide it. Admin reads (listing applications or
+// dead letters) are limited to auditAdminRate lines a second after a
+// burst of as many, and refusals to one a second, so that a client
+// cannot fill the disk; a line says how many were held back before it.
 type auditLog struct {
 	log            hclog.Logger
 	admins, denied *lograte.Limiter
@@ -35,12 +36,22 @@ func newAuditLog(log hclog.Logger) *auditLog {
 // admin records an admin operation about to run. Its payload is the
 // request's JSON (no admin request carries a secret).
 func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
-	if ok, suppressed := l.admins.Allow(); ok {
-		if len(p) > auditRequestBytes {
-			p = p[:auditRequestBytes]
+	suppressed := 0
+	if adminRead(t) {
+		var ok bool
+		if ok, suppressed = l.admins.Allow(); !ok {
+			return
 		}
-		l.log.Info("admin operation", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
 	}
+	if len(p) > auditRequestBytes {
+		p = p[:auditRequestBytes]
+	}
+	l.log.Info("admin operation", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
+}
+
+// adminRead reports whether an admin request type only reads.
+func adminRead(t transport.Type) bool {
+	return t == transport.TypeApps || t == transport.TypeDeadLetters
 }
 
 // refused records a refused request.

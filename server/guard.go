@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -260,7 +261,15 @@ func (a *access) route(p []byte) ([]byte, error) {
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
+	// Names first, so that a refusal (and the audit line) never quotes a
+	// name past its limit.
+	if err := limits.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
 	if req.ConsumerGroup != "" {
+		if err := limits.CheckName("consumer group", req.ConsumerGroup); err != nil {
+			return nil, transport.Errorf(transport.Invalid, "%v", err)
+		}
 		if err := a.consume(transport.TypeRoute, req.Subject, req.ConsumerGroup); err != nil {
 			return nil, err
 		}

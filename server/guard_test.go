@@ -95,7 +95,8 @@ func TestGuardClasses(t *testing.T) {
 	ops, billing := f.app("ops"), f.app("billing")
 	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
 		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetGroup, transport.TypeMetaForgetGroup,
-		transport.TypeSetGroup, transport.TypeResetGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp, transport.Type(99)}
+		transport.TypeSetGroup, transport.TypeResetGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
+		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.Type(99)}
 	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups}
 	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
 	for _, typ := range append(append(append([]transport.Type{transport.TypeSend, transport.TypePull}, admin...), read...), nodeOnly...) {
@@ -111,10 +112,21 @@ func TestGuardClasses(t *testing.T) {
 			t.Errorf("%s by ops: %v", typ, err)
 		}
 	}
-	// Every admin operation is in the audit log (at most 100 lines a
-	// second: the 13 above all are), with who asked and what.
+	// Every admin operation is in the audit log, with who asked and what;
+	// one that changes something even after a flood of reads.
 	if n := strings.Count(f.log.String(), "admin operation: who=app:ops remote=127.0.0.9:4000"); n != len(admin) {
 		t.Errorf("%d admin operations in the audit log, want %d:\n%s", n, len(admin), f.log)
+	}
+	for range 500 {
+		if err := f.call(ops, transport.TypeApps, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.call(ops, transport.TypeAppPut, []byte(`{"code":"backdoor","admin":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.log.String(), "backdoor") {
+		t.Error("an application created after 500 listings is missing from the audit log")
 	}
 	for _, typ := range read {
 		if err := f.call(f.app("reader"), typ, nil); err != nil {
@@ -178,6 +190,15 @@ func TestGuardRoute(t *testing.T) {
 			if req.App != "billing" {
 				t.Errorf("route %s/%s reached the handler as %q, want billing", c.subject, c.group, req.App)
 			}
+		}
+	}
+	// A name past its limit is refused as such, never quoted whole in the
+	// refusal or the audit log.
+	long := strings.Repeat("x", 1<<20)
+	for _, p := range [][]byte{routeRequest(long, "", ""), routeRequest("payments", long, "")} {
+		err := f.call(billing, transport.TypeRoute, p)
+		if codeOf(err) != transport.Invalid || len(err.Error()) > 1000 || len(f.log.String()) > 10000 {
+			t.Fatalf("a route of a name of 1 MiB: %d bytes of error (%.100s), %d bytes of log", len(err.Error()), err, len(f.log.String()))
 		}
 	}
 	node := &transport.Peer{Addr: "127.0.0.2:1", Certificate: issueCert(t, true)}

@@ -108,7 +108,9 @@ var (
 // and what the application may not do with PERMISSION_DENIED
 // (ErrPermissionDenied). A cluster that does not check applications
 // ignores them. The secret crosses each connection as it is: use it with
-// WithTLS.
+// WithTLS. Without TLS, a client refuses to connect to an address off
+// loopback at all (transport.ErrPlaintextSecret), rather than send the
+// secret in the clear.
 func WithApp(code, secret string) ConnOption {
 	return ConnOption{set: func(c *connection) {
 		c.dial.Credentials = &transport.Credentials{App: code, Secret: secret}

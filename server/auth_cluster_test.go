@@ -192,8 +192,8 @@ func TestAuthTable(t *testing.T) {
 		{"ops", "forget a consumer group", forget, nil, ""},
 		{"", "cluster", cluster, qmq.ErrUnauthenticated, "connect with the application's code and secret"},
 		{"", "send orders.paid", send("orders.paid"), qmq.ErrUnauthenticated, ""},
-		{"wrong:billing", "send orders.paid", send("orders.paid"), qmq.ErrUnauthenticated, "wrong or expired secret for application billing"},
-		{"wrong:nobody", "pull orders.paid as billing", pull("orders.paid", "billing"), qmq.ErrUnauthenticated, `no application "nobody"`},
+		{"wrong:billing", "send orders.paid", send("orders.paid"), qmq.ErrUnauthenticated, `application "billing" is unknown, or its secret wrong or expired`},
+		{"wrong:nobody", "pull orders.paid as billing", pull("orders.paid", "billing"), qmq.ErrUnauthenticated, `application "nobody" is unknown, or its secret wrong or expired`},
 	} {
 		t.Run(fmt.Sprintf("%s %s", tc.app, tc.op), func(t *testing.T) {
 			before := c.lastIndexes()

@@ -159,6 +159,16 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 	return acc, p, nil
 }
 
+// helloTimeout is how long a connection to a node with authentication on
+// may go without a node certificate or a Hello that held: then it is
+// closed, so that nobody holds connections without proving who they are.
+const helloTimeout = 10 * time.Second
+
+// identified reports whether peer is a node or an application.
+func identified(peer *transport.Peer) bool {
+	return isNode(peer) || peer.Identity() != nil
+}
+
 // isNode reports whether peer presented a node certificate (verified by
 // the TLS handshake against the CA).
 func isNode(peer *transport.Peer) bool {
@@ -170,6 +180,9 @@ func isNode(peer *transport.Peer) bool {
 func (g *guard) hello(peer *transport.Peer, p []byte) error {
 	q, err := transport.DecodeHelloRequest(p)
 	if err != nil {
+		// A secret or a code past its limit, say: refused and counted like
+		// a wrong one, the reason without the payload.
+		g.unauthenticated(peer, "app:?", transport.TypeHello, "a malformed hello")
 		return err
 	}
 	if err := auth.CheckCode(q.App); err != nil {

@@ -29,8 +29,9 @@ type guardFixture struct {
 	secrets map[string]string
 	log     *syncBuffer
 	got     struct {
-		acc *access
-		p   []byte
+		reached bool // the handler ran
+		acc     *access
+		p       []byte
 	}
 	handler transport.Handler
 }
@@ -58,7 +59,7 @@ func newGuardFixture(t testing.TB) *guardFixture {
 	log := hclog.New(&hclog.LoggerOptions{Output: f.log, Level: hclog.Info})
 	f.g = newGuard(true, func() *auth.Table { return f.table }, newAuditLog(log), prometheus.NewRegistry())
 	f.handler = f.g.wrap(func(ctx context.Context, _ transport.Type, p []byte) ([]byte, error) {
-		f.got.acc, f.got.p = accessOf(ctx), p
+		f.got.reached, f.got.acc, f.got.p = true, accessOf(ctx), p
 		return []byte("served"), nil
 	})
 	return f
@@ -66,7 +67,7 @@ func newGuardFixture(t testing.TB) *guardFixture {
 
 // call makes a request on peer's connection.
 func (f *guardFixture) call(peer *transport.Peer, t transport.Type, p []byte) error {
-	f.got.acc, f.got.p = nil, nil
+	f.got.reached, f.got.acc, f.got.p = false, nil, nil
 	_, err := f.handler(transport.WithPeer(context.Background(), peer), t, p)
 	return err
 }
@@ -324,6 +325,25 @@ func TestGuardFollowsTheTable(t *testing.T) {
 	if err := f.call(billing, transport.TypeSend, nil); codeOf(err) != transport.Unauthenticated || !strings.Contains(err.Error(), "no longer exists") {
 		t.Errorf("a deleted application still holds: %v", err)
 	}
+	// A rotation with a grace: the old secret's connection works until
+	// the grace ends, then is refused.
+	_, s2, _ := auth.NewSecret()
+	graceEnds := time.Now().Add(time.Minute)
+	f.table = original
+	f.table = apps(func(a *auth.App) {
+		old := a.Secrets[0]
+		old.Expires = graceEnds.UnixMilli()
+		a.Secrets = []auth.Secret{s2, old}
+	})
+	if err := f.call(billing, transport.TypeSend, nil); err != nil {
+		t.Errorf("the old secret within its grace: %v", err)
+	}
+	now := f.g.now
+	f.g.now = func() time.Time { return graceEnds }
+	if err := f.call(billing, transport.TypeSend, nil); codeOf(err) != transport.Unauthenticated {
+		t.Errorf("the old secret once its grace ended, on an open connection: %v", err)
+	}
+	f.g.now = now
 	f.table = original
 	old := f.g.now
 	f.g.now = func() time.Time { return old().Add(time.Hour) }
@@ -358,6 +378,12 @@ func FuzzGuard(f *testing.F) {
 		var e *transport.Error
 		if err != nil && !errors.As(err, &e) {
 			t.Fatalf("a refusal that is no wire error: %v", err)
+		}
+		if who%3 == 0 && g.got.reached {
+			t.Fatalf("a request of type %d from a connection that proved nothing reached its handler", typ)
+		}
+		if transport.Type(typ) == transport.TypeHello && g.got.reached {
+			t.Fatal("a hello reached the node's handler")
 		}
 		if acc := g.got.acc; acc != nil {
 			acc.send(string(p))

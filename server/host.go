@@ -76,6 +76,9 @@ func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, h
 	h.client = &transport.Server{Handler: g.wrap(handler), Logger: h.hlog.Named("client"),
 		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns, MaxInFlight: limits.RequestsPerConn,
 		TLS: h.tls.clientServer()}
+	if g.on {
+		h.client.Identified, h.client.IdentifyTimeout = identified, helloTimeout
+	}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
 	h.goLoop(func() {
 		if err := h.client.Serve(h.clientLis); err != nil {

@@ -93,6 +93,10 @@ func (n *Node) isMember() bool {
 // heartbeatMeta reports the node's position; it returns false only when
 // the metaserver answered that it does not know the node.
 func (n *Node) heartbeatMeta() bool {
+	// One at a time (refreshApps sends some too): a late reply must not
+	// replace the applications a newer one brought.
+	n.heartbeatMu.Lock()
+	defer n.heartbeatMu.Unlock()
 	ends := n.fsm.Ends()
 	hb := transport.BrokerHeartbeat{Status: n.Status(),
 		Load:        transport.Load{Subjects: len(ends.Consume), MessageBytes: ends.Messages},

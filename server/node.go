@@ -31,7 +31,8 @@ type Node struct {
 	guard    *guard
 	// metaAuth: the metaserver said it checks applications (its heartbeat
 	// reply); a broker without Auth then refuses clients.
-	metaAuth atomic.Bool
+	metaAuth    atomic.Bool
+	heartbeatMu sync.Mutex // one heartbeat to the metaserver at a time
 	// appsAsked is when refreshApps last asked the metaserver; guarded by appsAskMu.
 	appsAskMu sync.Mutex
 	appsAsked time.Time

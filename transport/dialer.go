@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 )
 
 // ErrTLS means a TLS handshake failed: the peer's certificate is not
@@ -15,6 +16,24 @@ import (
 // side does not). Retrying the same connection cannot help, so it is not
 // an *Error and GroupClient.Call returns it at once.
 var ErrTLS = errors.New("transport: tls handshake failed")
+
+// ErrPlaintextSecret refuses to dial, with Credentials and without TLS,
+// an address that is not on loopback: the Hello would carry the secret in
+// the clear. It is not an *Error, so a GroupClient returns it at once.
+var ErrPlaintextSecret = errors.New("transport: refusing to send an application's secret without TLS to an address off loopback")
+
+// onLoopback reports whether addr's host is a loopback IP or "localhost".
+func onLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // Dialer opens client connections. The zero value dials plaintext TCP.
 type Dialer struct {
@@ -44,6 +63,9 @@ func NewGroupClient(servers []string) (*GroupClient, error) {
 // handshake that fails on a certificate, an alert from the peer or a peer
 // that does not speak TLS is ErrTLS.
 func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
+	if d.Credentials != nil && d.TLS == nil && !onLoopback(addr) {
+		return nil, fmt.Errorf("%w: %s", ErrPlaintextSecret, addr)
+	}
 	var c net.Conn
 	var err error
 	if d.TLS == nil {

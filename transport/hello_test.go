@@ -169,3 +169,31 @@ func TestRejectionText(t *testing.T) {
 		t.Error("a plain error's text changed")
 	}
 }
+
+// TestNoSecretInTheClear: a Dialer with credentials and without TLS
+// dials loopback (a dev node) but refuses any other address before
+// connecting, and a group client returns that at once.
+func TestNoSecretInTheClear(t *testing.T) {
+	d := Dialer{Credentials: &Credentials{App: "billing", Secret: "s"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, addr := range []string{"10.0.0.1:6222", "example.com:6222", "[2001:db8::1]:6222", "0.0.0.0:6222"} {
+		if _, err := d.Dial(ctx, addr); !errors.Is(err, ErrPlaintextSecret) {
+			t.Errorf("dial %s with a secret and no TLS: %v", addr, err)
+		}
+	}
+	gc, err := d.NewGroupClient([]string{"10.0.0.1:6222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	if _, err := gc.Call(ctx, TypeStatus, nil); !errors.Is(err, ErrPlaintextSecret) || ctx.Err() != nil {
+		t.Fatalf("a group client: %v, want ErrPlaintextSecret at once", err)
+	}
+	addr := helloServer(t, &Server{})
+	if c, err := d.Dial(ctx, addr); err != nil {
+		t.Fatalf("loopback %s: %v", addr, err)
+	} else {
+		c.Close()
+	}
+}

@@ -62,3 +62,41 @@ func TestRequestsPerConnection(t *testing.T) {
 		t.Fatalf("%d requests handled in the end, want 3", n)
 	}
 }
+
+// TestIdentifyTimeout: a connection whose peer has not identified itself
+// within IdentifyTimeout is closed and counted; one that has is kept.
+func TestIdentifyTimeout(t *testing.T) {
+	s := &Server{IdentifyTimeout: 50 * time.Millisecond,
+		Identified: func(p *Peer) bool { return p.Identity() != nil },
+		Handler: func(ctx context.Context, typ Type, p []byte) ([]byte, error) {
+			if typ == TypeHello {
+				PeerOf(ctx).SetIdentity("app")
+			}
+			return nil, nil
+		}}
+	addr := serve(t, s, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The identified connection is made first: its deadline passes first.
+	known, err := Dialer{Credentials: &Credentials{App: "app", Secret: "s"}}.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer known.Close()
+	silent, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	select {
+	case <-silent.Done():
+	case <-ctx.Done():
+		t.Fatal("a connection that never identified itself is still open")
+	}
+	if n := s.Stats().Unidentified; n != 1 {
+		t.Fatalf("%d connections closed as unidentified, want 1", n)
+	}
+	if _, err := known.Call(ctx, TypeStatus, nil); err != nil {
+		t.Fatalf("the identified connection, after its deadline passed: %v", err)
+	}
+}

@@ -56,6 +56,14 @@ type Server struct {
 	// one is answered TOO_LARGE and the connection closed. Default
 	// DefaultMaxFrame (16 MiB).
 	MaxFrame int
+	// Identified, if set, says whether a connection's peer has identified
+	// itself (a handler decides how: a Hello, a certificate); a connection
+	// whose peer has not within IdentifyTimeout of its start is closed, so
+	// that nobody can hold connections, and their buffers, without
+	// proving who they are. Nil (the default): connections are never
+	// asked to.
+	Identified      func(*Peer) bool
+	IdentifyTimeout time.Duration
 	// MaxInFlight bounds the requests handled at once on one connection;
 	// its reader waits for one to finish before reading on (TCP then
 	// holds the client back: the client is slowed, never failed, and the
@@ -110,6 +118,7 @@ type Server struct {
 	refusedTotal     atomic.Uint64
 	framesTimedOut   atomic.Uint64
 	inFlightFull     atomic.Uint64
+	unidentified     atomic.Uint64
 	handshakesFailed atomic.Uint64
 	handshakeLog     *lograte.Limiter // failed handshakes log once a second
 }
@@ -124,6 +133,7 @@ type ServerStats struct {
 	FramesTimedOut   uint64 // connections closed by FrameTimeout, ever
 	HandshakesFailed uint64 // connections closed because their TLS handshake failed or timed out, ever
 	InFlightFull     uint64 // times a connection's reader waited because MaxInFlight requests were being handled, ever
+	Unidentified     uint64 // connections closed because they did not identify themselves within IdentifyTimeout, ever
 }
 
 // Stats reports the server's counters; all zero before Serve.
@@ -140,6 +150,7 @@ func (s *Server) Stats() ServerStats {
 	st.FramesTimedOut = s.framesTimedOut.Load()
 	st.HandshakesFailed = s.handshakesFailed.Load()
 	st.InFlightFull = s.inFlightFull.Load()
+	st.Unidentified = s.unidentified.Load()
 	return st
 }
 

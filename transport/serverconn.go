@@ -47,6 +47,17 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	sc := &serverConn{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), w: newFrameWriter(c, 64<<10),
 		log: s.Logger.With("remote", peer.Addr)}
 	sc.ctx, sc.cancel = context.WithCancel(WithPeer(s.ctx, peer))
+	if s.Identified != nil && s.IdentifyTimeout > 0 {
+		deadline := time.AfterFunc(s.IdentifyTimeout, func() {
+			if !s.Identified(peer) {
+				s.unidentified.Add(1)
+				sc.log.Debug("closing a connection that did not identify itself", "within", s.IdentifyTimeout)
+				sc.cancel()
+				sc.c.Close()
+			}
+		})
+		defer deadline.Stop()
+	}
 	if err := sc.readRequests(); err != nil {
 		sc.fail(err)
 	}

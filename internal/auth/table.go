@@ -115,8 +115,9 @@ func (t *Table) App(code string) *App {
 }
 
 // Authenticate checks an application's code and secret at now. Every
-// refusal wraps ErrUnauthenticated and says which application, never
-// which part was wrong beyond "unknown" or "wrong or expired secret".
+// refusal wraps ErrUnauthenticated and reads alike, and an unknown code
+// costs a hash like a known one, so that neither the answer nor its time
+// tells which codes exist.
 func (t *Table) Authenticate(code, secret string, now time.Time) (Identity, error) {
 	if len(secret) > MaxSecretLen {
 		return Identity{}, fmt.Errorf("%w: a secret of %d bytes (at most %d)", ErrUnauthenticated, len(secret), MaxSecretLen)
@@ -126,14 +127,22 @@ func (t *Table) Authenticate(code, secret string, now time.Time) (Identity, erro
 		r = t.apps[code]
 	}
 	if r == nil {
-		return Identity{}, fmt.Errorf("%w: no application %q", ErrUnauthenticated, code)
+		unknown.Matches(secret, now)
+		return Identity{}, refused(code)
 	}
 	for _, s := range r.app.Secrets {
 		if s.Matches(secret, now) {
 			return Identity{App: code, hash: s.Hash}, nil
 		}
 	}
-	return Identity{}, fmt.Errorf("%w: wrong or expired secret for application %s", ErrUnauthenticated, code)
+	return Identity{}, refused(code)
+}
+
+// unknown is what an unknown code's secret is hashed against.
+var unknown = Secret{Salt: strings.Repeat("00", saltLen), Hash: strings.Repeat("00", hashLen)}
+
+func refused(code string) error {
+	return fmt.Errorf("%w: application %q is unknown, or its secret wrong or expired", ErrUnauthenticated, code)
 }
 
 // Rights returns what id may do at now, or an error wrapping

@@ -3,13 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // ErrInsecure is wrapped by Validate's error about a node that anyone
@@ -30,24 +28,11 @@ func (c *NodeConfig) exposed() (name, addr string) {
 		{"raft", c.RaftAddr}, {"raft advertise", c.RaftAdvertiseAddr},
 		{"http", c.HTTPAddr},
 	} {
-		if a.addr != "" && !onLoopback(a.addr) {
+		if a.addr != "" && !transport.OnLoopback(a.addr) {
 			return a.name, a.addr
 		}
 	}
 	return "", ""
-}
-
-// onLoopback reports whether addr (HOST:PORT) names a loopback host.
-func onLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // checkExposure refuses, unless it is Insecure, an exposed node without

@@ -22,8 +22,9 @@ var ErrTLS = errors.New("transport: tls handshake failed")
 // the clear. It is not an *Error, so a GroupClient returns it at once.
 var ErrPlaintextSecret = errors.New("transport: refusing to send an application's secret without TLS to an address off loopback")
 
-// onLoopback reports whether addr's host is a loopback IP or "localhost".
-func onLoopback(addr string) bool {
+// OnLoopback reports whether addr (HOST:PORT) names a loopback host: an
+// IP for which IsLoopback holds, or "localhost".
+func OnLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -63,7 +64,7 @@ func NewGroupClient(servers []string) (*GroupClient, error) {
 // handshake that fails on a certificate, an alert from the peer or a peer
 // that does not speak TLS is ErrTLS.
 func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
-	if d.Credentials != nil && d.TLS == nil && !onLoopback(addr) {
+	if d.Credentials != nil && d.TLS == nil && !OnLoopback(addr) {
 		return nil, fmt.Errorf("%w: %s", ErrPlaintextSecret, addr)
 	}
 	var c net.Conn

@@ -26,8 +26,9 @@ func benchHostileCommand() *cli.Command {
 		Name:  "hostile",
 		Usage: "act as misbehaving clients against a node, to measure what they cost well-behaved ones",
 		Description: "For --duration, --loops goroutines each open a connection, say Hello with a wrong secret\n" +
-			"for --app, and close it, over and over, while --idle connections are opened and held\n" +
-			"without a word, spread over the --from source addresses. Run `qmqctl bench produce` (as a\n" +
+			"for --as, and close it, over and over, while --idle connections are opened and held\n" +
+			"without a word, spread over the --from source addresses (opened again whenever the node\n" +
+			"closes one for saying nothing). Run `qmqctl bench produce` (as a\n" +
 			"real application) at the same time, and alone, to see the difference. It uses the global\n" +
 			"--tls-* flags to reach a TLS node. It prints what the node answered: refused hellos,\n" +
 			"connections refused by a connection limit, and other errors; an interrupt (SIGINT,\n" +
@@ -66,8 +67,8 @@ func benchHostileCommand() *cli.Command {
 			h.run(ctx, c.Int("loops"), c.Int("idle"), func() {
 				fmt.Fprintf(c.App.ErrWriter, "holding %d connections; %d goroutines saying wrong secrets\n", h.held.Load(), c.Int("loops"))
 			})
-			fmt.Fprintf(c.App.Writer, "hellos refused %d, connections held %d, refused by a limit %d, other errors %d\n",
-				h.refused.Load(), h.held.Load(), h.limited.Load(), h.failed.Load())
+			fmt.Fprintf(c.App.Writer, "hellos refused %d, connections held %d, refused by a limit %d, other errors %d, idle connections closed by the node %d\n",
+				h.refused.Load(), h.held.Load(), h.limited.Load(), h.failed.Load(), h.closedIdle.Load())
 			return nil
 		},
 	}
@@ -81,35 +82,22 @@ type hostile struct {
 	app    string
 	next   atomic.Uint64 // picks the next source address
 
-	refused, held, limited, failed atomic.Int64
+	refused, held, limited, failed, closedIdle atomic.Int64
 }
 
 // run holds idle connections, then says wrong secrets in loops until ctx
 // ends; ready is called once the idle connections are open.
 func (h *hostile) run(ctx context.Context, loops, idle int, ready func()) {
 	var wg sync.WaitGroup
-	var conns []net.Conn
-	var mu sync.Mutex
+	opened := make(chan struct{}, idle)
 	for range idle {
-		c, err := h.dial(ctx)
-		if err != nil {
-			h.count(err)
-			continue
+		wg.Go(func() { h.holdIdle(ctx, opened) })
+	}
+	for range idle {
+		select {
+		case <-opened:
+		case <-ctx.Done():
 		}
-		h.held.Add(1)
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-		// A node over a connection limit answers TOO_MANY_CONNECTIONS and
-		// closes: the connection was not held after all.
-		go func() {
-			f, err := transport.ReadFrame(bufio.NewReader(c), transport.DefaultMaxFrame)
-			if err == nil && ctx.Err() == nil {
-				_, err = transport.DecodeStatus(f.Payload)
-				h.held.Add(-1)
-				h.count(err)
-			}
-		}()
 	}
 	ready()
 	for range loops {
@@ -119,10 +107,48 @@ func (h *hostile) run(ctx context.Context, loops, idle int, ready func()) {
 			}
 		})
 	}
-	<-ctx.Done()
 	wg.Wait()
-	for _, c := range conns {
+}
+
+// holdIdle holds one connection open without a word until ctx ends,
+// opening it again whenever the node closes it for saying nothing (as a
+// node checking applications does), and giving up when the node refuses
+// it at a connection limit. It signals opened once, when its first
+// attempt is over.
+func (h *hostile) holdIdle(ctx context.Context, opened chan<- struct{}) {
+	first := true
+	defer func() {
+		if first {
+			opened <- struct{}{}
+		}
+	}()
+	for ctx.Err() == nil {
+		c, err := h.dial(ctx)
+		if err != nil {
+			h.count(err)
+			return
+		}
+		h.held.Add(1)
+		if first {
+			first = false
+			opened <- struct{}{}
+		}
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		f, err := transport.ReadFrame(bufio.NewReader(c), transport.DefaultMaxFrame)
+		stop()
 		c.Close()
+		h.held.Add(-1)
+		if ctx.Err() != nil {
+			h.held.Add(1) // held to the end: counted as held
+			return
+		}
+		if err == nil {
+			// TOO_MANY_CONNECTIONS: not held after all.
+			_, err = transport.DecodeStatus(f.Payload)
+			h.count(err)
+			return
+		}
+		h.closedIdle.Add(1) // closed for saying nothing: open it again
 	}
 }
 

@@ -20,6 +20,7 @@ type routeServer struct {
 	want int
 
 	mu       sync.Mutex
+	changed  *sync.Cond // of mu: inFlight grew, or gaveUp was set
 	inFlight int
 	most     int
 	gaveUp   bool
@@ -38,16 +39,17 @@ func (s *routeServer) handle(_ context.Context, typ transport.Type, p []byte) ([
 	s.inFlight++
 	s.most = max(s.most, s.inFlight)
 	s.asked[req.Subject]++
-	deadline := time.Now().Add(time.Second)
-	for s.most < s.want && !s.gaveUp {
-		if time.Now().After(deadline) {
-			s.gaveUp = true
-			break
-		}
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
+	s.changed.Broadcast()
+	giveUp := time.AfterFunc(time.Second, func() {
 		s.mu.Lock()
+		s.gaveUp = true
+		s.changed.Broadcast()
+		s.mu.Unlock()
+	})
+	for s.most < s.want && !s.gaveUp {
+		s.changed.Wait()
 	}
+	giveUp.Stop()
 	s.inFlight--
 	s.mu.Unlock()
 	return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{
@@ -58,6 +60,7 @@ func (s *routeServer) handle(_ context.Context, typ transport.Type, p []byte) ([
 // at a time, never more, and each subject once.
 func TestPrefetchLooksUpRoutesInParallel(t *testing.T) {
 	rs := &routeServer{want: maxParallelLookups, asked: map[string]int{}}
+	rs.changed = sync.NewCond(&rs.mu)
 	srv := &transport.Server{Handler: rs.handle}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

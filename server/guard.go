@@ -98,7 +98,10 @@ func (g *guard) wrap(h transport.Handler) transport.Handler {
 		if err != nil || t == transport.TypeHello {
 			return nil, err
 		}
-		return h(context.WithValue(ctx, accessKey{}, acc), t, p)
+		if acc != nil { // nil, as accessOf answers without it: no context to make per request
+			ctx = context.WithValue(ctx, accessKey{}, acc)
+		}
+		return h(ctx, t, p)
 	}
 }
 
@@ -133,7 +136,7 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 	}
 	table := g.table()
 	if table == nil {
-		return nil, nil, transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
+		return nil, nil, errNoTable
 	}
 	rights, err := table.Rights(id, g.now())
 	if err != nil {
@@ -158,6 +161,10 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 	}
 	return acc, p, nil
 }
+
+// errNoTable answers requests that need the applications before a
+// broker first heard from its metaserver; clients retry it.
+var errNoTable = transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
 
 // helloTimeout is how long a connection to a node with authentication on
 // may go without a node certificate or a Hello that held: then it is
@@ -195,7 +202,7 @@ func (g *guard) hello(peer *transport.Peer, p []byte) error {
 		table = g.table()
 	}
 	if table == nil {
-		return transport.Errorf(transport.Unavailable, "this node has not yet received the applications from the metaserver")
+		return errNoTable
 	}
 	id, err := table.Authenticate(q.App, q.Secret, g.now())
 	if err != nil && g.refresh != nil {

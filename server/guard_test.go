@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net"
 	"strings"
@@ -27,7 +26,7 @@ type guardFixture struct {
 	g       *guard
 	table   *auth.Table
 	secrets map[string]string
-	log     *syncBuffer
+	log     *lockedBuffer
 	got     struct {
 		reached bool // the handler ran
 		acc     *access
@@ -37,7 +36,7 @@ type guardFixture struct {
 }
 
 func newGuardFixture(t testing.TB) *guardFixture {
-	f := &guardFixture{t: t, secrets: map[string]string{}, log: &syncBuffer{}}
+	f := &guardFixture{t: t, secrets: map[string]string{}, log: &lockedBuffer{}}
 	var apps []auth.App
 	for _, a := range []auth.App{
 		{Code: "ops", Admin: true},
@@ -240,8 +239,7 @@ func newCert(node bool) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	blk, _ := pem.Decode(b)
-	return x509.ParseCertificate(blk.Bytes)
+	return parseCert(b)
 }
 
 // TestGuardNodesAndHello: a node certificate may do everything, a

@@ -99,7 +99,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	for i, m := range req.Messages {
 		err := acc.send(m.Subject)
 		if err == nil {
-			err = n.recordNewSubject(ctx, &newSubjects, m.Subject)
+			err = n.recordNewSubject(ctx, acc.app(), &newSubjects, m.Subject)
 		}
 		if err != nil {
 			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(err)}

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -80,24 +78,6 @@ func TestConfigRefusesPlaintextOffLoopback(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log output tests read while the node writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestStatusSaysInsecure: an Insecure node on loopback only is not
 // insecure; one that hands out an address off loopback (it listens on
 // loopback: advertising is only what it hands out) warns once at start
@@ -105,7 +85,7 @@ func (b *syncBuffer) String() string {
 // "tls": true and is never insecure.
 func TestStatusSaysInsecure(t *testing.T) {
 	const warning = "serving anyone who reaches a non-loopback address"
-	var logs syncBuffer
+	var logs lockedBuffer
 	loopback := startMeta(t, "m1", true, func(c *MetaConfig) {
 		c.Insecure = true
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs})

@@ -79,7 +79,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, err
 	}
 	m.newMetrics()
-	m.guard = newGuard(cfg.Auth, m.appTable, newAuditLog(m.log), m.registry)
+	m.guard = newGuard(cfg.Auth, m.fsm.Apps, newAuditLog(m.log), m.registry)
 	if err := m.serve(m.handle, m.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return m.Status() }, m.registry); err != nil {
 		return nil, err
 	}

@@ -220,15 +220,24 @@ func routeFor(t *testing.T, m *MetaNode, app, subject, group string) error {
 	return err
 }
 
-// TestMetaAppLimits: an application's new routes and consumer groups past
-// its limits are refused, INVALID naming the limit, and another
-// application's are not.
-func TestMetaAppLimits(t *testing.T) {
+// startAppsMeta starts a metaserver and a broker group g1 registered
+// with it, and returns the metaserver and an Admin of it once g1 is
+// available and the metaserver leads with its address recorded.
+func startAppsMeta(t *testing.T) (*MetaNode, *qmq.Admin) {
+	t.Helper()
 	m := startMeta(t, "m1", true)
 	startMetaBroker(t, "g1", m)
 	a := newAdmin(t, m.ClientAddr())
 	waitFor(t, 10*time.Second, "g1 to be available", func() bool { ok, _ := groupAvailable(t, a, "g1"); return ok })
 	announced(t, m)
+	return m, a
+}
+
+// TestMetaAppLimits: an application's new routes and consumer groups past
+// its limits are refused, INVALID naming the limit, and another
+// application's are not.
+func TestMetaAppLimits(t *testing.T) {
+	m, a := startAppsMeta(t)
 	ctx := ctxFor(t, 30*time.Second)
 	const n = 2
 	for _, spec := range []qmq.AppSpec{{Code: "small", MaxSubjects: n, MaxGroups: n}, {Code: "other"}} {
@@ -285,11 +294,7 @@ func TestMetaAppLimits(t *testing.T) {
 // consumer groups of one application record no more than its limit, and
 // every one past it is refused.
 func TestMetaAppGroupLimitUnderRacingRequests(t *testing.T) {
-	m := startMeta(t, "m1", true)
-	startMetaBroker(t, "g1", m)
-	a := newAdmin(t, m.ClientAddr())
-	waitFor(t, 10*time.Second, "g1 to be available", func() bool { ok, _ := groupAvailable(t, a, "g1"); return ok })
-	announced(t, m)
+	m, a := startAppsMeta(t)
 	const limit, racers = 2, 20
 	if _, err := a.CreateApp(ctxFor(t, 30*time.Second), qmq.AppSpec{Code: "small", MaxGroups: limit}); err != nil {
 		t.Fatal(err)

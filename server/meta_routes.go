@@ -265,7 +265,7 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 	}
 	m.health.record(&hb)
 	reply := transport.HeartbeatReply{Writable: !g.ReadOnly, Auth: m.cfg.Auth}
-	if apps := m.appTable(); apps != nil && apps.Version() != hb.AppsVersion {
+	if apps := m.fsm.Apps(); apps.Version() != hb.AppsVersion {
 		reply.Apps = &transport.AppTable{Apps: apps.Apps()}
 	}
 	return json.Marshal(reply)

@@ -248,9 +248,9 @@ func (n *Node) refreshApps() {
 // client sending without asking for the route first would otherwise
 // escape the limit. Only with authentication on, for an application, and
 // once per subject of a send request (seen keeps the answers): a subject
-// this node holds costs a lookup.
-func (n *Node) recordNewSubject(ctx context.Context, seen *map[string]error, subject string) error {
-	app := accessOf(ctx).app()
+// this node holds costs a lookup. app is the application sending ("" for
+// a node, or without authentication: nothing to record).
+func (n *Node) recordNewSubject(ctx context.Context, app string, seen *map[string]error, subject string) error {
 	if app == "" || n.meta == nil || n.fsm.HasSubject(subject) {
 		return nil
 	}

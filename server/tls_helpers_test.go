@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"net"
 	"path/filepath"
 	"testing"
@@ -86,4 +89,13 @@ func connOf(c TLSConfig) qmq.ConnOption {
 		return qmq.ConnOption{}
 	}
 	return qmq.WithTLS(qmq.TLSFiles{CA: c.CAFile, Cert: c.CertFile, Key: c.KeyFile})
+}
+
+// parseCert parses the certificate in certPEM.
+func parseCert(certPEM []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return nil, errors.New("no PEM block")
+	}
+	return x509.ParseCertificate(b.Bytes)
 }

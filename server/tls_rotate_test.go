@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"math/big"
 	"net"
 	"strings"
@@ -20,11 +18,7 @@ import (
 // serialOf is the serial number of the certificate in certPEM.
 func serialOf(t *testing.T, certPEM []byte) *big.Int {
 	t.Helper()
-	b, _ := pem.Decode(certPEM)
-	if b == nil {
-		t.Fatal("no PEM block")
-	}
-	c, err := x509.ParseCertificate(b.Bytes)
+	c, err := parseCert(certPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

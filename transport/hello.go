@@ -6,7 +6,7 @@ import (
 )
 
 // MaxSecret bounds the secret a Hello carries.
-const MaxSecret = 128
+const MaxSecret = limits.MaxSecret
 
 // HelloRequest: version | app string | secret string
 //

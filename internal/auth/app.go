@@ -30,7 +30,7 @@ const (
 	MaxSecrets = 2
 	// MaxSecretLen bounds a secret as a client presents it; a secret
 	// NewSecret makes is SecretLen bytes.
-	MaxSecretLen = 128
+	MaxSecretLen = limits.MaxSecret
 	// DefaultMaxSubjects and DefaultMaxGroups are how many subjects and
 	// consumer groups an application may create unless it says otherwise;
 	// MaxPerApp bounds either setting.

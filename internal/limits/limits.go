@@ -71,6 +71,9 @@ const (
 	// MaxName bounds a subject, consumer group, consumer, broker group or
 	// node name (see CheckName).
 	MaxName = 200
+	// MaxSecret bounds an application's secret as a client presents it
+	// (the Hello's decoder and the table's check both hold to it).
+	MaxSecret = 128
 	// MaxAddr bounds a HOST:PORT address recorded in replicated state.
 	MaxAddr = 256
 	// MaxErrorText bounds the text of an error on the wire.

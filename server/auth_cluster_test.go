@@ -74,8 +74,12 @@ func (c *secureCluster) as(app string) qmq.ConnOption {
 
 // clientTLS is the application host's certificate, for a raw transport
 // dial.
-func (c *secureCluster) clientTLS(t *testing.T) func() *tls.Config {
-	r, err := tlsconf.Load(tlsconf.Files(c.f.files("apps")), tlsconf.Options{})
+func (c *secureCluster) clientTLS(t *testing.T) func() *tls.Config { return c.f.dialTLS(t, "apps") }
+
+// dialTLS is the client side of name's certificate, for a raw transport
+// dial.
+func (f *tlsFixture) dialTLS(t *testing.T, name string) func() *tls.Config {
+	r, err := tlsconf.Load(tlsconf.Files(f.files(name)), tlsconf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,9 +430,9 @@ func TestBrokerWithoutAuthUnderAuthMetaserver(t *testing.T) {
 	b := startNode(t, "g1-n1", true, func(c *Config) {
 		c.Group, c.Meta, c.MetaHeartbeat, c.TLS = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1")
 	})
-	waitFor(t, 10*time.Second, "the broker to learn that its metaserver checks applications", b.metaAuth.Load)
+	waitFor(t, 10*time.Second, "the broker to learn that its metaserver checks applications", func() bool { return b.Status().Refusing != "" })
 	f.client("apps")
-	client := (&secureCluster{f: f}).clientTLS(t)
+	client := f.dialTLS(t, "apps")
 	ctx := ctxFor(t, 30*time.Second)
 	conn, err := transport.Dialer{TLS: client}.Dial(ctx, b.ClientAddr())
 	if err != nil {
@@ -444,5 +448,61 @@ func TestBrokerWithoutAuthUnderAuthMetaserver(t *testing.T) {
 	}
 	if _, err := conn.Call(ctx, transport.TypeSend, (&transport.SendRequest{}).Encode()); transport.CodeOf(err) != transport.Unavailable {
 		t.Fatalf("a send through the broker: %v", err)
+	}
+}
+
+// An --auth broker under a metaserver that checks no applications would
+// take its table from a metaserver where any holder of a client
+// certificate can create an admin application: it serves no client while
+// that lasts (nodes still reach it), says why, and serves again once the
+// metaserver checks.
+func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
+	f := newTLSFixture(t)
+	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS = f.node("m1") })
+	waitFor(t, 10*time.Second, "the metaserver to lead", func() bool { return m.Status().State == "Leader" })
+	admin := newAdmin(t, m.ClientAddr(), f.client("apps"))
+	ctx := ctxFor(t, 30*time.Second)
+	// Anyone with a client certificate: the metaserver checks nothing.
+	secret, err := admin.CreateApp(ctx, qmq.AppSpec{Code: "evil", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, "g1-n1", true, func(c *Config) {
+		c.Group, c.Meta, c.MetaHeartbeat, c.TLS, c.Auth = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1"), true
+	})
+	waitFor(t, 10*time.Second, "the broker to hear from its metaserver", func() bool { return b.Status().Refusing != "" || b.apps.Load() != nil })
+	conn, err := transport.Dialer{TLS: f.dialTLS(t, "apps")}.Dial(ctx, b.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hello := (&transport.HelloRequest{App: "evil", Secret: secret}).Encode()
+	if _, err := conn.Call(ctx, transport.TypeHello, hello); transport.CodeOf(err) != transport.Unavailable || !strings.Contains(err.Error(), "metaserver checks no applications") {
+		t.Fatalf("a Hello of an application made on an open metaserver: %v", err)
+	}
+	if _, err := conn.Call(ctx, transport.TypeSend, (&transport.SendRequest{}).Encode()); transport.CodeOf(err) != transport.Unavailable {
+		t.Fatalf("a send: %v", err)
+	}
+	// A node (here the metaserver's own certificate) still reaches it.
+	nodeConn, err := transport.Dialer{TLS: f.dialTLS(t, "m1")}.Dial(ctx, b.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodeConn.Close()
+	if _, err := nodeConn.Call(ctx, transport.TypeStatus, nil); err != nil {
+		t.Fatalf("a node's status request: %v", err)
+	}
+	// The metaserver is restarted checking: the broker serves applications
+	// again, without a restart of its own.
+	cfg := m.cfg
+	m.Close()
+	cfg.Auth, cfg.Bootstrap = true, false
+	if m, err = NewMeta(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	waitFor(t, 10*time.Second, "the broker to serve clients again", func() bool { return b.Status().Refusing == "" })
+	if _, err := conn.Call(ctx, transport.TypeHello, hello); err != nil {
+		t.Fatalf("a Hello once the metaserver checks: %v", err)
 	}
 }

@@ -40,11 +40,10 @@ type guard struct {
 	// a broker's may predate the application or the secret (a broker
 	// rate-limits it; a metaserver's table is always current).
 	refresh func()
-	// closed, if set and true on a guard that is off, refuses every
-	// request but a node's: a broker without Auth whose metaserver checks
-	// applications must not serve (or forward, as a node) what its peers
-	// would refuse.
-	closed func() bool
+	// closed, if set and not "", is why every request but a node's is
+	// refused: a broker whose authentication and its metaserver's
+	// disagree serves no client (see compareAuth).
+	closed func() string
 	now    func() time.Time
 	audit  *auditLog
 
@@ -109,9 +108,10 @@ func (g *guard) wrap(h transport.Handler) transport.Handler {
 // payload, which for a route request names the application asking.
 func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access, []byte, error) {
 	peer := transport.PeerOf(ctx)
-	if !g.on && peer != nil && g.closed != nil && g.closed() && !isNode(peer) {
-		return nil, nil, transport.Errorf(transport.Unavailable,
-			"this broker does not check applications but its metaserver does: it serves no client until restarted with --auth")
+	if peer != nil && g.closed != nil && !isNode(peer) {
+		if why := g.closed(); why != "" {
+			return nil, nil, transport.Errorf(transport.Unavailable, "%s", why)
+		}
 	}
 	if !g.on || peer == nil { // authentication off, or a call from inside the node
 		if t == transport.TypeRoute && peer != nil {

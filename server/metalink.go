@@ -119,16 +119,60 @@ func (n *Node) heartbeatMeta() bool {
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
 	}
-	if reply.Apps != nil {
+	n.compareAuth(reply.Auth)
+	if reply.Apps != nil && (reply.Auth || !n.cfg.Auth) {
 		n.setApps(reply.Apps.Apps)
-	}
-	if reply.Auth && !n.cfg.Auth && !n.metaAuth.Swap(true) {
-		n.log.Error("the metaserver checks applications and this broker does not: it refuses clients until restarted with --auth")
 	}
 	if reply.Unknown {
 		n.log.Warn("the metaserver does not know this node")
 	}
 	return !reply.Unknown
+}
+
+// The refusals of compareAuth.
+const (
+	refuseNoAuth = "this broker does not check applications but its metaserver does: " +
+		"it serves no client until restarted with --auth"
+	refuseOpenMeta = "this broker checks applications but its metaserver checks no applications, " +
+		"so anyone could have made the ones it would trust: it serves no client until its metaserver runs with --auth " +
+		"(turn --auth on for the metaservers first, then the brokers: docs/security.md)"
+)
+
+// compareAuth compares the node's authentication with its metaserver's,
+// as the heartbeat reply says (metaChecks), and refuses clients while they
+// disagree. A broker without Auth under a metaserver that checks would
+// serve, and forward as a node, what every other node refuses; that lasts
+// until it is restarted with --auth. A broker with Auth under a
+// metaserver that checks nothing would trust applications anyone holding
+// a client certificate could have made there; it serves again once the
+// metaserver checks.
+func (n *Node) compareAuth(metaChecks bool) {
+	why := ""
+	switch {
+	case metaChecks && !n.cfg.Auth:
+		why = refuseNoAuth
+	case !metaChecks && n.cfg.Auth:
+		why = refuseOpenMeta
+	}
+	old := n.refusal()
+	if old == why || old == refuseNoAuth {
+		return
+	}
+	if why == "" {
+		n.refusing.Store(nil)
+		n.log.Info("the metaserver checks applications now: serving clients again")
+		return
+	}
+	n.refusing.Store(&why)
+	n.log.Error("refusing every client", "reason", why)
+}
+
+// refusal is why the node serves no client, "" while it serves them.
+func (n *Node) refusal() string {
+	if p := n.refusing.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // forwardToMeta answers a metaserver request by asking the metaserver. A

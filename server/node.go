@@ -29,9 +29,9 @@ type Node struct {
 	writable atomic.Bool                // false while the metaserver drains the group
 	apps     atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
 	guard    *guard
-	// metaAuth: the metaserver said it checks applications (its heartbeat
-	// reply); a broker without Auth then refuses clients.
-	metaAuth    atomic.Bool
+	// refusing is why the node serves no client while its authentication
+	// and its metaserver's disagree (compareAuth), nil while they agree.
+	refusing    atomic.Pointer[string]
 	heartbeatMu sync.Mutex // one heartbeat to the metaserver at a time
 	// appsAsked is when refreshApps last asked the metaserver; guarded by appsAskMu.
 	appsAskMu sync.Mutex
@@ -79,7 +79,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.batcher = newBatcher(n)
 	n.guard = newGuard(cfg.Auth, n.apps.Load, newAuditLog(n.log), n.metrics.registry)
 	n.guard.refresh = n.refreshApps
-	n.guard.closed = n.metaAuth.Load
+	n.guard.closed = n.refusal
 	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.metrics.registry); err != nil {
 		return nil, err
 	}

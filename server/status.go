@@ -32,6 +32,7 @@ func (n *Node) Status() Status {
 	if err := n.fsm.Stopped(); err != nil {
 		s.Stopped = err.Error()
 	}
+	s.Refusing = n.refusal()
 	return s
 }
 

@@ -65,6 +65,10 @@ type Status struct {
 	DiskFull     bool   `json:"disk_full,omitempty"`
 	ApplyWaiting bool   `json:"apply_waiting_for_disk,omitempty"`
 	Stopped      string `json:"stopped,omitempty"`
+	// Broker nodes only: why the node serves no client (nodes still
+	// reach it), "" while it serves them: its authentication and its
+	// metaserver's disagree (docs/security.md, "Turning --auth on").
+	Refusing string `json:"refusing,omitempty"`
 }
 
 // Member is one member of a broker group.

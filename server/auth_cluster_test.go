@@ -492,6 +492,10 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 	if _, err := nodeConn.Call(ctx, transport.TypeStatus, nil); err != nil {
 		t.Fatalf("a node's status request: %v", err)
 	}
+	waitFor(t, 10*time.Second, "the metaserver's view to say the broker refuses clients", func() bool {
+		g := m.cluster().Groups
+		return len(g) == 1 && len(g[0].Nodes) == 1 && strings.Contains(g[0].Nodes[0].Refusing, "metaserver checks no applications")
+	})
 	// The metaserver is restarted checking: the broker serves applications
 	// again, without a restart of its own.
 	cfg := m.cfg

@@ -287,7 +287,7 @@ func (m *MetaNode) cluster() transport.Cluster {
 			if hb, ok := h.nodes[id]; ok {
 				ns.State, ns.Term, ns.AppliedIndex, ns.Backlog = hb.status.State, hb.status.Term, hb.status.AppliedIndex, hb.status.Backlog
 				ns.SeenMillis = m.health.age(hb)
-				ns.TLS, ns.Insecure = hb.status.TLS, hb.status.Insecure
+				ns.TLS, ns.Insecure, ns.Refusing = hb.status.TLS, hb.status.Insecure, hb.status.Refusing
 				if h.leader != "" && h.applied > ns.AppliedIndex {
 					ns.Lag = h.applied - ns.AppliedIndex
 				}

@@ -227,7 +227,7 @@ func (n *Node) standaloneCluster() transport.Cluster {
 		ns := transport.NodeStatus{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, State: "Unknown", SeenMillis: -1}
 		if m.ID == n.cfg.ID {
 			ns.State, ns.Term, ns.AppliedIndex, ns.SeenMillis = st.State, st.Term, st.AppliedIndex, 0
-			ns.TLS, ns.Insecure = st.TLS, st.Insecure
+			ns.TLS, ns.Insecure, ns.Refusing = st.TLS, st.Insecure, st.Refusing
 		}
 		g.Nodes = append(g.Nodes, ns)
 	}

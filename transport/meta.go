@@ -160,4 +160,7 @@ type NodeStatus struct {
 	// its last heartbeat.
 	TLS      bool `json:"tls"`
 	Insecure bool `json:"insecure,omitempty"`
+	// Refusing is the node's Status.Refusing at its last heartbeat: why it
+	// serves no client.
+	Refusing string `json:"refusing,omitempty"`
 }

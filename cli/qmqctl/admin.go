@@ -43,7 +43,8 @@ func statusCommand() *cli.Command {
 			"for its own position. LAG is how many entries a node's applied index trails its leader's;\n" +
 			"BACKLOG is how many deliveries its consumer groups still owe. Broker figures come from\n" +
 			"heartbeats, so they are up to a few seconds old (SEEN). TLS is on, off (plaintext on loopback\n" +
-			"only) or INSECURE! (open to anyone on an address other hosts can reach, allowed by qmqd --insecure).",
+			"only) or INSECURE! (open to anyone on an address other hosts can reach, allowed by qmqd --insecure).\n" +
+			"A node that serves no client (its --auth and its metaserver's differ) is named below the table, with why.",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
 			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
@@ -110,6 +111,13 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, g := range cl.Groups {
+		for _, n := range g.Nodes {
+			if n.Refusing != "" {
+				fmt.Printf("node %s of %s REFUSES CLIENTS: %s\n", n.ID, g.Name, n.Refusing)
+			}
+		}
+	}
 	fmt.Printf("%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
 	return nil
 }
@@ -140,7 +148,7 @@ func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				if st, err := a.Status(sctx, n.ClientAddr); err == nil {
 					n.State, n.Term, n.AppliedIndex, n.Backlog, n.SeenMillis = st.State, st.Term, st.AppliedIndex, st.Backlog, 0
-					n.TLS, n.Insecure = st.TLS, st.Insecure
+					n.TLS, n.Insecure, n.Refusing = st.TLS, st.Insecure, st.Refusing
 				}
 				cancel()
 			}

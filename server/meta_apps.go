@@ -91,7 +91,7 @@ func (m *MetaNode) handleAppDelete(ctx context.Context, p []byte) ([]byte, error
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	cmd := &meta.DeleteApp{Code: req.Code}
+	cmd := &meta.DeleteApp{Code: req.Code, Release: true}
 	if err := meta.Check(cmd); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}

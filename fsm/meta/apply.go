@@ -148,6 +148,9 @@ func (s *state) apply(cmd Command) error {
 	case *DeleteApp:
 		// Idempotent, so a retried request succeeds.
 		if s.Apps[c.Code] != nil {
+			if c.Release {
+				s.release(c.Code)
+			}
 			return s.setApp(c.Code, nil)
 		}
 	case *Member:
@@ -158,6 +161,31 @@ func (s *state) apply(cmd Command) error {
 		}
 	}
 	return nil
+}
+
+// release records the routes and consumer groups application code created
+// as nobody's, and drops its tallies.
+func (s *state) release(code string) {
+	for _, r := range s.Subjects {
+		if r.App == code {
+			r.App = ""
+		}
+		if r.ConsumerApps == nil {
+			continue
+		}
+		kept := false
+		for i, app := range r.ConsumerApps {
+			if app == code {
+				r.ConsumerApps[i] = ""
+			}
+			kept = kept || r.ConsumerApps[i] != ""
+		}
+		if !kept {
+			r.ConsumerApps = nil
+		}
+	}
+	delete(s.appSubjects, code)
+	delete(s.appGroups, code)
 }
 
 // routedTo counts the subjects routed to group.

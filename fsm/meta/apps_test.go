@@ -302,16 +302,44 @@ func TestPerAppLimits(t *testing.T) {
 	if _, err := decodeSnapshot(snapshotBytes(t, f)); err != nil {
 		t.Fatal(err)
 	}
-	// A deleted application's routes stay recorded as its; a new one of the
-	// same code counts them again.
-	mustApply(t, f, &DeleteApp{Code: "billing"})
+	// A deleted application's routes and consumer groups stay, recorded as
+	// nobody's: a new application of the same code starts with nothing.
+	mustApply(t, f, &DeleteApp{Code: "billing", Release: true})
+	if u := f.Usage("billing"); u != (AppUsage{}) {
+		t.Fatalf("a deleted application's usage %+v", u)
+	}
+	if r, _ := f.Route("b0"); r.App != "" {
+		t.Fatalf("a deleted application's route is recorded as %q", r.App)
+	}
+	if r, _ := f.Route("n0"); r.ConsumerApps != nil || len(r.Consumers) != 3 {
+		t.Fatalf("route n0 keeps %v of %v after its application was deleted", r.ConsumerApps, r.Consumers)
+	}
 	mustApply(t, f, &Assign{Subject: "b-after", Groups: []string{"g1"}, App: "billing"})
 	if r, _ := f.Route("b-after"); r.App != "" {
 		t.Fatal("a deleted application's route is recorded as its")
 	}
-	c, _ = createApp(t, "billing", func(a *auth.App) { a.MaxSubjects = n })
+	c, _ = createApp(t, "billing", func(a *auth.App) { a.MaxSubjects, a.MaxGroups = n, n })
 	mustApply(t, f, c)
-	refused(t, f, &Assign{Subject: "b-again", Groups: []string{"g1"}, App: "billing"})
+	for i := range n {
+		mustApply(t, f, &Assign{Subject: fmt.Sprintf("b-again%d", i), Groups: []string{"g1"}, App: "billing"})
+		mustApply(t, f, &Consumer{Subject: "n0", Group: fmt.Sprintf("again%d", i), App: "billing"})
+	}
+	refused(t, f, &Assign{Subject: "b-over-again", Groups: []string{"g1"}, App: "billing"})
+	subjects, groups = appsOf(t, f)
+	if !maps.Equal(subjects, f.s.appSubjects) || !maps.Equal(groups, f.s.appGroups) {
+		t.Fatalf("tallies %v %v, the state holds %v %v", f.s.appSubjects, f.s.appGroups, subjects, groups)
+	}
+	// A deletion written before it released what the application made (no
+	// Release) is replayed as it was applied then: the records stay its.
+	old := New()
+	mustApply(t, old, register("g1", "a"))
+	c, _ = createApp(t, "ops", nil)
+	mustApply(t, old, c)
+	mustApply(t, old, &Assign{Subject: "o0", Groups: []string{"g1"}, App: "ops"})
+	mustApply(t, old, &DeleteApp{Code: "ops"})
+	if r, _ := old.Route("o0"); r.App != "ops" || old.Usage("ops").Subjects != 1 {
+		t.Fatalf("an earlier deletion replayed: route %+v, usage %+v", r, old.Usage("ops"))
+	}
 
 	// Round trip: the attributions and the tallies come back.
 	g := New()

@@ -114,11 +114,14 @@ type RotateApp struct {
 }
 
 // DeleteApp forgets an application: its secrets stop working at once. The
-// routes and consumer groups it created stay, recorded as its (a new
-// application of the same code counts them again). Deleting an unknown
-// application is a no-op, so a retry succeeds.
+// routes and consumer groups it created stay; with Release they are
+// recorded as nobody's from then on, so a new application of the same
+// code starts with nothing (a deletion written before Release existed kept
+// them recorded as the application's, and is replayed so). Deleting an
+// unknown application is a no-op, so a retry succeeds.
 type DeleteApp struct {
-	Code string `json:"code"`
+	Code    string `json:"code"`
+	Release bool   `json:"release,omitempty"`
 }
 
 // Encode returns the command as a Raft log entry: its op byte, then JSON.

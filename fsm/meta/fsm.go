@@ -204,8 +204,8 @@ type AppUsage struct {
 	Groups   int
 }
 
-// Usage returns what the application code created. It counts for a
-// deleted application too: what it created stays, recorded as its.
+// Usage returns what the application code created and still counts as
+// its (see DeleteApp).
 func (f *FSM) Usage(code string) AppUsage {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

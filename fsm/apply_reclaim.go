@@ -36,6 +36,7 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 		// pull created it, holds nothing: forget it with its consumer, so
 		// that names a client makes up leave nothing behind.
 		f.st.removeGroup(k)
+		return &ReclaimResult{Reclaimed: n, Forgotten: true}
 	}
 	return &ReclaimResult{Reclaimed: n}
 }

@@ -63,6 +63,9 @@ type AckResult struct {
 // to the group.
 type ReclaimResult struct {
 	Reclaimed int
+	// Forgotten: the consumer's group went with it (a group of a subject
+	// without messages, as its last consumer's pull created it).
+	Forgotten bool
 }
 
 // ForgetResult answers a Forget: whether the group was known, and how many

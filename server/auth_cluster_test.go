@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,13 +34,16 @@ type secureCluster struct {
 	secrets map[string]string
 }
 
-func startSecureCluster(t *testing.T, hb time.Duration) *secureCluster {
+func startSecureCluster(t *testing.T, hb time.Duration, tweak ...func(*Config)) *secureCluster {
 	t.Helper()
 	f := newTLSFixture(t)
 	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS, c.Auth = f.node("m1"), true })
 	waitFor(t, 10*time.Second, "the metaserver to lead", func() bool { return m.Status().State == "Leader" })
 	brokers := startGroup(t, withTLS(f), func(_ string, c *Config) {
 		c.Auth, c.Meta, c.MetaHeartbeat = true, []string{m.ClientAddr()}, hb
+		for _, f := range tweak {
+			f(c)
+		}
 	})
 	waitFor(t, 10*time.Second, "the brokers to register", func() bool {
 		g, ok := m.fsm.Group(brokers[0].cfg.Group)
@@ -295,6 +299,75 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 	}
 	if !leader.fsm.HasGroup("orders", "first") {
 		t.Fatal("the first pull created no group")
+	}
+}
+
+// TestAppGroupLimitComesBack: the consumer groups a broker group forgets
+// by itself (one created by a pull before its subject had a message, gone
+// with its consumer; an idle broadcast group) stop counting against their
+// application's limit at the metaserver, so an application coming and
+// going within its limit never runs out of it; a group a consumer declared
+// (by asking for its route) stays counted.
+func TestAppGroupLimitComesBack(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
+	version := c.meta.fsm.Apps().Version()
+	leader := c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	ctx := ctxFor(t, 60*time.Second)
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pull := func(subject, group string, idle time.Duration) error {
+		req := &transport.PullRequest{Subject: subject, Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond, IdleExpiry: idle}
+		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
+		return err
+	}
+	gone := func(subject, group string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, "group "+group+" to be forgotten and its record with it", func() bool {
+			r, _ := c.meta.fsm.Route(subject)
+			return !leader.fsm.HasGroup(subject, group) && !slices.Contains(r.Consumers, group) && c.meta.fsm.Usage("billing").Groups == 0
+		})
+	}
+	// A subject without messages: each group goes with its consumer.
+	for _, g := range []string{"p1", "p2", "p3"} {
+		if err := pull("empty", g, 0); err != nil {
+			t.Fatalf("group %s: %v", g, err)
+		}
+		gone("empty", g)
+	}
+	// Idle broadcast groups of a subject with messages.
+	p, err := qmq.NewProducer(c.servers(), c.as("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SendMessage(ctx, p.GenerateMessage("full")); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"b1", "b2"} {
+		if err := pull("full", g, time.Second); err != nil {
+			t.Fatalf("group %s: %v", g, err)
+		}
+		gone("full", g)
+	}
+	// Declared: asking for the route records the group for good.
+	route, _ := json.Marshal(transport.RouteRequest{Subject: "full", ConsumerGroup: "d"})
+	if _, err := conn.Call(ctx, transport.TypeRoute, route); err != nil {
+		t.Fatal(err)
+	}
+	if err := pull("full", "d", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the declared group to be idle and forgotten at the broker", func() bool { return !leader.fsm.HasGroup("full", "d") })
+	if u := c.meta.fsm.Usage("billing"); u.Groups != 1 {
+		t.Fatalf("a declared group forgotten at the broker: usage %+v", u)
+	}
+	if err := pull("full", "another", 0); transport.CodeOf(err) != transport.Invalid {
+		t.Fatalf("a group past the limit: %v", err)
 	}
 }
 

@@ -296,19 +296,20 @@ func (a *access) route(p []byte) ([]byte, error) {
 	} else if !a.rights.MayUse(req.Subject) {
 		return nil, a.deny(transport.TypeRoute, fmt.Sprintf("application %s may neither send to nor consume subject %s", a.app(), req.Subject))
 	}
-	req.App = a.app()
+	req.App, req.Broker = a.app(), "" // only a node records for its broker group
 	b, _ := json.Marshal(req)
 	return b, nil
 }
 
-// routeOnBehalf returns a route request's payload with App set to app,
-// or p unchanged if it does not decode (its handler refuses it).
+// routeOnBehalf returns a route request's payload with App set to app and
+// no Broker, or p unchanged if it does not decode (its handler refuses
+// it).
 func routeOnBehalf(p []byte, app string) []byte {
 	var req transport.RouteRequest
-	if transport.DecodeJSON(p, &req) != nil || req.App == app {
+	if transport.DecodeJSON(p, &req) != nil || req.App == app && req.Broker == "" {
 		return p
 	}
-	req.App = app
+	req.App, req.Broker = app, ""
 	b, _ := json.Marshal(req)
 	return b
 }

@@ -44,12 +44,12 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && !slices.Contains(r.Consumers, req.ConsumerGroup) {
+	if r, _ := m.fsm.Route(req.Subject); req.ConsumerGroup != "" && r.Records(req.ConsumerGroup, req.Broker) {
 		// Knowing the consumer groups is for operators; a consumer is served
 		// its route even when recording it fails at the metaserver's limits
 		// (which costs no Raft entry). A new group past its application's
 		// own limit is refused: that limit is the application's to keep.
-		if err := m.recordConsumer(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app}); err != nil {
+		if err := m.recordConsumer(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app, Broker: req.Broker}); err != nil {
 			return nil, err
 		}
 	}
@@ -212,10 +212,12 @@ func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, err
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if err := m.proposeChecked(ctx, &meta.ForgetConsumer{Subject: req.Subject, Group: req.Group}); err != nil {
+	if err := m.proposeChecked(ctx, &meta.ForgetConsumer{Subject: req.Subject, Group: req.Group, Broker: req.Broker}); err != nil {
 		return nil, err
 	}
-	m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.Group)
+	if req.Broker == "" {
+		m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.Group)
+	}
 	return nil, nil
 }
 

@@ -28,6 +28,16 @@ func (n *Node) startMetaLink() error {
 		return err
 	}
 	n.goLoop(n.reportToMeta)
+	if n.cfg.Auth {
+		// Only with authentication does recordNewGroup make records.
+		n.forgotten = newForgottenGroups(n.log.Named("meta"))
+		n.goLoop(func() {
+			n.forgotten.run(n.ctx, n.cfg.Group, func(ctx context.Context, body []byte) error {
+				_, err := n.forwardToMeta(ctx, transport.TypeMetaForgetGroup, body)
+				return err
+			})
+		})
+	}
 	return nil
 }
 
@@ -250,15 +260,18 @@ func (n *Node) setApps(apps []auth.App) {
 // application's pull is about to create here, before it is created: the
 // metaserver counts it against the application's limit of consumer
 // groups, which a client pulling without asking for the route first
-// would otherwise escape. Only with authentication on, for an
-// application, and once per group: a group this node knows costs a map
-// lookup.
+// would otherwise escape. The record is this broker group's, provisional:
+// when the group is forgotten here by itself, the leader says so
+// (forgottenGroups) and the metaserver gives the count back, unless a
+// consumer declared the group by asking for its route or another broker
+// group holds it too. Only with authentication on, for an application,
+// and once per group: a group this node knows costs a map lookup.
 func (n *Node) recordNewGroup(ctx context.Context, subject, group string) error {
 	app := accessOf(ctx).app()
 	if app == "" || n.meta == nil || n.fsm.HasGroup(subject, group) {
 		return nil
 	}
-	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app})
+	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app, Broker: n.cfg.Group})
 	_, err := n.forwardToMeta(ctx, transport.TypeRoute, body)
 	return err
 }

@@ -32,7 +32,8 @@ type Node struct {
 	// refusing is why the node serves no client while its authentication
 	// and its metaserver's disagree (compareAuth), nil while they agree.
 	refusing    atomic.Pointer[string]
-	heartbeatMu sync.Mutex // one heartbeat to the metaserver at a time
+	heartbeatMu sync.Mutex       // one heartbeat to the metaserver at a time
+	forgotten   *forgottenGroups // nil without a metaserver, or without Auth
 	// appsAsked is when refreshApps last asked the metaserver; guarded by appsAskMu.
 	appsAskMu sync.Mutex
 	appsAsked time.Time

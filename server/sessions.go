@@ -105,9 +105,13 @@ func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID, epoch uint64)
 		s.mu.Unlock()
 		return
 	}
-	if r := resp.(*fsm.ReclaimResult); r.Reclaimed > 0 {
+	r := resp.(*fsm.ReclaimResult)
+	if r.Reclaimed > 0 {
 		s.n.log.Info("consumer session expired: messages reclaimed for its group",
 			"consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "messages", r.Reclaimed)
 		s.n.notify.kick(id.Subject)
+	}
+	if r.Forgotten {
+		s.n.forgotten.report(id.Subject, id.Group)
 	}
 }

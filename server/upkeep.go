@@ -62,6 +62,7 @@ func (n *Node) runUpkeep(ctx context.Context) {
 			}
 			if r, ok := resp.(*fsm.ForgetResult); ok && r.Known {
 				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer-group", g.Group, "idle-for", millis(g.IdleFor))
+				n.forgotten.report(g.Subject, g.Group)
 			}
 		}
 	}

@@ -84,6 +84,12 @@ type Member struct {
 type ForgetGroupRequest struct {
 	Subject string `json:"subject"`
 	Group   string `json:"group"`
+	// Broker, sent to the metaserver by a broker group's leader, says
+	// that broker group forgot the group by itself (idle, or gone with its
+	// last consumer before the subject had a message): the metaserver's
+	// record goes if it was only that broker group's (recorded for a pull,
+	// see RouteRequest.Broker) and no other broker group holds it.
+	Broker string `json:"broker,omitempty"`
 }
 
 // ForgetGroupResult answers a ForgetGroupRequest: whether the broker group

@@ -21,6 +21,12 @@ type RouteRequest struct {
 	// and a node forwarding a request passes it on; anyone else's is
 	// replaced.
 	App string `json:"app,omitempty"`
+	// Broker is set by a broker node recording ConsumerGroup for a pull
+	// about to create it in its broker group (the node's group): the
+	// record is provisional, and goes once every broker group holding it
+	// reports it forgotten (ForgetGroupRequest.Broker). Only a node's
+	// stands.
+	Broker string `json:"broker,omitempty"`
 }
 
 // Route is where a subject lives: producers send to its writable groups,

@@ -97,7 +97,15 @@ func (s *state) apply(cmd Command) error {
 		s.Groups[c.Group].ReadOnly = !c.Writable
 	case *Consumer:
 		r := s.Subjects[c.Subject]
-		if i, found := slices.BinarySearch(r.Consumers, c.Group); !found {
+		holder := r.holderBit(c.Broker)
+		i, found := slices.BinarySearch(r.Consumers, c.Group)
+		switch {
+		case found && holder == 0:
+			r.setHolders(i, 0) // declared now
+		case found && r.holders(i) != 0:
+			r.setHolders(i, r.holders(i)|holder)
+		}
+		if !found {
 			app := ""
 			if s.Apps[c.App] != nil {
 				app = c.App
@@ -109,6 +117,12 @@ func (s *state) apply(cmd Command) error {
 			if r.ConsumerApps != nil {
 				r.ConsumerApps = slices.Insert(r.ConsumerApps, i, app)
 			}
+			if r.ConsumerHolders != nil || holder != 0 {
+				if r.ConsumerHolders == nil {
+					r.ConsumerHolders = make([]uint64, len(r.Consumers))
+				}
+				r.ConsumerHolders = slices.Insert(r.ConsumerHolders, i, holder)
+			}
 			r.Consumers = slices.Insert(r.Consumers, i, c.Group)
 			s.consumers++
 		}
@@ -116,6 +130,19 @@ func (s *state) apply(cmd Command) error {
 		// Idempotent, so a retried request succeeds.
 		if r := s.Subjects[c.Subject]; r != nil {
 			if i, found := slices.BinarySearch(r.Consumers, c.Group); found {
+				if c.Broker != "" {
+					held := r.holders(i)
+					if held == 0 {
+						return nil // declared: only an operator forgets it
+					}
+					if r.setHolders(i, held&^r.holderBit(c.Broker)); r.holders(i) != 0 {
+						return nil // another broker group still holds it
+					}
+				}
+				if r.ConsumerHolders != nil {
+					r.ConsumerHolders = slices.Delete(r.ConsumerHolders, i, i+1)
+					r.trimHolders()
+				}
 				r.Consumers = slices.Delete(r.Consumers, i, i+1)
 				s.consumers--
 				if r.ConsumerApps != nil {
@@ -186,6 +213,55 @@ func (s *state) release(code string) {
 	}
 	delete(s.appSubjects, code)
 	delete(s.appGroups, code)
+}
+
+// Records reports whether recording consumer group group for broker group
+// broker ("" for a declaration) would change the route: a new group, a
+// provisional one declared, or one more broker group holding it.
+func (r *Route) Records(group, broker string) bool {
+	i, found := slices.BinarySearch(r.Consumers, group)
+	if !found {
+		return true
+	}
+	held := r.holders(i)
+	return held != 0 && (broker == "" || held&r.holderBit(broker) == 0 && r.holderBit(broker) != 0)
+}
+
+// holderBit is broker group g's bit in ConsumerHolders: its index in the
+// route's groups, 0 for "" or a group not in the route.
+func (r *Route) holderBit(g string) uint64 {
+	if i := slices.Index(r.Groups, g); g != "" && i >= 0 {
+		return 1 << i
+	}
+	return 0
+}
+
+// holders returns the holders of consumer group i, 0 if declared.
+func (r *Route) holders(i int) uint64 {
+	if r.ConsumerHolders == nil {
+		return 0
+	}
+	return r.ConsumerHolders[i]
+}
+
+// setHolders sets the holders of consumer group i.
+func (r *Route) setHolders(i int, h uint64) {
+	if r.ConsumerHolders == nil {
+		if h == 0 {
+			return
+		}
+		r.ConsumerHolders = make([]uint64, len(r.Consumers))
+	}
+	r.ConsumerHolders[i] = h
+	r.trimHolders()
+}
+
+// trimHolders keeps ConsumerHolders nil while every group is declared, as
+// a route that never had a provisional group encodes.
+func (r *Route) trimHolders() {
+	if !slices.ContainsFunc(r.ConsumerHolders, func(h uint64) bool { return h != 0 }) {
+		r.ConsumerHolders = nil
+	}
 }
 
 // routedTo counts the subjects routed to group.

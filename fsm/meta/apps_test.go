@@ -409,3 +409,91 @@ func TestEmptyConsumerAppsRestore(t *testing.T) {
 		t.Fatalf("consumers %v of %v", r.Consumers, r.ConsumerApps)
 	}
 }
+
+// TestProvisionalConsumerGroups: a consumer group a broker group recorded
+// for a pull goes, and gives its application's count back, once every
+// broker group holding it forgot it by itself; a declared one stays.
+func TestProvisionalConsumerGroups(t *testing.T) {
+	f := New()
+	mustApply(t, f, register("g1", "a"))
+	mustApply(t, f, register("g2", "a"))
+	c, _ := createApp(t, "billing", func(a *auth.App) { a.MaxGroups = 2 })
+	mustApply(t, f, c)
+	mustApply(t, f, &Assign{Subject: "s", Groups: []string{"g1", "g2"}, App: "billing"})
+	usage := func() int { return f.Usage("billing").Groups }
+	consumers := func() string { r, _ := f.Route("s"); return strings.Join(r.Consumers, ",") }
+
+	// Recorded by g1, then by g2 too: held by both.
+	mustApply(t, f, &Consumer{Subject: "s", Group: "bc", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", Group: "bc", App: "billing", Broker: "g2"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g1"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g1"}) // a retry
+	if consumers() != "bc" || usage() != 1 {
+		t.Fatalf("after g1 forgot it: consumers %q, usage %d", consumers(), usage())
+	}
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g2"})
+	if consumers() != "" || usage() != 0 {
+		t.Fatalf("after both forgot it: consumers %q, usage %d", consumers(), usage())
+	}
+	if r, _ := f.Route("s"); r.ConsumerHolders != nil || r.ConsumerApps != nil {
+		t.Fatalf("a route with no groups left keeps %v %v", r.ConsumerHolders, r.ConsumerApps)
+	}
+
+	// The limit is the application's again: two groups come and go.
+	for range 3 {
+		for _, g := range []string{"x", "y"} {
+			mustApply(t, f, &Consumer{Subject: "s", Group: g, App: "billing", Broker: "g1"})
+		}
+		refused(t, f, &Consumer{Subject: "s", Group: "z", App: "billing", Broker: "g1"})
+		for _, g := range []string{"x", "y"} {
+			mustApply(t, f, &ForgetConsumer{Subject: "s", Group: g, Broker: "g1"})
+		}
+	}
+
+	// Declared (a consumer asked for its route), before or after a broker
+	// group recorded it: a broker group forgetting it leaves it.
+	mustApply(t, f, &Consumer{Subject: "s", Group: "declared", App: "billing"})
+	mustApply(t, f, &Consumer{Subject: "s", Group: "declared", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", Group: "later", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", Group: "later", App: "billing"})
+	for _, g := range []string{"declared", "later"} {
+		mustApply(t, f, &ForgetConsumer{Subject: "s", Group: g, Broker: "g1"})
+	}
+	if consumers() != "declared,later" || usage() != 2 {
+		t.Fatalf("declared groups: consumers %q, usage %d", consumers(), usage())
+	}
+	if r, _ := f.Route("s"); r.ConsumerHolders != nil {
+		t.Fatalf("only declared groups, holders %v", r.ConsumerHolders)
+	}
+	// A broker group not in the route records a declared group.
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "later"})
+	mustApply(t, f, &Consumer{Subject: "s", Group: "elsewhere", App: "billing", Broker: "g9"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "elsewhere", Broker: "g9"})
+	if consumers() != "declared,elsewhere" {
+		t.Fatalf("consumers %q", consumers())
+	}
+	// An operator forgets a provisional one whole.
+	mustApply(t, f, &Consumer{Subject: "s", Group: "p", Broker: "g2"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "p"})
+	if consumers() != "declared,elsewhere" {
+		t.Fatalf("consumers %q", consumers())
+	}
+
+	// Round trip, and a snapshot holding a group held by a group past the
+	// route's is refused.
+	mustApply(t, f, &Consumer{Subject: "s", Group: "held", Broker: "g2"})
+	g := New()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, f), snapshotBytes(t, g)) {
+		t.Fatal("the restored state differs")
+	}
+	bad := bytes.Replace(snapshotBytes(t, f), []byte(`"consumer_holders":[0,0,2]`), []byte(`"consumer_holders":[0,0,4]`), 1)
+	if bytes.Equal(bad, snapshotBytes(t, f)) {
+		t.Fatalf("no holders in %s", snapshotBytes(t, f))
+	}
+	if err := New().Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a snapshot naming a holder past the route: %v", err)
+	}
+}

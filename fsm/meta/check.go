@@ -117,6 +117,9 @@ func (c *Consumer) check() error {
 	if err := checkAppName(c.App); err != nil {
 		return err
 	}
+	if err := checkBroker(c.Broker); err != nil {
+		return err
+	}
 	return checkName("consumer group", c.Group)
 }
 
@@ -124,7 +127,19 @@ func (c *ForgetConsumer) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
 		return err
 	}
+	if err := checkBroker(c.Broker); err != nil {
+		return err
+	}
 	return checkName("consumer group", c.Group)
+}
+
+// checkBroker checks the broker group a consumer group's record names,
+// "" for none.
+func checkBroker(g string) error {
+	if g == "" {
+		return nil
+	}
+	return checkName("broker group", g)
 }
 
 func (c *Member) check() error {

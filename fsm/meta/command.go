@@ -67,21 +67,33 @@ type SetWritable struct {
 
 // Consumer records a consumer group of a subject. App is the application
 // whose consumer asked: a known application's new consumer group counts
-// towards its group limit and is recorded as its.
+// towards its group limit and is recorded as its. Broker, if it names a
+// broker group of the subject's route, is that broker group recording the
+// group for a pull about to create it there: the record is provisional,
+// held by the broker groups that recorded it, and goes once every one of
+// them has forgotten the group by itself (ForgetConsumer with Broker). A
+// record without Broker (a consumer asking for its route, an operator) is
+// declared: only an operator's ForgetConsumer removes it.
 type Consumer struct {
 	Subject string `json:"subject"`
 	Group   string `json:"group"`
 	App     string `json:"app,omitempty"`
+	Broker  string `json:"broker,omitempty"`
 }
 
 // ForgetConsumer forgets a consumer group of a subject, making room under
 // MaxConsumerGroups and MaxTotalConsumerGroups. Only the metaserver's
 // record goes: the broker groups keep the group's consumption state, and
 // a consumer of the group asking for the route records it again. A group
-// not recorded is a no-op, so a retry succeeds.
+// not recorded is a no-op, so a retry succeeds. With Broker it is that
+// broker group saying it forgot the group by itself (an idle broadcast
+// group, a group whose last consumer went before the subject had a
+// message): a provisional record stops being held by it, and goes when no
+// broker group holds it; a declared one stays.
 type ForgetConsumer struct {
 	Subject string `json:"subject"`
 	Group   string `json:"group"`
+	Broker  string `json:"broker,omitempty"`
 }
 
 // Member records a metaserver node's client address, so that every node

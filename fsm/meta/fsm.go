@@ -155,7 +155,7 @@ func (f *FSM) Route(subject string) (Route, bool) {
 		return Route{}, false
 	}
 	return Route{Groups: slices.Clone(r.Groups), Consumers: slices.Clone(r.Consumers), App: r.App,
-		ConsumerApps: slices.Clone(r.ConsumerApps)}, true
+		ConsumerApps: slices.Clone(r.ConsumerApps), ConsumerHolders: slices.Clone(r.ConsumerHolders)}, true
 }
 
 // Subjects returns every routed subject, sorted.

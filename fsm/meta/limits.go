@@ -27,8 +27,11 @@ import (
 //	                   232 + 209 (its application) + 19 + its lists
 //	all subjects       40,000 MaxSubjects × 460                    = 18,400,000
 //	route entries      "GROUP",  80,000 MaxRoutedGroups × 203      = 16,240,000
-//	consumer groups    "NAME", and its application's "APP",
-//	                   80,000 MaxTotalConsumerGroups × 406         = 32,480,000
+//	consumer groups    "NAME", its application's "APP", and its holders
+//	                   (a uint64: 20 digits and a comma), with each
+//	                   subject's "consumer_holders":[] (22 bytes),
+//	                   80,000 MaxTotalConsumerGroups × 427
+//	                   + 40,000 MaxSubjects × 22                  = 35,040,000
 //	members            "ID":"ADDR",  32 MaxMembers × 1,736         =     55,552
 //	an application     "CODE":{"code":"CODE","admin":true,"secrets":[…],
 //	                   "consume":[…],"max_subjects":…,"max_groups":…},
@@ -38,9 +41,9 @@ import (
 //	                   {"subject":"…*","group":"…*"}, of 428    =     14,490
 //	all applications   512 auth.MaxApps × 14,490                   =  7,418,880
 //	the rest           {"applied":…,"state":{"groups":…}}          <        100
-//	total                                                          < 94,486,756
+//	total                                                          < 97,046,756
 //
-// 94.5 MB is 90.1 MiB, under a quarter of maxSnapshot (128 MiB);
+// 97.0 MB is 92.6 MiB, under a quarter of maxSnapshot (128 MiB);
 // TestLargestStateRestores builds that state and restores it. (Before
 // applications the total was 58.9 MiB, under a quarter of the 256 MiB
 // maxSnapshot was then.) Counts, not bytes, are bounded, so that a refusal

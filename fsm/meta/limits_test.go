@@ -58,6 +58,7 @@ func largestState(t *testing.T) *state {
 		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
 			r.Consumers = append(r.Consumers, longName('c', j, limits.MaxName))
 			r.ConsumerApps = append(r.ConsumerApps, apps[(i+j)%len(apps)].Code)
+			r.ConsumerHolders = append(r.ConsumerHolders, 1<<len(r.Groups)-1)
 		}
 		s.Subjects[longName('s', i, limits.MaxName)] = r
 	}

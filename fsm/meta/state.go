@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -58,6 +59,11 @@ type Route struct {
 	Consumers    []string `json:"consumers,omitempty"`
 	App          string   `json:"app,omitempty"`
 	ConsumerApps []string `json:"consumer_apps,omitempty"`
+	// ConsumerHolders is empty while every consumer group of the subject is
+	// declared; otherwise it holds, for each of Consumers at the same
+	// index, the broker groups holding its provisional record, a bit each
+	// by their index in Groups (0: declared). See Consumer.
+	ConsumerHolders []uint64 `json:"consumer_holders,omitempty"`
 }
 
 func newState() *state {
@@ -140,6 +146,17 @@ func (s *state) check() error {
 			}
 			if app != "" {
 				appGroups[app]++
+			}
+		}
+		if len(r.ConsumerHolders) == 0 {
+			r.ConsumerHolders = nil // as apply keeps it: nil while every group is declared
+		}
+		if r.ConsumerHolders != nil && len(r.ConsumerHolders) != len(r.Consumers) {
+			return fmt.Errorf("%w: snapshot's route of %s names the holders of %d consumer groups, not %d", ErrInvalid, subject, len(r.ConsumerHolders), len(r.Consumers))
+		}
+		for _, h := range r.ConsumerHolders {
+			if h>>len(r.Groups) != 0 {
+				return fmt.Errorf("%w: snapshot's route of %s has %d groups, a consumer group is held by group %d", ErrInvalid, subject, len(r.Groups), bits.Len64(h)-1)
 			}
 		}
 		routed += len(r.Groups)

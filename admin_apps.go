@@ -46,6 +46,12 @@ type AppSpec struct {
 	// defaults (1,000 each), and either may be at most 1,048,576.
 	MaxSubjects int
 	MaxGroups   int
+	// MaxConsumers bounds its consumers registered at once in one broker
+	// group (0: 1,024; at most 16,384, a broker group's own bound), and
+	// MaxDelayed its delayed messages pending in one broker group (0:
+	// 2,000,000; at most 1,073,741,824).
+	MaxConsumers int
+	MaxDelayed   int
 }
 
 // ConsumeGrant lets an application consume subjects matching Subject as
@@ -63,12 +69,15 @@ type AppInfo struct {
 	Admin   bool           `json:"admin,omitempty"`
 	Send    []string       `json:"send,omitempty"`
 	Consume []ConsumeGrant `json:"consume,omitempty"`
-	// MaxSubjects and MaxGroups are its limits, defaults applied.
-	MaxSubjects int `json:"max_subjects"`
-	MaxGroups   int `json:"max_groups"`
+	// MaxSubjects, MaxGroups, MaxConsumers and MaxDelayed are its limits,
+	// defaults applied.
+	MaxSubjects  int `json:"max_subjects"`
+	MaxGroups    int `json:"max_groups"`
+	MaxConsumers int `json:"max_consumers"`
+	MaxDelayed   int `json:"max_delayed"`
 	// Subjects and Groups are how many subjects and consumer groups it
-	// created (an application deleted and created again counts what the
-	// first one created).
+	// created (an application deleted and created again starts from
+	// nothing).
 	Subjects int `json:"subjects"`
 	Groups   int `json:"groups"`
 	// Secrets is 1, or 2 after a rotation with a grace: the old secret
@@ -86,7 +95,8 @@ func (a *Admin) Apps(ctx context.Context) ([]AppInfo, error) {
 	out := make([]AppInfo, 0, len(infos))
 	for _, i := range infos {
 		info := AppInfo{Code: i.Code, Admin: i.Admin, Send: i.Send, Consume: fromGrants(i.Consume),
-			MaxSubjects: i.MaxSubjects, MaxGroups: i.MaxGroups, Subjects: i.Subjects, Groups: i.Groups, Secrets: i.Secrets}
+			MaxSubjects: i.MaxSubjects, MaxGroups: i.MaxGroups, MaxConsumers: i.MaxConsumers, MaxDelayed: i.MaxDelayed,
+			Subjects: i.Subjects, Groups: i.Groups, Secrets: i.Secrets}
 		if i.OldSecretExpires != 0 {
 			info.OldSecretExpires = time.UnixMilli(i.OldSecretExpires)
 		}
@@ -139,7 +149,8 @@ func (a *Admin) DeleteApp(ctx context.Context, code string) error {
 }
 
 func (s AppSpec) request(create bool) transport.AppRequest {
-	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxGroups: s.MaxGroups, Create: create}
+	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxGroups: s.MaxGroups,
+		MaxConsumers: s.MaxConsumers, MaxDelayed: s.MaxDelayed, Create: create}
 	for _, g := range s.Consume {
 		r.Consume = append(r.Consume, auth.Grant{Subject: g.Subject, Group: g.Group})
 	}

@@ -21,15 +21,19 @@ const MaxAppGrace = 30 * 24 * time.Hour
 // patterns, Consume consumer groups (patterns) of subjects (patterns): a
 // name ("orders"), a prefix followed by '*' ("orders.*"), or "*" alone.
 // MaxSubjects and MaxGroups bound the subjects and consumer groups the
-// application may create; 0 means the defaults.
+// application may create, MaxConsumers its consumers registered at once
+// and MaxDelayed its delayed messages pending in one broker group; 0 means
+// the defaults.
 type AppRequest struct {
-	Code        string       `json:"code"`
-	Admin       bool         `json:"admin,omitempty"`
-	Send        []string     `json:"send,omitempty"`
-	Consume     []auth.Grant `json:"consume,omitempty"`
-	MaxSubjects int          `json:"max_subjects,omitempty"`
-	MaxGroups   int          `json:"max_groups,omitempty"`
-	Create      bool         `json:"create,omitempty"`
+	Code         string       `json:"code"`
+	Admin        bool         `json:"admin,omitempty"`
+	Send         []string     `json:"send,omitempty"`
+	Consume      []auth.Grant `json:"consume,omitempty"`
+	MaxSubjects  int          `json:"max_subjects,omitempty"`
+	MaxGroups    int          `json:"max_groups,omitempty"`
+	MaxConsumers int          `json:"max_consumers,omitempty"`
+	MaxDelayed   int          `json:"max_delayed,omitempty"`
+	Create       bool         `json:"create,omitempty"`
 }
 
 // AppSecret answers a creation or a rotation with the application's new
@@ -63,6 +67,9 @@ type AppInfo struct {
 	Consume     []auth.Grant `json:"consume,omitempty"`
 	MaxSubjects int          `json:"max_subjects"`
 	MaxGroups   int          `json:"max_groups"`
+	// MaxConsumers and MaxDelayed are its limits in each broker group.
+	MaxConsumers int `json:"max_consumers"`
+	MaxDelayed   int `json:"max_delayed"`
 	// Subjects and Groups are the routes and consumer groups recorded as
 	// created by the application.
 	Subjects int `json:"subjects"`

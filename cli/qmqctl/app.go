@@ -26,7 +26,8 @@ const appRightsHelp = "Rights are patterns of names: \"orders\" is that subject 
 	"patterns with commas); an application has at most 32 rules. --admin lets it do everything,\n" +
 	"administration included, whatever its rules. --max-subjects and --max-groups bound the\n" +
 	"subjects (routes made on a first send or consume) and consumer groups it may create\n" +
-	"(0: 1,000 each)."
+	"(0: 1,000 each); --max-consumers its consumers registered at once in each broker group\n" +
+	"(0: 1,024) and --max-delayed its delayed messages pending in each broker group (0: 2,000,000)."
 
 // appFlags are create's and update's flags.
 func appFlags() []cli.Flag {
@@ -36,6 +37,8 @@ func appFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "consume", Usage: "`SUBJECT/GROUP` patterns: the application may consume those subjects as those consumer groups (repeatable)"},
 		&cli.IntFlag{Name: "max-subjects", Usage: "the most subjects the application may create: `N` (0 for the default, 1000)"},
 		&cli.IntFlag{Name: "max-groups", Usage: "the most consumer groups the application may create: `N` (0 for the default, 1000)"},
+		&cli.IntFlag{Name: "max-consumers", Usage: "the most consumers the application may have registered at once in a broker group: `N` (0 for the default, 1024; at most 16384)"},
+		&cli.IntFlag{Name: "max-delayed", Usage: "the most delayed messages the application may have pending in a broker group: `N` (0 for the default, 2000000)"},
 	}
 }
 
@@ -164,7 +167,7 @@ func appCommand() *cli.Command {
 // appSpec reads create's and update's flags.
 func appSpec(c *cli.Context, code string) (qmq.AppSpec, error) {
 	spec := qmq.AppSpec{Code: code, Admin: c.Bool("admin"), Send: c.StringSlice("send"),
-		MaxSubjects: c.Int("max-subjects"), MaxGroups: c.Int("max-groups")}
+		MaxSubjects: c.Int("max-subjects"), MaxGroups: c.Int("max-groups"), MaxConsumers: c.Int("max-consumers"), MaxDelayed: c.Int("max-delayed")}
 	for _, g := range c.StringSlice("consume") {
 		subject, group, ok := strings.Cut(g, "/")
 		if !ok || subject == "" || group == "" || strings.Contains(group, "/") {
@@ -213,7 +216,7 @@ func writeSecret(path, secret string) error {
 // printApps prints the applications as a table.
 func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tGROUPS\tSECRETS")
+	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tGROUPS\tCONSUMERS\tDELAYED\tSECRETS")
 	for _, a := range apps {
 		admin := "-"
 		if a.Admin {
@@ -230,8 +233,8 @@ func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
 				secrets = fmt.Sprintf("%d (old one expired)", a.Secrets)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", a.Code, admin, orDash(strings.Join(a.Send, ",")),
-			orDash(strings.Join(consume, ",")), a.Subjects, a.MaxSubjects, a.Groups, a.MaxGroups, secrets)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%d\t%s\n", a.Code, admin, orDash(strings.Join(a.Send, ",")),
+			orDash(strings.Join(consume, ",")), a.Subjects, a.MaxSubjects, a.Groups, a.MaxGroups, a.MaxConsumers, a.MaxDelayed, secrets)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

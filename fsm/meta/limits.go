@@ -34,16 +34,17 @@ import (
 //	                   + 40,000 MaxSubjects × 22                  = 35,040,000
 //	members            "ID":"ADDR",  32 MaxMembers × 1,736         =     55,552
 //	an application     "CODE":{"code":"CODE","admin":true,"secrets":[…],
-//	                   "consume":[…],"max_subjects":…,"max_groups":…},
+//	                   "consume":[…],"max_subjects":…,"max_groups":…,
+//	                   "max_consumers":…,"max_delayed":…},
 //	                   203 + 211 + 13 + 2 secrets of at most 148
-//	                   {"salt":"…","hash":"…","expires":…}, + 71 the rest
+//	                   {"salt":"…","hash":"…","expires":…}, + 113 the rest
 //	                   + 32 auth.MaxRules consume rules of two 201-byte patterns
-//	                   {"subject":"…*","group":"…*"}, of 428    =     14,490
-//	all applications   512 auth.MaxApps × 14,490                   =  7,418,880
+//	                   {"subject":"…*","group":"…*"}, of 428    =     14,532
+//	all applications   512 auth.MaxApps × 14,532                   =  7,440,384
 //	the rest           {"applied":…,"state":{"groups":…}}          <        100
-//	total                                                          < 97,046,756
+//	total                                                          < 97,068,260
 //
-// 97.0 MB is 92.6 MiB, under a quarter of maxSnapshot (128 MiB);
+// 97.1 MB is 92.6 MiB, under a quarter of maxSnapshot (128 MiB);
 // TestLargestStateRestores builds that state and restores it. (Before
 // applications the total was 58.9 MiB, under a quarter of the 256 MiB
 // maxSnapshot was then.) Counts, not bytes, are bounded, so that a refusal

@@ -88,7 +88,7 @@ func largestApps() []auth.App {
 		old := rightsOnly
 		old.Expires = math.MaxInt64
 		a := auth.App{Code: longName('a', i, limits.MaxName), Admin: true, Secrets: []auth.Secret{rightsOnly, old},
-			MaxSubjects: auth.MaxPerApp, MaxGroups: auth.MaxPerApp}
+			MaxSubjects: auth.MaxPerApp, MaxGroups: auth.MaxPerApp, MaxConsumers: limits.MaxConsumers, MaxDelayed: limits.MaxDelayed}
 		for j := range auth.MaxRules {
 			a.Consume = append(a.Consume, auth.Grant{Subject: pattern('s', j), Group: pattern('g', j)})
 		}

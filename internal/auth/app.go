@@ -37,6 +37,16 @@ const (
 	DefaultMaxSubjects = 1000
 	DefaultMaxGroups   = 1000
 	MaxPerApp          = 1 << 20
+	// DefaultMaxConsumers is how many consumers an application may have
+	// registered at once in one broker group unless it says otherwise, a
+	// group's most (limits.MaxConsumersPerGroup); the setting is at most
+	// the broker group's own bound, limits.MaxConsumers.
+	DefaultMaxConsumers = limits.MaxConsumersPerGroup
+	// DefaultMaxDelayed is how many delayed messages an application may
+	// have pending in one broker group unless it says otherwise, a tenth
+	// of what one hour of a broker group holds (limits.MaxDelayedPerHour);
+	// the setting is at most limits.MaxDelayed.
+	DefaultMaxDelayed = limits.MaxDelayedPerHour / 10
 )
 
 // App is an application as the metaserver stores it (JSON in its
@@ -57,6 +67,11 @@ type App struct {
 	// the application may create; 0 means the defaults.
 	MaxSubjects int `json:"max_subjects,omitempty"`
 	MaxGroups   int `json:"max_groups,omitempty"`
+	// MaxConsumers bounds the consumers the application may have
+	// registered at once in one broker group, and MaxDelayed its delayed
+	// messages pending in one broker group; 0 means the defaults.
+	MaxConsumers int `json:"max_consumers,omitempty"`
+	MaxDelayed   int `json:"max_delayed,omitempty"`
 }
 
 // Grant lets an application consume subjects matching Subject as consumer
@@ -115,6 +130,12 @@ func (a *App) checkRights() error {
 	if a.MaxSubjects < 0 || a.MaxSubjects > MaxPerApp || a.MaxGroups < 0 || a.MaxGroups > MaxPerApp {
 		return fmt.Errorf("%w: application %s: max subjects %d, max groups %d (0..%d)", ErrInvalid, a.Code, a.MaxSubjects, a.MaxGroups, MaxPerApp)
 	}
+	if a.MaxConsumers < 0 || a.MaxConsumers > limits.MaxConsumers {
+		return fmt.Errorf("%w: application %s: max consumers %d (0..%d)", ErrInvalid, a.Code, a.MaxConsumers, limits.MaxConsumers)
+	}
+	if a.MaxDelayed < 0 || a.MaxDelayed > limits.MaxDelayed {
+		return fmt.Errorf("%w: application %s: max delayed %d (0..%d)", ErrInvalid, a.Code, a.MaxDelayed, limits.MaxDelayed)
+	}
 	return nil
 }
 
@@ -132,6 +153,12 @@ func (a *App) SubjectLimit() int { return orDefault(a.MaxSubjects, DefaultMaxSub
 
 // GroupLimit: see SubjectLimit.
 func (a *App) GroupLimit() int { return orDefault(a.MaxGroups, DefaultMaxGroups) }
+
+// ConsumerLimit: see SubjectLimit.
+func (a *App) ConsumerLimit() int { return orDefault(a.MaxConsumers, DefaultMaxConsumers) }
+
+// DelayedLimit: see SubjectLimit.
+func (a *App) DelayedLimit() int { return orDefault(a.MaxDelayed, DefaultMaxDelayed) }
 
 func orDefault(v, def int) int {
 	if v == 0 {

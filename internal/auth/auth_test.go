@@ -90,6 +90,14 @@ func TestAppCheckLimits(t *testing.T) {
 		{"max subjects at the limit", App{Code: "x", Secrets: a.Secrets, MaxSubjects: MaxPerApp}, true},
 		{"max subjects over", App{Code: "x", Secrets: a.Secrets, MaxSubjects: MaxPerApp + 1}, false},
 		{"max groups negative", App{Code: "x", Secrets: a.Secrets, MaxGroups: -1}, false},
+		{"max consumers at the limit", App{Code: "x", Secrets: a.Secrets, MaxConsumers: limits.MaxConsumers}, true},
+		{"max consumers just under", App{Code: "x", Secrets: a.Secrets, MaxConsumers: limits.MaxConsumers - 1}, true},
+		{"max consumers just over", App{Code: "x", Secrets: a.Secrets, MaxConsumers: limits.MaxConsumers + 1}, false},
+		{"max consumers negative", App{Code: "x", Secrets: a.Secrets, MaxConsumers: -1}, false},
+		{"max delayed at the limit", App{Code: "x", Secrets: a.Secrets, MaxDelayed: limits.MaxDelayed}, true},
+		{"max delayed just under", App{Code: "x", Secrets: a.Secrets, MaxDelayed: limits.MaxDelayed - 1}, true},
+		{"max delayed just over", App{Code: "x", Secrets: a.Secrets, MaxDelayed: limits.MaxDelayed + 1}, false},
+		{"max delayed negative", App{Code: "x", Secrets: a.Secrets, MaxDelayed: -1}, false},
 	} {
 		err := c.app.Check()
 		if (err == nil) != c.ok {

@@ -111,4 +111,15 @@ const (
 	// each holding at most its MaxUnacked entries (10,000 by default, 24
 	// bytes each in memory), this bounds the unacked windows.
 	MaxConsumers = 16384
+	// MaxDelayedPerHour bounds the delayed messages one hour of delivery
+	// time of a broker group holds (pending and fired: the leader's wheel
+	// holds about 31 bytes per pending one of the current and next hour,
+	// and every replica about 30 bytes per fired one of an hour being
+	// fired, so an hour at the bound costs a node about 600 MB, the leader
+	// about twice that while it fires the hour: 5,500 delayed messages a
+	// second, each due within the hour, fill it).
+	MaxDelayedPerHour = 20_000_000
+	// MaxDelayed bounds an application's setting of delayed messages
+	// pending in a broker group (auth.App.MaxDelayed).
+	MaxDelayed = 1 << 30
 )

@@ -295,7 +295,11 @@ func exists(path string) bool {
 
 // Append writes a message due at at into its hour's records and returns
 // its reference. Like every log append it becomes readable at Flush.
-func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
+func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) { return s.AppendFor(at, m, "") }
+
+// AppendFor is Append of a message sent by application app ("" for none),
+// which the record keeps (Read returns it).
+func (s *Schedule) AppendFor(at int64, m *logs.Message, app string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hour := Hour(at)
@@ -307,7 +311,7 @@ func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
 	if off > maxRefOffset {
 		return 0, fmt.Errorf("%w: hour %s holds over %d bytes", ErrHourFull, HourName(hour), int64(maxRefOffset))
 	}
-	if _, err := h.records.Append(appendRecord(nil, off, at, m)); err != nil {
+	if _, err := h.records.Append(appendRecord(nil, off, at, app, m)); err != nil {
 		return 0, err
 	}
 	s.written[hour] = true
@@ -315,12 +319,16 @@ func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) {
 }
 
 // A record's payload is its own offset in the hour's records, its due
-// time, and the message:
+// time, the application that sent it if any, and the message:
 //
-//	offset u64 | at i64 | message (logs.Message encoding)
+//	offset u64 | at i64 | [app string] | message (logs.Message encoding)
 //
 // The offset makes a reference to anywhere but a record's start fail to
-// read, even where a message body holds bytes shaped like a record.
+// read, even where a message body holds bytes shaped like a record. An
+// offset is below 2^44 (a reference's 44 bits), so its top bit is free:
+// set, it says the application's code follows the due time (binenc's
+// uvarint length and bytes; at most limits.MaxName). Records from before
+// applications never set it and read as they did.
 // maxRecordPayload is the largest record payload: a message of
 // limits.MaxMessage bytes and the record's header. It is never below the
 // logs' default, which records written before the limit was defined once
@@ -329,50 +337,92 @@ const maxRecordPayload = max(limits.MaxMessage+limits.ScheduleRecordHeader, 16<<
 
 // RecordSize returns how many bytes of an hour's records a message takes:
 // where the next record starts after it.
-func RecordSize(m *logs.Message) int64 { return int64(logs.RecordSize(16 + m.EncodedSize())) }
+func RecordSize(m *logs.Message) int64 { return RecordSizeFor(m, "") }
 
-func appendRecord(b []byte, off, at int64, m *logs.Message) []byte {
-	b = binary.LittleEndian.AppendUint64(b, uint64(off))
+// RecordSizeFor is RecordSize of a message sent by app.
+func RecordSizeFor(m *logs.Message, app string) int64 {
+	n := 16 + m.EncodedSize()
+	if app != "" {
+		n += len(binenc.AppendString(nil, app))
+	}
+	return int64(logs.RecordSize(n))
+}
+
+// recordHasApp is the flag in a record's offset field saying the
+// application's code follows.
+const recordHasApp = 1 << 63
+
+func appendRecord(b []byte, off, at int64, app string, m *logs.Message) []byte {
+	own := uint64(off)
+	if app != "" {
+		own |= recordHasApp
+	}
+	b = binary.LittleEndian.AppendUint64(b, own)
 	b = binary.LittleEndian.AppendUint64(b, uint64(at))
+	if app != "" {
+		b = binenc.AppendString(b, app)
+	}
 	return m.AppendEncoded(b)
+}
+
+// Record is one schedule record: the message, when it is due, and the
+// application that sent it ("" for none).
+type Record struct {
+	At      int64
+	App     string
+	Message *logs.Message
 }
 
 // Read returns the due time and message a reference names. A reference to
 // anything but a record's start is an error wrapping logs.ErrCorrupt.
 func (s *Schedule) Read(ref uint64) (int64, *logs.Message, error) {
+	r, err := s.ReadRecord(ref)
+	return r.At, r.Message, err
+}
+
+// ReadRecord returns the record a reference names (see Read).
+func (s *Schedule) ReadRecord(ref uint64) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hour, off := SplitRef(ref)
 	h, err := s.hour(hour, false)
 	if err != nil {
-		return 0, nil, err
+		return Record{}, err
 	}
 	if h == nil {
-		return 0, nil, fmt.Errorf("%w: no schedule for hour %s", logs.ErrBeyondEnd, HourName(hour))
+		return Record{}, fmt.Errorf("%w: no schedule for hour %s", logs.ErrBeyondEnd, HourName(hour))
 	}
 	p, err := h.records.Read(off)
 	if err != nil {
-		return 0, nil, err
+		return Record{}, err
 	}
-	own, at, m, err := decodeRecord(p)
+	own, rec, err := decodeRecord(p)
 	if err == nil && own != off {
 		err = fmt.Errorf("%w: schedule record at %d says it is at %d", logs.ErrCorrupt, off, own)
 	}
-	return at, m, err
+	return rec, err
 }
 
-func decodeRecord(p []byte) (off, at int64, m *logs.Message, err error) {
+func decodeRecord(p []byte) (off int64, rec Record, err error) {
 	r := binenc.NewReader(p)
-	off = r.Int64()
-	at = r.Int64()
-	m, err = logs.ReadMessage(r)
+	own := r.Uint64()
+	rec.At = r.Int64()
+	if own&recordHasApp != 0 {
+		rec.App = r.String(limits.MaxName)
+		if rec.App == "" && r.Err() == nil {
+			err = errors.New("an empty application")
+		}
+	}
+	if err == nil {
+		rec.Message, err = logs.ReadMessage(r)
+	}
 	if err == nil {
 		err = r.Done()
 	}
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("%w: schedule record: %w", logs.ErrCorrupt, err)
+		return 0, Record{}, fmt.Errorf("%w: schedule record: %w", logs.ErrCorrupt, err)
 	}
-	return off, at, m, nil
+	return int64(own &^ recordHasApp), rec, nil
 }
 
 // Dispatch records that the entry ref was fired.

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -239,22 +241,62 @@ func knownEnds(s *Schedule) map[int64]HourEnds {
 // FuzzDecodeRecord: any bytes decode to a record or to an error wrapping
 // logs.ErrCorrupt, and a record re-encodes to the same bytes.
 func FuzzDecodeRecord(f *testing.F) {
-	good := appendRecord(nil, 96, 12345, msg("a"))
+	good := appendRecord(nil, 96, 12345, "", msg("a"))
 	f.Add(good)
 	f.Add(good[:16])
 	f.Add([]byte{})
+	withApp := appendRecord(nil, 96, 12345, "billing", msg("a"))
+	f.Add(withApp)
+	f.Add(withApp[:18])
+	f.Add(appendRecord(nil, 96, 12345, strings.Repeat("a", limits.MaxName), msg("a")))
+	f.Add(appendRecord(nil, 96, 12345, strings.Repeat("a", limits.MaxName+1), msg("a")))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		off, at, m, err := decodeRecord(p)
+		off, rec, err := decodeRecord(p)
 		if err != nil {
 			if !errors.Is(err, logs.ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
 		}
-		if again := appendRecord(nil, off, at, m); !bytes.Equal(again, p) {
+		if len(rec.App) > limits.MaxName {
+			t.Fatalf("an application code of %d bytes", len(rec.App))
+		}
+		if again := appendRecord(nil, off, rec.At, rec.App, rec.Message); !bytes.Equal(again, p) {
 			t.Fatal("record does not re-encode to its bytes")
 		}
 	})
+}
+
+// TestRecordsKeepTheirApplication: a record written for an application
+// reads back with it, one written without reads back without, side by
+// side in an hour, and RecordSizeFor is where the next record starts.
+func TestRecordsKeepTheirApplication(t *testing.T) {
+	s := openSchedule(t, t.TempDir(), 4)
+	at := int64(493_000) * HourMillis
+	long := strings.Repeat("a", limits.MaxName)
+	var refs []uint64
+	for _, app := range []string{"billing", "", long} {
+		m := msg("m-" + app[:min(len(app), 8)])
+		ref, err := s.AppendFor(at+1, m, app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, app := range []string{"billing", "", long} {
+		rec, err := s.ReadRecord(refs[i])
+		if err != nil || rec.App != app || rec.At != at+1 {
+			t.Fatalf("record %d: %+v, %v; want application %q", i, rec, err, app)
+		}
+	}
+	_, first := SplitRef(refs[0])
+	_, second := SplitRef(refs[1])
+	if got, want := second-first, RecordSizeFor(msg("m-billing"), "billing"); got != want {
+		t.Fatalf("a record for an application takes %d bytes, RecordSizeFor says %d", got, want)
+	}
 }
 
 // TestReadRefusesAReferenceInsideARecord: a message body shaped like a
@@ -264,7 +306,7 @@ func TestReadRefusesAReferenceInsideARecord(t *testing.T) {
 	s := openSchedule(t, t.TempDir(), 4)
 	h := int64(493_000)
 	forged := msg("forged")
-	inner := appendRecord(nil, 0, h*HourMillis, forged)
+	inner := appendRecord(nil, 0, h*HourMillis, "", forged)
 	var frame []byte
 	frame = binary.LittleEndian.AppendUint32(frame, uint32(len(inner)))
 	frame = binary.LittleEndian.AppendUint32(frame, crc32.Checksum(inner, crc32.MakeTable(crc32.Castagnoli)))

@@ -38,9 +38,11 @@ const (
 	MaxMessage = MaxFrame - Envelope
 
 	// ScheduleRecordHeader is what a schedule record adds to a message (its
-	// own offset and its due time): a schedule record's payload is at most
-	// MaxMessage + ScheduleRecordHeader bytes.
-	ScheduleRecordHeader = 16
+	// own offset and its due time, 16 bytes, and the code of the
+	// application that sent it, at most MaxName bytes after a 2-byte
+	// length): a schedule record's payload is at most MaxMessage +
+	// ScheduleRecordHeader bytes.
+	ScheduleRecordHeader = 16 + 2 + MaxName
 )
 
 // A largest message with its envelope fits a frame: the build fails if a

@@ -59,7 +59,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			continue
 		}
 		if m.DeliverAt > scheduleAfter {
-			res.Messages[i] = f.schedule(index, now, m, h)
+			res.Messages[i] = f.schedule(index, now, m, h, c.sender(i))
 			continue
 		}
 		m.DeliverAt = 0 // due already: delivered at once, like any message

@@ -31,7 +31,8 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 			res.Passed++
 			continue
 		}
-		at, m, err := f.store.sched.Read(ref)
+		rec, err := f.store.sched.ReadRecord(ref)
+		at, m := rec.At, rec.Message
 		if err != nil {
 			if !badRef(err) {
 				must(0, err)
@@ -60,8 +61,9 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 		must(0, f.store.sched.Dispatch(ref))
 		fired[off] = struct{}{}
 		hs.pending--
-		if f.st.delayed[m.Subject]--; f.st.delayed[m.Subject] <= 0 {
-			delete(f.st.delayed, m.Subject)
+		untally(f.st.delayed, m.Subject)
+		if rec.App != "" {
+			untally(f.st.appDelayed, rec.App)
 		}
 		if !subjects[m.Subject] {
 			subjects[m.Subject] = true

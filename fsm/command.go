@@ -66,12 +66,14 @@ func (t CommandType) String() string {
 // payload encoding that follows. Pull, Ack and Reclaim version 2 adds the
 // consumer's epoch; Pull version 3 adds how the consumer pulls (tags,
 // at-most-once) and where a new group starts; Forget version 2 adds the
-// idle condition. Every earlier version is still read, since a Raft log
-// may hold it.
+// idle condition; Append version 2 names the applications sending (it is
+// written only when one does). Every earlier version is still read, since
+// a Raft log may hold it.
 const (
-	commandVersion      = 1
-	commandVersionEpoch = 2
-	commandVersionPull3 = 3
+	commandVersion           = 1
+	commandVersionEpoch      = 2
+	commandVersionPull3      = 3
+	commandVersionAppendApps = 2
 )
 
 // versionOf returns the version a command type is written in.
@@ -81,6 +83,8 @@ func versionOf(t CommandType) byte {
 		return commandVersionPull3
 	case CmdAck, CmdReclaim, CmdForget:
 		return commandVersionEpoch
+	case CmdAppend:
+		return commandVersionAppendApps
 	}
 	return commandVersion
 }
@@ -101,9 +105,15 @@ var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 //
 // followed by its own payload, described on its type.
 
-// Append adds a batch of messages. Payload:
+// Append adds a batch of messages. Payload, version 1:
 //
 //	count uvarint | message…   (logs.Message encoding; index and appended-at are ignored)
+//
+// Version 2, written when any message has an application (Senders),
+// names the applications first, each with its limit of delayed messages
+// pending, and each message's by its place among them:
+//
+//	apps uvarint | (code string | max-delayed uvarint)… | count uvarint | (sender uvarint | message)…
 type Append struct {
 	Now      int64
 	Messages []*logs.Message
@@ -112,6 +122,28 @@ type Append struct {
 	// and apply stores it (logs.MessageLog.AppendWire) instead of encoding
 	// the message again. Decode sets it.
 	Wire [][]byte
+	// Apps are the applications sending the batch's messages, with their
+	// limits; Senders, nil when no message has an application, holds for
+	// each message 1 + its application's index in Apps, or 0 for none (a
+	// node, or authentication off).
+	Apps    []Sender
+	Senders []int
+}
+
+// Sender is an application sending an Append's messages and what the
+// leader's table of applications says it may hold of this broker group:
+// MaxDelayed delayed messages pending.
+type Sender struct {
+	App        string
+	MaxDelayed int64
+}
+
+// sender returns message i's application, nil for none.
+func (c *Append) sender(i int) *Sender {
+	if c.Senders == nil || c.Senders[i] == 0 {
+		return nil
+	}
+	return &c.Apps[c.Senders[i]-1]
 }
 
 // wire returns message i's encoding: as it arrived, or encoded now.
@@ -239,9 +271,22 @@ func appendNames(b []byte, subject, group, consumer string) []byte {
 
 // Encode returns the command's bytes.
 func (c *Append) Encode() []byte {
-	b := appendHeader(nil, CmdAppend, c.Now)
+	var b []byte
+	if c.Senders == nil {
+		b = append(b, byte(CmdAppend), commandVersion)
+		b = binenc.AppendUint64(b, uint64(c.Now))
+	} else {
+		b = appendHeader(nil, CmdAppend, c.Now)
+		b = binenc.AppendUvarint(b, uint64(len(c.Apps)))
+		for _, a := range c.Apps {
+			b = binenc.AppendUvarint(binenc.AppendString(b, a.App), uint64(a.MaxDelayed))
+		}
+	}
 	b = binenc.AppendUvarint(b, uint64(len(c.Messages)))
 	for i, m := range c.Messages {
+		if c.Senders != nil {
+			b = binenc.AppendUvarint(b, uint64(c.Senders[i]))
+		}
 		if c.Wire != nil {
 			b = append(b, c.Wire[i]...)
 		} else {
@@ -331,8 +376,24 @@ func Decode(b []byte) (any, error) {
 	switch t {
 	case CmdAppend:
 		c := &Append{Now: now}
+		if v >= commandVersionAppendApps {
+			c.Apps = make([]Sender, r.Count(limits.MaxBatchMessages))
+			for i := range c.Apps {
+				c.Apps[i] = Sender{App: r.String(limits.MaxName), MaxDelayed: int64(r.Uvarint())}
+			}
+		}
 		n := r.Count(limits.MaxBatchMessages)
+		if v >= commandVersionAppendApps {
+			c.Senders = make([]int, 0, n)
+		}
 		for i := 0; i < n && r.Err() == nil; i++ {
+			if c.Senders != nil {
+				s := r.Uvarint()
+				if s > uint64(len(c.Apps)) {
+					return nil, fmt.Errorf("%w: append message %d names application %d of %d", ErrBadCommand, i, s, len(c.Apps))
+				}
+				c.Senders = append(c.Senders, int(s))
+			}
 			m, wire, err := logs.ReadMessageWire(r)
 			if err != nil {
 				return nil, fmt.Errorf("%w: append message %d: %w", ErrBadCommand, i, err)

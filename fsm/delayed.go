@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -16,12 +18,56 @@ import (
 // learns of every entry scheduled through OnSchedule, and loads whole hours
 // through LoadSchedule.
 
-// schedule writes a delayed message, whose id's hash is h: the schedule
-// log, the journal, the pending counts and the dedup window.
-func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64) MessageResult {
+// maxDelayedPerHour is limits.MaxDelayedPerHour; tests lower it.
+var maxDelayedPerHour int64 = limits.MaxDelayedPerHour
+
+// checkSchedule refuses a delayed message its hour or its sender (nil for
+// none) has no room for: the hour holds maxDelayedPerHour records already
+// (pending or fired: the leader's wheel and every replica's fired set grow
+// with them), or the application has its most pending in this broker group.
+func (f *FSM) checkSchedule(hour int64, s *Sender) error {
+	if s != nil {
+		if err := limits.CheckName("application", s.App); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if n := f.st.appDelayed[s.App]; n >= s.MaxDelayed {
+			return fmt.Errorf("%w: application %s has %d delayed messages pending in this broker group (at most %d)", ErrLimit, s.App, n, s.MaxDelayed)
+		}
+	}
+	if hs := f.st.hours[hour]; hs != nil {
+		if n := f.hourRecords(hour, hs); n >= maxDelayedPerHour {
+			return fmt.Errorf("%w: hour %s of delivery time holds %d delayed messages in this broker group (at most %d)",
+				ErrLimit, time.UnixMilli(hour*delaywheel.HourMillis).UTC().Format("2006-01-02T15Z"), n, maxDelayedPerHour)
+		}
+	}
+	return nil
+}
+
+// hourRecords counts the records of an hour, pending and fired: its fired
+// set if this replica has needed it, else its dispatch log (no fire of the
+// hour has been applied since open then, so the log holds them all).
+func (f *FSM) hourRecords(hour int64, hs *hourState) int64 {
+	if hs.fired != nil {
+		return hs.pending + int64(len(hs.fired))
+	}
+	ends, _ := f.store.sched.Ends(hour)
+	return hs.pending + ends.Dispatched/delaywheel.DispatchRecordSize
+}
+
+// schedule writes a delayed message, whose id's hash is h, sent by s (nil
+// for none): the schedule log, the journal, the pending counts and the
+// dedup window.
+func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64, s *Sender) MessageResult {
 	hour := delaywheel.Hour(m.DeliverAt) // a valid hour: CheckMessage saw to it
+	if err := f.checkSchedule(hour, s); err != nil {
+		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
+	}
+	app := ""
+	if s != nil {
+		app = s.App
+	}
 	m.Index, m.AppendedAt = index, now
-	ref, err := f.store.sched.Append(m.DeliverAt, m)
+	ref, err := f.store.sched.AppendFor(m.DeliverAt, m, app)
 	if errors.Is(err, delaywheel.ErrHourFull) {
 		// The hour's records reach what a reference can name: the same
 		// state gives every replica the same answer.
@@ -30,8 +76,11 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64) Messa
 	must(0, err)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
 	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
-	f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSize(m))})
+	f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSizeFor(m, app))})
 	f.st.delayed[m.Subject]++
+	if app != "" {
+		f.st.appDelayed[app]++
+	}
 	f.useSubject(m.Subject)
 	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -61,8 +62,33 @@ func (f *FSM) entryWrites(e *raft.Log) int64 {
 		return min(int64(len(e.Data)/8)*maxRecordBytes, fireWriteBound) + entryOverhead
 	case CmdNack:
 		return 2*int64(len(e.Data)) + entryOverhead + f.nackWrites(e.Data)
+	case CmdAppend:
+		return 2*int64(len(e.Data)) + entryOverhead + senderWrites(e.Data)
 	}
 	return 2*int64(len(e.Data)) + entryOverhead
+}
+
+// senderWrites bounds what an Append's applications add to its records
+// beyond its bytes: a delayed message's schedule record holds its
+// application's code, which the entry names once for all its messages
+// (version 2), so each message may add the longest code the entry names.
+// An entry that does not decode that far adds nothing.
+func senderWrites(data []byte) int64 {
+	r := binenc.NewReader(data)
+	r.Raw(2 + 8) // type, version, now
+	if len(data) < 2 || data[1] < commandVersionAppendApps {
+		return 0
+	}
+	longest := 0
+	for range r.Count(limits.MaxBatchMessages) {
+		longest = max(longest, len(r.Bytes(limits.MaxName)))
+		r.Uvarint()
+	}
+	n := r.Count(limits.MaxBatchMessages)
+	if r.Err() != nil {
+		return 0
+	}
+	return int64(n) * int64(2+longest) // a code of at most limits.MaxName has a 2-byte length
 }
 
 // nackWrites bounds the retry records applying a Nack writes into the

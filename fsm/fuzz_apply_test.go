@@ -95,7 +95,12 @@ func limitEntries(recipe []byte) []*raft.Log {
 		case 0, 1: // an append: a message of a size from the table, maybe delayed, and a small one maybe badly named
 			m := testmsg.OfSize(fmt.Sprint("m", step), "s", delays[pick(i+3, len(delays))], sizes[pick(i+1, len(sizes))])
 			small := unitMsg(fmt.Sprint("s", step), name(pick(i+2, 6), "s"), 3)
-			data = (&Append{Now: at, Messages: []*logs.Message{m, small}}).Encode()
+			c := &Append{Now: at, Messages: []*logs.Message{m, small}}
+			if recipe[i]%2 == 1 { // sent by applications: a code at its limit and a bad one, limits of 0, 1 and the most
+				c.Apps = []Sender{{App: name(pick(i+2, 6), "app"), MaxDelayed: []int64{0, 1, limits.MaxDelayed}[pick(i+1, 3)]}}
+				c.Senders = []int{1, pick(i+3, 2)}
+			}
+			data = c.Encode()
 			if m.DeliverAt > at { // what a Fire may name later
 				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
 			}

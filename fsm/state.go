@@ -138,9 +138,11 @@ type state struct {
 	// that a crash interrupted is finished on open.
 	retainFrom int64
 	// hours holds, per hour of delivery time, the delayed messages not yet
-	// fired; delayed counts them per subject.
-	hours   map[int64]*hourState
-	delayed map[string]int64
+	// fired; delayed counts them per subject, appDelayed per application
+	// that sent them (those sent by none are not counted there).
+	hours      map[int64]*hourState
+	delayed    map[string]int64
+	appDelayed map[string]int64
 	// retries counts retry records pending in the schedule, of every
 	// group and life; deadTotal counts the dead letters of every group.
 	retries, deadTotal int64
@@ -160,7 +162,14 @@ type hourState struct {
 func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
-		groupsOf: map[string]int{}}
+		groupsOf: map[string]int{}, appDelayed: map[string]int64{}}
+}
+
+// untally takes one from key's tally, dropping the key at zero.
+func untally[K comparable](tally map[K]int64, key K) {
+	if tally[key]--; tally[key] <= 0 {
+		delete(tally, key)
+	}
 }
 
 // stamp advances the state's clock to a command's leader-stamped time. A new

@@ -27,6 +27,7 @@ type sendCall struct {
 	msgs []*logs.Message
 	wire [][]byte
 	size int
+	from *fsm.Sender // the application sending, nil for none
 	done chan sendOutcome
 }
 
@@ -39,9 +40,10 @@ func newBatcher(n *Node) *batcher {
 	return &batcher{n: n, in: make(chan *sendCall, 4096), slots: make(chan struct{}, n.cfg.MaxInflightBatches)}
 }
 
-// send queues msgs, whose encodings are wire, and waits for their outcome.
-func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte, size int) ([]fsm.MessageResult, error) {
-	call := &sendCall{msgs: msgs, wire: wire, size: size, done: make(chan sendOutcome, 1)}
+// send queues msgs, whose encodings are wire, sent by from (nil for no
+// application), and waits for their outcome.
+func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte, size int, from *fsm.Sender) ([]fsm.MessageResult, error) {
+	call := &sendCall{msgs: msgs, wire: wire, size: size, from: from, done: make(chan sendOutcome, 1)}
 	select {
 	case b.in <- call:
 	case <-ctx.Done():
@@ -97,6 +99,37 @@ func (b *batcher) run() {
 	}
 }
 
+// senders names in cmd the applications sending calls' messages, each
+// once, when any does; a batch of no application's stays as it was
+// written before applications (version 1).
+func senders(cmd *fsm.Append, calls []*sendCall) {
+	var index map[string]int
+	for _, c := range calls {
+		if c.from == nil {
+			continue
+		}
+		if index == nil {
+			index, cmd.Senders = map[string]int{}, make([]int, 0, len(cmd.Messages))
+		}
+		if _, ok := index[c.from.App]; !ok {
+			cmd.Apps = append(cmd.Apps, *c.from)
+			index[c.from.App] = len(cmd.Apps)
+		}
+	}
+	if index == nil {
+		return
+	}
+	for _, c := range calls {
+		i := 0
+		if c.from != nil {
+			i = index[c.from.App]
+		}
+		for range c.msgs {
+			cmd.Senders = append(cmd.Senders, i)
+		}
+	}
+}
+
 // commit proposes one Append for calls and answers them when it applies.
 func (b *batcher) commit(calls []*sendCall, count int) {
 	msgs, wire := make([]*logs.Message, 0, count), make([][]byte, 0, count)
@@ -104,6 +137,7 @@ func (b *batcher) commit(calls []*sendCall, count int) {
 		msgs, wire = append(msgs, c.msgs...), append(wire, c.wire...)
 	}
 	cmd := &fsm.Append{Now: b.n.clock.now().UnixMilli(), Messages: msgs, Wire: wire}
+	senders(cmd, calls)
 	future := b.n.applyAsync(cmd.Encode())
 	b.n.metrics.batchSize.Observe(float64(count))
 	go func() {

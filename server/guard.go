@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/tlsconf"
@@ -253,6 +254,16 @@ func (a *access) app() string {
 		return ""
 	}
 	return a.rights.App().Code
+}
+
+// sender is the application sending, with its limit of delayed messages
+// pending in a broker group, for an Append; nil for none.
+func (a *access) sender() *fsm.Sender {
+	if a == nil || a.rights == nil {
+		return nil
+	}
+	app := a.rights.App()
+	return &fsm.Sender{App: app.Code, MaxDelayed: int64(app.DelayedLimit())}
 }
 
 // send refuses a message to subject the application may not send to.

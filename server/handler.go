@@ -117,7 +117,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if len(accepted) > 0 {
 		ctx, cancel := n.requestContext(ctx)
 		defer cancel()
-		results, err := n.batcher.send(ctx, accepted, wire, size)
+		results, err := n.batcher.send(ctx, accepted, wire, size, acc.sender())
 		if err != nil {
 			return nil, err
 		}

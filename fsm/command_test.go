@@ -25,8 +25,8 @@ func sampleCommands() map[string]encoder {
 	}
 	long := strings.Repeat("n", limits.MaxName)
 	return map[string]encoder{
-		"append":         &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
-		"append empty":   &Append{Now: -1},
+		"append":       &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
+		"append empty": &Append{Now: -1},
 		"append apps": &Append{Now: 2, Messages: []*logs.Message{full, unitMsg("id-3", "x", 0), unitMsg("id-4", "x", 1)},
 			Apps: []Sender{{App: "billing", MaxDelayed: 1 << 30}, {App: long, MaxDelayed: 0}}, Senders: []int{2, 0, 1}},
 		"pull":           &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},

@@ -8,9 +8,18 @@ import (
 )
 
 // filesForRaftAndMore is what a node keeps open besides client
-// connections and segment files: Raft's log store and peers, snapshots
-// being sent, the HTTP listener, its metaserver link.
-const filesForRaftAndMore = 256
+// connections and the state machine's segment files (fitConns' reserved):
+// its Raft log store, at most walFiles (37: 32 sealed segments, the tail,
+// a tail just cut, the directory fsynced for a new segment, wal-meta.db,
+// the directory's lock; raft-boltdb keeps one, raft.db), and
+// filesForPeersAndMore: 293.
+const filesForRaftAndMore = walFiles + filesForPeersAndMore
+
+// filesForPeersAndMore is the rest of what a node keeps open besides client
+// connections: Raft's peers (a pool of up to 8 connections to each, and
+// theirs to it), snapshots being written and sent, the HTTP listener and
+// its connections, its metaserver link, directories.
+const filesForPeersAndMore = 256
 
 // fitConns returns how many client connections the node may hold: conns
 // (0: the transport's default), lowered if the process's file limit would

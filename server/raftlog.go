@@ -68,6 +68,7 @@ type raftLogStore struct {
 	logs   raft.LogStore
 	stable raft.StableStore
 	reaper *segmentReaper // raft-wal's: unlinks the segments it deleted
+	files  *segmentFiles  // raft-wal's: its open sealed segment files
 	close  func() error
 }
 
@@ -140,8 +141,15 @@ func openBolt(dir string) (*raftLogStore, error) {
 // stable state in bolt with an fdatasync, as Raft requires; it takes no
 // lock of its own that gives up, so the directory is locked here first.
 // New segment files are segmentSize bytes (walSegmentSize but in tests);
-// a sealed segment drops its write buffer (sealedSegments).
+// a sealed segment drops its write buffer, and at most sealedSegmentFiles
+// sealed segments are open at once (sealedSegments).
 func openWAL(dir string, segmentSize int, log hclog.Logger) (*raftLogStore, error) {
+	return openWALFiles(dir, segmentSize, sealedSegmentFiles, log)
+}
+
+// openWALFiles is openWAL keeping at most sealedFiles sealed segment files
+// open.
+func openWALFiles(dir string, segmentSize, sealedFiles int, log hclog.Logger) (*raftLogStore, error) {
 	path := filepath.Join(dir, walDir)
 	if err := makeDir(path); err != nil {
 		return nil, fmt.Errorf("server: open raft log %s: %w", path, err)
@@ -150,15 +158,20 @@ func openWAL(dir string, segmentSize int, log hclog.Logger) (*raftLogStore, erro
 	if err != nil {
 		return nil, err
 	}
-	reaper := newSegmentReaper(path, log.Named("raft-wal"))
-	w, err := wal.Open(path, wal.WithLogger(log.Named("raft-wal")), wal.WithSegmentSize(segmentSize),
-		wal.WithSegmentFiler(sealedSegments{Filer: segment.NewFiler(path, walfs.New()), log: log.Named("raft-wal"), reaper: reaper}))
+	wlog := log.Named("raft-wal")
+	reaper := newSegmentReaper(path, wlog)
+	filer := segment.NewFiler(path, walfs.New())
+	files := newSegmentFiles(filer, sealedFiles, wlog)
+	w, err := wal.Open(path, wal.WithLogger(wlog), wal.WithSegmentSize(segmentSize),
+		wal.WithSegmentFiler(sealedSegments{Filer: filer, log: wlog, files: files, reaper: reaper}))
 	if err != nil {
+		files.closeAll()
 		reaper.close()
 		return nil, errors.Join(fmt.Errorf("server: open raft log %s: %w", path, err), lock.Close())
 	}
-	return &raftLogStore{kind: RaftLogWAL, logs: w, stable: w, reaper: reaper, close: func() error {
+	return &raftLogStore{kind: RaftLogWAL, logs: w, stable: w, reaper: reaper, files: files, close: func() error {
 		err := w.Close()
+		files.closeAll()
 		reaper.close()
 		return errors.Join(err, lock.Close())
 	}}, nil

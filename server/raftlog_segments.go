@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -21,21 +20,36 @@ import (
 // files, each held open while its entries are in the log.
 const walSegmentSize = 16 << 20
 
-// sealedSegments is raft-wal's segment filer, except that a segment lets
-// go of its writer (and the writer's buffer) as soon as it is sealed, and is
-// read from then on through a read-only reader of the file, as raft-wal
-// reads the sealed segments it finds when it opens. raft-wal itself keeps
-// the writer of every sealed segment, with its buffer, until the segment
-// leaves the log.
+// sealedSegments is raft-wal's segment filer, except that
+//   - a segment lets go of its writer (and the writer's buffer) as soon as
+//     it is sealed, and is read from then on through a read-only reader of
+//     the file, as raft-wal reads the sealed segments it finds when it
+//     opens. raft-wal itself keeps the writer of every sealed segment, with
+//     its buffer, until the segment leaves the log;
+//   - a sealed segment's file is open only while it is among the
+//     sealedSegmentFiles most recently read (segmentFiles), where raft-wal
+//     keeps every segment's file open while its entries are in the log: a
+//     descriptor per segment, hundreds of them in a long log;
+//   - Delete renames the file for the reaper (segmentReaper).
 type sealedSegments struct {
 	*segment.Filer
 	log    hclog.Logger
+	files  *segmentFiles
 	reaper *segmentReaper
 }
 
 // Delete implements types.SegmentFiler: the file is renamed under
-// raft-wal's write lock and unlinked after it (see segmentReaper).
+// raft-wal's write lock and unlinked after it (see segmentReaper). raft-wal
+// deletes a segment after closing its reader; a rename needs no
+// descriptor, and one still open reads the file renamed.
 func (f sealedSegments) Delete(baseIndex, id uint64) error { return f.reaper.delete(baseIndex, id) }
+
+// Open implements types.SegmentFiler: raft-wal opens every sealed segment
+// it finds when it opens, each kept open only while among the most
+// recently read.
+func (f sealedSegments) Open(info types.SegmentInfo) (types.SegmentReader, error) {
+	return f.files.open(info)
+}
 
 // Create implements types.SegmentFiler.
 func (f sealedSegments) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
@@ -43,7 +57,7 @@ func (f sealedSegments) Create(info types.SegmentInfo) (types.SegmentWriter, err
 	if err != nil {
 		return nil, err
 	}
-	return &tailSegment{filer: f.Filer, log: f.log, info: info, w: w}, nil
+	return &tailSegment{files: f.files, log: f.log, info: info, w: w}, nil
 }
 
 // RecoverTail implements types.SegmentFiler.
@@ -52,23 +66,26 @@ func (f sealedSegments) RecoverTail(info types.SegmentInfo) (types.SegmentWriter
 	if err != nil {
 		return nil, err
 	}
-	return &tailSegment{filer: f.Filer, log: f.log, info: info, w: w}, nil
+	return &tailSegment{files: f.files, log: f.log, info: info, w: w}, nil
 }
 
 // tailSegment is a segment created as the log's tail: written through
-// raft-wal's writer until it is sealed, then read through a reader of the
-// sealed file. raft-wal calls Append, ForceSeal and Sealed from one writer
-// at a time, and GetLog, LastIndex and Close from any goroutine.
+// raft-wal's writer until it is sealed, then read as a sealed segment,
+// through segmentFiles. raft-wal calls Append, ForceSeal and Sealed from
+// one writer at a time, and GetLog, LastIndex and Close from any goroutine.
 type tailSegment struct {
-	filer *segment.Filer
+	files *segmentFiles
 	log   hclog.Logger
 	info  types.SegmentInfo
 
 	// mu guards the switch from w to r: readers hold it shared, the switch
 	// exclusively, so the writer's file is closed with no read under way.
-	mu sync.RWMutex
-	w  types.SegmentWriter // nil once sealed and reopened
-	r  types.SegmentReader // the sealed file, once w is nil
+	// A read holds it while it waits for a sealed file (segmentFiles), which
+	// no one waits for with a segment's mu held.
+	mu     sync.RWMutex
+	w      types.SegmentWriter // nil once sealed and reopened
+	r      *sealedReader       // the sealed file, once w is nil
+	closed bool
 	// indexStart and last are the sealed segment's index offset and last
 	// entry, once w is nil.
 	indexStart, last uint64
@@ -125,24 +142,27 @@ func (s *tailSegment) LastIndex() uint64 {
 func (s *tailSegment) GetLog(idx uint64) (*types.PooledBuffer, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.w != nil {
+	switch {
+	case s.closed:
+		return nil, errSegmentClosed
+	case s.w != nil:
 		return s.w.GetLog(idx)
 	}
 	return s.r.GetLog(idx)
 }
 
-// Close implements io.Closer.
+// Close implements io.Closer; closing again does nothing.
 func (s *tailSegment) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
+	if s.closed {
+		return nil
+	}
+	s.closed = true
 	if s.w != nil {
-		errs = append(errs, s.w.Close())
+		return s.w.Close()
 	}
-	if s.r != nil {
-		errs = append(errs, s.r.Close())
-	}
-	return errors.Join(errs...)
+	return s.r.Close()
 }
 
 // writer returns the writer, nil once sealed.
@@ -152,18 +172,24 @@ func (s *tailSegment) writer() types.SegmentWriter {
 	return s.w
 }
 
-// release opens the sealed segment read-only and drops w, its writer. If
-// the file cannot be opened the writer stays (its buffer with it) and
-// reads go on through it.
+// release opens the sealed segment read-only, through segmentFiles, and
+// drops w, its writer. If the file cannot be opened the writer stays (its
+// buffer and its descriptor with it, outside walFiles) and reads go on
+// through it.
 func (s *tailSegment) release(w types.SegmentWriter, indexStart uint64) {
 	info := s.info
 	info.IndexStart, info.MaxIndex, info.SealTime = indexStart, w.LastIndex(), time.Now()
-	r, err := s.filer.Open(info)
+	r, err := s.files.open(info)
 	if err != nil {
 		s.log.Warn("sealed segment kept open for writing", "segment", segment.FileName(s.info), "error", err)
 		return
 	}
 	s.mu.Lock()
+	if s.closed { // and w with it
+		s.mu.Unlock()
+		r.Close()
+		return
+	}
 	s.w, s.r, s.indexStart, s.last = nil, r, indexStart, info.MaxIndex
 	s.mu.Unlock()
 	if err := w.Close(); err != nil {

@@ -174,16 +174,22 @@ func (s *fsmSnapshot) Release() { os.RemoveAll(s.dir) }
 // files and SpaceReserve.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	m, err := readHead(rc)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	return f.restore(m, rc)
+}
+
+// restore is Restore once the stream's manifest m has been read from r.
+func (f *FSM) restore(m *manifest, r io.Reader) error {
 	tmp := filepath.Join(f.cfg.Dir, restoreDir)
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
-	m, err := readHead(rc)
+	err := f.checkRestoreSpace(m)
 	if err == nil {
-		err = f.checkRestoreSpace(m)
-	}
-	if err == nil {
-		err = readFiles(rc, m, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
+		err = readFiles(r, m, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
 	}
 	if err == nil {
 		_, err = decodeCheckpoint(m.checkpoint)
@@ -286,6 +292,14 @@ func syncTree(dir string) error {
 // applying after its newest snapshot, so a snapshot received from a leader
 // whose Restore did not finish (a crash, a failed write) would otherwise
 // leave a gap of entries that are never applied.
+//
+// Ahead means that the applied index its own checkpoint records (the first
+// part of its manifest) is past the FSM's, not Raft's index of it: that
+// one also counts the entries that never reach the state machine
+// (barriers, no-ops, configuration changes), so a node's own newest
+// snapshot is usually a few entries ahead of its checkpoint, and taking
+// that for being behind copied all the node's data at every start, or
+// refused to start on a disk without room for a second copy.
 func (f *FSM) CatchUp(store raft.SnapshotStore) error {
 	metas, err := store.List()
 	if err != nil {
@@ -298,9 +312,23 @@ func (f *FSM) CatchUp(store raft.SnapshotStore) error {
 	if err != nil {
 		return fmt.Errorf("fsm: open snapshot %s: %w", metas[0].ID, err)
 	}
+	defer rc.Close()
+	m, err := readHead(rc)
+	if err != nil {
+		return fmt.Errorf("fsm: snapshot %s: %w", meta.ID, err)
+	}
+	c, err := decodeCheckpoint(m.checkpoint)
+	if err != nil {
+		return fmt.Errorf("fsm: snapshot %s: %w", meta.ID, err)
+	}
+	if c.st.applied <= f.Applied() {
+		f.log.Debug("newest snapshot holds nothing newer", "applied-index", f.Applied(),
+			"snapshot-index", meta.Index, "snapshot-applied-index", c.st.applied)
+		return nil
+	}
 	f.log.Warn("state machine is behind its newest snapshot: restoring it",
-		"applied-index", f.Applied(), "snapshot-index", meta.Index)
-	return f.Restore(rc)
+		"applied-index", f.Applied(), "snapshot-index", meta.Index, "snapshot-applied-index", c.st.applied)
+	return f.restore(m, rc)
 }
 
 // tryLoad opens the store in dir with checkpoint cp as load would, checks

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
 		return nil, nil, fmt.Errorf("%w: no checkpoint: %w", ErrStopped, err)
 	}
 	if err := f.store.flush(); err != nil {
-		return nil, nil, err
+		return nil, nil, f.checkpointFailed(err)
 	}
 	c := f.currentCheckpoint()
 	p := &pendingCheckpoint{encoded: c.encode(), index: f.st.applied, restore: f.restores,
@@ -55,20 +56,41 @@ func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
 // persistCheckpoint makes p durable: the data it records first (syncData,
 // through the snapshot's staging directory of links), then the checkpoint
 // file, unless a newer checkpoint was written meanwhile. Any goroutine.
+//
+// A failure here is a storage failure and stops the replica (OnFatal), as
+// a failed write in apply does: a sync's error may be the only report of
+// a write-back lost since the last checkpoint (with eviction fsyncs
+// deferred, a closed file's is reported to no one else, and to one sync
+// only), so a replica that went on would record the lost bytes as durable
+// at its next checkpoint. Raft retrying the snapshot later is no remedy.
 func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
 	if err := f.syncData(staging); err != nil {
-		return fmt.Errorf("fsm: checkpoint: %w", err)
+		return f.checkpointFailed(err)
 	}
 	// A write or a file cache's fsync that failed meanwhile may have lost
 	// bytes below the ends: no checkpoint then.
 	if err := f.logsFailed(); err != nil {
+		return f.checkpointFailed(err)
+	}
+	written, err := f.recordCheckpoint(p)
+	if err != nil {
+		return f.checkpointFailed(err)
+	}
+	if written {
+		f.cleanup.Store(p)
+	}
+	return nil
+}
+
+// checkpointFailed stops the replica for a storage failure on the
+// checkpoint path, unless it stopped already, and returns the error.
+func (f *FSM) checkpointFailed(err error) error {
+	if errors.Is(err, ErrStopped) || f.Stopped() != nil {
 		return fmt.Errorf("fsm: checkpoint: %w", err)
 	}
-	if written, err := f.recordCheckpoint(p); err != nil || !written {
-		return err
-	}
-	f.cleanup.Store(p)
-	return nil
+	err = fmt.Errorf("fsm: checkpoint: %w", err)
+	f.stopApplying(err, true)
+	return err
 }
 
 // recordCheckpoint writes p's checkpoint file, unless a newer checkpoint

@@ -187,11 +187,14 @@ func (f *FSM) Interrupt() { f.interrupt.Do(func() { close(f.stop) }) }
 
 // stopApplying records why the state machine stops for good and tells
 // Config.OnFatal if a write failed.
+// Only the first reason counts, and OnFatal is told once. Any goroutine.
 func (f *FSM) stopApplying(err error, fatal bool) {
-	f.broken.Store(&err)
+	if !f.broken.CompareAndSwap(nil, &err) {
+		return
+	}
 	if fatal {
 		f.log.Error("storage failed: this replica stops applying; restart the node once its disk is sound "+
-			"(it returns to its last checkpoint and replays)", "applied-index", f.st.applied, "error", err)
+			"(it returns to its last checkpoint and replays)", "applied-index", f.applied.Load(), "error", err)
 		f.cfg.OnFatal(err)
 	}
 }

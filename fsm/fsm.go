@@ -64,11 +64,19 @@ type Config struct {
 	// for disk space (true) and when it applies again (false); called on
 	// the apply goroutine, it must not block.
 	OnDiskWait func(waiting bool)
-	// OnFatal is told that a write to the logs failed: the state machine
-	// stopped applying for good and the node must stop (on restart it
-	// replays from its last checkpoint). Called on the apply goroutine.
-	// Default: panic.
+	// OnFatal is told that storage failed: a write to the logs, or a sync
+	// or write of a checkpoint (a lost write-back is reported to one sync
+	// only, so a replica that went on would later record lost bytes as
+	// durable). The state machine stopped applying for good and the node
+	// must stop (on restart it replays from its last checkpoint). Called
+	// once, on the apply goroutine or on Raft's snapshot goroutine (a
+	// snapshot's Persist). Default: panic.
 	OnFatal func(error)
+	// SyncFault is fault injection, nil in production: if set, every sync
+	// of a checkpoint's data asks it first, and an error it returns is that
+	// sync's, as a disk's lost write-back would be (qmqd
+	// --sync-fault-file).
+	SyncFault func() error
 }
 
 // DefaultConfig returns the defaults documented on Config, for dir.
@@ -164,7 +172,10 @@ type FSM struct {
 	restores  uint64                            // Restores so far: a snapshot taken before one is never written
 	cleanup   atomic.Pointer[pendingCheckpoint] // written by Persist, to clean after on the apply goroutine
 	// dirFile is cfg.Dir, open from Open to Close, for syncData.
-	dirFile   *os.File
+	dirFile *os.File
+	// syncfs: a checkpoint's data is made durable with one syncfs through
+	// dirFile, whose write-back errors it reports (see syncdata.go).
+	syncfs    bool
 	diskWait  atomic.Bool           // waiting for disk space before applying
 	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
 	stop      chan struct{}         // closed by Interrupt
@@ -195,6 +206,7 @@ func Open(cfg Config) (*FSM, error) {
 		return nil, fmt.Errorf("fsm: open %s: %w", cfg.Dir, err)
 	}
 	f.dirFile = dirFile
+	f.syncfs = f.syncfsWorks()
 	if err := f.load(filepath.Join(cfg.Dir, dataDir)); err != nil {
 		dirFile.Close()
 		return nil, err
@@ -231,7 +243,7 @@ func (f *FSM) load(dir string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openStore(dir, f.cfg, cp.ends)
+	s, err := openStore(dir, f.cfg, cp.ends, f.syncfs)
 	if err != nil {
 		return err
 	}

@@ -339,7 +339,7 @@ func (f *FSM) tryLoad(dir string, cp []byte) error {
 	if err != nil {
 		return err
 	}
-	s, err := openStore(dir, f.cfg, c.ends)
+	s, err := openStore(dir, f.cfg, c.ends, f.syncfs)
 	if err != nil {
 		return err
 	}

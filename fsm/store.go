@@ -65,11 +65,15 @@ type logEnds struct {
 // last checkpoint; all zero when there is none) as durable, cuts every log
 // back to them, and removes consume logs of subjects the checkpoint does not
 // know: Raft replays whatever came after the checkpoint.
-func openStore(dir string, cfg Config, ends *logEnds) (*store, error) {
+//
+// deferSyncs: checkpoints make the logs durable with one syncfs, which
+// also reports the write-back errors of files closed since (see
+// syncdata.go), so the file cache may close dirty files without an fsync.
+func openStore(dir string, cfg Config, ends *logEnds, deferSyncs bool) (*store, error) {
 	// One cache of open files for every log of the store: the files open do
 	// not grow with subjects, hours or segments.
 	files := logs.NewFiles(cfg.MaxOpenFiles)
-	if checkpointSyncsClosedFiles {
+	if deferSyncs {
 		// With more subjects than the cache holds, an fsync per eviction
 		// would be an fsync per append on the apply goroutine.
 		files.DeferEvictionSyncs()

@@ -204,6 +204,7 @@ func brokerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
 			&cli.StringFlag{Name: "disk-free-file", Usage: "fault injection: report at most the byte count written in `FILE` as the data disk's free space; read every 100 ms"},
+			&cli.StringFlag{Name: "sync-fault-file", Usage: "fault injection: while `FILE` holds the word EIO, the state machine's checkpoint syncs fail with EIO (a lost write-back), which stops the node"},
 		), brokerFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -222,6 +223,9 @@ func brokerCommand() *cli.Command {
 			}
 			if path := c.String("disk-free-file"); path != "" {
 				cfg.FSM.DiskFree = fileDiskFree(path, logger)
+			}
+			if path := c.String("sync-fault-file"); path != "" {
+				cfg.FSM.SyncFault = fileSyncFault(path, logger)
 			}
 			cfg.SetElectionTimeout(c.Duration("election-timeout"))
 			n, err := server.New(cfg)

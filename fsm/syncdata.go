@@ -1,0 +1,86 @@
+package fsm
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// A checkpoint makes the logs durable up to the ends it records, in one of
+// two ways (FSM.syncfs, decided at Open):
+//
+//   - One syncfs(2) through the descriptor of the FSM's directory held
+//     since Open, however many logs were written. On Linux 5.8 and later
+//     it reports the write-back errors met since that descriptor was
+//     opened, so it sees a failure to write back a file the file cache
+//     has closed since; the cache then closes dirty files without an fsync
+//     (logs.Files.DeferEvictionSyncs), which with many subjects saves an
+//     fsync per append.
+//   - Elsewhere (no syncfs, or a kernel whose syncfs reports nothing) an
+//     fsync per file: the cache fsyncs a dirty file before it closes it,
+//     a failure becoming its log's sticky error, and the checkpoint fsyncs
+//     each file it records.
+//
+// Either way a failure is a storage failure: the data below the ends may
+// be lost, so the replica stops (see persistCheckpoint); a later sync
+// that succeeds proves nothing, since a write-back error is reported once.
+
+// syncData makes the data a snapshot records durable: through the links
+// it made in staging, or with one syncfs. Config.SyncFault, if set, is
+// asked first. Any goroutine.
+func (f *FSM) syncData(staging string) error {
+	if err := f.syncFault(); err != nil {
+		return err
+	}
+	if f.syncfs {
+		return syncfs(f.dirFile)
+	}
+	return syncStaged(staging, filepath.Join(f.cfg.Dir, dataDir))
+}
+
+// syncLogs makes every log durable on the apply goroutine, for a
+// checkpoint written at once (retention's): one syncfs, or an fsync per
+// log written. A failure a log met outside its writer (an eviction's
+// fsync, or a write-back error syncfs reported to nobody else) also
+// fails it.
+func (f *FSM) syncLogs() error {
+	if err := f.syncFault(); err != nil {
+		return err
+	}
+	if f.syncfs {
+		if err := syncfs(f.dirFile); err != nil {
+			return err
+		}
+	} else if err := f.store.sync(); err != nil {
+		return err
+	}
+	return f.logsFailed()
+}
+
+// syncFault is Config.SyncFault's answer, or nil.
+func (f *FSM) syncFault() error {
+	if f.cfg.SyncFault == nil {
+		return nil
+	}
+	return f.cfg.SyncFault()
+}
+
+// syncStaged fsyncs each segment a snapshot linked into staging (through
+// the links: they are the same files), then every directory under data.
+func syncStaged(staging, data string) error {
+	err := filepath.WalkDir(staging, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		file, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		return file.Sync()
+	})
+	if err != nil {
+		return err
+	}
+	return syncTree(data)
+}

@@ -37,6 +37,7 @@ import (
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
 //	next-epoch uvarint                                                (version 3 on)
 //	next-gen uvarint | retries uvarint                                (version 4 on)
+//	removing u8                                                       (version 5 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -50,7 +51,13 @@ import (
 // A group of an earlier version opens with DefaultGroupSettings, its
 // window entries delivered once and without deadline.
 //
-// Versions 1 to 3 still open. Before version 3 consumers had no epochs:
+// Version 5 adds removing: 1 in retention's checkpoint, written before it
+// removes segments and adjusts the groups, so that Open makes the same
+// removal and adjustments on the same state; 0 otherwise. An earlier
+// version opens with 0 (Open then finishes only a removal whose message-log
+// segments are still there, as before).
+//
+// Versions 1 to 4 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
 // opens as epoch i+1. Version 1 (before delayed messages) ends at
@@ -61,7 +68,7 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 4
+const checkpointVersion = 5
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -144,6 +151,13 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 	if version >= 4 {
 		b = binenc.AppendUvarint(b, st.nextGen)
 		b = binenc.AppendUvarint(b, uint64(st.retries))
+	}
+	if version >= 5 {
+		removing := byte(0)
+		if st.removing {
+			removing = 1
+		}
+		b = append(b, removing)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -286,6 +300,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if version >= 4 {
 		st.nextGen = r.Uvarint()
 		st.retries = int64(r.Uvarint())
+	}
+	if version >= 5 {
+		st.removing = r.Byte() == 1 // another byte fails the canonical check
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)

@@ -282,6 +282,7 @@ type rawCheckpoint struct {
 	nextEpoch                  uint64 // version 3; default: one past the consumers
 	group                      *group // version 4: every group's settings, counts and dead letters
 	nextGen, retries           uint64 // version 4
+	removing                   byte   // version 5
 }
 
 type rawDelayed struct {
@@ -357,7 +358,11 @@ func (r rawCheckpoint) body() []byte {
 	if version < 4 {
 		return b
 	}
-	return binenc.AppendUvarint(binenc.AppendUvarint(b, r.nextGen), r.retries)
+	b = binenc.AppendUvarint(binenc.AppendUvarint(b, r.nextGen), r.retries)
+	if version < 5 {
+		return b
+	}
+	return append(b, r.removing)
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -387,6 +392,17 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultGroupSettings() {
 		t.Fatalf("a version 3 checkpoint: %v", err)
 	}
+	// Version 4, before retention's removing mark: not removing.
+	v4 := valid
+	v4.version = 4
+	if c, err := decodeCheckpoint(seal(v4.body())); err != nil || c.st.removing {
+		t.Fatalf("a version 4 checkpoint: %v, removing %v", err, c != nil && c.st.removing)
+	}
+	removing := valid
+	removing.removing = 1
+	if c, err := decodeCheckpoint(seal(removing.body())); err != nil || !c.st.removing {
+		t.Fatalf("a checkpoint of retention's removal: %v", err)
+	}
 	v2 := valid
 	v2.version = 2
 	if c, err := decodeCheckpoint(seal(v2.body())); err != nil || c.st.nextEpoch != 3 || c.st.consumers[2].key.subject != "b" {
@@ -412,6 +428,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"flipped bit", func() []byte { b := bytes.Clone(good); b[9] ^= 1; return b }()},
 		{"version", seal(append([]byte{checkpointVersion + 1}, valid.body()[1:]...))},
 		{"truncated", seal(valid.body()[:len(valid.body())-1])},
+		{"removing neither 0 nor 1", mutate(func(r *rawCheckpoint) { r.removing = 2 })},
 		{"trailing", seal(append(valid.body(), 0))},
 		{"negative message end", mutate(func(r *rawCheckpoint) { r.msgEnd = -1 })},
 		{"dedup past the end", mutate(func(r *rawCheckpoint) { r.dedupFrom = 101 })},

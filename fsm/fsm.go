@@ -175,7 +175,11 @@ type FSM struct {
 	dirFile *os.File
 	// syncfs: a checkpoint's data is made durable with one syncfs through
 	// dirFile, whose write-back errors it reports (see syncdata.go).
-	syncfs    bool
+	syncfs bool
+	// retentionStep, if set (by tests), is told of each step of a
+	// retention removal as it completes (see removeBefore).
+	retentionStep func(step string)
+
 	diskWait  atomic.Bool           // waiting for disk space before applying
 	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
 	stop      chan struct{}         // closed by Interrupt
@@ -264,8 +268,10 @@ func (f *FSM) load(dir string) error {
 		f.subjects[subject] = struct{}{}
 	}
 	f.emptied = nil
-	if s.messages.Log().Start() < cp.st.retainFrom {
-		f.removeBefore(cp.st.retainFrom) // a crash interrupted the last removal
+	if err := f.finishRemoval(cp); err != nil {
+		s.close()
+		f.store = nil
+		return err
 	}
 	f.applied.Store(cp.st.applied)
 	return nil

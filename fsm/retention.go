@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/qmqgo/qmq/logs"
@@ -25,27 +26,34 @@ func (f *FSM) retain(now int64) {
 	// the new start, the checkpoint: a restart must never return to a
 	// checkpoint older than the removal (Open could not cut the logs back to
 	// it), and Open finishes a removal that a crash interrupted.
-	f.st.retainFrom = keep
+	f.st.retainFrom, f.st.removing = keep, true
 	must2(f.writeCheckpoint())
+	f.step("checkpoint")
 	f.removeBefore(keep)
 }
 
 // removeBefore removes the message-log segments before keep, the
-// consume-log entries pointing into them, and the pull-log segments no
-// unacked entry needs. It depends only on the logs and the state, so a
-// removal finished on open removes what the interrupted one would have.
+// consume-log entries pointing into them, drops from the groups what went
+// with them (countRemoved) and removes the pull-log segments no unacked
+// entry needs. It depends only on the logs and the state, and every
+// removal is idempotent: run again on the state of retention's checkpoint
+// (Open does, while the checkpoint says removing), it leaves the logs and
+// the state as one uninterrupted run did, wherever the first run stopped.
 func (f *FSM) removeBefore(keep int64) {
 	ml := f.store.messages
 	removed := must(ml.Log().RemoveBefore(keep))
 	f.dedup.forgetBefore(ml.Log().Start())
 	clear(f.firstLive)
 	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())
+	f.step("messages")
 	for _, subject := range f.store.subjects() {
 		cl := f.store.consumeLog(subject)
 		seq := must(cl.SeqAtOrAfter(ml.Log().Start()))
 		must(cl.Log().RemoveBefore(seq * logs.ConsumeRecordSize))
+		f.step("consume")
 	}
 	f.countRemoved()
+	f.step("count")
 	oldest := f.store.pulls.Log().Next() / logs.PullRecordSize
 	for _, cs := range f.st.consumers {
 		if len(cs.window) > 0 {
@@ -53,6 +61,39 @@ func (f *FSM) removeBefore(keep int64) {
 		}
 	}
 	must(f.store.pulls.Log().RemoveBefore(oldest * logs.PullRecordSize))
+	f.step("pulls")
+	f.st.removing = false
+}
+
+// finishRemoval makes, on open, the removal and adjustments of retention's
+// checkpoint cp (removing), or of a checkpoint of an earlier version whose
+// removal left message-log segments behind: a node that stopped anywhere
+// between that checkpoint and the next then holds what one that never
+// stopped holds. A storage failure is returned.
+func (f *FSM) finishRemoval(cp *checkpoint) (err error) {
+	if !cp.st.removing && f.store.messages.Log().Start() >= cp.st.retainFrom {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			sf, ok := r.(storageFailure)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("fsm: finishing retention's removal: %w", sf.err)
+		}
+	}()
+	f.log.Info("finishing retention's removal", "retain-from", cp.st.retainFrom, "applied-index", cp.st.applied)
+	f.removeBefore(cp.st.retainFrom)
+	return nil
+}
+
+// step tells the test hook retentionStep, if any, that a step of a
+// retention removal completed.
+func (f *FSM) step(name string) {
+	if f.retentionStep != nil {
+		f.retentionStep(name)
+	}
 }
 
 // countRemoved drops from every group what retention removed before the

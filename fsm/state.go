@@ -137,6 +137,11 @@ type state struct {
 	// The checkpoint records it before any file is deleted, so a removal
 	// that a crash interrupted is finished on open.
 	retainFrom int64
+	// removing: the state is that of retention's checkpoint, taken before
+	// its removal of everything before retainFrom and the adjustments that
+	// follow it (removeBefore); cleared once they are made. A node that
+	// stops in between makes them again on open, on this same state.
+	removing bool
 	// hours holds, per hour of delivery time, the delayed messages not yet
 	// fired; delayed counts them per subject, appDelayed per application
 	// that sent them (those sent by none are not counted there).

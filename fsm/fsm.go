@@ -176,6 +176,8 @@ type FSM struct {
 	// syncfs: a checkpoint's data is made durable with one syncfs through
 	// dirFile, whose write-back errors it reports (see syncdata.go).
 	syncfs bool
+	// rename is os.Rename; tests replace it to fail a restore's swap.
+	rename func(from, to string) error
 	// retentionStep, if set (by tests), is told of each step of a
 	// retention removal as it completes (see removeBefore).
 	retentionStep func(step string)
@@ -197,7 +199,7 @@ func Open(cfg Config) (*FSM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, log: cfg.Logger.Named("fsm"), stop: make(chan struct{})}
+	f := &FSM{cfg: cfg, log: cfg.Logger.Named("fsm"), stop: make(chan struct{}), rename: os.Rename}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("fsm: create %s: %w", cfg.Dir, err)
 	}
@@ -220,11 +222,25 @@ func Open(cfg Config) (*FSM, error) {
 	return f, nil
 }
 
-// finishRestore completes a Restore that crashed while swapping
-// directories: a restore directory holding a checkpoint is complete.
+// finishRestore completes a Restore that crashed, or failed, while
+// swapping directories: a restore directory holding a checkpoint is
+// complete and replaces the data. Without one, data moved aside (data.old)
+// with nothing in its place is put back; an empty state machine there
+// would skip every entry Raft does not replay.
 func (f *FSM) finishRestore() error {
 	data, restore := filepath.Join(f.cfg.Dir, dataDir), filepath.Join(f.cfg.Dir, restoreDir)
-	if _, err := os.Stat(filepath.Join(restore, checkpointFile)); err == nil {
+	old := filepath.Join(f.cfg.Dir, oldDir)
+	_, complete := os.Stat(filepath.Join(restore, checkpointFile))
+	if _, err := os.Stat(data); complete != nil && errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(old); err == nil {
+			f.log.Warn("putting back the data a restore moved aside", "dir", old)
+			if err := os.Rename(old, data); err != nil {
+				return fmt.Errorf("fsm: finish restore: %w", err)
+			}
+		}
+	}
+	if complete == nil {
+		f.log.Info("completing the swap of a restored snapshot", "dir", restore)
 		if err := os.RemoveAll(data); err != nil {
 			return fmt.Errorf("fsm: finish restore: %w", err)
 		}
@@ -232,7 +248,7 @@ func (f *FSM) finishRestore() error {
 			return fmt.Errorf("fsm: finish restore: %w", err)
 		}
 	}
-	for _, leftover := range []string{restore, filepath.Join(f.cfg.Dir, oldDir)} {
+	for _, leftover := range []string{restore, old} {
 		if err := os.RemoveAll(leftover); err != nil {
 			return fmt.Errorf("fsm: remove %s: %w", leftover, err)
 		}

@@ -222,23 +222,28 @@ func (f *FSM) restore(m *manifest, r io.Reader) error {
 	if err := f.store.close(); err != nil {
 		f.log.Warn("closing logs before restore", "error", err)
 	}
+	// From here on a failure stops the replica rather than reopen the data
+	// it had: that is only its last checkpoint, and Raft keeps the applied
+	// index it had reached, so the entries applied since would never be
+	// applied again. On restart Open completes the swap (the restore
+	// directory is complete) and Raft goes on from the snapshot.
 	data, old := filepath.Join(f.cfg.Dir, dataDir), filepath.Join(f.cfg.Dir, oldDir)
-	if err := os.Rename(data, old); err != nil {
-		return f.reopen(fmt.Errorf("fsm: restore: %w", err))
+	if err := f.rename(data, old); err != nil {
+		return f.swapFailed(err)
 	}
-	if err := os.Rename(tmp, data); err != nil {
-		if rerr := os.Rename(old, data); rerr != nil {
-			panic(fmt.Sprintf("fsm: restore: %v, and putting the old data back: %v", err, rerr))
+	if err := f.rename(tmp, data); err != nil {
+		if rerr := f.rename(old, data); rerr != nil {
+			err = fmt.Errorf("%w, and putting the old data back: %w", err, rerr)
 		}
-		return f.reopen(fmt.Errorf("fsm: restore: %w", err))
+		return f.swapFailed(err)
 	}
 	if err := os.RemoveAll(old); err != nil {
 		f.log.Warn("removing the data a restore replaced", "error", err)
 	}
 	if err := f.load(data); err != nil {
-		// The same files opened a moment ago: the disk is failing. Stop; on
+		// The same files opened a moment ago: the disk is failing. On
 		// restart Open finds the restored data in place.
-		panic(fmt.Sprintf("fsm: restore: reopening restored data: %v", err))
+		return f.swapFailed(fmt.Errorf("reopening restored data: %w", err))
 	}
 	f.ckptIndex = f.st.applied
 	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
@@ -353,6 +358,14 @@ func (f *FSM) tryLoad(dir string, cp []byte) error {
 		}
 	}
 	return nil
+}
+
+// swapFailed stops the replica for good after a restore's directory swap
+// failed, with the logs closed, and returns the error.
+func (f *FSM) swapFailed(err error) error {
+	err = fmt.Errorf("fsm: restore: swapping in the restored data (the node must restart; Open completes the swap): %w", err)
+	f.stopApplying(err, true)
+	return err
 }
 
 // reopen reopens the current data after a restore failed, so the FSM stays

@@ -155,3 +155,84 @@ func FuzzRecovery(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRecoveryHeader writes a trailing segment whose header is header (as
+// much of it as is given) followed by records, after a sealed segment of
+// valid records. Open must keep the sealed records whatever it finds; it
+// must remove the trailing segment when nothing in it was durable and its
+// header is torn (short, or each byte zero or the right one), open it when
+// its header is right, and otherwise refuse with ErrCorrupt naming it.
+func FuzzRecoveryHeader(f *testing.F) {
+	good := encodeHeader(KindMessage, 1)
+	f.Add([]byte(nil), []byte(nil), false)
+	f.Add(make([]byte, headerSize), make([]byte, 64), false)
+	f.Add(make([]byte, headerSize), make([]byte, 64), true)
+	f.Add(good[:7], []byte(nil), false)
+	f.Add(append(good[:6:6], make([]byte, 10)...), []byte{3, 0, 0, 0}, false)
+	f.Add(good, []byte(nil), true)
+	f.Add(bytes.Repeat([]byte{0xff}, headerSize), []byte(nil), false)
+	f.Add([]byte("00"), []byte("00000000000000"), false)                               // records fill a short header
+	f.Add([]byte("QMQL\x01\x0100\xe0\x00\x00\x00\x00\x00\x00\x00"), []byte(nil), true) // reserved bytes unchecked
+	f.Fuzz(func(t *testing.T, header, records []byte, durable bool) {
+		if len(header) > headerSize {
+			header = header[:headerSize]
+		}
+		dir := t.TempDir()
+		opts := Options{SegmentSize: 64, MaxPayload: 64}
+		offs, end := writeLog(t, dir, opts, 10)
+		want := encodeHeader(KindMessage, end)
+		if len(header) == headerSize && bytes.Equal(header[8:], good[8:]) {
+			copy(header[8:], want[8:]) // a seed's "right base" is this log's
+		}
+		path := filepath.Join(dir, segmentName(end))
+		if durable {
+			opts.DurableEnd = end + 1
+		}
+		// What Open finds where the header should be: records fill in a
+		// short header.
+		file := append(bytes.Clone(header), records...)
+		header = file[:min(len(file), headerSize)]
+		if err := os.WriteFile(path, file, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		torn := len(header) < headerSize
+		if !torn {
+			torn = !bytes.Equal(header, want)
+			for i := range header {
+				if header[i] != 0 && header[i] != want[i] {
+					torn = false
+				}
+			}
+		}
+		// openSegment checks every byte but the two reserved ones.
+		right := len(header) == headerSize && bytes.Equal(header[:6], want[:6]) && bytes.Equal(header[8:], want[8:])
+		l, err := Open(dir, KindMessage, opts)
+		switch {
+		case err != nil:
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Open: %v, not ErrCorrupt naming %s", err, path)
+			}
+			if right && !durable {
+				t.Fatalf("Open refused a right header with nothing durable after it: %v", err)
+			}
+			if torn && !durable {
+				t.Fatalf("Open refused a torn header with nothing durable after it: %v", err)
+			}
+			return
+		case !right && !(torn && !durable):
+			t.Fatalf("Open accepted header %x (right: %x, durable %v)", header, want, durable)
+		}
+		defer l.Close()
+		if l.End() < end {
+			t.Fatalf("End %d, below the sealed records' end %d", l.End(), end)
+		}
+		checkRecords(t, l, offs, 0)
+		next := l.End()
+		if off, err := l.Append(payload(1)); err != nil || off != next {
+			t.Fatalf("Append = %d, %v; want %d", off, err, next)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -149,9 +149,11 @@ func (l *Log) openSegments() ([]*segment, error) {
 	for i, base := range bases {
 		path := filepath.Join(l.dir, segmentName(base))
 		last := i == len(bases)-1
-		if last && fileSize(path) < headerSize && l.opts.DurableEnd <= base {
+		if last && l.opts.DurableEnd <= base && tornHeader(path, l.kind, base) {
 			// Created by a roll (or the log's creation) that crashed before its
-			// header was written: it never held a durable record.
+			// header reached the disk (the file short of a header, or its
+			// header zeros or written in part): it never held a durable
+			// record, and the next roll creates it again.
 			if err := os.Remove(path); err != nil {
 				return fail(fmt.Errorf("logs: remove torn segment: %w", err))
 			}

@@ -253,3 +253,65 @@ func TestRemoveTornOnlySegment(t *testing.T) {
 		t.Fatalf("Append = %d, %v; want 4096", off, err)
 	}
 }
+
+// A roll that crashed after the new segment's size reached the disk but
+// before its header did leaves a header of zeros, or one written in part,
+// possibly with records (zeros or torn) after it. Nothing in it was
+// durable (DurableEnd is at or before its base), so it is a segment whose
+// creation crashed: removed and created again, not a log that refuses to
+// open for good. Below the durable end, or with a header that is neither
+// zeros nor a part of the right one, it is corruption.
+func TestRemoveTrailingSegmentWithTornHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		header  func(good []byte) []byte
+		records []byte
+		durable int64 // past end: the segment held durable records
+		corrupt string
+	}{
+		{"zeros", func([]byte) []byte { return make([]byte, headerSize) }, nil, 0, ""},
+		{"zeros and zero records", func([]byte) []byte { return make([]byte, headerSize) }, make([]byte, 4096), 0, ""},
+		{"zeros and a torn record", func([]byte) []byte { return make([]byte, headerSize) }, []byte{9, 0, 0, 0, 1, 2}, 0, ""},
+		{"magic only", func(g []byte) []byte { return append(g[:4:4], make([]byte, headerSize-4)...) }, make([]byte, 100), 0, ""},
+		{"all but the base", func(g []byte) []byte { return append(g[:8:8], make([]byte, headerSize-8)...) }, nil, 0, ""},
+		{"zeros below the durable end", func([]byte) []byte { return make([]byte, headerSize) }, make([]byte, 100), 1, "bad magic"},
+		{"garbage", func(g []byte) []byte { return bytes.Repeat([]byte{0xa5}, headerSize) }, nil, 0, "bad magic"},
+		{"another kind", func(g []byte) []byte { g = bytes.Clone(g); g[5] = byte(KindPull); return g }, nil, 0, "kind"},
+		{"another base", func(g []byte) []byte { g = bytes.Clone(g); g[8]++; return g }, nil, 0, "base"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{SegmentSize: 64}
+			offs, end := writeLog(t, dir, opts, 10)
+			torn := filepath.Join(dir, segmentName(end))
+			if err := os.WriteFile(torn, append(tc.header(encodeHeader(KindMessage, end)), tc.records...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			opts.DurableEnd = end + tc.durable
+			l, err := Open(dir, KindMessage, opts)
+			if tc.corrupt != "" {
+				wantErr(t, err, ErrCorrupt, torn, tc.corrupt)
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer l.Close()
+			if l.End() != end {
+				t.Fatalf("End %d, want %d", l.End(), end)
+			}
+			checkRecords(t, l, offs, 0)
+			if off, err := l.Append(payload(0)); err != nil || off != end {
+				t.Fatalf("Append = %d, %v; want %d", off, err, end)
+			}
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			l2 := openLog(t, dir, Options{SegmentSize: 64, DurableEnd: end + int64(RecordSize(len(payload(0))))})
+			if p, err := l2.Read(end); err != nil || !bytes.Equal(p, payload(0)) {
+				t.Fatalf("Read after reopening = %q, %v", p, err)
+			}
+		})
+	}
+}

@@ -199,6 +199,40 @@ func createSegment(l *Log, base int64) (*segment, error) {
 	return s, nil
 }
 
+// tornHeader reports whether the segment file at path lacks a whole
+// header because its creation crashed: it is shorter than a header, or
+// its header's bytes are each either the right one (for kind and base) or
+// zero, and not all right. A file system may keep a new file's size but
+// not the data written into it, so a crashed creation can leave zeros
+// where the header should be; any other header, and one that cannot be
+// read, is not torn (openSegment then says what is wrong with it).
+func tornHeader(path string, kind Kind, base int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := make([]byte, headerSize)
+	n, err := io.ReadFull(f, h)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false
+	}
+	if n < headerSize {
+		return true
+	}
+	want := encodeHeader(kind, base)
+	whole := true
+	for i := range h {
+		if h[i] != want[i] {
+			if h[i] != 0 {
+				return false
+			}
+			whole = false
+		}
+	}
+	return !whole
+}
+
 // openSegment opens an existing segment of log l and checks its header;
 // with a cache the file may be closed again as soon as it is checked.
 func openSegment(l *Log, path string, base int64) (*segment, error) {

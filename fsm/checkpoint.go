@@ -37,7 +37,7 @@ import (
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
 //	next-epoch uvarint                                                (version 3 on)
 //	next-gen uvarint | retries uvarint                                (version 4 on)
-//	removing u8                                                       (version 5 on)
+//	removing u8 | identity                                            (version 5 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -55,7 +55,8 @@ import (
 // removes segments and adjusts the groups, so that Open makes the same
 // removal and adjustments on the same state; 0 otherwise. An earlier
 // version opens with 0 (Open then finishes only a removal whose message-log
-// segments are still there, as before).
+// segments are still there, as before). And the group's identity (see
+// identity.go), "" until recorded; an earlier version opens without one.
 //
 // Versions 1 to 4 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
@@ -158,6 +159,7 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 			removing = 1
 		}
 		b = append(b, removing)
+		b = binenc.AppendString(b, st.identity)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -303,6 +305,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	if version >= 5 {
 		st.removing = r.Byte() == 1 // another byte fails the canonical check
+		st.identity = r.String(maxIdentity)
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
@@ -350,6 +353,9 @@ func (c *checkpoint) check() error {
 			return fmt.Errorf("%w: %d delayed messages of %q", ErrBadCheckpoint, n, s)
 		}
 		delayed += n
+	}
+	if c.st.identity != "" && CheckIdentity(c.st.identity) != nil {
+		return fmt.Errorf("%w: group identity %q", ErrBadCheckpoint, c.st.identity)
 	}
 	if c.st.retries < 0 || pending != delayed+c.st.retries {
 		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject and %d retries", ErrBadCheckpoint, pending, delayed, c.st.retries)

@@ -283,6 +283,7 @@ type rawCheckpoint struct {
 	group                      *group // version 4: every group's settings, counts and dead letters
 	nextGen, retries           uint64 // version 4
 	removing                   byte   // version 5
+	identity                   string // version 5
 }
 
 type rawDelayed struct {
@@ -362,7 +363,7 @@ func (r rawCheckpoint) body() []byte {
 	if version < 5 {
 		return b
 	}
-	return append(b, r.removing)
+	return binenc.AppendString(append(b, r.removing), r.identity)
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -399,9 +400,9 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		t.Fatalf("a version 4 checkpoint: %v, removing %v", err, c != nil && c.st.removing)
 	}
 	removing := valid
-	removing.removing = 1
-	if c, err := decodeCheckpoint(seal(removing.body())); err != nil || !c.st.removing {
-		t.Fatalf("a checkpoint of retention's removal: %v", err)
+	removing.removing, removing.identity = 1, "g1/0123456789abcdef0123456789abcdef"
+	if c, err := decodeCheckpoint(seal(removing.body())); err != nil || !c.st.removing || c.st.identity != removing.identity {
+		t.Fatalf("a checkpoint of retention's removal, with an identity: %v", err)
 	}
 	v2 := valid
 	v2.version = 2
@@ -429,6 +430,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"version", seal(append([]byte{checkpointVersion + 1}, valid.body()[1:]...))},
 		{"truncated", seal(valid.body()[:len(valid.body())-1])},
 		{"removing neither 0 nor 1", mutate(func(r *rawCheckpoint) { r.removing = 2 })},
+		{"malformed identity", mutate(func(r *rawCheckpoint) { r.identity = "g1/xyz" })},
 		{"trailing", seal(append(valid.body(), 0))},
 		{"negative message end", mutate(func(r *rawCheckpoint) { r.msgEnd = -1 })},
 		{"dedup past the end", mutate(func(r *rawCheckpoint) { r.dedupFrom = 101 })},

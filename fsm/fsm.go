@@ -72,6 +72,10 @@ type Config struct {
 	// once, on the apply goroutine or on Raft's snapshot goroutine (a
 	// snapshot's Persist). Default: panic.
 	OnFatal func(error)
+	// OnIdentity, if set, is told the group identity an applied entry
+	// recorded in the state (once per group life; see identity.go), on the
+	// apply goroutine once the entry is applied.
+	OnIdentity func(id string)
 	// SyncFault is fault injection, nil in production: if set, every sync
 	// of a checkpoint's data asks it first, and an error it returns is that
 	// sync's, as a disk's lost write-back would be (qmqd
@@ -176,6 +180,9 @@ type FSM struct {
 	// syncfs: a checkpoint's data is made durable with one syncfs through
 	// dirFile, whose write-back errors it reports (see syncdata.go).
 	syncfs bool
+	// learned is an identity the batch being applied recorded, for
+	// OnIdentity once it is applied.
+	learned string
 	// rename is os.Rename; tests replace it to fail a restore's swap.
 	rename func(from, to string) error
 	// retentionStep, if set (by tests), is told of each step of a
@@ -365,6 +372,12 @@ func (f *FSM) ApplyBatch(entries []*raft.Log) []any {
 		f.applyEntries(entries[start:start+n], out[start:start+n])
 		start += n
 	}
+	if id := f.learned; id != "" {
+		f.learned = ""
+		if f.cfg.OnIdentity != nil {
+			f.cfg.OnIdentity(id)
+		}
+	}
 	return out
 }
 
@@ -391,6 +404,9 @@ func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 		hour := delaywheel.Hour(f.st.now)
 		if e.Type == raft.LogCommand {
 			out[i] = f.applyCommand(e)
+			if len(e.Extensions) > 0 {
+				f.applyIdentity(e.Extensions)
+			}
 		}
 		if delaywheel.Hour(f.st.now) != hour {
 			f.sweepHours(f.st.now)

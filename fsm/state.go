@@ -142,6 +142,9 @@ type state struct {
 	// follow it (removeBefore); cleared once they are made. A node that
 	// stops in between makes them again on open, on this same state.
 	removing bool
+	// identity names the group's Raft history (see identity.go); "" until
+	// an entry records it.
+	identity string
 	// hours holds, per hour of delivery time, the delayed messages not yet
 	// fired; delayed counts them per subject, appDelayed per application
 	// that sent them (those sent by none are not counted there).

@@ -170,6 +170,7 @@ func (n *Node) startLeading(ctx context.Context) {
 		n.handOver("this node was elected while it waits for disk space to apply")
 	}
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
+	n.goLoop(func() { n.recordIdentity(ctx, last) })
 	n.goLoop(func() {
 		// A node closing cancels ctx before it stops Raft: loops started
 		// after that would wait on a barrier Raft may never answer.

@@ -111,7 +111,7 @@ func (n *Node) openRaft() error {
 	fcfg := n.cfg.FSM
 	fcfg.Dir = filepath.Join(n.cfg.DataDir, "fsm")
 	fcfg.Logger = n.log
-	fcfg.OnDiskWait, fcfg.OnFatal = n.diskWait, n.storageFailed
+	fcfg.OnDiskWait, fcfg.OnFatal, fcfg.OnIdentity = n.diskWait, n.storageFailed, n.storeIdentity
 	n.disk = &diskGuard{probe: fcfg.DiskFree, dir: n.cfg.DataDir, min: n.cfg.MinFreeDisk}
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
@@ -121,7 +121,13 @@ func (n *Node) openRaft() error {
 	if err != nil {
 		return err
 	}
+	if err := n.checkIdentity(); err != nil {
+		return err
+	}
 	if err := n.fsm.CatchUp(snaps); err != nil {
+		return err
+	}
+	if err := n.checkHistory(snaps); err != nil {
 		return err
 	}
 	n.raftGroup = raftGroup{

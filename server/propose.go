@@ -12,10 +12,15 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// applyAsync proposes an encoded command; the one place that calls
-// raft.Apply. Resolve the future with result.
-func (g *raftGroup) applyAsync(cmd []byte) raft.ApplyFuture {
-	return g.raft.Apply(cmd, g.applyTimeout)
+// applyAsync proposes an encoded command, with extensions (nil for none:
+// see fsm.IdentityExtension) on its entry; the one place that calls
+// raft.ApplyLog. Resolve the future with result.
+func (g *raftGroup) applyAsync(cmd []byte, extensions ...[]byte) raft.ApplyFuture {
+	var ext []byte
+	if len(extensions) > 0 {
+		ext = extensions[0]
+	}
+	return g.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, g.applyTimeout)
 }
 
 // propose proposes an encoded command and waits until it is committed and
@@ -24,7 +29,12 @@ func (g *raftGroup) applyAsync(cmd []byte) raft.ApplyFuture {
 // the leader's client address, which the client retries there (commands are
 // safe to retry: sends carry ids the state machine deduplicates).
 func (g *raftGroup) propose(ctx context.Context, cmd []byte) (any, error) {
-	f := g.applyAsync(cmd)
+	return g.proposeWith(ctx, cmd, nil)
+}
+
+// proposeWith is propose with the entry's extensions.
+func (g *raftGroup) proposeWith(ctx context.Context, cmd, extensions []byte) (any, error) {
+	f := g.applyAsync(cmd, extensions)
 	done := make(chan struct{})
 	go func() {
 		f.Error()

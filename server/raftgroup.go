@@ -43,7 +43,9 @@ type raftGroup struct {
 	// sec is what the node's status says of its transport security.
 	sec security
 
-	raft     *raft.Raft
+	raft *raft.Raft
+	// raftNode is raft, for goroutines that may run before it is set.
+	raftNode atomic.Pointer[raft.Raft]
 	store    *raftLogStore
 	trans    *raft.NetworkTransport
 	leaderCh chan bool
@@ -111,25 +113,35 @@ func (g *raftGroup) open(s raftSetup) error {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("server: raft config: %w", err)
 	}
-	if s.bootstrap {
-		has, err := raft.HasExistingState(g.store.logs, g.store.stable, s.snaps)
-		if err != nil {
-			return fmt.Errorf("server: check raft state: %w", err)
+	has, err := raft.HasExistingState(g.store.logs, g.store.stable, s.snaps)
+	if err != nil {
+		return fmt.Errorf("server: check raft state: %w", err)
+	}
+	var trans raft.Transport = g.trans
+	switch {
+	case !has && s.bootstrap:
+		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, g.store.logs, g.store.stable, s.snaps, g.trans, cfg); err != nil {
+			return fmt.Errorf("server: bootstrap: %w", err)
 		}
-		if !has {
-			cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
-			if err := raft.BootstrapCluster(rc, g.store.logs, g.store.stable, s.snaps, g.trans, cfg); err != nil {
-				return fmt.Errorf("server: bootstrap: %w", err)
+	case !has:
+		// A new member, or a member whose store was emptied: no vote
+		// before it has caught up (see voteGuard).
+		trans = newVoteGuard(g.trans, g.log.Named("raft-net"), func() uint64 {
+			if r := g.raftNode.Load(); r != nil {
+				return r.LastIndex()
 			}
-		}
+			return 0
+		})
 	}
 	// Followers are fed from memory: without a cache the leader reads every
 	// entry back from the store (and decodes it) to replicate it. The cache
 	// is bounded by bytes, since an entry may be a whole batch of sends.
 	logs := newLogCache(g.store.logs, s.logCache, g.leading.Load)
-	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, g.trans); err != nil {
+	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
+	g.raftNode.Store(g.raft)
 	return nil
 }
 

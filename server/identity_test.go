@@ -1,0 +1,119 @@
+package server
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/fsm"
+)
+
+// waitIdentity waits until n's state machine and raft store hold the
+// group's identity, and returns it.
+func waitIdentity(t *testing.T, n *Node) string {
+	t.Helper()
+	var id string
+	waitFor(t, 10*time.Second, "the group identity", func() bool {
+		stored, err := storedIdentity(n.store.stable)
+		id = n.fsm.Identity()
+		return err == nil && id != "" && stored == id
+	})
+	return id
+}
+
+// Every member holds the identity the first leader recorded, in its state
+// machine and in its raft store.
+func TestGroupIdentityIsReplicated(t *testing.T) {
+	nodes := startGroup(t)
+	id := waitIdentity(t, nodes[0])
+	if err := fsm.CheckIdentity(id); err != nil || fsm.IdentityGroup(id) != "g1" {
+		t.Fatalf("identity %q: %v", id, err)
+	}
+	for _, n := range nodes[1:] {
+		if got := waitIdentity(t, n); got != id {
+			t.Fatalf("%s holds identity %q, the leader %q", n.cfg.ID, got, id)
+		}
+	}
+}
+
+// stopped starts a one-node group, sends to it, takes a snapshot and
+// stops it, returning its configuration.
+func stopped(t *testing.T, id string) Config {
+	t.Helper()
+	n := startNode(t, id, true, nil)
+	waitLeader(t, n)
+	waitIdentity(t, n)
+	sendAcked(t, []string{n.ClientAddr()}, "orders", 10)
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := n.cfg
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func wantHistoryRefused(t *testing.T, cfg Config, says string) {
+	t.Helper()
+	n, err := New(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatalf("a node started on data that does not belong together (want a refusal saying %q)", says)
+	}
+	if !errors.Is(err, ErrHistory) || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), "qmqctl join") {
+		t.Fatalf("refusal %v; want ErrHistory saying %q and what to do", err, says)
+	}
+}
+
+// A node refuses to start when its state machine, its raft store and its
+// configuration do not belong to one history, and says what to do.
+func TestNodeRefusesDataOfAnotherHistory(t *testing.T) {
+	t.Run("raft store removed", func(t *testing.T) {
+		cfg := stopped(t, "n1")
+		if err := os.RemoveAll(filepath.Join(cfg.DataDir, walDir)); err != nil {
+			t.Fatal(err)
+		}
+		os.RemoveAll(filepath.Join(cfg.DataDir, "snapshots"))
+		wantHistoryRefused(t, cfg, "raft store")
+	})
+	t.Run("state machine of another group copied in", func(t *testing.T) {
+		a, b := stopped(t, "n1"), stopped(t, "n1")
+		fsmB := filepath.Join(b.DataDir, "fsm")
+		if err := os.RemoveAll(fsmB); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(a.DataDir, "fsm"), fsmB).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, out)
+		}
+		wantHistoryRefused(t, b, "history")
+	})
+	t.Run("configured for another group", func(t *testing.T) {
+		cfg := stopped(t, "n1")
+		cfg.Group = "g2"
+		wantHistoryRefused(t, cfg, `belongs to group "g1"`)
+	})
+	t.Run("state machine past its raft log", func(t *testing.T) {
+		cfg := stopped(t, "n1")
+		small := stopped(t, "n1") // fewer entries, another identity
+		for _, dir := range []string{walDir, "snapshots"} {
+			os.RemoveAll(filepath.Join(cfg.DataDir, dir))
+			if out, err := exec.Command("cp", "-a", filepath.Join(small.DataDir, dir), filepath.Join(cfg.DataDir, dir)).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v: %s", err, out)
+			}
+		}
+		wantHistoryRefused(t, cfg, "history")
+	})
+	t.Run("restart of a sound directory", func(t *testing.T) {
+		cfg := stopped(t, "n1")
+		n, err := New(cfg)
+		if err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		n.Close()
+	})
+}

@@ -1,0 +1,150 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// voteGuard is the Raft transport of a node that started with an empty
+// Raft store without bootstrapping a group: it answers vote and pre-vote
+// requests itself, refusing them, until the node has caught up with a
+// leader. hashicorp/raft grants a vote to any candidate while its own
+// configuration is empty ("the cluster is very likely trying to
+// bootstrap"), and an empty store has forgotten every vote the node cast:
+// a voter whose data directory was wiped and that restarted under the
+// same id would vote a second time in a term it had voted in, and two
+// leaders could be elected in one term. A node that is new to its group
+// (started to be added with qmqctl join) has cast no vote, and refusing
+// until it holds the log costs it nothing.
+//
+// Caught up means: it has heard from a leader (an AppendEntries, a
+// heartbeat or a snapshot), and its log reaches the commit index that
+// leader sent first. Even then it refuses votes in any term up to that
+// leader's: those may be terms it voted in before its store was emptied.
+type voteGuard struct {
+	*raft.NetworkTransport
+	log       hclog.Logger
+	lastIndex func() uint64 // the node's last log index; 0 before Raft runs
+
+	in   <-chan raft.RPC
+	out  chan raft.RPC
+	done chan struct{}
+	stop sync.Once
+
+	mu       sync.Mutex
+	heard    bool   // a leader's first request arrived
+	term     uint64 // that leader's term: votes up to it are refused
+	target   uint64 // the commit index it sent: the log must reach it
+	caughtUp atomic.Bool
+	warned   atomic.Bool
+}
+
+func newVoteGuard(t *raft.NetworkTransport, log hclog.Logger, lastIndex func() uint64) *voteGuard {
+	v := &voteGuard{NetworkTransport: t, log: log, lastIndex: lastIndex, in: t.Consumer(),
+		out: make(chan raft.RPC), done: make(chan struct{})}
+	go v.forward()
+	return v
+}
+
+// Consumer is the RPCs Raft is given: all but the votes the guard answers.
+func (v *voteGuard) Consumer() <-chan raft.RPC { return v.out }
+
+// SetHeartbeatHandler sees the heartbeats that bypass Consumer, for a
+// leader heard of, before Raft does.
+func (v *voteGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
+	v.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		v.observe(rpc)
+		cb(rpc)
+	})
+}
+
+// Close stops the guard and closes the transport.
+func (v *voteGuard) Close() error {
+	v.stop.Do(func() { close(v.done) })
+	return v.NetworkTransport.Close()
+}
+
+func (v *voteGuard) forward() {
+	for {
+		select {
+		case rpc := <-v.in:
+			if v.refused(rpc) {
+				continue
+			}
+			select {
+			case v.out <- rpc:
+			case <-v.done:
+				return
+			}
+		case <-v.done:
+			return
+		}
+	}
+}
+
+// observe notes a leader's first request.
+func (v *voteGuard) observe(rpc raft.RPC) {
+	var term, commit uint64
+	switch req := rpc.Command.(type) {
+	case *raft.AppendEntriesRequest:
+		term, commit = req.Term, req.LeaderCommitIndex
+	case *raft.InstallSnapshotRequest:
+		term, commit = req.Term, req.LastLogIndex
+	default:
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.heard {
+		v.heard, v.term, v.target = true, term, commit
+	}
+}
+
+// refused answers a vote or pre-vote request the node must not grant,
+// and reports whether it did.
+func (v *voteGuard) refused(rpc raft.RPC) bool {
+	v.observe(rpc)
+	var term uint64
+	switch req := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		term = req.Term
+	case *raft.RequestPreVoteRequest:
+		term = req.Term
+	default:
+		return false
+	}
+	if v.allowed(term) {
+		return false
+	}
+	if !v.warned.Swap(true) {
+		v.log.Warn("refusing votes until caught up with a leader: this node started with an empty raft store " +
+			"and may have voted before it was emptied")
+	}
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, Addr: v.EncodePeer("", v.LocalAddr())}
+	if _, ok := rpc.Command.(*raft.RequestVoteRequest); ok {
+		rpc.Respond(&raft.RequestVoteResponse{RPCHeader: header}, nil)
+	} else {
+		rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: header}, nil)
+	}
+	return true
+}
+
+// allowed reports whether the node may consider a vote in term.
+func (v *voteGuard) allowed(term uint64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.heard || term <= v.term {
+		return false
+	}
+	if !v.caughtUp.Load() {
+		if v.lastIndex() < v.target {
+			return false
+		}
+		v.caughtUp.Store(true)
+		v.log.Info("caught up with the leader: votes allowed again", "leader-term", v.term, "commit-index", v.target)
+	}
+	return true
+}

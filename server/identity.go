@@ -26,6 +26,17 @@ var identityKey = []byte("qmq-group-identity")
 const rejoin = "to rebuild this node, remove it from its group (qmqctl leave --group G --id ID), " +
 	"empty its --data directory, start it again and add it with qmqctl join"
 
+// raftStoreEmpty reports whether s holds neither a term nor a log entry:
+// a new node's store, or one removed. Its snapshots do not count: a store
+// emptied beside its snapshots has forgotten the node's votes all the same.
+func raftStoreEmpty(s *raftLogStore) (bool, error) {
+	has, err := raft.HasExistingState(s.logs, s.stable, raft.NewInmemSnapshotStore())
+	if err != nil {
+		return false, fmt.Errorf("server: check raft state: %w", err)
+	}
+	return !has, nil
+}
+
 // storedIdentity returns the identity in the node's stable store, or "".
 func storedIdentity(stable raft.StableStore) (string, error) {
 	b, err := stable.Get(identityKey)
@@ -83,12 +94,12 @@ func refuseHistory(format string, args ...any) error {
 func (n *Node) checkHistory(snaps raft.SnapshotStore) error {
 	store, data := n.raftGroup.store, n.cfg.DataDir
 	fsmDir := filepath.Join(data, "fsm")
-	has, err := raft.HasExistingState(store.logs, store.stable, snaps)
+	empty, err := raftStoreEmpty(store)
 	if err != nil {
-		return fmt.Errorf("server: check raft state: %w", err)
+		return err
 	}
 	applied := n.fsm.Applied()
-	if !has {
+	if empty {
 		if applied > 0 {
 			return refuseHistory("the state machine in %s has applied index %d but the raft store in %s is empty "+
 				"(removed, or the state machine copied in)", fsmDir, applied, data)
@@ -172,11 +183,8 @@ func (n *Node) recordIdentity(ctx context.Context, last uint64) {
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
-	addr := n.fsm.MemberAddr(n.cfg.ID)
-	if addr == "" {
-		addr = n.clientAddr
-	}
-	cmd := (&fsm.SetMember{ID: n.cfg.ID, ClientAddr: addr}).Encode()
+	// The address announce records too, so neither undoes the other.
+	cmd := (&fsm.SetMember{ID: n.cfg.ID, ClientAddr: n.clientAddr}).Encode()
 	if _, err := n.proposeWith(ctx, cmd, fsm.IdentityExtension(id)); err != nil {
 		n.log.Warn("recording the group identity", "error", err)
 	}

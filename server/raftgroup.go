@@ -117,6 +117,10 @@ func (g *raftGroup) open(s raftSetup) error {
 	if err != nil {
 		return fmt.Errorf("server: check raft state: %w", err)
 	}
+	empty, err := raftStoreEmpty(g.store)
+	if err != nil {
+		return err
+	}
 	var trans raft.Transport = g.trans
 	switch {
 	case !has && s.bootstrap:
@@ -124,7 +128,7 @@ func (g *raftGroup) open(s raftSetup) error {
 		if err := raft.BootstrapCluster(rc, g.store.logs, g.store.stable, s.snaps, g.trans, cfg); err != nil {
 			return fmt.Errorf("server: bootstrap: %w", err)
 		}
-	case !has:
+	case empty:
 		// A new member, or a member whose store was emptied: no vote
 		// before it has caught up (see voteGuard).
 		trans = newVoteGuard(g.trans, g.log.Named("raft-net"), func() uint64 {

@@ -16,6 +16,7 @@ func TestRestartAfterBarriersRestoresNothing(t *testing.T) {
 		c.MinFreeDisk, c.FSM.DiskReserve = 1<<20, 1<<20
 	})
 	waitLeader(t, n)
+	waitIdentity(t, n) // the new leader's own entries are in
 	sendAcked(t, []string{n.ClientAddr()}, "orders", 20)
 	for range 3 {
 		if err := n.barrier(context.Background()); err != nil {

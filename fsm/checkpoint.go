@@ -86,7 +86,17 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.oldest()}
 }
 
-func (c *checkpoint) encode() []byte { return c.encodeVersion(checkpointVersion) }
+// encode encodes c in the earliest version that holds it: version 4 while
+// nothing of version 5 is set (not retention's checkpoint, no identity),
+// so a snapshot stays readable by a node of the previous release until
+// the group records its identity, which its first leader of this release
+// does (in a rolling restart, the leader goes last).
+func (c *checkpoint) encode() []byte {
+	if !c.st.removing && c.st.identity == "" {
+		return c.encodeVersion(4)
+	}
+	return c.encodeVersion(checkpointVersion)
+}
 
 func (c *checkpoint) encodeVersion(version byte) []byte {
 	st := c.st

@@ -409,8 +409,16 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if c, err := decodeCheckpoint(seal(v2.body())); err != nil || c.st.nextEpoch != 3 || c.st.consumers[2].key.subject != "b" {
 		t.Fatalf("a version 2 checkpoint: %v", err)
 	}
-	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encode(), seal(valid.body())) {
+	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encodeVersion(checkpointVersion), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
+	}
+	// Nothing of version 5 set: encoded as version 4, which the previous
+	// release reads; with an identity, as version 5.
+	if b := mustDecodeCheckpoint(t, seal(valid.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
+		t.Fatalf("a checkpoint without identity encodes as version %d", b[0])
+	}
+	if b := mustDecodeCheckpoint(t, seal(removing.body())).encode(); !bytes.Equal(b, seal(removing.body())) {
+		t.Fatalf("a checkpoint with an identity encodes as version %d", b[0])
 	}
 	mutate := func(m func(*rawCheckpoint)) []byte {
 		r := valid

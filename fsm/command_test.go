@@ -132,7 +132,7 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	// The non-minimal samples above are well-formed apart from the varint.
 	for _, b := range [][]byte{
-		binenc.AppendUvarint(header(CmdAppend), 0),
+		binenc.AppendUvarint(binenc.AppendUvarint(header(CmdAppend), 0), 0), // no application, no message
 		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
 			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),

@@ -101,7 +101,8 @@ func TestMetaApps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := qmq.AppInfo{Code: "billing", Send: spec.Send, Consume: spec.Consume, MaxSubjects: auth.DefaultMaxSubjects, MaxGroups: 7, Secrets: 1}
+	want := qmq.AppInfo{Code: "billing", Send: spec.Send, Consume: spec.Consume, MaxSubjects: auth.DefaultMaxSubjects, MaxGroups: 7,
+		MaxConsumers: auth.DefaultMaxConsumers, MaxDelayed: auth.DefaultMaxDelayed, Secrets: 1}
 	if len(infos) != 1 || fmt.Sprint(infos[0]) != fmt.Sprint(want) {
 		t.Fatalf("apps: %+v, want %+v", infos, want)
 	}

@@ -416,7 +416,8 @@ func (s *state) derive() {
 	}
 	for k, g := range s.groups {
 		s.groupsOf[k.subject]++
-		s.deadTotal += int64(len(g.dead))
+		g.key, g.deadAt = k, -1
+		s.recountDead(g, 0, false)
 	}
 }
 

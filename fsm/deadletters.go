@@ -8,8 +8,10 @@ import (
 // Dead letters are kept in the replicated state, per group, in the order
 // they died, as (consume-log sequence, deliveries, time): the message
 // itself stays where it is in the message log, for as long as retention
-// keeps it. Their number is bounded per group and in all; at either bound
-// the group's oldest goes to make room (counted as dropped).
+// keeps it. Their number is bounded per group and in all: at a group's
+// bound its oldest goes to make room, at the broker group's the oldest of
+// the group deadVictim names (the fair share, deadshare.go); each counted
+// as dropped by its group.
 var (
 	maxDeadPerGroup = 100000
 	maxDeadTotal    = 1000000
@@ -17,16 +19,19 @@ var (
 
 // addDead records a dead letter of g.
 func (f *FSM) addDead(g *group, d deadLetter) {
-	if len(g.dead) >= maxDeadPerGroup || f.st.deadTotal >= int64(maxDeadTotal) {
-		g.deadDropped++
-		if len(g.dead) == 0 {
-			return // every dead letter is another group's: this one goes
-		}
-		g.dead = slices.Delete(g.dead, 0, 1)
-		f.st.deadTotal--
+	victim := g
+	if len(g.dead) < maxDeadPerGroup && f.st.deadTotal >= int64(maxDeadTotal) {
+		victim = f.st.deadVictim()
 	}
+	if victim != nil && (len(victim.dead) >= maxDeadPerGroup || f.st.deadTotal >= int64(maxDeadTotal)) {
+		victim.deadDropped++
+		before := len(victim.dead)
+		victim.dead = slices.Delete(victim.dead, 0, 1)
+		f.st.recountDead(victim, before, false)
+	}
+	before := len(g.dead)
 	g.dead = append(g.dead, d)
-	f.st.deadTotal++
+	f.st.recountDead(g, before, false)
 }
 
 // applyDeadLetters resends or purges dead letters of a group.
@@ -53,6 +58,7 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 		named[s] = true
 	}
 	start := f.retainedStart(c.Subject)
+	before := len(g.dead)
 	kept := g.dead[:0]
 	for _, d := range g.dead {
 		if !c.All && !named[d.seq] {
@@ -60,7 +66,6 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 			continue
 		}
 		res.Done++
-		f.st.deadTotal--
 		if c.Op == DeadResend {
 			if d.seq < start {
 				g.lost++ // retention removed it
@@ -71,5 +76,6 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 	}
 	clear(g.dead[len(kept):])
 	g.dead = kept
+	f.st.recountDead(g, before, false)
 	return res
 }

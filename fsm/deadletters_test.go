@@ -60,8 +60,10 @@ func TestDeadLettersResendAndPurge(t *testing.T) {
 	wantStateUnchanged(t, r.f, before)
 }
 
-// Dead letters are bounded per group and in all: at a bound the group's
-// oldest goes (counted), and a group without any drops the new one.
+// Dead letters are bounded per group and in all: at a group's bound its
+// oldest goes, at the broker group's the oldest of the group holding the
+// most (ties by name), counted by the group that lost it; so a group
+// holding none still keeps its first.
 func TestDeadLetterBounds(t *testing.T) {
 	lowerLimit(t, &maxDeadPerGroup, 3)
 	lowerLimit(t, &maxDeadTotal, 4)
@@ -79,20 +81,25 @@ func TestDeadLetterBounds(t *testing.T) {
 	if d, n := r.f.DeadLetters("s", "h", 0, 10); n != 1 || d[0].Seq != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("h at the total bound: %+v of %d, total %d", d, n, r.f.st.deadTotal)
 	}
+	// Past the total: g, holding the most, gives its oldest.
 	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []AckRange{one(1)}})
-	if d, _ := r.f.DeadLetters("s", "h", 0, 10); len(d) != 1 || d[0].Seq != 1 || r.f.st.deadTotal != 4 {
-		t.Fatalf("h past the total bound: %+v, total %d", d, r.f.st.deadTotal)
+	if got := r.dead("h"); !slices.Equal(got, []int64{0, 1}) || !slices.Equal(r.dead("g"), []int64{2, 3}) || r.f.st.deadTotal != 4 {
+		t.Fatalf("h past the total bound: h %v, g %v, total %d", got, r.dead("g"), r.f.st.deadTotal)
 	}
-	// A group with none at the total bound drops the new one.
+	// A group with none at the total bound keeps its first: g and h hold
+	// two each, and g comes first by name.
 	r.setGroup("k", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 	r.pull(Pull{Subject: "s", Group: "k", Consumer: "c", Max: 1, Start: StartEarliest})
 	r.apply(&Nack{Now: r.now, Subject: "s", Group: "k", Consumer: "c", Ranges: []AckRange{one(0)}})
-	if info, _ := r.f.Group("s", "k"); info.DeadLetters != 0 || info.DeadDropped != 1 || r.f.st.deadTotal != 4 {
+	if info, _ := r.f.Group("s", "k"); info.DeadLetters != 1 || info.DeadDropped != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("k: %+v, total %d", info, r.f.st.deadTotal)
+	}
+	if info := r.group("g"); !slices.Equal(r.dead("g"), []int64{3}) || info.DeadDropped != 3 {
+		t.Fatalf("g gave its oldest: %v, %+v", r.dead("g"), info)
 	}
 	// Forgetting a group gives its share of the total back.
 	r.apply(&Forget{Now: r.now, Subject: "s", Group: "g"})
-	if r.f.st.deadTotal != 1 {
+	if r.f.st.deadTotal != 3 {
 		t.Fatalf("total after forgetting g: %d", r.f.st.deadTotal)
 	}
 }

@@ -115,13 +115,14 @@ func (f *FSM) countRemoved() {
 			}
 			return false
 		})
+		before := len(g.dead)
 		g.dead = slices.DeleteFunc(g.dead, func(d deadLetter) bool {
 			if d.seq < start {
 				g.lost++
-				f.st.deadTotal--
 				return true
 			}
 			return false
 		})
+		f.st.recountDead(g, before, false)
 	}
 }

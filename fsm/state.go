@@ -34,6 +34,14 @@ type group struct {
 	lost, deadDropped int64
 	idleSince         int64 // when its last consumer went (or it was created)
 	consumers         int   // registered consumers (derived, not checkpointed)
+	// app is the application whose pull created the group ("" for none):
+	// its dead letters count towards that application's share.
+	app string
+	// key is the group's key in state.groups, and deadAt its place in its
+	// application's deadShare heap, -1 while it holds no dead letter
+	// (both derived).
+	key    groupKey
+	deadAt int
 }
 
 // redelivery is an entry to hand out again, with how many times the group
@@ -152,8 +160,10 @@ type state struct {
 	delayed    map[string]int64
 	appDelayed map[string]int64
 	// retries counts retry records pending in the schedule, of every
-	// group and life; deadTotal counts the dead letters of every group.
+	// group and life; deadTotal counts the dead letters of every group,
+	// and deadShares per application (derived, see deadshare.go).
 	retries, deadTotal int64
+	deadShares         map[string]*deadShare
 	// groupsOf counts each subject's consumer groups (derived).
 	groupsOf map[string]int
 }
@@ -170,7 +180,7 @@ type hourState struct {
 func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
-		groupsOf: map[string]int{}, appDelayed: map[string]int64{}}
+		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{}}
 }
 
 // untally takes one from key's tally, dropping the key at zero.
@@ -190,13 +200,15 @@ func (s *state) stamp(now int64) int64 {
 
 // addGroup records a new consumer group.
 func (s *state) addGroup(k groupKey, g *group) {
+	g.key, g.deadAt = k, -1
 	s.groups[k] = g
 	s.groupsOf[k.subject]++
 }
 
 // removeGroup forgets a consumer group (its consumers must be gone).
 func (s *state) removeGroup(k groupKey) {
-	s.deadTotal -= int64(len(s.groups[k].dead))
+	g := s.groups[k]
+	s.recountDead(g, len(g.dead), true)
 	delete(s.groups, k)
 	if s.groupsOf[k.subject]--; s.groupsOf[k.subject] <= 0 {
 		delete(s.groupsOf, k.subject)

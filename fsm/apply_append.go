@@ -38,7 +38,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	// proposer's clock, never early by it. But never into an hour the
 	// state may have swept (see sweepHours), which lies a whole dedup
 	// window behind the state's clock.
-	scheduleAfter := max(c.Now, now-f.cfg.DedupWindow.Milliseconds())
+	scheduleAfter := max(c.Now, now-f.st.config.DedupWindow)
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
 	for i, m := range c.Messages {
 		if err := CheckMessage(m); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,9 @@ import (
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
 //	next-epoch uvarint                                                (version 3 on)
 //	next-gen uvarint | retries uvarint                                (version 4 on)
+//	config-source u8 | config-index uvarint | retention-age uvarint | retention-bytes uvarint |
+//	dedup-window uvarint | max-pull uvarint | max-unacked uvarint | segment-size uvarint |
+//	index-segment-size uvarint | dedup-floor i64                     (version 5 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -50,6 +54,14 @@ import (
 // A group of an earlier version opens with DefaultGroupSettings, its
 // window entries delivered once and without deadline.
 //
+// Version 5 adds the broker group's configuration (BrokerConfig, its
+// source and the entry that set it). A state that applies by the node's
+// own values (ConfigNode: it was loaded from a checkpoint of version 4 or
+// earlier, and no configuration command has come since) is still written
+// in version 4, which nodes of the previous release read: until the group
+// has a configuration, a snapshot may go to one of them. A checkpoint of
+// version 4 or earlier opens with ConfigNode, the node's own values.
+//
 // Versions 1 to 3 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
@@ -61,7 +73,16 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 4
+const checkpointVersion = 5
+
+// version returns the checkpoint version a state is written in (see
+// checkpoint).
+func (c groupConfig) version() byte {
+	if c.source == ConfigNode {
+		return 4
+	}
+	return checkpointVersion
+}
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -78,7 +99,7 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.oldest()}
 }
 
-func (c *checkpoint) encode() []byte { return c.encodeVersion(checkpointVersion) }
+func (c *checkpoint) encode() []byte { return c.encodeVersion(c.st.config.version()) }
 
 func (c *checkpoint) encodeVersion(version byte) []byte {
 	st := c.st
@@ -144,6 +165,14 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 	if version >= 4 {
 		b = binenc.AppendUvarint(b, st.nextGen)
 		b = binenc.AppendUvarint(b, uint64(st.retries))
+	}
+	if version >= 5 {
+		b = append(b, byte(st.config.source))
+		b = binenc.AppendUvarint(b, st.config.index)
+		for _, v := range st.config.values() {
+			b = binenc.AppendUvarint(b, uint64(v))
+		}
+		b = binenc.AppendUint64(b, uint64(st.config.dedupFloor))
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -287,6 +316,13 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		st.nextGen = r.Uvarint()
 		st.retries = int64(r.Uvarint())
 	}
+	st.config.source = ConfigNode // its values are the node's (FSM.adoptNodeConfig)
+	if version >= 5 {
+		readConfig(r, &st.config)
+		if st.config.source == ConfigNode {
+			return nil, fmt.Errorf("%w: version %d with the node's own configuration (written as version 4)", ErrBadCheckpoint, version)
+		}
+	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
@@ -304,9 +340,22 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	return c, nil
 }
 
+// readConfig reads what version 5 adds: the broker group's configuration.
+func readConfig(r *binenc.Reader, c *groupConfig) {
+	c.source = ConfigSource(r.Byte())
+	c.index = r.Uvarint()
+	for _, set := range c.fields() {
+		set(int64(min(r.Uvarint(), math.MaxInt64)))
+	}
+	c.dedupFloor = r.Int64()
+}
+
 // check refuses a checkpoint whose numbers contradict each other; a
 // decoder must not hand the FSM state it would later trip over.
 func (c *checkpoint) check() error {
+	if err := c.st.config.check(); err != nil {
+		return fmt.Errorf("%w: broker group configuration: %w", ErrBadCheckpoint, err)
+	}
 	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages ||
 		c.st.retainFrom < 0 || c.st.retainFrom > c.ends.messages {
 		return fmt.Errorf("%w: negative or inconsistent log ends", ErrBadCheckpoint)

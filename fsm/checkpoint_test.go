@@ -279,9 +279,10 @@ type rawCheckpoint struct {
 	journalEnd                 uint64
 	hours                      [][4]uint64 // hour, pending, records end, dispatched end
 	delayed                    []rawDelayed
-	nextEpoch                  uint64 // version 3; default: one past the consumers
-	group                      *group // version 4: every group's settings, counts and dead letters
-	nextGen, retries           uint64 // version 4
+	nextEpoch                  uint64       // version 3; default: one past the consumers
+	group                      *group       // version 4: every group's settings, counts and dead letters
+	nextGen, retries           uint64       // version 4
+	config                     *groupConfig // version 5; default initialGroupConfig
 }
 
 type rawDelayed struct {
@@ -357,7 +358,19 @@ func (r rawCheckpoint) body() []byte {
 	if version < 4 {
 		return b
 	}
-	return binenc.AppendUvarint(binenc.AppendUvarint(b, r.nextGen), r.retries)
+	b = binenc.AppendUvarint(binenc.AppendUvarint(b, r.nextGen), r.retries)
+	if version < 5 {
+		return b
+	}
+	config := initialGroupConfig()
+	if r.config != nil {
+		config = *r.config
+	}
+	b = binenc.AppendUvarint(append(b, byte(config.source)), config.index)
+	for _, v := range config.values() {
+		b = binenc.AppendUvarint(b, uint64(v))
+	}
+	return binenc.AppendUint64(b, uint64(config.dedupFloor))
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -386,6 +399,19 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	v3.version = 3
 	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultGroupSettings() {
 		t.Fatalf("a version 3 checkpoint: %v", err)
+	}
+	// Version 4, before the broker group configuration: the node's own
+	// values, which it is written with again.
+	v4 := valid
+	v4.version = 4
+	if c, err := decodeCheckpoint(seal(v4.body())); err != nil || c.st.config.source != ConfigNode || !bytes.Equal(c.encode(), seal(v4.body())) {
+		t.Fatalf("a version 4 checkpoint: %v", err)
+	}
+	configured := valid
+	configured.config = &groupConfig{BrokerConfig: BrokerConfig{RetentionAge: 3_600_000, DedupWindow: 60_000, MaxPull: 5, MaxUnacked: 9,
+		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 7, dedupFloor: 12345}
+	if c, err := decodeCheckpoint(seal(configured.body())); err != nil || c.st.config != *configured.config {
+		t.Fatalf("a configured checkpoint: %+v, %v", c.st.config, err)
 	}
 	v2 := valid
 	v2.version = 2
@@ -456,6 +482,36 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		{"dead letter after too many deliveries", mutate(func(r *rawCheckpoint) {
 			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: limits.MaxDeliveries + 1}}}
+		})},
+		{"configuration out of bounds", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.MaxPull = limits.MaxMaxPull + 1
+			r.config = &c
+		})},
+		{"segments under their bound", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.SegmentSize = limits.MinSegmentSize - 1
+			r.config = &c
+		})},
+		{"the node's configuration in version 5", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source = ConfigNode
+			r.config = &c
+		})},
+		{"a group's configuration set by no entry", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source = ConfigGroup
+			r.config = &c
+		})},
+		{"an initial configuration set by an entry", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.index = 3
+			r.config = &c
+		})},
+		{"an unknown configuration source", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index = 3, 3
+			r.config = &c
 		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

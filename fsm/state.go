@@ -146,6 +146,8 @@ type state struct {
 	retries, deadTotal int64
 	// groupsOf counts each subject's consumer groups (derived).
 	groupsOf map[string]int
+	// config is the broker group's configuration, which apply goes by.
+	config groupConfig
 }
 
 // hourState is one hour of the schedule log.
@@ -160,7 +162,7 @@ type hourState struct {
 func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
-		groupsOf: map[string]int{}}
+		groupsOf: map[string]int{}, config: initialGroupConfig()}
 }
 
 // stamp advances the state's clock to a command's leader-stamped time. A new

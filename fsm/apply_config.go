@@ -17,7 +17,7 @@ func (f *FSM) applySetBrokerConfig(index uint64, c *SetBrokerConfig) any {
 	if c.Seed && cur.source == ConfigGroup {
 		return &BrokerConfigResult{Config: f.brokerConfigInfo()}
 	}
-	next := c.with(cur.BrokerConfig)
+	next := c.With(cur.BrokerConfig)
 	if err := next.Check(); err != nil {
 		return err
 	}

@@ -201,7 +201,7 @@ func TestReplicasFollowTheGroupsConfiguration(t *testing.T) {
 	want.RetentionAge, want.RetentionBytes = 0, 0
 	for i, c := range changes {
 		set(c)
-		want = c.with(want)
+		want = c.With(want)
 		work(4)
 		if i == 1 {
 			takeSnapshot(t, fs[2])
@@ -392,7 +392,7 @@ func TestBrokerConfigRefusedPastItsBounds(t *testing.T) {
 				}
 			}
 			r := resultAs[*BrokerConfigResult](t, set(tc.bits, tc.at))
-			if !r.Changed || r.Config.Index != idx || r.Config.BrokerConfig != (&SetBrokerConfig{Set: tc.bits, Config: tc.at}).with(r.Config.BrokerConfig) {
+			if !r.Changed || r.Config.Index != idx || r.Config.BrokerConfig != (&SetBrokerConfig{Set: tc.bits, Config: tc.at}).With(r.Config.BrokerConfig) {
 				t.Fatalf("%+v: %+v", tc.at, r)
 			}
 		})

@@ -96,8 +96,10 @@ func decodeSetBrokerConfig(now int64, r *binenc.Reader) (*SetBrokerConfig, error
 	return c, nil
 }
 
-// with returns cur with the fields c sets taken from c.Config.
-func (c *SetBrokerConfig) with(cur BrokerConfig) BrokerConfig {
+// With returns cur with the fields c sets taken from c.Config: what
+// applying c to a group configured with cur makes of it, if it passes
+// Check.
+func (c *SetBrokerConfig) With(cur BrokerConfig) BrokerConfig {
 	values := c.Config.values()
 	for i, set := range cur.fields() {
 		if c.Set&(1<<i) != 0 {

@@ -32,6 +32,8 @@ func (n *Node) Status() Status {
 	if err := n.fsm.Stopped(); err != nil {
 		s.Stopped = err.Error()
 	}
+	c := brokerConfigOut(n.fsm.BrokerConfig())
+	s.BrokerConfig = &c
 	return s
 }
 

@@ -65,6 +65,9 @@ type Status struct {
 	DiskFull     bool   `json:"disk_full,omitempty"`
 	ApplyWaiting bool   `json:"apply_waiting_for_disk,omitempty"`
 	Stopped      string `json:"stopped,omitempty"`
+	// Broker nodes only: the broker group's configuration as this node's
+	// replica holds it (absent from nodes of a release without it).
+	BrokerConfig *BrokerConfig `json:"broker_config,omitempty"`
 }
 
 // Member is one member of a broker group.

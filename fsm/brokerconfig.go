@@ -176,9 +176,10 @@ type groupConfig struct {
 	source ConfigSource
 	index  uint64 // the entry that last set it (ConfigGroup)
 	// dedupFloor is the leader-stamped time before which no delayed id is
-	// remembered, whatever the window: a change that lengthened the window
-	// set it where the shorter one ended, since ids it had forgotten are
-	// forgotten for good (math.MinInt64: none).
+	// remembered, whatever the window, and no message is scheduled: a
+	// change that lengthened the window set it where the shorter one
+	// ended, since ids it had forgotten are forgotten for good, and hours
+	// it swept lie before it (math.MinInt64: none).
 	dedupFloor int64
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
@@ -495,5 +496,38 @@ func TestNodeWarnsOnceThatItsValuesDiffer(t *testing.T) {
 	}
 	if got := pullAt(t, f, 3, 1000, "s", "g", "c", 100); len(got.Entries) != 0 {
 		t.Fatal("pulled from nothing")
+	}
+}
+
+// A schedule hour swept under a short dedup window is never scheduled into
+// again once the window grows: a delayed message due in it, from a leader
+// whose clock is behind the state's, is delivered at once, as one due
+// before any swept hour always was.
+func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
+	f := unitFSM(t)
+	const minute = 60_000
+	h := int64(500_000) * delaywheel.HourMillis
+	idx := uint64(0)
+	apply := func(cmd encoder) any { idx++; return applyAt(f, idx, cmd) }
+	m := unitMsg("early", "s", 10)
+	m.DeliverAt = h + 10*minute
+	if r := resultAs[*AppendResult](t, apply(&Append{Now: h + minute, Messages: []*logs.Message{m}})); r.Messages[0].Status != Scheduled {
+		t.Fatalf("the first delayed message: %+v", r.Messages[0])
+	}
+	apply(&Fire{Now: h + 11*minute, Refs: []uint64{delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0)}})
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: h + 12*minute, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: minute}}))
+	apply(&Append{Now: delaywheel.HourMillis + h + 2*minute, Messages: []*logs.Message{unitMsg("next-hour", "s", 10)}})
+	if _, ok := f.st.hours[delaywheel.Hour(m.DeliverAt)]; ok {
+		t.Fatal("the fired hour was not swept")
+	}
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: delaywheel.HourMillis + h + 3*minute, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: 30 * minute}}))
+	late := unitMsg("late", "s", 10)
+	late.DeliverAt = delaywheel.HourMillis + h - 10*minute // in the swept hour
+	r := resultAs[*AppendResult](t, apply(&Append{Now: delaywheel.HourMillis + h - 20*minute, Messages: []*logs.Message{late}}))
+	if r.Messages[0].Status != Appended {
+		t.Fatalf("a message due in the swept hour: %+v, want it delivered at once", r.Messages[0])
+	}
+	if _, ok := f.st.hours[delaywheel.Hour(late.DeliverAt)]; ok {
+		t.Fatal("the swept hour holds a message again")
 	}
 }

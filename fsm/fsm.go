@@ -101,13 +101,9 @@ func DefaultConfig(dir string) Config {
 
 // BrokerConfig returns this node's values of the broker group
 // configuration. A dedup window is kept in whole milliseconds, a fraction
-// rounded up.
+// dropped, as apply always took it.
 func (c Config) BrokerConfig() BrokerConfig {
-	window := c.DedupWindow.Milliseconds()
-	if c.DedupWindow%time.Millisecond > 0 {
-		window++
-	}
-	return BrokerConfig{RetentionAge: c.Retention.MaxAge, RetentionBytes: c.Retention.MaxBytes, DedupWindow: window,
+	return BrokerConfig{RetentionAge: c.Retention.MaxAge, RetentionBytes: c.Retention.MaxBytes, DedupWindow: c.DedupWindow.Milliseconds(),
 		MaxPull: c.MaxPull, MaxUnacked: c.MaxUnacked, SegmentSize: c.SegmentSize, IndexSegmentSize: c.IndexSegmentSize}
 }
 
@@ -121,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
 		return errors.New("fsm: config: negative retention")
+	}
+	if c.DedupWindow < 0 {
+		return fmt.Errorf("fsm: config: dedup-window %s is negative", c.DedupWindow)
 	}
 	if err := c.BrokerConfig().checkFields(); err != nil {
 		return fmt.Errorf("fsm: config: %w", err)

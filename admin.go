@@ -162,21 +162,27 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 // not have every node registered yet), it asks the metaserver for the
 // group's nodes again; a request that reached a leader is never repeated.
 func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, req any) error {
+	_, err := a.groupRequest(ctx, group, t, req)
+	return err
+}
+
+// groupRequest is groupCall, returning the leader's answer.
+func (a *Admin) groupRequest(ctx context.Context, group string, t transport.Type, req any) ([]byte, error) {
 	b, _ := json.Marshal(req)
 	for {
 		gc, err := a.groupClient(ctx, group)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = gc.Call(actx, t, b)
+		body, err := gc.Call(actx, t, b)
 		cancel()
 		gc.Close()
 		if err == nil || ctx.Err() != nil || actx.Err() == nil {
-			return err
+			return body, err
 		}
 		if code := transport.CodeOf(err); code != transport.NotLeader && code != transport.Unavailable {
-			return err
+			return nil, err
 		}
 	}
 }

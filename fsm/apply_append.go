@@ -37,8 +37,9 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	// state's (an earlier leader's clock ran ahead): it fires by the
 	// proposer's clock, never early by it. But never into an hour the
 	// state may have swept (see sweepHours), which lies a whole dedup
-	// window behind the state's clock.
-	scheduleAfter := max(c.Now, now-f.cfg.DedupWindow.Milliseconds())
+	// window behind the state's clock, or, swept by a shorter window
+	// before the window grew, before its floor.
+	scheduleAfter := max(c.Now, now-f.st.config.DedupWindow, f.st.config.dedupFloor)
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
 	for i, m := range c.Messages {
 		if err := CheckMessage(m); err != nil {

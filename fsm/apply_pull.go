@@ -59,10 +59,10 @@ func (f *FSM) applyPull(c *Pull) any {
 			// gets), so whatever this one handed out, it never saw.
 			from = 0
 		}
-		f.resend(cs, from, min(c.Max, f.cfg.MaxPull), res)
+		f.resend(cs, from, min(c.Max, f.st.config.MaxPull), res)
 	}
-	n := min(c.Max-len(res.Entries), f.cfg.MaxPull-len(res.Entries),
-		g.settings.inFlight(f.cfg.MaxUnacked)-cs.open, f.cfg.MaxUnacked-len(cs.window))
+	n := min(c.Max-len(res.Entries), f.st.config.MaxPull-len(res.Entries),
+		g.settings.inFlight(f.st.config.MaxUnacked)-cs.open, f.st.config.MaxUnacked-len(cs.window))
 	if n <= 0 {
 		return res
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -567,12 +568,24 @@ func TestConfigValidate(t *testing.T) {
 		}, ""},
 		{"retention", func(c *Config) { c.Retention = logs.Retention{MaxAge: 1, MaxBytes: 1} }, ""},
 		{"no dir", func(c *Config) { c.Dir = "" }, "Dir"},
-		{"small segments", func(c *Config) { c.SegmentSize = 1<<20 - 1 }, "SegmentSize"},
-		{"zero segments", func(c *Config) { c.SegmentSize = 0 }, "SegmentSize"},
-		{"small index segments", func(c *Config) { c.IndexSegmentSize = 64<<10 - 1 }, "IndexSegmentSize"},
-		{"negative window", func(c *Config) { c.DedupWindow = -time.Millisecond }, "DedupWindow"},
-		{"zero unacked", func(c *Config) { c.MaxUnacked = 0 }, "MaxUnacked"},
-		{"negative pull", func(c *Config) { c.MaxPull = -1 }, "MaxPull"},
+		{"maximums", func(c *Config) {
+			c.SegmentSize, c.IndexSegmentSize, c.DedupWindow, c.MaxUnacked, c.MaxPull = limits.MaxSegmentSize, limits.MaxIndexSegmentSize,
+				limits.MaxDedupWindow, limits.MaxMaxUnacked, limits.MaxMaxPull
+			c.Retention = logs.Retention{MaxAge: limits.MaxRetentionAge.Milliseconds(), MaxBytes: limits.MaxRetentionBytes}
+		}, ""},
+		{"small segments", func(c *Config) { c.SegmentSize = 1<<20 - 1 }, "segment-size"},
+		{"zero segments", func(c *Config) { c.SegmentSize = 0 }, "segment-size"},
+		{"large segments", func(c *Config) { c.SegmentSize = limits.MaxSegmentSize + 1 }, "segment-size"},
+		{"small index segments", func(c *Config) { c.IndexSegmentSize = 64<<10 - 1 }, "index-segment-size"},
+		{"large index segments", func(c *Config) { c.IndexSegmentSize = limits.MaxIndexSegmentSize + 1 }, "index-segment-size"},
+		{"negative window", func(c *Config) { c.DedupWindow = -time.Millisecond }, "dedup-window"},
+		{"long window", func(c *Config) { c.DedupWindow = limits.MaxDedupWindow + time.Millisecond }, "dedup-window"},
+		{"zero unacked", func(c *Config) { c.MaxUnacked = 0 }, "max-unacked"},
+		{"many unacked", func(c *Config) { c.MaxUnacked = limits.MaxMaxUnacked + 1 }, "max-unacked"},
+		{"negative pull", func(c *Config) { c.MaxPull = -1 }, "max-pull"},
+		{"large pull", func(c *Config) { c.MaxPull = limits.MaxMaxPull + 1 }, "max-pull"},
+		{"long retention", func(c *Config) { c.Retention.MaxAge = limits.MaxRetentionAge.Milliseconds() + 1 }, "retention-age"},
+		{"large retention", func(c *Config) { c.Retention.MaxBytes = limits.MaxRetentionBytes + 1 }, "retention-size"},
 		{"negative age", func(c *Config) { c.Retention.MaxAge = -1 }, "retention"},
 		{"negative bytes", func(c *Config) { c.Retention.MaxBytes = -1 }, "retention"},
 		{"no logger", func(c *Config) { c.Logger = nil }, "Logger"},

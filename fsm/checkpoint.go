@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +38,11 @@ import (
 //	delayed-subject-count uvarint | (subject, pending uvarint)…      sorted by subject
 //	next-epoch uvarint                                                (version 3 on)
 //	next-gen uvarint | retries uvarint                                (version 4 on)
-//	removing u8 | identity                                            (version 5 on)
+//	removing u8 | identity | config-source u8 |                       (version 5 on)
+//	  unless the source is the node's own (1):
+//	  config-index uvarint | retention-age uvarint | retention-bytes uvarint |
+//	  dedup-window uvarint | max-pull uvarint | max-unacked uvarint | segment-size uvarint |
+//	  index-segment-size uvarint | dedup-floor i64
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -57,6 +62,16 @@ import (
 // version opens with 0 (Open then finishes only a removal whose message-log
 // segments are still there, as before). And the group's identity (see
 // identity.go), "" until recorded; an earlier version opens without one.
+// And the broker group's configuration (BrokerConfig, its source and the
+// entry that set it); a checkpoint of version 4 or earlier opens with
+// ConfigNode, the node's own values, which it applied by, and so does one
+// of version 5 that says so (then no values are written: they are each
+// node's own).
+//
+// A checkpoint holding nothing of version 5 (not retention's, no
+// identity, the node's own configuration) is still written in version 4,
+// which nodes of the previous release read: until the group records its
+// identity and its configuration, a snapshot may go to one of them.
 //
 // Versions 1 to 4 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
@@ -86,13 +101,9 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.oldest()}
 }
 
-// encode encodes c in the earliest version that holds it: version 4 while
-// nothing of version 5 is set (not retention's checkpoint, no identity),
-// so a snapshot stays readable by a node of the previous release until
-// the group records its identity, which its first leader of this release
-// does (in a rolling restart, the leader goes last).
+// encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
-	if !c.st.removing && c.st.identity == "" {
+	if !c.st.removing && c.st.identity == "" && c.st.config.source == ConfigNode {
 		return c.encodeVersion(4)
 	}
 	return c.encodeVersion(checkpointVersion)
@@ -170,6 +181,14 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 		}
 		b = append(b, removing)
 		b = binenc.AppendString(b, st.identity)
+		b = append(b, byte(st.config.source))
+		if st.config.source != ConfigNode {
+			b = binenc.AppendUvarint(b, st.config.index)
+			for _, v := range st.config.values() {
+				b = binenc.AppendUvarint(b, uint64(v))
+			}
+			b = binenc.AppendUint64(b, uint64(st.config.dedupFloor))
+		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -313,9 +332,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		st.nextGen = r.Uvarint()
 		st.retries = int64(r.Uvarint())
 	}
+	st.config.source = ConfigNode // its values are the node's (FSM.adoptNodeConfig)
 	if version >= 5 {
 		st.removing = r.Byte() == 1 // another byte fails the canonical check
 		st.identity = r.String(maxIdentity)
+		readConfig(r, &st.config)
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
@@ -334,9 +355,24 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	return c, nil
 }
 
+// readConfig reads what version 5 adds: the broker group's configuration.
+func readConfig(r *binenc.Reader, c *groupConfig) {
+	if c.source = ConfigSource(r.Byte()); c.source == ConfigNode {
+		return // the node's own values, no more
+	}
+	c.index = r.Uvarint()
+	for _, set := range c.fields() {
+		set(int64(min(r.Uvarint(), math.MaxInt64)))
+	}
+	c.dedupFloor = r.Int64()
+}
+
 // check refuses a checkpoint whose numbers contradict each other; a
 // decoder must not hand the FSM state it would later trip over.
 func (c *checkpoint) check() error {
+	if err := c.st.config.check(); err != nil {
+		return fmt.Errorf("%w: broker group configuration: %w", ErrBadCheckpoint, err)
+	}
 	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages ||
 		c.st.retainFrom < 0 || c.st.retainFrom > c.ends.messages {
 		return fmt.Errorf("%w: negative or inconsistent log ends", ErrBadCheckpoint)

@@ -48,7 +48,7 @@ func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
 	c := f.currentCheckpoint()
 	p := &pendingCheckpoint{encoded: c.encode(), index: f.st.applied, restore: f.restores,
 		hours:         slices.Clone(f.emptied),
-		journalBefore: f.st.now - f.cfg.DedupWindow.Milliseconds()}
+		journalBefore: f.st.now - f.st.config.DedupWindow}
 	f.checkpointSize = int64(len(p.encoded))
 	return p, c.ends, nil
 }

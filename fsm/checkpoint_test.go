@@ -279,11 +279,12 @@ type rawCheckpoint struct {
 	journalEnd                 uint64
 	hours                      [][4]uint64 // hour, pending, records end, dispatched end
 	delayed                    []rawDelayed
-	nextEpoch                  uint64 // version 3; default: one past the consumers
-	group                      *group // version 4: every group's settings, counts and dead letters
-	nextGen, retries           uint64 // version 4
-	removing                   byte   // version 5
-	identity                   string // version 5
+	nextEpoch                  uint64       // version 3; default: one past the consumers
+	group                      *group       // version 4: every group's settings, counts and dead letters
+	nextGen, retries           uint64       // version 4
+	removing                   byte         // version 5
+	identity                   string       // version 5
+	config                     *groupConfig // version 5; default initialGroupConfig
 }
 
 type rawDelayed struct {
@@ -363,7 +364,19 @@ func (r rawCheckpoint) body() []byte {
 	if version < 5 {
 		return b
 	}
-	return binenc.AppendString(append(b, r.removing), r.identity)
+	b = binenc.AppendString(append(b, r.removing), r.identity)
+	config := initialGroupConfig()
+	if r.config != nil {
+		config = *r.config
+	}
+	if b = append(b, byte(config.source)); config.source == ConfigNode {
+		return b
+	}
+	b = binenc.AppendUvarint(b, config.index)
+	for _, v := range config.values() {
+		b = binenc.AppendUvarint(b, uint64(v))
+	}
+	return binenc.AppendUint64(b, uint64(config.dedupFloor))
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -393,16 +406,24 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultGroupSettings() {
 		t.Fatalf("a version 3 checkpoint: %v", err)
 	}
-	// Version 4, before retention's removing mark: not removing.
+	// Version 4, before retention's removing mark and the broker group
+	// configuration: not removing, the node's own values, which it is
+	// written with again.
 	v4 := valid
 	v4.version = 4
-	if c, err := decodeCheckpoint(seal(v4.body())); err != nil || c.st.removing {
-		t.Fatalf("a version 4 checkpoint: %v, removing %v", err, c != nil && c.st.removing)
+	if c, err := decodeCheckpoint(seal(v4.body())); err != nil || c.st.removing || c.st.config.source != ConfigNode || !bytes.Equal(c.encode(), seal(v4.body())) {
+		t.Fatalf("a version 4 checkpoint: %v", err)
 	}
 	removing := valid
 	removing.removing, removing.identity = 1, "g1/0123456789abcdef0123456789abcdef"
 	if c, err := decodeCheckpoint(seal(removing.body())); err != nil || !c.st.removing || c.st.identity != removing.identity {
 		t.Fatalf("a checkpoint of retention's removal, with an identity: %v", err)
+	}
+	configured := valid
+	configured.config = &groupConfig{BrokerConfig: BrokerConfig{RetentionAge: 3_600_000, DedupWindow: 60_000, MaxPull: 5, MaxUnacked: 9,
+		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 7, dedupFloor: 12345}
+	if c, err := decodeCheckpoint(seal(configured.body())); err != nil || c.st.config != *configured.config {
+		t.Fatalf("a configured checkpoint: %+v, %v", c.st.config, err)
 	}
 	v2 := valid
 	v2.version = 2
@@ -412,9 +433,12 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encodeVersion(checkpointVersion), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
 	}
-	// Nothing of version 5 set: encoded as version 4, which the previous
-	// release reads; with an identity, as version 5.
-	if b := mustDecodeCheckpoint(t, seal(valid.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
+	// Nothing of version 5 set (the node's own configuration): encoded as
+	// version 4, which the previous release reads; with an identity, as
+	// version 5.
+	nodeOwn := valid
+	nodeOwn.config = &groupConfig{source: ConfigNode}
+	if b := mustDecodeCheckpoint(t, seal(nodeOwn.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
 		t.Fatalf("a checkpoint without identity encodes as version %d", b[0])
 	}
 	if b := mustDecodeCheckpoint(t, seal(removing.body())).encode(); !bytes.Equal(b, seal(removing.body())) {
@@ -483,6 +507,36 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		{"dead letter after too many deliveries", mutate(func(r *rawCheckpoint) {
 			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: limits.MaxDeliveries + 1}}}
+		})},
+		{"configuration out of bounds", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.MaxPull = limits.MaxMaxPull + 1
+			r.config = &c
+		})},
+		{"segments under their bound", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.SegmentSize = limits.MinSegmentSize - 1
+			r.config = &c
+		})},
+		{"the node's configuration in version 5, with values", func() []byte {
+			r := valid
+			r.config = &groupConfig{source: ConfigNode}
+			return seal(binenc.AppendUvarint(r.body(), 0)) // values after the node's own source
+		}()},
+		{"a group's configuration set by no entry", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source = ConfigGroup
+			r.config = &c
+		})},
+		{"an initial configuration set by an entry", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.index = 3
+			r.config = &c
+		})},
+		{"an unknown configuration source", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index = 3, 3
+			r.config = &c
 		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

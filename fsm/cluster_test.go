@@ -28,10 +28,13 @@ import (
 
 // TestCluster runs the FSM under real Raft: three voters on loopback TCP,
 // each with a BoltDB log store and this package's hard-link snapshot store.
-// It checks the commands' responses against a small model, kills and
-// restarts a follower, moves leadership, installs a snapshot on a fresh
-// fourth node, and finally requires every replica to hold byte-identical
-// logs. Set QMQ_CLUSTER_LOG=debug (or info) to see Raft's logs.
+// Each node is opened with its own segment sizes, pull and unacked bounds
+// and dedup window; the leader's first command sets the group's
+// configuration, which every replica goes by. It checks the commands'
+// responses against a small model, kills and restarts a follower, moves
+// leadership, installs a snapshot on a fresh fourth node, and finally
+// requires every replica to hold byte-identical logs. Set
+// QMQ_CLUSTER_LOG=debug (or info) to see Raft's logs.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short mode")
@@ -54,6 +57,7 @@ func TestCluster(t *testing.T) {
 			c.start(t, n, &raft.Configuration{Servers: servers})
 		}
 		c.waitLeader(t, nil)
+		c.apply(t, c.leader, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: clusterConfig(1).BrokerConfig()})
 	})
 
 	step("append-pull-ack-reclaim", func(t *testing.T) {
@@ -245,6 +249,21 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// clusterConfig is node i's configuration: the group's (node 1's) has small
+// segments so that every log has several, and the defaults the model
+// pulls by; the others' differ in every setting of the group
+// configuration.
+func clusterConfig(i int) Config {
+	cfg := DefaultConfig("")
+	cfg.SegmentSize, cfg.IndexSegmentSize = clusterSegmentSize, clusterIndexSegmentSize
+	if i > 1 {
+		cfg.SegmentSize, cfg.IndexSegmentSize = int64(i)<<20, int64(i)<<16
+		cfg.MaxPull, cfg.MaxUnacked, cfg.DedupWindow = 10*i, 100*i, time.Duration(i)*time.Minute
+		cfg.Retention = logs.Retention{MaxBytes: int64(i) << 20}
+	}
+	return cfg
+}
+
 // Cluster settings: small segments so that every log has several.
 const (
 	clusterSegmentSize      = 1 << 20
@@ -415,9 +434,9 @@ func (c *clusterT) start(t *testing.T, n *clusterNode, bootstrap *raft.Configura
 	if n.trans == nil {
 		n.trans = clusterListen(t, string(n.addr), logger)
 	}
-	cfg := DefaultConfig(filepath.Join(n.dir, "fsm"))
-	cfg.SegmentSize = clusterSegmentSize
-	cfg.IndexSegmentSize = clusterIndexSegmentSize
+	i, _ := strconv.Atoi(strings.TrimPrefix(string(n.id), "node"))
+	cfg := clusterConfig(i)
+	cfg.Dir = filepath.Join(n.dir, "fsm")
 	cfg.Logger = logger
 	if n.fsm, err = Open(cfg); err != nil {
 		fail("open FSM: %v", err)

@@ -28,6 +28,9 @@ const (
 	CmdSetGroup    CommandType = 11
 	CmdResetGroup  CommandType = 12
 	CmdDeadLetters CommandType = 13
+	// CmdBrokerConfig changes the broker group's configuration
+	// (SetBrokerConfig).
+	CmdBrokerConfig CommandType = 14
 )
 
 func (t CommandType) String() string {
@@ -58,6 +61,8 @@ func (t CommandType) String() string {
 		return "reset-group"
 	case CmdDeadLetters:
 		return "dead-letters"
+	case CmdBrokerConfig:
+		return "broker-config"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -357,7 +362,7 @@ func (c *Fire) Encode() []byte {
 }
 
 // Decode decodes a command: *Append, *Pull, *Ack, *Reclaim, *SetMember,
-// *Fire or *Forget.
+// *Fire, *Forget, *SetBrokerConfig or one of command_consume.go.
 func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
@@ -439,6 +444,12 @@ func Decode(b []byte) (any, error) {
 		c := &Forget{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		if v >= commandVersionEpoch {
 			c.IdleFor = int64(r.Uvarint())
+		}
+		cmd = c
+	case CmdBrokerConfig:
+		c, err := decodeSetBrokerConfig(now, r)
+		if err != nil {
+			return nil, err
 		}
 		cmd = c
 	default:

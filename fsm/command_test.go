@@ -29,19 +29,22 @@ func sampleCommands() map[string]encoder {
 		"append empty": &Append{Now: -1},
 		"append apps": &Append{Now: 2, Messages: []*logs.Message{full, unitMsg("id-3", "x", 0), unitMsg("id-4", "x", 1)},
 			Apps: []Sender{{App: "billing", MaxDelayed: 1 << 30}, {App: long, MaxDelayed: 0}}, Senders: []int{2, 0, 1}},
-		"pull":           &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
-		"pull max":       &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
-		"ack":            &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 3}, {7, 7}}},
-		"ack no ranges":  &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{}},
-		"ack max ranges": &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
-		"reclaim":        &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
-		"pull resend":    &Pull{Start: StartEarliest, Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
-		"ack epoch":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []AckRange{{1, 1}}},
-		"forget":         &Forget{Now: 2, Subject: long, Group: "g"},
-		"member":         &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
-		"member removal": &SetMember{Now: 3, ID: "node1"},
-		"fire":           &Fire{Now: 4, Refs: []uint64{0, 1 << 44, math.MaxUint64}},
-		"fire none":      &Fire{Now: 4, Refs: []uint64{}},
+		"pull":               &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
+		"pull max":           &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
+		"ack":                &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 3}, {7, 7}}},
+		"ack no ranges":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{}},
+		"ack max ranges":     &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
+		"reclaim":            &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
+		"pull resend":        &Pull{Start: StartEarliest, Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
+		"ack epoch":          &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []AckRange{{1, 1}}},
+		"forget":             &Forget{Now: 2, Subject: long, Group: "g"},
+		"member":             &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
+		"member removal":     &SetMember{Now: 3, ID: "node1"},
+		"fire":               &Fire{Now: 4, Refs: []uint64{0, 1 << 44, math.MaxUint64}},
+		"fire none":          &Fire{Now: 4, Refs: []uint64{}},
+		"broker-config seed": &SetBrokerConfig{Now: 0, Set: SetAllConfig, Seed: true, Config: DefaultBrokerConfig()},
+		"broker-config change": &SetBrokerConfig{Now: 6, Set: SetDedupWindow | SetMaxPull,
+			Config: BrokerConfig{DedupWindow: math.MaxInt64, MaxPull: 3, RetentionAge: 1}},
 	}
 }
 
@@ -76,7 +79,8 @@ func TestCommandRoundTrip(t *testing.T) {
 
 func TestCommandTypeValues(t *testing.T) {
 	// The values are written into the Raft log.
-	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim, 5: CmdMember, 6: CmdFire, 7: CmdForget} {
+	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim, 5: CmdMember, 6: CmdFire, 7: CmdForget,
+		8: CmdNack, 9: CmdExtend, 10: CmdExpire, 11: CmdSetGroup, 12: CmdResetGroup, 13: CmdDeadLetters, 14: CmdBrokerConfig} {
 		if ct != want {
 			t.Fatalf("%s = %d, want %d", ct, ct, want)
 		}
@@ -97,6 +101,13 @@ func TestDecodeRejects(t *testing.T) {
 	nonMinimalName := binenc.AppendUvarint(binenc.AppendString(binenc.AppendString(append(nonMinimal(header(CmdReclaim), 1), 's'), "g"), "c"), 0)
 	ranges := binenc.AppendUvarint(appendNames(header(CmdAck), "s", "g", "c"), 0) // epoch 0
 	tooManyRanges := binenc.AppendUvarint(append([]byte(nil), ranges...), limits.MaxAckRanges+1)
+	config := (&SetBrokerConfig{Now: 1, Set: SetAllConfig, Config: DefaultBrokerConfig()}).Encode()
+	configFlag := bytes.Clone(config)
+	configFlag[11] = 2                                                                                // a flag not known
+	configHuge := binenc.AppendUvarint(append(header(CmdBrokerConfig), byte(SetAllConfig), 0), 1<<63) // past an int64
+	for range 6 {
+		configHuge = binenc.AppendUvarint(configHuge, 1)
+	}
 	badMessage := append(header(CmdAppend), 1)
 	badMessage = (&logs.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
 	for _, tc := range []struct {
@@ -122,6 +133,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
 		{"non-minimal name length", nonMinimalName},
 		{"non-minimal range", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0)},
+		{"truncated broker config", config[:len(config)-1]},
+		{"broker config with a trailing byte", append(bytes.Clone(config), 0)},
+		{"broker config with an unknown flag", configFlag},
+		{"broker config past an int64", configHuge},
+		{"broker config of version 2", append([]byte{byte(CmdBrokerConfig), 2}, config[2:]...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, err := Decode(tc.b)

@@ -134,7 +134,7 @@ func (f *FSM) firedSet(hour int64, hs *hourState) map[int64]struct{} {
 // sweeps at the same entry.
 func (f *FSM) sweepHours(now int64) {
 	for hour, hs := range f.st.hours {
-		if hs.pending == 0 && (hour+1)*delaywheel.HourMillis+f.cfg.DedupWindow.Milliseconds() <= now {
+		if hs.pending == 0 && (hour+1)*delaywheel.HourMillis+f.st.config.DedupWindow <= now {
 			delete(f.st.hours, hour)
 			f.emptied = append(f.emptied, hour)
 		}

@@ -93,7 +93,7 @@ func senderWrites(data []byte) int64 {
 
 // nackWrites bounds the retry records applying a Nack writes into the
 // schedule: one per sequence it names that its consumer holds, so no more
-// than its ranges name nor than one consumer holds (Config.MaxUnacked),
+// than its ranges name nor than one consumer holds (windowBound),
 // each at most maxRetryRecordBytes. A Nack that does not decode writes
 // nothing.
 func (f *FSM) nackWrites(data []byte) int64 {
@@ -102,7 +102,7 @@ func (f *FSM) nackWrites(data []byte) int64 {
 	if err != nil || !ok {
 		return 0
 	}
-	window := int64(f.cfg.MaxUnacked)
+	window := int64(f.windowBound)
 	n := int64(0)
 	for _, r := range c.Ranges {
 		if r.First >= 0 && r.Last >= r.First {

@@ -14,33 +14,44 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/disk"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
 // Config configures an FSM. Start from DefaultConfig. The settings that
-// decide what apply does (DedupWindow, MaxUnacked, MaxPull, Retention and
-// the segment sizes) must be the same on every replica of a group, or the
-// replicas diverge; the others (Dir, MaxOpenFiles, the disk settings, the
-// callbacks) are each node's own.
+// decide what apply does (SegmentSize, IndexSegmentSize, DedupWindow,
+// MaxUnacked, MaxPull, Retention) are this node's own values of its broker
+// group's configuration (BrokerConfig), which is replicated state: apply
+// goes by the group's, so nodes started with different values apply alike.
+// A node's values are what it proposes as the configuration of a group
+// that has none, when it leads (the server does), and what it applies by
+// for a state written before the group configuration existed (a
+// checkpoint of version 4 or earlier, which it applied by them). The
+// others (Dir, MaxOpenFiles, the disk settings, the callbacks) are each
+// node's own: they change when apply runs, not what it does.
 type Config struct {
 	// Dir holds the FSM's logs and checkpoint (in Dir/data) and its snapshot
 	// staging area; it must be on the same file system as the snapshot store,
 	// which hard-links segments.
 	Dir string
-	// SegmentSize is the message log's segment size. Default 64 MiB.
+	// SegmentSize is this node's message-log segment size (see
+	// BrokerConfig). Default 64 MiB.
 	SegmentSize int64
-	// IndexSegmentSize is the consume and pull logs' segment size. Default 4 MiB.
+	// IndexSegmentSize is this node's segment size of the consume and pull
+	// logs and the journal. Default 4 MiB.
 	IndexSegmentSize int64
-	// DedupWindow is how long a message id is remembered so that a retried
-	// send is not appended twice, in leader-stamped time. Default 10 minutes.
+	// DedupWindow is this node's dedup window: how long a message id is
+	// remembered so that a retried send is not appended twice, in
+	// leader-stamped time. Default 10 minutes.
 	DedupWindow time.Duration
-	// MaxUnacked is the most entries one consumer may hold unacked; a pull
-	// beyond it returns nothing until acks arrive. Default 10,000.
+	// MaxUnacked is this node's bound of the entries one consumer may hold
+	// unacked; a pull beyond it returns nothing until acks arrive. Default
+	// 10,000.
 	MaxUnacked int
-	// MaxPull caps one pull. Default 1,000.
+	// MaxPull is this node's cap of one pull. Default 1,000.
 	MaxPull int
-	// Retention removes sealed message-log segments by age and total size.
-	// Default: keep everything.
+	// Retention is this node's retention: sealed message-log segments
+	// removed by age and total size. Default: keep everything.
 	Retention logs.Retention
 	// MaxOpenFiles bounds the segment files the FSM keeps open, across all
 	// its logs (message, pull, journal, every subject's consume log and the
@@ -87,11 +98,11 @@ type Config struct {
 func DefaultConfig(dir string) Config {
 	return Config{
 		Dir:              dir,
-		SegmentSize:      64 << 20,
-		IndexSegmentSize: 4 << 20,
-		DedupWindow:      10 * time.Minute,
-		MaxUnacked:       10000,
-		MaxPull:          1000,
+		SegmentSize:      limits.DefaultSegmentSize,
+		IndexSegmentSize: limits.DefaultIndexSegmentSize,
+		DedupWindow:      limits.DefaultDedupWindow,
+		MaxUnacked:       limits.DefaultMaxUnacked,
+		MaxPull:          limits.DefaultMaxPull,
 		MaxOpenFiles:     1024,
 		Logger:           hclog.NewNullLogger(),
 		DiskFree:         disk.Free,
@@ -100,23 +111,34 @@ func DefaultConfig(dir string) Config {
 	}
 }
 
-// Validate reports a setting that cannot work.
+// BrokerConfig returns this node's values of the broker group
+// configuration. A dedup window is kept in whole milliseconds, a fraction
+// dropped, as apply always took it.
+func (c Config) BrokerConfig() BrokerConfig {
+	return BrokerConfig{RetentionAge: c.Retention.MaxAge, RetentionBytes: c.Retention.MaxBytes, DedupWindow: c.DedupWindow.Milliseconds(),
+		MaxPull: c.MaxPull, MaxUnacked: c.MaxUnacked, SegmentSize: c.SegmentSize, IndexSegmentSize: c.IndexSegmentSize}
+}
+
+// Validate reports a setting that cannot work: of the broker group
+// configuration, a value outside its own bounds (those of internal/limits;
+// whether the values agree with each other is the server's to check,
+// before this node proposes them).
 func (c Config) Validate() error {
-	switch {
-	case c.Dir == "":
+	if c.Dir == "" {
 		return errors.New("fsm: config: Dir is empty")
-	case c.SegmentSize < 1<<20:
-		return fmt.Errorf("fsm: config: SegmentSize %d is below 1 MiB", c.SegmentSize)
-	case c.IndexSegmentSize < 64<<10:
-		return fmt.Errorf("fsm: config: IndexSegmentSize %d is below 64 KiB", c.IndexSegmentSize)
-	case c.DedupWindow < 0:
-		return fmt.Errorf("fsm: config: DedupWindow %s is negative", c.DedupWindow)
-	case c.MaxUnacked <= 0 || c.MaxPull <= 0:
-		return fmt.Errorf("fsm: config: MaxUnacked %d and MaxPull %d must be positive", c.MaxUnacked, c.MaxPull)
+	}
+	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
+		return errors.New("fsm: config: negative retention")
+	}
+	if c.DedupWindow < 0 {
+		return fmt.Errorf("fsm: config: dedup-window %s is negative", c.DedupWindow)
+	}
+	if err := c.BrokerConfig().checkFields(); err != nil {
+		return fmt.Errorf("fsm: config: %w", err)
+	}
+	switch {
 	case c.MaxOpenFiles < minOpenFiles:
 		return fmt.Errorf("fsm: config: MaxOpenFiles %d is below %d", c.MaxOpenFiles, minOpenFiles)
-	case c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0:
-		return errors.New("fsm: config: negative retention")
 	case c.Logger == nil:
 		return errors.New("fsm: config: Logger is nil")
 	case c.DiskFree == nil || c.OnFatal == nil:
@@ -164,6 +186,13 @@ type FSM struct {
 	// subjects are those with messages or delayed messages pending
 	// (derived from the logs and the state; never shrinks).
 	subjects map[string]struct{}
+	// flagsWarned: this node's own configuration was found to differ from
+	// its group's, and said so (warnFlags).
+	flagsWarned bool
+	// windowBound is at least the entries any consumer's window holds
+	// (state.windowBound, as of the load or the last configuration
+	// change), for the space a Nack may take. Derived.
+	windowBound int
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
@@ -270,11 +299,12 @@ func (f *FSM) load(dir string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openStore(dir, f.cfg, cp.ends, f.syncfs)
+	f.adoptNodeConfig(cp)
+	s, err := openStore(dir, f.storeConfig(cp.st.config.BrokerConfig), cp.ends, f.syncfs)
 	if err != nil {
 		return err
 	}
-	d, delayed, err := rebuildDedup(s, cp, f.cfg.DedupWindow.Milliseconds())
+	d, delayed, err := rebuildDedup(s, cp)
 	if err != nil {
 		s.close()
 		return err
@@ -291,6 +321,10 @@ func (f *FSM) load(dir string) error {
 		f.subjects[subject] = struct{}{}
 	}
 	f.emptied = nil
+	f.windowBound = cp.st.windowBound()
+	if cp.st.config.source == ConfigGroup {
+		f.warnFlags(cp.st.config.BrokerConfig)
+	}
 	if err := f.finishRemoval(cp); err != nil {
 		s.close()
 		f.store = nil
@@ -300,12 +334,13 @@ func (f *FSM) load(dir string) error {
 	return nil
 }
 
-// rebuildDedup rebuilds the dedup windows the checkpoint cp does not hold:
-// ids appended to the message log since the oldest the window held (fired
-// delayed messages are not counted again: their ids entered the window
-// when they were scheduled), and ids scheduled within the window, from the
-// journal.
-func rebuildDedup(s *store, cp *checkpoint, window int64) (*dedup, *refDedup, error) {
+// rebuildDedup rebuilds the dedup windows the checkpoint cp does not hold,
+// of the window of its configuration: ids appended to the message log
+// since the oldest the window held (fired delayed messages are not counted
+// again: their ids entered the window when they were scheduled), and ids
+// scheduled within the window and not before its floor, from the journal.
+func rebuildDedup(s *store, cp *checkpoint) (*dedup, *refDedup, error) {
+	window := cp.st.config.DedupWindow
 	d, delayed := newDedup(window), newRefDedup(window)
 	if cp.dedupFrom >= 0 {
 		from := max(cp.dedupFrom, s.messages.Log().Start())
@@ -320,7 +355,7 @@ func rebuildDedup(s *store, cp *checkpoint, window int64) (*dedup, *refDedup, er
 		}
 		d.expire(cp.st.now)
 	}
-	err := s.journal.Since(cp.st.now-window, func(e delaywheel.JournalEntry) error {
+	err := s.journal.Since(max(cp.st.now-window, cp.st.config.dedupFloor), func(e delaywheel.JournalEntry) error {
 		delayed.addHash(e.Hash, e.AppendedAt, seen{offset: int64(e.Ref)})
 		return nil
 	})
@@ -459,6 +494,8 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyResetGroup(c)
 	case *DeadLetters:
 		return f.applyDeadLetters(c)
+	case *SetBrokerConfig:
+		return f.applySetBrokerConfig(e.Index, c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

@@ -17,9 +17,12 @@ import (
 // FuzzApplyAtLimits drives two replicas with the same commands, built from
 // the fuzzer's bytes out of values at, just under and just over every limit
 // a command meets (message size, names, counts, delivery times, pull sizes,
-// ack ranges, addresses), and mutated command bytes. No replica may panic,
-// both must answer every entry alike, and their state and logs must stay
-// byte-identical. The seeds reach every limit; `make fuzz` explores more.
+// ack ranges, addresses, the broker group configuration's bounds), and
+// mutated command bytes. The replicas are opened with different values of
+// their own for every setting of the broker group configuration, which
+// apply must not go by. No replica may panic, both must answer every entry
+// alike, and their state and logs must stay byte-identical. The seeds
+// reach every limit; `make fuzz` explores more.
 func FuzzApplyAtLimits(f *testing.F) {
 	// Each step is four bytes: a kind of command and three picks from the
 	// tables of limitEntries.
@@ -42,12 +45,20 @@ func FuzzApplyAtLimits(f *testing.F) {
 		{ // dead letters at max deliveries, resent and purged, seqs at and over their limit; resets; idle forgets; a nack in the last schedulable hour
 			15, 6, 0, 0, 0, 0, 0, 0, 2, 0, 0, 3, 12, 3, 1, 0, 17, 1, 1, 0, 17, 2, 2, 1, 17, 1, 3, 2, 16, 0, 1, 0, 16, 3, 2, 0, 19, 0, 1, 0, 19, 1, 2, 0, 2, 0, 0, 3, 12, 4, 0, 0,
 		},
+		{ // broker group configurations at, under and over their bounds, seeds and changes, between appends, pulls and a time jump
+			0, 0, 0, 0, 20, 0, 0, 1, 0, 1, 0, 0, 2, 0, 0, 1, 20, 1, 1, 0, 20, 2, 2, 0, 0, 0, 0, 0, 20, 3, 3, 0, 20, 4, 4, 1, 11, 1, 0, 0, 20, 5, 5, 0, 2, 0, 0, 2,
+		},
+		{ // every bound of the configuration, under and over, then at its limits
+			20, 6, 0, 0, 20, 7, 0, 0, 20, 8, 0, 0, 20, 9, 0, 0, 20, 10, 0, 0, 20, 11, 0, 0, 20, 12, 0, 0, 20, 13, 0, 0, 20, 14, 0, 0, 20, 15, 0, 0, 20, 16, 0, 0, 20, 2, 6, 1,
+		},
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, recipe []byte) {
 		entries := limitEntries(recipe)
-		a, b := unitFSM(t), unitFSM(t)
+		cfgs := nodeConfigs(t.TempDir(), t.TempDir())
+		fs := openReplicas(t, cfgs)
+		a, b := fs[0], fs[1]
 		for _, e := range entries {
 			ra, rb := describe(a.Apply(e)), describe(b.Apply(e))
 			if ra != rb {
@@ -91,7 +102,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 		index := uint64(step + 1)
 		at := int64(now + step*1000)
 		var data []byte
-		switch recipe[i] % 20 {
+		switch recipe[i] % 21 {
 		case 0, 1: // an append: a message of a size from the table, maybe delayed, and a small one maybe badly named
 			m := testmsg.OfSize(fmt.Sprint("m", step), "s", delays[pick(i+3, len(delays))], sizes[pick(i+1, len(sizes))])
 			small := unitMsg(fmt.Sprint("s", step), name(pick(i+2, 6), "s"), 3)
@@ -145,8 +156,10 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 		case 11: // a leader time days ahead: expiry, sweeps and retention must agree
 			data = (&Append{Now: at + int64(pick(i+1, 4))*24*delaywheel.HourMillis, Messages: []*logs.Message{unitMsg(fmt.Sprint("t", step), "s", 1)}}).Encode()
+		case 20: // a broker group configuration, seeded or set, at, under and over its bounds
+			data = configLimitCommand(at, pick, i)
 		default:
-			data = consumeLimitCommand(recipe[i]%20, at, lastHour, pick, i, name)
+			data = consumeLimitCommand(recipe[i]%21, at, lastHour, pick, i, name)
 		}
 		out = append(out, &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
 	}
@@ -214,4 +227,36 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 	default: // a forget of a group idle that long, or a negative time
 		return (&Forget{Now: at, Subject: "s", Group: name(pick(i+2, 6), "g"), IdleFor: []int64{0, 1, 1000, -1}[pick(i+1, 4)]}).Encode()
 	}
+}
+
+// configLimitCommand returns the bytes of a SetBrokerConfig (kind 20 of
+// limitEntries): a configuration at its bounds, or one setting under or
+// over its bound, seeded or set, naming every setting or one.
+func configLimitCommand(at int64, pick func(i, n int) int, i int) []byte {
+	low := BrokerConfig{DedupWindow: 0, MaxPull: 1, MaxUnacked: 1, SegmentSize: limits.MinSegmentSize, IndexSegmentSize: limits.MinIndexSegmentSize}
+	high := BrokerConfig{RetentionAge: maxRetentionAge, RetentionBytes: limits.MaxRetentionBytes, DedupWindow: maxDedupWindow,
+		MaxPull: limits.MaxMaxPull, MaxUnacked: limits.MaxMaxUnacked, SegmentSize: limits.MaxSegmentSize, IndexSegmentSize: limits.MaxIndexSegmentSize}
+	edge := func(c BrokerConfig, f func(*BrokerConfig)) BrokerConfig { f(&c); return c }
+	table := []BrokerConfig{
+		DefaultBrokerConfig(),
+		low,
+		high,
+		edge(DefaultBrokerConfig(), func(c *BrokerConfig) { c.RetentionAge, c.RetentionBytes = c.DedupWindow, c.SegmentSize }),
+		edge(low, func(c *BrokerConfig) { c.RetentionBytes, c.DedupWindow = c.SegmentSize, 1 }),
+		edge(DefaultBrokerConfig(), func(c *BrokerConfig) { c.SegmentSize, c.IndexSegmentSize, c.MaxPull = 2<<20, 128<<10, 3 }),
+		edge(low, func(c *BrokerConfig) { c.SegmentSize-- }),
+		edge(high, func(c *BrokerConfig) { c.SegmentSize++ }),
+		edge(low, func(c *BrokerConfig) { c.IndexSegmentSize-- }),
+		edge(high, func(c *BrokerConfig) { c.IndexSegmentSize++ }),
+		edge(high, func(c *BrokerConfig) { c.DedupWindow++ }),
+		edge(low, func(c *BrokerConfig) { c.MaxPull-- }),
+		edge(high, func(c *BrokerConfig) { c.MaxPull++ }),
+		edge(low, func(c *BrokerConfig) { c.MaxUnacked-- }),
+		edge(high, func(c *BrokerConfig) { c.MaxUnacked++; c.RetentionAge++ }),
+		edge(DefaultBrokerConfig(), func(c *BrokerConfig) { c.RetentionAge = c.DedupWindow - 1 }),
+		edge(DefaultBrokerConfig(), func(c *BrokerConfig) { c.RetentionBytes = c.SegmentSize - 1 }),
+	}
+	set := []ConfigBits{SetAllConfig, SetDedupWindow | SetRetentionAge, SetSegmentSize | SetIndexSegmentSize | SetRetentionBytes,
+		SetMaxPull | SetMaxUnacked, SetAllConfig + 1, 0}[pick(i+2, 6)]
+	return (&SetBrokerConfig{Now: at, Set: set, Seed: pick(i+3, 2) == 1, Config: table[pick(i+1, len(table))]}).Encode()
 }

@@ -30,7 +30,11 @@ func unitConfig(dir string) Config {
 	return cfg
 }
 
-// unitOpen opens an FSM on cfg and closes it when the test ends.
+// unitOpen opens an FSM on cfg and closes it when the test ends. Unit
+// tests set the values apply goes by through Config: a state whose group
+// has set no configuration yet takes cfg's (unchecked against each other),
+// as if its group had been configured with them before its first entry.
+// Tests of the group configuration itself open with Open.
 func unitOpen(tb testing.TB, cfg Config) *FSM {
 	tb.Helper()
 	f, err := Open(cfg)
@@ -38,6 +42,9 @@ func unitOpen(tb testing.TB, cfg Config) *FSM {
 		tb.Fatalf("Open(%s): %v", cfg.Dir, err)
 	}
 	tb.Cleanup(func() { f.Close() })
+	if f.st.config.source == ConfigInitial {
+		f.useConfig(cfg.BrokerConfig())
+	}
 	return f
 }
 

@@ -110,3 +110,11 @@ type GroupResult struct {
 type DeadLettersResult struct {
 	Done int
 }
+
+// BrokerConfigResult answers a SetBrokerConfig with the configuration in
+// effect after it, and whether the command set it (a seed of a group
+// already configured does not).
+type BrokerConfigResult struct {
+	Changed bool
+	Config  BrokerConfigInfo
+}

@@ -12,7 +12,7 @@ import (
 // too old or too many bytes, then the consume-log entries pointing into
 // them, then the pull-log segments no consumer still waits on.
 func (f *FSM) retain(now int64) {
-	r := f.cfg.Retention
+	r := f.st.config.retention()
 	ml := f.store.messages
 	if (r.MaxAge == 0 && r.MaxBytes == 0) || ml.Log().SegmentCount() < 2 {
 		return

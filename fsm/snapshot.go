@@ -344,12 +344,13 @@ func (f *FSM) tryLoad(dir string, cp []byte) error {
 	if err != nil {
 		return err
 	}
-	s, err := openStore(dir, f.cfg, c.ends, f.syncfs)
+	f.adoptNodeConfig(c)
+	s, err := openStore(dir, f.storeConfig(c.st.config.BrokerConfig), c.ends, f.syncfs)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if _, _, err := rebuildDedup(s, c, f.cfg.DedupWindow.Milliseconds()); err != nil {
+	if _, _, err := rebuildDedup(s, c); err != nil {
 		return err
 	}
 	for hour, ends := range c.ends.hours {

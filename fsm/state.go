@@ -166,6 +166,8 @@ type state struct {
 	deadShares         map[string]*deadShare
 	// groupsOf counts each subject's consumer groups (derived).
 	groupsOf map[string]int
+	// config is the broker group's configuration, which apply goes by.
+	config groupConfig
 }
 
 // hourState is one hour of the schedule log.
@@ -180,7 +182,8 @@ type hourState struct {
 func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
-		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{}}
+		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{},
+		config: initialGroupConfig()}
 }
 
 // untally takes one from key's tally, dropping the key at zero.

@@ -161,6 +161,21 @@ func (s *store) truncate(ends *logEnds) error {
 	return s.journal.Log().TruncateTo(ends.journal)
 }
 
+// setSegmentSizes makes every log roll by new sizes from its next record:
+// the message log by segment, the consume and pull logs and the journal by
+// index, and consume logs created from now on. Only the writer calls it.
+func (s *store) setSegmentSizes(segment, index int64) {
+	s.opts.SegmentSize = index
+	s.messages.Log().SetSegmentSize(segment)
+	s.pulls.Log().SetSegmentSize(index)
+	s.journal.Log().SetSegmentSize(index)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, cl := range s.consume { // a map: no order needed
+		cl.Log().SetSegmentSize(index)
+	}
+}
+
 // consumeLog returns the subject's consume log, or nil if it has none.
 func (s *store) consumeLog(subject string) *logs.ConsumeLog {
 	s.mu.RLock()

@@ -286,6 +286,16 @@ func (l *Log) Dir() string { return l.dir }
 // RecordSize returns the on-disk size of a record with a payload of n bytes.
 func RecordSize(n int) int { return recordHeader + n }
 
+// SetSegmentSize changes the size at which the log rolls to a new segment
+// (n <= 0: the default), from the next Append on: that Append seals the
+// active segment if the record would take it past n, at once if it holds
+// more already. Segments sealed before keep their size. For a log of
+// fixed-size records a size that is not a whole number of them rolls
+// where its rounding down would. Writer only.
+func (l *Log) SetSegmentSize(n int64) {
+	l.opts.SegmentSize = Options{SegmentSize: n}.withDefaults().SegmentSize
+}
+
 // Append adds a record and returns its offset. The record becomes visible
 // to readers at the next Flush (or Sync).
 func (l *Log) Append(payload []byte) (int64, error) {

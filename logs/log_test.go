@@ -214,6 +214,46 @@ func TestRoll(t *testing.T) {
 	}
 }
 
+// A segment size set on an open log applies from the next Append: an
+// active segment already past a smaller size is sealed by it, and a larger
+// one lets the active segment grow to it; reopened with the new size, the
+// log rolls where the live one does.
+func TestSetSegmentSize(t *testing.T) {
+	dir := t.TempDir()
+	// 20-byte payloads make 28-byte records.
+	l := openLog(t, dir, Options{SegmentSize: 100})
+	rec := func() {
+		t.Helper()
+		if _, err := l.Append(bytes.Repeat([]byte{1}, 20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec()
+	rec() // 56 bytes in the first segment
+	l.SetSegmentSize(50)
+	rec() // past 50: a new segment at 56
+	l.SetSegmentSize(200)
+	for range 7 { // 196 bytes in the segment at 56
+		rec()
+	}
+	rec() // past 200: a new segment at 252
+	l.Flush()
+	if got, want := segBases(l), []int64{0, 56, 252}; !slices.Equal(got, want) {
+		t.Fatalf("segment bases %v, want %v", got, want)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, Options{SegmentSize: 200})
+	for range 7 {
+		rec()
+	}
+	l.Flush()
+	if got, want := segBases(l), []int64{0, 56, 252, 448}; !slices.Equal(got, want) {
+		t.Fatalf("after reopening: segment bases %v, want %v", got, want)
+	}
+}
+
 func TestScan(t *testing.T) {
 	l := openLog(t, t.TempDir(), Options{SegmentSize: 64})
 	offs := appendN(t, l, 20)

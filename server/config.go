@@ -74,11 +74,16 @@ type Config struct {
 	RaftTiming
 
 	// FSM configures the state machine; its Dir is set from DataDir. Its
-	// Retention must be the same on every node of the group (apply decides
-	// with it, and nothing compares it across nodes); Validate refuses a
-	// MaxBytes below one message-log segment (FSM.SegmentSize) and a MaxAge
-	// below the dedup window (FSM.DedupWindow). Default retention: MaxAge
-	// DefaultRetentionAge, no MaxBytes.
+	// settings of the broker group configuration (Retention, DedupWindow,
+	// MaxPull, MaxUnacked, SegmentSize, IndexSegmentSize) are this node's
+	// own values: they seed a group that has no configuration (its leader
+	// proposes them) and apply to a state from a release without it until
+	// then; a group that has one goes by it, whatever they say (a node
+	// whose values differ warns once). Validate refuses values outside the
+	// bounds of internal/limits, a retention MaxBytes below one message-log
+	// segment (FSM.SegmentSize) and a MaxAge below the dedup window
+	// (FSM.DedupWindow). Default retention: MaxAge DefaultRetentionAge, no
+	// MaxBytes.
 	FSM fsm.Config
 	// Now is the leader's clock, stamped into commands. Default time.Now.
 	Now func() time.Time
@@ -190,7 +195,13 @@ func (c *Config) Validate() error {
 	if _, err := ParseRaftLog(string(c.RaftLog)); err != nil {
 		return fmt.Errorf("server: config: %w", err)
 	}
-	return c.checkRetention()
+	if err := c.checkRetention(); err != nil {
+		return err
+	}
+	if err := c.FSM.BrokerConfig().Check(); err != nil {
+		return fmt.Errorf("server: config: this node's broker group configuration: %w", err)
+	}
+	return nil
 }
 
 // checkRetention reports a retention that cannot work as meant: negative;

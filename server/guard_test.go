@@ -96,8 +96,8 @@ func TestGuardClasses(t *testing.T) {
 	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
 		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetGroup, transport.TypeMetaForgetGroup,
 		transport.TypeSetGroup, transport.TypeResetGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
-		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.Type(99)}
-	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups}
+		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.TypeSetBrokerConfig, transport.Type(99)}
+	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups, transport.TypeBrokerConfig}
 	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
 	for _, typ := range append(append(append([]transport.Type{transport.TypeSend, transport.TypePull}, admin...), read...), nodeOnly...) {
 		if err := f.call(anon, typ, nil); codeOf(err) != transport.Unauthenticated {

@@ -51,6 +51,10 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleTransfer(p)
 	case transport.TypeTime:
 		return n.handleTime(p)
+	case transport.TypeBrokerConfig:
+		return n.handleBrokerConfig(p)
+	case transport.TypeSetBrokerConfig:
+		return n.handleSetBrokerConfig(ctx, p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
 		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete:

@@ -94,6 +94,9 @@ func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest)
 	case st.RaftAddr != req.RaftAddr:
 		return fmt.Errorf("node %s listens for Raft on %s, not %s", st.ID, st.RaftAddr, req.RaftAddr)
 	}
+	if g.joinerOK != nil {
+		return g.joinerOK(&st)
+	}
 	return nil
 }
 
@@ -160,10 +163,11 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 	return nil, nil
 }
 
-// startLeading starts the broker leader's work for one term. What depends
-// on the clock (session expiry, the delay wheel, and the requests
-// clockReady holds back) starts once the term clock is anchored to the
-// group's clocks.
+// startLeading starts the broker leader's work for one term. A group
+// without a configuration is given this node's first (seedBrokerConfig).
+// What depends on the clock (session expiry, the delay wheel, and the
+// requests clockReady holds back) starts once the term clock is anchored
+// to the group's clocks.
 func (n *Node) startLeading(ctx context.Context) {
 	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
 	if n.applyWaiting.Load() {
@@ -172,6 +176,10 @@ func (n *Node) startLeading(ctx context.Context) {
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
 	n.goLoop(func() { n.recordIdentity(ctx, last) })
 	n.goLoop(func() {
+		// A group without a configuration gets this node's first, so that
+		// what it serves next applies by it.
+		logged := false
+		seeded := n.seedBrokerConfig(ctx, &logged)
 		// A node closing cancels ctx before it stops Raft: loops started
 		// after that would wait on a barrier Raft may never answer.
 		if !n.anchorClock(ctx, term) || ctx.Err() != nil {
@@ -181,5 +189,8 @@ func (n *Node) startLeading(ctx context.Context) {
 		n.goLoop(func() { n.runUpkeep(ctx) })
 		n.goLoop(func() { n.runDelays(ctx) })
 		n.goLoop(func() { n.checkGroupTime(ctx, last) })
+		if !seeded {
+			n.goLoop(func() { n.keepSeeding(ctx, &logged) })
+		}
 	})
 }

@@ -90,12 +90,13 @@ func New(cfg Config) (_ *Node, err error) {
 	n.goLoop(n.batcher.run)
 	n.goLoop(func() { n.watchLeadership(n.ctx, n.metrics.leaderChanges.Inc, n.startLeading) })
 	n.goLoop(func() { n.keepAddressRecorded(n.ctx) })
-	// Retention must match across the group and nothing compares it: the
-	// start line lets an operator do so.
-	r := cfg.FSM.Retention
+	// The configuration the state machine applies by: the group's, or
+	// until it has one the defaults (a new group) or this node's own (a
+	// state from an earlier release).
+	bc := n.fsm.BrokerConfig()
 	cfg.warnInsecure(n.log)
-	n.log.Info("started", "client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.kind,
-		"retention-age", time.Duration(r.MaxAge)*time.Millisecond, "retention-bytes", r.MaxBytes)
+	n.log.Info("started", append([]any{"client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.kind,
+		"broker-config", bc.Source.String()}, brokerConfigKeys(bc.BrokerConfig)...)...)
 	return n, nil
 }
 
@@ -137,6 +138,7 @@ func (n *Node) openRaft() error {
 		setMember: func(id, addr string) []byte {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()
 		},
+		joinerOK: n.joinerKnowsBrokerConfig,
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader()})

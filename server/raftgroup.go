@@ -58,6 +58,9 @@ type raftGroup struct {
 	// setMember encodes the command that records a member's client address
 	// ("" forgets the member).
 	setMember func(id, clientAddr string) []byte
+	// joinerOK, if set, refuses a joining node by its status, besides
+	// the checks every group makes (checkJoiner).
+	joinerOK func(st *transport.Status) error
 }
 
 // raftSetup is how to open a raftGroup.

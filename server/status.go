@@ -33,6 +33,8 @@ func (n *Node) Status() Status {
 		s.Stopped = err.Error()
 	}
 	s.Refusing = n.refusal()
+	c := brokerConfigOut(n.fsm.BrokerConfig())
+	s.BrokerConfig = &c
 	return s
 }
 

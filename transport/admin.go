@@ -69,6 +69,9 @@ type Status struct {
 	// reach it), "" while it serves them: its authentication and its
 	// metaserver's disagree (docs/security.md, "Turning --auth on").
 	Refusing string `json:"refusing,omitempty"`
+	// Broker nodes only: the broker group's configuration as this node's
+	// replica holds it (absent from nodes of a release without it).
+	BrokerConfig *BrokerConfig `json:"broker_config,omitempty"`
 }
 
 // Member is one member of a broker group.

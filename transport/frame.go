@@ -112,6 +112,16 @@ const (
 	TypeAppRotate Type = 31
 	// TypeAppDelete forgets an application (AppDeleteRequest).
 	TypeAppDelete Type = 32
+
+	// TypeBrokerConfig asks a broker node for its broker group's
+	// configuration as its replica holds it (no payload; answered with
+	// BrokerConfigInfo, JSON). A new leader asks its voters too: a node of
+	// an earlier release answers UNKNOWN_TYPE.
+	TypeBrokerConfig Type = 33
+	// TypeSetBrokerConfig changes a broker group's configuration, through
+	// its leader (SetBrokerConfigRequest, JSON; answered with
+	// BrokerConfigInfo).
+	TypeSetBrokerConfig Type = 34
 )
 
 func (t Type) String() string {
@@ -180,6 +190,10 @@ func (t Type) String() string {
 		return "app-rotate"
 	case TypeAppDelete:
 		return "app-delete"
+	case TypeBrokerConfig:
+		return "broker-config"
+	case TypeSetBrokerConfig:
+		return "set-broker-config"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

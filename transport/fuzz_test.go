@@ -85,7 +85,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
 			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{},
 			&GroupsRequest{}, &SetGroupRequest{}, &ResetGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{},
-			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}} {
+			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}, &SetBrokerConfigRequest{}, &BrokerConfigInfo{}} {
 			DecodeJSON(in, v)
 		}
 		var status Status

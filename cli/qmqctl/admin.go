@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +46,8 @@ func statusCommand() *cli.Command {
 			"BACKLOG is how many deliveries its consumer groups still owe. Broker figures come from\n" +
 			"heartbeats, so they are up to a few seconds old (SEEN). TLS is on, off (plaintext on loopback\n" +
 			"only) or INSECURE! (open to anyone on an address other hosts can reach, allowed by qmqd --insecure).\n" +
-			"A node that serves no client (its --auth and its metaserver's differ) is named below the table, with why.",
+			"A node that serves no client (its --auth and its metaserver's differ) is named below the table, with why.\n" +
+			"Below, each broker group's configuration, as its leader holds it (see config show).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
 			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
@@ -54,20 +57,25 @@ func statusCommand() *cli.Command {
 				}
 				metas := metaStatus(ctx, a, cl)
 				fillUnreported(ctx, a, cl)
+				configs := brokerConfigsOf(ctx, a, cl)
 				if c.Bool("json") {
-					return printJSON(struct {
+					return printJSONTo(c.App.Writer, struct {
 						Meta []memberStatus `json:"meta"`
 						*qmq.Cluster
-					}{metas, cl})
+						BrokerConfigs []qmq.BrokerConfig `json:"broker_configs"`
+					}{metas, cl, configs})
 				}
-				return printStatusTable(metas, cl)
+				if err := printStatusTable(c.App.Writer, metas, cl); err != nil {
+					return err
+				}
+				return printConfigTable(c.App.Writer, cl, configs)
 			})
 		},
 	}
 }
 
-func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tTLS\tCLIENT\tRAFT")
 	var leaderApplied uint64
 	for _, s := range metas {
@@ -114,12 +122,53 @@ func printStatusTable(metas []memberStatus, cl *qmq.Cluster) error {
 	for _, g := range cl.Groups {
 		for _, n := range g.Nodes {
 			if n.Refusing != "" {
-				fmt.Printf("node %s of %s REFUSES CLIENTS: %s\n", n.ID, g.Name, n.Refusing)
+				fmt.Fprintf(out, "node %s of %s REFUSES CLIENTS: %s\n", n.ID, g.Name, n.Refusing)
 			}
 		}
 	}
-	fmt.Printf("%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
+	fmt.Fprintf(out, "%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
 	return nil
+}
+
+// brokerConfigsOf asks each broker group of cl for its configuration, its
+// leader first; a group none of whose nodes answer has none in the list.
+func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.BrokerConfig {
+	var out []qmq.BrokerConfig
+	for _, g := range cl.Groups {
+		gctx, cancel := context.WithTimeout(ctx, time.Second)
+		if c, err := a.BrokerConfigOf(gctx, g); err == nil {
+			out = append(out, *c)
+		}
+		cancel()
+	}
+	return out
+}
+
+// printConfigTable prints each broker group's configuration, a row a
+// group; "-" for a group that did not answer.
+func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig) error {
+	if len(cl.Groups) == 0 {
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprint(w, "\nBROKER GROUP")
+	for _, col := range brokerConfigColumns {
+		fmt.Fprint(w, "\t", strings.ToUpper(col.name))
+	}
+	fmt.Fprintln(w)
+	for _, g := range cl.Groups {
+		fmt.Fprint(w, g.Name)
+		i := slices.IndexFunc(configs, func(c qmq.BrokerConfig) bool { return c.BrokerGroup == g.Name })
+		for _, col := range brokerConfigColumns {
+			v := "-"
+			if i >= 0 {
+				v = col.value(configs[i])
+			}
+			fmt.Fprint(w, "\t", v)
+		}
+		fmt.Fprintln(w)
+	}
+	return w.Flush()
 }
 
 // security is a node's TLS column: "on", "off" (plaintext on loopback

@@ -37,6 +37,6 @@ func newApp() *cli.App {
 		}, tlsFlags()...),
 		Before: checkCredentials,
 		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(), groupCommand(),
-			deadLetterCommand(), subjectCommand(), appCommand(), delayCommand(), benchCommand(), tlsCommand()},
+			configCommand(), deadLetterCommand(), subjectCommand(), appCommand(), delayCommand(), benchCommand(), tlsCommand()},
 	}
 }

@@ -3,11 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 )
@@ -16,22 +16,26 @@ import (
 // refuses before it starts anything.
 var errInvalidFlag = errors.New("invalid")
 
-// maxMiB is the largest count of MiB whose byte count fits an int64.
-const maxMiB = math.MaxInt64 >> 20
+// maxMiB is the largest --retention-size: limits.MaxRetentionBytes.
+const maxMiB = limits.MaxRetentionBytes >> 20
 
-// retentionFlags set what a broker group removes, and when. Apply decides
-// with them: every node of a group must have the same values.
+// seeds is how the flags that seed a new broker group's configuration end
+// their help.
+const seeds = "Seeds a new broker group's configuration, which its first leader proposes; a group that has one " +
+	"keeps it whatever its nodes' flags (qmqctl config set changes it)"
+
+// retentionFlags set what a broker group removes, and when: the seed of
+// its configuration's retention.
 func retentionFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "retention-age", Value: server.DefaultRetentionAge, DefaultText: "168h",
 			Usage: "remove messages older than `DUR`, a whole segment once all of it is (0: never by age; else at least " +
-				"the 10m dedup window). The default, a week, leaves time to repair a consumer group broken over a long " +
-				"weekend before what it has not read goes. The same on every node of the group"},
+				"the dedup window). The default, a week, leaves time to repair a consumer group broken over a long " +
+				"weekend before what it has not read goes. " + seeds},
 		&cli.Int64Flag{Name: "retention-size", Value: 0,
 			Usage: "remove the oldest segments while the group's message log holds more than `MIB` MiB (0: no size bound, " +
 				"the default, since --min-free-disk already refuses sends before the disk fills, which loses nothing, where " +
-				"a size bound deletes messages consumers may not have read; else at least one 64 MiB segment). The same on " +
-				"every node of the group"},
+				"a size bound deletes messages consumers may not have read; else at least one segment). " + seeds},
 	}
 }
 
@@ -46,6 +50,8 @@ func retentionSettings(c *cli.Context, cfg *server.Config) error {
 	switch {
 	case age < 0:
 		return fmt.Errorf("%w --retention-age %s: negative; %s", errInvalidFlag, age, disables)
+	case age > limits.MaxRetentionAge:
+		return fmt.Errorf("%w --retention-age %s: above %s", errInvalidFlag, age, limits.MaxRetentionAge)
 	case age > 0 && age < dedup:
 		return fmt.Errorf("%w --retention-age %s: below the %s dedup window, a send retried after its message was removed would be stored twice; %s",
 			errInvalidFlag, age, dedup, disables)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 )
@@ -63,7 +64,13 @@ func TestRetentionFlags(t *testing.T) {
 		{"size just past it", []string{"--retention-size", fmt.Sprint(maxMiB + 1)}, logs.Retention{}, fmt.Sprintf("--retention-size %d: above", maxMiB+1)},
 		{"size with a unit", []string{"--retention-size", "50GiB"}, logs.Retention{}, `invalid value "50GiB" for flag -retention-size`},
 		{"size fractional", []string{"--retention-size", "64.5"}, logs.Retention{}, `invalid value "64.5" for flag -retention-size`},
-		{"age at the largest duration", []string{"--retention-age", time.Duration(math.MaxInt64).String()}, logs.Retention{MaxAge: math.MaxInt64/int64(time.Millisecond) + 1}, ""},
+		{"age at its bound", []string{"--retention-age", limits.MaxRetentionAge.String()}, logs.Retention{MaxAge: limits.MaxRetentionAge.Milliseconds()}, ""},
+		{"age past its bound", []string{"--retention-age", (limits.MaxRetentionAge + time.Millisecond).String()}, logs.Retention{}, "--retention-age 175680h0m0.001s: above"},
+		{"age at the largest duration", []string{"--retention-age", time.Duration(math.MaxInt64).String()}, logs.Retention{}, "above"},
+		{"age at a shorter dedup window", []string{"--retention-age", "5m", "--dedup-window", "5m"}, logs.Retention{MaxAge: 300_000}, ""},
+		{"age under a longer dedup window", []string{"--retention-age", "15m", "--dedup-window", "20m"}, logs.Retention{}, "--retention-age 15m0s: below the 20m0s dedup window"},
+		{"size at a smaller segment", []string{"--retention-size", "8", "--segment-size", "8"}, logs.Retention{MaxAge: week, MaxBytes: 8 << 20}, ""},
+		{"size under a larger segment", []string{"--retention-size", "100", "--segment-size", "128"}, logs.Retention{}, "--retention-size 100: below one message-log segment (128 MiB)"},
 		{"both", []string{"--retention-age", "72h", "--retention-size", "51200"}, logs.Retention{MaxAge: (72 * time.Hour).Milliseconds(), MaxBytes: 50 << 30}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,6 +123,64 @@ func TestBadRetentionRefusedAtStart(t *testing.T) {
 			}
 			if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("the refused %s made its data directory (%v)", tc.command, err)
+			}
+		})
+	}
+}
+
+// The flags that seed the rest of a new broker group's configuration:
+// accepted at their bounds, refused past them, naming the flag.
+func TestConfigFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want func(c *server.Config) bool
+		err  string // the refusal names this; "" when accepted
+	}{
+		{"defaults", nil, func(c *server.Config) bool {
+			f := c.FSM
+			return f.DedupWindow == 10*time.Minute && f.MaxPull == 1000 && f.MaxUnacked == 10000 && f.SegmentSize == 64<<20 && f.IndexSegmentSize == 4<<20
+		}, ""},
+		{"lowest", []string{"--retention-age", "0", "--dedup-window", "0", "--max-pull", "1", "--max-unacked", "1", "--segment-size", "1", "--index-segment-size", "64"},
+			func(c *server.Config) bool {
+				f := c.FSM
+				return f.DedupWindow == 0 && f.MaxPull == 1 && f.MaxUnacked == 1 && f.SegmentSize == 1<<20 && f.IndexSegmentSize == 64<<10
+			}, ""},
+		{"highest", []string{"--dedup-window", "30m", "--max-pull", "10000", "--max-unacked", "100000", "--segment-size", "1024", "--index-segment-size", "262144"},
+			func(c *server.Config) bool {
+				f := c.FSM
+				return f.DedupWindow == 30*time.Minute && f.MaxPull == 10000 && f.MaxUnacked == 100000 && f.SegmentSize == 1<<30 && f.IndexSegmentSize == 256<<20
+			}, ""},
+		{"window negative", []string{"--dedup-window", "-1s"}, nil, "--dedup-window -1s"},
+		{"window too long", []string{"--dedup-window", "30m0.001s"}, nil, "--dedup-window 30m0.001s: whole milliseconds, 0 to 30m0s"},
+		{"window of a fraction of a millisecond", []string{"--dedup-window", "1.5ms"}, nil, "--dedup-window 1.5ms"},
+		{"no pull", []string{"--max-pull", "0"}, nil, "--max-pull 0: 1..10000"},
+		{"too large a pull", []string{"--max-pull", "10001"}, nil, "--max-pull 10001: 1..10000"},
+		{"no unacked", []string{"--max-unacked", "0"}, nil, "--max-unacked 0: 1..100000"},
+		{"too many unacked", []string{"--max-unacked", "100001"}, nil, "--max-unacked 100001"},
+		{"segment too small", []string{"--segment-size", "0"}, nil, "--segment-size 0: 1..1024 MiB"},
+		{"segment too large", []string{"--segment-size", "1025"}, nil, "--segment-size 1025"},
+		{"index segment too small", []string{"--index-segment-size", "63"}, nil, "--index-segment-size 63: 64..262144 KiB"},
+		{"index segment too large", []string{"--index-segment-size", "262145"}, nil, "--index-segment-size 262145"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := brokerSettingsOf(t, tc.args...)
+			if tc.err != "" {
+				if !errors.Is(err, errInvalidFlag) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(&cfg) {
+				t.Fatalf("FSM configuration %+v", cfg.FSM)
+			}
+			cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+			cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("the node refuses what the flags accept: %v", err)
 			}
 		})
 	}

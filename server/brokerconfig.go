@@ -1,0 +1,253 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/wait"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// The broker group's configuration (fsm.BrokerConfig) is replicated state:
+// every node applies by the group's, whatever its own Config.FSM says. A
+// node's own values only seed a group that has none: its leader proposes
+// them, once every voter can apply the command. Operators change it with
+// qmqctl config set (TypeSetBrokerConfig), which the leader checks before
+// proposing and apply checks again.
+
+// seedRetry is how often a leader whose group has no configuration tries
+// again to propose its own, while a voter cannot take it (an earlier
+// release, or one that does not answer).
+const seedRetry = 5 * time.Second
+
+// errEarlierVoter means a voter answered a broker-config request as a node
+// of a release without the broker group configuration.
+var errEarlierVoter = errors.New("server: a voter of an earlier release cannot apply the broker group configuration")
+
+// seedBrokerConfig proposes this node's own values as the configuration of
+// a group that has none (a new group, or one upgraded from a release
+// without it), once every voter can apply the command; it reports whether
+// the group has a configuration now, or never will from this node. A new
+// leader calls it before it anchors its clock, so that a new group's first
+// sends, pulls and acks already apply by it (until then apply goes by the
+// defaults, on every replica alike).
+func (n *Node) seedBrokerConfig(ctx context.Context, logged *bool) bool {
+	if n.fsm.BrokerConfig().Source == fsm.ConfigGroup {
+		return true
+	}
+	// An earlier leader may have configured the group in entries this
+	// node has not applied yet.
+	if err := n.barrier(ctx); err != nil {
+		return false
+	}
+	if n.fsm.BrokerConfig().Source == fsm.ConfigGroup {
+		return true
+	}
+	seed := n.cfg.FSM.BrokerConfig()
+	if err := seed.Check(); err != nil { // Validate refuses such a node
+		n.log.Error("this node's settings cannot seed its broker group's configuration", "error", err)
+		return true
+	}
+	if err := n.votersKnowBrokerConfig(ctx); err != nil {
+		if !*logged {
+			n.log.Warn("the broker group has no configuration yet; proposing this node's once every voter can apply it",
+				"error", err, "retry", seedRetry)
+			*logged = true
+		}
+		return false
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	// Not stamped: the leader's clock is not anchored yet, and the
+	// configuration does not depend on time.
+	cmd := &fsm.SetBrokerConfig{Set: fsm.SetAllConfig, Seed: true, Config: seed}
+	resp, err := n.propose(ctx, cmd.Encode())
+	if err != nil {
+		n.log.Warn("proposing this node's settings as the broker group's configuration", "error", err)
+		return false
+	}
+	if r, ok := resp.(*fsm.BrokerConfigResult); ok && r.Changed {
+		n.log.Info("proposed this node's settings as the broker group's configuration", brokerConfigKeys(seed)...)
+	}
+	return true
+}
+
+// keepSeeding tries seedBrokerConfig again every seedRetry until the group
+// has a configuration or the term ends.
+func (n *Node) keepSeeding(ctx context.Context, logged *bool) {
+	for wait.Sleep(ctx, seedRetry) {
+		if n.seedBrokerConfig(ctx, logged) {
+			return
+		}
+	}
+}
+
+// votersKnowBrokerConfig asks every other voter whether it knows the broker
+// group configuration (a broker-config request, which a node of an earlier
+// release answers UNKNOWN_TYPE): the command that sets it would stop such
+// a node. It returns the first voter that does not, or cannot be asked.
+func (n *Node) votersKnowBrokerConfig(ctx context.Context) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("server: reading the group's configuration: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, clockReadTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == n.cfg.ID {
+			continue
+		}
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			err := n.askBrokerConfig(ctx, id)
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}(string(s.ID))
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// askBrokerConfig asks voter id for its broker group configuration.
+func (n *Node) askBrokerConfig(ctx context.Context, id string) error {
+	addr := n.fsm.MemberAddr(id)
+	if addr == "" {
+		return fmt.Errorf("voter %s: its client address is not recorded yet", id)
+	}
+	conn, err := n.dial.Dial(ctx, addr)
+	if err != nil {
+		return fmt.Errorf("voter %s: %w", id, err)
+	}
+	defer conn.Close()
+	_, err = conn.Call(ctx, transport.TypeBrokerConfig, nil)
+	if transport.CodeOf(err) == transport.UnknownType {
+		return fmt.Errorf("voter %s: %w", id, errEarlierVoter)
+	}
+	if err != nil {
+		return fmt.Errorf("voter %s: %w", id, err)
+	}
+	return nil
+}
+
+// joinerKnowsBrokerConfig refuses to add a node of a release without the
+// broker group configuration (its status says nothing of it) to a group
+// that has one: it would stop at the command that set it, or at a
+// snapshot's checkpoint holding it.
+func (n *Node) joinerKnowsBrokerConfig(st *transport.Status) error {
+	if st.BrokerConfig == nil && n.fsm.BrokerConfig().Source == fsm.ConfigGroup {
+		return fmt.Errorf("node %s is of an earlier release, which cannot apply this group's configuration: upgrade it first", st.ID)
+	}
+	return nil
+}
+
+// handleBrokerConfig answers with the configuration this node's replica
+// holds, leader or not.
+func (n *Node) handleBrokerConfig(p []byte) ([]byte, error) {
+	if len(p) != 0 {
+		return nil, transport.Errorf(transport.Invalid, "a broker-config request has no payload (got %d bytes)", len(p))
+	}
+	return json.Marshal(n.brokerConfigInfo())
+}
+
+func (n *Node) brokerConfigInfo() transport.BrokerConfigInfo {
+	return transport.BrokerConfigInfo{BrokerGroup: n.cfg.Group, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
+		Config: brokerConfigOut(n.fsm.BrokerConfig())}
+}
+
+// handleSetBrokerConfig changes the broker group's configuration: the
+// leader checks the change against its replica's configuration and the
+// bounds, and that every voter can apply it, before proposing; apply
+// checks it again.
+func (n *Node) handleSetBrokerConfig(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.SetBrokerConfigRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd, err := setBrokerConfigCommand(req)
+	if err != nil {
+		return nil, transport.Errorf(transport.Invalid, "broker group configuration: %v", err)
+	}
+	if !n.isLeader() {
+		return nil, n.notLeader()
+	}
+	cur := n.fsm.BrokerConfig().BrokerConfig
+	if err := cmd.With(cur).Check(); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := n.votersKnowBrokerConfig(ctx); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "the broker group configuration cannot change until every voter can apply it: %v", err)
+	}
+	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*fsm.BrokerConfigResult)
+	n.log.Info("broker group configuration set", append([]any{"index", r.Config.Index}, brokerConfigKeys(r.Config.BrokerConfig)...)...)
+	return json.Marshal(n.brokerConfigInfo())
+}
+
+// setBrokerConfigCommand turns a request into the command that makes its
+// changes.
+func setBrokerConfigCommand(req transport.SetBrokerConfigRequest) (*fsm.SetBrokerConfig, error) {
+	cmd := &fsm.SetBrokerConfig{}
+	c := &cmd.Config
+	for _, d := range []struct {
+		v    *time.Duration
+		name string
+		bit  fsm.ConfigBits
+		to   *int64
+	}{{req.RetentionAge, "retention-age", fsm.SetRetentionAge, &c.RetentionAge}, {req.DedupWindow, "dedup-window", fsm.SetDedupWindow, &c.DedupWindow}} {
+		if d.v == nil {
+			continue
+		}
+		if *d.v%time.Millisecond != 0 || *d.v < 0 {
+			return nil, fmt.Errorf("%s %s: not a whole, positive number of milliseconds", d.name, *d.v)
+		}
+		cmd.Set, *d.to = cmd.Set|d.bit, d.v.Milliseconds()
+	}
+	for _, v := range []struct {
+		v   *int64
+		bit fsm.ConfigBits
+		to  *int64
+	}{{req.RetentionBytes, fsm.SetRetentionBytes, &c.RetentionBytes}, {req.SegmentSize, fsm.SetSegmentSize, &c.SegmentSize},
+		{req.IndexSegmentSize, fsm.SetIndexSegmentSize, &c.IndexSegmentSize}} {
+		if v.v != nil {
+			cmd.Set, *v.to = cmd.Set|v.bit, *v.v
+		}
+	}
+	if req.MaxPull != nil {
+		cmd.Set, c.MaxPull = cmd.Set|fsm.SetMaxPull, *req.MaxPull
+	}
+	if req.MaxUnacked != nil {
+		cmd.Set, c.MaxUnacked = cmd.Set|fsm.SetMaxUnacked, *req.MaxUnacked
+	}
+	if cmd.Set == 0 {
+		return nil, errors.New("no setting to change")
+	}
+	return cmd, nil
+}
+
+// brokerConfigOut is a replica's configuration as the wire carries it.
+func brokerConfigOut(c fsm.BrokerConfigInfo) transport.BrokerConfig {
+	return transport.BrokerConfig{RetentionAge: millis(c.RetentionAge), RetentionBytes: c.RetentionBytes, DedupWindow: millis(c.DedupWindow),
+		MaxPull: c.MaxPull, MaxUnacked: c.MaxUnacked, SegmentSize: c.SegmentSize, IndexSegmentSize: c.IndexSegmentSize,
+		Source: c.Source.String(), Index: c.Index}
+}
+
+// brokerConfigKeys are log key-value pairs of c's settings.
+func brokerConfigKeys(c fsm.BrokerConfig) []any {
+	return []any{"retention-age", millis(c.RetentionAge), "retention-bytes", c.RetentionBytes, "dedup-window", millis(c.DedupWindow),
+		"max-pull", c.MaxPull, "max-unacked", c.MaxUnacked, "segment-size", c.SegmentSize, "index-segment-size", c.IndexSegmentSize}
+}

@@ -129,6 +129,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
+		{"dead letters' all neither 0 nor 1", func() []byte {
+			b := (&DeadLetters{Now: 1, Subject: "s", Group: "g", Op: DeadPurge, All: true}).Encode()
+			b[len(b)-2] = 2 // op, all, no sequences
+			return b
+		}()},
 		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0, 0)},
 		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
 		{"non-minimal name length", nonMinimalName},

@@ -106,7 +106,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"no time", []byte{byte(CmdPull), commandVersion, 1, 2}},
 		{"unknown type", header(99)},
 		{"type zero", header(0)},
-		{"future version", append([]byte{byte(CmdPull), commandVersionPull3 + 1}, pull[2:]...)},
+		{"future version", append([]byte{byte(CmdPull), commandVersionPull4 + 1}, pull[2:]...)},
 		{"epoch version of append", append([]byte{byte(CmdAppend), commandVersionEpoch}, app[2:]...)},
 		{"truncated pull", pull[:len(pull)-1]},
 		{"trailing byte", append(append([]byte(nil), pull...), 0)},
@@ -132,7 +132,7 @@ func TestDecodeRejects(t *testing.T) {
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(header(CmdAppend), 0),
 		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
-			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry
+			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry, max bytes
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
 		binenc.AppendUvarint(appendNames(header(CmdReclaim), "s", "g", "c"), 0),
 	} {

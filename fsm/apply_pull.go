@@ -328,7 +328,7 @@ func (f *FSM) hand(h handing, r redelivery, e logs.ConsumeEntry) Pulled {
 		cs.open++
 		if h.ackWait > 0 {
 			p.deadline = h.now + h.ackWait
-			cs.nextDeadline = min(cs.nextDeadline, p.deadline)
+			cs.addDeadline(p.deadline, true)
 		}
 	}
 	cs.window = append(cs.window, p)

@@ -20,7 +20,9 @@ import (
 // a command meets (message size, names, counts, delivery times, pull sizes,
 // ack ranges, addresses), and mutated command bytes. No replica may panic,
 // both must answer every entry alike, and their state and logs must stay
-// byte-identical. The seeds reach every limit; `make fuzz` explores more.
+// byte-identical, and every consumer's deadline bound must stay at or
+// before its open entries' deadlines. The seeds reach every limit; `make
+// fuzz` explores more.
 func FuzzApplyAtLimits(f *testing.F) {
 	// Each step is four bytes: a kind of command and three picks from the
 	// tables of limitEntries.
@@ -57,6 +59,7 @@ func FuzzApplyAtLimits(f *testing.F) {
 			if ra != rb {
 				t.Fatalf("entry %d: replicas answered\n%s\n%s", e.Index, ra, rb)
 			}
+			wantDeadlineBounds(t, a)
 		}
 		if sa, sb := stateBytes(a), stateBytes(b); !bytes.Equal(sa, sb) {
 			t.Fatal("replicas hold different state")

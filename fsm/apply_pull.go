@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
@@ -76,6 +77,10 @@ func (f *FSM) applyPull(c *Pull) any {
 	filter := newTagFilter(c.Tags, c.TagsAll)
 	if filter != nil {
 		f.flushUnread(cl) // the filter reads entries this batch appended
+	} else {
+		// Room for what it may hand out, at once.
+		most := int64(len(res.Entries)+len(g.redeliver)) + max(cl.NextSeq()-g.cursor, 0)
+		res.Entries = slices.Grow(res.Entries, int(min(int64(n), most))-len(res.Entries))
 	}
 	var check *tagFilter // what redeliveries must match: from version 4 on
 	if c.pullVersion() >= commandVersionPull4 {

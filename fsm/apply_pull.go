@@ -131,14 +131,14 @@ func (f *FSM) handRedeliveries(cl *logs.ConsumeLog, g *group, h handing, start i
 			g.lost++
 			continue
 		}
+		if check != nil && scanned == maxTagScan {
+			break
+		}
 		var e logs.ConsumeEntry
 		if check != nil || b.bounded() {
 			e = f.consumeEntry(cl, r.seq)
 		}
 		if check != nil {
-			if scanned == maxTagScan {
-				break
-			}
 			scanned++
 			if !check.matches(f, e) {
 				skipped = append(skipped, r)

@@ -392,7 +392,9 @@ func Decode(b []byte) (any, error) {
 		}
 		c.Start = StartEarliest // what versions 1 and 2 did
 		if !c.legacy() {
-			readPullOptions(r, c)
+			if err := readPullOptions(r, c); err != nil {
+				return nil, err
+			}
 		}
 		if v >= commandVersionPull4 {
 			if c.MaxBytes = int64(r.Uvarint()); c.MaxBytes < 0 {
@@ -447,8 +449,13 @@ func Decode(b []byte) (any, error) {
 }
 
 // readPullOptions reads what Pull version 3 adds.
-func readPullOptions(r *binenc.Reader, c *Pull) {
+func readPullOptions(r *binenc.Reader, c *Pull) error {
 	flags := r.Byte()
+	if flags&^(pullAtMostOnce|pullTagsAll) != 0 {
+		// Unknown flags would be dropped when it is encoded again: a command
+		// has one encoding.
+		return fmt.Errorf("%w: pull: unknown flags %#x", ErrBadCommand, flags)
+	}
 	c.AtMostOnce, c.TagsAll = flags&pullAtMostOnce != 0, flags&pullTagsAll != 0
 	if n := r.Count(logs.MaxTags); n > 0 {
 		c.Tags = make([]string, n)
@@ -459,6 +466,7 @@ func readPullOptions(r *binenc.Reader, c *Pull) {
 	c.Start = StartPosition(r.Byte())
 	c.StartAt = r.Int64()
 	c.IdleExpiry = int64(r.Uvarint())
+	return nil
 }
 
 func readNames(r *binenc.Reader) (subject, group, consumer string) {

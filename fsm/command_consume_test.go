@@ -100,6 +100,8 @@ func overLimitConsumeCommands() map[string][]byte {
 		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
 		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
 		"pull max bytes":       pullMaxBytes(1 << 63),
+		"pull flags":           pullFlags(4),
+		"dead-letters all":     deadLettersAll(2),
 		"set-group deliveries": setGroup(1<<32, 0),
 		"set-group in flight":  setGroup(0, 1<<32),
 	}
@@ -110,6 +112,20 @@ func pullMaxBytes(v uint64) []byte {
 	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, version: commandVersionPull3}).Encode()
 	b[1] = commandVersionPull4
 	return binenc.AppendUvarint(b, v)
+}
+
+// pullFlags returns a pull whose flags byte is v.
+func pullFlags(v byte) []byte {
+	b := appendNames(appendHeader(nil, CmdPull, 1), "s", "g", "c")
+	b = binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(b, 1), 0), 0)   // max, from, epoch
+	b = append(b, v, 0, 0)                                                             // flags, no tags, start
+	return binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUint64(b, 0), 0), 0) // start-at, idle expiry, max bytes
+}
+
+// deadLettersAll returns a DeadLetters command whose all byte is v.
+func deadLettersAll(v byte) []byte {
+	b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdDeadLetters, 1), "s"), "g")
+	return binenc.AppendUvarint(append(b, byte(DeadPurge), v), 0)
 }
 
 func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
@@ -126,6 +142,12 @@ func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
 	for name, b := range overLimitConsumeCommands() {
 		if cmd, err := Decode(b); !errors.Is(err, ErrBadCommand) || cmd != nil {
 			t.Fatalf("%s: Decode = %#v, %v; want ErrBadCommand", name, cmd, err)
+		}
+	}
+	// Those built by hand are well-formed at the value before.
+	for _, b := range [][]byte{pullFlags(pullAtMostOnce | pullTagsAll), deadLettersAll(1), pullMaxBytes(1<<63 - 1)} {
+		if _, err := Decode(b); err != nil {
+			t.Fatalf("Decode(%x): %v", b, err)
 		}
 	}
 }

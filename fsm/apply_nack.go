@@ -105,7 +105,7 @@ func (f *FSM) applyExtend(c *Extend) any {
 			p.deadline = now + g.settings.AckWait
 			// An entry handed out while the group had no ack wait had no
 			// deadline: the consumer's lower bound must cover its new one.
-			cs.nextDeadline = min(cs.nextDeadline, p.deadline)
+			cs.addDeadline(p.deadline, seq == cs.next-1)
 			res.Extended++
 		}
 	})
@@ -113,7 +113,8 @@ func (f *FSM) applyExtend(c *Extend) any {
 }
 
 // applyExpire hands the group again the named entries whose ack wait has
-// passed, then recomputes the consumer's earliest deadline.
+// passed, then recomputes the consumer's earliest deadline (which Overdue
+// asks for when the bound it had passed with nothing overdue).
 func (f *FSM) applyExpire(c *Expire) any {
 	cs, g, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
 	if err != nil {
@@ -133,6 +134,6 @@ func (f *FSM) applyExpire(c *Expire) any {
 		}
 	})
 	cs.advance()
-	cs.nextDeadline = cs.earliestDeadline()
+	cs.setDeadlines()
 	return res
 }

@@ -2,17 +2,20 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 )
 
-// applyPull hands out entries to a consumer: first the group's redelivery
-// queue, then from the group's cursor (only those matching the pull's tags,
-// if it names any), recording each in the pull log. A pull registers its
-// consumer, and its group if new, even before the subject has messages:
-// a new group starting at the latest message must receive the first one.
-// A new group or consumer past a limit of package limits is refused.
+// applyPull hands out entries to a consumer: first those its reply never
+// reached (with Resend), then the group's redelivery queue, then from the
+// group's cursor (only those matching the pull's tags, if it names any),
+// recording each in the pull log, while their messages fit in MaxBytes. A
+// pull registers its consumer, and its group if new, even before the
+// subject has messages: a new group starting at the latest message must
+// receive the first one. A new group or consumer past a limit of package
+// limits is refused.
 func (f *FSM) applyPull(c *Pull) any {
 	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
 		return err
@@ -31,7 +34,7 @@ func (f *FSM) applyPull(c *Pull) any {
 		}
 	}
 	cl := f.store.consumeLog(c.Subject)
-	if cl == nil && c.legacy {
+	if cl == nil && c.legacy() {
 		// Before version 3 a pull of a subject without messages registered
 		// nothing; a replica must apply an old command as old ones did.
 		f.st.stamp(c.Now)
@@ -51,6 +54,9 @@ func (f *FSM) applyPull(c *Pull) any {
 	if cl == nil {
 		return res
 	}
+	start := f.firstRetained(c.Subject, cl)
+	b := &pullBound{max: c.MaxBytes}
+	res.Located = b.bounded()
 	if c.Resend {
 		from := c.From
 		if c.Epoch != 0 && c.Epoch != cs.epoch {
@@ -59,48 +65,92 @@ func (f *FSM) applyPull(c *Pull) any {
 			// gets), so whatever this one handed out, it never saw.
 			from = 0
 		}
-		f.resend(cs, from, min(c.Max, f.st.config.MaxPull), res)
+		f.resend(cl, cs, from, min(c.Max, f.st.config.MaxPull), start, b, res)
 	}
 	n := min(c.Max-len(res.Entries), f.st.config.MaxPull-len(res.Entries),
 		g.settings.inFlight(f.st.config.MaxUnacked)-cs.open, f.st.config.MaxUnacked-len(cs.window))
-	if n <= 0 {
+	if n <= 0 || b.full {
 		return res
 	}
 	h := handing{cs: cs, now: now, ackWait: g.settings.AckWait, atMostOnce: c.AtMostOnce}
-	start := f.firstRetained(c.Subject, cl)
 	n += len(res.Entries)
-	for len(res.Entries) < n && len(g.redeliver) > 0 {
-		r := g.redeliver[0]
-		g.redeliver = g.redeliver[1:]
-		if r.seq < start { // removed by retention
-			g.lost++
-			continue
-		}
-		res.Entries = append(res.Entries, f.hand(h, r))
-	}
-	f.skipRemoved(g, start)
 	filter := newTagFilter(c.Tags, c.TagsAll)
 	if filter != nil {
 		f.flushUnread(cl) // the filter reads entries this batch appended
+	} else {
+		// Room for what it may hand out, at once.
+		most := int64(len(res.Entries)+len(g.redeliver)) + max(cl.NextSeq()-g.cursor, 0)
+		res.Entries = slices.Grow(res.Entries, int(min(int64(n), most))-len(res.Entries))
 	}
+	var check *tagFilter // what redeliveries must match: from version 4 on
+	if c.pullVersion() >= commandVersionPull4 {
+		check = filter
+	}
+	f.handRedeliveries(cl, g, h, start, n, check, b, res)
+	f.skipRemoved(g, start)
+	read := consumeReader{f: f, cl: cl}
 	scanned := 0
-	for end := cl.NextSeq(); len(res.Entries) < n && g.cursor < end; g.cursor++ {
+	for end := cl.NextSeq(); len(res.Entries) < n && g.cursor < end && !b.full; g.cursor++ {
+		var e logs.ConsumeEntry
 		if filter != nil {
 			if scanned == maxTagScan {
 				res.More = true
 				break
 			}
+			e = read.entry(g.cursor, min(end, g.cursor+int64(maxTagScan-scanned)))
 			scanned++
-			if !filter.matches(f, cl, g.cursor) {
+			if !filter.matches(f, e) {
 				continue // consumed, for this group
 			}
+		} else if b.bounded() {
+			e = read.entry(g.cursor, min(end, g.cursor+int64(n-len(res.Entries))))
 		}
-		res.Entries = append(res.Entries, f.hand(h, redelivery{seq: g.cursor}))
+		if !b.take(e.Size) {
+			break
+		}
+		res.Entries = append(res.Entries, f.hand(h, redelivery{seq: g.cursor}, e))
 	}
 	if c.AtMostOnce {
 		cs.advance()
 	}
 	return res
+}
+
+// handRedeliveries hands out the group's redelivery queue, in order, up to
+// n entries in all, dropping those retention removed (below start) as
+// lost. With check, an entry that does not match it stays for another
+// consumer of the group, moved to the end of the queue so that the next
+// pull looks at others first; at most maxTagScan are looked at.
+func (f *FSM) handRedeliveries(cl *logs.ConsumeLog, g *group, h handing, start int64, n int, check *tagFilter, b *pullBound, res *PullResult) {
+	q := g.redeliver
+	var skipped []redelivery
+	i, scanned := 0, 0
+	for ; i < len(q) && len(res.Entries) < n; i++ {
+		r := q[i]
+		if r.seq < start { // removed by retention
+			g.lost++
+			continue
+		}
+		if check != nil && scanned == maxTagScan {
+			break
+		}
+		var e logs.ConsumeEntry
+		if check != nil || b.bounded() {
+			e = f.consumeEntry(cl, r.seq)
+		}
+		if check != nil {
+			scanned++
+			if !check.matches(f, e) {
+				skipped = append(skipped, r)
+				continue
+			}
+		}
+		if !b.take(e.Size) {
+			break
+		}
+		res.Entries = append(res.Entries, f.hand(h, r, e))
+	}
+	g.redeliver = append(q[i:], skipped...)
 }
 
 // maxTagScan bounds the consume-log entries one tag-filtered pull looks
@@ -164,16 +214,31 @@ func (f *FSM) canRegister(k groupKey) error {
 }
 
 // resend hands cs again the entries it holds unacked at or after pull
-// sequence from, up to limit: the consumer asked from there, so it never
-// received them. This makes a pull whose reply was lost harmless.
-func (f *FSM) resend(cs *consumer, from int64, limit int, res *PullResult) {
+// sequence from, up to limit and while they fit b: the consumer asked from
+// there, so it never received them. This makes a pull whose reply was lost
+// harmless. An entry below start, whose message retention removed, costs
+// no bytes (the leader acknowledges it on the consumer's behalf).
+func (f *FSM) resend(cl *logs.ConsumeLog, cs *consumer, from int64, limit int, start int64, b *pullBound, res *PullResult) {
 	if from < 0 || from >= cs.next {
 		return
 	}
 	for i := int(max(from-cs.ackPos, 0)); i < len(cs.window) && len(res.Entries) < limit; i++ {
-		if p := cs.window[i]; !p.acked {
-			res.Entries = append(res.Entries, Pulled{PullSeq: cs.ackPos + int64(i), ConsumeSeq: p.consumeSeq, Deliveries: p.deliveries})
+		p := cs.window[i]
+		if p.acked {
+			continue
 		}
+		var at MessageAt
+		if b.bounded() {
+			at = MessageAt{Offset: Gone}
+			if p.consumeSeq >= start {
+				e := f.consumeEntry(cl, p.consumeSeq)
+				at = MessageAt{Offset: e.Offset, Size: e.Size}
+			}
+		}
+		if !b.take(at.Size) {
+			return
+		}
+		res.Entries = append(res.Entries, Pulled{PullSeq: cs.ackPos + int64(i), ConsumeSeq: p.consumeSeq, Deliveries: p.deliveries, At: at})
 	}
 }
 
@@ -256,10 +321,11 @@ type handing struct {
 }
 
 // hand gives consume-log sequence r.seq to a consumer as its next pull
-// sequence, one delivery more. The pull log records the consumer by the low
-// 32 bits of its epoch (the record's field is 32 bits; nothing reads it
-// back but tools). An at-most-once entry is done as it is handed out.
-func (f *FSM) hand(h handing, r redelivery) Pulled {
+// sequence, one delivery more; e is its consume-log entry, when the pull
+// read it. The pull log records the consumer by the low 32 bits of its
+// epoch (the record's field is 32 bits; nothing reads it back but tools).
+// An at-most-once entry is done as it is handed out.
+func (f *FSM) hand(h handing, r redelivery, e logs.ConsumeEntry) Pulled {
 	cs := h.cs
 	pos := must(f.store.pulls.Append(logs.PullEntry{Consumer: uint32(cs.epoch), PullSeq: cs.next, ConsumeSeq: r.seq}))
 	p := pulled{consumeSeq: r.seq, pos: pos, deliveries: r.deliveries + 1, acked: h.atMostOnce}
@@ -267,11 +333,11 @@ func (f *FSM) hand(h handing, r redelivery) Pulled {
 		cs.open++
 		if h.ackWait > 0 {
 			p.deadline = h.now + h.ackWait
-			cs.nextDeadline = min(cs.nextDeadline, p.deadline)
+			cs.addDeadline(p.deadline, true)
 		}
 	}
 	cs.window = append(cs.window, p)
-	out := Pulled{PullSeq: cs.next, ConsumeSeq: r.seq, Deliveries: p.deliveries}
+	out := Pulled{PullSeq: cs.next, ConsumeSeq: r.seq, Deliveries: p.deliveries, At: MessageAt{Offset: e.Offset, Size: e.Size}}
 	cs.next++
 	return out
 }

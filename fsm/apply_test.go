@@ -467,7 +467,7 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 	if len(out) != len(batch) {
 		t.Fatalf("%d responses for %d entries", len(out), len(batch))
 	}
-	for i, want := range []string{"nil", "nil", "append {1 ", "nil", "nil", "nil", "pull [{1 1 1}]", "nil"} {
+	for i, want := range []string{"nil", "nil", "append {1 ", "nil", "nil", "nil", "pull [{1 1 1 {0 0}}]", "nil"} {
 		if got := describe(out[i]); !strings.HasPrefix(got, want) {
 			t.Fatalf("response %d: %s, want %s…", i, got, want)
 		}

@@ -44,8 +44,16 @@ func BenchmarkApplyAppend1000(b *testing.B) { benchmarkApplyAppend(b, 128) }
 func BenchmarkApplyAppend1000_1KiB(b *testing.B) { benchmarkApplyAppend(b, 1<<10) }
 
 // BenchmarkPullAck: per op, a Pull of 100 entries and the Ack of them,
-// both applied as Raft entries.
+// both applied as Raft entries; "bounded", the pull bounded in bytes (as a
+// leader proposes it), reads the entries' sizes.
+//
+//	go test ./fsm -run '^$' -bench 'PullAck|AppendPull' -count 5
 func BenchmarkPullAck(b *testing.B) {
+	b.Run("unbounded", func(b *testing.B) { benchmarkPullAck(b, 0) })
+	b.Run("bounded", func(b *testing.B) { benchmarkPullAck(b, 8<<20) })
+}
+
+func benchmarkPullAck(b *testing.B, maxBytes int64) {
 	cfg := DefaultConfig(b.TempDir())
 	cfg.DedupWindow = 0 // keep the window (and memory) small across refills
 	f := unitOpen(b, cfg)
@@ -64,7 +72,7 @@ func BenchmarkPullAck(b *testing.B) {
 		}
 		index++
 		r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand,
-			Data: (&Pull{Start: StartEarliest, Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100}).Encode()}).(*PullResult)
+			Data: (&Pull{Start: StartEarliest, Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}).(*PullResult)
 		if len(r.Entries) != 100 {
 			b.Fatalf("pulled %d entries", len(r.Entries))
 		}
@@ -77,6 +85,44 @@ func BenchmarkPullAck(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "entries/s")
+}
+
+// BenchmarkAppendPull: per op, one batch of an Append of 100 messages, a
+// Pull of them and their Ack, as a group keeping up with its producer
+// applies them: the pull reads entries the batch appended and has not yet
+// flushed. "bounded" bounds the pull in bytes, which makes it read them.
+func BenchmarkAppendPull(b *testing.B) {
+	b.Run("unbounded", func(b *testing.B) { benchmarkAppendPull(b, 0) })
+	b.Run("bounded", func(b *testing.B) { benchmarkAppendPull(b, 8<<20) })
+}
+
+func benchmarkAppendPull(b *testing.B, maxBytes int64) {
+	cfg := DefaultConfig(b.TempDir())
+	cfg.DedupWindow = 0
+	f := unitOpen(b, cfg)
+	index := uint64(0)
+	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand,
+		Data: (&Pull{Now: 1, Subject: "bench", Group: "g", Consumer: "c", Max: 1, Start: StartEarliest}).Encode()})
+	index = 1
+	var next int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		app := benchAppendEntry(index+1, int64(index+1), 100, 128)
+		pull := &raft.Log{Index: index + 2, Type: raft.LogCommand,
+			Data: (&Pull{Now: int64(index + 2), Subject: "bench", Group: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}
+		ack := &raft.Log{Index: index + 3, Type: raft.LogCommand,
+			Data: (&Ack{Now: int64(index + 3), Subject: "bench", Group: "g", Consumer: "c", Ranges: []AckRange{{First: next, Last: next + 99}}}).Encode()}
+		index += 3
+		b.StartTimer()
+		out := f.ApplyBatch([]*raft.Log{app, pull, ack})
+		if r := out[1].(*PullResult); len(r.Entries) != 100 {
+			b.Fatalf("pulled %d entries", len(r.Entries))
+		}
+		next += 100
+	}
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // BenchmarkApplyFire1000: per op, one Fire of 1,000 due entries (128 B

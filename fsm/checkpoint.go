@@ -448,7 +448,7 @@ func (s *state) derive() {
 				cs.open++
 			}
 		}
-		cs.nextDeadline = cs.earliestDeadline()
+		cs.setDeadlines()
 	}
 	for k, g := range s.groups {
 		s.groupsOf[k.subject]++

@@ -70,7 +70,8 @@ func (t CommandType) String() string {
 // commandVersion is the second byte of every command: the version of the
 // payload encoding that follows. Pull, Ack and Reclaim version 2 adds the
 // consumer's epoch; Pull version 3 adds how the consumer pulls (tags,
-// at-most-once) and where a new group starts; Forget version 2 adds the
+// at-most-once) and where a new group starts, version 4 the bytes it may
+// hand out and the tag check of redeliveries; Forget version 2 adds the
 // idle condition; Append version 2 names the applications sending (it is
 // written only when one does). Every earlier version is still read, since
 // a Raft log may hold it.
@@ -78,6 +79,7 @@ const (
 	commandVersion           = 1
 	commandVersionEpoch      = 2
 	commandVersionPull3      = 3
+	commandVersionPull4      = 4
 	commandVersionAppendApps = 2
 )
 
@@ -85,7 +87,7 @@ const (
 func versionOf(t CommandType) byte {
 	switch t {
 	case CmdPull:
-		return commandVersionPull3
+		return commandVersionPull4
 	case CmdAck, CmdReclaim, CmdForget:
 		return commandVersionEpoch
 	case CmdAppend:
@@ -172,15 +174,23 @@ func (c *Append) wire(i int) []byte {
 // registration From belongs to (0: whichever holds the name now, as a
 // restarted consumer taking over asks); an ended one has seen no reply of
 // the current registration, which then hands again all it holds unacked.
-// Payload:
+// With MaxBytes (version 4), it hands out entries while their messages'
+// record sizes add up to at most MaxBytes, and always at least one message
+// (one larger than MaxBytes goes alone): the leader has that much memory
+// for the reply, so everything handed out reaches the reply. 0 is no
+// bound. Payload:
 //
 //	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0) |
 //	epoch uvarint (version 2) |
 //	flags u8 (1 at-most-once, 2 tags-all) | tag-count uvarint | tags… |
-//	start u8 | start-at i64 | idle-expiry uvarint (version 3)
+//	start u8 | start-at i64 | idle-expiry uvarint (version 3) |
+//	max-bytes uvarint (version 4)
 //
-// A version 1 or 2 pull creates a group at its subject's earliest retained
-// message, as those versions did.
+// A pull keeps the version it was decoded from, and is encoded and applied
+// as that version was: a version 1 or 2 pull creates a group at its
+// subject's earliest retained message and registers nothing for a subject
+// without messages; before version 4 a tag-filtered pull hands out
+// redeliveries whatever their tags.
 type Pull struct {
 	Now                      int64
 	Subject, Group, Consumer string
@@ -194,8 +204,21 @@ type Pull struct {
 	Start                    StartPosition
 	StartAt                  int64 // Unix milliseconds, with StartAtTime
 	IdleExpiry               int64 // milliseconds
-	legacy                   bool  // decoded from version 1 or 2
+	MaxBytes                 int64 // version 4; 0 for no bound
+	version                  byte  // decoded from this earlier version; 0 for the current one
 }
+
+// pullVersion returns the version c is encoded and applied as.
+func (c *Pull) pullVersion() byte {
+	if c.version != 0 {
+		return c.version
+	}
+	return commandVersionPull4
+}
+
+// legacy reports whether c is of version 1 or 2, which created groups at
+// the earliest message and registered nothing without messages.
+func (c *Pull) legacy() bool { return c.pullVersion() < commandVersionPull3 }
 
 // Pull flags (version 3).
 const (
@@ -264,7 +287,11 @@ type Fire struct {
 }
 
 func appendHeader(b []byte, t CommandType, now int64) []byte {
-	b = append(b, byte(t), versionOf(t))
+	return appendHeaderVersion(b, t, versionOf(t), now)
+}
+
+func appendHeaderVersion(b []byte, t CommandType, v byte, now int64) []byte {
+	b = append(b, byte(t), v)
 	return binenc.AppendUint64(b, uint64(now))
 }
 
@@ -301,15 +328,23 @@ func (c *Append) Encode() []byte {
 	return b
 }
 
-// Encode returns the command's bytes.
+// Encode returns the command's bytes, in the version it was decoded from
+// (the current one for a new command).
 func (c *Pull) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdPull, c.Now), c.Subject, c.Group, c.Consumer)
+	v := c.pullVersion()
+	b := appendNames(appendHeaderVersion(nil, CmdPull, v, c.Now), c.Subject, c.Group, c.Consumer)
 	b = binenc.AppendUvarint(b, uint64(c.Max))
 	from := uint64(0)
 	if c.Resend {
 		from = uint64(c.From) + 1
 	}
-	b = binenc.AppendUvarint(binenc.AppendUvarint(b, from), c.Epoch)
+	b = binenc.AppendUvarint(b, from)
+	if v >= commandVersionEpoch {
+		b = binenc.AppendUvarint(b, c.Epoch)
+	}
+	if v < commandVersionPull3 {
+		return b
+	}
 	flags := byte(0)
 	if c.AtMostOnce {
 		flags |= pullAtMostOnce
@@ -324,7 +359,11 @@ func (c *Pull) Encode() []byte {
 	}
 	b = append(b, byte(c.Start))
 	b = binenc.AppendUint64(b, uint64(c.StartAt))
-	return binenc.AppendUvarint(b, uint64(c.IdleExpiry))
+	b = binenc.AppendUvarint(b, uint64(c.IdleExpiry))
+	if v < commandVersionPull4 {
+		return b
+	}
+	return binenc.AppendUvarint(b, uint64(c.MaxBytes))
 }
 
 // Encode returns the command's bytes.
@@ -414,9 +453,19 @@ func Decode(b []byte) (any, error) {
 			c.Resend, c.From = true, int64(from-1)
 		}
 		c.Epoch = epoch()
-		c.Start, c.legacy = StartEarliest, v < commandVersionPull3 // what versions 1 and 2 did
-		if !c.legacy {
-			readPullOptions(r, c)
+		if v < versionOf(CmdPull) {
+			c.version = v
+		}
+		c.Start = StartEarliest // what versions 1 and 2 did
+		if !c.legacy() {
+			if err := readPullOptions(r, c); err != nil {
+				return nil, err
+			}
+		}
+		if v >= commandVersionPull4 {
+			if c.MaxBytes = int64(r.Uvarint()); c.MaxBytes < 0 {
+				return nil, fmt.Errorf("%w: pull: max bytes %d over 63 bits", ErrBadCommand, uint64(c.MaxBytes))
+			}
 		}
 		cmd = c
 	case CmdAck:
@@ -472,8 +521,13 @@ func Decode(b []byte) (any, error) {
 }
 
 // readPullOptions reads what Pull version 3 adds.
-func readPullOptions(r *binenc.Reader, c *Pull) {
+func readPullOptions(r *binenc.Reader, c *Pull) error {
 	flags := r.Byte()
+	if flags&^(pullAtMostOnce|pullTagsAll) != 0 {
+		// Unknown flags would be dropped when it is encoded again: a command
+		// has one encoding.
+		return fmt.Errorf("%w: pull: unknown flags %#x", ErrBadCommand, flags)
+	}
 	c.AtMostOnce, c.TagsAll = flags&pullAtMostOnce != 0, flags&pullTagsAll != 0
 	if n := r.Count(logs.MaxTags); n > 0 {
 		c.Tags = make([]string, n)
@@ -484,6 +538,7 @@ func readPullOptions(r *binenc.Reader, c *Pull) {
 	c.Start = StartPosition(r.Byte())
 	c.StartAt = r.Int64()
 	c.IdleExpiry = int64(r.Uvarint())
+	return nil
 }
 
 func readNames(r *binenc.Reader) (subject, group, consumer string) {

@@ -263,12 +263,13 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 	case CmdDeadLetters:
 		c := &DeadLetters{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
 		c.Op = DeadLetterOp(r.Byte())
-		switch all := r.Byte(); all {
-		case 0, 1:
-			c.All = all == 1
-		default: // one encoding per command
-			return nil, false, fmt.Errorf("%w: dead letters: all is %d", ErrBadCommand, all)
+		all := r.Byte()
+		if all > 1 {
+			// Read as false, it would re-encode differently: a command has
+			// one encoding.
+			return nil, true, fmt.Errorf("%w: dead-letters: all is %d, not 0 or 1", ErrBadCommand, all)
 		}
+		c.All = all == 1
 		n := r.Count(MaxDeadLetterSeqs)
 		c.Seqs = make([]int64, 0, n)
 		for i := 0; i < n && r.Err() == nil; i++ {

@@ -12,8 +12,8 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-// sampleConsumeCommands are the consumer commands and the version 3 pull
-// with every field set, at and just under the decoder's limits.
+// sampleConsumeCommands are the consumer commands and the pulls of every
+// version with every field set, at and just under the decoder's limits.
 func sampleConsumeCommands() map[string]encoder {
 	long := strings.Repeat("n", limits.MaxName)
 	ranges := func(n int) []AckRange {
@@ -54,12 +54,18 @@ func sampleConsumeCommands() map[string]encoder {
 		"dead-letters all":      &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, All: true, Seqs: []int64{}},
 		"dead-letters max":      &DeadLetters{Now: 5, Subject: long, Group: long, Op: 0xff, Seqs: seqs(MaxDeadLetterSeqs)},
 		"dead-letters under":    &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, Seqs: seqs(MaxDeadLetterSeqs - 1)},
+		"pull v1":               &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 3, Start: StartEarliest, version: commandVersion},
+		"pull v2":               &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 5, Start: StartEarliest, version: commandVersionEpoch},
 		"pull v3": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
-			TagsAll: true, Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000},
+			TagsAll: true, Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, version: commandVersionPull3},
 		"pull v3 max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags, logs.MaxTagLen),
-			Start: 0xff, StartAt: -1, IdleExpiry: math.MaxInt64},
-		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags-1, logs.MaxTagLen-1)},
-		"forget idle":            &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
+			Start: 0xff, StartAt: -1, IdleExpiry: math.MaxInt64, version: commandVersionPull3},
+		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags-1, logs.MaxTagLen-1), version: commandVersionPull3},
+		"pull v4": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
+			Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, MaxBytes: 8 << 20},
+		"pull v4 max bytes": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, MaxBytes: math.MaxInt64},
+		"pull v4 one byte":  &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, MaxBytes: 1},
+		"forget idle":       &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
 	}
 }
 
@@ -93,9 +99,33 @@ func overLimitConsumeCommands() map[string][]byte {
 		"forget name":          (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
 		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
 		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
+		"pull max bytes":       pullMaxBytes(1 << 63),
+		"pull flags":           pullFlags(4),
+		"dead-letters all":     deadLettersAll(2),
 		"set-group deliveries": setGroup(1<<32, 0),
 		"set-group in flight":  setGroup(0, 1<<32),
 	}
+}
+
+// pullMaxBytes returns a version 4 pull whose max-bytes field is v.
+func pullMaxBytes(v uint64) []byte {
+	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, version: commandVersionPull3}).Encode()
+	b[1] = commandVersionPull4
+	return binenc.AppendUvarint(b, v)
+}
+
+// pullFlags returns a pull whose flags byte is v.
+func pullFlags(v byte) []byte {
+	b := appendNames(appendHeader(nil, CmdPull, 1), "s", "g", "c")
+	b = binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(b, 1), 0), 0)   // max, from, epoch
+	b = append(b, v, 0, 0)                                                             // flags, no tags, start
+	return binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUint64(b, 0), 0), 0) // start-at, idle expiry, max bytes
+}
+
+// deadLettersAll returns a DeadLetters command whose all byte is v.
+func deadLettersAll(v byte) []byte {
+	b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdDeadLetters, 1), "s"), "g")
+	return binenc.AppendUvarint(append(b, byte(DeadPurge), v), 0)
 }
 
 func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
@@ -112,6 +142,12 @@ func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
 	for name, b := range overLimitConsumeCommands() {
 		if cmd, err := Decode(b); !errors.Is(err, ErrBadCommand) || cmd != nil {
 			t.Fatalf("%s: Decode = %#v, %v; want ErrBadCommand", name, cmd, err)
+		}
+	}
+	// Those built by hand are well-formed at the value before.
+	for _, b := range [][]byte{pullFlags(pullAtMostOnce | pullTagsAll), deadLettersAll(1), pullMaxBytes(1<<63 - 1)} {
+		if _, err := Decode(b); err != nil {
+			t.Fatalf("Decode(%x): %v", b, err)
 		}
 	}
 }

@@ -119,7 +119,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"no time", []byte{byte(CmdPull), commandVersion, 1, 2}},
 		{"unknown type", header(99)},
 		{"type zero", header(0)},
-		{"future version", append([]byte{byte(CmdPull), commandVersionPull3 + 1}, pull[2:]...)},
+		{"future version", append([]byte{byte(CmdPull), commandVersionPull4 + 1}, pull[2:]...)},
 		{"epoch version of append", append([]byte{byte(CmdAppend), commandVersionEpoch}, app[2:]...)},
 		{"truncated pull", pull[:len(pull)-1]},
 		{"trailing byte", append(append([]byte(nil), pull...), 0)},
@@ -129,11 +129,6 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
-		{"dead letters' all neither 0 nor 1", func() []byte {
-			b := (&DeadLetters{Now: 1, Subject: "s", Group: "g", Op: DeadPurge, All: true}).Encode()
-			b[len(b)-2] = 2 // op, all, no sequences
-			return b
-		}()},
 		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0, 0)},
 		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
 		{"non-minimal name length", nonMinimalName},
@@ -155,7 +150,7 @@ func TestDecodeRejects(t *testing.T) {
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(binenc.AppendUvarint(header(CmdAppend), 0), 0), // no application, no message
 		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
-			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry
+			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry, max bytes
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
 		binenc.AppendUvarint(appendNames(header(CmdReclaim), "s", "g", "c"), 0),
 	} {

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -94,24 +96,30 @@ func TestExpireAndExtend(t *testing.T) {
 	}
 }
 
-// Overdue finds the consumers whose entries passed their ack wait; one
-// whose overdue entries were acked meanwhile is named with no ranges, and
-// the Expire proposed for it brings its deadline up to date, so it is not
-// named again.
+// Overdue finds the consumers whose entries passed their ack wait. One
+// that acked them meanwhile is not named when its deadlines run in window
+// order (its bound was brought up to date by the ack); when they do not
+// (an entry was extended), it is named with no ranges, and the Expire
+// proposed for it brings its bound up to date, so it is not named again
+// until an entry is due.
 func TestOverdue(t *testing.T) {
 	r := newGroupRig(t)
 	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
-	r.sendN("s", 4)
+	r.sendN("s", 6)
 	t0 := r.now
 	r.pullN("g", "a", 2)
 	r.pullN("g", "b", 2)
 	r.ack("g", "b", AckRange{0, 1})
+	r.pullN("g", "c", 2)
+	r.now = t0 + 500
+	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{one(0)}}))
+	r.ack("g", "c", one(1))
 	if got := r.f.Overdue(t0+999, 100); len(got) != 0 {
 		t.Fatalf("overdue before the deadline: %+v", got)
 	}
 	got := r.f.Overdue(t0+1000, 100)
 	if len(got) != 2 || got[0].ID.Consumer != "a" || !slices.Equal(got[0].Ranges, []AckRange{{0, 1}}) ||
-		got[1].ID.Consumer != "b" || len(got[1].Ranges) != 0 {
+		got[1].ID.Consumer != "c" || len(got[1].Ranges) != 0 {
 		t.Fatalf("overdue: %+v", got)
 	}
 	if got := r.f.Overdue(t0+1000, 1); len(got) != 1 || !slices.Equal(got[0].Ranges, []AckRange{{0, 0}}) {
@@ -121,8 +129,11 @@ func TestOverdue(t *testing.T) {
 	for _, o := range got {
 		resultAs[*ExpireResult](t, r.apply(&Expire{Now: r.now, Subject: "s", Group: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}))
 	}
-	if got := r.f.Overdue(t0+5000, 100); len(got) != 0 {
+	if got := r.f.Overdue(t0+1499, 100); len(got) != 0 {
 		t.Fatalf("overdue after the expires: %+v", got)
+	}
+	if got := r.f.Overdue(t0+1500, 100); len(got) != 1 || got[0].ID.Consumer != "c" || !slices.Equal(got[0].Ranges, []AckRange{one(0)}) {
+		t.Fatalf("overdue at the extended deadline: %+v", got)
 	}
 }
 
@@ -182,5 +193,100 @@ func TestAtMostOnce(t *testing.T) {
 	}
 	if got := consumeSeqs(r.pullN("g", "c2", 10)); !slices.Equal(got, []int64{2}) {
 		t.Fatalf("after the reclaim: %v", got)
+	}
+}
+
+// A consumer holding nothing unacked has no deadline: however many ack
+// waits pass, Overdue names none of them, so the leader proposes no Expire
+// for them. One that holds entries is named only once one of them is
+// overdue, when their deadlines run in the order they were handed out (as
+// they do unless an entry was extended or the ack wait shortened). Idle
+// consumers used to be named with no ranges once an ack wait after their
+// last pull: an Expire per idle consumer per ack wait.
+func TestIdleConsumersNeedNoExpire(t *testing.T) {
+	r := newGroupRig(t)
+	const wait = 1000
+	r.setGroup("g", SetAckWait, GroupSettings{AckWait: wait})
+	const idle = 50
+	r.sendN("s", idle+2)
+	for i := range idle {
+		c := fmt.Sprint("idle-", i)
+		r.pullN("g", c, 1)
+		r.ack("g", c, one(0))
+		r.now += 10
+	}
+	t0 := r.now
+	r.pullN("g", "busy", 1) // deadline t0 + wait
+	r.now += 500
+	r.pullN("g", "busy", 1) // t0 + 500 + wait
+	r.ack("g", "busy", one(0))
+	for k := int64(1); k <= 4; k++ {
+		if got := r.f.Overdue(t0+k*wait-1, 1000); len(got) != 0 {
+			t.Fatalf("%d ack waits on: %d consumers overdue (the first %+v), want none", k, len(got), got[0])
+		}
+		if k == 1 {
+			if got := r.f.Overdue(t0+500+wait, 1000); len(got) != 1 || got[0].ID.Consumer != "busy" || !slices.Equal(got[0].Ranges, []AckRange{one(1)}) {
+				t.Fatalf("the busy consumer's second entry due: overdue %+v", got)
+			}
+			r.now = t0 + 400 + wait
+			r.ack("g", "busy", one(1))
+		}
+	}
+}
+
+// wantDeadlineBounds checks every consumer's deadline bound: at or before
+// the earliest deadline of its open entries (Overdue would miss an entry
+// otherwise), and none when it holds nothing open.
+func wantDeadlineBounds(t *testing.T, f *FSM) {
+	t.Helper()
+	for _, c := range f.st.consumers {
+		earliest := int64(noDeadline)
+		for _, p := range c.window {
+			if !p.acked && p.deadline != 0 {
+				earliest = min(earliest, p.deadline)
+			}
+		}
+		if c.nextDeadline > earliest || c.open == 0 && c.nextDeadline != noDeadline {
+			t.Fatalf("consumer %v holding %d open: bound %d, earliest open deadline %d", c.key, c.open, c.nextDeadline, earliest)
+		}
+	}
+}
+
+// The deadline bound stays at or before every open entry's deadline
+// through pulls, acks, nacks, extends, expires and changes of the ack
+// wait, in any order.
+func TestDeadlineBoundNeverPassesAnOpenDeadline(t *testing.T) {
+	r := newGroupRig(t)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	r.sendN("s", 2000)
+	consumers := []string{"a", "b", "c"}
+	for range 3000 {
+		c := consumers[rnd.IntN(len(consumers))]
+		r.now += int64(rnd.IntN(400))
+		next := r.f.st.byKey[consumerKey{"s", "g", c}]
+		some := func() AckRange {
+			if next == nil || next.next == 0 {
+				return one(0)
+			}
+			first := next.ackPos + rnd.Int64N(max(next.next-next.ackPos, 1))
+			return AckRange{first, min(first+rnd.Int64N(3), next.next-1)}
+		}
+		switch rnd.IntN(7) {
+		case 0, 1:
+			r.pull(Pull{Subject: "s", Group: "g", Consumer: c, Max: 1 + rnd.IntN(4), Start: StartEarliest})
+		case 2:
+			r.apply(&Ack{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []AckRange{some()}})
+		case 3:
+			r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: c, RetryAt: r.now, Ranges: []AckRange{some()}})
+		case 4:
+			r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []AckRange{some()}})
+		case 5:
+			for _, o := range r.f.Overdue(r.now, 100) {
+				r.apply(&Expire{Now: r.now, Subject: "s", Group: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges})
+			}
+		case 6:
+			r.setGroup("g", SetAckWait, GroupSettings{AckWait: []int64{0, 1000, 3000}[rnd.IntN(3)]})
+		}
+		wantDeadlineBounds(t, r.f)
 	}
 }

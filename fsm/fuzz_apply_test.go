@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -21,8 +22,9 @@ import (
 // mutated command bytes. The replicas are opened with different values of
 // their own for every setting of the broker group configuration, which
 // apply must not go by. No replica may panic, both must answer every entry
-// alike, and their state and logs must stay byte-identical. The seeds
-// reach every limit; `make fuzz` explores more.
+// alike, their state and logs must stay byte-identical, and every
+// consumer's deadline bound must stay at or before its open entries'
+// deadlines. The seeds reach every limit; `make fuzz` explores more.
 func FuzzApplyAtLimits(f *testing.F) {
 	// Each step is four bytes: a kind of command and three picks from the
 	// tables of limitEntries.
@@ -38,6 +40,9 @@ func FuzzApplyAtLimits(f *testing.F) {
 		},
 		{ // settings at and over their bounds, pulls with tags and start positions, nacks (retry times at and over the largest delay), fires of the retries, extends, expires
 			15, 0, 0, 0, 0, 0, 0, 0, 18, 0, 1, 1, 18, 1, 2, 2, 12, 0, 0, 0, 12, 1, 1, 3, 12, 2, 2, 4, 15, 1, 2, 3, 6, 1, 0, 0, 13, 1, 1, 0, 14, 2, 2, 0, 15, 4, 5, 6,
+		},
+		{ // pulls bounded in bytes (one byte, under a message, a largest message) of small and largest messages, one going alone; a resend; a nack and an expire due at once; tag-filtered pulls passing the redeliveries over; unfiltered ones taking what fits
+			0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 36, 2, 3, 0, 30, 2, 2, 0, 36, 2, 2, 0, 36, 2, 12, 1, 0, 0, 18, 1, 0, 0, 14, 3, 1, 2, 18, 1, 0, 0, 2, 0, 30, 2, 2, 0, 24, 2,
 		},
 		{ // a nack whose retry falls past the last hour a schedule reference can name
 			0, 0, 0, 0, 2, 0, 0, 1, 12, 4, 0, 0, 2, 0, 0, 1,
@@ -64,6 +69,7 @@ func FuzzApplyAtLimits(f *testing.F) {
 			if ra != rb {
 				t.Fatalf("entry %d: replicas answered\n%s\n%s", e.Index, ra, rb)
 			}
+			wantDeadlineBounds(t, a)
 		}
 		if sa, sb := stateBytes(a), stateBytes(b); !bytes.Equal(sa, sb) {
 			t.Fatal("replicas hold different state")
@@ -96,6 +102,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 	lastHour := (int64(1)<<20 - 1) * delaywheel.HourMillis
 	delays := []int64{0, now + 1000, now - 1000, lastHour, lastHour + delaywheel.HourMillis - 1, lastHour + delaywheel.HourMillis, 1 << 62}
 	counts := []int{0, 1, 1000, limits.MaxPullMessages, limits.MaxPullMessages + 1, -1}
+	pullBytes := []int64{0, 1, 150, limits.MaxMessage, limits.MaxMessage + 8, math.MaxInt64, 8 << 20}
 	var out []*raft.Log
 	var refs []uint64
 	for i, step := 0, 0; i < len(recipe) && step < 12; i, step = i+4, step+1 {
@@ -115,9 +122,10 @@ func limitEntries(recipe []byte) []*raft.Log {
 			if m.DeliverAt > at { // what a Fire may name later
 				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
 			}
-		case 2, 3: // a pull, maybe asking for a resend
+		case 2, 3: // a pull, maybe asking for a resend, bounded in bytes under, at and over a message, or not at all
 			data = (&Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
-				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3))}).Encode()
+				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3)),
+				MaxBytes: pullBytes[pick(i+2, len(pullBytes))]}).Encode()
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
 			ranges := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
 			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
@@ -212,7 +220,7 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 			c.Seqs = append(c.Seqs, []int64{0, 1, 5, -1}[k%4])
 		}
 		return c.Encode()
-	case 18: // a version 3 pull: tags at and over their limits, at most once, each start position, idle expiry at and past its bounds
+	case 18: // a version 3 or 4 pull: tags at and over their limits, at most once, each start position, idle expiry at and past its bounds, bytes
 		tagSets := [][]string{nil, {"t1"}, make([]string, logs.MaxTags), make([]string, logs.MaxTags+1), {strings.Repeat("t", logs.MaxTagLen)}, {strings.Repeat("t", logs.MaxTagLen+1)}, {""}}
 		tags := tagSets[pick(i+1, len(tagSets))]
 		for k := range tags {
@@ -221,9 +229,15 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 			}
 		}
 		idle := []int64{0, minIdleExpiry - 1, minIdleExpiry, maxIdleExpiry, maxIdleExpiry + 1}
-		return (&Pull{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
+		c := &Pull{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
 			AtMostOnce: pick(i+2, 2) == 1, Tags: tags, TagsAll: pick(i+3, 2) == 1, Start: StartPosition(pick(i+1, 4)),
-			StartAt: []int64{0, at - 1000, -1}[pick(i+2, 3)], IdleExpiry: idle[pick(i+3, len(idle))]}).Encode()
+			StartAt: []int64{0, at - 1000, -1}[pick(i+2, 3)], IdleExpiry: idle[pick(i+3, len(idle))]}
+		if v := pick(i+1, 3); v == 0 {
+			c.version = commandVersionPull3
+		} else {
+			c.MaxBytes = []int64{1, limits.MaxMessage}[v-1]
+		}
+		return c.Encode()
 	default: // a forget of a group idle that long, or a negative time
 		return (&Forget{Now: at, Subject: "s", Group: name(pick(i+2, 6), "g"), IdleFor: []int64{0, 1, 1000, -1}[pick(i+1, 4)]}).Encode()
 	}

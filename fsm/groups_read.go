@@ -119,11 +119,14 @@ func (f *FSM) DeadLetterOf(subject, group string, seq int64) (DeadLetter, bool) 
 }
 
 // Overdue names, per consumer, pull sequences whose ack wait has passed at
-// now, at most limit in all: a leader proposes an Expire for each. A
-// consumer whose earliest deadline it knew had passed but holds nothing
-// overdue (it acked them) is named with no sequences, so that an Expire
-// brings its deadline up to date and it is not looked at again. Safe on
-// any goroutine.
+// now, at most limit in all: a leader proposes an Expire for each. Only
+// consumers whose deadline bound has passed are looked at. The bound is
+// exact for a consumer holding nothing (it has none) and for one whose
+// deadlines run in the order it was handed its entries; otherwise (an
+// entry was extended, or the ack wait shortened) it may have passed with
+// nothing overdue, and the consumer is named with no sequences, so that an
+// Expire brings the bound up to date and it is not looked at again. Safe
+// on any goroutine.
 func (f *FSM) Overdue(now int64, limit int) []Overdue {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()

@@ -40,17 +40,23 @@ type Pulled struct {
 	PullSeq    int64  // the consumer's pull sequence: what it acks
 	ConsumeSeq int64  // the subject's sequence: where the message is
 	Deliveries uint32 // how many times the group has handed it out, this time included
+	// At is where its message lies, if the pull was bounded in bytes (see
+	// PullResult.Located): Offset Gone if retention removed it.
+	At MessageAt
 }
 
 // PullResult answers a Pull. It may hold fewer entries than asked for, or
 // none: the group has nothing more, or the consumer holds its most.
 // Epoch is the consumer's registration, which its acks must name. More
 // says a tag-filtered pull stopped at its scan bound with entries left to
-// look at: pull again at once rather than wait for new messages.
+// look at: pull again at once rather than wait for new messages. Located
+// says the entries' At are set: a pull bounded in bytes (MaxBytes) read
+// them, and the leader need not read them again.
 type PullResult struct {
 	Epoch   uint64
 	Entries []Pulled
 	More    bool
+	Located bool
 }
 
 // AckResult answers an Ack with the consumer's ack position: every pull

@@ -85,23 +85,66 @@ type consumer struct {
 	window []pulled
 	open   int // entries of window not done (derived)
 	// nextDeadline is at or before the earliest deadline of the open
-	// entries (noDeadline for none): the leader looks for overdue entries
-	// only in consumers whose nextDeadline has passed. Derived.
+	// entries (noDeadline for none), and is that deadline unless ordered
+	// was false when an entry with it was finished: the leader looks for
+	// overdue entries only in consumers whose nextDeadline has passed.
+	// Derived, like ordered and lastDeadline.
 	nextDeadline int64
+	// ordered says the deadlines of the open entries never decrease along
+	// the window, so the first open one with a deadline has the earliest;
+	// lastDeadline is at or after every open entry's deadline. They do
+	// unless an entry is extended or the ack wait shortened.
+	ordered      bool
+	lastDeadline int64
 }
 
 // noDeadline is a consumer's nextDeadline when none of its entries has one.
 const noDeadline = math.MaxInt64
 
-// earliestDeadline returns the earliest deadline of the open entries.
-func (c *consumer) earliestDeadline() int64 {
-	d := int64(noDeadline)
+// setDeadlines computes nextDeadline, ordered and lastDeadline from the
+// window: nextDeadline is then exact.
+func (c *consumer) setDeadlines() {
+	c.nextDeadline, c.ordered, c.lastDeadline = noDeadline, true, 0
 	for _, p := range c.window {
 		if !p.acked && p.deadline != 0 {
-			d = min(d, p.deadline)
+			c.nextDeadline = min(c.nextDeadline, p.deadline)
+			c.ordered = c.ordered && p.deadline >= c.lastDeadline
+			c.lastDeadline = max(c.lastDeadline, p.deadline)
 		}
 	}
-	return d
+}
+
+// addDeadline records that an open entry, the window's last if last, now
+// has deadline d (it was handed out, or extended).
+func (c *consumer) addDeadline(d int64, last bool) {
+	c.nextDeadline = min(c.nextDeadline, d)
+	c.ordered = c.ordered && last && d >= c.lastDeadline
+	c.lastDeadline = max(c.lastDeadline, d)
+}
+
+// orderedScan bounds the window entries refreshDeadline looks at for the
+// first open one with a deadline (those before it were handed out while
+// the group had no ack wait).
+const orderedScan = 8
+
+// refreshDeadline brings nextDeadline up to the earliest deadline of the
+// open entries where that is cheap, after entries were finished: none
+// open, or deadlines in window order. Otherwise it stays a lower bound,
+// and the Expire the leader proposes once it passes recomputes it.
+func (c *consumer) refreshDeadline() {
+	if c.open == 0 {
+		c.nextDeadline, c.ordered, c.lastDeadline = noDeadline, true, 0
+		return
+	}
+	if !c.ordered {
+		return
+	}
+	for i := 0; i < len(c.window) && i < orderedScan; i++ {
+		if p := c.window[i]; !p.acked && p.deadline != 0 {
+			c.nextDeadline = p.deadline
+			return
+		}
+	}
 }
 
 // unacked returns how many of the consumer's entries await an ack (or a
@@ -121,7 +164,8 @@ func (c *consumer) finish(seq int64) (pulled, bool) {
 }
 
 // advance moves the ack position over the contiguous acked head of the
-// window.
+// window, after entries were finished, and brings the deadline bound up to
+// date where that is cheap.
 func (c *consumer) advance() {
 	n := 0
 	for n < len(c.window) && c.window[n].acked {
@@ -129,6 +173,7 @@ func (c *consumer) advance() {
 	}
 	c.window = c.window[n:]
 	c.ackPos += int64(n)
+	c.refreshDeadline()
 }
 
 // state is everything the FSM holds besides its logs.
@@ -235,7 +280,7 @@ func (s *state) takeGen() uint64 {
 // register records a new consumer of an existing group under the next
 // epoch.
 func (s *state) register(key consumerKey) *consumer {
-	c := &consumer{epoch: s.takeEpoch(), key: key, nextDeadline: noDeadline}
+	c := &consumer{epoch: s.takeEpoch(), key: key, nextDeadline: noDeadline, ordered: true}
 	s.consumers[c.epoch] = c
 	s.byKey[key] = c
 	s.groups[groupKey{key.subject, key.group}].consumers++

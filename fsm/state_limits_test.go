@@ -48,9 +48,7 @@ func TestPullOfUnknownSubjectRegisters(t *testing.T) {
 		t.Fatal("a group of a subject with messages was forgotten with its consumer")
 	}
 	before := stateBytes(f)
-	legacy := (&Pull{Now: 1, Subject: "nothing", Group: "g", Consumer: "c", Max: 10}).Encode()
-	legacy[1] = commandVersionEpoch
-	legacy = legacy[:len(legacy)-12] // without what version 3 adds
+	legacy := (&Pull{Now: 1, Subject: "nothing", Group: "g", Consumer: "c", Max: 10, version: commandVersionEpoch}).Encode()
 	if got := f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: legacy}); !reflect.DeepEqual(got, &PullResult{}) {
 		t.Fatalf("version 2 pull of an unknown subject: %#v", got)
 	}

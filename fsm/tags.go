@@ -23,13 +23,12 @@ func newTagFilter(tags []string, all bool) *tagFilter {
 	return &tagFilter{tags: tags, mask: logs.TagMask(tags), all: all}
 }
 
-// matches reports whether the message of consume-log sequence seq matches.
+// matches reports whether the message of consume-log entry e matches.
 // The consume log's tag mask settles most misses without reading the
 // message (a tag it lacks clears a bit the filter needs); every possible
 // hit is confirmed on the message's own tags, since distinct tags may share
 // a bit.
-func (t *tagFilter) matches(f *FSM, cl *logs.ConsumeLog, seq int64) bool {
-	e := must(cl.Get(seq))
+func (t *tagFilter) matches(f *FSM, e logs.ConsumeEntry) bool {
 	if t.all && e.TagMask&t.mask != t.mask || !t.all && e.TagMask&t.mask == 0 {
 		return false
 	}

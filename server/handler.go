@@ -191,8 +191,13 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			changed = n.notify.wait(req.Subject)
 		}
 		if known || !proposed {
+			// The reply's memory is taken before the pull is proposed, and
+			// the pull hands out no more than that (or one message): all
+			// it hands out goes into the reply. At most once it is
+			// consumed as it is handed out, so none may be left out.
+			took := transport.ReserveUpTo(ctx, n.fsm.PullBytes(cmd, maxPullReply))
 			pctx, cancel := n.requestContext(ctx)
-			cmd.Now = n.clock.now().UnixMilli()
+			cmd.Now, cmd.MaxBytes = n.clock.now().UnixMilli(), max(took, 1)
 			resp, err := n.propose(pctx, cmd.Encode())
 			cancel()
 			if err != nil {
@@ -203,8 +208,9 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			epoch = res.Epoch
 			n.sessions.touch(id) // registered now, if it was not
 			if len(res.Entries) > 0 {
-				return n.pulledMessages(ctx, req, id, res)
+				return n.pulledMessages(ctx, req, id, res, took)
 			}
+			transport.Release(ctx, took) // nothing is held while the pull waits
 			if res.More || !known && n.fsm.HasSubject(req.Subject) {
 				continue // a tag filter has more to look at, or the first message arrived meanwhile
 			}
@@ -237,50 +243,44 @@ func pullCommand(req *transport.PullRequest) *fsm.Pull {
 	return cmd
 }
 
-// maxPullReply bounds a pull's reply well below the client's frame limit.
-// Entries left out come again on the consumer's next pull, which asks from
-// the first pull sequence it has not received.
+// maxPullReply bounds the messages of a pull's reply (their record
+// sizes), well below the client's frame limit: the leader takes at most
+// that much of the memory budget for a pull, and the pull hands out no
+// more (one message larger than that goes alone).
 const maxPullReply = transport.DefaultMaxFrame / 2
 
-// pulledMessages reads the messages a pull handed out, at least one and no
-// more than fit in maxPullReply, each taken from the client listener's
-// memory budget until the reply is written: the first waits for its bytes,
-// the others are left out when none are free. Messages left out come again
-// on the consumer's next pull, which asks from the first pull sequence it
-// has not received. Messages go into the reply in their stored encoding,
-// read a run of neighbours at a time, never decoded and encoded again.
-func (n *Node) pulledMessages(ctx context.Context, req *transport.PullRequest, consumer fsm.ConsumerID, res *fsm.PullResult) ([]byte, error) {
+// pulledMessages writes the reply of a pull: every message it handed out,
+// which took of the client listener's memory budget before it was
+// proposed. What it needs beyond that (a message larger than what was
+// free, which the pull handed out alone) it waits for, having given back
+// what it took, so that it never holds memory while it waits for more;
+// what it does not need it gives back. Messages go into the reply in their
+// stored encoding, read a run of neighbours at a time, never decoded and
+// encoded again. Those retention removed since the pull are acknowledged
+// on the consumer's behalf.
+func (n *Node) pulledMessages(ctx context.Context, req *transport.PullRequest, consumer fsm.ConsumerID, res *fsm.PullResult, took int64) ([]byte, error) {
 	subject := req.Subject
-	seqs := make([]int64, len(res.Entries))
-	for i, e := range res.Entries {
-		seqs[i] = e.ConsumeSeq
-	}
-	ats, err := n.fsm.LocateAll(subject, seqs)
+	ats, err := n.locate(subject, res)
 	if err != nil {
-		return nil, transport.Errorf(transport.Internal, "locating %s sequences %d…: %v", subject, seqs[0], err)
+		return nil, err
 	}
-	// Take the messages' bytes from the budget before reading them: the
-	// first waits for them, the others are left out when none are free.
-	size, taken, fit := 0, 0, 0
+	var need int64
 	for _, at := range ats {
 		if at.Offset != fsm.Gone {
-			if size += at.Size; size > maxPullReply && taken > 0 {
-				break
-			}
-			if taken == 0 {
-				if err := transport.Reserve(ctx, int64(at.Size)); err != nil {
-					return nil, err
-				}
-			} else if !transport.TryReserve(ctx, int64(at.Size)) {
-				break
-			}
-			taken++
+			need += int64(at.Size)
 		}
-		fit++
 	}
-	wires, err := n.fsm.ReadWires(ats[:fit])
+	if need > took {
+		transport.Release(ctx, took)
+		if err := transport.Reserve(ctx, need); err != nil {
+			return nil, err
+		}
+	} else {
+		transport.Release(ctx, took-need)
+	}
+	wires, err := n.fsm.ReadWires(ats)
 	if err != nil {
-		return nil, transport.Errorf(transport.Internal, "reading %s sequences %d…: %v", subject, seqs[0], err)
+		return nil, transport.Errorf(transport.Internal, "reading %s sequences %d…: %v", subject, res.Entries[0].ConsumeSeq, err)
 	}
 	resp := &transport.PullResponse{Epoch: res.Epoch, Version: req.Version, Messages: make([]transport.PulledMessage, 0, len(wires))}
 	var gone []int64
@@ -297,6 +297,28 @@ func (n *Node) pulledMessages(ctx context.Context, req *transport.PullRequest, c
 	}
 	n.metrics.messagesOut.Add(float64(len(resp.Messages)))
 	return resp.Encode(), nil
+}
+
+// locate returns where the messages a pull handed out lie: as the pull
+// found them, or read again if it did not read them (a pull without a
+// byte bound).
+func (n *Node) locate(subject string, res *fsm.PullResult) ([]fsm.MessageAt, error) {
+	ats := make([]fsm.MessageAt, len(res.Entries))
+	if res.Located {
+		for i, e := range res.Entries {
+			ats[i] = e.At
+		}
+		return ats, nil
+	}
+	seqs := make([]int64, len(res.Entries))
+	for i, e := range res.Entries {
+		seqs[i] = e.ConsumeSeq
+	}
+	ats, err := n.fsm.LocateAll(subject, seqs)
+	if err != nil {
+		return nil, transport.Errorf(transport.Internal, "locating %s sequences %d…: %v", subject, seqs[0], err)
+	}
+	return ats, nil
 }
 
 func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {

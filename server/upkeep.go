@@ -34,22 +34,8 @@ func (n *Node) runUpkeep(ctx context.Context) {
 		}
 		n.handOverIfStarved(&handedOver)
 		now := n.clock.now().UnixMilli()
-		for _, o := range n.fsm.Overdue(now, maxOverdue) {
-			cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, Group: o.ID.Group, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}
-			resp, err := n.propose(ctx, cmd.Encode())
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				// Refused (the consumer went meanwhile) or not committed: the
-				// next round looks again.
-				n.log.Debug("handing back messages past their ack wait", "subject", o.ID.Subject, "consumer-group", o.ID.Group, "error", err)
-				continue
-			}
-			if r, ok := resp.(*fsm.ExpireResult); ok && r.Expired+r.Dead > 0 {
-				n.metrics.expired.Add(float64(r.Expired + r.Dead))
-				n.notify.kick(o.ID.Subject)
-			}
+		if !n.expireOverdue(ctx, now) {
+			return
 		}
 		for _, g := range n.fsm.IdleGroups(now) {
 			cmd := &fsm.Forget{Now: now, Subject: g.Subject, Group: g.Group, IdleFor: g.IdleFor}
@@ -66,4 +52,29 @@ func (n *Node) runUpkeep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// expireOverdue proposes an Expire for each consumer holding messages past
+// their ack wait at now (or whose deadline bound passed with none: see
+// fsm.Overdue); a consumer holding nothing costs none. False once ctx (the
+// leadership) ended.
+func (n *Node) expireOverdue(ctx context.Context, now int64) bool {
+	for _, o := range n.fsm.Overdue(now, maxOverdue) {
+		cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, Group: o.ID.Group, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}
+		resp, err := n.propose(ctx, cmd.Encode())
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			// Refused (the consumer went meanwhile) or not committed: the
+			// next round looks again.
+			n.log.Debug("handing back messages past their ack wait", "subject", o.ID.Subject, "consumer-group", o.ID.Group, "error", err)
+			continue
+		}
+		if r, ok := resp.(*fsm.ExpireResult); ok && r.Expired+r.Dead > 0 {
+			n.metrics.expired.Add(float64(r.Expired + r.Dead))
+			n.notify.kick(o.ID.Subject)
+		}
+	}
+	return true
 }

@@ -45,3 +45,37 @@ func TestReleaseBounds(t *testing.T) {
 		t.Fatalf("a release after the response was written: %d in use, %d free of %d", inUse(), b.free, b.total)
 	}
 }
+
+// TestReserveUpToBounds: ReserveUpTo takes what is free of what it asks,
+// never more than the budget holds, so that concurrent takers cannot
+// overdraw it; nothing after the response was written; everything asked
+// outside a Server's handler.
+func TestReserveUpToBounds(t *testing.T) {
+	b := newBudget(100)
+	r := &reservation{b: b}
+	ctx := context.WithValue(context.Background(), reservationKey{}, r)
+	inUse := func() int64 { n, _ := b.usage(); return n }
+	if got := ReserveUpTo(ctx, 60); got != 60 || inUse() != 60 { // under what is free
+		t.Fatalf("ReserveUpTo(60) of 100 free took %d (%d in use)", got, inUse())
+	}
+	if got := ReserveUpTo(ctx, 40); got != 40 || inUse() != 100 { // at
+		t.Fatalf("ReserveUpTo(40) of 40 free took %d (%d in use)", got, inUse())
+	}
+	if got := ReserveUpTo(ctx, 1); got != 0 || inUse() != 100 { // over: nothing free
+		t.Fatalf("ReserveUpTo(1) of none free took %d (%d in use)", got, inUse())
+	}
+	Release(ctx, 30)
+	if got := ReserveUpTo(ctx, 1<<40); got != 30 || inUse() != 100 || r.holding() != 100 {
+		t.Fatalf("ReserveUpTo of more than the 30 free took %d (%d in use, %d held)", got, inUse(), r.holding())
+	}
+	if got := ReserveUpTo(ctx, 0) + ReserveUpTo(ctx, -1); got != 0 {
+		t.Fatalf("ReserveUpTo of nothing took %d", got)
+	}
+	r.release()
+	if got := ReserveUpTo(ctx, 10); got != 0 || inUse() != 0 {
+		t.Fatalf("ReserveUpTo after the response was written took %d (%d in use)", got, inUse())
+	}
+	if got := ReserveUpTo(context.Background(), 1<<40); got != 1<<40 {
+		t.Fatalf("outside a Server's handler ReserveUpTo(2^40) = %d", got)
+	}
+}

@@ -67,7 +67,18 @@ func (b *budget) tryTake(n int64) bool {
 	return true
 }
 
-// give returns n bytes taken with take or tryTake.
+// takeUpTo takes what is free now of n bytes (at most the whole budget)
+// and returns how many it took.
+func (b *budget) takeUpTo(n int64) int64 {
+	n = min(n, b.total)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = max(min(n, b.free), 0)
+	b.free -= n
+	return n
+}
+
+// give returns n bytes taken with take, tryTake or takeUpTo.
 func (b *budget) give(n int64) {
 	n = min(n, b.total)
 	if n <= 0 {
@@ -194,4 +205,23 @@ func TryReserve(ctx context.Context, n int64) bool {
 		return false
 	}
 	return true
+}
+
+// ReserveUpTo is TryReserve of as much of n bytes as is free now: it takes
+// them without waiting and returns how many it took, from 0 to n (no more
+// than the whole budget). A pull takes what its reply may need before it
+// proposes, so that it hands out only what the memory can carry. With a
+// ctx that did not come from a Server's Handler it takes nothing and
+// returns n.
+func ReserveUpTo(ctx context.Context, n int64) int64 {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	if r == nil || n <= 0 {
+		return max(n, 0)
+	}
+	took := r.b.takeUpTo(n)
+	if took > 0 && !r.add(took) {
+		r.b.give(took)
+		return 0
+	}
+	return took
 }

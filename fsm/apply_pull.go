@@ -29,7 +29,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	gk, ck := groupKey{c.Subject, c.Group}, consumerKey{c.Subject, c.Group, c.Consumer}
 	cs := f.st.byKey[ck]
 	if cs == nil {
-		if err := f.canRegister(gk); err != nil {
+		if err := f.canRegister(gk, c); err != nil {
 			return err
 		}
 	}
@@ -46,9 +46,10 @@ func (f *FSM) applyPull(c *Pull) any {
 		settings := DefaultGroupSettings()
 		settings.IdleExpiry = c.IdleExpiry
 		g = f.newGroup(gk, cl, c.Start, c.StartAt, settings)
+		g.app = c.App
 	}
 	if cs == nil {
-		cs = f.st.register(ck)
+		cs = f.st.register(ck, c.App)
 	}
 	res := &PullResult{Epoch: cs.epoch}
 	if cl == nil {
@@ -161,6 +162,11 @@ var maxTagScan = 10000
 
 // checkOptions reports whether a pull's options are within their bounds.
 func (c *Pull) checkOptions() error {
+	if c.App != "" {
+		if err := limits.CheckName("application", c.App); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
 	for _, t := range c.Tags {
 		if t == "" || len(t) > logs.MaxTagLen {
 			return fmt.Errorf("%w: pull tag length %d (1..%d)", ErrInvalid, len(t), logs.MaxTagLen)
@@ -200,9 +206,11 @@ var (
 
 // canRegister reports whether a new consumer of group k may register: the
 // limits on consumers, and on groups if k is new.
-func (f *FSM) canRegister(k groupKey) error {
+func (f *FSM) canRegister(k groupKey, c *Pull) error {
 	g := f.st.groups[k]
 	switch {
+	case c.App != "" && f.st.appConsumers[c.App] >= int64(c.MaxConsumers):
+		return fmt.Errorf("%w: application %s has %d consumers registered in this broker group (at most %d)", ErrLimit, c.App, f.st.appConsumers[c.App], c.MaxConsumers)
 	case len(f.st.consumers) >= maxConsumers:
 		return fmt.Errorf("%w: the broker group has %d consumers registered (at most %d)", ErrLimit, len(f.st.consumers), maxConsumers)
 	case g != nil && g.consumers >= maxConsumersPerGroup:

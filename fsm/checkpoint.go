@@ -103,7 +103,7 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 
 // encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
-	if !c.st.removing && c.st.identity == "" && c.st.config.source == ConfigNode {
+	if !c.st.removing && c.st.identity == "" && c.st.config.source == ConfigNode && !c.st.recordsApps() {
 		return c.encodeVersion(4)
 	}
 	return c.encodeVersion(checkpointVersion)
@@ -189,8 +189,75 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 			}
 			b = binenc.AppendUint64(b, uint64(st.config.dedupFloor))
 		}
+		b = appendApps(b, st)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// appendApps encodes the applications the state records (version 5): the
+// groups and consumers an application's pull created, and the delayed
+// messages pending per application, each list sorted.
+func appendApps(b []byte, st *state) []byte {
+	var groups []groupKey
+	for _, k := range st.sortedGroups() {
+		if st.groups[k].app != "" {
+			groups = append(groups, k)
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(groups)))
+	for _, k := range groups {
+		b = binenc.AppendString(appendNames(b, k.subject, k.group, ""), st.groups[k].app)
+	}
+	var consumers []*consumer
+	for _, cs := range st.sortedConsumers() {
+		if cs.app != "" {
+			consumers = append(consumers, cs)
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(consumers)))
+	for _, cs := range consumers {
+		b = binenc.AppendString(binenc.AppendUvarint(b, cs.epoch), cs.app)
+	}
+	apps := sortedKeys(st.appDelayed)
+	b = binenc.AppendUvarint(b, uint64(len(apps)))
+	for _, app := range apps {
+		b = binenc.AppendUvarint(binenc.AppendString(b, app), uint64(st.appDelayed[app]))
+	}
+	return b
+}
+
+// readApps reads what appendApps wrote: a group or consumer it names that
+// the checkpoint lacks, or a name that is not one, is an error.
+func readApps(r *binenc.Reader, st *state) error {
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		subject, group, _ := readNames(r)
+		app := r.String(limits.MaxName)
+		g := st.groups[groupKey{subject, group}]
+		if r.Err() == nil && (g == nil || CheckName("application", app) != nil) {
+			return fmt.Errorf("%w: group %s of %s recorded as application %q's", ErrBadCheckpoint, group, subject, app)
+		}
+		if g != nil {
+			g.app = app
+		}
+	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		epoch, app := r.Uvarint(), r.String(limits.MaxName)
+		cs := st.consumers[epoch]
+		if r.Err() == nil && (cs == nil || CheckName("application", app) != nil) {
+			return fmt.Errorf("%w: consumer %d recorded as application %q's", ErrBadCheckpoint, epoch, app)
+		}
+		if cs != nil {
+			cs.app = app
+		}
+	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		app, pending := r.String(limits.MaxName), int64(r.Uvarint())
+		if r.Err() == nil && (CheckName("application", app) != nil || pending <= 0) {
+			return fmt.Errorf("%w: %d delayed messages of application %q", ErrBadCheckpoint, pending, app)
+		}
+		st.appDelayed[app] = pending
+	}
+	return nil
 }
 
 // appendConsumers encodes the consumers: by epoch from version 3, by
@@ -337,6 +404,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		st.removing = r.Byte() == 1 // another byte fails the canonical check
 		st.identity = r.String(maxIdentity)
 		readConfig(r, &st.config)
+		if err := readApps(r, st); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
@@ -406,6 +476,12 @@ func (c *checkpoint) check() error {
 	if c.st.retries < 0 || pending != delayed+c.st.retries {
 		return fmt.Errorf("%w: %d delayed messages by hour, %d by subject and %d retries", ErrBadCheckpoint, pending, delayed, c.st.retries)
 	}
+	var byApp int64
+	for _, n := range c.st.appDelayed {
+		if byApp += n; byApp > delayed {
+			return fmt.Errorf("%w: more delayed messages by application than the %d pending", ErrBadCheckpoint, delayed)
+		}
+	}
 	var retrying int64
 	for k, g := range c.st.groups {
 		if retrying += g.retrying; retrying > c.st.retries || retrying < 0 {
@@ -443,6 +519,9 @@ func (c *checkpoint) check() error {
 func (s *state) derive() {
 	for _, cs := range s.consumers {
 		s.groups[groupKey{cs.key.subject, cs.key.group}].consumers++
+		if cs.app != "" {
+			s.appConsumers[cs.app]++
+		}
 		for _, p := range cs.window {
 			if !p.acked {
 				cs.open++

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -285,6 +286,7 @@ type rawCheckpoint struct {
 	removing                   byte         // version 5
 	identity                   string       // version 5
 	config                     *groupConfig // version 5; default initialGroupConfig
+	apps                       []byte       // version 5: the applications' lists; default none
 }
 
 type rawDelayed struct {
@@ -369,14 +371,17 @@ func (r rawCheckpoint) body() []byte {
 	if r.config != nil {
 		config = *r.config
 	}
-	if b = append(b, byte(config.source)); config.source == ConfigNode {
-		return b
+	if b = append(b, byte(config.source)); config.source != ConfigNode {
+		b = binenc.AppendUvarint(b, config.index)
+		for _, v := range config.values() {
+			b = binenc.AppendUvarint(b, uint64(v))
+		}
+		b = binenc.AppendUint64(b, uint64(config.dedupFloor))
 	}
-	b = binenc.AppendUvarint(b, config.index)
-	for _, v := range config.values() {
-		b = binenc.AppendUvarint(b, uint64(v))
+	if r.apps != nil {
+		return append(b, r.apps...)
 	}
-	return binenc.AppendUint64(b, uint64(config.dedupFloor))
+	return append(b, 0, 0, 0) // no group, consumer or delayed message of an application
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -424,6 +429,19 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 7, dedupFloor: 12345}
 	if c, err := decodeCheckpoint(seal(configured.body())); err != nil || c.st.config != *configured.config {
 		t.Fatalf("a configured checkpoint: %+v, %v", c.st.config, err)
+	}
+	// Applications: group a/g, consumer 2 and a delayed message recorded as
+	// billing's; a checkpoint recording them is never written as version 4.
+	withApps := valid
+	withApps.apps = rawApps([][3]string{{"a", "g", "billing"}}, map[uint64]string{2: "billing"}, [][2]any{{"billing", uint64(1)}})
+	c := mustDecodeCheckpoint(t, seal(withApps.body()))
+	if c.st.groups[groupKey{"a", "g"}].app != "billing" || c.st.consumers[2].app != "billing" || c.st.appDelayed["billing"] != 1 ||
+		c.st.appConsumers["billing"] != 1 || c.st.groups[groupKey{"b", "g"}].app != "" || c.st.consumers[1].app != "" {
+		t.Fatalf("applications read %+v %v", c.st.appConsumers, c.st.appDelayed)
+	}
+	withApps.config = &groupConfig{source: ConfigNode}
+	if b := mustDecodeCheckpoint(t, seal(withApps.body())).encode(); b[0] != checkpointVersion {
+		t.Fatalf("a checkpoint recording applications encodes as version %d", b[0])
 	}
 	v2 := valid
 	v2.version = 2
@@ -527,6 +545,24 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 			c := initialGroupConfig()
 			c.source = ConfigGroup
 			r.config = &c
+		})},
+		{"an unknown group's application", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps([][3]string{{"a", "nope", "billing"}}, nil, nil)
+		})},
+		{"groups' applications out of order", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps([][3]string{{"b", "g", "billing"}, {"a", "g", "billing"}}, nil, nil)
+		})},
+		{"an application that is no name", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps(nil, map[uint64]string{1: "no name"}, nil)
+		})},
+		{"an unknown consumer's application", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps(nil, map[uint64]string{9: "billing"}, nil)
+		})},
+		{"an application with no delayed message", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps(nil, nil, [][2]any{{"billing", uint64(0)}})
+		})},
+		{"more delayed messages by application than pending", mutate(func(r *rawCheckpoint) {
+			r.apps = rawApps(nil, nil, [][2]any{{"billing", uint64(2)}, {"ops", uint64(2)}})
 		})},
 		{"an initial configuration set by an entry", mutate(func(r *rawCheckpoint) {
 			c := initialGroupConfig()
@@ -648,4 +684,23 @@ func TestRestartAfterRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawApps encodes version 5's lists of applications: groups (subject,
+// group, application), consumers (epoch: application, in epoch order) and
+// delayed messages pending ((application, count) in the order given).
+func rawApps(groups [][3]string, consumers map[uint64]string, delayed [][2]any) []byte {
+	b := binenc.AppendUvarint(nil, uint64(len(groups)))
+	for _, g := range groups {
+		b = binenc.AppendString(appendNames(b, g[0], g[1], ""), g[2])
+	}
+	b = binenc.AppendUvarint(b, uint64(len(consumers)))
+	for _, epoch := range slices.Sorted(maps.Keys(consumers)) {
+		b = binenc.AppendString(binenc.AppendUvarint(b, epoch), consumers[epoch])
+	}
+	b = binenc.AppendUvarint(b, uint64(len(delayed)))
+	for _, d := range delayed {
+		b = binenc.AppendUvarint(binenc.AppendString(b, d[0].(string)), d[1].(uint64))
+	}
+	return b
 }

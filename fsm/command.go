@@ -178,13 +178,16 @@ func (c *Append) wire(i int) []byte {
 // record sizes add up to at most MaxBytes, and always at least one message
 // (one larger than MaxBytes goes alone): the leader has that much memory
 // for the reply, so everything handed out reaches the reply. 0 is no
-// bound. Payload:
+// bound. App (version 4) is the application pulling ("" for none), and
+// MaxConsumers what the leader's table of applications says it may have
+// registered at once in this broker group: a new consumer of App past it
+// is refused, and a new group is recorded as App's. Payload:
 //
 //	subject | group | consumer | max uvarint | resend-from uvarint (From+1 with Resend, else 0) |
 //	epoch uvarint (version 2) |
 //	flags u8 (1 at-most-once, 2 tags-all) | tag-count uvarint | tags… |
 //	start u8 | start-at i64 | idle-expiry uvarint (version 3) |
-//	max-bytes uvarint (version 4)
+//	max-bytes uvarint | app string | max-consumers uvarint (version 4)
 //
 // A pull keeps the version it was decoded from, and is encoded and applied
 // as that version was: a version 1 or 2 pull creates a group at its
@@ -202,10 +205,12 @@ type Pull struct {
 	Tags                     []string
 	TagsAll                  bool
 	Start                    StartPosition
-	StartAt                  int64 // Unix milliseconds, with StartAtTime
-	IdleExpiry               int64 // milliseconds
-	MaxBytes                 int64 // version 4; 0 for no bound
-	version                  byte  // decoded from this earlier version; 0 for the current one
+	StartAt                  int64  // Unix milliseconds, with StartAtTime
+	IdleExpiry               int64  // milliseconds
+	MaxBytes                 int64  // version 4; 0 for no bound
+	App                      string // version 4; "" for none
+	MaxConsumers             int    // version 4, with App
+	version                  byte   // decoded from this earlier version; 0 for the current one
 }
 
 // pullVersion returns the version c is encoded and applied as.
@@ -363,7 +368,8 @@ func (c *Pull) Encode() []byte {
 	if v < commandVersionPull4 {
 		return b
 	}
-	return binenc.AppendUvarint(b, uint64(c.MaxBytes))
+	b = binenc.AppendString(binenc.AppendUvarint(b, uint64(c.MaxBytes)), c.App)
+	return binenc.AppendUvarint(b, uint64(c.MaxConsumers))
 }
 
 // Encode returns the command's bytes.
@@ -466,6 +472,12 @@ func Decode(b []byte) (any, error) {
 			if c.MaxBytes = int64(r.Uvarint()); c.MaxBytes < 0 {
 				return nil, fmt.Errorf("%w: pull: max bytes %d over 63 bits", ErrBadCommand, uint64(c.MaxBytes))
 			}
+			c.App = r.String(limits.MaxName)
+			n := r.Uvarint()
+			if n > limits.MaxConsumers {
+				return nil, fmt.Errorf("%w: pull: max consumers %d over %d", ErrBadCommand, n, limits.MaxConsumers)
+			}
+			c.MaxConsumers = int(n)
 		}
 		cmd = c
 	case CmdAck:

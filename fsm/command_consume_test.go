@@ -65,7 +65,9 @@ func sampleConsumeCommands() map[string]encoder {
 			Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, MaxBytes: 8 << 20},
 		"pull v4 max bytes": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, MaxBytes: math.MaxInt64},
 		"pull v4 one byte":  &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, MaxBytes: 1},
-		"forget idle":       &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
+		"pull v4 app": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, App: strings.Repeat("a", limits.MaxName),
+			MaxConsumers: limits.MaxConsumers},
+		"forget idle": &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
 	}
 }
 
@@ -100,6 +102,7 @@ func overLimitConsumeCommands() map[string][]byte {
 		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
 		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
 		"pull max bytes":       pullMaxBytes(1 << 63),
+		"pull max consumers":   pullMaxConsumers(limits.MaxConsumers + 1),
 		"pull flags":           pullFlags(4),
 		"dead-letters all":     deadLettersAll(2),
 		"set-group deliveries": setGroup(1<<32, 0),
@@ -111,15 +114,23 @@ func overLimitConsumeCommands() map[string][]byte {
 func pullMaxBytes(v uint64) []byte {
 	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, version: commandVersionPull3}).Encode()
 	b[1] = commandVersionPull4
-	return binenc.AppendUvarint(b, v)
+	return append(binenc.AppendUvarint(b, v), 0, 0) // no application, max consumers 0
+}
+
+// pullMaxConsumers returns a version 4 pull of application "a" whose
+// max-consumers field is v.
+func pullMaxConsumers(v uint64) []byte {
+	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, App: "a"}).Encode()
+	return binenc.AppendUvarint(b[:len(b)-1], v) // max consumers 0 is one byte
 }
 
 // pullFlags returns a pull whose flags byte is v.
 func pullFlags(v byte) []byte {
 	b := appendNames(appendHeader(nil, CmdPull, 1), "s", "g", "c")
-	b = binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(b, 1), 0), 0)   // max, from, epoch
-	b = append(b, v, 0, 0)                                                             // flags, no tags, start
-	return binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUint64(b, 0), 0), 0) // start-at, idle expiry, max bytes
+	b = binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(b, 1), 0), 0) // max, from, epoch
+	b = append(b, v, 0, 0)                                                           // flags, no tags, start
+	b = binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUint64(b, 0), 0), 0)  // start-at, idle expiry, max bytes
+	return append(b, 0, 0)                                                           // no application, max consumers 0
 }
 
 // deadLettersAll returns a DeadLetters command whose all byte is v.
@@ -145,7 +156,7 @@ func TestConsumeCommandsDecodeAtTheirLimits(t *testing.T) {
 		}
 	}
 	// Those built by hand are well-formed at the value before.
-	for _, b := range [][]byte{pullFlags(pullAtMostOnce | pullTagsAll), deadLettersAll(1), pullMaxBytes(1<<63 - 1)} {
+	for _, b := range [][]byte{pullFlags(pullAtMostOnce | pullTagsAll), deadLettersAll(1), pullMaxBytes(1<<63 - 1), pullMaxConsumers(limits.MaxConsumers)} {
 		if _, err := Decode(b); err != nil {
 			t.Fatalf("Decode(%x): %v", b, err)
 		}

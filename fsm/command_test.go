@@ -150,7 +150,7 @@ func TestDecodeRejects(t *testing.T) {
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(binenc.AppendUvarint(header(CmdAppend), 0), 0), // no application, no message
 		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
-			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry, max bytes
+			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry, max bytes, app, max consumers
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),
 		binenc.AppendUvarint(appendNames(header(CmdReclaim), "s", "g", "c"), 0),
 	} {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,7 +73,8 @@ func TestDelayedPerHourBound(t *testing.T) {
 // application, and messages of none, are not held back by it, and each one
 // fired makes room for one more.
 func TestDelayedPerApplicationBound(t *testing.T) {
-	f := unitFSM(t)
+	cfg := unitConfig(t.TempDir())
+	f := unitOpen(t, cfg)
 	apps := []Sender{{App: "billing", MaxDelayed: 2}, {App: "ops", MaxDelayed: 10}}
 	due := unitNow + 1000
 	r := appendFrom(t, f, 1, unitNow, apps, []string{"billing", "billing", "billing", "ops", ""},
@@ -111,4 +113,14 @@ func TestDelayedPerApplicationBound(t *testing.T) {
 		t.Fatalf("a bad application code: %+v", r.Messages[0])
 	}
 	wantStateUnchanged(t, f, before)
+	// Restarted, the replica counts the same: billing is at its limit.
+	takeSnapshot(t, f)
+	f.Close()
+	g := unitOpen(t, cfg)
+	if !bytes.Equal(before, stateBytes(g)) || g.st.appDelayed["billing"] != 2 {
+		t.Fatalf("after a restart: pending per application %v", g.st.appDelayed)
+	}
+	if r := appendFrom(t, g, 6, unitNow, apps, []string{"billing"}, delayedMsg("b5", "s", due)); r.Messages[0].Status != Rejected {
+		t.Fatalf("billing's third after a restart: %+v", r.Messages[0])
+	}
 }

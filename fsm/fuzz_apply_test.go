@@ -122,10 +122,14 @@ func limitEntries(recipe []byte) []*raft.Log {
 			if m.DeliverAt > at { // what a Fire may name later
 				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
 			}
-		case 2, 3: // a pull, maybe asking for a resend, bounded in bytes under, at and over a message, or not at all
-			data = (&Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
+		case 2, 3: // a pull, maybe asking for a resend, bounded in bytes under, at and over a message, or not at all; maybe an application's, at its limit of consumers
+			c := &Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
 				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3)),
-				MaxBytes: pullBytes[pick(i+2, len(pullBytes))]}).Encode()
+				MaxBytes: pullBytes[pick(i+2, len(pullBytes))]}
+			if pick(i+1, 3) == 0 {
+				c.App, c.MaxConsumers = name(pick(i+3, 6), "app"), []int{0, 1, limits.MaxConsumers}[pick(i+2, 3)]
+			}
+			data = c.Encode()
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
 			ranges := []AckRange{{0, 0}, {0, int64(pick(i+1, 4))}, {-1, 3}, {5, 2}}
 			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]

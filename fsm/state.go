@@ -80,6 +80,7 @@ type pulled struct {
 type consumer struct {
 	epoch  uint64
 	key    consumerKey
+	app    string // the application that registered it ("" for none)
 	ackPos int64
 	next   int64
 	window []pulled
@@ -209,6 +210,9 @@ type state struct {
 	// and deadShares per application (derived, see deadshare.go).
 	retries, deadTotal int64
 	deadShares         map[string]*deadShare
+	// appConsumers counts the consumers each application registered
+	// (derived).
+	appConsumers map[string]int64
 	// groupsOf counts each subject's consumer groups (derived).
 	groupsOf map[string]int
 	// config is the broker group's configuration, which apply goes by.
@@ -227,7 +231,7 @@ type hourState struct {
 func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
-		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{},
+		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{}, appConsumers: map[string]int64{},
 		config: initialGroupConfig()}
 }
 
@@ -279,11 +283,14 @@ func (s *state) takeGen() uint64 {
 
 // register records a new consumer of an existing group under the next
 // epoch.
-func (s *state) register(key consumerKey) *consumer {
-	c := &consumer{epoch: s.takeEpoch(), key: key, nextDeadline: noDeadline, ordered: true}
+func (s *state) register(key consumerKey, app string) *consumer {
+	c := &consumer{epoch: s.takeEpoch(), key: key, app: app, nextDeadline: noDeadline, ordered: true}
 	s.consumers[c.epoch] = c
 	s.byKey[key] = c
 	s.groups[groupKey{key.subject, key.group}].consumers++
+	if app != "" {
+		s.appConsumers[app]++
+	}
 	return c
 }
 
@@ -291,6 +298,9 @@ func (s *state) register(key consumerKey) *consumer {
 func (s *state) forget(c *consumer) {
 	delete(s.byKey, c.key)
 	delete(s.consumers, c.epoch)
+	if c.app != "" {
+		untally(s.appConsumers, c.app)
+	}
 	if g := s.groups[groupKey{c.key.subject, c.key.group}]; g != nil {
 		if g.consumers--; g.consumers == 0 {
 			g.idleSince = s.now
@@ -319,4 +329,18 @@ func (s *state) sortedGroups() []groupKey {
 		return cmp.Or(cmp.Compare(a.subject, b.subject), cmp.Compare(a.group, b.group))
 	})
 	return keys
+}
+
+// recordsApps reports whether any group, consumer or delayed message is
+// recorded as an application's (what checkpoint version 5 adds to hold).
+func (s *state) recordsApps() bool {
+	if len(s.appDelayed) > 0 || len(s.appConsumers) > 0 {
+		return true
+	}
+	for _, g := range s.groups {
+		if g.app != "" {
+			return true
+		}
+	}
+	return false
 }

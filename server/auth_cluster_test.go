@@ -371,6 +371,77 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 	}
 }
 
+// TestAppConsumerAndDelayedLimits: an application's limits of consumers
+// registered and of delayed messages pending in a broker group hold for
+// requests straight to its leader, naming the limit; another application
+// is not held back.
+func TestAppConsumerAndDelayedLimits(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxConsumers: 2, MaxDelayed: 2})
+	c.create(qmq.AppSpec{Code: "ops", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}})
+	version := c.meta.fsm.Apps().Version()
+	leader := c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	ctx := ctxFor(t, 60*time.Second)
+	dial := func(app string) *transport.Conn {
+		conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: app, Secret: c.secrets[app]}}.Dial(ctx, leader.ClientAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	billing, ops := dial("billing"), dial("ops")
+	pull := func(conn *transport.Conn, consumer string) error {
+		req := &transport.PullRequest{Subject: "s", Group: "g", Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
+		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
+		return err
+	}
+	for _, consumer := range []string{"c1", "c2"} {
+		if err := pull(billing, consumer); err != nil {
+			t.Fatalf("billing's consumer %s: %v", consumer, err)
+		}
+	}
+	if err := pull(billing, "c3"); transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "application billing has 2 consumers registered") {
+		t.Fatalf("billing's third consumer: %v", err)
+	}
+	if err := pull(ops, "c3"); err != nil {
+		t.Fatalf("ops's consumer: %v", err)
+	}
+	sent := 0
+	send := func(conn *transport.Conn, n int, delay time.Duration) []transport.SendResult {
+		req := &transport.SendRequest{}
+		for range n {
+			sent++
+			m := testmsg.OfSize(fmt.Sprintf("m%d", sent), "s", time.Now().Add(delay).UnixMilli(), 64)
+			if delay == 0 {
+				m.DeliverAt = 0
+			}
+			req.Messages = append(req.Messages, m)
+		}
+		b, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := transport.DecodeSendResponse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Results
+	}
+	res := send(billing, 3, time.Hour)
+	if res[0].Status != transport.SendScheduled || res[1].Status != transport.SendScheduled || res[2].Status != transport.SendRejected ||
+		!strings.Contains(res[2].Error, "application billing has 2 delayed messages pending") {
+		t.Fatalf("billing's three delayed messages: %+v", res)
+	}
+	if res := send(billing, 1, 0); res[0].Status != transport.SendAppended {
+		t.Fatalf("billing's immediate message: %+v", res)
+	}
+	if res := send(ops, 3, time.Hour); res[2].Status != transport.SendScheduled {
+		t.Fatalf("ops's delayed messages: %+v", res)
+	}
+}
+
 // TestNewAppUsableAtOnce: an application created after a broker's last
 // heartbeat can say Hello to that broker at once (the broker asks the
 // metaserver again before refusing), and a client saying wrong secrets in

@@ -266,6 +266,16 @@ func (a *access) sender() *fsm.Sender {
 	return &fsm.Sender{App: app.Code, MaxDelayed: int64(app.DelayedLimit())}
 }
 
+// consumerQuota is the application pulling and its limit of consumers
+// registered at once in a broker group, for a Pull; "" and 0 for none.
+func (a *access) consumerQuota() (string, int) {
+	if a == nil || a.rights == nil {
+		return "", 0
+	}
+	app := a.rights.App()
+	return app.Code, app.ConsumerLimit()
+}
+
 // send refuses a message to subject the application may not send to.
 func (a *access) send(subject string) error {
 	if a == nil || a.rights == nil || a.rights.MaySend(subject) {

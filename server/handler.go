@@ -166,6 +166,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	cmd := pullCommand(req)
+	cmd.App, cmd.MaxConsumers = accessOf(ctx).consumerQuota()
 	if err := fsm.CheckPull(cmd); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}

@@ -195,8 +195,10 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 }
 
 // appendApps encodes the applications the state records (version 5): the
-// groups and consumers an application's pull created, and the delayed
-// messages pending per application, each list sorted.
+// groups and consumers an application's pull created, the delayed
+// messages pending per application, and per hour of delivery time its
+// delayed messages, pending or fired, in all and per application, each
+// list sorted.
 func appendApps(b []byte, st *state) []byte {
 	var groups []groupKey
 	for _, k := range st.sortedGroups() {
@@ -222,6 +224,22 @@ func appendApps(b []byte, st *state) []byte {
 	b = binenc.AppendUvarint(b, uint64(len(apps)))
 	for _, app := range apps {
 		b = binenc.AppendUvarint(binenc.AppendString(b, app), uint64(st.appDelayed[app]))
+	}
+	var hours []int64
+	for _, h := range slices.Sorted(maps.Keys(st.hours)) {
+		if st.hours[h].delayed > 0 {
+			hours = append(hours, h)
+		}
+	}
+	b = binenc.AppendUvarint(b, uint64(len(hours)))
+	for _, h := range hours {
+		hs := st.hours[h]
+		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(h)), uint64(hs.delayed))
+		apps := sortedKeys(hs.apps)
+		b = binenc.AppendUvarint(b, uint64(len(apps)))
+		for _, app := range apps {
+			b = binenc.AppendUvarint(binenc.AppendString(b, app), uint64(hs.apps[app]))
+		}
 	}
 	return b
 }
@@ -256,6 +274,27 @@ func readApps(r *binenc.Reader, st *state) error {
 			return fmt.Errorf("%w: %d delayed messages of application %q", ErrBadCheckpoint, pending, app)
 		}
 		st.appDelayed[app] = pending
+	}
+	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
+		h, delayed := int64(r.Uvarint()), int64(r.Uvarint())
+		hs := st.hours[h]
+		if r.Err() == nil && (hs == nil || delayed <= 0) {
+			return fmt.Errorf("%w: %d delayed messages counted in hour %d", ErrBadCheckpoint, delayed, h)
+		}
+		var byApp int64
+		for k := r.Count(maxCheckpointItems); k > 0 && r.Err() == nil; k-- {
+			app, count := r.String(limits.MaxName), int64(r.Uvarint())
+			if byApp += count; r.Err() == nil && (CheckName("application", app) != nil || count <= 0 || byApp > delayed) {
+				return fmt.Errorf("%w: %d delayed messages of application %q counted in hour %d of %d", ErrBadCheckpoint, count, app, h, delayed)
+			}
+			if hs.apps == nil {
+				hs.apps = map[string]int64{}
+			}
+			hs.apps[app] = count
+		}
+		if hs != nil {
+			hs.delayed = delayed
+		}
 	}
 	return nil
 }
@@ -406,6 +445,12 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		readConfig(r, &st.config)
 		if err := readApps(r, st); err != nil {
 			return nil, err
+		}
+	} else {
+		// Before version 5 an hour's delayed messages were not counted:
+		// its pending and dispatched records (retries too) bound them.
+		for h, hs := range st.hours {
+			hs.delayed = hs.pending + c.ends.hours[h].Dispatched/delaywheel.DispatchRecordSize
 		}
 	}
 	if err := r.Done(); err != nil {

@@ -381,7 +381,7 @@ func (r rawCheckpoint) body() []byte {
 	if r.apps != nil {
 		return append(b, r.apps...)
 	}
-	return append(b, 0, 0, 0) // no group, consumer or delayed message of an application
+	return append(b, 0, 0, 0, 0) // no group, consumer or delayed message of an application, no hour's count
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -438,6 +438,15 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if c.st.groups[groupKey{"a", "g"}].app != "billing" || c.st.consumers[2].app != "billing" || c.st.appDelayed["billing"] != 1 ||
 		c.st.appConsumers["billing"] != 1 || c.st.groups[groupKey{"b", "g"}].app != "" || c.st.consumers[1].app != "" {
 		t.Fatalf("applications read %+v %v", c.st.appConsumers, c.st.appDelayed)
+	}
+	counted := valid
+	counted.apps = rawHourCounts([]any{493_000, 5, "billing", 2, "ops", 3}, []any{493_001, 1})
+	if c := mustDecodeCheckpoint(t, seal(counted.body())); c.st.hours[493_000].delayed != 5 || c.st.hours[493_000].apps["ops"] != 3 ||
+		c.st.hours[493_001].delayed != 1 || c.st.hours[493_001].apps != nil {
+		t.Fatalf("hours' counts read %+v %+v", c.st.hours[493_000], c.st.hours[493_001])
+	}
+	if c := mustDecodeCheckpoint(t, seal(v4.body())); c.st.hours[493_000].delayed != 2 || c.st.hours[493_001].delayed != 2 {
+		t.Fatalf("a version 4 checkpoint's hours count %d and %d, want pending and dispatched", c.st.hours[493_000].delayed, c.st.hours[493_001].delayed)
 	}
 	withApps.config = &groupConfig{source: ConfigNode}
 	if b := mustDecodeCheckpoint(t, seal(withApps.body())).encode(); b[0] != checkpointVersion {
@@ -558,6 +567,10 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"an unknown consumer's application", mutate(func(r *rawCheckpoint) {
 			r.apps = rawApps(nil, map[uint64]string{9: "billing"}, nil)
 		})},
+		{"an hour's count of an hour not held", mutate(func(r *rawCheckpoint) { r.apps = rawHourCounts([]any{493_005, 1}) })},
+		{"an hour's count of none", mutate(func(r *rawCheckpoint) { r.apps = rawHourCounts([]any{493_000, 0}) })},
+		{"an hour's applications over its count", mutate(func(r *rawCheckpoint) { r.apps = rawHourCounts([]any{493_000, 2, "a", 2, "b", 1}) })},
+		{"hours' counts out of order", mutate(func(r *rawCheckpoint) { r.apps = rawHourCounts([]any{493_001, 1}, []any{493_000, 1}) })},
 		{"an application with no delayed message", mutate(func(r *rawCheckpoint) {
 			r.apps = rawApps(nil, nil, [][2]any{{"billing", uint64(0)}})
 		})},
@@ -701,6 +714,20 @@ func rawApps(groups [][3]string, consumers map[uint64]string, delayed [][2]any) 
 	b = binenc.AppendUvarint(b, uint64(len(delayed)))
 	for _, d := range delayed {
 		b = binenc.AppendUvarint(binenc.AppendString(b, d[0].(string)), d[1].(uint64))
+	}
+	return append(b, 0) // no hour's count
+}
+
+// rawHourCounts encodes version 5's applications' lists with none but the
+// hours' counts: (hour, delayed, then (application, count) pairs).
+func rawHourCounts(hours ...[]any) []byte {
+	b := binenc.AppendUvarint([]byte{0, 0, 0}, uint64(len(hours)))
+	for _, h := range hours {
+		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(h[0].(int))), uint64(h[1].(int)))
+		b = binenc.AppendUvarint(b, uint64((len(h)-2)/2))
+		for i := 2; i < len(h); i += 2 {
+			b = binenc.AppendUvarint(binenc.AppendString(b, h[i].(string)), uint64(h[i+1].(int)))
+		}
 	}
 	return b
 }

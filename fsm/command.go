@@ -429,7 +429,11 @@ func Decode(b []byte) (any, error) {
 		if v >= commandVersionAppendApps {
 			c.Apps = make([]Sender, r.Count(limits.MaxBatchMessages))
 			for i := range c.Apps {
-				c.Apps[i] = Sender{App: r.String(limits.MaxName), MaxDelayed: int64(r.Uvarint())}
+				app, most := r.String(limits.MaxName), r.Uvarint()
+				if most > limits.MaxDelayed {
+					return nil, fmt.Errorf("%w: append: application %d's max delayed %d over %d", ErrBadCommand, i, most, limits.MaxDelayed)
+				}
+				c.Apps[i] = Sender{App: app, MaxDelayed: int64(most)}
 			}
 		}
 		n := r.Count(limits.MaxBatchMessages)

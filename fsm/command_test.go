@@ -129,6 +129,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
+		{"append's max delayed over its bound", binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendString(binenc.AppendUvarint(header(CmdAppend), 1), "a"), limits.MaxDelayed+1), 0)},
 		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0, 0)},
 		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
 		{"non-minimal name length", nonMinimalName},

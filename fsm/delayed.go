@@ -22,10 +22,16 @@ import (
 var maxDelayedPerHour int64 = limits.MaxDelayedPerHour
 
 // checkSchedule refuses a delayed message its hour or its sender (nil for
-// none) has no room for: the hour holds maxDelayedPerHour records already
-// (pending or fired: the leader's wheel and every replica's fired set grow
-// with them), or the application has its most pending in this broker group.
+// none) has no room for: the hour holds maxDelayedPerHour delayed messages
+// already (pending or fired: the leader's wheel and every replica's fired
+// set grow with them), or the application has its most pending in this
+// broker group, or its most in this hour (so that one application sending
+// and sending again as its messages fire cannot fill an hour for others).
 func (f *FSM) checkSchedule(hour int64, s *Sender) error {
+	hs := f.st.hours[hour]
+	if hs == nil {
+		hs = &hourState{}
+	}
 	if s != nil {
 		if err := limits.CheckName("application", s.App); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -33,25 +39,21 @@ func (f *FSM) checkSchedule(hour int64, s *Sender) error {
 		if n := f.st.appDelayed[s.App]; n >= s.MaxDelayed {
 			return fmt.Errorf("%w: application %s has %d delayed messages pending in this broker group (at most %d)", ErrLimit, s.App, n, s.MaxDelayed)
 		}
-	}
-	if hs := f.st.hours[hour]; hs != nil {
-		if n := f.hourRecords(hour, hs); n >= maxDelayedPerHour {
-			return fmt.Errorf("%w: hour %s of delivery time holds %d delayed messages in this broker group (at most %d)",
-				ErrLimit, time.UnixMilli(hour*delaywheel.HourMillis).UTC().Format("2006-01-02T15Z"), n, maxDelayedPerHour)
+		if n := hs.apps[s.App]; n >= s.MaxDelayed {
+			return fmt.Errorf("%w: application %s has %d delayed messages in hour %s of delivery time in this broker group (at most %d)",
+				ErrLimit, s.App, n, hourName(hour), s.MaxDelayed)
 		}
+	}
+	if hs.delayed >= maxDelayedPerHour {
+		return fmt.Errorf("%w: hour %s of delivery time holds %d delayed messages in this broker group (at most %d)",
+			ErrLimit, hourName(hour), hs.delayed, maxDelayedPerHour)
 	}
 	return nil
 }
 
-// hourRecords counts the records of an hour, pending and fired: its fired
-// set if this replica has needed it, else its dispatch log (no fire of the
-// hour has been applied since open then, so the log holds them all).
-func (f *FSM) hourRecords(hour int64, hs *hourState) int64 {
-	if hs.fired != nil {
-		return hs.pending + int64(len(hs.fired))
-	}
-	ends, _ := f.store.sched.Ends(hour)
-	return hs.pending + ends.Dispatched/delaywheel.DispatchRecordSize
+// hourName names an hour of delivery time in errors: 2026-11-30T14Z.
+func hourName(hour int64) string {
+	return time.UnixMilli(hour * delaywheel.HourMillis).UTC().Format("2006-01-02T15Z")
 }
 
 // schedule writes a delayed message, whose id's hash is h, sent by s (nil
@@ -76,10 +78,15 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64, s *Se
 	must(0, err)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
 	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
-	f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSizeFor(m, app))})
+	hs := f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSizeFor(m, app))})
+	hs.delayed++
 	f.st.delayed[m.Subject]++
 	if app != "" {
 		f.st.appDelayed[app]++
+		if hs.apps == nil {
+			hs.apps = map[string]int64{}
+		}
+		hs.apps[app]++
 	}
 	f.useSubject(m.Subject)
 	return MessageResult{Status: Scheduled, Offset: -1, Seq: -1, Ref: ref, At: m.DeliverAt}
@@ -87,7 +94,7 @@ func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64, s *Se
 
 // pend counts a record just written to the schedule pending in its hour,
 // and gives it to the leader's wheel once the batch is applied.
-func (f *FSM) pend(hour int64, e delaywheel.Entry) {
+func (f *FSM) pend(hour int64, e delaywheel.Entry) *hourState {
 	hs := f.st.hours[hour]
 	if hs == nil {
 		hs = &hourState{fired: map[int64]struct{}{}}
@@ -95,6 +102,7 @@ func (f *FSM) pend(hour int64, e delaywheel.Entry) {
 	}
 	hs.pending++
 	f.scheduled = append(f.scheduled, e)
+	return hs
 }
 
 // isDelayedDuplicate reports whether id (hash h) was scheduled within the window,

@@ -124,3 +124,52 @@ func TestDelayedPerApplicationBound(t *testing.T) {
 		t.Fatalf("billing's third after a restart: %+v", r.Messages[0])
 	}
 }
+
+// TestRetriesDoNotFillAnHour: retries, which a client aims at any hour
+// with its nacks, do not count towards the hour's bound of delayed
+// messages (the unacked windows bound them), so one application's nacks
+// cannot refuse another's delayed messages.
+func TestRetriesDoNotFillAnHour(t *testing.T) {
+	defer func(n int64) { maxDelayedPerHour = n }(maxDelayedPerHour)
+	maxDelayedPerHour = 3
+	r := newGroupRig(t)
+	r.sendN("s", 5)
+	target := (delaywheel.Hour(r.now) + 5) * delaywheel.HourMillis
+	resultAs[*PullResult](t, r.pullAs("noisy", 10, "g", "c", 5))
+	r.nack("g", "c", target+10, AckRange{First: 0, Last: 4})
+	if hs := r.f.st.hours[delaywheel.Hour(target)]; hs == nil || hs.pending != 5 || hs.delayed != 0 {
+		t.Fatalf("the target hour %+v, want five retries and no delayed message", hs)
+	}
+	res := appendFrom(t, r.f, r.next(), r.now, []Sender{{App: "victim", MaxDelayed: 100}}, []string{"victim"},
+		delayedMsg("v1", "other", target+20))
+	if m := res.Messages[0]; m.Status != Scheduled {
+		t.Fatalf("a delayed message refused for another application's retries: %v", m.Err)
+	}
+}
+
+// TestOneApplicationCannotFillAnHour: an application holds at most its
+// MaxDelayed of an hour's delayed messages, pending and fired, so sending
+// again as its messages fire does not fill the hour for the others.
+func TestOneApplicationCannotFillAnHour(t *testing.T) {
+	defer func(n int64) { maxDelayedPerHour = n }(maxDelayedPerHour)
+	maxDelayedPerHour = 4
+	f := unitOpen(t, unitConfig(t.TempDir()))
+	apps := []Sender{{App: "noisy", MaxDelayed: 2}, {App: "victim", MaxDelayed: 100}}
+	idx, now := uint64(0), unitNow
+	next := func() uint64 { idx++; return idx }
+	r := appendFrom(t, f, next(), now, apps, []string{"noisy", "noisy"}, delayedMsg("n0", "s", now+1), delayedMsg("n1", "s", now+1))
+	fireAt(t, f, next(), now+2, r.Messages[0].Ref, r.Messages[1].Ref)
+	r = appendFrom(t, f, next(), now+3, apps, []string{"noisy"}, delayedMsg("n2", "s", now+4))
+	if m := r.Messages[0]; m.Status != Rejected || !errors.Is(m.Err, ErrLimit) || !strings.Contains(m.Err.Error(), "application noisy has 2 delayed messages in hour") {
+		t.Fatalf("noisy's third in the hour, its first two fired: %+v", m)
+	}
+	r = appendFrom(t, f, next(), now+3, apps, []string{"victim"}, delayedMsg("v", "s", now+60_000))
+	if m := r.Messages[0]; m.Status != Scheduled {
+		t.Fatalf("victim's delayed message: %v", m.Err)
+	}
+	// Another hour has room for noisy.
+	r = appendFrom(t, f, next(), now+3, apps, []string{"noisy"}, delayedMsg("n3", "s", now+delaywheel.HourMillis))
+	if m := r.Messages[0]; m.Status != Scheduled {
+		t.Fatalf("noisy's in the next hour: %v", m.Err)
+	}
+}

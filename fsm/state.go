@@ -222,6 +222,14 @@ type state struct {
 // hourState is one hour of the schedule log.
 type hourState struct {
 	pending int64
+	// delayed counts the delayed messages appended to the hour, pending or
+	// fired (not retries, which the unacked windows bound), and apps each
+	// application's of them: an hour and an application's share of it are
+	// bounded by them (checkSchedule). Since version 5 of the checkpoint;
+	// an hour of an earlier checkpoint counts its pending and dispatched
+	// records, retries included, as an upper bound.
+	delayed int64
+	apps    map[string]int64
 	// fired holds the offsets of the hour's records already fired. It is
 	// rebuilt from the hour's dispatch log the first time a Fire needs it
 	// after a restart (nil until then).
@@ -336,6 +344,11 @@ func (s *state) sortedGroups() []groupKey {
 func (s *state) recordsApps() bool {
 	if len(s.appDelayed) > 0 || len(s.appConsumers) > 0 {
 		return true
+	}
+	for _, hs := range s.hours {
+		if len(hs.apps) > 0 {
+			return true
+		}
 	}
 	for _, g := range s.groups {
 		if g.app != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -140,5 +141,68 @@ func TestDeadLettersFairShare(t *testing.T) {
 	checkDeadShares(t, g)
 	if fmt.Sprint(g.st.deadShares["A"].count) != fmt.Sprint(len(r.dead("a1"))) {
 		t.Fatalf("after a restart, A's share %d", g.st.deadShares["A"].count)
+	}
+}
+
+// TestDeadSharesUnderRandomOperations: dead letters at both bounds under
+// random nacks, purges, resends, forgets, resets and restarts of groups of
+// several applications keep their shares and heaps exact.
+func TestDeadSharesUnderRandomOperations(t *testing.T) {
+	lowerLimit(t, &maxDeadTotal, 7)
+	lowerLimit(t, &maxDeadPerGroup, 4)
+	r := newGroupRig(t)
+	r.sendN("s", 40)
+	apps := []string{"A", "B", "", "C"}
+	groups := []string{"g0", "g1", "g2", "g3", "g4", "g5"}
+	rng := rand.New(rand.NewPCG(12345, 1))
+	alive := map[string]bool{}
+	full := 0
+	for step := range 3000 {
+		g := groups[rng.IntN(len(groups))]
+		switch op := rng.IntN(10); {
+		case op < 5:
+			p, ok := r.pullAs(apps[rng.IntN(len(apps))], 100, g, "c-"+g, 3).(*PullResult)
+			if !ok {
+				continue
+			}
+			alive[g] = true
+			if r.f.st.groups[groupKey{"s", g}].settings.MaxDeliveries != 1 {
+				r.setGroup(g, SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+			}
+			for _, e := range p.Entries {
+				r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []AckRange{{e.PullSeq, e.PullSeq}}})
+			}
+		case op == 5 && alive[g]:
+			r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: DeadPurge, Seqs: []int64{int64(rng.IntN(40))}})
+		case op == 6 && alive[g]:
+			r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: DeadResend, All: true})
+		case op == 7 && alive[g]:
+			r.apply(&Reclaim{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g})
+			r.apply(&Forget{Now: r.now, Subject: "s", Group: g})
+			alive[g] = false
+		case op == 8 && alive[g]:
+			r.apply(&ResetGroup{Now: r.now, Subject: "s", Group: g, To: StartEarliest})
+		case op == 9 && step%50 == 0:
+			takeSnapshot(t, r.f)
+			r.f.Close()
+			r.f = unitOpen(t, r.f.cfg)
+		}
+		checkDeadShares(t, r.f)
+		if r.f.st.deadTotal == int64(maxDeadTotal) {
+			full++
+		}
+		for app, sh := range r.f.st.deadShares {
+			for i, gg := range sh.groups {
+				if gg.deadAt != i || gg.app != app {
+					t.Fatalf("step %d: heap index %d of %v says %d (application %q in share %q)", step, i, gg.key, gg.deadAt, gg.app, app)
+				}
+				if i > 0 && sh.groups.Less(i, (i-1)/2) {
+					t.Fatalf("step %d: heap order broken at %d", step, i)
+				}
+			}
+		}
+	}
+	if full < 100 {
+		t.Fatalf("only %d steps at the total bound: the test proves little", full)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,6 +369,95 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 	}
 	if err := pull("full", "another", 0); transport.CodeOf(err) != transport.Invalid {
 		t.Fatalf("a group past the limit: %v", err)
+	}
+}
+
+// TestRefusedPullGivesItsGroupBack: a pull the broker group refuses (here
+// at the application's consumer limit) after the metaserver recorded its
+// group gives the record back, since the group never came to exist.
+func TestRefusedPullGivesItsGroupBack(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
+	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 3, MaxConsumers: 1})
+	version := c.meta.fsm.Apps().Version()
+	leader := c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	ctx := ctxFor(t, 60*time.Second)
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pull := func(group, consumer string) error {
+		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
+		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
+		return err
+	}
+	if err := pull("a", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"b", "c"} {
+		if err := pull(g, "c2"); transport.CodeOf(err) != transport.Invalid {
+			t.Fatalf("a second consumer past a limit of one: %v", err)
+		}
+	}
+	// a goes with its consumer (a subject without messages); b and c never were.
+	waitFor(t, 20*time.Second, "every record of billing's to go", func() bool {
+		r, _ := c.meta.fsm.Route("empty")
+		return !leader.fsm.HasGroup("empty", "a") && len(r.Consumers) == 0 && c.meta.fsm.Usage("billing").Groups == 0
+	})
+}
+
+// TestLateForgetReportLeavesARecreatedGroup: a report that a group was
+// forgotten, still on its way when the group is created again, does not
+// take the new group's record (an application could otherwise pass its
+// limit of groups).
+func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
+	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
+	version := c.meta.fsm.Apps().Version()
+	leader := c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	ctx := ctxFor(t, 60*time.Second)
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pull := func(group string) error {
+		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
+		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
+		return err
+	}
+	// The reports are held back, as a slow or electing metaserver would
+	// hold them (a report is retried for about half a minute).
+	held := newForgottenGroups(leader.log, leader.fsm.HasGroup)
+	leader.forgotten = held
+	if err := pull("p1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "p1 to be forgotten at the broker", func() bool { return !leader.fsm.HasGroup("empty", "p1") && len(held.queue) == 1 })
+	if err := pull("p1"); err != nil || !leader.fsm.HasGroup("empty", "p1") {
+		t.Fatalf("p1 created again: %v", err)
+	}
+	var sentMu sync.Mutex
+	var sent []string
+	go held.run(leader.ctx, leader.cfg.Group, func(ctx context.Context, body []byte) error {
+		var req transport.ForgetGroupRequest
+		json.Unmarshal(body, &req)
+		sentMu.Lock()
+		sent = append(sent, req.Group)
+		sentMu.Unlock()
+		_, err := leader.forwardToMeta(ctx, transport.TypeMetaForgetGroup, body)
+		return err
+	})
+	waitFor(t, 10*time.Second, "the report to be taken", func() bool { return len(held.queue) == 0 })
+	if err := pull("p2"); transport.CodeOf(err) != transport.Invalid {
+		t.Fatalf("a second group past a limit of one, p1 existing: %v (usage %+v)", err, c.meta.fsm.Usage("billing"))
+	}
+	sentMu.Lock()
+	defer sentMu.Unlock()
+	if slices.Contains(sent, "p1") {
+		t.Fatalf("a report of p1, which exists again, was sent (reports %v)", sent)
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,17 +15,32 @@ import (
 
 // forgottenGroups tells the metaserver of the consumer groups this broker
 // group's state machine forgot by itself (an idle broadcast group, a group
-// gone with its last consumer before its subject had a message), so that
-// the records recordNewGroup made for them stop counting against their
-// application's limit of consumer groups (meta.ForgetConsumer with
-// Broker). The leader reports each once, in the background, retrying for
-// a while; a report lost with the leader leaves the record, which
-// `qmqctl group forget` removes.
+// gone with its last consumer before its subject had a message, a pull
+// refused after recordNewGroup recorded its group), so that the records
+// recordNewGroup made for them stop counting against their application's
+// limit of consumer groups (meta.ForgetConsumer with Broker). The leader
+// reports each once, in the background, retrying for a while; a report
+// lost with the leader leaves the record, which `qmqctl group forget`
+// removes.
+//
+// A report must never take the record of a group that exists here again:
+// a report is not sent while a pull that recorded the group is on its way
+// to creating it (creating), nor while the group exists, and such a pull
+// waits for a report being sent (sending) before it records the group, so
+// the metaserver applies the report before the record.
 type forgottenGroups struct {
 	queue   chan transport.ForgetGroupRequest
 	dropped *lograte.Limiter
 	log     hclog.Logger
+	exists  func(subject, group string) bool
+
+	mu      sync.Mutex
+	settled *sync.Cond
+	pulls   map[forgottenKey]int  // pulls between recording the group and applying
+	sending map[forgottenKey]bool // a report being sent
 }
+
+type forgottenKey struct{ subject, group string }
 
 // forgottenQueue bounds the reports waiting: past it a report is dropped
 // (logged, at most once a second), its record staying.
@@ -34,13 +50,19 @@ const forgottenQueue = 4096
 // 100 ms to 5 s between tries (about half a minute in all).
 const forgottenTries = 10
 
-func newForgottenGroups(log hclog.Logger) *forgottenGroups {
-	return &forgottenGroups{queue: make(chan transport.ForgetGroupRequest, forgottenQueue),
-		dropped: lograte.New(time.Second), log: log}
+// newForgottenGroups returns the reporter; exists says whether a group
+// exists here.
+func newForgottenGroups(log hclog.Logger, exists func(subject, group string) bool) *forgottenGroups {
+	f := &forgottenGroups{queue: make(chan transport.ForgetGroupRequest, forgottenQueue),
+		dropped: lograte.New(time.Second), log: log, exists: exists,
+		pulls: map[forgottenKey]int{}, sending: map[forgottenKey]bool{}}
+	f.settled = sync.NewCond(&f.mu)
+	return f
 }
 
 // report queues the report that group of subject was forgotten here; it
-// never blocks. A nil *forgottenGroups (no metaserver) reports nothing.
+// never blocks. A nil *forgottenGroups (no metaserver, no authentication)
+// reports nothing.
 func (f *forgottenGroups) report(subject, group string) {
 	if f == nil {
 		return
@@ -55,6 +77,45 @@ func (f *forgottenGroups) report(subject, group string) {
 	}
 }
 
+// creating says a pull is about to record k and create it here: it waits
+// for a report of k being sent, and holds back further ones until created.
+func (f *forgottenGroups) creating(k forgottenKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.sending[k] {
+		f.settled.Wait()
+	}
+	f.pulls[k]++
+}
+
+// created says that pull has applied (or failed).
+func (f *forgottenGroups) created(k forgottenKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pulls[k]--; f.pulls[k] <= 0 {
+		delete(f.pulls, k)
+	}
+}
+
+// claim marks k's report as being sent, unless the group exists here or a
+// pull is creating it: then the report is stale and is dropped.
+func (f *forgottenGroups) claim(k forgottenKey) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pulls[k] > 0 || f.exists(k.subject, k.group) {
+		return false
+	}
+	f.sending[k] = true
+	return true
+}
+
+func (f *forgottenGroups) release(k forgottenKey) {
+	f.mu.Lock()
+	delete(f.sending, k)
+	f.settled.Broadcast()
+	f.mu.Unlock()
+}
+
 // run sends the reports until ctx ends, each as broker group's.
 func (f *forgottenGroups) run(ctx context.Context, broker string, send func(context.Context, []byte) error) {
 	for {
@@ -65,10 +126,15 @@ func (f *forgottenGroups) run(ctx context.Context, broker string, send func(cont
 			return
 		}
 		req.Broker = broker
+		k := forgottenKey{req.Subject, req.Group}
 		body, _ := json.Marshal(req)
 		backoff := 100 * time.Millisecond
 		for try := 1; ; try++ {
+			if !f.claim(k) {
+				break // the group is back: its record is right as it is
+			}
 			err := send(ctx, body)
+			f.release(k)
 			if err == nil || ctx.Err() != nil {
 				break
 			}

@@ -170,9 +170,11 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if err := fsm.CheckPull(cmd); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	if err := n.recordNewGroup(ctx, req.Subject, req.Group); err != nil {
+	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	if err != nil {
 		return nil, err
 	}
+	defer created() // at the latest; a first proposal settles it sooner
 	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
 	defer deadline.Stop()
 	// A long poll is a sign of life for as long as it waits.
@@ -201,6 +203,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			cmd.Now, cmd.MaxBytes = n.clock.now().UnixMilli(), max(took, 1)
 			resp, err := n.propose(pctx, cmd.Encode())
 			cancel()
+			created()
 			if err != nil {
 				return nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/auth"
@@ -30,7 +31,7 @@ func (n *Node) startMetaLink() error {
 	n.goLoop(n.reportToMeta)
 	if n.cfg.Auth {
 		// Only with authentication does recordNewGroup make records.
-		n.forgotten = newForgottenGroups(n.log.Named("meta"))
+		n.forgotten = newForgottenGroups(n.log.Named("meta"), n.fsm.HasGroup)
 		n.goLoop(func() {
 			n.forgotten.run(n.ctx, n.cfg.Group, func(ctx context.Context, body []byte) error {
 				_, err := n.forwardToMeta(ctx, transport.TypeMetaForgetGroup, body)
@@ -266,14 +267,35 @@ func (n *Node) setApps(apps []auth.App) {
 // consumer declared the group by asking for its route or another broker
 // group holds it too. Only with authentication on, for an application,
 // and once per group: a group this node knows costs a map lookup.
-func (n *Node) recordNewGroup(ctx context.Context, subject, group string) error {
+//
+// It returns what the pull calls once its first proposal has applied (or
+// failed): if the group did not come to exist here after all (the pull was
+// refused), the record is reported forgotten at once, or it would count
+// for ever. Until then no report for the group is sent (forgottenGroups),
+// and a report being sent is waited for first, so that a late report
+// cannot take the record of the group this pull creates again.
+func (n *Node) recordNewGroup(ctx context.Context, subject, group string) (func(), error) {
 	app := accessOf(ctx).app()
-	if app == "" || n.meta == nil || n.fsm.HasGroup(subject, group) {
-		return nil
+	if app == "" || n.meta == nil || n.forgotten == nil || n.fsm.HasGroup(subject, group) {
+		return func() {}, nil
+	}
+	k := forgottenKey{subject, group}
+	n.forgotten.creating(k)
+	var once sync.Once
+	done := func() {
+		once.Do(func() {
+			n.forgotten.created(k)
+			if !n.fsm.HasGroup(subject, group) {
+				n.forgotten.report(subject, group)
+			}
+		})
 	}
 	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app, Broker: n.cfg.Group})
-	_, err := n.forwardToMeta(ctx, transport.TypeRoute, body)
-	return err
+	if _, err := n.forwardToMeta(ctx, transport.TypeRoute, body); err != nil {
+		done() // the metaserver may have recorded it anyway
+		return nil, err
+	}
+	return done, nil
 }
 
 // appsRefreshEvery bounds how often refreshApps asks the metaserver.

@@ -71,7 +71,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	n := min(c.Max-len(res.Entries), f.st.config.MaxPull-len(res.Entries),
 		g.settings.inFlight(f.st.config.MaxUnacked)-cs.open, f.st.config.MaxUnacked-len(cs.window))
 	if n <= 0 || b.full {
-		return res
+		return b.result(res)
 	}
 	h := handing{cs: cs, now: now, ackWait: g.settings.AckWait, atMostOnce: c.AtMostOnce}
 	n += len(res.Entries)
@@ -114,14 +114,16 @@ func (f *FSM) applyPull(c *Pull) any {
 	if c.AtMostOnce {
 		cs.advance()
 	}
-	return res
+	return b.result(res)
 }
 
 // handRedeliveries hands out the group's redelivery queue, in order, up to
 // n entries in all, dropping those retention removed (below start) as
 // lost. With check, an entry that does not match it stays for another
 // consumer of the group, moved to the end of the queue so that the next
-// pull looks at others first; at most maxTagScan are looked at.
+// pull looks at others first; at most maxRedeliveryTagScan are looked at
+// (such entries stay in the queue until a consumer whose tags match takes
+// them, and every filtered pull would read them all again).
 func (f *FSM) handRedeliveries(cl *logs.ConsumeLog, g *group, h handing, start int64, n int, check *tagFilter, b *pullBound, res *PullResult) {
 	q := g.redeliver
 	var skipped []redelivery
@@ -132,7 +134,7 @@ func (f *FSM) handRedeliveries(cl *logs.ConsumeLog, g *group, h handing, start i
 			g.lost++
 			continue
 		}
-		if check != nil && scanned == maxTagScan {
+		if check != nil && scanned == maxRedeliveryTagScan {
 			break
 		}
 		var e logs.ConsumeEntry
@@ -159,6 +161,12 @@ func (f *FSM) handRedeliveries(cl *logs.ConsumeLog, g *group, h handing, start i
 // stops there says More, and the leader pulls again at once. Tests lower
 // it.
 var maxTagScan = 10000
+
+// maxRedeliveryTagScan bounds the redeliveries one tag-filtered pull looks
+// at: those no consumer's tags match stay due, and each pull would look at
+// them again, a read each (and their messages' where the tag masks
+// collide), with nothing new to hand out.
+var maxRedeliveryTagScan = 64
 
 // checkOptions reports whether a pull's options are within their bounds.
 func (c *Pull) checkOptions() error {
@@ -230,6 +238,11 @@ func (f *FSM) resend(cl *logs.ConsumeLog, cs *consumer, from int64, limit int, s
 	if from < 0 || from >= cs.next {
 		return
 	}
+	if len(cs.window) == 0 {
+		return
+	}
+	read := consumeReader{f: f, cl: cl} // the window's entries lie mostly in sequence: read them in runs
+	last := cs.window[len(cs.window)-1].consumeSeq
 	for i := int(max(from-cs.ackPos, 0)); i < len(cs.window) && len(res.Entries) < limit; i++ {
 		p := cs.window[i]
 		if p.acked {
@@ -239,7 +252,7 @@ func (f *FSM) resend(cl *logs.ConsumeLog, cs *consumer, from int64, limit int, s
 		if b.bounded() {
 			at = MessageAt{Offset: Gone}
 			if p.consumeSeq >= start {
-				e := f.consumeEntry(cl, p.consumeSeq)
+				e := read.entry(p.consumeSeq, max(last+1, p.consumeSeq+1))
 				at = MessageAt{Offset: e.Offset, Size: e.Size}
 			}
 		}

@@ -175,10 +175,10 @@ func (c *Append) wire(i int) []byte {
 // restarted consumer taking over asks); an ended one has seen no reply of
 // the current registration, which then hands again all it holds unacked.
 // With MaxBytes (version 4), it hands out entries while their messages'
-// record sizes add up to at most MaxBytes, and always at least one message
-// (one larger than MaxBytes goes alone): the leader has that much memory
-// for the reply, so everything handed out reaches the reply. 0 is no
-// bound. App (version 4) is the application pulling ("" for none), and
+// record sizes add up to at most MaxBytes, and none if not even the first
+// fits (the result's Need says what it needs): the leader has that much
+// memory for the reply, so everything handed out reaches the reply. 0 is
+// no bound. App (version 4) is the application pulling ("" for none), and
 // MaxConsumers what the leader's table of applications says it may have
 // registered at once in this broker group: a new consumer of App past it
 // is refused, and a new group is recorded as App's. Payload:

@@ -3,14 +3,18 @@ package fsm
 import "github.com/qmqgo/qmq/logs"
 
 // pullBound is what a pull may still hand out in bytes: the record sizes
-// of the messages handed out add up to at most max, except that the first
-// message always goes (one larger than max goes alone). Entries that cost
-// no bytes (their message is gone) always fit, unless an entry already did
-// not.
+// of the messages handed out add up to at most max. When not even the
+// first fits, the pull hands out nothing and says how many bytes it needs
+// (PullResult.Need): the leader waits for that much memory and pulls
+// again, so a message is never handed out (consumed, at most once; its ack
+// wait started, at least once) before its reply has room. Entries that
+// cost no bytes (their message is gone) always fit, unless an entry
+// already did not.
 type pullBound struct {
 	max  int64 // 0: no bound
 	used int64
-	full bool // an entry did not fit: the pull hands out nothing more
+	full bool  // an entry did not fit: the pull hands out nothing more
+	need int64 // the size of the first entry, when it did not fit
 }
 
 // bounded reports whether the pull is bounded in bytes: only then does it
@@ -23,12 +27,23 @@ func (b *pullBound) take(size int) bool {
 	if b.full {
 		return false
 	}
-	if b.max > 0 && b.used > 0 && b.used+int64(size) > b.max {
+	if b.max > 0 && b.used+int64(size) > b.max {
 		b.full = true
+		if b.used == 0 {
+			b.need = int64(size)
+		}
 		return false
 	}
 	b.used += int64(size)
 	return true
+}
+
+// result sets what res needs, if it hands out nothing for want of bytes.
+func (b *pullBound) result(res *PullResult) *PullResult {
+	if len(res.Entries) == 0 {
+		res.Need = b.need
+	}
+	return res
 }
 
 // maxReadRun bounds the consume-log entries a pull reads at once (40 B

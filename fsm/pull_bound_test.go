@@ -31,8 +31,9 @@ func sizedRig(t *testing.T, bodies ...int) (*groupRig, []int) {
 }
 
 // A pull with MaxBytes hands out, from the cursor, exactly the entries
-// whose messages fit in it, with where each lies; a message larger than
-// MaxBytes goes alone. What is not handed out stays at the cursor.
+// whose messages fit in it, with where each lies; when not even the first
+// fits it hands out nothing, changes nothing, and says what it needs. What
+// is not handed out stays at the cursor.
 func TestPullHandsOutWhatFitsItsBytes(t *testing.T) {
 	r, sizes := sizedRig(t, 100, 200, 300, 5000, 100, 100)
 	pull := func(max int, maxBytes int64) *PullResult {
@@ -56,9 +57,14 @@ func TestPullHandsOutWhatFitsItsBytes(t *testing.T) {
 	if got := consumeSeqs(pull(10, int64(sizes[2]))); !slices.Equal(got, []int64{2}) {
 		t.Fatalf("pull of %d bytes handed out %v, want 2", sizes[2], got)
 	}
-	// Larger than the bound: alone.
-	if got := consumeSeqs(pull(10, 1)); !slices.Equal(got, []int64{3}) {
-		t.Fatalf("pull of 1 byte handed out %v, want 3 alone", got)
+	// Larger than the bound: nothing, and the bytes it needs.
+	before := stateBytes(r.f)
+	if res := pull(10, 1); len(res.Entries) != 0 || res.Need != int64(sizes[3]) {
+		t.Fatalf("pull of 1 byte handed out %v, need %d; want nothing and %d", consumeSeqs(res), res.Need, sizes[3])
+	}
+	wantStateUnchanged(t, r.f, before)
+	if got := consumeSeqs(pull(10, int64(sizes[3]))); !slices.Equal(got, []int64{3}) {
+		t.Fatalf("pull of the %d bytes it needed handed out %v, want 3", sizes[3], got)
 	}
 	// The count still bounds it.
 	if got := consumeSeqs(pull(1, 1<<20)); !slices.Equal(got, []int64{4}) {
@@ -88,17 +94,22 @@ func TestEntriesNotHandedOutStartNoAckWait(t *testing.T) {
 	if len(over) != 1 || !slices.Equal(over[0].Ranges, []AckRange{{0, 1}}) {
 		t.Fatalf("overdue %+v, want pull sequences 0..1", over)
 	}
-	// A lost reply: the consumer asks from 0 again, with room for one.
-	res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0, MaxBytes: 1})
+	// A lost reply: the consumer asks from 0 again, with room for one; with
+	// room for none it is handed nothing and told what one needs.
+	one := int64(sizes[0])
+	res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0, MaxBytes: one})
 	if len(res.Entries) != 1 || res.Entries[0].PullSeq != 0 || res.Entries[0].Deliveries != 1 {
-		t.Fatalf("resend of one byte: %+v, want pull sequence 0 alone", res.Entries)
+		t.Fatalf("resend with room for one: %+v, want pull sequence 0 alone", res.Entries)
+	}
+	if res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0, MaxBytes: 1}); len(res.Entries) != 0 || res.Need != one {
+		t.Fatalf("resend of one byte: %+v, need %d", res.Entries, res.Need)
 	}
 	// Timed out, 0 and 1 are due again; a pull with room for one takes 0,
 	// and 1 stays queued with its one delivery.
 	r.expire("g", "c", AckRange{0, 1})
-	res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, From: 2, Resend: true, MaxBytes: 1})
+	res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, From: 2, Resend: true, MaxBytes: one})
 	if got := consumeSeqs(res); !slices.Equal(got, []int64{0}) || res.Entries[0].Deliveries != 2 {
-		t.Fatalf("redelivery of one byte: %+v, want 0 (second delivery) alone", res.Entries)
+		t.Fatalf("redelivery with room for one: %+v, want 0 (second delivery) alone", res.Entries)
 	}
 	if g := r.group("g"); g.Redeliver != 1 || g.Unacked != 1 || g.Cursor != 2 {
 		t.Fatalf("redeliver %d, unacked %d, cursor %d; want 1, 1, 2", g.Redeliver, g.Unacked, g.Cursor)

@@ -57,6 +57,10 @@ type PullResult struct {
 	Entries []Pulled
 	More    bool
 	Located bool
+	// Need, with no entries, is the record size of the message that did
+	// not fit the pull's MaxBytes: the leader pulls again once it holds
+	// that much memory.
+	Need int64
 }
 
 // AckResult answers an Ack with the consumer's ack position: every pull

@@ -48,12 +48,12 @@ func TestTagFilterAppliesToRedeliveries(t *testing.T) {
 	}
 }
 
-// A filtered pull looks at no more than maxTagScan redeliveries, moving
+// A filtered pull looks at no more than maxRedeliveryTagScan redeliveries, moving
 // those it passes over behind the others, so the next pull looks further:
 // a long run of redeliveries it does not match neither costs one pull more
 // than the bound nor hides the one it does.
 func TestTagFilterRedeliveryScanBound(t *testing.T) {
-	lowerLimit(t, &maxTagScan, 2)
+	lowerLimit(t, &maxRedeliveryTagScan, 2)
 	r := newGroupRig(t)
 	red := []string{"red"}
 	r.send("s", nil, nil, nil, red)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -175,12 +176,14 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer created() // at the latest; a first proposal settles it sooner
-	deadline := time.NewTimer(min(req.Wait, n.cfg.MaxPullWait))
+	until := time.Now().Add(min(req.Wait, n.cfg.MaxPullWait))
+	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	// A long poll is a sign of life for as long as it waits.
 	alive := time.NewTicker(max(n.cfg.SessionTimeout/4, 10*time.Millisecond))
 	defer alive.Stop()
 	epoch, proposed := uint64(0), false
+	var want int64 // the memory the message that did not fit needs
 	for {
 		n.sessions.touch(id)
 		// Take the channel before pulling, so an append between the two is
@@ -195,10 +198,30 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 		}
 		if known || !proposed {
 			// The reply's memory is taken before the pull is proposed, and
-			// the pull hands out no more than that (or one message): all
-			// it hands out goes into the reply. At most once it is
-			// consumed as it is handed out, so none may be left out.
-			took := transport.ReserveUpTo(ctx, n.fsm.PullBytes(cmd, maxPullReply))
+			// the pull hands out no more than that: all it hands out goes
+			// into the reply. At most once it is consumed as it is handed
+			// out, so none may be left out. When not even one message fits
+			// it hands out nothing and says what it needs, and the pull
+			// waits for that much, within its own wait, before it is
+			// proposed again; past it, it answers empty. The pull's client
+			// waits that long and more, so nothing is handed out to a call
+			// its client has given up on.
+			took := int64(0)
+			if want > 0 {
+				wctx, cancel := context.WithDeadline(ctx, until)
+				err := transport.Reserve(wctx, want)
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						// Nothing was handed out: the client asks again.
+						return (&transport.PullResponse{Epoch: epoch, Version: req.Version}).Encode(), nil
+					}
+					return nil, err
+				}
+				took = want
+			} else {
+				took = transport.ReserveUpTo(ctx, n.fsm.PullBytes(cmd, maxPullReply))
+			}
 			pctx, cancel := n.requestContext(ctx)
 			cmd.Now, cmd.MaxBytes = n.clock.now().UnixMilli(), max(took, 1)
 			resp, err := n.propose(pctx, cmd.Encode())
@@ -215,6 +238,9 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 				return n.pulledMessages(ctx, req, id, res, took)
 			}
 			transport.Release(ctx, took) // nothing is held while the pull waits
+			if want = res.Need; want > 0 {
+				continue // a message larger than the memory taken: wait for its memory
+			}
 			if res.More || !known && n.fsm.HasSubject(req.Subject) {
 				continue // a tag filter has more to look at, or the first message arrived meanwhile
 			}
@@ -250,15 +276,14 @@ func pullCommand(req *transport.PullRequest) *fsm.Pull {
 // maxPullReply bounds the messages of a pull's reply (their record
 // sizes), well below the client's frame limit: the leader takes at most
 // that much of the memory budget for a pull, and the pull hands out no
-// more (one message larger than that goes alone).
+// more (one message larger than that waits for its own memory).
 const maxPullReply = transport.DefaultMaxFrame / 2
 
 // pulledMessages writes the reply of a pull: every message it handed out,
 // which took of the client listener's memory budget before it was
-// proposed. What it needs beyond that (a message larger than what was
-// free, which the pull handed out alone) it waits for, having given back
-// what it took, so that it never holds memory while it waits for more;
-// what it does not need it gives back. Messages go into the reply in their
+// proposed (the pull hands out no more, so it never needs more but for a
+// message larger than the whole budget: then it waits for all of it,
+// having given back what it took); what it does not need it gives back. Messages go into the reply in their
 // stored encoding, read a run of neighbours at a time, never decoded and
 // encoded again. Those retention removed since the pull are acknowledged
 // on the consumer's behalf.
@@ -406,13 +431,30 @@ func (n *Node) consumerRequest(ctx context.Context, t transport.Type, subject, g
 // retention removed before they could be delivered: nobody can process
 // them, and left unacked they would hold the consumer's ack position back.
 func (n *Node) ackGone(subject string, id fsm.ConsumerID, epoch uint64, seqs []int64) {
-	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch}
+	for _, cmd := range goneAcks(n.clock.now().UnixMilli(), id, epoch, seqs) {
+		ctx, cancel := n.requestContext(n.ctx)
+		_, err := n.propose(ctx, cmd.Encode())
+		cancel()
+		if err != nil {
+			n.log.Warn("acknowledging messages removed by retention", "subject", subject, "consumer", id.Consumer, "error", err)
+			return
+		}
+	}
+}
+
+// goneAcks are the Acks of pull sequences seqs of consumer id: their
+// ranges merged, at most limits.MaxAckRanges an Ack.
+func goneAcks(now int64, id fsm.ConsumerID, epoch uint64, seqs []int64) []*fsm.Ack {
+	ranges := make([]fsm.AckRange, 0, len(seqs))
 	for _, s := range seqs {
-		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: s, Last: s})
+		ranges = append(ranges, fsm.AckRange{First: s, Last: s})
 	}
-	ctx, cancel := n.requestContext(n.ctx)
-	defer cancel()
-	if _, err := n.propose(ctx, cmd.Encode()); err != nil {
-		n.log.Warn("acknowledging messages removed by retention", "subject", subject, "consumer", id.Consumer, "error", err)
+	ranges = fsm.MergeRanges(ranges)
+	var out []*fsm.Ack
+	for len(ranges) > 0 {
+		part := ranges[:min(len(ranges), limits.MaxAckRanges)]
+		ranges = ranges[len(part):]
+		out = append(out, &fsm.Ack{Now: now, Subject: id.Subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch, Ranges: part})
 	}
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -93,7 +95,7 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	// One connection sends 12 pulls of it (the same consumer, each asking
-	// from 0) and never reads the replies.
+	// from 0, each willing to wait) and never reads the replies.
 	c, err := net.Dial("tcp", n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	defer c.Close()
 	w := bufio.NewWriter(c)
 	const pulls = 12
-	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest}).Encode()
+	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
 	for i := range pulls {
 		transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: req})
 	}
@@ -111,5 +113,97 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 40<<20 {
 		t.Fatalf("%d pulls waiting for a 12 MiB budget hold %d MiB", pulls, grown>>20)
+	}
+}
+
+// TestPullWaitsForMemoryBeforeHandingOut: while another connection that
+// does not read its replies holds most of the memory budget, a pull whose
+// message does not fit what is free hands out nothing before it has that
+// memory: its client, giving up meanwhile, loses nothing (at most once),
+// starts no ack wait and counts no delivery (at least once), and gets the
+// message once memory is free.
+func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
+	for _, amo := range []bool{true, false} {
+		t.Run(map[bool]string{true: "at most once", false: "at least once"}[amo], func(t *testing.T) {
+			n := startNode(t, "n1", true, func(c *Config) { c.ClientLimits.Memory = 12 << 20 })
+			waitLeader(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			gc := clientOf(t, n.ClientAddr())
+			hog := &logs.Message{ID: "hog", Subject: "hog", CreatedAt: 1, Body: make([]byte, 8<<20)}
+			if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{hog}}).Encode()); err != nil {
+				t.Fatal(err)
+			}
+			sendBlobs(t, ctx, gc, 1, 6<<20)
+			c, err := net.Dial("tcp", n.ClientAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w := bufio.NewWriter(c)
+			const pulls = 6
+			hreq := (&transport.PullRequest{Subject: "hog", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
+			for i := range pulls {
+				transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: hreq})
+			}
+			w.Flush()
+			waitFor(t, 20*time.Second, "the unread replies to hold the memory", func() bool { return n.client.Stats().InFlightBytes >= 8<<20 })
+			// The pull waits for the memory within its own wait, and then
+			// answers empty, never later: its client waits a little longer.
+			req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "victim", Max: 10, Wait: time.Second, Start: transport.StartEarliest, AtMostOnce: amo}
+			pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+			body, err := gc.Call(pctx, transport.TypePull, req.Encode())
+			pcancel()
+			if err != nil {
+				t.Fatalf("a pull waiting for memory past its wait: %v", err)
+			}
+			if resp, _ := transport.DecodePullResponse(body); len(resp.Messages) != 0 {
+				t.Fatal("the pull was answered with its message while the memory was held")
+			}
+			if g, _ := n.FSM().Group("blobs", "g"); g.Unacked != 0 || g.Lag() != 1 {
+				t.Fatalf("the pull handed out its message without the memory for it: %+v", g)
+			}
+			c.Close() // the memory is free again
+			req.Wait = 10 * time.Second
+			body, err = gc.Call(ctx, transport.TypePull, req.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, _ := transport.DecodePullResponse(body); len(resp.Messages) != 1 {
+				t.Fatalf("once memory was free the pull carried %d messages, want 1", len(resp.Messages))
+			}
+		})
+	}
+}
+
+// The Acks of gone entries merge their ranges and hold at most
+// limits.MaxAckRanges each, so every one decodes however many went.
+func TestGoneAcksDecode(t *testing.T) {
+	id := fsm.ConsumerID{Subject: "s", Group: "g", Consumer: "c"}
+	var sparse, dense []int64
+	for s := range int64(2*limits.MaxAckRanges + 1) {
+		sparse, dense = append(sparse, 2*s), append(dense, s)
+	}
+	for name, c := range map[string]struct {
+		seqs []int64
+		acks int
+	}{"sparse": {sparse, 3}, "dense": {dense, 1}, "one": {[]int64{7}, 1}} {
+		acks := goneAcks(1, id, 2, c.seqs)
+		if len(acks) != c.acks {
+			t.Fatalf("%s: %d acks, want %d", name, len(acks), c.acks)
+		}
+		n := int64(0)
+		for _, a := range acks {
+			got, err := fsm.Decode(a.Encode())
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for _, r := range got.(*fsm.Ack).Ranges {
+				n += r.Last - r.First + 1
+			}
+		}
+		if n != int64(len(c.seqs)) {
+			t.Fatalf("%s: acks name %d sequences, want %d", name, n, len(c.seqs))
+		}
 	}
 }

@@ -68,11 +68,15 @@ func (b *budget) tryTake(n int64) bool {
 }
 
 // takeUpTo takes what is free now of n bytes (at most the whole budget)
-// and returns how many it took.
+// and returns how many it took: none while callers of take wait, so that
+// small takes cannot starve a large one for ever.
 func (b *budget) takeUpTo(n int64) int64 {
 	n = min(n, b.total)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.waiting > 0 {
+		return 0 // those waiting for their bytes go first
+	}
 	n = max(min(n, b.free), 0)
 	b.free -= n
 	return n
@@ -209,7 +213,7 @@ func TryReserve(ctx context.Context, n int64) bool {
 
 // ReserveUpTo is TryReserve of as much of n bytes as is free now: it takes
 // them without waiting and returns how many it took, from 0 to n (no more
-// than the whole budget). A pull takes what its reply may need before it
+// than the whole budget; none while others wait in Reserve). A pull takes what its reply may need before it
 // proposes, so that it hands out only what the memory can carry. With a
 // ctx that did not come from a Server's Handler it takes nothing and
 // returns n.

@@ -127,7 +127,8 @@ func (f *FSM) cleanAfter(p *pendingCheckpoint) {
 }
 
 // logsFailed returns why applying stopped, or a failure a log met outside
-// its writer, or nil. Any goroutine.
+// its writer (the schedule's hours' included, and a failure to close one),
+// or nil. Any goroutine.
 func (f *FSM) logsFailed() error {
 	if err := f.Stopped(); err != nil {
 		return err
@@ -142,5 +143,5 @@ func (f *FSM) logsFailed() error {
 			return err
 		}
 	}
-	return nil
+	return f.store.sched.Failed()
 }

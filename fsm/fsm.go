@@ -438,10 +438,12 @@ func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 		}
 		hour := delaywheel.Hour(f.st.now)
 		if e.Type == raft.LogCommand {
-			out[i] = f.applyCommand(e)
 			if len(e.Extensions) > 0 {
-				f.applyIdentity(e.Extensions)
+				if err := f.applyIdentity(e); err != nil {
+					panic(storageFailure{err}) // stops the replica, this entry unapplied
+				}
 			}
+			out[i] = f.applyCommand(e)
 		}
 		if delaywheel.Hour(f.st.now) != hour {
 			f.sweepHours(f.st.now)

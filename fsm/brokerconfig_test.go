@@ -289,6 +289,7 @@ func TestDedupWindowChangeAnswersAsARestartWould(t *testing.T) {
 		t.Helper()
 		resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: at, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: window}}))
 	}
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: cfg.BrokerConfig()}))
 	t0 := int64(1_800_000_000_000)
 	for k := range 12 { // a send every 50 s: ids across several buckets of the 10-minute window
 		send(t0+int64(k)*50_000, fmt.Sprint("a", k), fmt.Sprint("d", k))
@@ -336,6 +337,7 @@ func TestBrokerConfigRefusedPastItsBounds(t *testing.T) {
 	appendAt(t, f, 1, 1000, unitMsg("m", "s", 10))
 	idx++
 	def := DefaultBrokerConfig()
+	resultAs[*BrokerConfigResult](t, set(SetAllConfig, def)) // a change of some settings needs a configuration
 	for _, tc := range []struct {
 		name   string
 		bits   ConfigBits
@@ -509,6 +511,7 @@ func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
 	h := int64(500_000) * delaywheel.HourMillis
 	idx := uint64(0)
 	apply := func(cmd encoder) any { idx++; return applyAt(f, idx, cmd) }
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: f.cfg.BrokerConfig()}))
 	m := unitMsg("early", "s", 10)
 	m.DeliverAt = h + 10*minute
 	if r := resultAs[*AppendResult](t, apply(&Append{Now: h + minute, Messages: []*logs.Message{m}})); r.Messages[0].Status != Scheduled {
@@ -529,5 +532,85 @@ func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
 	}
 	if _, ok := f.st.hours[delaywheel.Hour(late.DeliverAt)]; ok {
 		t.Fatal("the swept hour holds a message again")
+	}
+}
+
+// openUpgraded opens a state machine as a node of a group upgraded in
+// place opens: on a checkpoint of version 4 (here of the empty state, as
+// the earlier release wrote it), so that it applies by its own values
+// (ConfigNode) until the group is seeded. mutate (if any) adjusts its own
+// configuration.
+func openUpgraded(t *testing.T, mutate ...func(*Config)) *FSM {
+	t.Helper()
+	dir := t.TempDir()
+	empty := &checkpoint{st: newState(), ends: &logEnds{consume: map[string]int64{}, hours: map[int64]delaywheel.HourEnds{}}, dedupFrom: -1}
+	if err := os.MkdirAll(filepath.Join(dir, dataDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, dataDir), checkpointFile, empty.encodeVersion(4)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := unitConfig(dir)
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	f, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if got := f.BrokerConfig().Source; got != ConfigNode {
+		t.Fatalf("an upgraded node opened with its configuration from %s", got)
+	}
+	return f
+}
+
+// A SetBrokerConfig that apply refuses changes nothing, the state's clock
+// included: whatever the leader stamped into it, a refused command leaves
+// the state as it was, alike on every replica (before, apply stamped the
+// time before it checked the change).
+func TestRefusedConfigChangeChangesNothing(t *testing.T) {
+	f := unitFSM(t)
+	appendAt(t, f, 1, unitNow, unitMsg("m", "s", 10))
+	resultAs[*BrokerConfigResult](t, applyAt(f, 2, &SetBrokerConfig{Now: unitNow, Set: SetAllConfig, Seed: true, Config: f.cfg.BrokerConfig()}))
+	before := stateBytes(f)
+	later := unitNow + 3_600_000
+	for i, c := range []*SetBrokerConfig{
+		{Now: later, Set: SetMaxPull, Config: BrokerConfig{MaxPull: 0}},           // out of its bounds
+		{Now: later, Set: SetRetentionAge, Config: BrokerConfig{RetentionAge: 1}}, // below the dedup window
+		{Now: later, Set: 0}, // names no setting
+		{Now: later, Set: SetAllConfig + 1, Config: f.cfg.BrokerConfig()},                          // a setting this build does not know
+		{Now: later, Set: SetAllConfig, Config: BrokerConfig{SegmentSize: 1, IndexSegmentSize: 1}}, // every setting, some out of bounds
+	} {
+		wantInvalid(t, applyAt(f, uint64(3+i), c))
+		wantStateUnchanged(t, f, before)
+	}
+}
+
+// Before the group's seed each replica of an upgraded group applies by
+// its own values (ConfigNode), which may differ from the others'. A change
+// that names some settings only would fill the rest from each replica's
+// own and make that the group's configuration, different on each replica
+// and for good (the seed that follows is passed over): apply refuses it,
+// and one that names every setting makes them alike. A change that names
+// no setting is refused whatever the source.
+func TestChangeBeforeTheSeedNamesEverySetting(t *testing.T) {
+	a := openUpgraded(t, func(c *Config) { c.MaxPull = 10 })
+	b := openUpgraded(t, func(c *Config) { c.MaxPull = 500 })
+	seed := unitConfig("").BrokerConfig()
+	all := seed
+	all.DedupWindow = 5 * 60_000
+	for _, f := range []*FSM{a, b} {
+		wantInvalid(t, applyAt(f, 1, &SetBrokerConfig{Now: unitNow, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: 5 * 60_000}}))
+		if got := f.BrokerConfig(); got.Source != ConfigNode {
+			t.Fatalf("a refused change left the replica configured by %s at %d", got.Source, got.Index)
+		}
+		resultAs[*BrokerConfigResult](t, applyAt(f, 2, &SetBrokerConfig{Now: unitNow, Set: SetAllConfig, Config: all}))
+		applyAt(f, 3, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}) // passed over
+		wantInvalid(t, applyAt(f, 4, &SetBrokerConfig{Now: unitNow, Set: 0}))
+	}
+	ca, cb := a.BrokerConfig(), b.BrokerConfig()
+	if ca != cb || ca.BrokerConfig != all || ca.Source != ConfigGroup || ca.Index != 2 {
+		t.Fatalf("the replicas apply by\n%+v\n%+v\nwant %+v, set by the group at entry 2", ca, cb, all)
 	}
 }

@@ -33,7 +33,7 @@ func (f *FSM) applySetBrokerConfig(index uint64, c *SetBrokerConfig) any {
 	if changed := next.differences(cur.BrokerConfig, "was"); len(changed) > 0 {
 		f.log.Info("broker group configuration changed", append([]any{"index", index, "seed", c.Seed}, changed...)...)
 	}
-	f.useConfig(next)
+	f.useConfig(next, cur.source == ConfigNode)
 	cur.source, cur.index = ConfigGroup, index
 	f.warnFlags(next)
 	return &BrokerConfigResult{Changed: true, Config: f.brokerConfigInfo()}

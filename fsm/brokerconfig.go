@@ -240,8 +240,16 @@ func (f *FSM) storeConfig(c BrokerConfig) Config {
 // forgets at once what it no longer covers, a longer one keeps what is
 // held and what comes, but cannot recall what was already forgotten.
 // Retention, MaxPull and MaxUnacked are read where they are used.
-// Apply goroutine only.
-func (f *FSM) useConfig(next BrokerConfig) {
+//
+// Out of the node's own values (ConfigNode, fromNode), what each replica
+// held was by its own window, which may differ from another's: the dedup
+// floor is then set to the state's time on every replica, whatever its
+// window was, and the windows rebuilt, so that their state is the same
+// from here on and no replica recalls a delayed id, or schedules into an
+// hour, that a shorter window than its own may have swept elsewhere.
+// What that costs: a delayed message sent before the seed and sent again
+// after it is scheduled twice. Apply goroutine only.
+func (f *FSM) useConfig(next BrokerConfig, fromNode bool) {
 	c := &f.st.config
 	prev := c.BrokerConfig
 	c.BrokerConfig = next
@@ -249,8 +257,11 @@ func (f *FSM) useConfig(next BrokerConfig) {
 	if next.SegmentSize != prev.SegmentSize || next.IndexSegmentSize != prev.IndexSegmentSize {
 		f.store.setSegmentSizes(next.SegmentSize, next.IndexSegmentSize)
 	}
-	if next.DedupWindow != prev.DedupWindow {
-		if next.DedupWindow > prev.DedupWindow {
+	if next.DedupWindow != prev.DedupWindow || fromNode {
+		switch {
+		case fromNode:
+			c.dedupFloor = max(c.dedupFloor, f.st.now)
+		case next.DedupWindow > prev.DedupWindow:
 			c.dedupFloor = max(c.dedupFloor, f.st.now-prev.DedupWindow)
 		}
 		must(0, f.store.flush()) // the rebuild reads what this batch appended

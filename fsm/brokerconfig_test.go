@@ -614,3 +614,37 @@ func TestChangeBeforeTheSeedNamesEverySetting(t *testing.T) {
 		t.Fatalf("the replicas apply by\n%+v\n%+v\nwant %+v, set by the group at entry 2", ca, cb, all)
 	}
 }
+
+// Two members of an upgraded group whose own dedup windows differed apply
+// the same entries (no id resent among them, so their logs are the same)
+// and the seed: from then on their replicated state is the same, the dedup
+// floor included. Before, the seed set the floor from each node's own
+// previous window (or left it, on a node whose window the seed did not
+// change), so the replicas' states differed for good. Seeded out of the
+// nodes' own values, the floor is the state's time: no replica recalls a
+// delayed id, or schedules into an hour, that any window may have swept,
+// and a restart rebuilds the same windows.
+func TestSeedSetsTheSameDedupFloorOnEveryReplica(t *testing.T) {
+	a := openUpgraded(t, func(c *Config) { c.DedupWindow = time.Minute })
+	b := openUpgraded(t, func(c *Config) { c.DedupWindow = 10 * time.Minute })
+	seed := unitConfig("").BrokerConfig() // the leader's own values: a 10-minute window
+	answers := make([][]string, 2)
+	for i, f := range []*FSM{a, b} {
+		answers[i] = applyAll(f, []*raft.Log{
+			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+			unitEntry(2, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
+			unitEntry(3, &Append{Now: unitNow + 1000, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+		})
+	}
+	wantSameReplicas(t, answers, a, b)
+	if a.st.config.dedupFloor != unitNow {
+		t.Errorf("seeded out of the nodes' own values at %d, the dedup floor is %d", unitNow, a.st.config.dedupFloor)
+	}
+	takeSnapshot(t, b)
+	cfg := b.cfg
+	b.Close()
+	b = unitOpen(t, cfg)
+	if x, y := stateBytes(a), stateBytes(b); !bytes.Equal(x, y) {
+		t.Error("restarted after the seed, a replica's state differs")
+	}
+}

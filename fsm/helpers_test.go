@@ -43,7 +43,7 @@ func unitOpen(tb testing.TB, cfg Config) *FSM {
 	}
 	tb.Cleanup(func() { f.Close() })
 	if f.st.config.source == ConfigInitial {
-		f.useConfig(cfg.BrokerConfig())
+		f.useConfig(cfg.BrokerConfig(), false)
 	}
 	return f
 }

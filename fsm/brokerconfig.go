@@ -147,12 +147,18 @@ type ConfigSource uint8
 // Configuration sources. The values are written into checkpoints: never
 // renumber them.
 const (
-	// ConfigInitial: a new group's, before its first SetBrokerConfig
-	// (DefaultBrokerConfig).
+	// ConfigInitial: DefaultBrokerConfig, before the group's first
+	// SetBrokerConfig. Only a checkpoint written by an earlier build of
+	// this release holds it (an empty state then started so); an empty
+	// state starts as ConfigNode now.
 	ConfigInitial ConfigSource = 0
-	// ConfigNode: the node's own values (Config), for a state written
-	// before the broker group configuration existed (a checkpoint of
-	// version 4 or earlier), which that node applied by.
+	// ConfigNode: the node's own values (Config), until the group's first
+	// SetBrokerConfig: for a state written before the broker group
+	// configuration existed (a checkpoint of version 4 or earlier), which
+	// that node applied by, and for an empty state, which may be replaying
+	// such a group's log from its first entry (a node joining it), or is a
+	// new group's, which its first leader seeds before anything depends
+	// on the configuration.
 	ConfigNode ConfigSource = 1
 	// ConfigGroup: set by a SetBrokerConfig command.
 	ConfigGroup ConfigSource = 2
@@ -201,6 +207,12 @@ func initialGroupConfig() groupConfig {
 	return groupConfig{BrokerConfig: DefaultBrokerConfig(), dedupFloor: math.MinInt64}
 }
 
+// nodeGroupConfig is the configuration of an empty state: the node's own
+// values (filled in by FSM.adoptNodeConfig), until the group is seeded.
+func nodeGroupConfig() groupConfig {
+	return groupConfig{source: ConfigNode, dedupFloor: math.MinInt64}
+}
+
 // BrokerConfigInfo is the configuration a replica applies by, and where it
 // comes from.
 type BrokerConfigInfo struct {
@@ -216,9 +228,10 @@ func (f *FSM) BrokerConfig() BrokerConfigInfo {
 	return f.brokerConfigInfo()
 }
 
-// adoptNodeConfig gives a state of a checkpoint written before the broker
-// group configuration (ConfigNode) this node's own values: what it applied
-// by when it wrote that checkpoint.
+// adoptNodeConfig gives a state whose group has no configuration yet and
+// that applies by the node's own values (ConfigNode: an empty state, or
+// one of a checkpoint written before the broker group configuration)
+// this node's values: what it applied by when it wrote that checkpoint.
 func (f *FSM) adoptNodeConfig(cp *checkpoint) {
 	if cp.st.config.source == ConfigNode {
 		cp.st.config.BrokerConfig = f.cfg.BrokerConfig()

@@ -93,11 +93,17 @@ func wantSameReplicas(t *testing.T, answers [][]string, fs ...*FSM) {
 	}
 }
 
+// seedEntry is the entry a new group's first leader proposes before
+// anything that depends on the configuration: its own values as the seed.
+func seedEntry(index uint64, c BrokerConfig) *raft.Log {
+	return unitEntry(index, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: c})
+}
+
 // TestReplicasOpenedWithDifferentConfigsApplyAlike opens three state
 // machines of one new group, each with its own retention, dedup window,
 // pull and unacked bounds and segment sizes, and applies the same entries
-// to them, from the very first (an append): they answer alike and hold
-// the same state and logs.
+// to them, from the first leader's seed (which the server proposes before
+// it serves anything): they answer alike and hold the same state and logs.
 func TestReplicasOpenedWithDifferentConfigsApplyAlike(t *testing.T) {
 	cfgs := nodeConfigs(t.TempDir(), t.TempDir(), t.TempDir())
 	var fs []*FSM
@@ -109,7 +115,7 @@ func TestReplicasOpenedWithDifferentConfigsApplyAlike(t *testing.T) {
 		t.Cleanup(func() { f.Close() })
 		fs = append(fs, f)
 	}
-	entries := flagsWorkload(1, 1_000_000, 12)
+	entries := append([]*raft.Log{seedEntry(1, cfgs[1].BrokerConfig())}, flagsWorkload(2, 1_000_000, 12)...)
 	answers := make([][]string, len(fs))
 	for i, f := range fs {
 		answers[i] = applyAll(f, entries)
@@ -142,8 +148,9 @@ func applyEach(answers [][]string, entries []*raft.Log, fs ...*FSM) {
 }
 
 // TestReplicasFollowTheGroupsConfiguration drives three replicas opened
-// with different values of their own through a seed, a second seed that
-// must change nothing, operators' changes of every setting (retention off
+// with different values of their own through a seed (before anything that
+// depends on the configuration, as a new group's first leader proposes
+// it), a second seed that must change nothing, operators' changes of every setting (retention off
 // and on again, the dedup window shorter and longer, other segment sizes,
 // the pull and unacked bounds), and restarts from checkpoints taken before
 // and between the changes: they answer alike and hold the same state and
@@ -172,13 +179,12 @@ func TestReplicasFollowTheGroupsConfiguration(t *testing.T) {
 		now += int64(rounds)*1000 + 8*60_000
 	}
 
-	work(3)
 	seed := cfgs[0].BrokerConfig()
 	set(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed})
 	if got := fs[2].BrokerConfig(); got.BrokerConfig != seed || got.Source != ConfigGroup || got.Index != uint64(len(log)) {
 		t.Fatalf("after the seed: %+v, want %+v from entry %d", got, seed, len(log))
 	}
-	work(8)
+	work(11)
 	if fs[1].store.messages.Log().Start() == 0 {
 		t.Fatal("the seed's retention removed nothing")
 	}
@@ -647,4 +653,34 @@ func TestSeedSetsTheSameDedupFloorOnEveryReplica(t *testing.T) {
 	if x, y := stateBytes(a), stateBytes(b); !bytes.Equal(x, y) {
 		t.Error("restarted after the seed, a replica's state differs")
 	}
+}
+
+// A node joining a group upgraded in place (its members apply by their own
+// values, ConfigNode, until the seed), with an empty directory and the
+// same flags, replays the Raft log from entry 1 if the group's log was
+// never compacted. It must apply those entries as the members did, by its
+// own values, not by DefaultBrokerConfig: with a dedup window of a minute
+// a resend two minutes later is stored again on the members, and was
+// refused as a duplicate on the joiner (the defaults' 10 minutes), whose
+// logs then differed for good.
+func TestJoinerOfAnUpgradedGroupAppliesAsItsMembers(t *testing.T) {
+	flags := func(c *Config) { c.DedupWindow = time.Minute } // every node of the group runs with --dedup-window 1m
+	member := openUpgraded(t, flags)
+	cfg := unitConfig(t.TempDir())
+	flags(&cfg)
+	joiner, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joiner.Close()
+	seed := cfg.BrokerConfig()
+	answers := make([][]string, 2)
+	for i, f := range []*FSM{member, joiner} {
+		answers[i] = applyAll(f, []*raft.Log{
+			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}),
+			unitEntry(2, &Append{Now: unitNow + 2*60_000, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}), // a resend 2 minutes later
+			unitEntry(3, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
+		})
+	}
+	wantSameReplicas(t, answers, member, joiner)
 }

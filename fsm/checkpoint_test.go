@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
@@ -461,11 +462,12 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encodeVersion(checkpointVersion), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
 	}
-	// Nothing of version 5 set (the node's own configuration): encoded as
-	// version 4, which the previous release reads; with an identity, as
-	// version 5.
+	// Nothing of version 5 set (the node's own configuration, hours
+	// counting what version 4 derives): encoded as version 4, which the
+	// previous release reads; with an identity, as version 5.
 	nodeOwn := valid
 	nodeOwn.config = &groupConfig{source: ConfigNode}
+	nodeOwn.apps = rawHourCounts([]any{493_000, 2}, []any{493_001, 2})
 	if b := mustDecodeCheckpoint(t, seal(nodeOwn.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
 		t.Fatalf("a checkpoint without identity encodes as version %d", b[0])
 	}
@@ -731,4 +733,41 @@ func rawHourCounts(hours ...[]any) []byte {
 		}
 	}
 	return b
+}
+
+// A checkpoint holding nothing else of version 5 was written in version 4,
+// which has no per-hour count of delayed messages: reading it back derived
+// the count from the hour's pending and dispatched records, which count
+// nack retries too, and a restarted replica's hour held more delayed
+// messages than one that never stopped (its bound of the hour then refused
+// differently). A state whose hour counts the derivation would not give
+// back is written in version 5.
+func TestHourCountSurvivesARestart(t *testing.T) {
+	f := unitFSM(t) // a group with no identity and no configuration yet: nothing of version 5
+	hour := unitHour + 2
+	due := hour*delaywheel.HourMillis + 5
+	appendAt(t, f, 1, unitNow, unitMsg("m", "s", 10))
+	p := resultAs[*PullResult](t, applyAt(f, 2, &Pull{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Max: 1, Start: StartEarliest}))
+	if len(p.Entries) != 1 {
+		t.Fatalf("pulled %d", len(p.Entries))
+	}
+	resultAs[*NackResult](t, applyAt(f, 3, &Nack{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Epoch: p.Epoch, RetryAt: due,
+		Ranges: []AckRange{{p.Entries[0].PullSeq, p.Entries[0].PullSeq}}})) // a retry due in the hour
+	appendAt(t, f, 4, unitNow, delayedMsg("d", "s", due))
+	live := *f.st.hours[hour]
+	takeSnapshot(t, f)
+	cfg := f.cfg
+	f.Close()
+	g := unitOpen(t, cfg)
+	if back := *g.st.hours[hour]; back.delayed != live.delayed || back.pending != live.pending {
+		t.Errorf("hour %s holds %d delayed messages (%d pending) on a replica that never stopped, %d (%d pending) after a restart",
+			delaywheel.HourName(hour), live.delayed, live.pending, back.delayed, back.pending)
+	}
+	// With no retry in any hour the derivation holds: still version 4, for
+	// the previous release to read.
+	h := unitFSM(t)
+	appendAt(t, h, 1, unitNow, delayedMsg("d", "s", due))
+	if v := h.currentCheckpoint().encode()[0]; v != 4 {
+		t.Errorf("a state holding nothing of version 5 is encoded in version %d", v)
+	}
 }

@@ -189,18 +189,25 @@ type groupConfig struct {
 	dedupFloor int64
 }
 
-// check refuses a configuration a checkpoint cannot hold: a value outside
-// its own bounds, or a source it is not written with (ConfigNode is
-// written as version 4, without a configuration; ConfigInitial was set by
-// no entry, ConfigGroup by one).
-func (c groupConfig) check() error {
+// check refuses a configuration no apply writes into a state at the
+// applied index and time now: a source it is not written with (ConfigNode
+// carries no values: they are the node's, filled in on load; ConfigInitial
+// was set by no entry and is DefaultBrokerConfig, with no dedup floor;
+// ConfigGroup was set by an entry at or before the applied one), values
+// that do not pass Check, which apply held them to, or a dedup floor
+// past the state's time.
+func (c groupConfig) check(applied uint64, now int64) error {
 	switch {
 	case c.source == ConfigNode:
-		return nil // the node's values, filled in on load
-	case c.source == ConfigInitial && c.index != 0, c.source == ConfigGroup && c.index == 0, c.source > ConfigGroup:
-		return fmt.Errorf("source %s set at entry %d", c.source, c.index)
+		return nil
+	case c.source == ConfigInitial && (c.index != 0 || c != initialGroupConfig()):
+		return fmt.Errorf("source %s set at entry %d, %+v, dedup floor %d", c.source, c.index, c.BrokerConfig, c.dedupFloor)
+	case c.source == ConfigGroup && (c.index == 0 || c.index > applied), c.source > ConfigGroup:
+		return fmt.Errorf("source %s set at entry %d, applied %d", c.source, c.index, applied)
+	case c.dedupFloor != math.MinInt64 && c.dedupFloor > now:
+		return fmt.Errorf("dedup floor %d past the state's time %d", c.dedupFloor, now)
 	}
-	return c.checkFields()
+	return c.Check()
 }
 
 func initialGroupConfig() groupConfig {

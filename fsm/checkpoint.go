@@ -494,6 +494,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if !bytes.Equal(c.encodeVersion(version), b) {
 		return nil, fmt.Errorf("%w: non-canonical encoding (repeated or unsorted keys)", ErrBadCheckpoint)
 	}
+	// And a state has one: version 5 only for a state version 4 cannot
+	// hold, which encode() writes so.
+	if version == checkpointVersion && !c.needsVersion5() {
+		return nil, fmt.Errorf("%w: version %d holding nothing version 4 cannot", ErrBadCheckpoint, version)
+	}
 	return c, nil
 }
 
@@ -512,7 +517,7 @@ func readConfig(r *binenc.Reader, c *groupConfig) {
 // check refuses a checkpoint whose numbers contradict each other; a
 // decoder must not hand the FSM state it would later trip over.
 func (c *checkpoint) check() error {
-	if err := c.st.config.check(); err != nil {
+	if err := c.st.config.check(c.st.applied, c.st.now); err != nil {
 		return fmt.Errorf("%w: broker group configuration: %w", ErrBadCheckpoint, err)
 	}
 	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages ||

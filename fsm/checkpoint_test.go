@@ -428,7 +428,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	}
 	configured := valid
 	configured.config = &groupConfig{BrokerConfig: BrokerConfig{RetentionAge: 3_600_000, DedupWindow: 60_000, MaxPull: 5, MaxUnacked: 9,
-		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 7, dedupFloor: 12345}
+		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 1, dedupFloor: 900}
 	if c, err := decodeCheckpoint(seal(configured.body())); err != nil || c.st.config != *configured.config {
 		t.Fatalf("a configured checkpoint: %+v, %v", c.st.config, err)
 	}
@@ -462,15 +462,9 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encodeVersion(checkpointVersion), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
 	}
-	// Nothing of version 5 set (the node's own configuration, hours
-	// counting what version 4 derives): encoded as version 4, which the
-	// previous release reads; with an identity, as version 5.
-	nodeOwn := valid
-	nodeOwn.config = &groupConfig{source: ConfigNode}
-	nodeOwn.apps = rawHourCounts([]any{493_000, 2}, []any{493_001, 2})
-	if b := mustDecodeCheckpoint(t, seal(nodeOwn.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
-		t.Fatalf("a checkpoint without identity encodes as version %d", b[0])
-	}
+	// With an identity, a state is encoded as version 5 (with nothing of
+	// version 5 it is encoded as version 4, above, and a version 5 holding
+	// nothing of it is refused, below).
 	if b := mustDecodeCheckpoint(t, seal(removing.body())).encode(); !bytes.Equal(b, seal(removing.body())) {
 		t.Fatalf("a checkpoint with an identity encodes as version %d", b[0])
 	}
@@ -588,6 +582,42 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"an unknown configuration source", mutate(func(r *rawCheckpoint) {
 			c := initialGroupConfig()
 			c.source, c.index = 3, 3
+			r.config = &c
+		})},
+		// States no apply writes, each of which decoded: a state has one
+		// encoding, the one encode() writes.
+		{"version 5 holding nothing of version 5 (written as version 4)", mutate(func(r *rawCheckpoint) {
+			r.config = &groupConfig{source: ConfigNode}
+			r.apps = rawHourCounts([]any{493_000, 2}, []any{493_001, 2}) // what version 4 derives
+		})},
+		{"the defaults with a value that is not one", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.MaxPull = 7
+			r.config = &c
+		})},
+		{"the defaults with a dedup floor", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.dedupFloor = 500
+			r.config = &c
+		})},
+		{"a group's configuration set past the applied index", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index = ConfigGroup, 2
+			r.config = &c
+		})},
+		{"a group's retention age below its dedup window", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.RetentionAge = ConfigGroup, 1, 1
+			r.config = &c
+		})},
+		{"a group's retention size below a segment", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.RetentionBytes = ConfigGroup, 1, c.SegmentSize-1
+			r.config = &c
+		})},
+		{"a dedup floor past the state's time", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.dedupFloor = ConfigGroup, 1, 1001
 			r.config = &c
 		})},
 	} {

@@ -119,7 +119,7 @@ func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := f.syncLogs(); err != nil {
+	if err := f.syncCheckpoint(f.syncLogs); err != nil {
 		return nil, nil, err
 	}
 	if _, err := f.recordCheckpoint(p); err != nil {

@@ -368,12 +368,3 @@ func (f *FSM) swapFailed(err error) error {
 	f.stopApplying(err, true)
 	return err
 }
-
-// reopen reopens the current data after a restore failed, so the FSM stays
-// usable, and returns err.
-func (f *FSM) reopen(err error) error {
-	if lerr := f.load(filepath.Join(f.cfg.Dir, dataDir)); lerr != nil {
-		panic(fmt.Sprintf("%v; reopening the current data: %v", err, lerr))
-	}
-	return err
-}

@@ -78,7 +78,10 @@ type Schedule struct {
 	closed  map[int64]*closedHour // every hour known and not open
 	clock   uint64                // use counter, for closing the least recently used hour
 	written map[int64]bool        // hours created or written since the last Sync
-	// closeErr is a failure to close an hour, reported by Sync and Close.
+	// closeErr is a failure to close an hour (a write of its buffered
+	// records, or a failure its log met before, such as a file cache's
+	// fsync evicting it): sticky, reported by Flush, Failed, Sync and
+	// Close.
 	closeErr error
 }
 
@@ -275,9 +278,10 @@ func (s *Schedule) closeLeastUsed() {
 	}
 }
 
-// closeHour flushes and closes an open hour. A failure to write is sticky
-// in the log and comes back from the next use of the hour or from Sync, so
-// it is not lost here.
+// closeHour flushes and closes an open hour. A failure (to write what it
+// buffered, or one its log met before) is kept in closeErr, which every
+// later Flush returns: the hour's log is gone, so nothing else would
+// report it.
 func (s *Schedule) closeHour(hour int64) {
 	h := s.open[hour]
 	delete(s.open, hour)
@@ -590,11 +594,14 @@ func (s *Schedule) Hours() []int64 {
 	return out
 }
 
-// Flush makes every append to an open hour readable.
+// Flush makes every append to an open hour readable. It returns a
+// failure to close an hour (see closeHour) too: the schedule closes hours
+// as others open, within a batch of appends, and the writer must stop at
+// that batch, as at a failed write.
 func (s *Schedule) Flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
+	errs := []error{s.closeErr}
 	for _, h := range s.open {
 		errs = append(errs, h.records.Flush())
 		if h.dispatched != nil {
@@ -602,6 +609,29 @@ func (s *Schedule) Flush() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Failed returns a failure an hour met outside the writer, or in closing:
+// a failure to close an hour, or the sticky failure of an open hour's log
+// (a file cache's fsync of one of its files, evicting it: see
+// logs.Log.Failed), or nil. Any goroutine; a checkpoint asks it before it
+// records the hours' ends as durable.
+func (s *Schedule) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closeErr != nil {
+		return s.closeErr
+	}
+	for hour, h := range s.open { // a map: any failure will do
+		err := h.records.Failed()
+		if err == nil && h.dispatched != nil {
+			err = h.dispatched.Failed()
+		}
+		if err != nil {
+			return fmt.Errorf("delaywheel: hour %s: %w", HourName(hour), err)
+		}
+	}
+	return nil
 }
 
 // Sync makes every hour created or written since the last Sync durable,

@@ -1,7 +1,11 @@
 package delaywheel
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/qmqgo/qmq/logs"
@@ -66,5 +70,49 @@ func TestScheduleThroughFileCache(t *testing.T) {
 	}
 	if got := files.Open(); got != 0 {
 		t.Fatalf("%d files open after Close", got)
+	}
+}
+
+// A schedule hour whose file the cache failed to fsync before evicting it
+// (its write-back lost) is a failed log: Failed says so while the hour is
+// open, and once the schedule has closed the hour (its close meets the
+// error) Flush and Failed both return it, so the owner stops at the batch
+// that closed it rather than record the hour's bytes as durable.
+func TestScheduleReportsAFailedHour(t *testing.T) {
+	files := logs.NewFiles(2)
+	h := int64(493_000)
+	files.InjectFsync(func(f *os.File) error {
+		if strings.Contains(f.Name(), HourName(h)) {
+			return syscall.EIO
+		}
+		return f.Sync()
+	})
+	s, err := OpenSchedule(t.TempDir(), 3, nil, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for k := range int64(3) { // three hours through two files: the first is evicted
+		if _, err := s.Append((h+k)*HourMillis, msg(fmt.Sprint(k))); err != nil {
+			t.Fatal(err)
+		}
+		// The flush that evicts the first hour's file may flush that hour
+		// before or after: it may already see the failure.
+		if err := s.Flush(); err != nil && (k < 2 || !errors.Is(err, syscall.EIO)) {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Failed(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Failed = %v with hour %s's eviction fsync failed, want EIO", err, HourName(h))
+	}
+	// A fourth hour closes the first, the least recently used.
+	if _, err := s.Append((h+3)*HourMillis, msg("3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Flush = %v after closing the failed hour, want EIO", err)
+	}
+	if err := s.Failed(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Failed = %v after closing the failed hour, want EIO", err)
 	}
 }

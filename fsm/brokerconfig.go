@@ -147,12 +147,18 @@ type ConfigSource uint8
 // Configuration sources. The values are written into checkpoints: never
 // renumber them.
 const (
-	// ConfigInitial: a new group's, before its first SetBrokerConfig
-	// (DefaultBrokerConfig).
+	// ConfigInitial: DefaultBrokerConfig, before the group's first
+	// SetBrokerConfig. Only a checkpoint written by an earlier build of
+	// this release holds it (an empty state then started so); an empty
+	// state starts as ConfigNode now.
 	ConfigInitial ConfigSource = 0
-	// ConfigNode: the node's own values (Config), for a state written
-	// before the broker group configuration existed (a checkpoint of
-	// version 4 or earlier), which that node applied by.
+	// ConfigNode: the node's own values (Config), until the group's first
+	// SetBrokerConfig: for a state written before the broker group
+	// configuration existed (a checkpoint of version 4 or earlier), which
+	// that node applied by, and for an empty state, which may be replaying
+	// such a group's log from its first entry (a node joining it), or is a
+	// new group's, which its first leader seeds before anything depends
+	// on the configuration.
 	ConfigNode ConfigSource = 1
 	// ConfigGroup: set by a SetBrokerConfig command.
 	ConfigGroup ConfigSource = 2
@@ -183,22 +189,35 @@ type groupConfig struct {
 	dedupFloor int64
 }
 
-// check refuses a configuration a checkpoint cannot hold: a value outside
-// its own bounds, or a source it is not written with (ConfigNode is
-// written as version 4, without a configuration; ConfigInitial was set by
-// no entry, ConfigGroup by one).
-func (c groupConfig) check() error {
+// check refuses a configuration no apply writes into a state at the
+// applied index and time now: a source it is not written with (ConfigNode
+// carries no values: they are the node's, filled in on load; ConfigInitial
+// was set by no entry and is DefaultBrokerConfig, with no dedup floor;
+// ConfigGroup was set by an entry at or before the applied one), values
+// that do not pass Check, which apply held them to, or a dedup floor
+// past the state's time.
+func (c groupConfig) check(applied uint64, now int64) error {
 	switch {
 	case c.source == ConfigNode:
-		return nil // the node's values, filled in on load
-	case c.source == ConfigInitial && c.index != 0, c.source == ConfigGroup && c.index == 0, c.source > ConfigGroup:
-		return fmt.Errorf("source %s set at entry %d", c.source, c.index)
+		return nil
+	case c.source == ConfigInitial && (c.index != 0 || c != initialGroupConfig()):
+		return fmt.Errorf("source %s set at entry %d, %+v, dedup floor %d", c.source, c.index, c.BrokerConfig, c.dedupFloor)
+	case c.source == ConfigGroup && (c.index == 0 || c.index > applied), c.source > ConfigGroup:
+		return fmt.Errorf("source %s set at entry %d, applied %d", c.source, c.index, applied)
+	case c.dedupFloor != math.MinInt64 && c.dedupFloor > now:
+		return fmt.Errorf("dedup floor %d past the state's time %d", c.dedupFloor, now)
 	}
-	return c.checkFields()
+	return c.Check()
 }
 
 func initialGroupConfig() groupConfig {
 	return groupConfig{BrokerConfig: DefaultBrokerConfig(), dedupFloor: math.MinInt64}
+}
+
+// nodeGroupConfig is the configuration of an empty state: the node's own
+// values (filled in by FSM.adoptNodeConfig), until the group is seeded.
+func nodeGroupConfig() groupConfig {
+	return groupConfig{source: ConfigNode, dedupFloor: math.MinInt64}
 }
 
 // BrokerConfigInfo is the configuration a replica applies by, and where it
@@ -216,9 +235,10 @@ func (f *FSM) BrokerConfig() BrokerConfigInfo {
 	return f.brokerConfigInfo()
 }
 
-// adoptNodeConfig gives a state of a checkpoint written before the broker
-// group configuration (ConfigNode) this node's own values: what it applied
-// by when it wrote that checkpoint.
+// adoptNodeConfig gives a state whose group has no configuration yet and
+// that applies by the node's own values (ConfigNode: an empty state, or
+// one of a checkpoint written before the broker group configuration)
+// this node's values: what it applied by when it wrote that checkpoint.
 func (f *FSM) adoptNodeConfig(cp *checkpoint) {
 	if cp.st.config.source == ConfigNode {
 		cp.st.config.BrokerConfig = f.cfg.BrokerConfig()
@@ -240,8 +260,16 @@ func (f *FSM) storeConfig(c BrokerConfig) Config {
 // forgets at once what it no longer covers, a longer one keeps what is
 // held and what comes, but cannot recall what was already forgotten.
 // Retention, MaxPull and MaxUnacked are read where they are used.
-// Apply goroutine only.
-func (f *FSM) useConfig(next BrokerConfig) {
+//
+// Out of the node's own values (ConfigNode, fromNode), what each replica
+// held was by its own window, which may differ from another's: the dedup
+// floor is then set to the state's time on every replica, whatever its
+// window was, and the windows rebuilt, so that their state is the same
+// from here on and no replica recalls a delayed id, or schedules into an
+// hour, that a shorter window than its own may have swept elsewhere.
+// What that costs: a delayed message sent before the seed and sent again
+// after it is scheduled twice. Apply goroutine only.
+func (f *FSM) useConfig(next BrokerConfig, fromNode bool) {
 	c := &f.st.config
 	prev := c.BrokerConfig
 	c.BrokerConfig = next
@@ -249,8 +277,11 @@ func (f *FSM) useConfig(next BrokerConfig) {
 	if next.SegmentSize != prev.SegmentSize || next.IndexSegmentSize != prev.IndexSegmentSize {
 		f.store.setSegmentSizes(next.SegmentSize, next.IndexSegmentSize)
 	}
-	if next.DedupWindow != prev.DedupWindow {
-		if next.DedupWindow > prev.DedupWindow {
+	if next.DedupWindow != prev.DedupWindow || fromNode {
+		switch {
+		case fromNode:
+			c.dedupFloor = max(c.dedupFloor, f.st.now)
+		case next.DedupWindow > prev.DedupWindow:
 			c.dedupFloor = max(c.dedupFloor, f.st.now-prev.DedupWindow)
 		}
 		must(0, f.store.flush()) // the rebuild reads what this batch appended

@@ -93,11 +93,17 @@ func wantSameReplicas(t *testing.T, answers [][]string, fs ...*FSM) {
 	}
 }
 
+// seedEntry is the entry a new group's first leader proposes before
+// anything that depends on the configuration: its own values as the seed.
+func seedEntry(index uint64, c BrokerConfig) *raft.Log {
+	return unitEntry(index, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: c})
+}
+
 // TestReplicasOpenedWithDifferentConfigsApplyAlike opens three state
 // machines of one new group, each with its own retention, dedup window,
 // pull and unacked bounds and segment sizes, and applies the same entries
-// to them, from the very first (an append): they answer alike and hold
-// the same state and logs.
+// to them, from the first leader's seed (which the server proposes before
+// it serves anything): they answer alike and hold the same state and logs.
 func TestReplicasOpenedWithDifferentConfigsApplyAlike(t *testing.T) {
 	cfgs := nodeConfigs(t.TempDir(), t.TempDir(), t.TempDir())
 	var fs []*FSM
@@ -109,7 +115,7 @@ func TestReplicasOpenedWithDifferentConfigsApplyAlike(t *testing.T) {
 		t.Cleanup(func() { f.Close() })
 		fs = append(fs, f)
 	}
-	entries := flagsWorkload(1, 1_000_000, 12)
+	entries := append([]*raft.Log{seedEntry(1, cfgs[1].BrokerConfig())}, flagsWorkload(2, 1_000_000, 12)...)
 	answers := make([][]string, len(fs))
 	for i, f := range fs {
 		answers[i] = applyAll(f, entries)
@@ -142,8 +148,9 @@ func applyEach(answers [][]string, entries []*raft.Log, fs ...*FSM) {
 }
 
 // TestReplicasFollowTheGroupsConfiguration drives three replicas opened
-// with different values of their own through a seed, a second seed that
-// must change nothing, operators' changes of every setting (retention off
+// with different values of their own through a seed (before anything that
+// depends on the configuration, as a new group's first leader proposes
+// it), a second seed that must change nothing, operators' changes of every setting (retention off
 // and on again, the dedup window shorter and longer, other segment sizes,
 // the pull and unacked bounds), and restarts from checkpoints taken before
 // and between the changes: they answer alike and hold the same state and
@@ -172,13 +179,12 @@ func TestReplicasFollowTheGroupsConfiguration(t *testing.T) {
 		now += int64(rounds)*1000 + 8*60_000
 	}
 
-	work(3)
 	seed := cfgs[0].BrokerConfig()
 	set(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed})
 	if got := fs[2].BrokerConfig(); got.BrokerConfig != seed || got.Source != ConfigGroup || got.Index != uint64(len(log)) {
 		t.Fatalf("after the seed: %+v, want %+v from entry %d", got, seed, len(log))
 	}
-	work(8)
+	work(11)
 	if fs[1].store.messages.Log().Start() == 0 {
 		t.Fatal("the seed's retention removed nothing")
 	}
@@ -289,6 +295,7 @@ func TestDedupWindowChangeAnswersAsARestartWould(t *testing.T) {
 		t.Helper()
 		resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: at, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: window}}))
 	}
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: cfg.BrokerConfig()}))
 	t0 := int64(1_800_000_000_000)
 	for k := range 12 { // a send every 50 s: ids across several buckets of the 10-minute window
 		send(t0+int64(k)*50_000, fmt.Sprint("a", k), fmt.Sprint("d", k))
@@ -336,6 +343,7 @@ func TestBrokerConfigRefusedPastItsBounds(t *testing.T) {
 	appendAt(t, f, 1, 1000, unitMsg("m", "s", 10))
 	idx++
 	def := DefaultBrokerConfig()
+	resultAs[*BrokerConfigResult](t, set(SetAllConfig, def)) // a change of some settings needs a configuration
 	for _, tc := range []struct {
 		name   string
 		bits   ConfigBits
@@ -509,6 +517,7 @@ func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
 	h := int64(500_000) * delaywheel.HourMillis
 	idx := uint64(0)
 	apply := func(cmd encoder) any { idx++; return applyAt(f, idx, cmd) }
+	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: f.cfg.BrokerConfig()}))
 	m := unitMsg("early", "s", 10)
 	m.DeliverAt = h + 10*minute
 	if r := resultAs[*AppendResult](t, apply(&Append{Now: h + minute, Messages: []*logs.Message{m}})); r.Messages[0].Status != Scheduled {
@@ -530,4 +539,148 @@ func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
 	if _, ok := f.st.hours[delaywheel.Hour(late.DeliverAt)]; ok {
 		t.Fatal("the swept hour holds a message again")
 	}
+}
+
+// openUpgraded opens a state machine as a node of a group upgraded in
+// place opens: on a checkpoint of version 4 (here of the empty state, as
+// the earlier release wrote it), so that it applies by its own values
+// (ConfigNode) until the group is seeded. mutate (if any) adjusts its own
+// configuration.
+func openUpgraded(t *testing.T, mutate ...func(*Config)) *FSM {
+	t.Helper()
+	dir := t.TempDir()
+	empty := &checkpoint{st: newState(), ends: &logEnds{consume: map[string]int64{}, hours: map[int64]delaywheel.HourEnds{}}, dedupFrom: -1}
+	if err := os.MkdirAll(filepath.Join(dir, dataDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, dataDir), checkpointFile, empty.encodeVersion(4)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := unitConfig(dir)
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	f, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if got := f.BrokerConfig().Source; got != ConfigNode {
+		t.Fatalf("an upgraded node opened with its configuration from %s", got)
+	}
+	return f
+}
+
+// A SetBrokerConfig that apply refuses changes nothing, the state's clock
+// included: whatever the leader stamped into it, a refused command leaves
+// the state as it was, alike on every replica (before, apply stamped the
+// time before it checked the change).
+func TestRefusedConfigChangeChangesNothing(t *testing.T) {
+	f := unitFSM(t)
+	appendAt(t, f, 1, unitNow, unitMsg("m", "s", 10))
+	resultAs[*BrokerConfigResult](t, applyAt(f, 2, &SetBrokerConfig{Now: unitNow, Set: SetAllConfig, Seed: true, Config: f.cfg.BrokerConfig()}))
+	before := stateBytes(f)
+	later := unitNow + 3_600_000
+	for i, c := range []*SetBrokerConfig{
+		{Now: later, Set: SetMaxPull, Config: BrokerConfig{MaxPull: 0}},           // out of its bounds
+		{Now: later, Set: SetRetentionAge, Config: BrokerConfig{RetentionAge: 1}}, // below the dedup window
+		{Now: later, Set: 0}, // names no setting
+		{Now: later, Set: SetAllConfig + 1, Config: f.cfg.BrokerConfig()},                          // a setting this build does not know
+		{Now: later, Set: SetAllConfig, Config: BrokerConfig{SegmentSize: 1, IndexSegmentSize: 1}}, // every setting, some out of bounds
+	} {
+		wantInvalid(t, applyAt(f, uint64(3+i), c))
+		wantStateUnchanged(t, f, before)
+	}
+}
+
+// Before the group's seed each replica of an upgraded group applies by
+// its own values (ConfigNode), which may differ from the others'. A change
+// that names some settings only would fill the rest from each replica's
+// own and make that the group's configuration, different on each replica
+// and for good (the seed that follows is passed over): apply refuses it,
+// and one that names every setting makes them alike. A change that names
+// no setting is refused whatever the source.
+func TestChangeBeforeTheSeedNamesEverySetting(t *testing.T) {
+	a := openUpgraded(t, func(c *Config) { c.MaxPull = 10 })
+	b := openUpgraded(t, func(c *Config) { c.MaxPull = 500 })
+	seed := unitConfig("").BrokerConfig()
+	all := seed
+	all.DedupWindow = 5 * 60_000
+	for _, f := range []*FSM{a, b} {
+		wantInvalid(t, applyAt(f, 1, &SetBrokerConfig{Now: unitNow, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: 5 * 60_000}}))
+		if got := f.BrokerConfig(); got.Source != ConfigNode {
+			t.Fatalf("a refused change left the replica configured by %s at %d", got.Source, got.Index)
+		}
+		resultAs[*BrokerConfigResult](t, applyAt(f, 2, &SetBrokerConfig{Now: unitNow, Set: SetAllConfig, Config: all}))
+		applyAt(f, 3, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}) // passed over
+		wantInvalid(t, applyAt(f, 4, &SetBrokerConfig{Now: unitNow, Set: 0}))
+	}
+	ca, cb := a.BrokerConfig(), b.BrokerConfig()
+	if ca != cb || ca.BrokerConfig != all || ca.Source != ConfigGroup || ca.Index != 2 {
+		t.Fatalf("the replicas apply by\n%+v\n%+v\nwant %+v, set by the group at entry 2", ca, cb, all)
+	}
+}
+
+// Two members of an upgraded group whose own dedup windows differed apply
+// the same entries (no id resent among them, so their logs are the same)
+// and the seed: from then on their replicated state is the same, the dedup
+// floor included. Before, the seed set the floor from each node's own
+// previous window (or left it, on a node whose window the seed did not
+// change), so the replicas' states differed for good. Seeded out of the
+// nodes' own values, the floor is the state's time: no replica recalls a
+// delayed id, or schedules into an hour, that any window may have swept,
+// and a restart rebuilds the same windows.
+func TestSeedSetsTheSameDedupFloorOnEveryReplica(t *testing.T) {
+	a := openUpgraded(t, func(c *Config) { c.DedupWindow = time.Minute })
+	b := openUpgraded(t, func(c *Config) { c.DedupWindow = 10 * time.Minute })
+	seed := unitConfig("").BrokerConfig() // the leader's own values: a 10-minute window
+	answers := make([][]string, 2)
+	for i, f := range []*FSM{a, b} {
+		answers[i] = applyAll(f, []*raft.Log{
+			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+			unitEntry(2, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
+			unitEntry(3, &Append{Now: unitNow + 1000, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+		})
+	}
+	wantSameReplicas(t, answers, a, b)
+	if a.st.config.dedupFloor != unitNow {
+		t.Errorf("seeded out of the nodes' own values at %d, the dedup floor is %d", unitNow, a.st.config.dedupFloor)
+	}
+	takeSnapshot(t, b)
+	cfg := b.cfg
+	b.Close()
+	b = unitOpen(t, cfg)
+	if x, y := stateBytes(a), stateBytes(b); !bytes.Equal(x, y) {
+		t.Error("restarted after the seed, a replica's state differs")
+	}
+}
+
+// A node joining a group upgraded in place (its members apply by their own
+// values, ConfigNode, until the seed), with an empty directory and the
+// same flags, replays the Raft log from entry 1 if the group's log was
+// never compacted. It must apply those entries as the members did, by its
+// own values, not by DefaultBrokerConfig: with a dedup window of a minute
+// a resend two minutes later is stored again on the members, and was
+// refused as a duplicate on the joiner (the defaults' 10 minutes), whose
+// logs then differed for good.
+func TestJoinerOfAnUpgradedGroupAppliesAsItsMembers(t *testing.T) {
+	flags := func(c *Config) { c.DedupWindow = time.Minute } // every node of the group runs with --dedup-window 1m
+	member := openUpgraded(t, flags)
+	cfg := unitConfig(t.TempDir())
+	flags(&cfg)
+	joiner, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joiner.Close()
+	seed := cfg.BrokerConfig()
+	answers := make([][]string, 2)
+	for i, f := range []*FSM{member, joiner} {
+		answers[i] = applyAll(f, []*raft.Log{
+			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}),
+			unitEntry(2, &Append{Now: unitNow + 2*60_000, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}), // a resend 2 minutes later
+			unitEntry(3, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
+		})
+	}
+	wantSameReplicas(t, answers, member, joiner)
 }

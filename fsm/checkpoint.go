@@ -69,9 +69,11 @@ import (
 // node's own).
 //
 // A checkpoint holding nothing of version 5 (not retention's, no
-// identity, the node's own configuration) is still written in version 4,
-// which nodes of the previous release read: until the group records its
-// identity and its configuration, a snapshot may go to one of them.
+// identity, the node's own configuration, no application, and every
+// hour's count of delayed messages what version 4's derivation gives) is
+// still written in version 4, which nodes of the previous release read:
+// until the group records its identity and its configuration, a snapshot
+// may go to one of them.
 //
 // Versions 1 to 4 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
@@ -103,10 +105,35 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 
 // encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
-	if !c.st.removing && c.st.identity == "" && c.st.config.source == ConfigNode && !c.st.recordsApps() {
+	if !c.needsVersion5() {
 		return c.encodeVersion(4)
 	}
 	return c.encodeVersion(checkpointVersion)
+}
+
+// needsVersion5 reports whether c holds anything version 4 cannot:
+// retention's removing, an identity, a configuration other than the
+// node's own, an application, or an hour whose count of delayed messages
+// the version 4 decoder would not give back (it derives pending plus
+// dispatched, which counts an hour's retries too).
+func (c *checkpoint) needsVersion5() bool {
+	st := c.st
+	if st.removing || st.identity != "" || st.config.source != ConfigNode || st.recordsApps() {
+		return true
+	}
+	for h, hs := range st.hours { // a map: any hour will do
+		if hs.delayed != derivedDelayed(hs.pending, c.ends.hours[h]) {
+			return true
+		}
+	}
+	return false
+}
+
+// derivedDelayed is the count of an hour's delayed messages a checkpoint
+// of version 4 or earlier opens with: its records pending and fired, an
+// upper bound (retries are among them).
+func derivedDelayed(pending int64, e delaywheel.HourEnds) int64 {
+	return pending + e.Dispatched/delaywheel.DispatchRecordSize
 }
 
 func (c *checkpoint) encodeVersion(version byte) []byte {
@@ -450,7 +477,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		// Before version 5 an hour's delayed messages were not counted:
 		// its pending and dispatched records (retries too) bound them.
 		for h, hs := range st.hours {
-			hs.delayed = hs.pending + c.ends.hours[h].Dispatched/delaywheel.DispatchRecordSize
+			hs.delayed = derivedDelayed(hs.pending, c.ends.hours[h])
 		}
 	}
 	if err := r.Done(); err != nil {
@@ -466,6 +493,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	// encoding.
 	if !bytes.Equal(c.encodeVersion(version), b) {
 		return nil, fmt.Errorf("%w: non-canonical encoding (repeated or unsorted keys)", ErrBadCheckpoint)
+	}
+	// And a state has one: version 5 only for a state version 4 cannot
+	// hold, which encode() writes so.
+	if version == checkpointVersion && !c.needsVersion5() {
+		return nil, fmt.Errorf("%w: version %d holding nothing version 4 cannot", ErrBadCheckpoint, version)
 	}
 	return c, nil
 }
@@ -485,7 +517,7 @@ func readConfig(r *binenc.Reader, c *groupConfig) {
 // check refuses a checkpoint whose numbers contradict each other; a
 // decoder must not hand the FSM state it would later trip over.
 func (c *checkpoint) check() error {
-	if err := c.st.config.check(); err != nil {
+	if err := c.st.config.check(c.st.applied, c.st.now); err != nil {
 		return fmt.Errorf("%w: broker group configuration: %w", ErrBadCheckpoint, err)
 	}
 	if c.ends.messages < 0 || c.ends.pulls < 0 || c.dedupFrom < -1 || c.dedupFrom > c.ends.messages ||

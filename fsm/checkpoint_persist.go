@@ -64,13 +64,8 @@ func (f *FSM) takeCheckpoint() (*pendingCheckpoint, *logEnds, error) {
 // only), so a replica that went on would record the lost bytes as durable
 // at its next checkpoint. Raft retrying the snapshot later is no remedy.
 func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
-	if err := f.syncData(staging); err != nil {
-		return f.checkpointFailed(err)
-	}
-	// A write or a file cache's fsync that failed meanwhile may have lost
-	// bytes below the ends: no checkpoint then.
-	if err := f.logsFailed(); err != nil {
-		return f.checkpointFailed(err)
+	if err := f.syncCheckpoint(func() error { return f.syncData(staging) }); err != nil {
+		return err
 	}
 	written, err := f.recordCheckpoint(p)
 	if err != nil {
@@ -78,6 +73,34 @@ func (f *FSM) persistCheckpoint(p *pendingCheckpoint, staging string) error {
 	}
 	if written {
 		f.cleanup.Store(p)
+	}
+	return nil
+}
+
+// syncCheckpoint runs sync, which makes a checkpoint's data durable, under
+// syncMu, then asks whether a log failed meanwhile (logsFailed: a write or
+// a file cache's fsync that failed may have lost bytes below the ends),
+// and stops the replica on a failure before it lets another checkpoint's
+// sync run. Persist's and retention's syncs go through one descriptor of
+// the FSM's directory, and a write-back error is reported to one syncfs
+// only: two racing, one saw the error and the other passed, and retention
+// wrote its checkpoint, recording the lost bytes as durable, before
+// Persist had stopped the replica. Serialised, the one that passes finds
+// the replica stopped. Any goroutine.
+func (f *FSM) syncCheckpoint(sync func() error) error {
+	if !f.syncMu.TryLock() {
+		if f.syncWaits != nil {
+			f.syncWaits()
+		}
+		f.syncMu.Lock()
+	}
+	defer f.syncMu.Unlock()
+	err := sync()
+	if err == nil {
+		err = f.logsFailed()
+	}
+	if err != nil {
+		return f.checkpointFailed(err)
 	}
 	return nil
 }
@@ -94,10 +117,15 @@ func (f *FSM) checkpointFailed(err error) error {
 }
 
 // recordCheckpoint writes p's checkpoint file, unless a newer checkpoint
-// or a restored one stands, and reports whether it did. Any goroutine.
+// or a restored one stands, or the replica stopped since p's data was
+// synced (another sync may have met a failure since), and reports whether
+// it did. Any goroutine.
 func (f *FSM) recordCheckpoint(p *pendingCheckpoint) (bool, error) {
 	f.ckptMu.Lock()
 	defer f.ckptMu.Unlock()
+	if err := f.Stopped(); err != nil {
+		return false, fmt.Errorf("%w: no checkpoint: %w", ErrStopped, err)
+	}
 	if p.restore != f.restores || p.index < f.ckptIndex {
 		return false, nil
 	}
@@ -127,7 +155,8 @@ func (f *FSM) cleanAfter(p *pendingCheckpoint) {
 }
 
 // logsFailed returns why applying stopped, or a failure a log met outside
-// its writer, or nil. Any goroutine.
+// its writer (the schedule's hours' included, and a failure to close one),
+// or nil. Any goroutine.
 func (f *FSM) logsFailed() error {
 	if err := f.Stopped(); err != nil {
 		return err
@@ -142,5 +171,5 @@ func (f *FSM) logsFailed() error {
 			return err
 		}
 	}
-	return nil
+	return f.store.sched.Failed()
 }

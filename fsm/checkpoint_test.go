@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
@@ -236,6 +237,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.adoptNodeConfig(got) // a group not configured yet: the values are the node's, not in the encoding
 	if !reflect.DeepEqual(got.st, f.st) {
 		t.Fatalf("decoded state\n%+v\nwant\n%+v", got.st, f.st)
 	}
@@ -426,7 +428,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	}
 	configured := valid
 	configured.config = &groupConfig{BrokerConfig: BrokerConfig{RetentionAge: 3_600_000, DedupWindow: 60_000, MaxPull: 5, MaxUnacked: 9,
-		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 7, dedupFloor: 12345}
+		SegmentSize: 2 << 20, IndexSegmentSize: 128 << 10}, source: ConfigGroup, index: 1, dedupFloor: 900}
 	if c, err := decodeCheckpoint(seal(configured.body())); err != nil || c.st.config != *configured.config {
 		t.Fatalf("a configured checkpoint: %+v, %v", c.st.config, err)
 	}
@@ -460,14 +462,9 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	if !bytes.Equal(mustDecodeCheckpoint(t, seal(valid.body())).encodeVersion(checkpointVersion), seal(valid.body())) {
 		t.Fatal("the valid raw checkpoint does not re-encode to itself")
 	}
-	// Nothing of version 5 set (the node's own configuration): encoded as
-	// version 4, which the previous release reads; with an identity, as
-	// version 5.
-	nodeOwn := valid
-	nodeOwn.config = &groupConfig{source: ConfigNode}
-	if b := mustDecodeCheckpoint(t, seal(nodeOwn.body())).encode(); b[0] != 4 || !bytes.Equal(b, seal(v4.body())) {
-		t.Fatalf("a checkpoint without identity encodes as version %d", b[0])
-	}
+	// With an identity, a state is encoded as version 5 (with nothing of
+	// version 5 it is encoded as version 4, above, and a version 5 holding
+	// nothing of it is refused, below).
 	if b := mustDecodeCheckpoint(t, seal(removing.body())).encode(); !bytes.Equal(b, seal(removing.body())) {
 		t.Fatalf("a checkpoint with an identity encodes as version %d", b[0])
 	}
@@ -585,6 +582,42 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"an unknown configuration source", mutate(func(r *rawCheckpoint) {
 			c := initialGroupConfig()
 			c.source, c.index = 3, 3
+			r.config = &c
+		})},
+		// States no apply writes, each of which decoded: a state has one
+		// encoding, the one encode() writes.
+		{"version 5 holding nothing of version 5 (written as version 4)", mutate(func(r *rawCheckpoint) {
+			r.config = &groupConfig{source: ConfigNode}
+			r.apps = rawHourCounts([]any{493_000, 2}, []any{493_001, 2}) // what version 4 derives
+		})},
+		{"the defaults with a value that is not one", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.MaxPull = 7
+			r.config = &c
+		})},
+		{"the defaults with a dedup floor", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.dedupFloor = 500
+			r.config = &c
+		})},
+		{"a group's configuration set past the applied index", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index = ConfigGroup, 2
+			r.config = &c
+		})},
+		{"a group's retention age below its dedup window", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.RetentionAge = ConfigGroup, 1, 1
+			r.config = &c
+		})},
+		{"a group's retention size below a segment", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.RetentionBytes = ConfigGroup, 1, c.SegmentSize-1
+			r.config = &c
+		})},
+		{"a dedup floor past the state's time", mutate(func(r *rawCheckpoint) {
+			c := initialGroupConfig()
+			c.source, c.index, c.dedupFloor = ConfigGroup, 1, 1001
 			r.config = &c
 		})},
 	} {
@@ -730,4 +763,41 @@ func rawHourCounts(hours ...[]any) []byte {
 		}
 	}
 	return b
+}
+
+// A checkpoint holding nothing else of version 5 was written in version 4,
+// which has no per-hour count of delayed messages: reading it back derived
+// the count from the hour's pending and dispatched records, which count
+// nack retries too, and a restarted replica's hour held more delayed
+// messages than one that never stopped (its bound of the hour then refused
+// differently). A state whose hour counts the derivation would not give
+// back is written in version 5.
+func TestHourCountSurvivesARestart(t *testing.T) {
+	f := unitFSM(t) // a group with no identity and no configuration yet: nothing of version 5
+	hour := unitHour + 2
+	due := hour*delaywheel.HourMillis + 5
+	appendAt(t, f, 1, unitNow, unitMsg("m", "s", 10))
+	p := resultAs[*PullResult](t, applyAt(f, 2, &Pull{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Max: 1, Start: StartEarliest}))
+	if len(p.Entries) != 1 {
+		t.Fatalf("pulled %d", len(p.Entries))
+	}
+	resultAs[*NackResult](t, applyAt(f, 3, &Nack{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Epoch: p.Epoch, RetryAt: due,
+		Ranges: []AckRange{{p.Entries[0].PullSeq, p.Entries[0].PullSeq}}})) // a retry due in the hour
+	appendAt(t, f, 4, unitNow, delayedMsg("d", "s", due))
+	live := *f.st.hours[hour]
+	takeSnapshot(t, f)
+	cfg := f.cfg
+	f.Close()
+	g := unitOpen(t, cfg)
+	if back := *g.st.hours[hour]; back.delayed != live.delayed || back.pending != live.pending {
+		t.Errorf("hour %s holds %d delayed messages (%d pending) on a replica that never stopped, %d (%d pending) after a restart",
+			delaywheel.HourName(hour), live.delayed, live.pending, back.delayed, back.pending)
+	}
+	// With no retry in any hour the derivation holds: still version 4, for
+	// the previous release to read.
+	h := unitFSM(t)
+	appendAt(t, h, 1, unitNow, delayedMsg("d", "s", due))
+	if v := h.currentCheckpoint().encode()[0]; v != 4 {
+		t.Errorf("a state holding nothing of version 5 is encoded in version %d", v)
+	}
 }

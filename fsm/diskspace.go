@@ -192,15 +192,20 @@ func (f *FSM) stopApplying(err error, fatal bool) {
 	if !f.broken.CompareAndSwap(nil, &err) {
 		return
 	}
-	if fatal {
+	switch {
+	case fatal && errors.Is(err, ErrOtherHistory):
+		f.log.Error("an entry of another group history: this replica stops applying", "applied-index", f.applied.Load(), "error", err)
+		f.cfg.OnFatal(err)
+	case fatal:
 		f.log.Error("storage failed: this replica stops applying; restart the node once its disk is sound "+
 			"(it returns to its last checkpoint and replays)", "applied-index", f.applied.Load(), "error", err)
 		f.cfg.OnFatal(err)
 	}
 }
 
-// storageFailure is what must panics with: a failed write to the logs.
-// ApplyBatch recovers it and stops the replica.
+// storageFailure is what must panics with: a failed write to the logs (or
+// an entry of another history, ErrOtherHistory). ApplyBatch recovers it
+// and stops the replica.
 type storageFailure struct{ err error }
 
 // must returns v, or stops the batch being applied if err is a storage

@@ -198,6 +198,9 @@ type FSM struct {
 	snapshot atomic.Uint64 // names staging directories
 
 	checkpointSize int64 // bytes of the last checkpoint written (FSM goroutine only)
+	// syncMu makes the syncs of checkpoints' data, by Persist and by
+	// retention, one at a time (see syncCheckpoint).
+	syncMu sync.Mutex
 	// ckptMu orders the writes of the checkpoint file: by Persist, by
 	// retention and by Restore (see pendingCheckpoint).
 	ckptMu    sync.Mutex
@@ -217,6 +220,9 @@ type FSM struct {
 	// retentionStep, if set (by tests), is told of each step of a
 	// retention removal as it completes (see removeBefore).
 	retentionStep func(step string)
+	// syncWaits, if set (by tests), is told that a checkpoint's sync waits
+	// for another's to finish (see syncCheckpoint).
+	syncWaits func()
 
 	diskWait  atomic.Bool           // waiting for disk space before applying
 	broken    atomic.Pointer[error] // why applying stopped for good; nil while it goes on
@@ -438,10 +444,12 @@ func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 		}
 		hour := delaywheel.Hour(f.st.now)
 		if e.Type == raft.LogCommand {
-			out[i] = f.applyCommand(e)
 			if len(e.Extensions) > 0 {
-				f.applyIdentity(e.Extensions)
+				if err := f.applyIdentity(e); err != nil {
+					panic(storageFailure{err}) // stops the replica, this entry unapplied
+				}
 			}
+			out[i] = f.applyCommand(e)
 		}
 		if delaywheel.Hour(f.st.now) != hour {
 			f.sweepHours(f.st.now)

@@ -21,7 +21,9 @@ import (
 // ack ranges, addresses, the broker group configuration's bounds), and
 // mutated command bytes. The replicas are opened with different values of
 // their own for every setting of the broker group configuration, which
-// apply must not go by. No replica may panic, both must answer every entry
+// apply must not go by once the group is seeded: the first entry is the
+// seed, of one node's values, as a new group's first leader proposes it
+// before anything else that depends on the configuration. No replica may panic, both must answer every entry
 // alike, their state and logs must stay byte-identical, and every
 // consumer's deadline bound must stay at or before its open entries'
 // deadlines. The seeds reach every limit; `make fuzz` explores more.
@@ -60,8 +62,12 @@ func FuzzApplyAtLimits(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, recipe []byte) {
-		entries := limitEntries(recipe)
 		cfgs := nodeConfigs(t.TempDir(), t.TempDir())
+		entries := []*raft.Log{seedEntry(1, cfgs[1].BrokerConfig())}
+		for _, e := range limitEntries(recipe) {
+			e.Index++ // after the seed
+			entries = append(entries, e)
+		}
 		fs := openReplicas(t, cfgs)
 		a, b := fs[0], fs[1]
 		for _, e := range entries {

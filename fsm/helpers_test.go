@@ -32,9 +32,8 @@ func unitConfig(dir string) Config {
 
 // unitOpen opens an FSM on cfg and closes it when the test ends. Unit
 // tests set the values apply goes by through Config: a state whose group
-// has set no configuration yet takes cfg's (unchecked against each other),
-// as if its group had been configured with them before its first entry.
-// Tests of the group configuration itself open with Open.
+// has set no configuration yet applies by the node's own (ConfigNode,
+// unchecked against each other).
 func unitOpen(tb testing.TB, cfg Config) *FSM {
 	tb.Helper()
 	f, err := Open(cfg)
@@ -42,9 +41,6 @@ func unitOpen(tb testing.TB, cfg Config) *FSM {
 		tb.Fatalf("Open(%s): %v", cfg.Dir, err)
 	}
 	tb.Cleanup(func() { f.Close() })
-	if f.st.config.source == ConfigInitial {
-		f.useConfig(cfg.BrokerConfig())
-	}
 	return f
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -21,10 +23,19 @@ import (
 // SetMember of its own address), not a command of its own: a replica of an
 // earlier version ignores Extensions and applies the command as before, so
 // a group being upgraded never meets a command some voter cannot apply.
-// The first identity an entry carries is kept; later ones change nothing.
+// The first identity an entry carries is kept. Within one history no
+// entry carries another (a leader records one only once it has applied
+// every entry before its term, and only if its state has none), so one
+// that does stops the replica: its data is of another history (a stale
+// directory of an earlier life of the group, copied in), and every
+// replica holding that identity would stop at the same entry.
 
 // ErrBadIdentity means an identity is not of the form group/32-hex-digits.
 var ErrBadIdentity = errors.New("fsm: malformed group identity")
+
+// ErrOtherHistory means an entry carries another group identity than the
+// one the state recorded: the replica's data is of another history.
+var ErrOtherHistory = errors.New("fsm: entry of another group history")
 
 // identityTag starts an entry's Extensions that carry an identity.
 const identityTag = "qmq.identity/1:"
@@ -80,15 +91,22 @@ func decodeIdentityExtension(ext []byte) (string, bool) {
 	return id, true
 }
 
-// applyIdentity records the identity an entry's Extensions carry, if the
-// state has none: the first one kept wins on every replica alike.
-func (f *FSM) applyIdentity(ext []byte) {
-	id, ok := decodeIdentityExtension(ext)
-	if !ok || f.st.identity != "" {
-		return
+// applyIdentity records the identity entry e's Extensions carry, if the
+// state has none: the first one kept wins on every replica alike. One
+// that differs from the state's is ErrOtherHistory, and the entry must
+// not be applied. Before the entry's command.
+func (f *FSM) applyIdentity(e *raft.Log) error {
+	id, ok := decodeIdentityExtension(e.Extensions)
+	switch {
+	case !ok || id == f.st.identity:
+		return nil
+	case f.st.identity != "":
+		return fmt.Errorf("%w: entry %d carries group identity %s, this replica's state %s: its data is of another history; "+
+			"rebuild the node (leave, remove its data directory, join)", ErrOtherHistory, e.Index, id, f.st.identity)
 	}
 	f.st.identity = id
 	f.learned = id
+	return nil
 }
 
 // Identity returns the group identity the state holds, or "" (a group that

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestIdentityRecordedOnceAndKept(t *testing.T) {
 		t.Fatalf("malformed extensions recorded %q, told %v", f.Identity(), told)
 	}
 	f.Apply(identityEntry(3, IdentityExtension(testIdentity)))
-	f.Apply(identityEntry(4, IdentityExtension(otherIdentity))) // a later one changes nothing
+	f.Apply(identityEntry(4, IdentityExtension(testIdentity))) // the same again changes nothing
 	if f.Identity() != testIdentity || len(told) != 1 || told[0] != testIdentity {
 		t.Fatalf("identity %q, told %v; want %s once", f.Identity(), told, testIdentity)
 	}
@@ -52,6 +53,32 @@ func TestIdentityRecordedOnceAndKept(t *testing.T) {
 	}
 	if dst.Identity() != testIdentity {
 		t.Fatalf("restored with identity %q", dst.Identity())
+	}
+}
+
+// Within one history no entry carries another identity than the one the
+// state recorded: a leader records one only after applying every entry
+// before its term, and only if its state has none. An entry that does
+// means this replica's data is of another history (a stale directory of
+// an earlier life of the group, copied in): the replica stops before it
+// applies the entry, as every replica holding that identity would,
+// rather than apply another history's entries on its own.
+func TestEntryOfAnotherHistoryStopsTheReplica(t *testing.T) {
+	var fatal []error
+	f := unitFSM(t, func(c *Config) { c.OnFatal = func(err error) { fatal = append(fatal, err) } })
+	f.Apply(identityEntry(1, IdentityExtension(testIdentity)))
+	foreign := unitEntry(2, &SetMember{ID: "n9", ClientAddr: "127.0.0.1:9"})
+	foreign.Extensions = IdentityExtension(otherIdentity)
+	r := f.Apply(foreign)
+	if err := f.Stopped(); !errors.Is(err, ErrOtherHistory) || len(fatal) != 1 || !errors.Is(fatal[0], ErrOtherHistory) {
+		t.Fatalf("an entry of history %s applied to a replica of %s: answered %s, stopped %v, OnFatal heard %v",
+			otherIdentity, f.Identity(), describe(r), err, fatal)
+	}
+	if !errors.Is(asError(r), ErrOtherHistory) {
+		t.Errorf("the entry answered %s, want ErrOtherHistory", describe(r))
+	}
+	if f.Identity() != testIdentity || f.MemberAddr("n9") != "" || f.Applied() != 1 {
+		t.Errorf("the entry changed the state: identity %s, n9 at %q, applied %d", f.Identity(), f.MemberAddr("n9"), f.Applied())
 	}
 }
 

@@ -119,7 +119,7 @@ func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := f.syncLogs(); err != nil {
+	if err := f.syncCheckpoint(f.syncLogs); err != nil {
 		return nil, nil, err
 	}
 	if _, err := f.recordCheckpoint(p); err != nil {
@@ -366,14 +366,5 @@ func (f *FSM) tryLoad(dir string, cp []byte) error {
 func (f *FSM) swapFailed(err error) error {
 	err = fmt.Errorf("fsm: restore: swapping in the restored data (the node must restart; Open completes the swap): %w", err)
 	f.stopApplying(err, true)
-	return err
-}
-
-// reopen reopens the current data after a restore failed, so the FSM stays
-// usable, and returns err.
-func (f *FSM) reopen(err error) error {
-	if lerr := f.load(filepath.Join(f.cfg.Dir, dataDir)); lerr != nil {
-		panic(fmt.Sprintf("%v; reopening the current data: %v", err, lerr))
-	}
 	return err
 }

@@ -240,7 +240,7 @@ func newState() *state {
 	return &state{groups: map[groupKey]*group{}, consumers: map[uint64]*consumer{}, byKey: map[consumerKey]*consumer{},
 		nextEpoch: 1, members: map[string]string{}, hours: map[int64]*hourState{}, delayed: map[string]int64{},
 		groupsOf: map[string]int{}, appDelayed: map[string]int64{}, deadShares: map[string]*deadShare{}, appConsumers: map[string]int64{},
-		config: initialGroupConfig()}
+		config: nodeGroupConfig()}
 }
 
 // untally takes one from key's tally, dropping the key at zero.

@@ -24,6 +24,8 @@ import (
 // Either way a failure is a storage failure: the data below the ends may
 // be lost, so the replica stops (see persistCheckpoint); a later sync
 // that succeeds proves nothing, since a write-back error is reported once.
+// The syncs of checkpoints run one at a time (syncCheckpoint), so that
+// one racing a sync that met such an error finds the replica stopped.
 
 // syncData makes the data a snapshot records durable: through the links
 // it made in staging, or with one syncfs. Config.SyncFault, if set, is
@@ -40,21 +42,15 @@ func (f *FSM) syncData(staging string) error {
 
 // syncLogs makes every log durable on the apply goroutine, for a
 // checkpoint written at once (retention's): one syncfs, or an fsync per
-// log written. A failure a log met outside its writer (an eviction's
-// fsync, or a write-back error syncfs reported to nobody else) also
-// fails it.
+// log written.
 func (f *FSM) syncLogs() error {
 	if err := f.syncFault(); err != nil {
 		return err
 	}
 	if f.syncfs {
-		if err := syncfs(f.dirFile); err != nil {
-			return err
-		}
-	} else if err := f.store.sync(); err != nil {
-		return err
+		return syncfs(f.dirFile)
 	}
-	return f.logsFailed()
+	return f.store.sync()
 }
 
 // syncFault is Config.SyncFault's answer, or nil.

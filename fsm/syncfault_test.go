@@ -98,3 +98,60 @@ func mustCheckpointIndex(tb testing.TB, dir string) uint64 {
 	}
 	return c.st.applied
 }
+
+// Persist and retention both sync through one descriptor of the FSM's
+// directory (syncfs), and a write-back error is reported to one syncfs
+// only: of two syncs racing, one sees it and the other passes. Retention's
+// must then not write its checkpoint, which would record the lost bytes as
+// durable: the syncs are serialised, and the one that saw the error stops
+// the replica before the other runs. Here Persist's sync is the one that
+// reports the error, and retention's comes while it is still running.
+func TestRacingSyncsStopBeforeEitherCheckpoints(t *testing.T) {
+	var persistCall atomic.Bool
+	inside, release := make(chan struct{}), make(chan struct{})
+	cfg := unitConfig(t.TempDir())
+	cfg.Retention = logs.Retention{MaxBytes: 3 << 20}
+	var fatal atomic.Int32
+	cfg.OnFatal = func(error) { fatal.Add(1) }
+	cfg.SyncFault = func() error {
+		if persistCall.CompareAndSwap(true, false) {
+			close(inside)
+			<-release
+			return syscall.EIO // this sync saw the lost write-back; the others see none
+		}
+		return nil
+	}
+	f := unitOpen(t, cfg)
+	waits := make(chan struct{})
+	f.syncWaits = func() { close(waits) }
+	entries := retentionWorkload(120)
+	applyAll(f, entries[:20])
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	before := mustCheckpointIndex(t, cfg.Dir)
+	persistCall.Store(true)
+	persisted := make(chan error)
+	go func() { persisted <- snap.Persist(&unitSink{}) }()
+	<-inside
+	applied := make(chan struct{})
+	go func() { applyAll(f, entries[20:]); close(applied) }() // retention checkpoints and removes
+	select {
+	case <-waits: // retention's sync waits for Persist's
+	case <-applied: // retention's sync ran beside Persist's
+	}
+	close(release)
+	if err := <-persisted; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Persist = %v, want EIO", err)
+	}
+	<-applied
+	if after := mustCheckpointIndex(t, cfg.Dir); after != before || f.store.messages.Log().Start() != 0 {
+		t.Fatalf("retention wrote a checkpoint (index %d, was %d) and removed segments (start %d) beside a sync that reported a lost write-back",
+			after, before, f.store.messages.Log().Start())
+	}
+	if f.Stopped() == nil || fatal.Load() != 1 {
+		t.Fatalf("stopped: %v, OnFatal told %d times", f.Stopped(), fatal.Load())
+	}
+}

@@ -31,29 +31,37 @@ const seedRetry = 5 * time.Second
 // of a release without the broker group configuration.
 var errEarlierVoter = errors.New("server: a voter of an earlier release cannot apply the broker group configuration")
 
+// errSeedWaits means a group's configuration cannot be seeded yet: some
+// voter cannot apply the command (an earlier release, or one that does
+// not answer). The group applies by each node's own values meanwhile, as
+// a group upgraded in place did before.
+var errSeedWaits = errors.New("server: the broker group's configuration waits for every voter")
+
 // seedBrokerConfig proposes this node's own values as the configuration of
 // a group that has none (a new group, or one upgraded from a release
-// without it), once every voter can apply the command; it reports whether
-// the group has a configuration now, or never will from this node. A new
-// leader calls it before it anchors its clock, so that a new group's first
-// sends, pulls and acks already apply by it (until then apply goes by the
-// defaults, on every replica alike).
-func (n *Node) seedBrokerConfig(ctx context.Context, logged *bool) bool {
+// without it), once every voter can apply the command. It returns nil
+// once the group has a configuration (or never will from this node),
+// errSeedWaits while a voter cannot take it, or why the proposal failed.
+// A new leader calls it before it anchors its clock, so that the group's
+// sends, pulls and acks apply by it: until then each replica applies by
+// its own node's values (fsm.ConfigNode), which only a group upgraded in
+// place may go on doing (see startLeading).
+func (n *Node) seedBrokerConfig(ctx context.Context, logged *bool) error {
 	if n.fsm.BrokerConfig().Source == fsm.ConfigGroup {
-		return true
+		return nil
 	}
 	// An earlier leader may have configured the group in entries this
 	// node has not applied yet.
 	if err := n.barrier(ctx); err != nil {
-		return false
+		return err
 	}
 	if n.fsm.BrokerConfig().Source == fsm.ConfigGroup {
-		return true
+		return nil
 	}
 	seed := n.cfg.FSM.BrokerConfig()
 	if err := seed.Check(); err != nil { // Validate refuses such a node
 		n.log.Error("this node's settings cannot seed its broker group's configuration", "error", err)
-		return true
+		return nil
 	}
 	if err := n.votersKnowBrokerConfig(ctx); err != nil {
 		if !*logged {
@@ -61,7 +69,7 @@ func (n *Node) seedBrokerConfig(ctx context.Context, logged *bool) bool {
 				"error", err, "retry", seedRetry)
 			*logged = true
 		}
-		return false
+		return fmt.Errorf("%w: %w", errSeedWaits, err)
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
@@ -71,19 +79,40 @@ func (n *Node) seedBrokerConfig(ctx context.Context, logged *bool) bool {
 	resp, err := n.propose(ctx, cmd.Encode())
 	if err != nil {
 		n.log.Warn("proposing this node's settings as the broker group's configuration", "error", err)
-		return false
+		return err
 	}
 	if r, ok := resp.(*fsm.BrokerConfigResult); ok && r.Changed {
 		n.log.Info("proposed this node's settings as the broker group's configuration", brokerConfigKeys(seed)...)
 	}
-	return true
+	return nil
+}
+
+// seedFirst seeds the group's configuration before the leader serves: it
+// tries seedBrokerConfig again, every second, while the proposal fails
+// for another reason than a voter that cannot take it, and returns what
+// the last try returned (errSeedWaits then: the leader serves by its own
+// values meanwhile, as a group upgraded in place did before), or ctx's
+// error once the term ends. A new group's only voter (its first leader)
+// so seeds before anything that depends on the configuration, which its
+// members, and a node joining later and replaying its log from entry 1,
+// apply by their own values until the seed.
+func (n *Node) seedFirst(ctx context.Context, logged *bool) error {
+	for {
+		err := n.seedBrokerConfig(ctx, logged)
+		if err == nil || errors.Is(err, errSeedWaits) {
+			return err
+		}
+		if !wait.Sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
 }
 
 // keepSeeding tries seedBrokerConfig again every seedRetry until the group
 // has a configuration or the term ends.
 func (n *Node) keepSeeding(ctx context.Context, logged *bool) {
 	for wait.Sleep(ctx, seedRetry) {
-		if n.seedBrokerConfig(ctx, logged) {
+		if n.seedBrokerConfig(ctx, logged) == nil {
 			return
 		}
 	}
@@ -182,12 +211,22 @@ func (n *Node) handleSetBrokerConfig(ctx context.Context, p []byte) ([]byte, err
 	if !n.isLeader() {
 		return nil, n.notLeader()
 	}
-	cur := n.fsm.BrokerConfig().BrokerConfig
-	if err := cmd.With(cur).Check(); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
-	}
 	if err := n.votersKnowBrokerConfig(ctx); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "the broker group configuration cannot change until every voter can apply it: %v", err)
+	}
+	// A group without a configuration gets this node's first: a change
+	// naming some settings only would take the others from each replica's
+	// own values, and apply refuses it.
+	logged := true
+	if err := n.seedBrokerConfig(ctx, &logged); err != nil {
+		return nil, transport.Errorf(transport.Unavailable, "the broker group has no configuration yet, and this leader could not seed it first: %v", err)
+	}
+	cur := n.fsm.BrokerConfig()
+	if cur.Source != fsm.ConfigGroup && cmd.Set != fsm.SetAllConfig {
+		return nil, transport.Errorf(transport.Invalid, "the broker group has no configuration yet: its first names every setting")
+	}
+	if err := cmd.With(cur.BrokerConfig).Check(); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
 	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
 	if err != nil {

@@ -105,7 +105,7 @@ func (n *Node) storageFailed(err error) {
 	n.failOnce.Do(func() {
 		n.failure = err
 		close(n.failed)
-		n.log.Error("the node stops: its state machine could not write (restart it once the disk is sound; it replays from its last checkpoint)", "error", err)
+		n.log.Error("the node stops: its state machine stopped applying (restart it once the disk is sound, or rebuild it if the error names another history; it replays from its last checkpoint)", "error", err)
 		go n.Close()
 	})
 }

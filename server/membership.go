@@ -179,17 +179,17 @@ func (n *Node) startLeading(ctx context.Context) {
 		// A group without a configuration gets this node's first, so that
 		// what it serves next applies by it.
 		logged := false
-		seeded := n.seedBrokerConfig(ctx, &logged)
+		seeded := n.seedFirst(ctx, &logged)
 		// A node closing cancels ctx before it stops Raft: loops started
 		// after that would wait on a barrier Raft may never answer.
-		if !n.anchorClock(ctx, term) || ctx.Err() != nil {
+		if ctx.Err() != nil || !n.anchorClock(ctx, term) || ctx.Err() != nil {
 			return
 		}
 		n.goLoop(func() { n.sessions.run(ctx) })
 		n.goLoop(func() { n.runUpkeep(ctx) })
 		n.goLoop(func() { n.runDelays(ctx) })
 		n.goLoop(func() { n.checkGroupTime(ctx, last) })
-		if !seeded {
+		if seeded != nil {
 			n.goLoop(func() { n.keepSeeding(ctx, &logged) })
 		}
 	})

@@ -20,10 +20,25 @@ import (
 // (started to be added with qmqctl join) has cast no vote, and refusing
 // until it holds the log costs it nothing.
 //
-// Caught up means: it has heard from a leader (an AppendEntries, a
-// heartbeat or a snapshot), and its log reaches the commit index that
-// leader sent first. Even then it refuses votes in any term up to that
-// leader's: those may be terms it voted in before its store was emptied.
+// Caught up means: it has heard a leader's commit index, and its log
+// reaches it. The commit index is the first an AppendEntries of the
+// latest leader heard carries; one whose commit index is 0 sets none:
+// hashicorp/raft's heartbeats carry none (Term and Leader only), and a
+// node down long enough for its leader's replication to back off hears a
+// heartbeat first, which as a target of 0 let it vote with an empty log.
+// An InstallSnapshot carries the snapshot's index, not the commit index
+// (it may be behind): it sets none either, and the AppendEntries that
+// follows it does. Even caught up, the node refuses votes in any term up
+// to the latest leader's it heard: those may be terms it voted in before
+// its store was emptied.
+//
+// What it cannot know is the highest term it voted in before the wipe:
+// a vote in a term after the leader's it heard but up to that one may be
+// its second in that term. It takes that term only from leaders it hears
+// before it has caught up (a later one raises the terms refused, and the
+// commit index to reach, so a deposed leader heard first is corrected by
+// the group's current one); a candidate of such a term then also needs a
+// log as up to date as the node's, which holds the leader's commit.
 type voteGuard struct {
 	*raft.NetworkTransport
 	log       hclog.Logger
@@ -34,12 +49,13 @@ type voteGuard struct {
 	done chan struct{}
 	stop sync.Once
 
-	mu       sync.Mutex
-	heard    bool   // a leader's first request arrived
-	term     uint64 // that leader's term: votes up to it are refused
-	target   uint64 // the commit index it sent: the log must reach it
-	caughtUp atomic.Bool
-	warned   atomic.Bool
+	mu         sync.Mutex
+	term       uint64 // the latest leader's term heard: votes up to it are refused
+	heard      bool   // a leader's commit index arrived
+	target     uint64 // that commit index: the log must reach it
+	targetTerm uint64 // the term of the leader that sent it
+	caughtUp   atomic.Bool
+	warned     atomic.Bool
 }
 
 func newVoteGuard(t *raft.NetworkTransport, log hclog.Logger, lastIndex func() uint64) *voteGuard {
@@ -85,21 +101,26 @@ func (v *voteGuard) forward() {
 	}
 }
 
-// observe notes a leader's first request.
+// observe notes a leader's request, until the node has caught up: its
+// term, and the commit index an AppendEntries carries (see voteGuard).
 func (v *voteGuard) observe(rpc raft.RPC) {
 	var term, commit uint64
 	switch req := rpc.Command.(type) {
 	case *raft.AppendEntriesRequest:
 		term, commit = req.Term, req.LeaderCommitIndex
 	case *raft.InstallSnapshotRequest:
-		term, commit = req.Term, req.LastLogIndex
+		term = req.Term
 	default:
+		return
+	}
+	if v.caughtUp.Load() {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.heard {
-		v.heard, v.term, v.target = true, term, commit
+	v.term = max(v.term, term)
+	if commit > 0 && (!v.heard || term > v.targetTerm) {
+		v.heard, v.target, v.targetTerm = true, commit, term
 	}
 }
 

@@ -15,9 +15,11 @@ type BrokerConfig struct {
 	SegmentSize      int64         `json:"segment_size"`
 	IndexSegmentSize int64         `json:"index_segment_size"`
 	// Source is where the values come from: "group", set by a
-	// configuration command at Index; "initial", a new group's defaults,
-	// before its first; "node", the node's own values, for a state from
-	// before the broker group configuration (until its leader proposes one).
+	// configuration command at Index; "node", the node's own values,
+	// before the group's first (a new group's until its first leader
+	// seeds it, or a state from before the broker group configuration);
+	// "initial", the defaults, only from a checkpoint an earlier build of
+	// this release wrote.
 	Source string `json:"source"`
 	Index  uint64 `json:"index,omitempty"`
 }

@@ -182,6 +182,10 @@ func TestChaos(t *testing.T) {
 	conn := sec.ConnOption()
 	setUpRetryingGroup(t, meta, admin, subjects)
 	setUpGroup(t, meta, admin, bulkSubject, bulkGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+	// A consumer group that never consumes: retention removes what it has
+	// not read, and every replica must move its cursor alike (the replica
+	// comparison compares the backlog each node counts). It is owed nothing.
+	setUpGroup(t, meta, admin, subjects[0], laggardGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
 
 	ch := NewChaos(t, seed, meta, groups...)
 	if only := os.Getenv("QMQ_CHAOS_ONLY"); only != "" {
@@ -439,6 +443,9 @@ func servesTLS(t *testing.T, c *Cluster, on bool) {
 // retryingGroup is the chaos run's consumer group whose handler fails a
 // tenth of the messages once each.
 const retryingGroup = "retrying"
+
+// laggardGroup is the chaos run's consumer group that never consumes.
+const laggardGroup = "laggard"
 
 // broadcastGroup is the group of its own of the chaos run's broadcast
 // consumer: consumer "watcher" of group "tail".

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/qmqgo/qmq"
 )
 
 // fsmFiles reads a broker node's state-machine logs (everything under
@@ -34,7 +36,10 @@ func fsmFiles(n *Node) (map[string][]byte, error) {
 
 // SameReplicas waits until the group's nodes have applied the same index
 // and stay there while their logs are read, then checks that every node
-// holds byte-identical logs. The group must be idle (no client traffic).
+// holds byte-identical logs and counts the same backlog (what its consumer
+// groups still owe, from their cursors, redeliveries and unacked entries:
+// state the logs do not show, such as a cursor retention moved past what
+// it removed). The group must be idle (no client traffic).
 func (c *Cluster) SameReplicas(timeout time.Duration) {
 	c.t.Helper()
 	c.WaitFor(timeout, c.Group+": every replica's logs are byte-identical", func() error {
@@ -57,8 +62,27 @@ func (c *Cluster) SameReplicas(timeout time.Duration) {
 				return fmt.Errorf("%s applied more while its logs were read", id)
 			}
 		}
-		return sameFiles(files)
+		if err := sameFiles(files); err != nil {
+			return err
+		}
+		return sameBacklog(after)
 	})
+}
+
+// sameBacklog reports nodes that count different backlogs, or nil.
+func sameBacklog(sts map[string]*qmq.Status) error {
+	var first string
+	for id := range sts {
+		if first == "" || id < first {
+			first = id
+		}
+	}
+	for id, st := range sts {
+		if st.Backlog != sts[first].Backlog {
+			return fmt.Errorf("%s counts a backlog of %d, %s of %d", id, st.Backlog, first, sts[first].Backlog)
+		}
+	}
+	return nil
 }
 
 // sameFiles reports the first difference between the nodes' files, or nil.

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +92,9 @@ func sameBacklog(sts map[string]*qmq.Status) error {
 // removes an hour whose every message was delivered at its own
 // checkpoints. Such an hour must then be wholly delivered on the nodes
 // that still hold it; hours every node holds are compared like any file.
+// The journal's oldest segments may be missing on some nodes too: each
+// drops, at its own checkpoints, the segments older than any dedup window
+// (sameJournals).
 func sameFiles(files map[string]map[string][]byte) error {
 	var first string
 	for id := range files {
@@ -108,7 +113,18 @@ func sameFiles(files map[string]map[string][]byte) error {
 			}
 		}
 	}
+	if err := sameJournals(files); err != nil {
+		return err
+	}
 	everywhere := func(rel string) bool {
+		if strings.HasPrefix(rel, journalPrefix) {
+			for _, theirs := range files {
+				if _, ok := theirs[rel]; !ok {
+					return false
+				}
+			}
+			return true
+		}
 		hour, ok := scheduleHour(rel)
 		return !ok || len(hourOn[hour]) == len(files)
 	}
@@ -134,6 +150,36 @@ func sameFiles(files map[string]map[string][]byte) error {
 					return fmt.Errorf("%s differs between %s and %s (%d and %d bytes)", rel, set.a, set.b, len(b), len(other))
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// journalPrefix is where the journal's segments lie.
+const journalPrefix = "journal/"
+
+// sameJournals checks that every node holds a suffix of the journal's
+// segments: those all nodes hold, and perhaps older ones that others
+// dropped already, never a gap or a newer one only some hold. The
+// segments every node holds are compared like any file.
+func sameJournals(files map[string]map[string][]byte) error {
+	union := map[string]bool{}
+	for _, theirs := range files {
+		for rel := range theirs {
+			if strings.HasPrefix(rel, journalPrefix) {
+				union[rel] = true
+			}
+		}
+	}
+	all := slices.Sorted(maps.Keys(union)) // segments are named by their zero-padded base
+	for id, theirs := range files {
+		held := false
+		for _, rel := range all {
+			_, ok := theirs[rel]
+			if held && !ok {
+				return fmt.Errorf("%s's journal lacks %s, but holds older segments", id, rel)
+			}
+			held = held || ok
 		}
 	}
 	return nil

@@ -116,8 +116,9 @@ type fault struct {
 
 func (f fault) isReady(ch *Chaos) bool { return f.ready == nil || f.ready(ch) }
 
-// killLeaderFault is every other fault and partitionFault every fourth;
-// the others are drawn from otherFaults by weight.
+// killLeaderFault is every other fault and partitionFault every fourth
+// (every eighth while some kind has not been applied yet); the others are
+// drawn from otherFaults by weight.
 var (
 	killLeaderFault = fault{"kill-leader", 0, (*Chaos).killLeader, false, nil, nil}
 	partitionFault  = fault{"partition", 0, (*Chaos).partition, false, nil, nil}
@@ -147,12 +148,14 @@ var (
 
 // Run applies faults until d has passed, every other one a leader kill and
 // every fourth a partition, the rest from otherFaults: first each kind
-// once, in a random order, then drawn by weight. A kind that is not ready
-// yet (fault.ready) waits its turn: the next kind of the first round goes
-// first, or one drawn by weight among those ready. Each goes to a random
-// group (the metaserver's one time in five) unless it picks its own; then
-// Run restarts what the fault stopped, waits for every node to catch up,
-// and pauses for 0.5–2 s.
+// once, in a random order, then drawn by weight. Until each kind has been
+// applied once, every other partition's turn goes to the next kind too, so
+// that a run of 8 minutes (make ci's) has room for every kind. A kind that
+// is not ready yet (fault.ready) waits its turn: the next kind of the
+// first round goes first, or one drawn by weight among those ready. Each
+// goes to a random group (the metaserver's one time in five) unless it
+// picks its own; then Run restarts what the fault stopped, waits for every
+// node to catch up, and pauses for 0.5–2 s.
 func (ch *Chaos) Run(d time.Duration) {
 	var kinds []fault // every kind this run can apply
 	for _, f := range otherFaults {
@@ -168,9 +171,9 @@ func (ch *Chaos) Run(d time.Duration) {
 	for i, deadline := 0, time.Now().Add(d); time.Now().Before(deadline); i++ {
 		f := killLeaderFault
 		switch {
-		case i%4 == 1:
+		case i%4 == 1 && (len(firsts) == 0 || i%8 == 1):
 			f = partitionFault
-		case i%4 == 3:
+		case i%4 == 1 || i%4 == 3:
 			if j := slices.IndexFunc(firsts, func(f fault) bool { return f.isReady(ch) }); j >= 0 {
 				f = firsts[j]
 				firsts = slices.Delete(firsts, j, j+1)

@@ -10,12 +10,12 @@ import (
 	"github.com/qmqgo/qmq"
 )
 
-// The chaos run's backlogs of large messages, drained at most once: a
-// producer sends bursts of 100–180 messages of 256 KiB (25–45 MiB, about
-// half in each broker group of the subject: one to three times the 8 MiB
-// a pull reply carries) while no consumer of bulkGroup runs; then a
-// subscription with the SDK's defaults (at most once) drains the backlog
-// and closes. A pull used to count as consumed everything it handed out
+// The chaos run's backlogs of large messages, drained at most once: every
+// 10–20 s a producer sends a burst of 100–180 messages of 256 KiB
+// (25–45 MiB, about half in each broker group of the subject: one to
+// three times the 8 MiB a pull reply carries) while no consumer of
+// bulkGroup runs; then a subscription with the SDK's defaults (at most
+// once) drains the backlog and closes. A pull used to count as consumed everything it handed out
 // and send only what fit in its reply: about half of each such backlog
 // was lost with nothing failing.
 //
@@ -35,7 +35,7 @@ const (
 )
 
 // drainBacklogs sends a burst to bulkSubject, then drains it at most once
-// as bulkGroup, every 5–15 s until stop, and once more after stop,
+// as bulkGroup, every 10–20 s until stop, and once more after stop,
 // recording each drain in h (History.Drained), clean if ch says no fault
 // was in flight from the subscription's start until the backlog was
 // drained. The group must exist at the earliest message before the first
@@ -49,7 +49,7 @@ func drainBacklogs(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, server
 	defer p.Close()
 	rng := rand.New(rand.NewPCG(seed, 13))
 	for i, last := 0, false; !last; i++ {
-		timer := time.NewTimer(time.Duration(5000+rng.IntN(10000)) * time.Millisecond)
+		timer := time.NewTimer(time.Duration(10000+rng.IntN(10000)) * time.Millisecond)
 		select {
 		case <-stop:
 			timer.Stop()

@@ -40,14 +40,15 @@ import (
 //     only ever lags it). Past the deadline the run fails: the history's
 //     promises could no longer be proved.
 //
-// A is the group's dedup window (at least retentionMinAge): retention may
-// not go below it (a send retried after its message was removed would be
-// stored twice). The run seeds a window of 2 minutes, so that the fault
-// can come once the run is a few minutes old.
+// A is the group's dedup window, at least retentionMinAge (the budget
+// below needs it): retention may not go below the window (a send retried
+// after its message was removed would be stored twice). The run seeds a
+// window of 2 minutes, so that the fault can come once the run is a few
+// minutes old.
 const (
 	retentionLead   = 30 * time.Second
 	retentionSkew   = 10 * time.Second
-	retentionMinAge = time.Minute
+	retentionMinAge = 2 * time.Minute
 	// retentionMaxWindow is the longest dedup window the fault works
 	// with: a longer one needs segments older than a run is.
 	retentionMaxWindow = 5 * time.Minute

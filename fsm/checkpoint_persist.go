@@ -136,6 +136,14 @@ func (f *FSM) recordCheckpoint(p *pendingCheckpoint) (bool, error) {
 	return true, nil
 }
 
+// restoredSince reports whether a Restore replaced the state since p was
+// taken. Any goroutine.
+func (f *FSM) restoredSince(p *pendingCheckpoint) bool {
+	f.ckptMu.Lock()
+	defer f.ckptMu.Unlock()
+	return p.restore != f.restores
+}
+
 // cleanAfterCheckpoint removes, on the apply goroutine, what the last
 // checkpoint Persist wrote no longer needs (see cleanAfter).
 func (f *FSM) cleanAfterCheckpoint() {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -89,7 +90,9 @@ func TestOlderSnapshotCheckpointDoesNotReplaceANewer(t *testing.T) {
 
 // A Restore between a snapshot and its Persist: the snapshot's checkpoint
 // belongs to the data the restore replaced, and is not written into the
-// restored data.
+// restored data; the Persist fails (ErrSnapshotSuperseded) and cancels its
+// sink, so that Raft does not record the snapshot's older index as its
+// last.
 func TestSnapshotCheckpointAfterARestoreIsDropped(t *testing.T) {
 	leader := unitFSM(t)
 	for i := range 10 {
@@ -106,7 +109,16 @@ func TestSnapshotCheckpointAfterARestoreIsDropped(t *testing.T) {
 	if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		t.Fatal(err)
 	}
-	persist(t, snap)
+	var sink unitSink
+	err = snap.Persist(&sink)
+	snap.Release()
+	if !errors.Is(err, ErrSnapshotSuperseded) || sink.closed || !sink.canceled {
+		t.Fatalf("Persist of a snapshot older than a restore: %v (sink closed %v, canceled %v), want ErrSnapshotSuperseded and a canceled sink",
+			err, sink.closed, sink.canceled)
+	}
+	if f.Stopped() != nil {
+		t.Fatalf("a superseded snapshot stopped the replica: %v", f.Stopped())
+	}
 	if got := checkpointIndex(t, f); got != 10 {
 		t.Fatalf("the checkpoint records index %d after a restore to 10", got)
 	}

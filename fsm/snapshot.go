@@ -137,11 +137,29 @@ type fsmSnapshot struct {
 	pending  *pendingCheckpoint
 }
 
+// ErrSnapshotSuperseded fails the Persist of a snapshot taken before a
+// Restore replaced the state: it is of data the replica no longer holds.
+var ErrSnapshotSuperseded = errors.New("fsm: snapshot superseded by a restore")
+
 // Persist makes the snapshot's checkpoint durable (see pendingCheckpoint),
 // then hands the links to a SnapshotStore sink (no copy), or streams the
 // whole snapshot into any other sink.
+//
+// A snapshot taken before a Restore and persisted after it fails with
+// ErrSnapshotSuperseded (its checkpoint is dropped, as any older one is),
+// so that Raft does not record it: hashicorp/raft records a persisted
+// snapshot's index as its last one without comparing it with the one a
+// restore recorded meanwhile (hashicorp/raft#248), and a follower's own
+// snapshot, taken as a leader's arrived, put its last index back below the
+// snapshot it had just installed. It then refused every entry after that
+// snapshot as past its log, and stopped catching up. Raft, whose snapshot
+// waits on its main loop while that installs a snapshot, persists it
+// after the restore whenever the two meet.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	err := s.fsm.persistCheckpoint(s.pending, s.dir)
+	if err == nil && s.fsm.restoredSince(s.pending) {
+		err = ErrSnapshotSuperseded
+	}
 	if err == nil {
 		if ls, ok := sink.(*linkSink); ok {
 			err = ls.adopt(s.dir, s.manifest)

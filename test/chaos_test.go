@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,18 +78,26 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 // TestChaos runs a metaserver group and two broker groups of three
 // processes each, behind proxies, over TLS (every node, and every client
 // with a certificate of the run's CA) with applications checked (the
-// producers and consumers work as one application), under producers (synchronous and
-// asynchronous, a tenth of the messages delayed by up to 8 s) and
-// consumers: two consumer groups that acknowledge everything, one whose
-// handler fails a tenth of the messages once (3 deliveries at most, then
-// a dead letter), one at most once, and a broadcast consumer that joins
-// once sending is under way; while Chaos kills, pauses, partitions and
-// slows leaders, followers and whole groups, and sets leaders' clocks
-// wrong. It then checks the history: nothing acknowledged lost (to each
+// producers and consumers work as one application), under producers
+// (synchronous and asynchronous, a tenth of the messages delayed by up to
+// 8 s) and consumers: two consumer groups that acknowledge everything, one
+// whose handler fails a tenth of the messages once (3 deliveries at most,
+// then a dead letter), one at most once, and a broadcast consumer that
+// joins once sending is under way; besides, bursts of large messages build
+// backlogs that a consumer group drains at most once with the SDK's
+// defaults. g1's nodes start with different seeds of the group's
+// configuration; g2's snapshot every few seconds, on small disks. Chaos
+// meanwhile kills, pauses, partitions and slows leaders, followers and
+// whole groups, sets leaders' clocks wrong, fills disks, fails a node's
+// checkpoint sync, lowers retention and kills a node right after it
+// removed segments, and restarts every node of a quiet group on small
+// disks. It then checks the history: nothing acknowledged lost (to each
 // at-least-once group: acknowledged by its handler or a dead letter; to
-// the broadcast consumer: what was sent after it joined), nothing twice
-// to the at-most-once group, nothing unexpected, nothing delivered early;
-// and that every broker group's replicas hold byte-identical logs.
+// the broadcast consumer: what was sent after it joined), nothing twice to
+// an at-most-once group, every backlog drained with no fault in flight
+// whole, nothing unexpected, nothing delivered early; that every broker
+// group's replicas hold byte-identical logs; and that every node holds
+// its group's configuration.
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
 	sec := chaosSecurity(t)
@@ -113,12 +122,19 @@ func TestChaos(t *testing.T) {
 		flags := []string{"--meta", meta.ClientAddrs(), "--election-timeout", "500ms", "--session-timeout", sessionTimeout.String()}
 		if g == "g2" {
 			flags = append(flags, "--min-free-disk", fmt.Sprint(diskFloor>>20), "--disk-reserve", fmt.Sprint(diskReserve>>20))
+			flags = append(flags, g2Flags...)
 		}
 		c := NewCluster(t, g, flags...)
 		c.UseProxies()
 		c.UseTLS(sec)
+		if g == "g1" {
+			for id, own := range g1Flags {
+				c.SetNodeFlags(id, own...)
+			}
+		}
 		if g == "g2" {
 			c.UseSmallDisks(diskSize)
+			c.UseSyncFaults()
 		}
 		c.Form(meta.ClientAddrs(), g+"a", g+"b", g+"c")
 		groups = append(groups, c)
@@ -126,6 +142,11 @@ func TestChaos(t *testing.T) {
 	for _, c := range append([]*Cluster{meta}, groups...) {
 		servesTLS(t, c, sec != nil)
 	}
+	// g1's nodes were started with different seeds of the group's
+	// configuration: the first leader's (g1a's) is the group's, on every
+	// node; g2's nodes all seed a 2-minute dedup window and 8 MiB segments.
+	sameConfig(t, groups[0], g1Config)
+	sameConfig(t, groups[1], g2Config)
 	t.Logf("chaos: g2's small disks are %s", map[bool]string{true: "tmpfs mounts", false: "fault injection (--disk-free-file)"}[groups[1].SmallDisksReal()])
 	servers := meta.ClientAddrs()
 	h := NewHistory()
@@ -133,8 +154,14 @@ func TestChaos(t *testing.T) {
 	// billing and audit acknowledge everything; retrying fails a tenth of
 	// the messages on their first delivery, and gives up on a message
 	// after 3 deliveries (a dead letter); once consumes at most once; the
-	// broadcast consumer of tail joins once sending is under way.
-	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once"}}
+	// broadcast consumer of tail joins once sending is under way. Each
+	// consumes the four subjects; bulk-once drains backlogs of large
+	// messages of its own subject at most once (chaos_bulk.go).
+	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once", bulkGroup},
+		Broadcast: []string{broadcastGroup}, Subjects: map[string][]string{bulkGroup: {bulkSubject}}}
+	for _, g := range []string{"billing", "audit", retryingGroup, "once", broadcastGroup} {
+		e.Subjects[g] = subjects
+	}
 	// Producers and consumers connect as an application that may send to
 	// and consume the run's subjects (with the client certificate), the
 	// Admin as the operator (a node certificate).
@@ -144,8 +171,8 @@ func TestChaos(t *testing.T) {
 	}
 	defer admin.Close()
 	if sec != nil {
-		spec := qmq.AppSpec{Code: "chaos", Send: subjects}
-		for _, s := range subjects {
+		spec := qmq.AppSpec{Code: "chaos", Send: append(slices.Clone(subjects), bulkSubject)}
+		for _, s := range spec.Send {
 			spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: s, Group: "*"})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -154,6 +181,39 @@ func TestChaos(t *testing.T) {
 	}
 	conn := sec.ConnOption()
 	setUpRetryingGroup(t, meta, admin, subjects)
+	setUpGroup(t, meta, admin, bulkSubject, bulkGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+	// A consumer group that never consumes: retention removes what it has
+	// not read, and every replica must move its cursor alike (the replica
+	// comparison compares the backlog each node counts). It is owed nothing.
+	setUpGroup(t, meta, admin, subjects[0], laggardGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+
+	ch := NewChaos(t, seed, meta, groups...)
+	if only := os.Getenv("QMQ_CHAOS_ONLY"); only != "" {
+		ch.Only = strings.Split(only, ",")
+	}
+	ch.SessionTimeout = sessionTimeout
+	ch.DiskGroup, ch.DiskFloor, ch.DiskReserve = groups[1], diskFloor, diskReserve
+	ch.SyncFaultGroup, ch.QuietGroup = groups[1], groups[1]
+	// The retention fault waits until nothing handed to a producer before
+	// its time is owed to any consumer group, reading the dead letters
+	// (at most once a second) as it waits.
+	var deadRead time.Time
+	ch.Owed = func(before time.Time) error {
+		if time.Since(deadRead) > time.Second {
+			deadRead = time.Now()
+			readDeadLetters(t, h, admin, subjects, retryingGroup, false)
+		}
+		if n, pending := h.UndeliveredBefore(e, before); n+pending > 0 {
+			return fmt.Errorf("%d acknowledged sends not delivered everywhere, %d with no outcome yet", n, pending)
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos: FAILED with seed %d (make chaos SEED=%d DURATION=%s); faults so far:\n%s",
+				seed, seed, d, strings.Join(ch.Schedule, "\n"))
+		}
+	})
 
 	var subs []*qmq.Subscription
 	var subsMu sync.Mutex
@@ -211,10 +271,14 @@ func TestChaos(t *testing.T) {
 			send(t, h, servers, conn, subjects, uint64(seed)+uint64(i), i == 0, stop)
 		}()
 	}
-	senders.Add(1)
+	senders.Add(2)
 	go func() {
 		defer senders.Done()
 		sendAtLimits(t, h, servers, conn, subjects, uint64(seed)+99, stop)
+	}()
+	go func() {
+		defer senders.Done()
+		drainBacklogs(t, h, ch, admin, servers, conn, uint64(seed)+98, stop)
 	}()
 	// The broadcast consumer joins once the first thousand sends are
 	// acknowledged; its group is named after it.
@@ -246,20 +310,7 @@ func TestChaos(t *testing.T) {
 			joinBroadcast(t, h, admin, s, broadcastGroup)
 		}
 	}()
-	e.Broadcast = []string{broadcastGroup}
 
-	ch := NewChaos(t, seed, meta, groups...)
-	if only := os.Getenv("QMQ_CHAOS_ONLY"); only != "" {
-		ch.Only = strings.Split(only, ",")
-	}
-	ch.SessionTimeout = sessionTimeout
-	ch.DiskGroup, ch.DiskFloor, ch.DiskReserve = groups[1], diskFloor, diskReserve
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("chaos: FAILED with seed %d (make chaos SEED=%d DURATION=%s); faults so far:\n%s",
-				seed, seed, d, strings.Join(ch.Schedule, "\n"))
-		}
-	})
 	ch.Run(d)
 	close(stop)
 	senders.Wait()
@@ -293,6 +344,9 @@ func TestChaos(t *testing.T) {
 	if report.Acked < 1000 {
 		t.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
 	}
+	if report.CleanBursts[bulkGroup] == 0 {
+		t.Fatalf("no backlog of %s drained with no fault in flight: the run proves nothing of at most once under a full reply", bulkSubject)
+	}
 	if want := int(d / (15 * time.Second)); ch.Counts["kill-leader"] < want {
 		t.Fatalf("%d leader kills in %s, want at least %d", ch.Counts["kill-leader"], d, want)
 	}
@@ -309,6 +363,66 @@ func TestChaos(t *testing.T) {
 	for _, c := range groups {
 		c.SameReplicas(3 * time.Minute)
 	}
+	sameConfig(t, groups[0], g1Config)
+	sameConfig(t, groups[1], g2Config)
+}
+
+// g1Flags start g1's nodes with different seeds of the broker group's
+// configuration, every one valid: only the first leader's (g1a's, which
+// bootstraps the group) becomes the group's, and the others' nodes log
+// that they differ and follow it. A node that applied by its own flags
+// would cut other segments, hand out other pulls and remove other data,
+// and the replica comparison would fail. The group's values keep the
+// history's checks meaningful: retention a day (the retention fault
+// lowers it for a moment, on its rules), a dedup window of 2 minutes
+// (longer than any producer retries a send: the at-limit producer gives
+// up after 60 s), 8 MiB segments, so retention has sealed segments to
+// remove. Sizes in MiB, index segments in KiB.
+var g1Flags = map[string][]string{
+	"g1a": {"--retention-age", "24h", "--dedup-window", "2m", "--max-pull", "500", "--max-unacked", "5000",
+		"--segment-size", "8", "--index-segment-size", "1024"},
+	"g1b": {"--retention-age", "168h", "--retention-size", "4096", "--dedup-window", "5m", "--max-pull", "1000",
+		"--max-unacked", "10000", "--segment-size", "32", "--index-segment-size", "4096"},
+	"g1c": {"--retention-age", "12h", "--retention-size", "2048", "--dedup-window", "10m", "--max-pull", "2000",
+		"--max-unacked", "20000", "--segment-size", "4", "--index-segment-size", "256"},
+}
+
+// g1Config is g1's configuration: g1a's seed.
+var g1Config = transport.BrokerConfig{RetentionAge: 24 * time.Hour, DedupWindow: 2 * time.Minute, MaxPull: 500, MaxUnacked: 5000,
+	SegmentSize: 8 << 20, IndexSegmentSize: 1 << 20, Source: "group"}
+
+// g2Flags are flags of every g2 node: a 2-minute dedup window and 8 MiB
+// segments (as g1's, for the retention fault), and a snapshot, which is
+// a checkpoint, every 5–10 s whatever came since, for the sync fault and
+// the quiet restart.
+var g2Flags = []string{"--dedup-window", "2m", "--segment-size", "8", "--snapshot-interval", "5s", "--snapshot-threshold", "1"}
+
+// g2Config is g2's configuration: its flags' seed, the rest defaults.
+var g2Config = transport.BrokerConfig{RetentionAge: 7 * 24 * time.Hour, DedupWindow: 2 * time.Minute, MaxPull: 1000, MaxUnacked: 10000,
+	SegmentSize: 8 << 20, IndexSegmentSize: 4 << 20, Source: "group"}
+
+// sameConfig fails the test unless every node of c shows want as its
+// group's configuration (the entry that set it aside: it differs as the
+// configuration changes).
+func sameConfig(t *testing.T, c *Cluster, want transport.BrokerConfig) {
+	t.Helper()
+	c.WaitFor(30*time.Second, c.Group+": every node holds the group's configuration", func() error {
+		for _, n := range c.Nodes() {
+			st, err := n.Status()
+			if err != nil {
+				return err
+			}
+			if st.BrokerConfig == nil {
+				return fmt.Errorf("%s shows no configuration", n.ID)
+			}
+			got := *st.BrokerConfig
+			got.Index = 0
+			if got != want {
+				return fmt.Errorf("%s holds %+v, want %+v", n.ID, got, want)
+			}
+		}
+		return nil
+	})
 }
 
 // servesTLS fails the test unless every node of c says in its /status
@@ -330,6 +444,9 @@ func servesTLS(t *testing.T, c *Cluster, on bool) {
 // tenth of the messages once each.
 const retryingGroup = "retrying"
 
+// laggardGroup is the chaos run's consumer group that never consumes.
+const laggardGroup = "laggard"
+
 // broadcastGroup is the group of its own of the chaos run's broadcast
 // consumer: consumer "watcher" of group "tail".
 const broadcastGroup = "tail.watcher"
@@ -348,14 +465,20 @@ func failsOnce(id string) bool {
 func setUpRetryingGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subjects []string) {
 	maxDeliveries, first, most := uint32(3), time.Second, 2*time.Second
 	for _, s := range subjects {
-		meta.WaitFor(30*time.Second, "consumer group "+retryingGroup+" of "+s+" set up", func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err := admin.SetConsumerGroup(ctx, s, retryingGroup, qmq.ConsumerGroupChanges{MaxDeliveries: &maxDeliveries,
-				RetryFirst: &first, RetryMax: &most, Start: transport.StartEarliest})
-			return err
-		})
+		setUpGroup(t, meta, admin, s, retryingGroup, qmq.ConsumerGroupChanges{MaxDeliveries: &maxDeliveries,
+			RetryFirst: &first, RetryMax: &most, Start: transport.StartEarliest})
 	}
+}
+
+// setUpGroup creates consumer group group of subject with the Admin, as
+// changes says, before anything is sent.
+func setUpGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subject, group string, changes qmq.ConsumerGroupChanges) {
+	meta.WaitFor(30*time.Second, "consumer group "+group+" of "+subject+" set up", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := admin.SetConsumerGroup(ctx, subject, group, changes)
+		return err
+	})
 }
 
 // joinBroadcast waits until broadcast group exists in every broker group

@@ -183,11 +183,13 @@ type Cluster struct {
 	http   *http.Client
 	sec    *Security // nil: plaintext (UseTLS)
 
-	mu        sync.Mutex
-	nodes     []*Node
-	proxied   bool  // nodes get an IP of their own and proxies in front (UseProxies)
-	smallDisk int64 // the size of every node's data disk (UseSmallDisks); 0: the machine's
-	tmpfs     bool  // the small disks are tmpfs mounts
+	mu         sync.Mutex
+	nodes      []*Node
+	proxied    bool                // nodes get an IP of their own and proxies in front (UseProxies)
+	smallDisk  int64               // the size of every node's data disk (UseSmallDisks); 0: the machine's
+	tmpfs      bool                // the small disks are tmpfs mounts
+	syncFaults bool                // broker nodes get a sync fault file (UseSyncFaults)
+	nodeFlags  map[string][]string // flags of one node's own (SetNodeFlags), by id
 }
 
 // UseProxies gives every node started from now on a loopback IP of its own,
@@ -212,6 +214,26 @@ func (c *Cluster) UseTLS(sec *Security) {
 	c.sec, c.http = sec, sec.httpClient()
 }
 
+// UseSyncFaults gives every broker node started from now on a sync fault
+// file (qmqd --sync-fault-file), which Node.FailSyncs fills.
+func (c *Cluster) UseSyncFaults() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncFaults = true
+}
+
+// SetNodeFlags gives node id flags of its own, added after the cluster's
+// (NewCluster's) at every start: nodes of one group started with
+// different flags. It must come before the node starts.
+func (c *Cluster) SetNodeFlags(id string, flags ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodeFlags == nil {
+		c.nodeFlags = map[string][]string{}
+	}
+	c.nodeFlags[id] = flags
+}
+
 // Security is what UseTLS gave the cluster: nil for plaintext. Its
 // methods work on nil, so a client of the cluster connects with
 // c.Security().ConnOption() either way.
@@ -234,10 +256,14 @@ type Node struct {
 	// ClockFile, for a proxied broker node, holds an offset added to its
 	// clock (SetClockOffset).
 	ClockFile string
-	// DiskFreeFile, for a node on a small disk without a tmpfs, caps the
-	// free space the node sees (UseSmallDisks).
+	// DiskFreeFile, for a node on a small disk (UseSmallDisks), caps the
+	// free space the node sees: how its disk fills where there is no tmpfs
+	// (FillDisk), and CapDiskFree's cap on any.
 	DiskFreeFile string
-	mounted      bool // a tmpfs is mounted on DataDir
+	// SyncFaultFile, for a broker node of a cluster with UseSyncFaults,
+	// fails its checkpoint syncs while it holds EIO (FailSyncs).
+	SyncFaultFile string
+	mounted       bool // a tmpfs is mounted on DataDir
 	// TLS, with UseTLS, is the node's certificate, its key and the CA.
 	TLS qmq.TLSFiles
 
@@ -340,6 +366,9 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
 	size := c.smallDisk
+	if c.syncFaults && !c.meta {
+		n.SyncFaultFile = filepath.Join(filepath.Dir(n.LogPath), "sync-fault")
+	}
 	c.mu.Unlock()
 	if size > 0 {
 		n.smallDisk(size)
@@ -442,14 +471,18 @@ func (n *Node) Args() []string {
 	if n.DiskFreeFile != "" {
 		args = append(args, "--disk-free-file", n.DiskFreeFile)
 	}
+	if n.SyncFaultFile != "" {
+		args = append(args, "--sync-fault-file", n.SyncFaultFile)
+	}
 	args = append(args, n.c.sec.NodeArgs(n.TLS)...)
 	n.c.mu.Lock()
 	first := n.starts == 0
+	own := n.c.nodeFlags[n.ID]
 	n.c.mu.Unlock()
 	if n.bootstrap && first {
 		args = append(args, "--bootstrap")
 	}
-	return append(args, n.c.flags...)
+	return append(append(args, n.c.flags...), own...)
 }
 
 func (n *Node) start() {
@@ -530,6 +563,68 @@ func (n *Node) kill() error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("node %s (pid %d) not reaped 30s after SIGKILL", n.ID, cmd.Process.Pid)
 	}
+}
+
+// ExpectExit tells the harness that the node is about to stop by itself
+// (fail-stop): its exit then fails no wait (WaitFor), as a kill does not.
+// Restart clears it.
+func (n *Node) ExpectExit() {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.killed = true
+}
+
+// AwaitExit waits up to timeout for the node's process to exit; exited is
+// false if it still ran then, else err is how it exited (cmd.Wait's
+// answer: nil for status 0).
+func (n *Node) AwaitExit(timeout time.Duration) (exited bool, err error) {
+	n.c.mu.Lock()
+	done := n.exited
+	n.c.mu.Unlock()
+	if done == nil {
+		return true, nil
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		return false, nil
+	}
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return true, n.waitErr
+}
+
+// FailSyncs makes the broker node's checkpoint syncs fail with EIO (on)
+// from its next sync on, or succeed again (qmqd --sync-fault-file, which
+// the node reads at each sync; UseSyncFaults).
+func (n *Node) FailSyncs(on bool) {
+	n.c.t.Helper()
+	if n.SyncFaultFile == "" {
+		n.c.t.Fatalf("node %s has no sync fault file (UseSyncFaults)", n.ID)
+	}
+	var b []byte
+	if on {
+		b = []byte("EIO")
+	}
+	if err := os.WriteFile(n.SyncFaultFile, b, 0o644); err != nil {
+		n.c.t.Fatal(err)
+	}
+}
+
+// LogSinceStart returns what the node's current (or last) process wrote
+// to its log: the log file from the harness's last start line on.
+func (n *Node) LogSinceStart() string {
+	b, err := os.ReadFile(n.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, " harness: start: "); i >= 0 {
+		return s[strings.LastIndex(s[:i], "\n")+1:]
+	}
+	return s
 }
 
 // Pause stops the node's process with SIGSTOP: it is alive but answers

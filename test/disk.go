@@ -19,6 +19,8 @@ import (
 // directory as it is, with the free space its probe reports capped
 // through qmqd --disk-free-file (the node refuses sends and waits before
 // applying alike, but no write meets ENOSPC). SmallDisksReal says which.
+// Either way the node gets a --disk-free-file, empty (no cap) unless
+// FillDisk or CapDiskFree writes it.
 func (c *Cluster) UseSmallDisks(size int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -40,6 +42,7 @@ func (n *Node) smallDisk(size int64) {
 	if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
+	n.DiskFreeFile = filepath.Join(filepath.Dir(n.LogPath), "disk-free")
 	sweepStaleMounts(c.t)
 	err := unix.Mount("tmpfs", n.DataDir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size))
 	if err == nil {
@@ -54,7 +57,6 @@ func (n *Node) smallDisk(size int64) {
 		c.t.Fatalf("mounting a tmpfs on %s: %v", n.DataDir, err)
 	}
 	c.t.Logf("%s: no tmpfs (%v): its disk fills by fault injection (--disk-free-file)", n.ID, err)
-	n.DiskFreeFile = filepath.Join(filepath.Dir(n.LogPath), "disk-free")
 }
 
 // mountsDir keeps, per test process, the tmpfs mounts it made: a test
@@ -119,14 +121,12 @@ func (n *Node) fillFile() string { return filepath.Join(n.DataDir, "chaos-fill")
 func (n *Node) FillDisk(leave int64) string {
 	t := n.c.t
 	t.Helper()
-	if n.DiskFreeFile != "" {
-		if err := os.WriteFile(n.DiskFreeFile, []byte(strconv.FormatInt(leave, 10)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("%s's disk made to look %d MiB from full", n.ID, leave>>20)
+	if n.DiskFreeFile == "" {
+		t.Fatalf("node %s has no small disk", n.ID)
 	}
 	if !n.mounted {
-		t.Fatalf("node %s has no small disk", n.ID)
+		n.CapDiskFree(leave)
+		return fmt.Sprintf("%s's disk made to look %d MiB from full", n.ID, leave>>20)
 	}
 	f, err := os.OpenFile(n.fillFile(), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -165,13 +165,30 @@ func (n *Node) FillDisk(leave int64) string {
 func (n *Node) EmptyDisk() {
 	t := n.c.t
 	t.Helper()
-	if n.DiskFreeFile != "" {
-		if err := os.WriteFile(n.DiskFreeFile, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if !n.mounted {
+		n.CapDiskFree(-1)
 		return
 	}
 	if err := os.Remove(n.fillFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+}
+
+// CapDiskFree makes the node on a small disk (UseSmallDisks) see at most
+// free bytes free on its data disk, whatever it holds (qmqd
+// --disk-free-file, read every 100 ms, and at start); a negative free
+// lifts the cap.
+func (n *Node) CapDiskFree(free int64) {
+	t := n.c.t
+	t.Helper()
+	if n.DiskFreeFile == "" {
+		t.Fatalf("node %s has no small disk", n.ID)
+	}
+	var b []byte
+	if free >= 0 {
+		b = []byte(strconv.FormatInt(free, 10))
+	}
+	if err := os.WriteFile(n.DiskFreeFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

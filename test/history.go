@@ -14,8 +14,9 @@ import (
 // History records what a run's clients did and saw: every send with its
 // outcome, every delivery to every consumer group (acknowledged, or
 // failed by its handler), the dead letters of groups that fail messages,
-// and when each broadcast consumer joined. The checker reads it once the
-// run is over. Safe for concurrent use.
+// when each broadcast consumer joined, and the backlogs an at-most-once
+// group drained with no fault in flight (Drained). The checker reads it
+// once the run is over. Safe for concurrent use.
 type History struct {
 	mu        sync.Mutex
 	sends     map[string]*sendRecord            // by message id
@@ -28,6 +29,15 @@ type History struct {
 	nacked map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
 	dead   map[string]map[string]bool        // consumer group → ids of its dead letters
 	joined map[string]map[string]time.Time   // broadcast group → subject → when it joined
+	bursts []burst                           // backlogs drained at most once (Drained)
+}
+
+// burst is a backlog an at-most-once group drained: the ids sent into it,
+// and whether no fault was in flight while it was drained.
+type burst struct {
+	group string
+	ids   []string
+	clean bool
 }
 
 type sendRecord struct {
@@ -50,10 +60,20 @@ type Expectations struct {
 	// joined it (History.Joined); the checker fails a run in which one
 	// never joined.
 	Broadcast []string
+	// Subjects names, for a group that consumes only some subjects, those
+	// it consumes: it is owed (or misses) only their sends. A group not
+	// named consumes every subject.
+	Subjects map[string][]string
 }
 
 func (e Expectations) all() []string {
 	return append(append(append([]string(nil), e.AtLeastOnce...), e.AtMostOnce...), e.Broadcast...)
+}
+
+// consumes says whether group consumes subject.
+func (e Expectations) consumes(group, subject string) bool {
+	only, ok := e.Subjects[group]
+	return !ok || slices.Contains(only, subject)
 }
 
 type sendOutcome uint8
@@ -164,11 +184,28 @@ func (h *History) Joined(group, subject string, at time.Time) {
 	g[subject] = at
 }
 
+// Drained records that at-most-once group drained a backlog into which
+// the sends ids went (each recorded with Sending and Sent), and whether
+// no fault was in flight at any moment of the drain (clean). The checker
+// requires every acknowledged send of a clean drain delivered: at most
+// once may miss a message only when a consumer, its connection or a
+// broker dies while the message is on its way, and with nothing failing
+// a backlog larger than a pull reply must still arrive whole. A drain
+// with a fault in flight is only counted.
+func (h *History) Drained(group string, ids []string, clean bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bursts = append(h.bursts, burst{group: group, ids: slices.Clone(ids), clean: clean})
+}
+
 // owed reports whether group has yet to receive the acknowledged send s of
 // id: an at-least-once group until its handler acknowledged it or keeps
 // it as a dead letter, a broadcast group only for sends begun after it
 // joined their subject. Called with h.mu held.
-func (h *History) owed(group string, broadcast bool, id string, s *sendRecord) bool {
+func (h *History) owed(e Expectations, group string, broadcast bool, id string, s *sendRecord) bool {
+	if !e.consumes(group, s.subject) {
+		return false
+	}
 	if broadcast {
 		at, ok := h.joined[group][s.subject]
 		if !ok || !s.sendingAt.After(at) {
@@ -181,25 +218,55 @@ func (h *History) owed(group string, broadcast bool, id string, s *sendRecord) b
 // Undelivered returns how many acknowledged sends some at-least-once or
 // broadcast group of e has not received yet.
 func (h *History) Undelivered(e Expectations) int {
+	n, _ := h.UndeliveredBefore(e, time.Time{})
+	return n
+}
+
+// UndeliveredBefore returns how many acknowledged sends handed to a
+// producer before t (any time, if t is zero) some at-least-once or
+// broadcast group of e has not received yet, and how many sends handed
+// over before t have no outcome yet (a pending one may still be stored).
+func (h *History) UndeliveredBefore(e Expectations, t time.Time) (undelivered, pending int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
 	for id, r := range h.sends {
+		if !t.IsZero() && !r.sendingAt.Before(t) {
+			continue
+		}
+		if r.outcome == sendPending {
+			pending++
+		}
 		if r.outcome != sendAcked {
 			continue
 		}
 		owed := false
 		for _, g := range e.AtLeastOnce {
-			owed = owed || h.owed(g, false, id, r)
+			owed = owed || h.owed(e, g, false, id, r)
 		}
 		for _, g := range e.Broadcast {
-			owed = owed || h.owed(g, true, id, r)
+			owed = owed || h.owed(e, g, true, id, r)
 		}
 		if owed {
-			n++
+			undelivered++
 		}
 	}
-	return n
+	return undelivered, pending
+}
+
+// deliveredOf returns how many of the acknowledged sends ids group
+// received, and how many were acknowledged.
+func (h *History) deliveredOf(group string, ids []string) (got, acked int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if s := h.sends[id]; s != nil && s.outcome == sendAcked {
+			acked++
+			if len(h.delivered[group][id]) > 0 {
+				got++
+			}
+		}
+	}
+	return got, acked
 }
 
 // Report is what the checker found in a history.
@@ -237,6 +304,14 @@ type Report struct {
 	// two broker groups: stored twice by a producer's retry, each copy
 	// handed out once.
 	Copies map[string]int
+	// Incomplete: acknowledged sends of a backlog an at-most-once group
+	// drained with no fault in flight (History.Drained) that it never
+	// received. Must be empty.
+	Incomplete []string
+	// Bursts counts, per at-most-once group, the backlogs it drained;
+	// CleanBursts those drained with no fault in flight, each required
+	// whole.
+	Bursts, CleanBursts map[string]int
 }
 
 // Check checks the history against e.
@@ -244,7 +319,7 @@ func (h *History) Check(e Expectations) Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
-		Missed: map[string]int{}, Copies: map[string]int{}}
+		Missed: map[string]int{}, Copies: map[string]int{}, Bursts: map[string]int{}, CleanBursts: map[string]int{}}
 	for _, g := range e.Broadcast {
 		if len(h.joined[g]) == 0 {
 			r.NotJoined = append(r.NotJoined, g)
@@ -258,17 +333,17 @@ func (h *History) Check(e Expectations) Report {
 				r.Delayed++
 			}
 			for _, g := range e.AtLeastOnce {
-				if h.owed(g, false, id, s) {
+				if h.owed(e, g, false, id, s) {
 					r.Lost = append(r.Lost, g+":"+id)
 				}
 			}
 			for _, g := range e.Broadcast {
-				if h.owed(g, true, id, s) {
+				if h.owed(e, g, true, id, s) {
 					r.Lost = append(r.Lost, g+":"+id)
 				}
 			}
 			for _, g := range e.AtMostOnce {
-				if len(h.delivered[g][id]) == 0 {
+				if e.consumes(g, s.subject) && len(h.delivered[g][id]) == 0 {
 					r.Missed[g]++
 				}
 			}
@@ -318,6 +393,18 @@ func (h *History) Check(e Expectations) Report {
 			}
 		}
 	}
+	for i, b := range h.bursts {
+		r.Bursts[b.group]++
+		if !b.clean {
+			continue
+		}
+		r.CleanBursts[b.group]++
+		for _, id := range b.ids {
+			if s := h.sends[id]; s != nil && s.outcome == sendAcked && len(h.delivered[b.group][id]) == 0 {
+				r.Incomplete = append(r.Incomplete, fmt.Sprintf("%s:%s (backlog %d, drained with no fault in flight)", b.group, id, i+1))
+			}
+		}
+	}
 	for g, byID := range h.nacked {
 		for _, times := range byID {
 			r.Nacked[g] += len(times)
@@ -335,28 +422,32 @@ func (h *History) Check(e Expectations) Report {
 	sort.Strings(r.Twice)
 	sort.Strings(r.Unexpected)
 	sort.Strings(r.Early)
+	sort.Strings(r.Incomplete)
 	return r
 }
 
 // OK reports whether the history keeps every promise: nothing lost,
 // nothing unexpected, nothing early, nothing twice to an at-most-once
-// group, every broadcast group joined.
+// group, every backlog drained with no fault in flight whole, every
+// broadcast group joined.
 func (r Report) OK() bool {
-	return len(r.Lost)+len(r.Unexpected)+len(r.Early)+len(r.Twice)+len(r.NotJoined) == 0
+	return len(r.Lost)+len(r.Unexpected)+len(r.Early)+len(r.Twice)+len(r.NotJoined)+len(r.Incomplete) == 0
 }
 
 func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent %d, acknowledged %d (%d delayed), outcome unknown %d (%d of them delivered anyway); ",
 		r.Sent, r.Acked, r.Delayed, r.Unknown, r.Recovered)
-	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, twice to an at-most-once group %d, broadcast groups not joined %d; ",
-		len(r.Lost), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.NotJoined))
-	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, at-most-once copies from two broker groups %v, missed by at-most-once %v",
-		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed)
+	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, twice to an at-most-once group %d, "+
+		"missing from a backlog drained at most once with no fault in flight %d, broadcast groups not joined %d; ",
+		len(r.Lost), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.Incomplete), len(r.NotJoined))
+	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, at-most-once copies from two broker groups %v, missed by at-most-once %v, "+
+		"backlogs drained at most once %v (with no fault in flight, so required whole: %v)",
+		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed, r.Bursts, r.CleanBursts)
 	for _, list := range []struct {
 		name string
 		ids  []string
-	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"early", r.Early}, {"twice", r.Twice}, {"not joined", r.NotJoined}} {
+	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"early", r.Early}, {"twice", r.Twice}, {"incomplete", r.Incomplete}, {"not joined", r.NotJoined}} {
 		if len(list.ids) > 0 {
 			fmt.Fprintf(&b, "\n%s (first %d): %s", list.name, min(len(list.ids), 10), strings.Join(list.ids[:min(len(list.ids), 10)], ", "))
 		}

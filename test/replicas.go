@@ -5,10 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/qmqgo/qmq"
 )
 
 // fsmFiles reads a broker node's state-machine logs (everything under
@@ -34,7 +38,10 @@ func fsmFiles(n *Node) (map[string][]byte, error) {
 
 // SameReplicas waits until the group's nodes have applied the same index
 // and stay there while their logs are read, then checks that every node
-// holds byte-identical logs. The group must be idle (no client traffic).
+// holds byte-identical logs and counts the same backlog (what its consumer
+// groups still owe, from their cursors, redeliveries and unacked entries:
+// state the logs do not show, such as a cursor retention moved past what
+// it removed). The group must be idle (no client traffic).
 func (c *Cluster) SameReplicas(timeout time.Duration) {
 	c.t.Helper()
 	c.WaitFor(timeout, c.Group+": every replica's logs are byte-identical", func() error {
@@ -57,8 +64,27 @@ func (c *Cluster) SameReplicas(timeout time.Duration) {
 				return fmt.Errorf("%s applied more while its logs were read", id)
 			}
 		}
-		return sameFiles(files)
+		if err := sameFiles(files); err != nil {
+			return err
+		}
+		return sameBacklog(after)
 	})
+}
+
+// sameBacklog reports nodes that count different backlogs, or nil.
+func sameBacklog(sts map[string]*qmq.Status) error {
+	var first string
+	for id := range sts {
+		if first == "" || id < first {
+			first = id
+		}
+	}
+	for id, st := range sts {
+		if st.Backlog != sts[first].Backlog {
+			return fmt.Errorf("%s counts a backlog of %d, %s of %d", id, st.Backlog, first, sts[first].Backlog)
+		}
+	}
+	return nil
 }
 
 // sameFiles reports the first difference between the nodes' files, or nil.
@@ -66,6 +92,9 @@ func (c *Cluster) SameReplicas(timeout time.Duration) {
 // removes an hour whose every message was delivered at its own
 // checkpoints. Such an hour must then be wholly delivered on the nodes
 // that still hold it; hours every node holds are compared like any file.
+// The journal's oldest segments may be missing on some nodes too: each
+// drops, at its own checkpoints, the segments older than any dedup window
+// (sameJournals).
 func sameFiles(files map[string]map[string][]byte) error {
 	var first string
 	for id := range files {
@@ -84,7 +113,18 @@ func sameFiles(files map[string]map[string][]byte) error {
 			}
 		}
 	}
+	if err := sameJournals(files); err != nil {
+		return err
+	}
 	everywhere := func(rel string) bool {
+		if strings.HasPrefix(rel, journalPrefix) {
+			for _, theirs := range files {
+				if _, ok := theirs[rel]; !ok {
+					return false
+				}
+			}
+			return true
+		}
 		hour, ok := scheduleHour(rel)
 		return !ok || len(hourOn[hour]) == len(files)
 	}
@@ -110,6 +150,36 @@ func sameFiles(files map[string]map[string][]byte) error {
 					return fmt.Errorf("%s differs between %s and %s (%d and %d bytes)", rel, set.a, set.b, len(b), len(other))
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// journalPrefix is where the journal's segments lie.
+const journalPrefix = "journal/"
+
+// sameJournals checks that every node holds a suffix of the journal's
+// segments: those all nodes hold, and perhaps older ones that others
+// dropped already, never a gap or a newer one only some hold. The
+// segments every node holds are compared like any file.
+func sameJournals(files map[string]map[string][]byte) error {
+	union := map[string]bool{}
+	for _, theirs := range files {
+		for rel := range theirs {
+			if strings.HasPrefix(rel, journalPrefix) {
+				union[rel] = true
+			}
+		}
+	}
+	all := slices.Sorted(maps.Keys(union)) // segments are named by their zero-padded base
+	for id, theirs := range files {
+		held := false
+		for _, rel := range all {
+			_, ok := theirs[rel]
+			if held && !ok {
+				return fmt.Errorf("%s's journal lacks %s, but holds older segments", id, rel)
+			}
+			held = held || ok
 		}
 	}
 	return nil

@@ -63,7 +63,7 @@ func brokerFlags() []cli.Flag {
 				"(raft-boltdb, in raft.db: two); a directory that holds a log keeps its own, so one from before raft-wal stays on raft.db"},
 		&cli.Int64Flag{Name: "raft-log-cache", Value: d.RaftLogCache >> 20,
 			Usage: "keep the most recent `MIB` MiB of Raft entries in memory, to feed followers without reading them back from the log (0: none)"},
-	}, append(retentionFlags(), configFlags()...)...)
+	}, slices.Concat(retentionFlags(), configFlags(), snapshotFlags())...)
 }
 
 // maxRaftLogCacheMiB is the largest --raft-log-cache: 1 TiB, far above any
@@ -86,6 +86,9 @@ func brokerSettings(c *cli.Context, cfg *server.Config) error {
 	}
 	cfg.RaftLogCache = cache << 20
 	if err := configSettings(c, cfg); err != nil {
+		return err
+	}
+	if err := snapshotSettings(c, cfg); err != nil {
 		return err
 	}
 	return retentionSettings(c, cfg)

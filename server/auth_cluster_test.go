@@ -91,6 +91,26 @@ func (f *tlsFixture) dialTLS(t *testing.T, name string) func() *tls.Config {
 	return r.Client
 }
 
+// leaderHolding returns the broker group's first node, its leader, once
+// it holds the applications created so far.
+func (c *secureCluster) leaderHolding(t *testing.T) *Node {
+	t.Helper()
+	version, leader := c.meta.fsm.Apps().Version(), c.brokers[0]
+	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
+	return leader
+}
+
+// dialAs is a raw connection to b as application app, closed at cleanup.
+func (c *secureCluster) dialAs(t *testing.T, ctx context.Context, b *Node, app string) *transport.Conn {
+	t.Helper()
+	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: app, Secret: c.secrets[app]}}.Dial(ctx, b.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // servers is every node's client address.
 func (c *secureCluster) servers() string {
 	addrs := []string{c.meta.ClientAddr()}
@@ -274,15 +294,9 @@ func TestPermissionChangeReachesBrokers(t *testing.T) {
 func TestAppGroupLimitOnPull(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
 	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders"}, Consume: []qmq.ConsumeGrant{{Subject: "orders", Group: "*"}}, MaxGroups: 1})
-	version := c.meta.fsm.Apps().Version()
-	leader := c.brokers[0]
-	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
 	ctx := ctxFor(t, 30*time.Second)
-	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	leader := c.leaderHolding(t)
+	conn := c.dialAs(t, ctx, leader, "billing")
 	pullAs := func(group string) error {
 		req := &transport.PullRequest{Subject: "orders", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
@@ -291,7 +305,7 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 	if err := pullAs("first"); err != nil {
 		t.Fatalf("the first group: %v", err)
 	}
-	err = pullAs("second")
+	err := pullAs("second")
 	if transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "application billing") {
 		t.Fatalf("a second group past a limit of one: %v, want INVALID naming the application's limit", err)
 	}
@@ -312,15 +326,9 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 func TestAppGroupLimitComesBack(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
 	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
-	version := c.meta.fsm.Apps().Version()
-	leader := c.brokers[0]
-	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
 	ctx := ctxFor(t, 60*time.Second)
-	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	leader := c.leaderHolding(t)
+	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(subject, group string, idle time.Duration) error {
 		req := &transport.PullRequest{Subject: subject, Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond, IdleExpiry: idle}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
@@ -378,15 +386,9 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 func TestRefusedPullGivesItsGroupBack(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
 	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 3, MaxConsumers: 1})
-	version := c.meta.fsm.Apps().Version()
-	leader := c.brokers[0]
-	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
 	ctx := ctxFor(t, 60*time.Second)
-	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	leader := c.leaderHolding(t)
+	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(group, consumer string) error {
 		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
@@ -414,15 +416,9 @@ func TestRefusedPullGivesItsGroupBack(t *testing.T) {
 func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
 	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
-	version := c.meta.fsm.Apps().Version()
-	leader := c.brokers[0]
-	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
 	ctx := ctxFor(t, 60*time.Second)
-	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	leader := c.leaderHolding(t)
+	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(group string) error {
 		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
@@ -469,19 +465,9 @@ func TestAppConsumerAndDelayedLimits(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
 	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxConsumers: 2, MaxDelayed: 2})
 	c.create(qmq.AppSpec{Code: "ops", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}})
-	version := c.meta.fsm.Apps().Version()
-	leader := c.brokers[0]
-	waitFor(t, 10*time.Second, "the leader to hold the applications", func() bool { return leader.apps.Load().Version() == version })
 	ctx := ctxFor(t, 60*time.Second)
-	dial := func(app string) *transport.Conn {
-		conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: app, Secret: c.secrets[app]}}.Dial(ctx, leader.ClientAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	billing, ops := dial("billing"), dial("ops")
+	leader := c.leaderHolding(t)
+	billing, ops := c.dialAs(t, ctx, leader, "billing"), c.dialAs(t, ctx, leader, "ops")
 	pull := func(conn *transport.Conn, consumer string) error {
 		req := &transport.PullRequest{Subject: "s", Group: "g", Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())

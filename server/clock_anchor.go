@@ -249,17 +249,15 @@ func (g *raftGroup) readClock(ctx context.Context, addr string) (int64, error) {
 	return r.UnixMS, nil
 }
 
-// checkGroupTime warns when the group's time, once the entries this node
-// held when the term began are applied, is well ahead of the anchored
+// checkGroupTime warns when the group's time, once the entries committed
+// before the term are applied, is well ahead of the anchored
 // clock: an earlier leader's clock ran ahead. Apply clamps the stamps
 // (time in the state never goes back), so dedup expiry and retention wait
 // for the anchored clock to catch up, and delayed messages still fire by
 // it.
-func (n *Node) checkGroupTime(ctx context.Context, last uint64) {
-	for n.raft.AppliedIndex() < last {
-		if !wait.Sleep(ctx, 20*time.Millisecond) {
-			return
-		}
+func (n *Node) checkGroupTime(ctx context.Context) {
+	if !n.caughtUp(ctx) {
+		return
 	}
 	seen, now := n.fsm.StampedTime(), n.clock.now().UnixMilli()
 	if ahead := time.Duration(seen-now) * time.Millisecond; ahead > clockWarnOffset {

@@ -68,10 +68,8 @@ func (n *Node) runDelays(ctx context.Context) {
 	defer n.inbox.CompareAndSwap(inbox, nil)
 	// Apply everything earlier leaders committed first: the wheel must see
 	// every entry they scheduled and every Fire they made.
-	for n.barrier(ctx) != nil {
-		if !wait.Sleep(ctx, 100*time.Millisecond) {
-			return
-		}
+	if !n.caughtUp(ctx) {
+		return
 	}
 	for ctx.Err() == nil {
 		err := n.fireDue(ctx, inbox)

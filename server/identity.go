@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // ErrHistory means a node's state machine data, its Raft store and its
@@ -164,14 +162,12 @@ func (n *Node) storeIdentity(id string) {
 }
 
 // recordIdentity, run by a new leader once it has applied what came before
-// its term (last), records a group identity if the group has none: a new
-// group's first leader, or a group from before identities. It rides on a
-// SetMember of the leader's own address, which changes nothing else.
-func (n *Node) recordIdentity(ctx context.Context, last uint64) {
-	for n.raft.AppliedIndex() < last {
-		if !wait.Sleep(ctx, 20*time.Millisecond) {
-			return
-		}
+// its term, records a group identity if the group has none: a new group's
+// first leader, or a group from before identities. It rides on a SetMember
+// of the leader's own address, which changes nothing else.
+func (n *Node) recordIdentity(ctx context.Context) {
+	if !n.caughtUp(ctx) {
+		return
 	}
 	if n.fsm.Identity() != "" {
 		return

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/qmqgo/qmq/fsm"
 )
 
@@ -116,4 +118,49 @@ func TestNodeRefusesDataOfAnotherHistory(t *testing.T) {
 		}
 		n.Close()
 	})
+}
+
+// A restarted leader replays its Raft log through a state machine that
+// has not applied it yet; Raft counts entries applied once they are handed
+// over, before the state machine has them. The leader must see the
+// identity its log holds and record none of its own, which would stop the
+// replica at the second (another history).
+func TestRestartedLeaderKeepsItsIdentity(t *testing.T) {
+	disk := newFakeDisk()
+	n := startNode(t, "n1", true, func(c *Config) {
+		c.SnapshotInterval, c.SnapshotThreshold = time.Hour, 1<<40 // no checkpoint: a restart replays all
+		c.FSM.DiskFree = disk.probe
+	})
+	waitLeader(t, n)
+	id := waitIdentity(t, n)
+	sendAcked(t, []string{n.ClientAddr()}, "orders", 5)
+	before := n.raft.LastIndex()
+	cfg := n.cfg
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The replay waits for disk space while the node is elected again.
+	disk.free.Store(0)
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	waitFor(t, 10*time.Second, "the restarted node to lead its term", func() bool {
+		return r.raft.State() == raft.Leader && r.raft.LastIndex() >= before+2
+	})
+	if got := r.fsm.Applied(); got >= before {
+		t.Fatalf("the state machine applied %d of %d entries while its disk had no room", got, before)
+	}
+	disk.free.Store(1 << 40)
+	waitFor(t, 10*time.Second, "the replay to be applied", func() bool { return r.fsm.Applied() >= before })
+	if err := r.barrier(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("after the replay: %v (stopped: %v)", err, r.fsm.Stopped())
+	}
+	if err := r.fsm.Stopped(); err != nil {
+		t.Fatalf("the replica stopped: %v", err)
+	}
+	if got := r.fsm.Identity(); got != id {
+		t.Fatalf("identity %q after the restart, %q before", got, id)
+	}
 }

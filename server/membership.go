@@ -169,12 +169,12 @@ func (g *raftGroup) handleTransfer(p []byte) ([]byte, error) {
 // requests clockReady holds back) starts once the term clock is anchored
 // to the group's clocks.
 func (n *Node) startLeading(ctx context.Context) {
-	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
+	term := n.raft.CurrentTerm()
 	if n.applyWaiting.Load() {
 		n.handOver("this node was elected while it waits for disk space to apply")
 	}
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
-	n.goLoop(func() { n.recordIdentity(ctx, last) })
+	n.goLoop(func() { n.recordIdentity(ctx) })
 	n.goLoop(func() {
 		// A group without a configuration gets this node's first, so that
 		// what it serves next applies by it.
@@ -188,7 +188,7 @@ func (n *Node) startLeading(ctx context.Context) {
 		n.goLoop(func() { n.sessions.run(ctx) })
 		n.goLoop(func() { n.runUpkeep(ctx) })
 		n.goLoop(func() { n.runDelays(ctx) })
-		n.goLoop(func() { n.checkGroupTime(ctx, last) })
+		n.goLoop(func() { n.checkGroupTime(ctx) })
 		if seeded != nil {
 			n.goLoop(func() { n.keepSeeding(ctx, &logged) })
 		}

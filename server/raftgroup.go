@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -184,6 +185,19 @@ func (g *raftGroup) barrier(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// caughtUp waits, retrying a barrier, until every entry committed before
+// the call is applied to the state machine; false if ctx ended first. Raft's
+// applied index is no such wait: it moves when entries are handed to the
+// state machine, before they are applied.
+func (g *raftGroup) caughtUp(ctx context.Context) bool {
+	for g.barrier(ctx) != nil {
+		if !wait.Sleep(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *raftGroup) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {

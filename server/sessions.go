@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/internal/wait"
 )
 
 // sessions is the leader's view of which consumers are alive. Every pull,
@@ -44,10 +43,8 @@ func (s *sessions) touch(id fsm.ConsumerID) {
 func (s *sessions) run(ctx context.Context) {
 	// Apply everything the old leader committed first: a consumer it handed
 	// entries to just before failing must be among those seeded below.
-	for s.n.barrier(ctx) != nil {
-		if !wait.Sleep(ctx, 100*time.Millisecond) {
-			return
-		}
+	if !s.n.caughtUp(ctx) {
+		return
 	}
 	now := s.n.clock.now()
 	s.mu.Lock()

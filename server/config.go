@@ -89,6 +89,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger is the root logger. Default: hclog at info level on stderr.
 	Logger hclog.Logger
+
+	// holdForgetReports, when set, holds back the reports of consumer
+	// groups forgotten here until it is closed (tests: a slow metaserver).
+	holdForgetReports chan struct{}
 }
 
 // MaxMaxBatchBytes is the largest MaxBatchBytes allowed: 32 MiB. A batch

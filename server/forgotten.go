@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,6 +34,8 @@ type forgottenGroups struct {
 	dropped *lograte.Limiter
 	log     hclog.Logger
 	exists  func(subject, group string) bool
+	hold    <-chan struct{} // nil, or reports wait until it is closed
+	stale   atomic.Int64    // reports dropped because their group is back
 
 	mu      sync.Mutex
 	settled *sync.Cond
@@ -118,6 +121,13 @@ func (f *forgottenGroups) release(k forgottenKey) {
 
 // run sends the reports until ctx ends, each as broker group's.
 func (f *forgottenGroups) run(ctx context.Context, broker string, send func(context.Context, []byte) error) {
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+			return
+		}
+	}
 	for {
 		var req transport.ForgetGroupRequest
 		select {
@@ -131,7 +141,8 @@ func (f *forgottenGroups) run(ctx context.Context, broker string, send func(cont
 		backoff := 100 * time.Millisecond
 		for try := 1; ; try++ {
 			if !f.claim(k) {
-				break // the group is back: its record is right as it is
+				f.stale.Add(1) // the group is back: its record is right as it is
+				break
 			}
 			err := send(ctx, body)
 			f.release(k)

@@ -32,6 +32,7 @@ func (n *Node) startMetaLink() error {
 	if n.cfg.Auth {
 		// Only with authentication does recordNewGroup make records.
 		n.forgotten = newForgottenGroups(n.log.Named("meta"), n.fsm.HasGroup)
+		n.forgotten.hold = n.cfg.holdForgetReports
 		n.goLoop(func() {
 			n.forgotten.run(n.ctx, n.cfg.Group, func(ctx context.Context, body []byte) error {
 				_, err := n.forwardToMeta(ctx, transport.TypeMetaForgetGroup, body)

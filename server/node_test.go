@@ -2,52 +2,18 @@ package server
 
 import (
 	"io"
-	"math/rand/v2"
-	"net"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/testport"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// freeAddr returns a loopback address with a port free at the time of the
-// call and not returned before by this test binary (until all 20,768 have
-// been). Its ports lie below Linux's ephemeral range (32768 up), which a
-// port the kernel picks (for a connection's own end, or a listener on
-// port 0) comes from: a node
-// started on it later cannot find it taken by a connection made meanwhile.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	testPorts.Lock()
-	defer testPorts.Unlock()
-	for range 1000 {
-		testPorts.next++
-		port := testPortsFirst + (testPorts.offset+testPorts.next)%(testPortsEnd-testPortsFirst)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // taken by something else
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	t.Fatal("no free port left for a test node")
-	return ""
-}
-
-// testPortsFirst and testPortsEnd bound freeAddr's ports.
-const testPortsFirst, testPortsEnd = 12000, 32768
-
-// testPorts walks the ports from a random point, so that two runs of the
-// binary at once (go test -count, another checkout) seldom meet.
-var testPorts = struct {
-	sync.Mutex
-	offset, next int
-}{offset: rand.IntN(testPortsEnd - testPortsFirst)}
+// freeAddr returns a loopback address free a moment ago (testport.Addr).
+func freeAddr(t testing.TB) string { return testport.Addr(t) }
 
 // testLogger routes a node's logs through t.Log.
 func testLogger(t testing.TB, name string) hclog.Logger {

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/netproxy"
 )
 
 // logTailLines is how much of each node's log a failed test prints.
@@ -252,7 +253,7 @@ type Node struct {
 	// addresses it listens on behind its proxies, and the proxies.
 	IP                     string
 	ClientBind, RaftBind   string
-	ClientProxy, RaftProxy *Proxy
+	ClientProxy, RaftProxy *netproxy.Proxy
 	// ClockFile, for a proxied broker node, holds an offset added to its
 	// clock (SetClockOffset).
 	ClockFile string
@@ -385,10 +386,10 @@ func (n *Node) proxy() {
 	n.HTTPAddr = freeAddrOn(t, n.IP)
 	n.ClientBind, n.RaftBind = freeAddrOn(t, n.IP), freeAddrOn(t, n.IP)
 	var err error
-	if n.ClientProxy, err = NewProxy(freeAddrOn(t, n.IP), n.ClientBind); err != nil {
+	if n.ClientProxy, err = netproxy.New(freeAddrOn(t, n.IP), n.ClientBind); err != nil {
 		t.Fatalf("proxy for %s: %v", n.ID, err)
 	}
-	if n.RaftProxy, err = NewProxy(freeAddrOn(t, n.IP), n.RaftBind); err != nil {
+	if n.RaftProxy, err = netproxy.New(freeAddrOn(t, n.IP), n.RaftBind); err != nil {
 		t.Fatalf("proxy for %s: %v", n.ID, err)
 	}
 	n.ClientAddr, n.RaftAddr = n.ClientProxy.Addr(), n.RaftProxy.Addr()

@@ -8,24 +8,16 @@
 package testcluster
 
 import (
-	"net"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/qmqgo/qmq/internal/testport"
 )
 
-// Addr returns a loopback TCP address that was free a moment ago: for a
-// node that must know its own address before it listens (a Raft address,
-// or a client address kept across a restart).
-func Addr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// Addr returns a loopback TCP address that was free a moment ago, for a
+// node that must know its own address before it listens (testport.Addr).
+func Addr(tb testing.TB) string { return testport.Addr(tb) }
 
 // Logger returns a logger that writes warnings and errors through tb.Log,
 // so that they show with the test that caused them.

@@ -1,4 +1,4 @@
-package test
+package netproxy
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ func echoServer(t *testing.T, heard chan<- string) string {
 // cuts its open connections and refuses new ones until lifted; latency
 // delays what it forwards.
 func TestProxyCutsAndSlows(t *testing.T) {
-	p, err := NewProxy("127.0.0.1:0", echoServer(t, nil))
+	p, err := New("127.0.0.1:0", echoServer(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestProxyCutsAndSlows(t *testing.T) {
 // whose answers never come back.
 func TestProxyDropsOneWay(t *testing.T) {
 	heard := make(chan string, 10)
-	p, err := NewProxy("127.0.0.1:0", echoServer(t, heard))
+	p, err := New("127.0.0.1:0", echoServer(t, heard))
 	if err != nil {
 		t.Fatal(err)
 	}

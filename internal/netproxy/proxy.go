@@ -1,4 +1,7 @@
-package test
+// Package netproxy is a TCP proxy for tests that cuts, drops and slows
+// connections on command: the chaos run puts one in front of every node's
+// client and Raft ports, and the SDK's tests lose a broker's replies.
+package netproxy
 
 import (
 	"net"
@@ -7,10 +10,10 @@ import (
 )
 
 // Proxy forwards TCP connections from its listening address to a target,
-// and cuts or slows them on command: the chaos run puts one in front of
-// every node's client and Raft ports. Each node listens and dials from a
-// loopback IP of its own (127.0.0.x), so a proxy knows which node a
-// connection comes from.
+// and cuts or slows them on command. It tells connections apart by their
+// source IP: in the chaos run each node listens and dials from a loopback
+// IP of its own (127.0.0.x), so a proxy knows which node a connection
+// comes from.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -20,6 +23,7 @@ type Proxy struct {
 	dropIn  func(srcIP string) bool // drop what these sources send; nil: none
 	dropOut func(srcIP string) bool // drop what is sent back to these sources; nil: none
 	latency time.Duration           // added to every chunk forwarded, each way
+	dropped int64                   // bytes discarded by Drop
 	conns   map[*proxied]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -35,8 +39,8 @@ func (p *proxied) close() {
 	p.server.Close()
 }
 
-// NewProxy listens on listen and forwards to target.
-func NewProxy(listen, target string) (*Proxy, error) {
+// New listens on listen and forwards to target.
+func New(listen, target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
@@ -76,6 +80,20 @@ func (p *Proxy) Drop(drop func(srcIP string) bool, toTarget bool) {
 	} else {
 		p.dropOut = drop
 	}
+}
+
+// Dropped returns how many bytes Drop has discarded so far.
+func (p *Proxy) Dropped() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+// Conns returns how many connections the proxy forwards now.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 // SetLatency delays every chunk forwarded, in both directions, by d.
@@ -163,6 +181,9 @@ func (p *Proxy) pipe(dst, src net.Conn, srcIP string, toTarget bool) {
 				time.Sleep(d)
 			}
 			if dropped {
+				p.mu.Lock()
+				p.dropped += int64(n)
+				p.mu.Unlock()
 				continue
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -10,6 +10,11 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/netproxy"
+	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // A backlog larger than one pull reply, drained at most once with the
@@ -63,5 +68,55 @@ func TestAtMostOnceDeliversABacklogLargerThanAReply(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A graceful drain waits for a pull under way for as long as the pull
+// itself would: at most once, what a pull handed out is consumed, and a
+// pull cut short by the drain lost it with nothing failing. (The drain
+// gave pulls the pull wait and a second.)
+func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
+	real := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	n := testcluster.Broker(t, func(c *server.Config) { c.ClientAddr, c.AdvertiseAddr = real, proxy.Addr() })
+	got := make(chan string, 1)
+	s, err := qmq.Subscribe(proxy.Addr(), "jobs", "g", func(_ context.Context, m *qmq.Message) error {
+		got <- m.ID()
+		return nil
+	}, qmq.WithAtMostOnce(), qmq.WithPullWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fsm.ConsumerID{Subject: "jobs", Group: "g", Consumer: s.Consumer()}
+	await.True(t, 10*time.Second, "the consumer registered", func() bool { return n.FSM().Epoch(id) != 0 })
+	// Replies (and requests) through the proxy now take 1.5 s; the message
+	// is sent past it, so it is handed out while the drain has begun.
+	proxy.SetLatency(1500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := transport.Dial(ctx, real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "job-1", Subject: "jobs", CreatedAt: 1, Body: []byte("x")}}}
+	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 10*time.Second, "the message handed out", func() bool { return n.FSM().Backlog() == 0 })
+	if err := s.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "job-1" {
+			t.Fatalf("got %s", m)
+		}
+	default:
+		t.Fatal("the message handed out to the draining subscription never reached its handler")
 	}
 }

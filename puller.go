@@ -259,6 +259,12 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 	}
 }
 
+// pullSlack is how long past its wait a pull is waited for: the broker
+// answers within the wait, and the round trip, a retry and a large reply
+// on a loaded host take the rest. Nothing shorter may cut a pull under way
+// (a drain): what it handed out is consumed at most once.
+const pullSlack = 10 * time.Second
+
 // fetch sends one pull request to a broker group.
 func (p *Puller) fetch(group string, from int64, epoch uint64, limit int, wait time.Duration) (*transport.PullResponse, error) {
 	// Asking from the next sequence we expect makes the broker hand again
@@ -269,8 +275,7 @@ func (p *Puller) fetch(group string, from int64, epoch uint64, limit int, wait t
 	if o.broadcast {
 		req.IdleExpiry = o.idleExpiry
 	}
-	// The broker answers within wait; allow for the round trip and a retry.
-	ctx, cancel := context.WithTimeout(p.ctx, wait+10*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, wait+pullSlack)
 	defer cancel()
 	body, err := p.r.group(group).Call(ctx, transport.TypePull, req.Encode())
 	if err != nil {
@@ -306,7 +311,9 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 
 // Close stops the pulls under way and closes the Puller's connections.
 // Messages pulled and not returned come again after the consumer's
-// session expires.
+// session expires; at most once (WithAtMostOnce) they are lost, as a
+// consumer's crash loses them: a Subscription's Drain waits for its pulls
+// instead.
 func (p *Puller) Close() error {
 	p.cancel()
 	if left := p.drain(p.ctx); len(left) > 0 {

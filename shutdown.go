@@ -45,7 +45,8 @@ func (s *Subscription) Stop() {
 }
 
 // Drain stops the subscription gracefully: it stops pulling, waits for
-// the pulls under way (up to the pull wait and a second more), hands every
+// the pulls under way (up to the pull wait and 10 s more, as a pull itself
+// does: at most once, a pull cut short loses what it handed out), hands every
 // message pulled to the handlers and waits for them, sends their acks, and
 // closes the connections; it returns nil once all that is done.
 //
@@ -125,11 +126,12 @@ func (s *Subscription) runShutdown(drain bool) {
 	s.stopPulling()
 	s.pulling.Wait()
 	// Pulls still under way end within the pull wait, or are cancelled
-	// (what they took comes again after the session expires). What they
-	// and earlier pulls brought is ours: a drain hands it out too.
+	// (what they took comes again after the session expires; at most once
+	// it is lost). What they and earlier pulls brought is ours: a drain
+	// waits for them as long as a pull itself does, and hands it out too.
 	patience := time.Duration(0)
 	if drain {
-		patience = s.opts.pullWait + time.Second
+		patience = s.opts.pullWait + pullSlack
 	}
 	pulls, cancel := context.WithTimeout(s.handlerCtx, patience)
 	s.handOut(s.p.drain(pulls))

@@ -1,6 +1,10 @@
 package qmq
 
-import "time"
+import (
+	"time"
+
+	"github.com/qmqgo/qmq/transport"
+)
 
 // SetRouteTTL sets how long p keeps a route before asking again: tests
 // make every route stale at once.
@@ -18,4 +22,14 @@ func Leaving(s *Subscription) bool {
 	default:
 		return false
 	}
+}
+
+// PickFor returns the broker group a message whose id its producer chose
+// goes to, among groups, all writable and available.
+func PickFor(id string, groups ...string) string {
+	rt := &route{}
+	for _, g := range groups {
+		rt.Groups = append(rt.Groups, transport.GroupRoute{Name: g, Writable: true, Available: true})
+	}
+	return rt.pickFor(id, nil)
 }

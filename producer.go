@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
@@ -129,6 +130,57 @@ type pending struct {
 	wire *logs.Message // msg as sent, built once at enqueue
 	size int           // wire's encoded size
 	done func(error)
+	// maybeAt is the broker group a request of msg went to without an
+	// answer (a timeout, a lost connection): it may have stored msg. A
+	// message whose id its producer chose never moves from there unless
+	// the group refuses it (then it looked, and holds it nowhere).
+	maybeAt atomic.Pointer[string]
+	// abandoned says the caller gave up (SendMessage's context ended);
+	// attempt is the request it is in, if one is under way.
+	abandoned atomic.Bool
+	attempt   atomic.Pointer[attempt]
+}
+
+// attempt is one request to a broker group, cancelled once every caller
+// of its messages has given up (their SendMessage returned): nobody waits
+// for its answer, and a retry would store a message its caller was told
+// failed.
+type attempt struct {
+	live   atomic.Int64
+	cancel context.CancelFunc
+}
+
+func (a *attempt) release() {
+	if a.live.Add(-1) == 0 {
+		a.cancel()
+	}
+}
+
+// abandon records that q's caller gave up, and releases its request.
+func (q *pending) abandon() {
+	q.abandoned.Store(true)
+	if a := q.attempt.Swap(nil); a != nil {
+		a.release()
+	}
+}
+
+// join puts each of qs into request a (cancelled by cancel), releasing at
+// once those whose caller gave up already; the function it returns takes
+// them out again.
+func join(qs []*pending, cancel context.CancelFunc) (leave func()) {
+	a := &attempt{cancel: cancel}
+	a.live.Store(int64(len(qs)))
+	for _, q := range qs {
+		q.attempt.Store(a)
+		if q.abandoned.Load() && q.attempt.CompareAndSwap(a, nil) {
+			a.release()
+		}
+	}
+	return func() {
+		for _, q := range qs {
+			q.attempt.CompareAndSwap(a, nil)
+		}
+	}
 }
 
 // NewProducer returns a Producer for the cluster at servers: a
@@ -200,14 +252,19 @@ func (p *Producer) check(m *Message) (*logs.Message, error) {
 // Retriable failures are retried until ctx ends.
 func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
 	done := make(chan error, 1)
-	if err := p.enqueue(ctx, m, func(err error) { done <- err }); err != nil {
+	q, err := p.enqueue(ctx, m, func(err error) { done <- err })
+	if err != nil {
 		return err
 	}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
+		// The send stops: its request is cancelled once no other caller
+		// waits for it, and it is not sent again (deliver). One under way
+		// may have stored it already, and the error says where.
+		q.abandon()
+		return sendFailed(q, ctx.Err())
 	}
 }
 
@@ -225,26 +282,27 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 			l.OnSuccess(m)
 		}
 	}
-	if err := p.enqueue(ctx, m, report); err != nil {
+	if _, err := p.enqueue(ctx, m, report); err != nil {
 		report(err)
 	}
 }
 
-func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) error {
+func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) (*pending, error) {
 	wire, err := p.check(m)
 	if err != nil {
-		return fmt.Errorf("qmq: send %s: %w", m.id, err)
+		return nil, fmt.Errorf("qmq: send %s: %w", m.id, err)
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
+	q := &pending{ctx: ctx, msg: m, wire: wire, size: wire.EncodedSize(), done: done}
 	select {
-	case p.queue <- &pending{ctx: ctx, msg: m, wire: wire, size: wire.EncodedSize(), done: done}:
-		return nil
+	case p.queue <- q:
+		return q, nil
 	case <-ctx.Done():
-		return fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
+		return nil, fmt.Errorf("qmq: send %s: %w", m.id, ctx.Err())
 	}
 }
 
@@ -336,15 +394,26 @@ const (
 // deliver sends msgs to their subjects' broker groups, one request per
 // group, until ctx ends. Messages whose outcome is unknown (a timeout, a
 // leader election) are retried on the same group with the same ids, which
-// it deduplicates. They move to another writable group of the subject only
-// when theirs refuses them (drained, or its disk full) or the metaserver
-// marks it unavailable; a message moved after a timeout may be stored in
-// both groups (at-least-once).
+// it deduplicates. They move to another writable group of the subject
+// when theirs refuses them (drained, or its disk full: a refusing leader
+// answers as duplicates the messages it stored, and refuses only the
+// others). A message with a generated id also moves when the metaserver
+// marks its group unavailable, and may then be stored in both groups
+// (at-least-once); one whose id its producer chose never does: it waits
+// for its group, or fails saying it may be stored there.
 func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 	avoid := map[string]bool{}        // groups that cannot take this batch
 	sticky := map[string][]*pending{} // to retry on the same group
 	backoff := 10 * time.Millisecond
 	for len(msgs) > 0 || len(sticky) > 0 {
+		// A message whose own context ended is not sent again: its caller
+		// was told it failed.
+		msgs = endedOut(msgs)
+		for g, qs := range sticky {
+			if sticky[g] = endedOut(qs); len(sticky[g]) == 0 {
+				delete(sticky, g)
+			}
+		}
 		byGroup := sticky
 		sticky = map[string][]*pending{}
 		chosen := map[string]string{} // subject → group, one per subject per round
@@ -381,20 +450,45 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out := p.sendTo(ctx, g, qs)
-				if out == reported {
-					return
-				}
+				out, refused, unknown := p.sendTo(ctx, g, qs)
 				// Ask again where the subjects live. After a refusal the group
-				// is drained: move them (the fresh routes say so to the next
-				// pick). After a failure they stay on it unless the metaserver
-				// no longer calls it writable and available.
+				// is drained: move what it refused (the fresh routes say so to
+				// the next pick). After a failure they stay on it unless the
+				// metaserver no longer calls it writable and available.
 				var keep, move []*pending
-				if out == moveOn {
+				switch out {
+				case reported:
+					if len(refused) == 0 && len(unknown) == 0 {
+						return
+					}
+					if len(refused) > 0 {
+						p.refreshRoutes(ctx, refused)
+					}
+					move = refused
+					// A refusing group still storing an earlier send: one
+					// whose id was chosen waits for it, the others move on.
+					for _, q := range unknown {
+						q.maybeAt.Store(&g)
+						if q.msg.chosenID {
+							keep = append(keep, q)
+						} else {
+							move = append(move, q)
+						}
+					}
+				case moveOn:
 					p.refreshRoutes(ctx, qs)
 					move = qs
-				} else {
+				default:
+					for _, q := range qs {
+						q.maybeAt.Store(&g)
+					}
 					keep, move = p.recheck(ctx, g, qs)
+				}
+				if out == moveOn {
+					refused = qs
+				}
+				for _, q := range refused {
+					q.refusedBy(g)
 				}
 				mu.Lock()
 				defer mu.Unlock()
@@ -415,7 +509,7 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 		if !wait.Sleep(ctx, backoff) {
 			for _, qs := range append(slices.Collect(maps.Values(sticky)), msgs) {
 				for _, q := range qs {
-					q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, ctx.Err()))
+					q.done(sendFailed(q, ctx.Err()))
 				}
 			}
 			return
@@ -443,14 +537,47 @@ func (p *Producer) refreshRoutes(ctx context.Context, qs []*pending) map[string]
 	return out
 }
 
+// refusedBy hears that group refused q having looked for it: it does not
+// hold q, nor will.
+func (q *pending) refusedBy(group string) {
+	if g := q.maybeAt.Load(); g != nil && *g == group {
+		q.maybeAt.Store(nil)
+	}
+}
+
+// endedOut reports the messages of qs whose own context ended as failed,
+// and returns the others.
+func endedOut(qs []*pending) []*pending {
+	live := qs[:0:0]
+	for _, q := range qs {
+		if err := q.ctx.Err(); err != nil {
+			q.done(sendFailed(q, err))
+			continue
+		}
+		live = append(live, q)
+	}
+	return live
+}
+
+// sendFailed is the error of a message whose send ended with err: it says
+// when a broker group may have stored the message all the same.
+func sendFailed(q *pending, err error) error {
+	if g := q.maybeAt.Load(); g != nil {
+		return fmt.Errorf("qmq: send %s: %w (broker group %s may have stored it: a resend with the same id is stored once)",
+			q.msg.id, err, *g)
+	}
+	return fmt.Errorf("qmq: send %s: %w", q.msg.id, err)
+}
+
 // recheck splits qs into the messages whose subject still has group as a
 // writable, available group (keep) and the others (move). A subject the
-// metaserver does not answer for presumes the group alive.
+// metaserver does not answer for presumes the group alive; a message whose
+// id its producer chose is always kept (it may be stored there).
 func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (keep, move []*pending) {
 	routes := p.refreshRoutes(ctx, qs)
 	for _, q := range qs {
 		ok := true
-		if rt := routes[q.msg.subject]; rt != nil {
+		if rt := routes[q.msg.subject]; rt != nil && !q.msg.chosenID {
 			i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
 			ok = i >= 0 && rt.Groups[i].Writable && rt.Groups[i].Available
 		}
@@ -476,15 +603,20 @@ func subjectsOf(qs []*pending) iter.Seq[string] {
 
 // sendTo sends one request to a broker group, trying for up to
 // recheckAfter, and reports each message's outcome unless the group
-// refused them as drained (moveOn) or their outcome is still unknown while
-// ctx has time (tryAgain).
-func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outcome {
+// refused them all as drained (moveOn) or their outcome is still unknown
+// while ctx has time (tryAgain). refused are the messages of a reported
+// request that the group refused as drained while it held others, and
+// unknown those it could not tell about yet (an earlier send of them is
+// still being stored there); neither is reported.
+func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out outcome, refused, unknown []*pending) {
 	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
 	for i, q := range qs {
 		req.Messages[i] = q.wire
 	}
 	actx, cancel := context.WithTimeout(ctx, recheckAfter)
+	leave := join(qs, cancel) // cancelled once no caller waits
 	body, err := p.r.group(group).Call(actx, transport.TypeSend, req.Encode())
+	leave()
 	cancel()
 	var resp *transport.SendResponse
 	if err == nil {
@@ -496,27 +628,41 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) outc
 	if err != nil && ctx.Err() == nil {
 		var e *transport.Error
 		switch {
-		case transport.CodeOf(err) == transport.ReadOnly, transport.CodeOf(err) == transport.DiskFull:
-			// Refused, so stored nowhere by this request: move to another
-			// group of the subject if it has one (the same group else, after
-			// a backoff: a full disk is freed, a drained group reopened).
-			return moveOn
+		case refusal(err):
+			// Refused, and stored nowhere there: move to another group of
+			// the subject if it has one (the same group else, after a
+			// backoff: a full disk is freed, a drained group reopened).
+			return moveOn, nil, nil
 		case errors.As(err, &e) && e.Retriable(), actx.Err() != nil:
-			return tryAgain
+			return tryAgain, nil, nil
 		}
 	}
 	for i, q := range qs {
 		switch {
 		case err != nil:
-			q.done(fmt.Errorf("qmq: send %s: %w", q.msg.id, err))
+			q.done(sendFailed(q, err))
 		case resp.Results[i].Status == transport.SendRejected:
+			if e := transport.ParseRejection(resp.Results[i].Error); e != nil && refusal(e) {
+				refused = append(refused, q)
+				continue
+			} else if e != nil && e.Code == transport.Unavailable {
+				unknown = append(unknown, q)
+				continue
+			}
 			q.done(rejection(q.msg.id, resp.Results[i].Error))
 		default:
 			q.msg.duplicate.Store(resp.Results[i].Status == transport.SendDuplicate)
 			q.done(nil)
 		}
 	}
-	return reported
+	return reported, refused, unknown
+}
+
+// refusal says whether err is a broker group refusing sends (drained, or
+// its disk full): it looked, and stores the messages refused nowhere.
+func refusal(err error) bool {
+	c := transport.CodeOf(err)
+	return c == transport.ReadOnly || c == transport.DiskFull
 }
 
 // Close sends what is queued, waits for every send in flight, and closes

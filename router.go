@@ -197,18 +197,57 @@ func (rt *route) pick(avoid map[string]bool) string {
 }
 
 // pickFor chooses the broker group for a message whose id its producer
-// chose, among the same groups as pick, by a hash of the id: a send of the
-// same id by another Producer, which sees the same route, goes to the same
-// group, whose dedup window then stores it once. It returns "" when no
-// group is writable.
+// chose, by rendezvous hashing: of the groups not in avoid, the one whose
+// hash with the id is highest, among the available ones if any is. A send
+// of the same id by another Producer, which sees the same route, goes to
+// the same group, whose dedup window then stores it once; and a group
+// joining or leaving moves only the ids it wins or won (a hash modulo the
+// number of groups moved about half of every group's ids).
+//
+// A drained group is ranked too: it may hold the id from an earlier send,
+// and its leader answers that as a duplicate, refusing only what it does
+// not hold (then the send adds it to avoid and the next group is asked).
+// It returns "" when no group of the route not in avoid is writable.
 func (rt *route) pickFor(id string, avoid map[string]bool) string {
-	best := rt.candidates(avoid)
-	if len(best) == 0 {
+	writable := false
+	for _, g := range rt.Groups {
+		writable = writable || (g.Writable && !avoid[g.Name])
+	}
+	if !writable {
 		return ""
 	}
+	var best string
+	var top uint64
+	for pass := 0; pass < 2 && best == ""; pass++ {
+		for _, g := range rt.Groups {
+			if avoid[g.Name] || (pass == 0 && !g.Available) {
+				continue
+			}
+			if w := rendezvous(id, g.Name); best == "" || w > top {
+				best, top = g.Name, w
+			}
+		}
+	}
+	return best
+}
+
+// rendezvous is the weight of broker group for id.
+func rendezvous(id, group string) uint64 {
 	h := fnv.New64a()
+	h.Write([]byte(group))
+	h.Write([]byte{0})
 	h.Write([]byte(id))
-	return best[h.Sum64()%uint64(len(best))]
+	return mix64(h.Sum64())
+}
+
+// mix64 spreads FNV's weak low bits (a finalizer of SplitMix64), so that
+// weights of one id for similar group names are independent.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // candidates returns the groups a send may go to, in the route's order:

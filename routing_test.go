@@ -2,12 +2,17 @@ package qmq_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/netproxy"
 	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
@@ -91,6 +96,17 @@ func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bo
 	return ids
 }
 
+// refuses reports whether the broker at conn refuses a send as drained,
+// probing with a new id each time (a drained group answers a duplicate of
+// a message it stored, and the first probes may be stored).
+func refuses(ctx context.Context, conn *transport.Conn) bool {
+	probe := &transport.SendRequest{Messages: []*logs.Message{{ID: fmt.Sprint("probe-", probes.Add(1)), Subject: "probe"}}}
+	_, err := conn.Call(ctx, transport.TypeSend, probe.Encode())
+	return transport.CodeOf(err) == transport.ReadOnly
+}
+
+var probes atomic.Int64
+
 // TestSubjectSpansGroupsAndDrains checks routing end to end: a subject's
 // sends are spread over its two broker groups, a consumer connected to a
 // broker of one group gets them all exactly once, a drained group takes no
@@ -121,11 +137,7 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	probe := (&transport.SendRequest{Messages: []*logs.Message{{ID: "probe", Subject: "probe"}}}).Encode()
-	await.True(t, 30*time.Second, "g2 to become readonly", func() bool {
-		_, err := conn.Call(ctx, transport.TypeSend, probe)
-		return transport.CodeOf(err) == transport.ReadOnly
-	})
+	await.True(t, 30*time.Second, "g2 to become readonly", func() bool { return refuses(ctx, conn) })
 	heldBefore, _ := drained(groups["g2"], "orders")
 	for id := range sendAll(t, p, "orders", 200) {
 		sent[id] = true
@@ -248,5 +260,240 @@ func TestSendsGoOnWhileTheMetaserverIsDown(t *testing.T) {
 		if d := time.Since(start); d > 4*time.Second {
 			t.Errorf("send took %s with the metaserver down: the stale route was not kept", d)
 		}
+	}
+}
+
+// TestChosenIDStoredOnceWhenItsReplyIsLost: a message whose id its
+// producer chose, stored by a first attempt whose reply was lost, is not
+// stored again in another broker group when its own is drained before the
+// retry: the drained group's leader answers the retry as a duplicate. (It
+// moved to the other group before, and the caller saw success.)
+func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
+	m := testcluster.Meta(t, nil)
+	g1Addr := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", g1Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	g1 := testcluster.Broker(t, func(c *server.Config) {
+		testcluster.Registered("g1", m.ClientAddr())(c)
+		c.ClientAddr, c.AdvertiseAddr = g1Addr, proxy.Addr() // clients reach g1 through the proxy
+	})
+	g2 := testcluster.Broker(t, testcluster.Registered("g2", m.ClientAddr()))
+	admin, err := qmq.NewAdmin(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
+		c, err := admin.Cluster(ctx)
+		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
+	})
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendAll(t, p, "orders", 20) // the route of orders names both groups
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
+			id = c
+		}
+	}
+	holds := func(n *server.Node) bool {
+		held, err := n.FSM().Holds([]string{id})
+		return err == nil && held[0]
+	}
+
+	proxy.Drop(func(string) bool { return true }, false) // g1's replies vanish
+	sent := make(chan error, 1)
+	go func() {
+		msg := p.GenerateMessage("orders")
+		msg.SetID(id)
+		sent <- p.SendMessage(ctx, msg)
+	}()
+	await.True(t, 30*time.Second, "g1 to store the message", func() bool { return holds(g1) })
+	if err := admin.SetWritable(ctx, "g1", false); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := transport.Dial(ctx, g1Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	await.True(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
+	// The producer's route says g1 is drained by now; let its retries through.
+	proxy.Drop(nil, false)
+	proxy.Refuse(func(string) bool { return true }) // cut the connections whose replies were lost
+	proxy.Refuse(nil)
+	if err := <-sent; err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if holds(g2) {
+		t.Fatal("the message is stored in g2 too: one send stored it in two broker groups")
+	}
+}
+
+// TestChosenIDStaysWithAGroupThatMayHoldIt: a message whose id its
+// producer chose, sent to a broker group that stored it and died before
+// answering, is not sent to another group when the metaserver marks its
+// own unavailable: the send fails, saying where it may be stored. (It
+// moved, and was stored in both.)
+func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
+	m := testcluster.Meta(t, func(c *server.MetaConfig) { c.GroupTimeout = time.Second })
+	g1Addr := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", g1Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	g1 := testcluster.Broker(t, func(c *server.Config) {
+		testcluster.Registered("g1", m.ClientAddr())(c)
+		c.ClientAddr, c.AdvertiseAddr = g1Addr, proxy.Addr()
+	})
+	g2 := testcluster.Broker(t, testcluster.Registered("g2", m.ClientAddr()))
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendAll(t, p, "orders", 20)
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
+			id = c
+		}
+	}
+	proxy.Drop(func(string) bool { return true }, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		msg := p.GenerateMessage("orders")
+		msg.SetID(id)
+		sent <- p.SendMessage(ctx, msg)
+	}()
+	await.True(t, 10*time.Second, "g1 to store the message", func() bool {
+		held, err := g1.FSM().Holds([]string{id})
+		return err == nil && held[0]
+	})
+	g1.Close() // it dies before answering; the metaserver marks it unavailable within a second
+	err = <-sent
+	if err == nil || !strings.Contains(err.Error(), "broker group g1 may have stored it") {
+		t.Fatalf("send: %v; want a failure saying g1 may hold it", err)
+	}
+	if held, err := g2.FSM().Holds([]string{id}); err != nil || held[0] {
+		t.Fatalf("the message is stored in g2 too (%v)", err)
+	}
+}
+
+// TestChosenIDResentAfterItsGroupIsDrained: a resend from another
+// producer of a message whose id it chose, after the broker group that
+// stored it was drained, is answered as a duplicate by that group instead
+// of being stored in another. (It went to the other group.)
+func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
+	m, groups, admin := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	sendAll(t, first, "orders", 20) // the route of orders names both groups
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
+			id = c
+		}
+	}
+	msg := first.GenerateMessage("orders")
+	msg.SetID(id)
+	if err := first.SendMessage(ctx, msg); err != nil || msg.Duplicate() {
+		t.Fatalf("first send: %v (duplicate %v)", err, msg.Duplicate())
+	}
+	if err := admin.SetWritable(ctx, "g1", false); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := transport.Dial(ctx, groups["g1"].ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	await.True(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
+	second, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	again := second.GenerateMessage("orders")
+	again.SetID(id)
+	if err := second.SendMessage(ctx, again); err != nil || !again.Duplicate() {
+		t.Fatalf("resend after g1 was drained: %v (duplicate %v)", err, again.Duplicate())
+	}
+	if held, err := groups["g2"].FSM().Holds([]string{id}); err != nil || held[0] {
+		t.Fatalf("the resend is stored in g2 (%v)", err)
+	}
+	// A new id that g1 wins goes to g2 now, after g1 refused it.
+	fresh := ""
+	for i := 0; fresh == ""; i++ {
+		if c := fmt.Sprintf("fresh-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
+			fresh = c
+		}
+	}
+	m2 := second.GenerateMessage("orders")
+	m2.SetID(fresh)
+	if err := second.SendMessage(ctx, m2); err != nil || m2.Duplicate() {
+		t.Fatalf("a new id g1 wins, g1 drained: %v (duplicate %v)", err, m2.Duplicate())
+	}
+	if held, err := groups["g2"].FSM().Holds([]string{fresh}); err != nil || !held[0] {
+		t.Fatalf("the new id is not in g2 (%v)", err)
+	}
+}
+
+// TestCancelledSendIsNotRetried: a send whose caller's context is
+// cancelled while its request is unanswered is not retried: its caller
+// was told it failed. (The producer went on trying until its send
+// timeout and stored it once the broker could be reached.)
+func TestCancelledSendIsNotRetried(t *testing.T) {
+	real := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	n := testcluster.Broker(t, func(c *server.Config) { c.ClientAddr, c.AdvertiseAddr = real, proxy.Addr() })
+	p, err := qmq.NewProducer(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil { // the route and a connection
+		t.Fatal(err)
+	}
+	proxy.Drop(func(string) bool { return true }, true) // requests vanish
+	sctx, scancel := context.WithCancel(context.Background())
+	m := p.GenerateMessage("orders")
+	sent := make(chan error, 1)
+	go func() { sent <- p.SendMessage(sctx, m) }()
+	await.True(t, 10*time.Second, "the request to vanish", func() bool { return proxy.Dropped() > 0 })
+	scancel()
+	if err := <-sent; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled send: %v", err)
+	}
+	proxy.Drop(nil, true)
+	proxy.Refuse(func(string) bool { return true }) // cut the connection: a retry would reconnect
+	proxy.Refuse(nil)
+	if err := p.Close(); err != nil { // waits for every send under way
+		t.Fatal(err)
+	}
+	if held, err := n.FSM().Holds([]string{m.ID()}); err != nil || held[0] {
+		t.Fatalf("the cancelled message was stored after its caller was told it failed (%v)", err)
 	}
 }

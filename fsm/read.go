@@ -257,3 +257,39 @@ func (f *FSM) Backlog() int64 {
 	}
 	return n
 }
+
+// Holds reports, for each of ids, whether this replica stored a message
+// with it within the dedup window (appended, or scheduled for later), as
+// an Append applied now would find it: a leader refusing a send tells a
+// retry of a stored message it is a duplicate, and the sender that the
+// others were stored nowhere here (see server.refuseSend). It waits for a
+// batch being applied; an error reading the logs is returned.
+func (f *FSM) Holds(ids []string) (held []bool, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.stateMu.Lock() // the lookups flush what apply wrote
+	defer f.stateMu.Unlock()
+	if err := f.Stopped(); err != nil {
+		return nil, err
+	}
+	if f.store == nil {
+		return nil, logs.ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			sf, ok := r.(storageFailure)
+			if !ok {
+				panic(r)
+			}
+			held, err = nil, sf.err
+		}
+	}()
+	held = make([]bool, len(ids))
+	for i, id := range ids {
+		h := hashID(id)
+		_, appended := f.isDuplicate(id, h, f.st.now)
+		_, scheduled := f.isDelayedDuplicate(id, h)
+		held[i] = appended || scheduled
+	}
+	return held, nil
+}

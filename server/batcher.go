@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
@@ -18,6 +19,9 @@ type batcher struct {
 	n     *Node
 	in    chan *sendCall
 	slots chan struct{}
+
+	mu      sync.Mutex
+	pending map[*sendCall]struct{} // queued or proposed, not yet applied or failed
 }
 
 // sendCall is one client's send waiting for its batch: its messages, and
@@ -37,20 +41,32 @@ type sendOutcome struct {
 }
 
 func newBatcher(n *Node) *batcher {
-	return &batcher{n: n, in: make(chan *sendCall, 4096), slots: make(chan struct{}, n.cfg.MaxInflightBatches)}
+	return &batcher{n: n, in: make(chan *sendCall, 4096), slots: make(chan struct{}, n.cfg.MaxInflightBatches), pending: map[*sendCall]struct{}{}}
 }
 
 // send queues msgs, whose encodings are wire, sent by from (nil for no
-// application), and waits for their outcome.
+// application), and waits for their outcome. It queues nothing, and
+// returns a *refusedSend, when the leader refuses sends (sendRefusal).
 func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte, size int, from *fsm.Sender) ([]fsm.MessageResult, error) {
 	call := &sendCall{msgs: msgs, wire: wire, size: size, from: from, done: make(chan sendOutcome, 1)}
+	b.n.sendGate.RLock()
+	if refusal := b.n.sendRefusal(); refusal != nil {
+		b.n.sendGate.RUnlock()
+		return nil, &refusedSend{refusal}
+	}
+	b.hold(call)
 	select {
 	case b.in <- call:
 	case <-ctx.Done():
+		b.let(call)
+		b.n.sendGate.RUnlock()
 		return nil, transport.Errorf(transport.Timeout, "queueing send: %v", ctx.Err())
 	case <-b.n.ctx.Done():
+		b.let(call)
+		b.n.sendGate.RUnlock()
 		return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
 	}
+	b.n.sendGate.RUnlock()
 	select {
 	case out := <-call.done:
 		return out.results, out.err
@@ -155,5 +171,47 @@ func (b *batcher) commit(calls []*sendCall, count int) {
 			}
 			c.done <- out
 		}
+		b.let(calls...) // applied, or failed (then never applied by this leader)
 	}()
+}
+
+// hold records call as queued: a refusal cannot say its messages are
+// stored nowhere (refuseSend). A call at a time, not a message: the send
+// path pays a map insert per request, a refusal (rare) the scan.
+func (b *batcher) hold(call *sendCall) {
+	b.mu.Lock()
+	b.pending[call] = struct{}{}
+	b.mu.Unlock()
+}
+
+// let forgets calls as queued.
+func (b *batcher) let(calls ...*sendCall) {
+	b.mu.Lock()
+	for _, c := range calls {
+		delete(b.pending, c)
+	}
+	b.mu.Unlock()
+}
+
+// queued says, for each of msgs, whether a message with its id is queued
+// or proposed and not yet applied.
+func (b *batcher) queued(msgs []*logs.Message) []bool {
+	found := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		found[m.ID] = false
+	}
+	b.mu.Lock()
+	for c := range b.pending {
+		for _, m := range c.msgs {
+			if _, ok := found[m.ID]; ok {
+				found[m.ID] = true
+			}
+		}
+	}
+	b.mu.Unlock()
+	out := make([]bool, len(msgs))
+	for i, m := range msgs {
+		out[i] = found[m.ID]
+	}
+	return out
 }

@@ -56,15 +56,31 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 		}
 	}
 	d.free.Store(n.cfg.MinFreeDisk - 1) // under the floor, above the state machine's reserve
+	probes := 0
 	waitFor(t, 5*time.Second, "sends refused", func() bool {
-		return transport.CodeOf(sendOne(ctx, conn, "refused")) == transport.DiskFull
+		probes++ // a new id each time: the refusing leader answers a duplicate of one it stored
+		return transport.CodeOf(sendOne(ctx, conn, fmt.Sprint("refused-", probes))) == transport.DiskFull
 	})
 	err = sendOne(ctx, conn, "refused")
 	if e, ok := err.(*transport.Error); !ok || e.Code != transport.DiskFull || !n.Status().DiskFull {
 		t.Fatalf("send with the disk full: %v (status %+v)", err, n.Status())
 	}
+	// The refusal looked first: a message stored before (a retry whose
+	// first reply was lost) is answered a duplicate, and only the others
+	// are refused, so that a producer moves only those to another group.
+	req := &transport.SendRequest{Messages: []*logs.Message{
+		{ID: "m1", Subject: "s", CreatedAt: 1, Body: []byte("x")}, {ID: "fresh", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+	if err != nil {
+		t.Fatalf("a refused send holding a stored message: %v", err)
+	}
+	sent, err := transport.DecodeSendResponse(body)
+	if err != nil || len(sent.Results) != 2 || sent.Results[0].Status != transport.SendDuplicate ||
+		sent.Results[1].Status != transport.SendRejected || transport.CodeOf(transport.ParseRejection(sent.Results[1].Error)) != transport.DiskFull {
+		t.Fatalf("a refused send of a stored message and a new one: %+v, %v", sent, err)
+	}
 	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second, Start: transport.StartEarliest}
-	body, err := gc.Call(ctx, transport.TypePull, pull.Encode())
+	body, err = gc.Call(ctx, transport.TypePull, pull.Encode())
 	if err != nil {
 		t.Fatalf("pull with the disk full: %v", err)
 	}
@@ -164,5 +180,56 @@ func TestProducerMovesAwayFromAFullDisk(t *testing.T) {
 	}
 	if g1.FSM().HasSubject("orders") {
 		t.Fatal("g1, whose disk is full, stored messages")
+	}
+}
+
+// A refusal does not say a message is stored nowhere while an earlier send
+// of it is still being stored: it answers that one UNAVAILABLE (try
+// again), and refuses only the others. Here the earlier send waits for
+// disk space to be applied; once applied, its retry is a duplicate.
+func TestRefusalWaitsForASendBeingStored(t *testing.T) {
+	d := newFakeDisk()
+	n := startNode(t, "n1", true, func(c *Config) { c.MinFreeDisk, c.FSM.DiskFree = 1<<20, d.probe })
+	waitLeader(t, n)
+	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries", func() bool {
+		return n.appliedTerm.Load() == n.raft.CurrentTerm()
+	})
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dial(ctx, n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d.free.Store(n.cfg.FSM.DiskReserve / 2) // above the send floor, too little to apply
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if err := sendOne(short, conn, "a"); transport.CodeOf(err) != transport.Timeout {
+		t.Fatalf("a send whose entry cannot be applied: %v", err)
+	}
+	cancel()
+	d.free.Store(0) // under the send floor too
+	probes := 0
+	waitFor(t, 5*time.Second, "sends refused", func() bool {
+		probes++
+		return transport.CodeOf(sendOne(ctx, conn, fmt.Sprint("probe-", probes))) == transport.DiskFull
+	})
+	req := &transport.SendRequest{Messages: []*logs.Message{
+		{ID: "a", Subject: "s", CreatedAt: 1, Body: []byte("x")}, {ID: "b", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+	if err != nil {
+		t.Fatalf("a refused send of a message being stored: %v", err)
+	}
+	resp, err := transport.DecodeSendResponse(body)
+	if err != nil || len(resp.Results) != 2 ||
+		transport.CodeOf(transport.ParseRejection(resp.Results[0].Error)) != transport.Unavailable ||
+		transport.CodeOf(transport.ParseRejection(resp.Results[1].Error)) != transport.DiskFull {
+		t.Fatalf("a refused send of a message being stored and a new one: %+v, %v", resp, err)
+	}
+	d.free.Store(1 << 40)
+	waitFor(t, 10*time.Second, "the earlier send applied", func() bool {
+		held, err := n.fsm.Holds([]string{"a"})
+		return err == nil && held[0]
+	})
+	if err := sendOne(ctx, conn, "a"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -84,12 +84,12 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if !n.isLeader() {
 		return nil, n.notLeader()
 	}
-	if !n.writable.Load() {
-		return nil, transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
-	}
-	if full, free := n.disk.full(); full {
-		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
-		return nil, n.diskFullError(free)
+	if refusal := n.sendRefusal(); refusal != nil {
+		results, err := n.refuseSend(ctx, req.Messages, refusal)
+		if err != nil {
+			return nil, err
+		}
+		return (&transport.SendResponse{Results: results}).Encode(), nil
 	}
 	if err := n.clockReady(ctx); err != nil {
 		return nil, err
@@ -123,6 +123,16 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 		ctx, cancel := n.requestContext(ctx)
 		defer cancel()
 		results, err := n.batcher.send(ctx, accepted, wire, size, acc.sender())
+		if r, ok := err.(*refusedSend); ok {
+			refused, err := n.refuseSend(ctx, accepted, r.refusal)
+			if err != nil {
+				return nil, err
+			}
+			for j, r := range refused {
+				resp.Results[at[j]] = r
+			}
+			return resp.Encode(), nil
+		}
 		if err != nil {
 			return nil, err
 		}

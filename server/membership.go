@@ -174,6 +174,11 @@ func (n *Node) startLeading(ctx context.Context) {
 		n.handOver("this node was elected while it waits for disk space to apply")
 	}
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
+	n.goLoop(func() {
+		if n.caughtUp(ctx) {
+			n.appliedTerm.Store(term) // refuseSend can look in the state
+		}
+	})
 	n.goLoop(func() { n.recordIdentity(ctx) })
 	n.goLoop(func() {
 		// A group without a configuration gets this node's first, so that

@@ -25,10 +25,12 @@ type Node struct {
 
 	fsm *fsm.FSM
 
-	meta     *transport.GroupClient     // nil without a metaserver
-	writable atomic.Bool                // false while the metaserver drains the group
-	apps     atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
-	guard    *guard
+	meta        *transport.GroupClient     // nil without a metaserver
+	writable    atomic.Bool                // false while the metaserver drains the group
+	sendGate    sync.RWMutex               // a send checks sendRefusal and queues under its read lock (refusal.go)
+	appliedTerm atomic.Uint64              // the leader term whose predecessors' entries are all applied
+	apps        atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
+	guard       *guard
 	// refusing is why the node serves no client while its authentication
 	// and its metaserver's disagree (compareAuth), nil while they agree.
 	refusing    atomic.Pointer[string]

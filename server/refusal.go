@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+
+	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// A leader that refuses a send (its group drained, its disk under the
+// floor) says which of its messages it stores nowhere, so that a producer
+// moves only those to another broker group of the subject. A producer
+// retries a message whose outcome it does not know (a lost reply, a
+// timeout) on the same group with the same id; if the refusal came
+// without looking, a message stored by the first attempt would move and
+// be stored in two groups, and a chosen id would no longer be stored once.
+//
+// So a refusal looks, in what this leader knows completely:
+//
+//   - the sends it admitted: each checks for a refusal and queues under
+//     sendGate's read lock, recorded by the batcher until its entry is
+//     applied or has failed; the refusal takes the lock once, so every
+//     send admitted before it is recorded. A message still recorded may
+//     yet be stored: it is answered UNAVAILABLE, and a producer tries the
+//     group again with a message whose id it chose (once applied, the
+//     state holds it);
+//   - the state machine, once it has applied what earlier terms committed
+//     (appliedTerm): a message it holds within the dedup window is
+//     answered as a duplicate.
+//
+// The others are refused, and a producer moves them safely: nothing
+// admitted before the refusal can store them, and nothing after it is.
+// Nothing of this proposes an entry, so a leader whose disk is too full
+// to apply still refuses new messages at once.
+
+// sendRefusal says why this leader takes no sends now, or nil.
+func (n *Node) sendRefusal() error {
+	if !n.writable.Load() {
+		return transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
+	}
+	if full, free := n.disk.full(); full {
+		return n.diskFullError(free)
+	}
+	return nil
+}
+
+// refusedSend is a send the batcher did not queue: refusal came between
+// the handler's check and the queue.
+type refusedSend struct{ refusal error }
+
+func (e *refusedSend) Error() string { return e.refusal.Error() }
+
+// refuseSend answers msgs, refused for refusal: an error (refusal itself
+// when the group holds none of them; a retriable one when it cannot tell
+// yet), or their results: a duplicate for each it holds, the refusal for
+// the others.
+func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error) ([]transport.SendResult, error) {
+	if transport.CodeOf(refusal) == transport.DiskFull {
+		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
+	}
+	if n.appliedTerm.Load() != n.raft.CurrentTerm() {
+		return nil, transport.Errorf(transport.Unavailable, "%v; this new leader has not applied what earlier ones committed yet, so it cannot tell whether it holds the messages: try again", refusal)
+	}
+	n.sendGate.Lock() // every send admitted before is recorded as queued
+	n.sendGate.Unlock()
+	queued := n.batcher.queued(msgs)
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	held, err := n.fsm.Holds(ids)
+	if err != nil {
+		return nil, transport.Errorf(transport.Unavailable, "%v; looking for its messages: %v", refusal, err)
+	}
+	results, any := make([]transport.SendResult, len(msgs)), false
+	for i, h := range held {
+		switch {
+		case h:
+			results[i], any = transport.SendResult{Status: transport.SendDuplicate}, true
+		case queued[i]:
+			results[i], any = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(transport.Errorf(transport.Unavailable,
+				"%v; an earlier send of this message is being stored: try again", refusal))}, true
+		default:
+			results[i] = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(refusal)}
+		}
+	}
+	if !any {
+		return nil, refusal
+	}
+	return results, nil
+}

@@ -271,11 +271,60 @@ func (ob *Outbox) sendCommitted() {
 		for _, c := range claims {
 			msgs = append(msgs, c...)
 		}
-		ob.deliver(msgs)
+		if rows, err := ob.committedRows(msgs); err != nil {
+			ob.log.Warn("outbox: reading the committed rows to send: the watchdog will send them", "rows", len(msgs), "error", err)
+		} else {
+			ob.deliver(rows)
+		}
 		for _, c := range claims {
 			ob.release(c)
 		}
 	}
+}
+
+// committedRows reads the rows of msgs' ids, as their transactions
+// committed them, and returns their messages: a Send whose row a rollback
+// to a savepoint took away is not among them, and an id written again
+// after such a rollback is sent as its row holds it. One query per
+// maxBatch ids, after the commit: it costs the committing transaction
+// nothing.
+func (ob *Outbox) committedRows(msgs []outgoing) ([]outgoing, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ob.cfg.SendTimeout)
+	defer cancel()
+	var out []outgoing
+	for start := 0; start < len(msgs); start += maxBatch {
+		chunk := msgs[start:min(start+maxBatch, len(msgs))]
+		args := make([]any, len(chunk))
+		for i, o := range chunk {
+			args[i] = o.m.ID()
+		}
+		rs, err := ob.db.QueryContext(ctx, ob.d.rebind("SELECT id, payload FROM qmq_outbox WHERE id IN "+inList(len(chunk))), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rs.Next() {
+			var id string
+			var payload []byte
+			if err := rs.Scan(&id, &payload); err != nil {
+				rs.Close()
+				return nil, err
+			}
+			m := new(qmq.Message)
+			if err := m.UnmarshalBinary(payload); err != nil {
+				ob.log.Error("outbox row cannot be sent: left in the table", "id", id, "error", err)
+				continue
+			}
+			out = append(out, outgoing{m, len(payload)})
+		}
+		err = rs.Err()
+		if cerr := rs.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // send sends the messages of one claim and releases it; see deliver.

@@ -366,3 +366,64 @@ func TestClosedOutbox(t *testing.T) {
 		t.Errorf("RunWatchdog after Close = %v, want ErrClosed", err)
 	}
 }
+
+// A message written after a savepoint that the transaction rolled back to
+// (as ORMs nest transactions) is not sent at the commit, nor left for the
+// watchdog; one written before it, and one written again after, are.
+// (Every message Send was given went out, the rolled-back one too.)
+func TestSavepointRolledBackSendsNothingOfIt(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		rec := newRecorder(nil)
+		ob := db.newOutbox(t, rec, Config{})
+		ctx := context.Background()
+		p := newProducer(t, "127.0.0.1:1")
+		kept, undone, again := p.GenerateMessage("orders.created"), p.GenerateMessage("orders.created"), p.GenerateMessage("orders.created")
+		again.SetID("order-7")
+		undoneAgain := p.GenerateMessage("orders.created")
+		undoneAgain.SetID("order-7")
+		undoneAgain.SetString("version", "rolled back")
+		again.SetString("version", "kept")
+		err := ob.WithTx(ctx, func(tx *Tx) error {
+			if err := tx.Send(ctx, kept); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT nested"); err != nil {
+				return err
+			}
+			for _, m := range []*qmq.Message{undone, undoneAgain} {
+				if err := tx.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT nested"); err != nil {
+				return err
+			}
+			return tx.Send(ctx, again)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := rec.sendsOf(undone.ID()); s != 0 {
+			t.Errorf("the message written after the savepoint rolled back to was sent %d times", s)
+		}
+		if s, _ := rec.sendsOf(kept.ID()); s != 1 {
+			t.Errorf("the message written before the savepoint was sent %d times, want once", s)
+		}
+		rec.mu.Lock()
+		last := rec.last["order-7"]
+		s := rec.sends["order-7"]
+		rec.mu.Unlock()
+		if v := last.String("version"); s != 1 || v != "kept" {
+			t.Errorf("order-7 sent %d times, last as %q; want once, as written after the rollback", s, v)
+		}
+		if left := db.rowsLeft(t); left != 0 {
+			t.Errorf("%d rows left", left)
+		}
+		if _, err := ob.Sweep(ctx); err != nil || rec.total() != 2 {
+			t.Errorf("a sweep: %v, %d sends in all; want the 2", err, rec.total())
+		}
+	})
+}

@@ -128,8 +128,10 @@ func (t *Tx) hasRoom(size int) bool {
 
 // Commit commits the transaction and then sends its messages, in the
 // background: it returns once the commit is done (Flush waits for the
-// sends). A message whose send fails stays in the outbox for the
-// watchdog.
+// sends). What is sent is what the committed rows hold: a message written
+// after a savepoint that the transaction rolled back to (ORMs nest
+// transactions that way) has no row, and is not sent (committedRows). A
+// message whose send fails stays in the outbox for the watchdog.
 func (t *Tx) Commit() error {
 	if err := t.Tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: commit: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
@@ -105,6 +106,7 @@ func TestTagFilters(t *testing.T) {
 // Tags are checked when the consumer is made: at most logs.MaxTags, each
 // 1 to logs.MaxTagLen bytes.
 func TestTagBounds(t *testing.T) {
+	addr := testcluster.Broker(t, nil).ClientAddr() // a consumer registers before it is made
 	many := func(n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -125,11 +127,11 @@ func TestTagBounds(t *testing.T) {
 		{[]string{""}, false},
 	} {
 		for _, opt := range []qmq.ConsumerOption{qmq.WithTags(tc.tags...), qmq.WithAllTags(tc.tags...)} {
-			c, err := qmq.NewPuller("127.0.0.1:1", "s", "g", opt)
+			c, err := qmq.NewPuller(addr, "s", "g", opt)
 			if err == nil {
 				c.Close()
 			}
-			sub, serr := qmq.Subscribe("127.0.0.1:1", "s", "g", nil, opt, qmq.WithLogger(nil))
+			sub, serr := qmq.Subscribe(addr, "s", "g", nil, opt, qmq.WithLogger(nil))
 			if serr == nil {
 				sub.Stop()
 			}
@@ -224,6 +226,7 @@ func TestBroadcastReachesEveryInstance(t *testing.T) {
 // A broadcast group's name, the group and the consumer name joined by a
 // dot, keeps to the name bound; its expiry to 1 s .. two years.
 func TestBroadcastBounds(t *testing.T) {
+	addr := testcluster.Broker(t, nil).ClientAddr()
 	group := strings.Repeat("g", 100)
 	for _, tc := range []struct {
 		consumer string
@@ -239,7 +242,7 @@ func TestBroadcastBounds(t *testing.T) {
 		{"c", limits.DefaultMaxDelay + time.Millisecond, false},
 		{"c", -time.Second, false},
 	} {
-		c, err := qmq.NewPuller("127.0.0.1:1", "s", group, qmq.WithConsumerName(tc.consumer), qmq.WithBroadcast(tc.expiry))
+		c, err := qmq.NewPuller(addr, "s", group, qmq.WithConsumerName(tc.consumer), qmq.WithBroadcast(tc.expiry))
 		if err == nil {
 			c.Close()
 		}
@@ -318,5 +321,63 @@ func TestInProgressHoldsOffTheAckWait(t *testing.T) {
 	if now := time.Now(); now.Before(extended.Add(wait)) || again[0].Deliveries() != 2 {
 		t.Fatalf("handed again %s after the last extension (delivery %d), want an ack wait (%s) at least, delivery 2",
 			now.Sub(extended), again[0].Deliveries(), wait)
+	}
+}
+
+// A subscription pulls only what its workers can start: a message does not
+// wait in the client behind slow handlers until its ack wait passes, to be
+// handed out again and counted a delivery. (With the defaults, 64 pulled
+// for 4 workers, a handler slower than about 1.9 s made the tail of every
+// batch expire: 10 messages, a handler that always succeeds, 14 calls and
+// a dead letter.) Here: an ack wait of 1 s, one worker, handlers of
+// 300 ms, ten messages: each is handled once.
+func TestSlowHandlersLetNothingExpire(t *testing.T) {
+	n, p, ctx := brokerAndProducer(t, nil)
+	admin, err := qmq.NewAdmin(n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ackWait := time.Second
+	if _, err := admin.SetConsumerGroup(ctx, "jobs", "workers", qmq.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest}); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]bool{}
+	for range 10 {
+		m := p.GenerateMessage("jobs")
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		sent[m.ID()] = true
+	}
+	var mu sync.Mutex
+	calls := map[string]int{}
+	done := make(chan struct{})
+	s, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", func(_ context.Context, m *qmq.Message) error {
+		time.Sleep(300 * time.Millisecond) // the handler's work
+		mu.Lock()
+		defer mu.Unlock()
+		if calls[m.ID()]++; len(calls) == len(sent) && calls[m.ID()] == 1 {
+			close(done)
+		}
+		return nil
+	}, qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("not every message was handled")
+	}
+	if err := s.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, k := range calls {
+		if !sent[id] || k != 1 {
+			t.Errorf("message %s handled %d times", id, k)
+		}
 	}
 }

@@ -33,7 +33,9 @@ type Subscription struct {
 	h            Handler
 	closeTimeout time.Duration // how long Close lets Drain take
 
-	work chan *Message // unbuffered: a message is pulled, or handed to a handler
+	work   chan *Message // unbuffered: a message is pulled, or handed to a handler
+	inHand atomic.Int64  // messages pulled and not yet handled: the pull loop counts them in, workers out
+	freed  chan struct{} // a worker finished one (capacity 1)
 
 	pullCtx       context.Context // cancelled by shutdown: stops pulling
 	stopPulling   context.CancelFunc
@@ -69,7 +71,7 @@ func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOptio
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), toAck: map[settlement][]int64{},
+	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), freed: make(chan struct{}, 1), toAck: map[settlement][]int64{},
 		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{}), shutdownState: newShutdownState()}
 	s.pullCtx, s.stopPulling = context.WithCancel(context.Background())
 	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
@@ -97,7 +99,19 @@ func (s *Subscription) pullLoop() {
 	defer s.pulling.Done()
 	backoff := 50 * time.Millisecond
 	for s.pullCtx.Err() == nil {
-		msgs, err := s.p.Pull(s.pullCtx, s.opts.pullBatch, s.opts.pullWait)
+		// Pull only what free workers can start: the ack wait runs from the
+		// pull, and a message queued behind slow handlers would expire and
+		// count a delivery before its handler began.
+		free := s.opts.workers - int(s.inHand.Load())
+		if free <= 0 {
+			select {
+			case <-s.freed:
+			case <-s.pullCtx.Done():
+				return
+			}
+			continue
+		}
+		msgs, err := s.p.Pull(s.pullCtx, min(s.opts.pullBatch, free), s.opts.pullWait)
 		if err != nil {
 			if s.pullCtx.Err() != nil {
 				return
@@ -111,6 +125,7 @@ func (s *Subscription) pullLoop() {
 		// Every pulled message is handed to a handler, even once Drain has
 		// begun: it was recorded as ours and would otherwise wait for the
 		// session to expire. Stop, or Drain giving up, leaves the rest.
+		s.inHand.Add(int64(len(msgs)))
 		if !s.handOut(msgs) {
 			return
 		}
@@ -139,6 +154,11 @@ func (s *Subscription) worker() {
 	defer s.workers.Done()
 	for m := range s.work {
 		s.process(m)
+		s.inHand.Add(-1)
+		select {
+		case s.freed <- struct{}{}:
+		default:
+		}
 	}
 }
 

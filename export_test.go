@@ -8,7 +8,11 @@ import (
 
 // SetRouteTTL sets how long p keeps a route before asking again: tests
 // make every route stale at once.
-func SetRouteTTL(p *Producer, d time.Duration) { p.r.ttl = d }
+func SetRouteTTL(p *Producer, d time.Duration) { p.r.setTTL(d) }
+
+// SetSubscriptionRouteTTL sets how long s keeps its subject's route
+// before asking again: tests see a route change at once.
+func SetSubscriptionRouteTTL(s *Subscription, d time.Duration) { s.p.r.setTTL(d) }
 
 // SetCloseTimeout sets how long Close lets s drain: tests shorten it.
 func SetCloseTimeout(s *Subscription, d time.Duration) { s.closeTimeout = d }

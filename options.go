@@ -110,15 +110,19 @@ func WithWorkers(n int) SubscribeOption {
 }
 
 // WithPullBatch caps the messages one pull of a subscription fetches
-// (1 to 10,000). Default 64.
+// (1 to 10,000). Default 64. A subscription pulls no more than its free
+// workers can start (WithWorkers), spread over the subject's broker
+// groups: a message pulled waits in the client at most about one handler
+// call, so that its ack wait (the group's, 30 s by default, counted from
+// the pull) goes to its handler.
 func WithPullBatch(n int) SubscribeOption {
 	return subscribeOption(func(o *subscribeOptions) { o.pullBatch = n })
 }
 
 // WithPullWait sets how long one pull of a subscription waits for
 // messages (more than 0, at most an hour; brokers cap it at their own
-// maximum). Default 5 s. Drain and Close wait up to this long, and a
-// second more, for the pulls under way.
+// maximum). Default 5 s. Drain and Close wait up to this long, and 10 s
+// more, for the pulls under way.
 func WithPullWait(d time.Duration) SubscribeOption {
 	return subscribeOption(func(o *subscribeOptions) { o.pullWait = d })
 }

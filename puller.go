@@ -33,6 +33,12 @@ type Puller struct {
 	buf      []*Message              // pulled, not yet returned
 	inflight int                     // pulls under way
 	changed  chan struct{}           // closed (and replaced) when a pull ends
+	// What registration found (register): whether the metaserver knew the
+	// consumer group before, the broker groups of the route then, and
+	// when it began.
+	known      bool
+	initial    map[string]bool
+	registered time.Time
 }
 
 // groupPuller is the Puller's state in one broker group. Guarded by
@@ -43,6 +49,11 @@ type groupPuller struct {
 	epoch uint64 // the consumer's registration there (0 until the first reply names it)
 	busy  bool   // a pull is under way: at most one per group
 	err   error  // how the last pull failed; nil if it succeeded
+	// start is where a pull creating the consumer group there starts it
+	// (startIn), startAt its time for StartAtTime.
+	start   transport.StartPosition
+	startAt time.Time
+	joined  bool // a pull has succeeded there: the group exists
 }
 
 // NewPuller returns a Puller for subject as a consumer of group, for the
@@ -78,7 +89,116 @@ func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error)
 	p := &Puller{r: r, subject: subject, group: group, consumer: o.name, log: o.logger, opts: o.consumerOptions,
 		groups: map[string]*groupPuller{}, changed: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(p.ctx, registerTimeout)
+	defer cancel()
+	if err := p.register(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
 	return p, nil
+}
+
+// registerTimeout bounds the registration NewPuller and Subscribe make
+// before they return.
+const registerTimeout = 10 * time.Second
+
+// register makes the consumer known in every broker group of the subject,
+// before NewPuller or Subscribe returns, so that a group starting at the
+// latest message gets everything sent after the call returns: it asks
+// for the route (the metaserver records the group), then registers the
+// consumer in each broker group at once (a pull that hands out nothing),
+// which creates the group there at its start position. It fails when the route cannot be
+// had or no broker group answers; a broker group that does not answer is
+// logged, and its first pull later starts a new group where the call
+// began (by this host's clock, less clockAllowance).
+func (p *Puller) register(ctx context.Context) error {
+	p.mu.Lock()
+	p.registered = time.Now()
+	p.mu.Unlock()
+	rt, err := p.r.lookup(ctx, p.subject, p.routeGroup())
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.known, p.initial = rt.ConsumerKnown, map[string]bool{}
+	for _, g := range rt.Groups {
+		p.initial[g.Name] = true
+	}
+	p.mu.Unlock()
+	groups, err := p.brokerGroups(ctx)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	for _, g := range groups {
+		if !g.busy {
+			g.busy = true
+			p.inflight++
+			go p.pullGroup(ctx, transport.TypeRegisterConsumer, g, 1, 0)
+		}
+	}
+	p.awaitPullsLocked(ctx)
+	defer p.mu.Unlock()
+	var failed []error
+	for _, g := range groups {
+		if transport.CodeOf(g.err) == transport.UnknownType {
+			g.err = nil // a broker of an earlier release: its first pull registers
+			continue
+		}
+		if g.joined {
+			continue
+		}
+		failed = append(failed, g.err)
+		if p.opts.start == transport.StartLatest && !p.known {
+			// Not reached: where the call began is the best it has.
+			g.start, g.startAt = transport.StartAtTime, p.registered.Add(-clockAllowance)
+		}
+	}
+	if len(failed) == len(groups) {
+		return fmt.Errorf("qmq: consumer %s of group %s on %s: %w", p.consumer, p.group, p.subject, errors.Join(failed...))
+	}
+	if len(failed) > 0 {
+		p.log.Warn("qmq: a broker group did not answer the consumer's registration; it starts there by this host's clock",
+			"subject", p.subject, "group", p.group, "error", errors.Join(failed...))
+	}
+	return nil
+}
+
+// clockAllowance is how far behind this host's clock a broker's clock may
+// run: a group started by time where registration failed starts this
+// much before the call began.
+const clockAllowance = 2 * time.Second
+
+// startIn is where a pull that creates the consumer group in broker group
+// name starts it: the consumer's own start, but for one at the latest
+// message (the default) the earliest when the group was known before this
+// consumer registered (a broker group where it does not exist yet joined
+// the route since) or when name joined the route after it registered (so
+// everything it holds of the subject came after).
+func (p *Puller) startIn(name string) transport.StartPosition {
+	if p.opts.start != transport.StartLatest {
+		return p.opts.start
+	}
+	if p.known || (p.initial != nil && !p.initial[name]) {
+		return transport.StartEarliest
+	}
+	return transport.StartLatest
+}
+
+// awaitPullsLocked waits, holding p.mu between looks, until no pull is
+// under way or ctx ends.
+func (p *Puller) awaitPullsLocked(ctx context.Context) {
+	for p.inflight > 0 {
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			p.mu.Lock()
+			return
+		}
+		p.mu.Lock()
+	}
 }
 
 // Consumer returns the consumer name this Puller pulls as.
@@ -111,7 +231,7 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 	for _, g := range rt.Groups {
 		gp := p.groups[g.Name]
 		if gp == nil {
-			gp = &groupPuller{name: g.Name}
+			gp = &groupPuller{name: g.Name, start: p.startIn(g.Name), startAt: p.opts.startAt}
 			p.groups[g.Name] = gp
 		}
 		out = append(out, gp)
@@ -121,9 +241,10 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 
 // Pull returns up to limit messages, waiting up to wait (a long poll) for at
 // least one; an empty result means none arrived in time. It long-polls every
-// broker group of the subject at once, at most one pull per group, and
-// returns as soon as any has messages; pulls still under way go on, and
-// what they bring is returned by later calls. A message pulled and not
+// broker group of the subject at once, at most one pull per group, limit
+// spread over them (so that about limit arrive in all), and returns as
+// soon as any has messages; pulls still under way go on, and what they
+// bring is returned by later calls. A message pulled and not
 // acknowledged comes again once the consumer's session expires or the
 // group's ack wait passes, or to a new Puller with the same consumer name.
 // Call Pull from one goroutine at a time.
@@ -144,12 +265,19 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	defer timer.Stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// limit is spread over the groups pulled from, so that what arrives
+	// stays near it (at most one more per group).
+	var idle []*groupPuller
 	for _, g := range groups {
 		if !g.busy {
-			g.busy = true
-			p.inflight++
-			go p.pullGroup(g, limit, wait)
+			idle = append(idle, g)
 		}
+	}
+	share := (limit + len(idle) - 1) / max(len(idle), 1)
+	for _, g := range idle {
+		g.busy = true
+		p.inflight++
+		go p.pullGroup(p.ctx, transport.TypePull, g, share, wait)
 	}
 	for {
 		if out := p.takeLocked(limit); len(out) > 0 {
@@ -221,12 +349,13 @@ func (p *Puller) drain(ctx context.Context) []*Message {
 }
 
 // pullGroup pulls from one broker group into the buffer; it runs on its own
-// goroutine, bounded by the Puller's life and the long poll's length.
-func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
+// goroutine, bounded by ctx (the Puller's life, or a registration) and the
+// long poll's length.
+func (p *Puller) pullGroup(ctx context.Context, t transport.Type, g *groupPuller, limit int, wait time.Duration) {
 	p.mu.Lock()
-	from, epoch := g.next, g.epoch
+	from, epoch, start, startAt := g.next, g.epoch, g.start, g.startAt
 	p.mu.Unlock()
-	resp, err := p.fetch(g.name, from, epoch, limit, wait)
+	resp, err := p.fetch(ctx, t, g.name, from, epoch, start, startAt, limit, wait)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	g.busy = false
@@ -241,10 +370,10 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 		g.err = fmt.Errorf("group %s: %w", g.name, err)
 		return
 	}
-	if g.err != nil {
+	if g.err != nil && g.joined {
 		p.log.Info("qmq: pulls from a broker group work again", "subject", p.subject, "group", p.group, "broker-group", g.name)
 	}
-	g.err = nil
+	g.err, g.joined = nil, true
 	if resp.Epoch != 0 && resp.Epoch != g.epoch {
 		// A new registration: the broker reclaimed this consumer (its
 		// session expired) and registered it afresh, numbering from 0 again.
@@ -265,19 +394,22 @@ func (p *Puller) pullGroup(g *groupPuller, limit int, wait time.Duration) {
 // (a drain): what it handed out is consumed at most once.
 const pullSlack = 10 * time.Second
 
-// fetch sends one pull request to a broker group.
-func (p *Puller) fetch(group string, from int64, epoch uint64, limit int, wait time.Duration) (*transport.PullResponse, error) {
+// fetch sends one pull request (t: a pull, or a registration) to a broker
+// group, which creates the consumer group there at start (startAt) if it
+// does not exist.
+func (p *Puller) fetch(ctx context.Context, t transport.Type, group string, from int64, epoch uint64, start transport.StartPosition,
+	startAt time.Time, limit int, wait time.Duration) (*transport.PullResponse, error) {
 	// Asking from the next sequence we expect makes the broker hand again
 	// anything it handed out in a reply we never received.
 	o := &p.opts
 	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch,
-		AtMostOnce: o.atMostOnce, Tags: o.tags, TagsAll: o.tagsAll, Start: o.start, StartAt: o.startAt}
+		AtMostOnce: o.atMostOnce, Tags: o.tags, TagsAll: o.tagsAll, Start: start, StartAt: startAt}
 	if o.broadcast {
 		req.IdleExpiry = o.idleExpiry
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, wait+pullSlack)
+	ctx, cancel := context.WithTimeout(ctx, wait+pullSlack)
 	defer cancel()
-	body, err := p.r.group(group).Call(ctx, transport.TypePull, req.Encode())
+	body, err := p.r.group(group).Call(ctx, t, req.Encode())
 	if err != nil {
 		p.r.refresh(ctx, p.subject, p.routeGroup()) // the group may have moved
 		return nil, err

@@ -21,6 +21,13 @@ const DefaultServer = "127.0.0.1:6222"
 // transport.Code for the codes and which are retriable.
 type Error = transport.Error
 
+// ErrUnreachable means a client that has never reached any node at its
+// addresses gave up after about two seconds: the address is wrong, or no
+// qmqd runs there ("qmq: cannot reach 127.0.0.1:6999: connection refused:
+// is qmqd running?"). A client that has reached a node once rides out any
+// outage until its context ends.
+var ErrUnreachable = transport.ErrUnreachable
+
 // routeTTL is how long a route is used before it is asked for again; a
 // failure refreshes it sooner.
 const routeTTL = 30 * time.Second
@@ -57,6 +64,13 @@ func newRouter(servers string, d transport.Dialer) (*router, error) {
 		return nil, err
 	}
 	return &router{dial: d, meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
+}
+
+// setTTL sets how long routes are used before they are asked for again.
+func (r *router) setTTL(d time.Duration) {
+	r.mu.Lock()
+	r.ttl = d
+	r.mu.Unlock()
 }
 
 // lookup returns subject's route, from the cache while it is fresh.

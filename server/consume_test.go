@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -41,5 +42,43 @@ func TestNackedMetricCountsMessages(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(n.metrics.nacked); got != 5 {
 		t.Fatalf("qmq_messages_nacked_total %v after one nack of five messages, want 5", got)
+	}
+}
+
+// A registration creates the consumer's group at its start position and
+// registers the consumer, handing out nothing even from a backlog: the
+// consumer's pulls then find the group where its start put it.
+func TestRegisterConsumerHandsOutNothing(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	sendAcked(t, []string{n.ClientAddr()}, "orders", 3)
+	gc := clientOf(t, n.ClientAddr())
+	ctx := ctxFor(t, 30*time.Second)
+	for _, tc := range []struct {
+		group string
+		start transport.StartPosition
+		want  int
+	}{{"at-latest", transport.StartLatest, 0}, {"at-earliest", transport.StartEarliest, 3}} {
+		req := &transport.PullRequest{Subject: "orders", Group: tc.group, Consumer: "c1", Max: 100, Start: tc.start}
+		body, err := gc.Call(ctx, transport.TypeRegisterConsumer, req.Encode())
+		if err != nil {
+			t.Fatalf("%s: %v", tc.group, err)
+		}
+		reg, err := transport.DecodePullResponse(body)
+		if err != nil || len(reg.Messages) != 0 || reg.Epoch == 0 {
+			t.Fatalf("%s: registration answered %d messages, epoch %d, %v", tc.group, len(reg.Messages), reg.Epoch, err)
+		}
+		if !n.fsm.HasGroup("orders", tc.group) || n.fsm.Epoch(fsm.ConsumerID{Subject: "orders", Group: tc.group, Consumer: "c1"}) != reg.Epoch {
+			t.Fatalf("%s: the registration made no group or consumer", tc.group)
+		}
+		req.Epoch = reg.Epoch
+		body, err = gc.Call(ctx, transport.TypePull, req.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pulled, err := transport.DecodePullResponse(body)
+		if err != nil || len(pulled.Messages) != tc.want {
+			t.Fatalf("%s: the first pull after the registration got %d messages (%v), want %d", tc.group, len(pulled.Messages), err, tc.want)
+		}
 	}
 }

@@ -80,7 +80,7 @@ func classOf(t transport.Type) class {
 	case transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime:
 		return classNode
 	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeNack, transport.TypeExtend,
-		transport.TypeHeartbeat, transport.TypeRoute:
+		transport.TypeHeartbeat, transport.TypeRoute, transport.TypeRegisterConsumer:
 		return classApp
 	}
 	// Everything else changes the cluster: membership, routing, consumer

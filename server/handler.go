@@ -28,6 +28,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleExtend(ctx, p)
 	case transport.TypeGroups:
 		return n.handleGroups(p)
+	case transport.TypeRegisterConsumer:
+		return n.handleRegisterConsumer(ctx, p)
 	case transport.TypeSetGroup:
 		return n.handleSetGroup(ctx, p)
 	case transport.TypeResetGroup:
@@ -269,6 +271,48 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 			}
 		}
 	}
+}
+
+// handleRegisterConsumer registers a consumer as handlePull does, and
+// hands out nothing: a pull whose reply may carry one byte (the bound of
+// pull version 4 hands out nothing that does not fit, and says what it
+// needs). Its consumer group is created at the request's start position
+// if it does not exist, as the application's.
+func (n *Node) handleRegisterConsumer(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodePullRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	id, err := n.consumerRequest(ctx, transport.TypeRegisterConsumer, req.Subject, req.Group, req.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	req.Max = 1
+	cmd := pullCommand(req)
+	cmd.App, cmd.MaxConsumers = accessOf(ctx).consumerQuota()
+	if err := fsm.CheckPull(cmd); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	if err != nil {
+		return nil, err
+	}
+	defer created()
+	pctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	cmd.Now, cmd.MaxBytes = n.clock.now().UnixMilli(), 1
+	resp, err := n.propose(pctx, cmd.Encode())
+	if err != nil {
+		return nil, err
+	}
+	n.sessions.touch(id) // registered now
+	res := resp.(*fsm.PullResult)
+	if len(res.Entries) > 0 {
+		// A bound of one byte hands out nothing; should a pull ever hand
+		// out more, at most once it is consumed: it goes into the reply.
+		return n.pulledMessages(ctx, req, id, res, 0)
+	}
+	return (&transport.PullResponse{Epoch: res.Epoch, Version: req.Version}).Encode(), nil
 }
 
 // pullCommand is the state machine's command for a pull request; Now is

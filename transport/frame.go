@@ -122,6 +122,14 @@ const (
 	// its leader (SetBrokerConfigRequest, JSON; answered with
 	// BrokerConfigInfo).
 	TypeSetBrokerConfig Type = 34
+	// TypeRegisterConsumer registers a consumer as a pull does, creating
+	// its consumer group at the request's start position if it does not
+	// exist, and hands out nothing (a PullRequest, whose Max and Wait are
+	// not used; answered with a PullResponse without messages, naming the
+	// registration's epoch). The SDK's NewPuller and Subscribe make one in
+	// every broker group of the subject before they return, so that a new
+	// group starting at the latest message gets what is sent after.
+	TypeRegisterConsumer Type = 35
 )
 
 func (t Type) String() string {
@@ -192,6 +200,8 @@ func (t Type) String() string {
 		return "app-delete"
 	case TypeBrokerConfig:
 		return "broker-config"
+	case TypeRegisterConsumer:
+		return "register-consumer"
 	case TypeSetBrokerConfig:
 		return "set-broker-config"
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +23,7 @@ const maxElectionBackoff = 100 * time.Millisecond
 type GroupClient struct {
 	dial    Dialer
 	servers []string
+	reached atomic.Bool // a connection to one of its nodes has been made
 
 	mu     sync.Mutex
 	conns  map[string]*Conn
@@ -46,8 +50,36 @@ func (d Dialer) NewGroupClient(servers []string) (*GroupClient, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("qmq: no server address given")
 	}
+	for _, s := range servers {
+		if err := checkAddr(s); err != nil {
+			return nil, err
+		}
+	}
 	return &GroupClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
 }
+
+// checkAddr refuses an address that is not HOST:PORT.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("qmq: malformed server address %q (want HOST:PORT): %v", addr, err)
+	}
+	return nil
+}
+
+// ErrUnreachable means no node of a group could be connected to: the
+// address is wrong, or nothing listens there.
+var ErrUnreachable = errors.New("cannot reach")
+
+// unreachableAfter is how long a client that has never reached any node
+// of a group tries before it reports ErrUnreachable. Once it has reached
+// one, it rides out any outage until its context ends.
+const unreachableAfter = 2 * time.Second
 
 // Servers returns the addresses the client tries when it knows no leader.
 func (c *GroupClient) Servers() []string {
@@ -125,6 +157,7 @@ func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.reached.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -146,6 +179,7 @@ func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
 	backoff := 10 * time.Millisecond
 	var last error
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		addr := c.target()
 		conn, err := c.Conn(ctx, addr)
@@ -159,6 +193,15 @@ func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte,
 		var e *Error
 		if !errors.As(err, &e) {
 			return nil, err
+		}
+		if conn == nil && !c.reached.Load() && time.Since(start) >= unreachableAfter {
+			// Never connected: a wrong address, or no server running.
+			_, cause, _ := strings.Cut(e.Message, ": dial tcp "+addr+": ")
+			if cause == "" {
+				cause = e.Message
+			}
+			return nil, fmt.Errorf("qmq: %w %s: %s: is qmqd running?", ErrUnreachable, strings.Join(c.Servers(), ", "),
+				strings.TrimPrefix(cause, "connect: "))
 		}
 		if ctx.Err() != nil {
 			if last == nil {

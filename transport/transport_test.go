@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,5 +325,39 @@ func TestBudgetWaitsForBytes(t *testing.T) {
 	b.give(50)
 	if !b.take(ctx, 1000) { // larger than the budget: waits for all of it
 		t.Fatal("take of more than the budget failed with everything free")
+	}
+}
+
+// A client that never reached any node of a group says so after about two
+// seconds, in one line naming the address and the cause; a malformed
+// address is refused at once.
+func TestUnreachableIsReportedFast(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	gc, err := Dialer{}.NewGroupClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = gc.Call(ctx, TypeStatus, nil)
+	took := time.Since(start)
+	want := "qmq: cannot reach " + addr + ": connection refused: is qmqd running?"
+	if !errors.Is(err, ErrUnreachable) || err.Error() != want {
+		t.Fatalf("call to %s: %v, want %q", addr, err, want)
+	}
+	if took > 5*unreachableAfter { // it used to try until the context ended
+		t.Errorf("reported after %s, want about %s", took, unreachableAfter)
+	}
+	for _, bad := range []string{"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:http", "a:b:1"} {
+		if _, err := (Dialer{}).NewGroupClient([]string{bad}); err == nil || !strings.Contains(err.Error(), "malformed server address") {
+			t.Errorf("address %q: %v, want it refused as malformed", bad, err)
+		}
 	}
 }

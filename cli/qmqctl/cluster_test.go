@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,4 +59,34 @@ func startCluster(t *testing.T) string {
 	})
 	done = true
 	return m.ClientAddr()
+}
+
+// Against an address where nothing listens, every command fails within a
+// few seconds with one line that names the address and says what to
+// check; a malformed address fails at once. (consume printed nothing for
+// minutes, send took 30 s, status 10 s.)
+func TestUnreachableServerFailsFast(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	want := "cannot reach " + addr + ": connection refused: is qmqd running?"
+	for _, args := range [][]string{
+		{"consume", "--subject", "x", "--group", "g"},
+		{"send", "--subject", "x", "hi"},
+		{"status"},
+		{"subject", "show", "x"},
+		{"group", "list", "--subject", "x"},
+	} {
+		start := time.Now()
+		out, err := runCLI(append([]string{"--server", addr}, args...)...)
+		if took := time.Since(start); err == nil || plain(err).Error() != "qmq: "+want || took > 10*time.Second {
+			t.Errorf("qmqctl %s: %v after %s (printed %q), want an error saying %q within seconds", strings.Join(args, " "), err, took, out, want)
+		}
+	}
+	if _, err := runCLI("--server", "127.0.0.1:99999", "status"); err == nil || !strings.Contains(err.Error(), "malformed server address") {
+		t.Errorf("a malformed address: %v", err)
+	}
 }

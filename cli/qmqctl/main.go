@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,10 +16,25 @@ import (
 // errFailed makes qmqctl exit 1 after a command already said what failed.
 var errFailed = errors.New("")
 
+// plain shortens an error that says no server could be reached to that
+// one sentence ("qmq: cannot reach ADDR: connection refused: is qmqd
+// running?"): what wrapped it (the request, the message) adds nothing a
+// user acts on.
+func plain(err error) error {
+	if !errors.Is(err, qmq.ErrUnreachable) {
+		return err
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "qmq: "+qmq.ErrUnreachable.Error()); i > 0 {
+		return errors.New(msg[i:])
+	}
+	return err
+}
+
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
 		if err != errFailed {
-			fmt.Fprintln(os.Stderr, "qmqctl:", err)
+			fmt.Fprintln(os.Stderr, "qmqctl:", plain(err))
 		}
 		os.Exit(1)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -53,6 +54,7 @@ func sendCommand() *cli.Command {
 			var mu sync.Mutex
 			var wg sync.WaitGroup
 			failed := 0
+			var unreachable error // reported once
 			for range c.Int("count") {
 				m := p.GenerateMessage(c.String("subject"))
 				for _, kv := range props {
@@ -70,6 +72,10 @@ func sendCommand() *cli.Command {
 					defer mu.Unlock()
 					if err != nil {
 						failed++
+						if errors.Is(err, qmq.ErrUnreachable) {
+							unreachable = err
+							return
+						}
 						fmt.Fprintf(os.Stderr, "qmqctl: %v\n", err)
 						return
 					}
@@ -77,6 +83,9 @@ func sendCommand() *cli.Command {
 				}))
 			}
 			wg.Wait()
+			if unreachable != nil && failed == c.Int("count") {
+				return plain(unreachable)
+			}
 			if failed > 0 {
 				fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", failed, c.Int("count"))
 				return errFailed

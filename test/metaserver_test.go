@@ -287,7 +287,7 @@ func TestNineProcessCluster(t *testing.T) {
 
 	// A node is stopped and removed from its group; the metaserver forgets it.
 	groups["g3"].Node("g3c").Kill()
-	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--group", "g3", "--id", "g3c"); err != nil {
+	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--yes", "--group", "g3", "--id", "g3c"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

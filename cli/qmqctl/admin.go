@@ -278,12 +278,18 @@ func leaveCommand() *cli.Command {
 		Usage: "remove a node from a broker group or the metaserver group (through its leader)",
 		Description: "Stop the node's process first, then run this: it removes the node from the group's Raft\n" +
 			"configuration and, for a broker node, from the metaserver. (A removed node left running\n" +
-			"may not learn of its removal, and would register with the metaserver again.)",
+			"may not learn of its removal, and would register with the metaserver again.) It asks\n" +
+			"first, or goes ahead with --yes.",
 		Flags: []cli.Flag{
 			groupFlag,
 			&cli.StringFlag{Name: "id", Required: true, Usage: "the `ID` of the node to remove"},
+			yesFlag,
 		},
 		Action: func(c *cli.Context) error {
+			if err := confirm(c, fmt.Sprintf("removing node %s from group %s takes its copy of the group's data and its vote out of the group; "+
+				"to come back it must be wiped and joined again", c.String("id"), c.String("group"))); err != nil {
+				return err
+			}
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 				if err := a.Leave(ctx, c.String("group"), c.String("id")); err != nil {
 					return err

@@ -149,9 +149,13 @@ func appCommand() *cli.Command {
 			Name:            "delete",
 			Usage:           "delete an application: its secrets stop working at once",
 			ArgsUsage:       "CODE",
-			Description:     "The subjects and consumer groups it created stay. Deleting an unknown application succeeds.",
+			Description:     "The subjects and consumer groups it created stay. Deleting an unknown application succeeds.\nIt asks first, or goes ahead with --yes.",
 			SkipFlagParsing: true,
+			Flags:           []cli.Flag{yesFlag},
 			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
+				if err := confirm(c, fmt.Sprintf("deleting application %s makes its secrets stop working at once: its clients are refused from their next request", code)); err != nil {
+					return err
+				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					if err := a.DeleteApp(ctx, code); err != nil {
 						return err

@@ -135,7 +135,7 @@ func TestAppCommands(t *testing.T) {
 
 	// Deletion, twice.
 	for range 2 {
-		if out := run("app", "delete", "billing"); !strings.Contains(out, "application billing deleted") {
+		if out := run("app", "delete", "--yes", "billing"); !strings.Contains(out, "application billing deleted") {
 			t.Fatalf("app delete:\n%s", out)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,39 @@ func TestUnreachableServerFailsFast(t *testing.T) {
 	}
 	if _, err := runCLI("--server", "127.0.0.1:99999", "status"); err == nil || !strings.Contains(err.Error(), "malformed server address") {
 		t.Errorf("a malformed address: %v", err)
+	}
+}
+
+// subject forget-group says what it destroys and asks: without --yes and
+// without a terminal it refuses and changes nothing; on a terminal it
+// goes ahead only on "y". (It forgot groups with live consumers without
+// a word, and its help said they start again at the oldest message.)
+func TestForgetGroupAsks(t *testing.T) {
+	meta := startCluster(t)
+	if _, err := runCLI("--server", meta, "send", "--subject", "jobs", "--count", "3", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI("--server", meta, "consume", "--subject", "jobs", "--group", "old", "--count", "1", "--start", "earliest"); err != nil {
+		t.Fatal(err)
+	}
+	exists := func() bool {
+		out, err := runCLI("--server", meta, "group", "list", "--subject", "jobs")
+		return err == nil && strings.Contains(out, "old")
+	}
+	forget := []string{"--server", meta, "subject", "forget-group", "--group", "old", "jobs"}
+	_, err := runCLI(forget...)
+	if err == nil || !strings.Contains(err.Error(), "destroys its position in 2 broker groups") ||
+		!strings.Contains(err.Error(), "--yes") || !exists() {
+		t.Fatalf("without --yes, no terminal: %v (the group exists: %v)", err, exists())
+	}
+	stdinIsTerminal = func() bool { return true }
+	defer func() { stdinIsTerminal, confirmIn = func() bool { return false }, os.Stdin }()
+	confirmIn = strings.NewReader("n\n")
+	if _, err := runCLI(forget...); err == nil || !exists() {
+		t.Fatalf("answered n: %v (the group exists: %v)", err, exists())
+	}
+	confirmIn = strings.NewReader("y\n")
+	if out, err := runCLI(forget...); err != nil || !strings.Contains(out, "drops its 1 live consumers. Go ahead? [y/N]") || exists() {
+		t.Fatalf("answered y: %v, %q (the group exists: %v)", err, out, exists())
 	}
 }

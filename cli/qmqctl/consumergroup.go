@@ -122,15 +122,32 @@ func consumerGroupCommands() []*cli.Command {
 			"THE BACKLOG: the group receives only what is sent from now on; --to an RFC 3339 time\n" +
 			"(2026-01-31T09:00:00Z) moves it to the first message stored at or after then. Messages\n" +
 			"due again or waiting for a retry are dropped; those handed out and not acked stay with\n" +
-			"their consumers; dead letters stay. A group not known is created at that position.",
+			"their consumers; dead letters stay. A group not known is created at that position. It\n" +
+			"says first what the group holds and asks, or goes ahead with --yes.",
 		Flags: []cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag,
-			&cli.StringFlag{Name: "to", Required: true, Usage: "`earliest`, latest, or an RFC 3339 time"}},
+			&cli.StringFlag{Name: "to", Required: true, Usage: "`earliest`, latest, or an RFC 3339 time"}, yesFlag},
 		Action: func(c *cli.Context) error {
 			to, err := parseResetTarget(c.String("to"))
 			if err != nil {
 				return err
 			}
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				subject, group := c.String("subject"), c.String("group")
+				if !c.Bool("yes") {
+					v, err := a.ConsumerGroup(ctx, subject, group)
+					if err != nil {
+						return err
+					}
+					effect := map[string]string{"earliest": "delivers again every message each broker group keeps",
+						"latest": fmt.Sprintf("SKIPS its backlog of %d messages", v.Total.Backlog)}[c.String("to")]
+					if effect == "" {
+						effect = "skips or delivers again what lies between its position and that time"
+					}
+					if err := confirm(c, fmt.Sprintf("resetting consumer group %s of %s to %s %s and drops %d messages due again or waiting for a retry",
+						group, subject, c.String("to"), effect, v.Total.Redeliver+int(v.Total.Retrying))); err != nil {
+						return err
+					}
+				}
 				res, err := a.ResetConsumerGroup(ctx, c.String("subject"), c.String("group"), to)
 				return printChanges(c, res, err, "reset to "+c.String("to"))
 			})

@@ -206,14 +206,14 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 		t.Errorf("group show after a resend: %+v", v.Total)
 	}
 	var done []qmq.DeadLetterResult
-	runJSON(t, &done, append(s, append([]string{"deadletter", "purge"}, append(g, "--all")...)...)...)
+	runJSON(t, &done, append(s, append([]string{"deadletter", "purge", "--yes"}, append(g, "--all")...)...)...)
 	if len(done) != 2 || done[0].Done+done[1].Done != sent-1 {
 		t.Errorf("deadletter purge --all: %+v", done)
 	}
 	if v := showGroup(t, srv); v.Total.DeadLetters != 0 {
 		t.Errorf("group show after the purge: %+v", v.Total)
 	}
-	out = run(append([]string{"deadletter", "purge"}, append(g, "--broker-group", bg, "--seq", seq)...)...)
+	out = run(append([]string{"deadletter", "purge", "--yes"}, append(g, "--broker-group", bg, "--seq", seq)...)...)
 	if !strings.Contains(out, "0 dead letters purged") {
 		t.Errorf("deadletter purge of one not kept:\n%s", out)
 	}
@@ -228,7 +228,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 		{before.UTC().Format(time.RFC3339), sent, "everything sent since"},
 		{time.Now().Add(time.Hour).UTC().Format(time.RFC3339), 0, "nothing sent since"},
 	} {
-		out := run(append([]string{"group", "reset"}, append(g, "--to", c.to)...)...)
+		out := run(append([]string{"group", "reset", "--yes"}, append(g, "--to", c.to)...)...)
 		if strings.Count(out, "reset to "+c.to) != 2 {
 			t.Errorf("group reset --to %s:\n%s", c.to, out)
 		}

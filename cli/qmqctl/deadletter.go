@@ -155,6 +155,7 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 		Flags: []cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag, brokerGroup,
 			&cli.Int64SliceFlag{Name: "seq", Usage: "a dead letter's sequence `N` in --broker-group (repeat for more)"},
 			&cli.BoolFlag{Name: "all", Usage: "every dead letter of the consumer group, in every broker group"},
+			yesFlag,
 		},
 		Action: func(c *cli.Context) error {
 			sel := qmq.DeadLetterSelection{All: c.Bool("all"), BrokerGroup: c.String("broker-group"), Seqs: c.Int64Slice("seq")}
@@ -167,6 +168,16 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 			for _, n := range sel.Seqs {
 				if n < 0 {
 					return fmt.Errorf("--seq %d: at least 0", n)
+				}
+			}
+			if name == "purge" {
+				which := fmt.Sprintf("sequences %v of broker group %s", sel.Seqs, sel.BrokerGroup)
+				if sel.All {
+					which = "every one, in every broker group"
+				}
+				if err := confirm(c, fmt.Sprintf("purging dead letters of consumer group %s of %s (%s) destroys them for good",
+					c.String("group"), c.String("subject"), which)); err != nil {
+					return err
 				}
 			}
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {

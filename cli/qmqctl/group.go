@@ -134,17 +134,33 @@ func subjectCommand() *cli.Command {
 			Description: "For a consumer group that is gone for good: every broker group of the subject forgets\n" +
 				"its position, its queue of messages to deliver again, and its consumers with what they\n" +
 				"held unacknowledged. It frees the group's place under the broker's limits (4,096 consumer\n" +
-				"groups per subject, 65,536 in all). If the group consumes again it starts afresh, at the\n" +
-				"oldest message each broker group still keeps. Forgetting a group not known is harmless.",
+				"groups per subject, 65,536 in all). If the group consumes again it starts afresh, as a new\n" +
+				"group: at the latest message unless its consumers ask for another start, so what it had\n" +
+				"not consumed is skipped. It says first what the group holds (its consumers, its backlog,\n" +
+				"its unacknowledged messages) and asks, or goes ahead with --yes. Forgetting a group not\n" +
+				"known is harmless.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "group", Usage: "the consumer `GROUP` to forget", Required: true},
+				yesFlag,
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
 					return fmt.Errorf("subject forget-group takes one argument, the subject")
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-					res, err := a.ForgetConsumerGroup(ctx, c.Args().First(), c.String("group"))
+					subject, group := c.Args().First(), c.String("group")
+					v, err := a.ConsumerGroup(ctx, subject, group)
+					if err != nil {
+						return err
+					}
+					t := v.Total
+					what := fmt.Sprintf("forgetting consumer group %s of %s destroys its position in %d broker groups, "+
+						"its backlog of %d messages (skipped if it consumes again) and %d unacknowledged, and drops its %d live consumers",
+						group, subject, len(v.BrokerGroups), t.Backlog+int64(t.Redeliver)+t.Retrying, t.Unacked, t.Consumers)
+					if err := confirm(c, what); err != nil {
+						return err
+					}
+					res, err := a.ForgetConsumerGroup(ctx, subject, group)
 					for _, r := range res {
 						if r.Known {
 							fmt.Printf("broker group %s: forgot consumer group %s (%d consumers, %d messages unacknowledged)\n",

@@ -36,6 +36,7 @@ type Subscription struct {
 	work   chan *Message // unbuffered: a message is pulled, or handed to a handler
 	inHand atomic.Int64  // messages pulled and not yet handled: the pull loop counts them in, workers out
 	freed  chan struct{} // a worker finished one (capacity 1)
+	took   atomic.Int64  // a handler call's recent duration in nanoseconds (a moving average; 0 until one ran)
 
 	pullCtx       context.Context // cancelled by shutdown: stops pulling
 	stopPulling   context.CancelFunc
@@ -47,10 +48,13 @@ type Subscription struct {
 	beating       sync.WaitGroup
 	workers       sync.WaitGroup
 
-	ackMu   sync.Mutex
-	toAck   map[settlement][]int64 // pull sequences to ack or nack, by broker group and registration
-	ackKick chan struct{}
-	ackDone chan struct{}
+	ackMu    sync.Mutex
+	toAck    map[settlement][]int64 // pull sequences to ack or nack, by broker group and registration
+	flying   map[string]bool        // broker groups with a flush of acks under way
+	ackKick  chan struct{}
+	ackRetry chan struct{} // a broker group's flush ended with more to send (capacity 1)
+	ackDone  chan struct{}
+	flushes  sync.WaitGroup
 
 	shutdownState
 }
@@ -72,7 +76,8 @@ func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOptio
 		return nil, err
 	}
 	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), freed: make(chan struct{}, 1), toAck: map[settlement][]int64{},
-		ackKick: make(chan struct{}, 1), ackDone: make(chan struct{}), shutdownState: newShutdownState()}
+		flying: map[string]bool{}, ackKick: make(chan struct{}, 1), ackRetry: make(chan struct{}, 1), ackDone: make(chan struct{}),
+		shutdownState: newShutdownState()}
 	s.pullCtx, s.stopPulling = context.WithCancel(context.Background())
 	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
 	s.beatCtx, s.stopHeartbeat = context.WithCancel(context.Background())
@@ -99,11 +104,11 @@ func (s *Subscription) pullLoop() {
 	defer s.pulling.Done()
 	backoff := 50 * time.Millisecond
 	for s.pullCtx.Err() == nil {
-		// Pull only what free workers can start: the ack wait runs from the
-		// pull, and a message queued behind slow handlers would expire and
-		// count a delivery before its handler began.
-		free := s.opts.workers - int(s.inHand.Load())
-		if free <= 0 {
+		// Pull only what the workers can start soon: the ack wait runs from
+		// the pull, and a message queued behind slow handlers would expire
+		// and count a delivery before its handler began.
+		room := s.room()
+		if room <= 0 {
 			select {
 			case <-s.freed:
 			case <-s.pullCtx.Done():
@@ -111,7 +116,7 @@ func (s *Subscription) pullLoop() {
 			}
 			continue
 		}
-		msgs, err := s.p.Pull(s.pullCtx, min(s.opts.pullBatch, free), s.opts.pullWait)
+		msgs, err := s.p.Pull(s.pullCtx, min(s.opts.pullBatch, room), s.opts.pullWait)
 		if err != nil {
 			if s.pullCtx.Err() != nil {
 				return
@@ -130,6 +135,23 @@ func (s *Subscription) pullLoop() {
 			return
 		}
 	}
+}
+
+// queueBudget is how long a pulled message may be expected to wait in the
+// client for a worker, by the handlers' recent times: a quarter of the
+// shortest ack wait a group may have (limits.MinAckWait, 1 s).
+const queueBudget = 250 * time.Millisecond
+
+// room is how many more messages the subscription may pull now: one per
+// free worker, and as many more as the workers are expected to start
+// within queueBudget (none until a handler has run: a first pull takes
+// only what its workers start at once).
+func (s *Subscription) room() int {
+	capacity := s.opts.workers
+	if took := time.Duration(s.took.Load()); took > 0 {
+		capacity += int(min(int64(s.opts.workers)*int64(queueBudget/took), int64(limits.MaxPullMessages)))
+	}
+	return capacity - int(s.inHand.Load())
 }
 
 func (s *Subscription) heartbeatLoop() {
@@ -153,11 +175,29 @@ func (s *Subscription) heartbeatLoop() {
 func (s *Subscription) worker() {
 	defer s.workers.Done()
 	for m := range s.work {
+		start := time.Now()
 		s.process(m)
+		s.observe(time.Since(start))
 		s.inHand.Add(-1)
 		select {
 		case s.freed <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// observe adds a handler call's duration to the moving average room uses
+// (an eighth of each new one).
+func (s *Subscription) observe(d time.Duration) {
+	d = max(d, time.Microsecond)
+	for {
+		old := s.took.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if s.took.CompareAndSwap(old, max(next, 1)) {
+			return
 		}
 	}
 }
@@ -209,23 +249,74 @@ const (
 )
 
 // ackLoop sends acks and nacks in batches, at most every ackInterval,
-// until shutdown has flushed the last ones.
+// until shutdown has flushed the last ones. Each broker group's are sent
+// on their own (flushGroup): one whose broker does not answer holds back
+// no other's, whose messages would otherwise pass their ack wait and come
+// again.
 func (s *Subscription) ackLoop() {
 	defer close(s.ackDone)
 	for {
-		if _, open := <-s.ackKick; !open {
-			// The last attempt: what fails now is delivered again.
-			s.flushAcks(context.Background(), lastAckTimeout)
-			return
+		select {
+		case _, open := <-s.ackKick:
+			if !open {
+				// The last attempt, once the flushes under way end: what
+				// fails now is delivered again.
+				s.flushes.Wait()
+				s.flushAcks(context.Background(), lastAckTimeout)
+				return
+			}
+		case <-s.ackRetry:
 		}
-		// Acks and nacks are idempotent: failed ones are retried until they land, or
-		// until shutdown (then the last flush tries them once more). A
-		// shutdown that gives up on its handlers cuts a flush short too.
-		for !s.flushAcks(s.handlerCtx, ackTimeout) && wait.Sleep(s.pullCtx, time.Second) {
-		}
+		s.startFlushes()
 		select {
 		case <-time.After(s.opts.ackInterval):
 		case <-s.pullCtx.Done():
+		}
+	}
+}
+
+// startFlushes starts a flush for every broker group with acks or nacks
+// to send and none under way.
+func (s *Subscription) startFlushes() {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	byGroup := map[string]map[settlement][]int64{}
+	for k, seqs := range s.toAck {
+		if s.flying[k.group] {
+			continue
+		}
+		if byGroup[k.group] == nil {
+			byGroup[k.group] = map[settlement][]int64{}
+		}
+		byGroup[k.group][k] = seqs
+		delete(s.toAck, k)
+	}
+	for group, pending := range byGroup {
+		s.flying[group] = true
+		s.flushes.Add(1)
+		go s.flushGroup(group, pending)
+	}
+}
+
+// flushGroup sends one broker group's acks and nacks; those that failed in
+// a way a retry can mend are tried again after a second.
+func (s *Subscription) flushGroup(group string, pending map[settlement][]int64) {
+	defer s.flushes.Done()
+	ok := s.send(s.handlerCtx, ackTimeout, pending)
+	s.ackMu.Lock()
+	s.flying[group] = false
+	more := false
+	for k := range s.toAck {
+		more = more || k.group == group
+	}
+	s.ackMu.Unlock()
+	if !ok {
+		wait.Sleep(s.pullCtx, time.Second)
+	}
+	if more || !ok {
+		select {
+		case s.ackRetry <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -241,6 +332,13 @@ func (s *Subscription) flushAcks(ctx context.Context, timeout time.Duration) boo
 	pending := s.toAck
 	s.toAck = map[settlement][]int64{}
 	s.ackMu.Unlock()
+	return s.send(ctx, timeout, pending)
+}
+
+// send sends pending, each request bounded by ctx and timeout, keeping for
+// the next flush what failed in a way a retry can mend; it reports whether
+// nothing did.
+func (s *Subscription) send(ctx context.Context, timeout time.Duration, pending map[settlement][]int64) bool {
 	var ok atomic.Bool
 	ok.Store(true)
 	var wg sync.WaitGroup

@@ -110,11 +110,12 @@ func WithWorkers(n int) SubscribeOption {
 }
 
 // WithPullBatch caps the messages one pull of a subscription fetches
-// (1 to 10,000). Default 64. A subscription pulls no more than its free
-// workers can start (WithWorkers), spread over the subject's broker
-// groups: a message pulled waits in the client at most about one handler
-// call, so that its ack wait (the group's, 30 s by default, counted from
-// the pull) goes to its handler.
+// (1 to 10,000). Default 64. A subscription pulls no more than its
+// workers (WithWorkers) can start soon: one per free worker, and as many
+// more as they are expected to start within 250 ms by the handlers'
+// recent times, spread over the subject's broker groups; so that a
+// message's ack wait (the group's, 30 s by default, counted from the
+// pull) goes to its handler, not to waiting in the client.
 func WithPullBatch(n int) SubscribeOption {
 	return subscribeOption(func(o *subscribeOptions) { o.pullBatch = n })
 }

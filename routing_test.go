@@ -610,3 +610,77 @@ func TestRestartedConsumerGetsWhatARouteAddedGroupHeld(t *testing.T) {
 		t.Fatalf("%d of %d arrived", len(c.got), len(sent))
 	}
 }
+
+// TestHangingAcksHoldBackNoOtherGroup: while one broker group's acks hang,
+// another's are sent at once, before their messages' ack wait passes.
+// (Every flush waited for all the broker groups' acks, up to 30 s.)
+func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
+	m := testcluster.Meta(t, nil)
+	g2Addr := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", g2Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	g1 := testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
+	g2 := testcluster.Broker(t, func(c *server.Config) {
+		testcluster.Registered("g2", m.ClientAddr())(c)
+		c.ClientAddr, c.AdvertiseAddr = g2Addr, proxy.Addr()
+	})
+	admin, err := qmq.NewAdmin(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	await.True(t, 30*time.Second, "both broker groups available", func() bool {
+		c, err := admin.Cluster(ctx)
+		return err == nil && len(c.Groups) == 2 && c.Groups[0].Available && c.Groups[1].Available
+	})
+	if _, err := admin.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 2)
+	sub, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", func(_ context.Context, msg *qmq.Message) error {
+		if msg.ID() == "via-g2" {
+			proxy.SetLatency(20 * time.Second) // its ack, and everything else to g2, hangs from now on
+		}
+		handled <- msg.ID()
+		return nil
+	}, qmq.WithPullWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	sendTo := func(n *server.Node, id string) {
+		conn, err := transport.Dial(ctx, n.ClientAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		req := &transport.SendRequest{Messages: []*logs.Message{{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("x")}}}
+		if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendTo(g2, "via-g2")
+	if id := <-handled; id != "via-g2" {
+		t.Fatalf("handled %s", id)
+	}
+	sendTo(g1, "via-g1")
+	if id := <-handled; id != "via-g1" {
+		t.Fatalf("handled %s", id)
+	}
+	await.True(t, 5*time.Second, "g1's ack to land while g2's hangs", func() bool {
+		_, unacked := drained(g1, "orders")
+		return unacked == 0
+	})
+	proxy.SetLatency(0) // let g2's ack land, so the subscription stops at once
+	proxy.Refuse(func(string) bool { return true })
+	proxy.Refuse(nil)
+	await.True(t, 10*time.Second, "g2's ack to land once g2 answers", func() bool {
+		_, unacked := drained(g2, "orders")
+		return unacked == 0
+	})
+}

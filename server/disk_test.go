@@ -186,7 +186,7 @@ func TestProducerMovesAwayFromAFullDisk(t *testing.T) {
 // A refusal does not say a message is stored nowhere while an earlier send
 // of it is still being stored: it answers that one UNAVAILABLE (try
 // again), and refuses only the others. Here the earlier send waits for
-// disk space to be applied; once applied, its retry is a duplicate.
+// disk space to be applied; once applied, it succeeds.
 func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 	d := newFakeDisk()
 	n := startNode(t, "n1", true, func(c *Config) { c.MinFreeDisk, c.FSM.DiskFree = 1<<20, d.probe })
@@ -201,17 +201,13 @@ func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 	}
 	defer conn.Close()
 	d.free.Store(n.cfg.FSM.DiskReserve / 2) // above the send floor, too little to apply
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if err := sendOne(short, conn, "a"); transport.CodeOf(err) != transport.Timeout {
-		t.Fatalf("a send whose entry cannot be applied: %v", err)
-	}
-	cancel()
-	d.free.Store(0) // under the send floor too
-	probes := 0
-	waitFor(t, 5*time.Second, "sends refused", func() bool {
-		probes++
-		return transport.CodeOf(sendOne(ctx, conn, fmt.Sprint("probe-", probes))) == transport.DiskFull
+	earlier := make(chan error, 1)
+	go func() { earlier <- sendOne(ctx, clientOf(t, n.ClientAddr()), "a") }()
+	waitFor(t, 10*time.Second, "the earlier send queued", func() bool {
+		return n.batcher.queued([]*logs.Message{{ID: "a"}})[0]
 	})
+	d.free.Store(0) // under the send floor too
+	waitFor(t, 5*time.Second, "the leader to see its disk full", func() bool { full, _ := n.disk.full(); return full })
 	req := &transport.SendRequest{Messages: []*logs.Message{
 		{ID: "a", Subject: "s", CreatedAt: 1, Body: []byte("x")}, {ID: "b", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
@@ -225,10 +221,9 @@ func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 		t.Fatalf("a refused send of a message being stored and a new one: %+v, %v", resp, err)
 	}
 	d.free.Store(1 << 40)
-	waitFor(t, 10*time.Second, "the earlier send applied", func() bool {
-		held, err := n.fsm.Holds([]string{"a"})
-		return err == nil && held[0]
-	})
+	if err := <-earlier; err != nil {
+		t.Fatalf("the earlier send, once the disk had room: %v", err)
+	}
 	if err := sendOne(ctx, conn, "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -32,11 +32,14 @@ type Proxy struct {
 type proxied struct {
 	srcIP          string
 	client, server net.Conn
+	cut            chan struct{} // closed by close: a chunk held by the latency is dropped at once
+	once           sync.Once
 }
 
 func (p *proxied) close() {
 	p.client.Close()
 	p.server.Close()
+	p.once.Do(func() { close(p.cut) })
 }
 
 // New listens on listen and forwards to target.
@@ -142,7 +145,7 @@ func (p *Proxy) forward(client net.Conn, src string) {
 		client.Close()
 		return
 	}
-	c := &proxied{srcIP: src, client: client, server: server}
+	c := &proxied{srcIP: src, client: client, server: server, cut: make(chan struct{})}
 	p.mu.Lock()
 	if p.closed || (p.refuse != nil && p.refuse(src)) {
 		p.mu.Unlock()
@@ -153,8 +156,8 @@ func (p *Proxy) forward(client net.Conn, src string) {
 	p.mu.Unlock()
 	var both sync.WaitGroup
 	both.Add(2)
-	go func() { defer both.Done(); p.pipe(server, client, src, true); c.close() }()
-	go func() { defer both.Done(); p.pipe(client, server, src, false); c.close() }()
+	go func() { defer both.Done(); p.pipe(c, server, client, true); c.close() }()
+	go func() { defer both.Done(); p.pipe(c, client, server, false); c.close() }()
 	both.Wait()
 	p.mu.Lock()
 	delete(p.conns, c)
@@ -164,7 +167,8 @@ func (p *Proxy) forward(client net.Conn, src string) {
 // pipe copies src to dst, chunk by chunk, each after the current latency,
 // or discards the chunks while that direction is dropped for srcIP (the
 // connection's client); toTarget says which direction this is.
-func (p *Proxy) pipe(dst, src net.Conn, srcIP string, toTarget bool) {
+func (p *Proxy) pipe(c *proxied, dst, src net.Conn, toTarget bool) {
+	srcIP := c.srcIP
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -178,7 +182,11 @@ func (p *Proxy) pipe(dst, src net.Conn, srcIP string, toTarget bool) {
 			dropped := drop != nil && drop(srcIP)
 			p.mu.Unlock()
 			if d > 0 {
-				time.Sleep(d)
+				select {
+				case <-time.After(d):
+				case <-c.cut:
+					return
+				}
 			}
 			if dropped {
 				p.mu.Lock()

@@ -118,9 +118,57 @@ func (a *Admin) Subjects(ctx context.Context) ([]Route, error) {
 
 // Assign adds broker groups to subject's route: the named ones, or, with
 // count > 0, as many as it takes (chosen by load) to reach count groups.
+//
+// The subject's consumer groups are then set up in the broker groups it
+// added, with the settings the earlier broker groups hold (an operator's
+// `group set` reached only those), at the earliest message: everything a
+// new broker group stores came after they existed.
 func (a *Admin) Assign(ctx context.Context, subject string, groups []string, count int) (*Route, error) {
+	before, err := a.Route(ctx, subject)
+	if err != nil {
+		before = nil // a subject with no route yet has no consumer groups
+	}
 	var r Route
-	return &r, a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, Groups: groups, Count: count}, &r)
+	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, Groups: groups, Count: count}, &r); err != nil {
+		return &r, err
+	}
+	if err := a.carrySettings(ctx, before, &r); err != nil {
+		return &r, fmt.Errorf("qmq: %s assigned to %d broker groups, but its consumer groups' settings did not all reach the new ones (set them again with SetConsumerGroup): %w",
+			subject, len(r.Groups), err)
+	}
+	return &r, nil
+}
+
+// carrySettings sets each consumer group of after, as an earlier broker
+// group of before holds it, in the broker groups after adds.
+func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
+	if before == nil || len(after.Groups) == len(before.Groups) {
+		return nil
+	}
+	old := map[string]bool{}
+	for _, g := range before.Groups {
+		old[g.Name] = true
+	}
+	for _, group := range after.ConsumerGroups {
+		v, err := a.ConsumerGroup(ctx, after.Subject, group)
+		if errors.Is(err, ErrNoConsumerGroup) {
+			continue // recorded, but no broker group holds it: nothing to carry
+		}
+		if v == nil {
+			return err
+		}
+		i := slices.IndexFunc(v.BrokerGroups, func(g ConsumerGroupInfo) bool { return old[g.BrokerGroup] })
+		if i < 0 {
+			continue // no earlier broker group knows it: nothing to carry
+		}
+		s := v.BrokerGroups[i].Settings
+		ch := ConsumerGroupChanges{MaxDeliveries: &s.MaxDeliveries, RetryFirst: &s.RetryFirst, RetryMax: &s.RetryMax,
+			AckWait: &s.AckWait, MaxInFlight: &s.MaxInFlight, IdleExpiry: &s.IdleExpiry, Start: transport.StartEarliest}
+		if _, err := a.SetConsumerGroup(ctx, after.Subject, group, ch); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetWritable drains a broker group (false: producers stop sending to it,

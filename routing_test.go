@@ -684,3 +684,31 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 		return unacked == 0
 	})
 }
+
+// TestAssignCarriesGroupSettings: a broker group added to a subject's
+// route gets the settings an operator gave its consumer groups in the
+// earlier ones. (It gave them the defaults.)
+func TestAssignCarriesGroupSettings(t *testing.T) {
+	_, _, admin := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := admin.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ackWait, deliveries := 7*time.Second, uint32(3)
+	if _, err := admin.SetConsumerGroup(ctx, "orders", "billing", qmq.ConsumerGroupChanges{AckWait: &ackWait, MaxDeliveries: &deliveries}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Assign(ctx, "orders", []string{"g2"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	v, err := admin.ConsumerGroup(ctx, "orders", "billing")
+	if err != nil || len(v.BrokerGroups) != 2 || v.SettingsDiffer {
+		t.Fatalf("after g2 joined: %+v, %v; want billing in both broker groups, with the same settings", v, err)
+	}
+	for _, g := range v.BrokerGroups {
+		if g.Settings.AckWait != ackWait || g.Settings.MaxDeliveries != deliveries || g.Cursor != 0 {
+			t.Errorf("broker group %s: %+v at cursor %d, want ack wait 7s, 3 deliveries, at the start", g.BrokerGroup, g.Settings, g.Cursor)
+		}
+	}
+}

@@ -279,3 +279,38 @@ func TestJoinRefusesNodesThatAreNotWhatTheyClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A node of a drained group refuses sends from its restart, before any
+// heartbeat reply says the group is drained: it keeps what the metaserver
+// last said. (It took sends until its first reply; here the metaserver is
+// down, and it took them all along.)
+func TestRestartedNodeOfADrainedGroupRefusesSends(t *testing.T) {
+	m := startMeta(t, "m1", true)
+	n := startMetaBroker(t, "g1", m)
+	waitLeader(t, n)
+	a := newAdmin(t, m.ClientAddr())
+	waitFor(t, 10*time.Second, "g1 registered", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	if err := a.SetWritable(ctxFor(t, 10*time.Second), "g1", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the node to hear it is drained", func() bool { return !n.writable.Load() })
+	cfg := n.cfg
+	n.Close()
+	m.Close() // no heartbeat reply from now on
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	waitLeader(t, r)
+	ctx := ctxFor(t, 10*time.Second)
+	conn, err := transport.Dial(ctx, r.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "after-restart", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); transport.CodeOf(err) != transport.ReadOnly {
+		t.Fatalf("a send to the restarted node of a drained group: %v, want READONLY", err)
+	}
+}

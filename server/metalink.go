@@ -24,7 +24,11 @@ func (n *Node) startMetaLink() error {
 	if len(n.cfg.Meta) == 0 {
 		return nil
 	}
-	var err error
+	writable, err := storedWritable(n.raftGroup.store.stable)
+	if err != nil {
+		return err
+	}
+	n.writable.Store(writable) // as the metaserver last said: see writable.go
 	if n.meta, err = n.dial.NewGroupClient(n.cfg.Meta); err != nil {
 		return err
 	}
@@ -130,6 +134,7 @@ func (n *Node) heartbeatMeta() bool {
 	}
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
+		n.keepWritable(reply.Writable)
 	}
 	n.compareAuth(reply.Auth)
 	if reply.Apps != nil && (reply.Auth || !n.cfg.Auth) {

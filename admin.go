@@ -162,10 +162,17 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 			continue // no earlier broker group knows it: nothing to carry
 		}
 		s := v.BrokerGroups[i].Settings
-		ch := ConsumerGroupChanges{MaxDeliveries: &s.MaxDeliveries, RetryFirst: &s.RetryFirst, RetryMax: &s.RetryMax,
-			AckWait: &s.AckWait, MaxInFlight: &s.MaxInFlight, IdleExpiry: &s.IdleExpiry, Start: transport.StartEarliest}
-		if _, err := a.SetConsumerGroup(ctx, after.Subject, group, ch); err != nil {
-			return err
+		req := transport.SetGroupRequest{Subject: after.Subject, Group: group, MaxDeliveries: &s.MaxDeliveries,
+			RetryFirst: &s.RetryFirst, RetryMax: &s.RetryMax, AckWait: &s.AckWait, MaxInFlight: &s.MaxInFlight,
+			IdleExpiry: &s.IdleExpiry, Start: transport.StartEarliest}
+		for _, g := range after.Groups {
+			if old[g.Name] {
+				continue // the earlier ones keep what they hold
+			}
+			var res transport.GroupResult
+			if err := a.brokerCall(ctx, g, transport.TypeSetGroup, req, &res); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

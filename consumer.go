@@ -151,7 +151,7 @@ func (s *Subscription) room() int {
 	if took := time.Duration(s.took.Load()); took > 0 {
 		capacity += int(min(int64(s.opts.workers)*int64(queueBudget/took), int64(limits.MaxPullMessages)))
 	}
-	return capacity - int(s.inHand.Load())
+	return capacity - int(s.inHand.Load()) - s.p.buffered()
 }
 
 func (s *Subscription) heartbeatLoop() {

@@ -613,6 +613,9 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 	for i, q := range qs {
 		req.Messages[i] = q.wire
 	}
+	for _, q := range qs {
+		q.maybeAt.CompareAndSwap(nil, &group) // under way: a caller giving up is told where it may be
+	}
 	actx, cancel := context.WithTimeout(ctx, recheckAfter)
 	leave := join(qs, cancel) // cancelled once no caller waits
 	body, err := p.r.group(group).Call(actx, transport.TypeSend, req.Encode())
@@ -640,6 +643,9 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 	for i, q := range qs {
 		switch {
 		case err != nil:
+			if ctx.Err() == nil {
+				q.refusedBy(group) // a broker's final answer: not stored
+			}
 			q.done(sendFailed(q, err))
 		case resp.Results[i].Status == transport.SendRejected:
 			if e := transport.ParseRejection(resp.Results[i].Error); e != nil && refusal(e) {
@@ -649,6 +655,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 				unknown = append(unknown, q)
 				continue
 			}
+			q.refusedBy(group)
 			q.done(rejection(q.msg.id, resp.Results[i].Error))
 		default:
 			q.msg.duplicate.Store(resp.Results[i].Status == transport.SendDuplicate)

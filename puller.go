@@ -33,6 +33,7 @@ type Puller struct {
 	buf      []*Message              // pulled, not yet returned
 	inflight int                     // pulls under way
 	changed  chan struct{}           // closed (and replaced) when a pull ends
+	turn     int                     // which groups a pull for fewer messages than groups asks first
 	// What registration found (register): whether the metaserver knew the
 	// consumer group before, the broker groups of the route then, and
 	// when it began.
@@ -141,8 +142,11 @@ func (p *Puller) register(ctx context.Context) error {
 	defer p.mu.Unlock()
 	var failed []error
 	for _, g := range groups {
-		if transport.CodeOf(g.err) == transport.UnknownType {
-			g.err = nil // a broker of an earlier release: its first pull registers
+		if c := transport.CodeOf(g.err); c == transport.UnknownType || c == transport.PermissionDenied {
+			// A broker of an earlier release: its first pull registers. (Its
+			// guard counts the type an admin's: the route lookup checked
+			// the application's right to consume already.)
+			g.err = nil
 			continue
 		}
 		if g.joined {
@@ -273,6 +277,13 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 			idle = append(idle, g)
 		}
 	}
+	if len(idle) > limit {
+		// Fewer messages wanted than groups to pull from: as many groups,
+		// taken in turn, so that no more than limit arrive.
+		p.turn++
+		start := p.turn % len(idle)
+		idle = append(idle[start:], idle[:start]...)[:limit]
+	}
 	share := (limit + len(idle) - 1) / max(len(idle), 1)
 	for _, g := range idle {
 		g.busy = true
@@ -299,6 +310,13 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// buffered returns how many messages were pulled and not yet returned.
+func (p *Puller) buffered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.buf)
 }
 
 // failures returns an error if the last pull from every group failed.

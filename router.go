@@ -21,11 +21,12 @@ const DefaultServer = "127.0.0.1:6222"
 // transport.Code for the codes and which are retriable.
 type Error = transport.Error
 
-// ErrUnreachable means a client that has never reached any node at its
-// addresses gave up after about two seconds: the address is wrong, or no
-// qmqd runs there ("qmq: cannot reach 127.0.0.1:6999: connection refused:
-// is qmqd running?"). A client that has reached a node once rides out any
-// outage until its context ends.
+// ErrUnreachable means a client that has never reached any node at the
+// addresses it was given gave up after about two seconds: the address is
+// wrong, or no qmqd runs there ("qmq: cannot reach 127.0.0.1:6999:
+// connection refused: is qmqd running?"). A client that has reached a node
+// once rides out any outage until its context ends, and so do its
+// connections to the broker groups a route names.
 var ErrUnreachable = transport.ErrUnreachable
 
 // routeTTL is how long a route is used before it is asked for again; a
@@ -173,6 +174,7 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 		if err != nil {
 			return nil, fmt.Errorf("qmq: route of %s: group %s: %w", subject, g.Name, err)
 		}
+		c.KeepTrying() // a route's group that is down comes back: wait for it
 		c.SetServers(g.Servers, g.Leader)
 		r.groups[g.Name] = c
 	}

@@ -54,19 +54,17 @@ func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte,
 		b.n.sendGate.RUnlock()
 		return nil, &refusedSend{refusal}
 	}
-	b.hold(call)
+	b.hold(call) // checked and recorded under the gate; the wait for the queue is not
+	b.n.sendGate.RUnlock()
 	select {
 	case b.in <- call:
 	case <-ctx.Done():
 		b.let(call)
-		b.n.sendGate.RUnlock()
 		return nil, transport.Errorf(transport.Timeout, "queueing send: %v", ctx.Err())
 	case <-b.n.ctx.Done():
 		b.let(call)
-		b.n.sendGate.RUnlock()
 		return nil, transport.Errorf(transport.Unavailable, "node is shutting down")
 	}
-	b.n.sendGate.RUnlock()
 	select {
 	case out := <-call.done:
 		return out.results, out.err

@@ -87,11 +87,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, n.notLeader()
 	}
 	if refusal := n.sendRefusal(); refusal != nil {
-		results, err := n.refuseSend(ctx, req.Messages, refusal)
-		if err != nil {
-			return nil, err
-		}
-		return (&transport.SendResponse{Results: results}).Encode(), nil
+		return n.refuseChecked(ctx, req.Messages, refusal)
 	}
 	if err := n.clockReady(ctx); err != nil {
 		return nil, err

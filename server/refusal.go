@@ -25,8 +25,9 @@ import (
 //     group again with a message whose id it chose (once applied, the
 //     state holds it);
 //   - the state machine, once it has applied what earlier terms committed
-//     (appliedTerm): a message it holds within the dedup window is
-//     answered as a duplicate.
+//     (appliedTerm), while a quorum still takes this node for leader (a
+//     deposed one knows nothing of what the next stores): a message it
+//     holds within the dedup window is answered as a duplicate.
 //
 // The others are refused, and a producer moves them safely: nothing
 // admitted before the refusal can store them, and nothing after it is.
@@ -50,6 +51,34 @@ type refusedSend struct{ refusal error }
 
 func (e *refusedSend) Error() string { return e.refusal.Error() }
 
+// refuseChecked answers a send refused for refusal: messages the
+// application may not send are rejected as such first, so that a refusal
+// tells nobody whether the group holds a message they could not send.
+func (n *Node) refuseChecked(ctx context.Context, msgs []*logs.Message, refusal error) ([]byte, error) {
+	acc := accessOf(ctx)
+	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(msgs))}
+	var allowed []*logs.Message
+	var at []int
+	for i, m := range msgs {
+		if err := acc.send(m.Subject); err != nil {
+			resp.Results[i] = transport.SendResult{Status: transport.SendRejected, Error: transport.RejectionText(err)}
+			continue
+		}
+		allowed, at = append(allowed, m), append(at, i)
+	}
+	if len(allowed) == 0 {
+		return resp.Encode(), nil
+	}
+	results, err := n.refuseSend(ctx, allowed, refusal)
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range results {
+		resp.Results[at[j]] = r
+	}
+	return resp.Encode(), nil
+}
+
 // refuseSend answers msgs, refused for refusal: an error (refusal itself
 // when the group holds none of them; a retriable one when it cannot tell
 // yet), or their results: a duplicate for each it holds, the refusal for
@@ -63,6 +92,12 @@ func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error
 	}
 	n.sendGate.Lock() // every send admitted before is recorded as queued
 	n.sendGate.Unlock()
+	// A deposed leader that has not noticed yet knows nothing of what the
+	// new one stores: it must not say a message is stored nowhere. (Asking
+	// the voters proposes nothing.)
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, n.raftError(err)
+	}
 	queued := n.batcher.queued(msgs)
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {

@@ -24,6 +24,7 @@ type GroupClient struct {
 	dial    Dialer
 	servers []string
 	reached atomic.Bool // a connection to one of its nodes has been made
+	patient atomic.Bool // never reports ErrUnreachable (KeepTrying)
 
 	mu     sync.Mutex
 	conns  map[string]*Conn
@@ -78,8 +79,14 @@ var ErrUnreachable = errors.New("cannot reach")
 
 // unreachableAfter is how long a client that has never reached any node
 // of a group tries before it reports ErrUnreachable. Once it has reached
-// one, it rides out any outage until its context ends.
+// one, or for addresses a route gave (KeepTrying), it rides out any
+// outage until its context ends.
 const unreachableAfter = 2 * time.Second
+
+// KeepTrying makes c try until each call's context ends even if it never
+// reached a node: for addresses a route gave (a group that is down for a
+// while), not a user (a wrong address).
+func (c *GroupClient) KeepTrying() { c.patient.Store(true) }
 
 // Servers returns the addresses the client tries when it knows no leader.
 func (c *GroupClient) Servers() []string {
@@ -194,7 +201,7 @@ func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte,
 		if !errors.As(err, &e) {
 			return nil, err
 		}
-		if conn == nil && !c.reached.Load() && time.Since(start) >= unreachableAfter {
+		if conn == nil && !c.reached.Load() && !c.patient.Load() && time.Since(start) >= unreachableAfter {
 			// Never connected: a wrong address, or no server running.
 			_, cause, _ := strings.Cut(e.Message, ": dial tcp "+addr+": ")
 			if cause == "" {

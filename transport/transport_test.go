@@ -355,6 +355,19 @@ func TestUnreachableIsReportedFast(t *testing.T) {
 	if took > 5*unreachableAfter { // it used to try until the context ended
 		t.Errorf("reported after %s, want about %s", took, unreachableAfter)
 	}
+	// A client of addresses a route gave keeps trying until its context
+	// ends: a group that is down comes back.
+	routed, err := Dialer{}.NewGroupClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer routed.Close()
+	routed.KeepTrying()
+	short, cancelShort := context.WithTimeout(ctx, 2*unreachableAfter)
+	defer cancelShort()
+	if _, err := routed.Call(short, TypeStatus, nil); errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a routed client: %v, want it to try until its context ended", err)
+	}
 	for _, bad := range []string{"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:http", "a:b:1"} {
 		if _, err := (Dialer{}).NewGroupClient([]string{bad}); err == nil || !strings.Contains(err.Error(), "malformed server address") {
 			t.Errorf("address %q: %v, want it refused as malformed", bad, err)

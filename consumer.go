@@ -151,7 +151,10 @@ func (s *Subscription) room() int {
 	if took := time.Duration(s.took.Load()); took > 0 {
 		capacity += int(min(int64(s.opts.workers)*int64(queueBudget/took), int64(limits.MaxPullMessages)))
 	}
-	return capacity - int(s.inHand.Load()) - s.p.buffered()
+	// What the Puller holds pulled and not yet returned is not counted: a
+	// Pull returns it before it fetches more, and counting it could leave
+	// the subscription waiting for workers to free room it never frees.
+	return capacity - int(s.inHand.Load())
 }
 
 func (s *Subscription) heartbeatLoop() {

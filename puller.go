@@ -312,13 +312,6 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	}
 }
 
-// buffered returns how many messages were pulled and not yet returned.
-func (p *Puller) buffered() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.buf)
-}
-
 // failures returns an error if the last pull from every group failed.
 func failures(groups []*groupPuller) error {
 	var errs []error

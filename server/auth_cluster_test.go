@@ -716,3 +716,35 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 		t.Fatalf("a Hello once the metaserver checks: %v", err)
 	}
 }
+
+// A drained group's refusal tells an application nothing about messages
+// of subjects it may not send to: those are refused for the right first,
+// never answered as duplicates of what the group holds.
+func TestRefusalChecksTheRightToSendFirst(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(qmq.AppSpec{Code: "billing", Send: []string{"invoices"}})
+	c.create(qmq.AppSpec{Code: "ops", Send: []string{"orders"}})
+	ctx := ctxFor(t, 60*time.Second)
+	leader := c.leaderHolding(t)
+	ops, billing := c.dialAs(t, ctx, leader, "ops"), c.dialAs(t, ctx, leader, "billing")
+	send := func(conn *transport.Conn, subject string) (*transport.SendResponse, error) {
+		req := &transport.SendRequest{Messages: []*logs.Message{{ID: "order-1", Subject: subject, CreatedAt: 1, Body: []byte("x")}}}
+		body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+		if err != nil {
+			return nil, err
+		}
+		return transport.DecodeSendResponse(body)
+	}
+	if _, err := send(ops, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	leader.writable.Store(false) // drained
+	resp, err := send(billing, "orders")
+	if err != nil || len(resp.Results) != 1 || resp.Results[0].Status != transport.SendRejected ||
+		transport.CodeOf(transport.ParseRejection(resp.Results[0].Error)) != transport.PermissionDenied {
+		t.Fatalf("billing's send of a subject it may not send to, to a drained group holding the id: %+v, %v; want PERMISSION_DENIED", resp, err)
+	}
+	if resp, err := send(ops, "orders"); err != nil || resp.Results[0].Status != transport.SendDuplicate {
+		t.Fatalf("ops's own resend to the drained group: %+v, %v; want a duplicate", resp, err)
+	}
+}

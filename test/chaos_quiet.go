@@ -214,33 +214,44 @@ func (ch *Chaos) awaitQuiet(c *Cluster, cut time.Time) uint64 {
 	return applied
 }
 
-// transferQuietly hands group c's leadership from its leader from to
-// node to, through from's client port behind its proxy (which may refuse
-// clients), and waits until to leads.
+// transferQuietly hands group c's leadership to node to, from whichever
+// node leads (from, unless an election moved it meanwhile: the cut and a
+// loaded host can cost a leader its quorum), through the leader's own
+// client port, not its proxy (which may refuse clients), and waits until
+// to leads. A group that elected to by itself is left as it is.
 func (ch *Chaos) transferQuietly(c *Cluster, from, to *Node) {
-	_, term := ch.leader(c)
-	gc, err := c.Security().Dialer().NewGroupClient([]string{from.ClientBind})
-	if err != nil {
-		ch.t.Fatalf("transfer in %s: %v", c.Group, err)
-	}
-	defer gc.Close()
-	body, _ := json.Marshal(transport.TransferRequest{ID: to.ID})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	_, err = gc.Call(ctx, transport.TypeTransfer, body)
-	cancel()
-	if err != nil {
-		ch.t.Fatalf("transferring %s's leadership from %s to %s: %v", c.Group, from.ID, to.ID, err)
-	}
-	c.WaitFor(30*time.Second, to.ID+" leads "+c.Group, func() error {
-		st, err := to.Status()
+	var err error
+	for try := 1; try <= 3; try++ {
+		l, term := ch.leader(c)
+		if l == to {
+			return
+		}
+		from = l
+		gc, gerr := c.Security().Dialer().NewGroupClient([]string{from.ClientBind})
+		if gerr != nil {
+			ch.t.Fatalf("transfer in %s: %v", c.Group, gerr)
+		}
+		body, _ := json.Marshal(transport.TransferRequest{ID: to.ID})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = gc.Call(ctx, transport.TypeTransfer, body)
+		cancel()
+		gc.Close()
 		if err != nil {
-			return err
+			continue // the leader changed under the request, say: look again
 		}
-		if st.State != "Leader" || st.Term <= term {
-			return fmt.Errorf("%s: %s in term %d", to.ID, st.State, st.Term)
-		}
-		return nil
-	})
+		c.WaitFor(30*time.Second, to.ID+" leads "+c.Group, func() error {
+			st, err := to.Status()
+			if err != nil {
+				return err
+			}
+			if st.State != "Leader" || st.Term <= term {
+				return fmt.Errorf("%s: %s in term %d", to.ID, st.State, st.Term)
+			}
+			return nil
+		})
+		return
+	}
+	ch.t.Fatalf("transferring %s's leadership from %s to %s: %v", c.Group, from.ID, to.ID, err)
 }
 
 // setWritable drains broker group c at the metaserver (false) or opens it

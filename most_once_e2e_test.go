@@ -10,10 +10,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/netproxy"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
-	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -76,13 +73,7 @@ func TestAtMostOnceDeliversABacklogLargerThanAReply(t *testing.T) {
 // pull cut short by the drain lost it with nothing failing. (The drain
 // gave pulls the pull wait and a second.)
 func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
-	real := testcluster.Addr(t)
-	proxy, err := netproxy.New("127.0.0.1:0", real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	n := testcluster.Broker(t, func(c *server.Config) { c.ClientAddr, c.AdvertiseAddr = real, proxy.Addr() })
+	n, proxy, real := proxiedBroker(t, nil)
 	got := make(chan string, 1)
 	s, err := qmq.Subscribe(proxy.Addr(), "jobs", "g", func(_ context.Context, m *qmq.Message) error {
 		got <- m.ID()

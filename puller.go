@@ -344,15 +344,9 @@ func (p *Puller) takeLocked(limit int) []*Message {
 func (p *Puller) drain(ctx context.Context) []*Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.inflight > 0 {
-		changed := p.changed
-		p.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			p.cancel() // what a stopped pull took comes again after the session expires
-		}
-		p.mu.Lock()
+	if p.awaitPullsLocked(ctx); p.inflight > 0 {
+		p.cancel() // what a stopped pull took comes again after the session expires
+		p.awaitPullsLocked(context.Background())
 	}
 	out := p.buf
 	p.buf = nil

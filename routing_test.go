@@ -96,6 +96,37 @@ func sendAll(t *testing.T, p *qmq.Producer, subject string, n int) map[string]bo
 	return ids
 }
 
+// proxiedBroker starts a one-node broker group, tweaked first by tweak
+// (nil for none), whose clients reach it through a proxy: the address it
+// advertises. It returns the node, the proxy and the node's own client
+// address, past the proxy.
+func proxiedBroker(t *testing.T, tweak func(*server.Config)) (*server.Node, *netproxy.Proxy, string) {
+	t.Helper()
+	own := testcluster.Addr(t)
+	proxy, err := netproxy.New("127.0.0.1:0", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	n := testcluster.Broker(t, func(c *server.Config) {
+		if tweak != nil {
+			tweak(c)
+		}
+		c.ClientAddr, c.AdvertiseAddr = own, proxy.Addr()
+	})
+	return n, proxy, own
+}
+
+// idWonBy returns the first id PREFIX-N that rendezvous hashing gives to
+// group among groups.
+func idWonBy(prefix, group string, groups ...string) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("%s-%d", prefix, i); qmq.PickFor(id, groups...) == group {
+			return id
+		}
+	}
+}
+
 // refuses reports whether the broker at conn refuses a send as drained,
 // probing with a new id each time (a drained group answers a duplicate of
 // a message it stored, and the first probes may be stored).
@@ -270,16 +301,7 @@ func TestSendsGoOnWhileTheMetaserverIsDown(t *testing.T) {
 // moved to the other group before, and the caller saw success.)
 func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	m := testcluster.Meta(t, nil)
-	g1Addr := testcluster.Addr(t)
-	proxy, err := netproxy.New("127.0.0.1:0", g1Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	g1 := testcluster.Broker(t, func(c *server.Config) {
-		testcluster.Registered("g1", m.ClientAddr())(c)
-		c.ClientAddr, c.AdvertiseAddr = g1Addr, proxy.Addr() // clients reach g1 through the proxy
-	})
+	g1, proxy, g1Addr := proxiedBroker(t, testcluster.Registered("g1", m.ClientAddr())) // clients reach g1 through the proxy
 	g2 := testcluster.Broker(t, testcluster.Registered("g2", m.ClientAddr()))
 	admin, err := qmq.NewAdmin(m.ClientAddr())
 	if err != nil {
@@ -298,12 +320,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	}
 	defer p.Close()
 	sendAll(t, p, "orders", 20) // the route of orders names both groups
-	id := ""
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
-			id = c
-		}
-	}
+	id := idWonBy("order", "g1", "g1", "g2")
 	holds := func(n *server.Node) bool {
 		held, err := n.FSM().Holds([]string{id})
 		return err == nil && held[0]
@@ -345,16 +362,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 // moved, and was stored in both.)
 func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 	m := testcluster.Meta(t, func(c *server.MetaConfig) { c.GroupTimeout = time.Second })
-	g1Addr := testcluster.Addr(t)
-	proxy, err := netproxy.New("127.0.0.1:0", g1Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	g1 := testcluster.Broker(t, func(c *server.Config) {
-		testcluster.Registered("g1", m.ClientAddr())(c)
-		c.ClientAddr, c.AdvertiseAddr = g1Addr, proxy.Addr()
-	})
+	g1, proxy, _ := proxiedBroker(t, testcluster.Registered("g1", m.ClientAddr()))
 	g2 := testcluster.Broker(t, testcluster.Registered("g2", m.ClientAddr()))
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
@@ -362,12 +370,7 @@ func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 	}
 	defer p.Close()
 	sendAll(t, p, "orders", 20)
-	id := ""
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
-			id = c
-		}
-	}
+	id := idWonBy("order", "g1", "g1", "g2")
 	proxy.Drop(func(string) bool { return true }, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
 	defer cancel()
@@ -405,12 +408,7 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 	}
 	defer first.Close()
 	sendAll(t, first, "orders", 20) // the route of orders names both groups
-	id := ""
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("order-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
-			id = c
-		}
-	}
+	id := idWonBy("order", "g1", "g1", "g2")
 	msg := first.GenerateMessage("orders")
 	msg.SetID(id)
 	if err := first.SendMessage(ctx, msg); err != nil || msg.Duplicate() {
@@ -439,12 +437,7 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 		t.Fatalf("the resend is stored in g2 (%v)", err)
 	}
 	// A new id that g1 wins goes to g2 now, after g1 refused it.
-	fresh := ""
-	for i := 0; fresh == ""; i++ {
-		if c := fmt.Sprintf("fresh-%d", i); qmq.PickFor(c, "g1", "g2") == "g1" {
-			fresh = c
-		}
-	}
+	fresh := idWonBy("fresh", "g1", "g1", "g2")
 	m2 := second.GenerateMessage("orders")
 	m2.SetID(fresh)
 	if err := second.SendMessage(ctx, m2); err != nil || m2.Duplicate() {
@@ -460,13 +453,7 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 // was told it failed. (The producer went on trying until its send
 // timeout and stored it once the broker could be reached.)
 func TestCancelledSendIsNotRetried(t *testing.T) {
-	real := testcluster.Addr(t)
-	proxy, err := netproxy.New("127.0.0.1:0", real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	n := testcluster.Broker(t, func(c *server.Config) { c.ClientAddr, c.AdvertiseAddr = real, proxy.Addr() })
+	n, proxy, _ := proxiedBroker(t, nil)
 	p, err := qmq.NewProducer(proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -616,17 +603,8 @@ func TestRestartedConsumerGetsWhatARouteAddedGroupHeld(t *testing.T) {
 // (Every flush waited for all the broker groups' acks, up to 30 s.)
 func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 	m := testcluster.Meta(t, nil)
-	g2Addr := testcluster.Addr(t)
-	proxy, err := netproxy.New("127.0.0.1:0", g2Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	g1 := testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
-	g2 := testcluster.Broker(t, func(c *server.Config) {
-		testcluster.Registered("g2", m.ClientAddr())(c)
-		c.ClientAddr, c.AdvertiseAddr = g2Addr, proxy.Addr()
-	})
+	g2, proxy, _ := proxiedBroker(t, testcluster.Registered("g2", m.ClientAddr()))
 	admin, err := qmq.NewAdmin(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)

@@ -263,7 +263,8 @@ func (f *FSM) Backlog() int64 {
 // an Append applied now would find it: a leader refusing a send tells a
 // retry of a stored message it is a duplicate, and the sender that the
 // others were stored nowhere here (see server.refuseSend). It waits for a
-// batch being applied; an error reading the logs is returned.
+// batch being applied; an error reading or flushing the logs is returned,
+// and stops the replica, as apply's own flush failing would.
 func (f *FSM) Holds(ids []string) (held []bool, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -281,6 +282,9 @@ func (f *FSM) Holds(ids []string) (held []bool, err error) {
 			if !ok {
 				panic(r)
 			}
+			// A flush of what apply wrote failed: the replica stops, as
+			// apply's own would have.
+			f.stopApplying(sf.err, true)
 			held, err = nil, sf.err
 		}
 	}()

@@ -170,16 +170,7 @@ func (n *Node) handlePull(ctx context.Context, p []byte) ([]byte, error) {
 	if req.Max <= 0 {
 		return nil, transport.Errorf(transport.Invalid, "pull of %d messages", req.Max)
 	}
-	id, err := n.consumerRequest(ctx, transport.TypePull, req.Subject, req.Group, req.Consumer)
-	if err != nil {
-		return nil, err
-	}
-	cmd := pullCommand(req)
-	cmd.App, cmd.MaxConsumers = accessOf(ctx).consumerQuota()
-	if err := fsm.CheckPull(cmd); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
-	}
-	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	id, cmd, created, err := n.pullFor(ctx, transport.TypePull, req)
 	if err != nil {
 		return nil, err
 	}
@@ -279,17 +270,8 @@ func (n *Node) handleRegisterConsumer(ctx context.Context, p []byte) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	id, err := n.consumerRequest(ctx, transport.TypeRegisterConsumer, req.Subject, req.Group, req.Consumer)
-	if err != nil {
-		return nil, err
-	}
 	req.Max = 1
-	cmd := pullCommand(req)
-	cmd.App, cmd.MaxConsumers = accessOf(ctx).consumerQuota()
-	if err := fsm.CheckPull(cmd); err != nil {
-		return nil, transport.Errorf(transport.Invalid, "%v", err)
-	}
-	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	id, cmd, created, err := n.pullFor(ctx, transport.TypeRegisterConsumer, req)
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +291,27 @@ func (n *Node) handleRegisterConsumer(ctx context.Context, p []byte) ([]byte, er
 		return n.pulledMessages(ctx, req, id, res, 0)
 	}
 	return (&transport.PullResponse{Epoch: res.Epoch, Version: req.Version}).Encode(), nil
+}
+
+// pullFor checks a consumer's request of type t (a pull, a registration)
+// and returns its consumer, its command (its application and limit of
+// consumers set) and, once the group is recorded with the metaserver, the
+// function to call when the command has applied or failed (recordNewGroup).
+func (n *Node) pullFor(ctx context.Context, t transport.Type, req *transport.PullRequest) (fsm.ConsumerID, *fsm.Pull, func(), error) {
+	id, err := n.consumerRequest(ctx, t, req.Subject, req.Group, req.Consumer)
+	if err != nil {
+		return id, nil, nil, err
+	}
+	cmd := pullCommand(req)
+	cmd.App, cmd.MaxConsumers = accessOf(ctx).consumerQuota()
+	if err := fsm.CheckPull(cmd); err != nil {
+		return id, nil, nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	if err != nil {
+		return id, nil, nil, err
+	}
+	return id, cmd, created, nil
 }
 
 // pullCommand is the state machine's command for a pull request; Now is

@@ -125,8 +125,11 @@ func (a *Admin) Subjects(ctx context.Context) ([]Route, error) {
 // new broker group stores came after they existed.
 func (a *Admin) Assign(ctx context.Context, subject string, groups []string, count int) (*Route, error) {
 	before, err := a.Route(ctx, subject)
-	if err != nil {
-		before = nil // a subject with no route yet has no consumer groups
+	switch {
+	case transport.CodeOf(err) == transport.Invalid:
+		before = nil // a subject with no route yet has no consumer groups (a bad name is refused below)
+	case err != nil:
+		return nil, err
 	}
 	var r Route
 	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, Groups: groups, Count: count}, &r); err != nil {

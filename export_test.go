@@ -14,6 +14,10 @@ func SetRouteTTL(p *Producer, d time.Duration) { p.r.setTTL(d) }
 // before asking again: tests see a route change at once.
 func SetSubscriptionRouteTTL(s *Subscription, d time.Duration) { s.p.r.setTTL(d) }
 
+// BeforeRequest makes p run fn as each request to a broker group is about
+// to be made.
+func BeforeRequest(p *Producer, fn func(group string)) { p.beforeRequest = fn }
+
 // SetCloseTimeout sets how long Close lets s drain: tests shorten it.
 func SetCloseTimeout(s *Subscription, d time.Duration) { s.closeTimeout = d }
 

@@ -121,6 +121,10 @@ type Producer struct {
 
 	mu     sync.RWMutex // enqueue holds it shared; Close exclusively
 	closed bool
+
+	// beforeRequest, set by tests, runs as a request to a broker group is
+	// about to be made.
+	beforeRequest func(group string)
 }
 
 // pending is one message waiting for its batch.
@@ -465,8 +469,10 @@ func (p *Producer) deliver(ctx context.Context, msgs []*pending) {
 						p.refreshRoutes(ctx, refused)
 					}
 					move = refused
-					// A refusing group still storing an earlier send: one
-					// whose id was chosen waits for it, the others move on.
+					// A refusing group still storing an earlier send (one
+					// that cannot apply for want of disk may store it much
+					// later): one whose id was chosen waits for it, the
+					// others move on, and may be stored twice (at least once).
 					for _, q := range unknown {
 						q.maybeAt.Store(&g)
 						if q.msg.chosenID {
@@ -609,12 +615,29 @@ func subjectsOf(qs []*pending) iter.Seq[string] {
 // unknown those it could not tell about yet (an earlier send of them is
 // still being stored there); neither is reported.
 func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out outcome, refused, unknown []*pending) {
-	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
-	for i, q := range qs {
-		req.Messages[i] = q.wire
+	if p.beforeRequest != nil {
+		p.beforeRequest(group)
 	}
 	for _, q := range qs {
 		q.maybeAt.CompareAndSwap(nil, &group) // under way: a caller giving up is told where it may be
+	}
+	// A caller that gave up before the mark above was told the message
+	// was not sent: it must not be. (It gives up, then reads the mark; the
+	// mark is set, then its giving up read.)
+	live := qs[:0:0]
+	for _, q := range qs {
+		if q.abandoned.Load() {
+			q.done(sendFailed(q, context.Canceled))
+			continue
+		}
+		live = append(live, q)
+	}
+	if qs = live; len(qs) == 0 {
+		return reported, nil, nil
+	}
+	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
+	for i, q := range qs {
+		req.Messages[i] = q.wire
 	}
 	actx, cancel := context.WithTimeout(ctx, recheckAfter)
 	leave := join(qs, cancel) // cancelled once no caller waits
@@ -643,7 +666,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 	for i, q := range qs {
 		switch {
 		case err != nil:
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && notStored(err) {
 				q.refusedBy(group) // a broker's final answer: not stored
 			}
 			q.done(sendFailed(q, err))
@@ -663,6 +686,18 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 		}
 	}
 	return reported, refused, unknown
+}
+
+// notStored says whether err, the final answer to a send request, means
+// the broker stored none of it: it refused the request before proposing
+// it. Another (INTERNAL, an answer that does not decode) may come after
+// the request was stored.
+func notStored(err error) bool {
+	switch transport.CodeOf(err) {
+	case transport.Invalid, transport.TooLarge, transport.PermissionDenied, transport.Unauthenticated, transport.UnknownType:
+		return true
+	}
+	return false
 }
 
 // refusal says whether err is a broker group refusing sends (drained, or

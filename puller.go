@@ -2,6 +2,7 @@ package qmq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,10 +35,10 @@ type Puller struct {
 	inflight int                     // pulls under way
 	changed  chan struct{}           // closed (and replaced) when a pull ends
 	turn     int                     // which groups a pull for fewer messages than groups asks first
-	// What registration found (register): whether the metaserver knew the
-	// consumer group before, the broker groups of the route then, and
-	// when it began.
-	known      bool
+	// What registration found (register): whether a broker group held
+	// the consumer group already, the broker groups of the route then,
+	// and when it began.
+	existed    bool
 	initial    map[string]bool
 	registered time.Time
 }
@@ -55,6 +56,7 @@ type groupPuller struct {
 	start   transport.StartPosition
 	startAt time.Time
 	joined  bool // a pull has succeeded there: the group exists
+	empty   bool // the last pull there brought nothing
 }
 
 // NewPuller returns a Puller for subject as a consumer of group, for the
@@ -106,12 +108,15 @@ const registerTimeout = 10 * time.Second
 // register makes the consumer known in every broker group of the subject,
 // before NewPuller or Subscribe returns, so that a group starting at the
 // latest message gets everything sent after the call returns: it asks
-// for the route (the metaserver records the group), then registers the
-// consumer in each broker group at once (a pull that hands out nothing),
-// which creates the group there at its start position. It fails when the route cannot be
-// had or no broker group answers; a broker group that does not answer is
-// logged, and its first pull later starts a new group where the call
-// began (by this host's clock, less clockAllowance).
+// for the route (the metaserver records the group), asks each broker
+// group whether it holds the group already (a consumer group that exists
+// somewhere starts at the earliest where it does not: that broker group
+// joined the route since, or forgot it), then registers the consumer in
+// each broker group at once (a pull that hands out nothing), which
+// creates the group there at its start position. It fails when the route
+// cannot be had or no broker group answers; a broker group that does not
+// answer is logged, and its first pull later starts a new group where the
+// call began (by this host's clock, less clockAllowance).
 func (p *Puller) register(ctx context.Context) error {
 	p.mu.Lock()
 	p.registered = time.Now()
@@ -121,7 +126,7 @@ func (p *Puller) register(ctx context.Context) error {
 		return err
 	}
 	p.mu.Lock()
-	p.known, p.initial = rt.ConsumerKnown, map[string]bool{}
+	p.initial = map[string]bool{}
 	for _, g := range rt.Groups {
 		p.initial[g.Name] = true
 	}
@@ -129,6 +134,15 @@ func (p *Puller) register(ctx context.Context) error {
 	groups, err := p.brokerGroups(ctx)
 	if err != nil {
 		return err
+	}
+	if p.opts.start == transport.StartLatest && !p.opts.broadcast {
+		held := p.holders(ctx, groups)
+		p.mu.Lock()
+		p.existed = len(held) > 0
+		for _, g := range groups {
+			g.start = p.startIn(g.name)
+		}
+		p.mu.Unlock()
 	}
 	p.mu.Lock()
 	for _, g := range groups {
@@ -140,33 +154,74 @@ func (p *Puller) register(ctx context.Context) error {
 	}
 	p.awaitPullsLocked(ctx)
 	defer p.mu.Unlock()
-	var failed []error
+	var failed, declined []error
 	for _, g := range groups {
-		if c := transport.CodeOf(g.err); c == transport.UnknownType || c == transport.PermissionDenied {
-			// A broker of an earlier release: its first pull registers. (Its
-			// guard counts the type an admin's: the route lookup checked
-			// the application's right to consume already.)
-			g.err = nil
-			continue
-		}
 		if g.joined {
 			continue
 		}
-		failed = append(failed, g.err)
-		if p.opts.start == transport.StartLatest && !p.known {
-			// Not reached: where the call began is the best it has.
+		if c := transport.CodeOf(g.err); c == transport.UnknownType || c == transport.PermissionDenied {
+			// A broker of an earlier release (its guard counts the type an
+			// admin's: the route lookup checked the application's right to
+			// consume already), or one whose applications lag: the first
+			// pull registers.
+			declined, g.err = append(declined, g.err), nil
+		} else {
+			failed = append(failed, g.err)
+		}
+		if p.opts.start == transport.StartLatest && !p.existed {
+			// Not registered: where the call began is the best it has.
 			g.start, g.startAt = transport.StartAtTime, p.registered.Add(-clockAllowance)
 		}
 	}
 	if len(failed) == len(groups) {
 		return fmt.Errorf("qmq: consumer %s of group %s on %s: %w", p.consumer, p.group, p.subject, errors.Join(failed...))
 	}
-	if len(failed) > 0 {
-		p.log.Warn("qmq: a broker group did not answer the consumer's registration; it starts there by this host's clock",
-			"subject", p.subject, "group", p.group, "error", errors.Join(failed...))
+	if len(failed)+len(declined) > 0 {
+		p.log.Warn("qmq: a broker group did not take the consumer's registration (it did not answer, is of an earlier release, "+
+			"or does not know the application yet); a new group starts there by this host's clock",
+			"subject", p.subject, "group", p.group, "error", errors.Join(append(failed, declined...)...))
 	}
 	return nil
 }
+
+// holders asks each of groups at once, for up to probeTimeout, whether it
+// holds the consumer group, and returns those that said so (one that does
+// not answer counts as not).
+func (p *Puller) holders(ctx context.Context, groups []*groupPuller) map[string]bool {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := json.Marshal(transport.GroupsRequest{Subject: p.subject, Group: p.group})
+	if err != nil {
+		return nil
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	held := map[string]bool{}
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, err := p.r.group(g.name).Call(ctx, transport.TypeGroups, req)
+			var infos []transport.GroupInfo
+			if err != nil || json.Unmarshal(body, &infos) != nil {
+				return
+			}
+			for _, info := range infos {
+				if info.Subject == p.subject && info.Group == p.group {
+					mu.Lock()
+					held[g.name] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return held
+}
+
+// probeTimeout bounds how long registration asks the broker groups
+// whether they hold the consumer group.
+const probeTimeout = 3 * time.Second
 
 // clockAllowance is how far behind this host's clock a broker's clock may
 // run: a group started by time where registration failed starts this
@@ -175,15 +230,15 @@ const clockAllowance = 2 * time.Second
 
 // startIn is where a pull that creates the consumer group in broker group
 // name starts it: the consumer's own start, but for one at the latest
-// message (the default) the earliest when the group was known before this
-// consumer registered (a broker group where it does not exist yet joined
-// the route since) or when name joined the route after it registered (so
-// everything it holds of the subject came after).
+// message (the default) the earliest when another broker group held the
+// group as this consumer registered (one where it does not exist yet
+// joined the route since, or forgot it) or when name joined the route
+// after it registered (so everything it holds of the subject came after).
 func (p *Puller) startIn(name string) transport.StartPosition {
 	if p.opts.start != transport.StartLatest {
 		return p.opts.start
 	}
-	if p.known || (p.initial != nil && !p.initial[name]) {
+	if p.existed || (p.initial != nil && !p.initial[name]) {
 		return transport.StartEarliest
 	}
 	return transport.StartLatest
@@ -277,7 +332,8 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 			idle = append(idle, g)
 		}
 	}
-	if len(idle) > limit {
+	turns := len(idle) > limit
+	if turns {
 		// Fewer messages wanted than groups to pull from: as many groups,
 		// taken in turn, so that no more than limit arrive.
 		p.turn++
@@ -288,7 +344,13 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	for _, g := range idle {
 		g.busy = true
 		p.inflight++
-		go p.pullGroup(p.ctx, transport.TypePull, g, share, wait)
+		// Taken in turn, a group waits for messages only when no other may
+		// have some: else its turn would hold up those the others keep.
+		w := wait
+		if turns && !othersEmpty(groups, g) {
+			w = 0
+		}
+		go p.pullGroup(p.ctx, transport.TypePull, g, share, w)
 	}
 	for {
 		if out := p.takeLocked(limit); len(out) > 0 {
@@ -310,6 +372,17 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// othersEmpty says whether every group of groups but g has a pull under
+// way or found nothing last time.
+func othersEmpty(groups []*groupPuller, g *groupPuller) bool {
+	for _, o := range groups {
+		if o != g && !o.busy && !o.empty {
+			return false
+		}
+	}
+	return true
 }
 
 // failures returns an error if the last pull from every group failed.
@@ -372,13 +445,16 @@ func (p *Puller) pullGroup(ctx context.Context, t transport.Type, g *groupPuller
 			p.log.Warn("qmq: pulls from a broker group failing", "subject", p.subject, "group", p.group,
 				"broker-group", g.name, "error", err)
 		}
-		g.err = fmt.Errorf("group %s: %w", g.name, err)
+		g.err, g.empty = fmt.Errorf("group %s: %w", g.name, err), true
 		return
 	}
 	if g.err != nil && g.joined {
 		p.log.Info("qmq: pulls from a broker group work again", "subject", p.subject, "group", p.group, "broker-group", g.name)
 	}
 	g.err, g.joined = nil, true
+	if t == transport.TypePull { // a registration brings nothing by design
+		g.empty = len(resp.Messages) == 0
+	}
 	if resp.Epoch != 0 && resp.Epoch != g.epoch {
 		// A new registration: the broker reclaimed this consumer (its
 		// session expired) and registered it afresh, numbering from 0 again.

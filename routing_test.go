@@ -2,6 +2,7 @@ package qmq_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,14 +21,19 @@ import (
 )
 
 // startTwoGroups starts a metaserver and two one-node broker groups, g1
-// and g2, registered with it and led, and an Admin of the cluster (closed
-// when the test ends).
-func startTwoGroups(t *testing.T) (*server.MetaNode, map[string]*server.Node, *qmq.Admin) {
+// and g2 (configured by tweaks, if any), registered with it and led, and
+// an Admin of the cluster (closed when the test ends).
+func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaNode, map[string]*server.Node, *qmq.Admin) {
 	t.Helper()
 	m := testcluster.Meta(t, nil)
 	groups := map[string]*server.Node{}
 	for _, g := range []string{"g1", "g2"} {
-		groups[g] = testcluster.Broker(t, testcluster.Registered(g, m.ClientAddr()))
+		groups[g] = testcluster.Broker(t, func(c *server.Config) {
+			testcluster.Registered(g, m.ClientAddr())(c)
+			for _, tweak := range tweaks {
+				tweak(c)
+			}
+		})
 	}
 	admin, err := qmq.NewAdmin(m.ClientAddr())
 	if err != nil {
@@ -322,7 +328,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	sendAll(t, p, "orders", 20) // the route of orders names both groups
 	id := idWonBy("order", "g1", "g1", "g2")
 	holds := func(n *server.Node) bool {
-		held, err := n.FSM().Holds([]string{id})
+		held, err := n.FSM().Holds([]string{id}, time.Now().UnixMilli())
 		return err == nil && held[0]
 	}
 
@@ -381,7 +387,7 @@ func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 		sent <- p.SendMessage(ctx, msg)
 	}()
 	await.True(t, 10*time.Second, "g1 to store the message", func() bool {
-		held, err := g1.FSM().Holds([]string{id})
+		held, err := g1.FSM().Holds([]string{id}, time.Now().UnixMilli())
 		return err == nil && held[0]
 	})
 	g1.Close() // it dies before answering; the metaserver marks it unavailable within a second
@@ -389,26 +395,23 @@ func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "broker group g1 may have stored it") {
 		t.Fatalf("send: %v; want a failure saying g1 may hold it", err)
 	}
-	if held, err := g2.FSM().Holds([]string{id}); err != nil || held[0] {
+	if held, err := g2.FSM().Holds([]string{id}, time.Now().UnixMilli()); err != nil || held[0] {
 		t.Fatalf("the message is stored in g2 too (%v)", err)
 	}
 }
 
-// TestChosenIDResentAfterItsGroupIsDrained: a resend from another
-// producer of a message whose id it chose, after the broker group that
-// stored it was drained, is answered as a duplicate by that group instead
-// of being stored in another. (It went to the other group.)
-func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
-	m, groups, admin := startTwoGroups(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+// storeThenDrain stores a message of orders whose id, PREFIX-N, its
+// producer chose and g1 wins over g2, drains g1, and returns the id once
+// g1 refuses sends.
+func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, groups map[string]*server.Node, admin *qmq.Admin, prefix string) string {
+	t.Helper()
 	first, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
 	sendAll(t, first, "orders", 20) // the route of orders names both groups
-	id := idWonBy("order", "g1", "g1", "g2")
+	id := idWonBy(prefix, "g1", "g1", "g2")
 	msg := first.GenerateMessage("orders")
 	msg.SetID(id)
 	if err := first.SendMessage(ctx, msg); err != nil || msg.Duplicate() {
@@ -423,6 +426,18 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 	}
 	defer conn.Close()
 	await.True(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
+	return id
+}
+
+// TestChosenIDResentAfterItsGroupIsDrained: a resend from another
+// producer of a message whose id it chose, after the broker group that
+// stored it was drained, is answered as a duplicate by that group instead
+// of being stored in another. (It went to the other group.)
+func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
+	m, groups, admin := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := storeThenDrain(t, ctx, m, groups, admin, "order")
 	second, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +448,7 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 	if err := second.SendMessage(ctx, again); err != nil || !again.Duplicate() {
 		t.Fatalf("resend after g1 was drained: %v (duplicate %v)", err, again.Duplicate())
 	}
-	if held, err := groups["g2"].FSM().Holds([]string{id}); err != nil || held[0] {
+	if held, err := groups["g2"].FSM().Holds([]string{id}, time.Now().UnixMilli()); err != nil || held[0] {
 		t.Fatalf("the resend is stored in g2 (%v)", err)
 	}
 	// A new id that g1 wins goes to g2 now, after g1 refused it.
@@ -443,8 +458,39 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 	if err := second.SendMessage(ctx, m2); err != nil || m2.Duplicate() {
 		t.Fatalf("a new id g1 wins, g1 drained: %v (duplicate %v)", err, m2.Duplicate())
 	}
-	if held, err := groups["g2"].FSM().Holds([]string{fresh}); err != nil || !held[0] {
+	if held, err := groups["g2"].FSM().Holds([]string{fresh}, time.Now().UnixMilli()); err != nil || !held[0] {
 		t.Fatalf("the new id is not in g2 (%v)", err)
+	}
+}
+
+// TestChosenIDResentPastItsWindowIsStoredAgain: a drained broker group
+// that stored a message of a chosen id longer than its dedup window ago
+// refuses a resend of the id, which is then stored in the other group. A
+// drained group applies little, and it looked up the id by its state's
+// time, which had stopped when it was drained: it answered the resend as
+// a duplicate, and the message was stored nowhere.
+func TestChosenIDResentPastItsWindowIsStoredAgain(t *testing.T) {
+	const window = 2 * time.Second
+	m, groups, admin := startTwoGroups(t, func(c *server.Config) { c.FSM.DedupWindow = window })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := storeThenDrain(t, ctx, m, groups, admin, "report")
+	await.True(t, 30*time.Second, "the id's window to pass in g1", func() bool {
+		held, err := groups["g1"].FSM().Holds([]string{id}, time.Now().UnixMilli())
+		return err == nil && !held[0]
+	})
+	second, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	again := second.GenerateMessage("orders")
+	again.SetID(id)
+	if err := second.SendMessage(ctx, again); err != nil || again.Duplicate() {
+		t.Fatalf("resend past the window, g1 drained: %v (duplicate %v), want stored in g2", err, again.Duplicate())
+	}
+	if held, err := groups["g2"].FSM().Holds([]string{id}, time.Now().UnixMilli()); err != nil || !held[0] {
+		t.Fatalf("the resend is not in g2 (%v)", err)
 	}
 }
 
@@ -480,8 +526,52 @@ func TestCancelledSendIsNotRetried(t *testing.T) {
 	if err := p.Close(); err != nil { // waits for every send under way
 		t.Fatal(err)
 	}
-	if held, err := n.FSM().Holds([]string{m.ID()}); err != nil || held[0] {
+	if held, err := n.FSM().Holds([]string{m.ID()}, time.Now().UnixMilli()); err != nil || held[0] {
 		t.Fatalf("the cancelled message was stored after its caller was told it failed (%v)", err)
+	}
+}
+
+// TestSendAbandonedBeforeItsRequestIsNotSent: a send whose caller gave up
+// (its SendMessage returned, saying it was not sent) while the producer
+// was getting its request ready is left out of the request. (It was
+// sent, and stored, after its caller had been told it failed.)
+func TestSendAbandonedBeforeItsRequestIsNotSent(t *testing.T) {
+	n, proxy, _ := proxiedBroker(t, nil)
+	p, err := qmq.NewProducer(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil { // the route and a connection
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	qmq.BeforeRequest(p, func(string) {
+		if armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+	})
+	armed.Store(true)
+	sctx, scancel := context.WithCancel(context.Background())
+	m := p.GenerateMessage("orders")
+	sent := make(chan error, 1)
+	go func() { sent <- p.SendMessage(sctx, m) }()
+	<-entered
+	scancel()
+	err = <-sent
+	close(release)
+	if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "may have stored") {
+		t.Fatalf("a send given up before its request: %v", err)
+	}
+	if err := p.Close(); err != nil { // waits for every send under way
+		t.Fatal(err)
+	}
+	if held, err := n.FSM().Holds([]string{m.ID()}, time.Now().UnixMilli()); err != nil || held[0] {
+		t.Fatalf("the message was stored after its caller was told it was not sent (%v)", err)
 	}
 }
 
@@ -561,40 +651,162 @@ func TestGroupGetsWhatARouteAddedGroupHeld(t *testing.T) {
 
 // TestRestartedConsumerGetsWhatARouteAddedGroupHeld: the same when no
 // consumer of the group ran while the broker group was added and took
-// messages: the group was known, so it starts at the earliest message in
-// a broker group where it does not exist yet.
+// messages: a broker group of the route holds the group, so it starts at
+// the earliest message in one where it does not exist yet. The Admin's
+// Assign sets the group up there; the metaserver's own assignment sets up
+// nothing, and the consumer's registration finds it missing.
 func TestRestartedConsumerGetsWhatARouteAddedGroupHeld(t *testing.T) {
-	m, _, admin := startTwoGroups(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := admin.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
-		t.Fatal(err)
+	for name, assign := range map[string]func(ctx context.Context, t *testing.T, meta string, admin *qmq.Admin, group string){
+		"Admin.Assign": func(ctx context.Context, t *testing.T, _ string, admin *qmq.Admin, group string) {
+			if _, err := admin.Assign(ctx, "orders", []string{group}, 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"the metaserver's assign": func(ctx context.Context, t *testing.T, meta string, _ *qmq.Admin, group string) {
+			assignRaw(t, ctx, meta, "orders", group)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, admin := startTwoGroups(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			assign(ctx, t, m.ClientAddr(), admin, "g1")
+			first, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", func(context.Context, *qmq.Message) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.Close()
+			assign(ctx, t, m.ClientAddr(), admin, "g2")
+			p, err := qmq.NewProducer(m.ClientAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			sent := sendAll(t, p, "orders", 20) // about half in g2
+			c := newCollector(len(sent))
+			again, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", c.handle, qmq.WithPullWait(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				c.mu.Lock()
+				t.Fatalf("%d of %d arrived", len(c.got), len(sent))
+			}
+		})
 	}
-	first, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", func(context.Context, *qmq.Message) error { return nil })
+}
+
+// assignRaw adds groups to subject's route with the metaserver's own
+// request, as the metaserver's automatic assignment does: unlike
+// Admin.Assign, it sets up no consumer group in them.
+func assignRaw(t *testing.T, ctx context.Context, meta, subject string, groups ...string) {
+	t.Helper()
+	conn, err := transport.Dial(ctx, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.Close()
-	if _, err := admin.Assign(ctx, "orders", []string{"g2"}, 0); err != nil {
+	defer conn.Close()
+	req, err := json.Marshal(transport.AssignRequest{Subject: subject, Groups: groups})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := conn.Call(ctx, transport.TypeAssign, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewGroupNamedBeforeStartsAtTheLatest: a consumer group no broker
+// group holds starts at the latest message, even when the metaserver
+// recorded its name before (a consumer of it looked up the route, and
+// never registered). It used to take that record for a group that
+// existed, and started at the earliest message.
+func TestNewGroupNamedBeforeStartsAtTheLatest(t *testing.T) {
+	m, _, _ := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	sent := sendAll(t, p, "orders", 20)
-	c := newCollector(len(sent))
-	again, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", c.handle, qmq.WithPullWait(200*time.Millisecond))
+	sendAll(t, p, "orders", 20) // before the group exists
+	conn, err := transport.Dial(ctx, m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer again.Close()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		c.mu.Lock()
-		t.Fatalf("%d of %d arrived", len(c.got), len(sent))
+	defer conn.Close()
+	req, err := json.Marshal(transport.RouteRequest{Subject: "orders", ConsumerGroup: "fresh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Call(ctx, transport.TypeRoute, req); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := qmq.NewPuller(m.ClientAddr(), "orders", "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	after := sendAll(t, p, "orders", 5)
+	got := map[string]bool{}
+	for len(got) < len(after) {
+		msgs, err := pl.Pull(ctx, 100, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, msg := range msgs {
+			if !after[msg.ID()] {
+				t.Fatalf("a new group at the latest message got %s, sent before it existed", msg.ID())
+			}
+			got[msg.ID()] = true
+		}
+	}
+	if msgs, err := pl.Pull(ctx, 100, 300*time.Millisecond); err != nil || len(msgs) > 0 {
+		t.Fatalf("after the %d sent since: %d more (%v)", len(after), len(msgs), err)
+	}
+}
+
+// TestPullInTurnWaitsNotOnAnEmptyGroup: a Puller asked for fewer messages
+// than the subject has broker groups pulls from them in turn, and a turn
+// long-polls a group only when no other may have messages: with every
+// message in g1, no pull waits out its wait on g2. (A worker of its own
+// whose handler was slow pulled one message at a time, and every other
+// pull waited the whole pull wait on the empty group: 10 messages of
+// 300 ms took 53 s.)
+func TestPullInTurnWaitsNotOnAnEmptyGroup(t *testing.T) {
+	m, _, _ := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendAll(t, p, "orders", 20) // the route of orders names both groups
+	pl, err := qmq.NewPuller(m.ClientAddr(), "orders", "one-at-a-time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	for i := range 10 {
+		msg := p.GenerateMessage("orders")
+		msg.SetID(idWonBy(fmt.Sprintf("in-g1-%d", i), "g1", "g1", "g2"))
+		if err := p.SendMessage(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const wait = 25 * time.Second
+	for got := 0; got < 10; {
+		pctx, pcancel := context.WithTimeout(ctx, wait/2)
+		msgs, err := pl.Pull(pctx, 1, wait)
+		pcancel()
+		if err != nil {
+			t.Fatalf("after %d of 10: a pull of one waited on g2, empty, while g1 held messages: %v", got, err)
+		}
+		got += len(msgs)
 	}
 }
 

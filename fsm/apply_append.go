@@ -51,7 +51,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
 			continue
 		}
-		if ref, dup := f.isDelayedDuplicate(m.ID, h); dup {
+		if ref, dup := f.isDelayedDuplicate(m.ID, h, now); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: -1, Seq: -1, Ref: ref}
 			continue
 		}

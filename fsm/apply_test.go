@@ -832,3 +832,36 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 		t.Fatalf("the entry before the first pulled: %v, want ErrRetained", err)
 	}
 }
+
+// TestHoldsEndsTheWindowByTheClockGiven: Holds finds an id appended, or
+// scheduled for later, within the window ending at the time it is given,
+// or the state's, whichever is later, as an Append stamped then would; an
+// id past it is held nowhere. A drained group applies little, and its
+// state's time alone kept ids past their window: a resend told it was a
+// duplicate was stored nowhere.
+func TestHoldsEndsTheWindowByTheClockGiven(t *testing.T) {
+	f := unitFSM(t)
+	window := f.cfg.DedupWindow.Milliseconds()
+	later := unitMsg("later", "s", 5)
+	later.DeliverAt = 1000 + 2*window + 3_600_000
+	appendAt(t, f, 1, 1000, unitMsg("now", "s", 5), later)
+	for _, c := range []struct {
+		at   int64
+		want bool
+	}{{0, true}, {1000 + window, true}, {1000 + window + 1, false}} {
+		held, err := f.Holds([]string{"now", "later", "never"}, c.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []bool{c.want, c.want, false}; !reflect.DeepEqual(held, want) {
+			t.Fatalf("at %d: held %v, want %v", c.at, held, want)
+		}
+	}
+	// An Append stamped past the window stores both again.
+	res := appendAt(t, f, 2, 1000+window+1, unitMsg("now", "s", 5), later)
+	for i, r := range res.Messages {
+		if r.Status == Duplicate {
+			t.Fatalf("message %d past the window: %+v, want stored", i, r)
+		}
+	}
+}

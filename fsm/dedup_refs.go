@@ -50,10 +50,14 @@ func (d *refDedup) addHash(h uint64, appendedAt int64, s seen) {
 	d.fifo = append(d.fifo, refDedupEntry{hash: h, appendedAt: appendedAt, offset: s.offset})
 }
 
+// within says whether a record scheduled at appendedAt is in the window
+// ending at now: expire keeps exactly those.
+func (d *refDedup) within(appendedAt, now int64) bool { return appendedAt >= now-d.window }
+
 // expire forgets ids scheduled before now minus the window.
 func (d *refDedup) expire(now int64) {
 	n := 0
-	for n < len(d.fifo) && d.fifo[n].appendedAt < now-d.window {
+	for n < len(d.fifo) && !d.within(d.fifo[n].appendedAt, now) {
 		n++
 	}
 	for _, e := range d.fifo[:n] {

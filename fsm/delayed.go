@@ -105,9 +105,11 @@ func (f *FSM) pend(hour int64, e delaywheel.Entry) *hourState {
 	return hs
 }
 
-// isDelayedDuplicate reports whether id (hash h) was scheduled within the window,
-// and where. A hit is confirmed by reading the schedule record.
-func (f *FSM) isDelayedDuplicate(id string, h uint64) (uint64, bool) {
+// isDelayedDuplicate reports whether id (hash h) was scheduled within the
+// window ending at now, and where. A hit is confirmed by reading the
+// schedule record. (Apply expires the window to now first; a look between
+// applies, Holds, may meet records past it.)
+func (f *FSM) isDelayedDuplicate(id string, h uint64, now int64) (uint64, bool) {
 	candidates := f.delayedDedup.lookupHash(h)
 	if len(candidates) == 0 {
 		return 0, false
@@ -116,7 +118,7 @@ func (f *FSM) isDelayedDuplicate(id string, h uint64) (uint64, bool) {
 	for _, s := range candidates {
 		// An hour is removed only after the dedup window of its last append
 		// has passed, so the record is there.
-		if _, prev := must2(f.store.sched.Read(uint64(s.offset))); prev.ID == id {
+		if _, prev := must2(f.store.sched.Read(uint64(s.offset))); prev.ID == id && f.delayedDedup.within(prev.AppendedAt, now) {
 			return uint64(s.offset), true
 		}
 	}

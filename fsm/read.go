@@ -260,12 +260,16 @@ func (f *FSM) Backlog() int64 {
 
 // Holds reports, for each of ids, whether this replica stored a message
 // with it within the dedup window (appended, or scheduled for later), as
-// an Append applied now would find it: a leader refusing a send tells a
-// retry of a stored message it is a duplicate, and the sender that the
-// others were stored nowhere here (see server.refuseSend). It waits for a
-// batch being applied; an error reading or flushing the logs is returned,
-// and stops the replica, as apply's own flush failing would.
-func (f *FSM) Holds(ids []string) (held []bool, err error) {
+// an Append stamped at (milliseconds: the leader's clock) and applied now
+// would find it: a leader refusing a send tells a retry of a stored
+// message it is a duplicate, and the sender that the others were stored
+// nowhere here (see server.refuseSend). The window ends by at or by the
+// state's time, whichever is later, as apply's would: a drained group
+// applies little, and its state's time alone would keep ids past their
+// window. It waits for a batch being applied; an error reading or
+// flushing the logs is returned, and stops the replica, as apply's own
+// flush failing would.
+func (f *FSM) Holds(ids []string, at int64) (held []bool, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.stateMu.Lock() // the lookups flush what apply wrote
@@ -289,10 +293,11 @@ func (f *FSM) Holds(ids []string) (held []bool, err error) {
 		}
 	}()
 	held = make([]bool, len(ids))
+	now := max(f.st.now, at)
 	for i, id := range ids {
 		h := hashID(id)
-		_, appended := f.isDuplicate(id, h, f.st.now)
-		_, scheduled := f.isDelayedDuplicate(id, h)
+		_, appended := f.isDuplicate(id, h, now)
+		_, scheduled := f.isDelayedDuplicate(id, h, now)
 		held[i] = appended || scheduled
 	}
 	return held, nil

@@ -93,6 +93,10 @@ type Config struct {
 	// holdForgetReports, when set, holds back the reports of consumer
 	// groups forgotten here until it is closed (tests: a slow metaserver).
 	holdForgetReports chan struct{}
+	// afterRefusalLook, when set, runs once a refusing leader has looked
+	// for a send's messages, before it answers (tests: a leader deposed
+	// meanwhile).
+	afterRefusalLook func()
 }
 
 // MaxMaxBatchBytes is the largest MaxBatchBytes allowed: 32 MiB. A batch

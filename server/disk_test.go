@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,5 +227,49 @@ func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 	}
 	if err := sendOne(ctx, conn, "a"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A refusal whose leader is deposed while it looks for the send's
+// messages says nothing of where they are: it answers UNAVAILABLE (try
+// again), not the refusal. A send this leader proposed may have failed
+// meanwhile with the lost leadership, left the record of sends being
+// stored unseen, and still be committed by the next leader: the refusal
+// told the producer it was stored nowhere, and it moved.
+func TestRefusalByALeaderDeposedWhileLookingAsksAgain(t *testing.T) {
+	d := newFakeDisk()
+	var armed atomic.Bool
+	var group atomic.Pointer[[]*Node]
+	nodes := startGroup(t, func(_ string, c *Config) {
+		c.MinFreeDisk, c.FSM.DiskFree = 1<<40, d.probe
+		c.afterRefusalLook = func() {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			if err := leaderOf(*group.Load()).raft.LeadershipTransfer().Error(); err != nil {
+				t.Errorf("transfer: %v", err)
+			}
+		}
+	})
+	group.Store(&nodes)
+	l := leaderOf(nodes)
+	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries", func() bool {
+		return l.appliedTerm.Load() == l.raft.CurrentTerm()
+	})
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dial(ctx, l.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d.free.Store(1 << 39) // every node under the send floor, above the apply reserve
+	waitFor(t, 5*time.Second, "the leader to see its disk full", func() bool { full, _ := l.disk.full(); return full })
+	armed.Store(true)
+	err = sendOne(ctx, conn, "a")
+	if c := transport.CodeOf(err); c != transport.Unavailable || !strings.Contains(err.Error(), "leadership changed") {
+		t.Fatalf("a refusal by a leader deposed while it looked: %v, want UNAVAILABLE", err)
+	}
+	if armed.Load() {
+		t.Fatal("the refusal never looked")
 	}
 }

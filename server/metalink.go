@@ -29,6 +29,7 @@ func (n *Node) startMetaLink() error {
 		return err
 	}
 	n.writable.Store(writable) // as the metaserver last said: see writable.go
+	n.kept.Store(writable)
 	if n.meta, err = n.dial.NewGroupClient(n.cfg.Meta); err != nil {
 		return err
 	}
@@ -134,6 +135,8 @@ func (n *Node) heartbeatMeta() bool {
 	}
 	if n.writable.Swap(reply.Writable) != reply.Writable {
 		n.log.Info("group writable changed by the metaserver", "writable", reply.Writable)
+	}
+	if n.kept.Load() != reply.Writable {
 		n.keepWritable(reply.Writable)
 	}
 	n.compareAuth(reply.Auth)

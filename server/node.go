@@ -27,6 +27,7 @@ type Node struct {
 
 	meta        *transport.GroupClient     // nil without a metaserver
 	writable    atomic.Bool                // false while the metaserver drains the group
+	kept        atomic.Bool                // the writable flag the Raft store holds (writable.go)
 	sendGate    sync.RWMutex               // a send checks sendRefusal and queues under its read lock (refusal.go)
 	appliedTerm atomic.Uint64              // the leader term whose predecessors' entries are all applied
 	apps        atomic.Pointer[auth.Table] // the metaserver's, from its heartbeat replies; nil until the first
@@ -134,7 +135,7 @@ func (n *Node) openRaft() error {
 		return err
 	}
 	n.raftGroup = raftGroup{
-		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.tls.dialer(),
+		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.dialer(),
 		sec:        n.cfg.security(),
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {

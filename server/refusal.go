@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -27,7 +29,11 @@ import (
 //   - the state machine, once it has applied what earlier terms committed
 //     (appliedTerm), while a quorum still takes this node for leader (a
 //     deposed one knows nothing of what the next stores): a message it
-//     holds within the dedup window is answered as a duplicate.
+//     holds within the dedup window (ending by its clock, as an append's
+//     would) is answered as a duplicate;
+//   - and it still leads, in the term it looked in: a recorded send leaves
+//     the record when it is applied or fails, and fails only once the
+//     node stepped down, when a next leader may still commit it.
 //
 // The others are refused, and a producer moves them safely: nothing
 // admitted before the refusal can store them, and nothing after it is.
@@ -87,7 +93,8 @@ func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error
 	if transport.CodeOf(refusal) == transport.DiskFull {
 		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
 	}
-	if n.appliedTerm.Load() != n.raft.CurrentTerm() {
+	term := n.raft.CurrentTerm()
+	if n.appliedTerm.Load() != term {
 		return nil, transport.Errorf(transport.Unavailable, "%v; this new leader has not applied what earlier ones committed yet, so it cannot tell whether it holds the messages: try again", refusal)
 	}
 	n.sendGate.Lock() // every send admitted before is recorded as queued
@@ -103,9 +110,19 @@ func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	held, err := n.fsm.Holds(ids)
+	held, err := n.fsm.Holds(ids, n.clock.now().UnixMilli())
 	if err != nil {
 		return nil, transport.Errorf(transport.Unavailable, "%v; looking for its messages: %v", refusal, err)
+	}
+	if n.cfg.afterRefusalLook != nil {
+		n.cfg.afterRefusalLook()
+	}
+	// A send this leader proposed leaves the queue when it is applied or
+	// fails, and one fails (ErrLeadershipLost) only once the node has
+	// stepped down: still leading in the term it looked in, it missed no
+	// send that a next leader may yet commit.
+	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+		return nil, transport.Errorf(transport.Unavailable, "%v; leadership changed while looking for its messages: try again", refusal)
 	}
 	results, any := make([]transport.SendResult, len(msgs)), false
 	for i, h := range held {

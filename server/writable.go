@@ -26,8 +26,8 @@ func storedWritable(stable raft.StableStore) (bool, error) {
 	return string(b) != "0", nil
 }
 
-// keepWritable records writable in the stable store; a failure is logged
-// (the next heartbeat reply tells again).
+// keepWritable records writable in the stable store (Node.kept: what it
+// holds); a failure is logged, and the next heartbeat reply tries again.
 func (n *Node) keepWritable(writable bool) {
 	v := []byte("1")
 	if !writable {
@@ -35,5 +35,7 @@ func (n *Node) keepWritable(writable bool) {
 	}
 	if err := n.raftGroup.store.stable.Set(writableKey, v); err != nil {
 		n.log.Warn("keeping the writable flag", "writable", writable, "error", err)
+		return
 	}
+	n.kept.Store(writable)
 }

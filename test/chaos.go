@@ -30,9 +30,11 @@ import (
 // (SyncFaultGroup); retention lowered for a moment so that it removes
 // message-log segments, and a node killed right after it removed them
 // (within rules that keep every promise of the history provable:
-// chaos_retention.go); and every node of a drained, quiet group restarted
+// chaos_retention.go); every node of a drained, quiet group restarted
 // after a leader change on disks too small for a second copy of its data
-// (QuietGroup). Partitions, latency, cuts, clock faults and the quiet
+// (QuietGroup); and a broker group added to a subject's route, the
+// subject's first group then made unavailable at the metaserver
+// (chaos_routes.go). Partitions, latency, cuts, clock faults and the quiet
 // restart need the clusters' proxies (Cluster.UseProxies). The same seed
 // gives the same choices (the timing of the processes differs from run to
 // run; so may the order of kinds that wait until they can be applied).
@@ -67,6 +69,10 @@ type Chaos struct {
 	// disks, whose nodes are restarted quiet (quietRestart). Nil: no
 	// such fault.
 	SyncFaultGroup, QuietGroup *Cluster
+	// Narrow lists subjects routed to one broker group each, which the
+	// route fault widens one at a time (widenRoute). Empty: no route
+	// fault.
+	Narrow []NarrowRoute
 	// Owed, for the retention fault, returns an error while a send handed
 	// to a producer before its argument is still owed to some consumer
 	// group (delivered nowhere yet, or its outcome unknown yet), reading
@@ -87,6 +93,8 @@ type Chaos struct {
 	faults   []span
 	// applying is held while a fault is applied and healed (Between).
 	applying sync.Mutex
+	// widened counts the narrow routes widened so far.
+	widened int
 }
 
 // span is a stretch of time.
@@ -143,6 +151,7 @@ var (
 		{"sync-fault", 5, (*Chaos).syncFault, true, func(ch *Chaos) *Cluster { return ch.SyncFaultGroup }, nil},
 		{"retention-restart", 10, (*Chaos).retentionRestart, true, (*Chaos).pickRetention, (*Chaos).retentionReady},
 		{"quiet-restart", 3, (*Chaos).quietRestart, true, func(ch *Chaos) *Cluster { return ch.QuietGroup }, (*Chaos).quietReady},
+		{"widen-route", 10, (*Chaos).widenRoute, true, (*Chaos).pickWiden, (*Chaos).widenReady},
 	}
 )
 

@@ -24,9 +24,10 @@ import (
 // while no fault was in flight (Chaos.Clean: none began before the drain
 // ended and healed after it began) must arrive whole (History.Drained).
 // Faults come back to back, so few drains would be clean by chance: every
-// third burst, and the last, after the faults stop, is drained between
-// two faults (Chaos.Between holds the next fault until the drain is over,
-// at most bulkHold), the others whenever they come.
+// third burst, and the last, after the faults stop, is sent and drained
+// between two faults (bursts: Chaos.Between holds the next fault until
+// the drain is over, at most bulkHold of draining), the others whenever
+// they come.
 const (
 	bulkSubject     = "bulk"
 	bulkGroup       = "bulk-once"
@@ -48,14 +49,7 @@ func drainBacklogs(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, server
 	}
 	defer p.Close()
 	rng := rand.New(rand.NewPCG(seed, 13))
-	for i, last := 0, false; !last; i++ {
-		timer := time.NewTimer(time.Duration(10000+rng.IntN(10000)) * time.Millisecond)
-		select {
-		case <-stop:
-			timer.Stop()
-			last = true
-		case <-timer.C:
-		}
+	bursts(ch, rng, bulkHold, stop, func(within time.Duration) bool {
 		var ids []string
 		for range 100 + rng.IntN(81) {
 			m := p.GenerateMessage(bulkSubject)
@@ -66,33 +60,48 @@ func drainBacklogs(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, server
 			cancel()
 			ids = append(ids, m.ID())
 		}
-		var sub *qmq.Subscription
-		var from, to time.Time
-		drain := func(within time.Duration) {
-			from = time.Now()
-			sub, err = qmq.Subscribe(servers, bulkSubject, bulkGroup, func(_ context.Context, m *qmq.Message) error {
-				h.Delivered(bulkGroup, m, time.Now())
-				return nil
-			}, conn, qmq.WithAtMostOnce(), qmq.WithLogger(nil))
-			if err != nil {
-				return
-			}
-			if err := awaitDrained(h, admin, ids, within); err != nil {
-				t.Logf("chaos: a backlog of %d messages of %s not drained: %v", len(ids), bulkSubject, err)
-			}
-			to = time.Now()
-		}
-		if last || i%3 == 2 {
-			ch.Between(func() { drain(bulkHold) })
-		} else {
-			drain(2 * time.Minute)
-		}
+		from := time.Now()
+		sub, err := qmq.Subscribe(servers, bulkSubject, bulkGroup, func(_ context.Context, m *qmq.Message) error {
+			h.Delivered(bulkGroup, m, time.Now())
+			return nil
+		}, conn, qmq.WithAtMostOnce(), qmq.WithLogger(nil))
 		if err != nil {
 			t.Errorf("draining a backlog of %s: %v", bulkSubject, err)
-			return
+			return false
 		}
+		if err := awaitDrained(h, admin, ids, within); err != nil {
+			t.Logf("chaos: a backlog of %d messages of %s not drained: %v", len(ids), bulkSubject, err)
+		}
+		to := time.Now()
 		sub.Close()
 		h.Drained(bulkGroup, ids, ch.Clean(from, to))
+		return true
+	})
+}
+
+// bursts runs burst every 10–20 s (drawn from rng) until stop, and once
+// more after it, until it returns false: every third time, and the last,
+// between two faults (Chaos.Between holds the next fault until it is over,
+// given hold to wait for what it sent), the others whenever they come,
+// given 2 minutes.
+func bursts(ch *Chaos, rng *rand.Rand, hold time.Duration, stop chan struct{}, burst func(within time.Duration) bool) {
+	for i, last := 0, false; !last; i++ {
+		timer := time.NewTimer(time.Duration(10000+rng.IntN(10000)) * time.Millisecond)
+		select {
+		case <-stop:
+			timer.Stop()
+			last = true
+		case <-timer.C:
+		}
+		ok := true
+		if last || i%3 == 2 {
+			ch.Between(func() { ok = burst(hold) })
+		} else {
+			ok = burst(2 * time.Minute)
+		}
+		if !ok {
+			return
+		}
 	}
 }
 

@@ -32,19 +32,28 @@ func (ch *Chaos) cutClients(c *Cluster) string {
 // timeout it calls the group unavailable and routes producers around it.
 // Its clients still reach it; nothing may be lost when it comes back.
 func (ch *Chaos) cutMeta(c *Cluster) string {
-	ips := map[string]bool{}
-	for _, n := range c.Nodes() {
-		ips[n.IP] = true
-	}
 	d := time.Duration(3000+ch.rng.IntN(5000)) * time.Millisecond
-	for _, m := range ch.meta.Nodes() {
-		m.ClientProxy.Refuse(func(src string) bool { return ips[src] })
-	}
+	ch.cutFromMeta(c, true)
 	sleepFor(d)
-	for _, m := range ch.meta.Nodes() {
-		m.ClientProxy.Refuse(nil)
-	}
+	ch.cutFromMeta(c, false)
 	return fmt.Sprintf("cut every node of %s from the metaserver for %s", c.Group, d)
+}
+
+// cutFromMeta makes the metaserver's client proxies refuse (and cut) every
+// connection from broker group c's nodes, which dial from their own IPs
+// (with cut false, lets them through again); clients still reach both.
+func (ch *Chaos) cutFromMeta(c *Cluster, cut bool) {
+	var refuse func(string) bool
+	if cut {
+		ips := map[string]bool{}
+		for _, n := range c.Nodes() {
+			ips[n.IP] = true
+		}
+		refuse = func(src string) bool { return ips[src] }
+	}
+	for _, m := range ch.meta.Nodes() {
+		m.ClientProxy.Refuse(refuse)
+	}
 }
 
 // oneWay cuts one direction of a node's links for 3–6 s (the leader's half

@@ -29,11 +29,10 @@ import (
 // nothing, so a group stays quiet only while no consumer reaches its
 // leader: the fault cuts the leader and the follower it will hand
 // leadership to from every client (their proxies refuse every connection,
-// as cut-clients does), and leaves the third node's client port open, for
-// the new leader reads its voters' clocks there before it proposes
-// anything (the nodes dial client ports from the same address as the
-// clients, so no cut can tell them apart); a follower's clients are sent
-// to the leader and propose nothing. Once the consumers' sessions have
+// as cut-clients does, the other nodes' too), and leaves the third node's
+// client port open, for the new leader reads its voters' clocks there
+// before it proposes anything; a follower's clients are sent to the
+// leader and propose nothing. Once the consumers' sessions have
 // expired and been reclaimed and the state machine applies nothing more,
 // it hands leadership to that follower through the leader's own client
 // port behind its proxy, and waits until every node holds a snapshot

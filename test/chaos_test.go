@@ -85,19 +85,27 @@ func runSettings(t *testing.T, prefix string, def time.Duration) (time.Duration,
 // then a dead letter), one at most once, and a broadcast consumer that
 // joins once sending is under way; besides, bursts of large messages build
 // backlogs that a consumer group drains at most once with the SDK's
-// defaults. g1's nodes start with different seeds of the group's
-// configuration; g2's snapshot every few seconds, on small disks. Chaos
-// meanwhile kills, pauses, partitions and slows leaders, followers and
-// whole groups, sets leaders' clocks wrong, fills disks, fails a node's
-// checkpoint sync, lowers retention and kills a node right after it
-// removed segments, and restarts every node of a quiet group on small
-// disks. It then checks the history: nothing acknowledged lost (to each
-// at-least-once group: acknowledged by its handler or a dead letter; to
-// the broadcast consumer: what was sent after it joined), nothing twice to
-// an at-most-once group, every backlog drained with no fault in flight
-// whole, nothing unexpected, nothing delivered early; that every broker
-// group's replicas hold byte-identical logs; and that every node holds
-// its group's configuration.
+// defaults; bursts go to a consumer group whose handlers are slower than
+// their share of its ack wait; and messages with ids of their own go to
+// subjects routed to one broker group each, consumed by a group at the
+// latest message from the start and by one that joins later. g1's nodes
+// start with different seeds of the group's configuration; g2's snapshot
+// every few seconds, on small disks. Chaos meanwhile kills, pauses,
+// partitions and slows leaders, followers and whole groups, sets leaders'
+// clocks wrong, fills disks, fails a node's checkpoint sync, lowers
+// retention and kills a node right after it removed segments, restarts
+// every node of a quiet group on small disks, and adds a broker group to a
+// route of the ids of their own, then makes the route's first group
+// unavailable. It then checks the history: nothing acknowledged lost (to
+// each at-least-once group: acknowledged by its handler or a dead letter;
+// to the broadcast consumer and the late group at the latest message:
+// what was sent after they joined), nothing twice to an at-most-once
+// group, no id of a producer's own stored in two broker groups, every
+// backlog drained with no fault in flight whole, every burst worked
+// through by slow handlers with no fault in flight handled once per
+// message, nothing unexpected, nothing delivered early; that every broker
+// group's replicas hold byte-identical logs; and that every node holds its
+// group's configuration.
 func TestChaos(t *testing.T) {
 	d, seed := chaosSettings(t)
 	sec := chaosSecurity(t)
@@ -157,8 +165,13 @@ func TestChaos(t *testing.T) {
 	// broadcast consumer of tail joins once sending is under way. Each
 	// consumes the four subjects; bulk-once drains backlogs of large
 	// messages of its own subject at most once (chaos_bulk.go).
-	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup}, AtMostOnce: []string{"once", bulkGroup},
-		Broadcast: []string{broadcastGroup}, Subjects: map[string][]string{bulkGroup: {bulkSubject}}}
+	// ledger consumes the ledger subjects from the start, latecomer joins
+	// them once sending is under way (both at the latest message:
+	// chaos_ledger_test.go); slow's handlers are slower than their share
+	// of its ack wait (chaos_slow_test.go).
+	e := Expectations{AtLeastOnce: []string{"billing", "audit", retryingGroup, ledgerGroup, slowGroup}, AtMostOnce: []string{"once", bulkGroup},
+		Broadcast: []string{broadcastGroup}, Latest: []string{latecomerGroup},
+		Subjects: map[string][]string{bulkGroup: {bulkSubject}, ledgerGroup: ledgerSubjects, latecomerGroup: ledgerSubjects, slowGroup: {slowSubject}}}
 	for _, g := range []string{"billing", "audit", retryingGroup, "once", broadcastGroup} {
 		e.Subjects[g] = subjects
 	}
@@ -171,7 +184,7 @@ func TestChaos(t *testing.T) {
 	}
 	defer admin.Close()
 	if sec != nil {
-		spec := qmq.AppSpec{Code: "chaos", Send: append(slices.Clone(subjects), bulkSubject)}
+		spec := qmq.AppSpec{Code: "chaos", Send: slices.Concat(subjects, []string{bulkSubject, slowSubject}, ledgerSubjects)}
 		for _, s := range spec.Send {
 			spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: s, Group: "*"})
 		}
@@ -182,6 +195,9 @@ func TestChaos(t *testing.T) {
 	conn := sec.ConnOption()
 	setUpRetryingGroup(t, meta, admin, subjects)
 	setUpGroup(t, meta, admin, bulkSubject, bulkGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+	ackWait := slowAckWait
+	setUpGroup(t, meta, admin, slowSubject, slowGroup, qmq.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest})
+	narrow := narrowRoutes(t, admin, groups)
 	// A consumer group that never consumes: retention removes what it has
 	// not read, and every replica must move its cursor alike (the replica
 	// comparison compares the backlog each node counts). It is owed nothing.
@@ -194,6 +210,7 @@ func TestChaos(t *testing.T) {
 	ch.SessionTimeout = sessionTimeout
 	ch.DiskGroup, ch.DiskFloor, ch.DiskReserve = groups[1], diskFloor, diskReserve
 	ch.SyncFaultGroup, ch.QuietGroup = groups[1], groups[1]
+	ch.Narrow = narrow
 	// The retention fault waits until nothing handed to a producer before
 	// its time is owed to any consumer group, reading the dead letters
 	// (at most once a second) as it waits.
@@ -250,6 +267,13 @@ func TestChaos(t *testing.T) {
 			return nil
 		}, qmq.WithAtMostOnce())
 	}
+	for _, s := range ledgerSubjects {
+		subscribe(s, ledgerGroup, func(_ context.Context, m *qmq.Message) error {
+			h.Delivered(ledgerGroup, m, time.Now())
+			return nil
+		}, qmq.StartAt(qmq.Latest))
+	}
+	subscribe(slowSubject, slowGroup, slowHandlerOf(h))
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -264,14 +288,27 @@ func TestChaos(t *testing.T) {
 
 	stop := make(chan struct{})
 	var senders sync.WaitGroup
+	// Four synchronous producers and one with 100 sends in flight; of the
+	// ledger's (ids of their own), one of each, with 20 in flight.
+	var producers []producer
 	for i := range 5 {
+		w := producer{subjects: subjects, seed: seed + uint64(i), timeout: 20 * time.Second}
+		if i == 0 {
+			w.window = 100
+		}
+		producers = append(producers, w)
+	}
+	for i := range 2 {
+		producers = append(producers, producer{subjects: ledgerSubjects, seed: seed + 50 + uint64(i), window: 20 * i, timeout: ledgerTimeout, ownIDs: true})
+	}
+	for _, w := range producers {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			send(t, h, servers, conn, subjects, uint64(seed)+uint64(i), i == 0, stop)
+			send(t, h, servers, conn, w, stop)
 		}()
 	}
-	senders.Add(2)
+	senders.Add(3)
 	go func() {
 		defer senders.Done()
 		sendAtLimits(t, h, servers, conn, subjects, uint64(seed)+99, stop)
@@ -280,10 +317,18 @@ func TestChaos(t *testing.T) {
 		defer senders.Done()
 		drainBacklogs(t, h, ch, admin, servers, conn, uint64(seed)+98, stop)
 	}()
+	go func() {
+		defer senders.Done()
+		paceBursts(t, h, ch, admin, servers, conn, uint64(seed)+97, stop)
+	}()
 	// The broadcast consumer joins once the first thousand sends are
 	// acknowledged; its group is named after it.
 	var joining sync.WaitGroup
-	joining.Add(1)
+	joining.Add(2)
+	go func() {
+		defer joining.Done()
+		joinLatecomer(t, h, ch, subscribe)
+	}()
 	go func() {
 		defer joining.Done()
 		if err := Poll(2*time.Minute, func() error {
@@ -544,42 +589,70 @@ func readDeadLetters(t *testing.T, h *History, admin *qmq.Admin, subjects []stri
 	}
 }
 
-// send sends messages to subjects until stop: synchronously one at a time,
-// or (async) keeping up to 100 asynchronous sends in flight. A tenth of
-// the messages are delayed by up to 8 s. The producer connects with conn.
-func send(t *testing.T, h *History, servers string, conn qmq.ConnOption, subjects []string, seed uint64, async bool, stop chan struct{}) {
-	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(20*time.Second))
+// producer is one of the chaos run's producers: what it sends, and how.
+type producer struct {
+	subjects []string
+	seed     uint64
+	// window is how many asynchronous sends it keeps in flight; 0: one
+	// synchronous send at a time.
+	window  int
+	timeout time.Duration // of each send
+	// ownIDs gives each message an id of its own (Message.SetID), sent
+	// once: the checker fails a run that stores one in two broker groups.
+	ownIDs bool
+}
+
+// send sends messages to w's subjects until stop, a tenth of them delayed
+// by up to 8 s, connecting with conn. After a failed send it pauses
+// 200 ms (a subject whose only broker group is drained refuses at once).
+func send(t *testing.T, h *History, servers string, conn qmq.ConnOption, w producer, stop chan struct{}) {
+	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(w.timeout))
 	if err != nil {
 		t.Error(err)
 		return
 	}
 	defer p.Close()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	window := make(chan struct{}, 100)
+	rng := rand.New(rand.NewPCG(w.seed, 7))
+	window := make(chan struct{}, max(w.window, 1))
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	sent := func(m *qmq.Message, err error) {
+		h.Sent(m, err)
+		if err != nil {
+			sleepFor(200 * time.Millisecond)
+		}
+	}
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		m := p.GenerateMessage(subjects[rng.IntN(len(subjects))])
+		m := p.GenerateMessage(w.subjects[rng.IntN(len(w.subjects))])
 		m.SetBody([]byte(fmt.Sprintf("message %d", i)))
 		if rng.IntN(10) == 0 {
 			m.SetDelay(time.Duration(1+rng.IntN(8000)) * time.Millisecond)
 		}
-		h.Sending(m)
-		if !async {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			h.Sent(m, p.SendMessage(ctx, m))
+		if w.ownIDs {
+			if err := m.SetID(fmt.Sprintf("entry-%d-%d", w.seed, i)); err != nil {
+				t.Error(err)
+				return
+			}
+			h.SendingChosen(m)
+		} else {
+			h.Sending(m)
+		}
+		if w.window == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+			err := p.SendMessage(ctx, m)
 			cancel()
+			sent(m, err)
 			continue
 		}
 		window <- struct{}{}
 		inflight.Add(1)
 		p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
-			h.Sent(m, err)
+			sent(m, err)
 			<-window
 			inflight.Done()
 		}))

@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -12,11 +13,13 @@ import (
 )
 
 // History records what a run's clients did and saw: every send with its
-// outcome, every delivery to every consumer group (acknowledged, or
-// failed by its handler), the dead letters of groups that fail messages,
-// when each broadcast consumer joined, and the backlogs an at-most-once
-// group drained with no fault in flight (Drained). The checker reads it
-// once the run is over. Safe for concurrent use.
+// outcome (and whether its producer chose its id), every delivery to every
+// consumer group (acknowledged, or failed by its handler), the dead
+// letters of groups that fail messages, when each broadcast consumer and
+// each group that starts at the latest message joined, the backlogs an
+// at-most-once group drained with no fault in flight (Drained), and the
+// bursts a group with slow handlers worked through (Paced). The checker
+// reads it once the run is over. Safe for concurrent use.
 type History struct {
 	mu        sync.Mutex
 	sends     map[string]*sendRecord            // by message id
@@ -28,12 +31,13 @@ type History struct {
 	from   map[string]map[string][]string
 	nacked map[string]map[string][]time.Time // consumer group → id → times of deliveries the handler failed
 	dead   map[string]map[string]bool        // consumer group → ids of its dead letters
-	joined map[string]map[string]time.Time   // broadcast group → subject → when it joined
+	joined map[string]map[string]time.Time   // broadcast or latest group → subject → when it joined
 	bursts []burst                           // backlogs drained at most once (Drained)
+	paced  []burst                           // bursts worked through by slow handlers (Paced)
 }
 
-// burst is a backlog an at-most-once group drained: the ids sent into it,
-// and whether no fault was in flight while it was drained.
+// burst is a backlog a group drained: the ids sent into it, and whether
+// no fault was in flight while it was drained.
 type burst struct {
 	group string
 	ids   []string
@@ -44,6 +48,7 @@ type sendRecord struct {
 	subject   string
 	sendingAt time.Time // handed to the producer
 	deliverAt time.Time // zero: at once
+	chosen    bool      // the producer chose the id (Message.SetID)
 	outcome   sendOutcome
 }
 
@@ -60,6 +65,11 @@ type Expectations struct {
 	// joined it (History.Joined); the checker fails a run in which one
 	// never joined.
 	Broadcast []string
+	// Latest groups start at the latest message and subscribe once
+	// sending is under way: each receives every acknowledged send of a
+	// subject handed to a producer after its Subscribe returned
+	// (History.Joined); the checker fails a run in which one never joined.
+	Latest []string
 	// Subjects names, for a group that consumes only some subjects, those
 	// it consumes: it is owed (or misses) only their sends. A group not
 	// named consumes every subject.
@@ -67,7 +77,12 @@ type Expectations struct {
 }
 
 func (e Expectations) all() []string {
-	return append(append(append([]string(nil), e.AtLeastOnce...), e.AtMostOnce...), e.Broadcast...)
+	return slices.Concat(e.AtLeastOnce, e.AtMostOnce, e.Broadcast, e.Latest)
+}
+
+// fromJoin lists the groups owed only what was sent after they joined.
+func (e Expectations) fromJoin() []string {
+	return slices.Concat(e.Broadcast, e.Latest)
 }
 
 // consumes says whether group consumes subject.
@@ -91,9 +106,16 @@ func NewHistory() *History {
 }
 
 // Sending records a message about to be handed to a producer.
-func (h *History) Sending(m *qmq.Message) {
+func (h *History) Sending(m *qmq.Message) { h.sending(m, false) }
+
+// SendingChosen records a message whose id its producer chose
+// (Message.SetID), about to be handed to a producer once: the checker
+// fails a run in which it was stored in two broker groups.
+func (h *History) SendingChosen(m *qmq.Message) { h.sending(m, true) }
+
+func (h *History) sending(m *qmq.Message, chosen bool) {
 	h.mu.Lock()
-	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), sendingAt: time.Now(), deliverAt: m.DeliverAt()}
+	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), sendingAt: time.Now(), deliverAt: m.DeliverAt(), chosen: chosen}
 	h.mu.Unlock()
 }
 
@@ -171,8 +193,9 @@ func (h *History) DeadLetters(group string, ids []string) {
 	}
 }
 
-// Joined records that broadcast group was consuming subject from time at
-// on: every message of subject handed to a producer later must reach it.
+// Joined records that a broadcast group, or one at the latest message, was
+// consuming subject from time at on: every message of subject handed to a
+// producer later must reach it.
 func (h *History) Joined(group, subject string, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -198,15 +221,28 @@ func (h *History) Drained(group string, ids []string, clean bool) {
 	h.bursts = append(h.bursts, burst{group: group, ids: slices.Clone(ids), clean: clean})
 }
 
+// Paced records that group, whose handlers take longer than their share
+// of its ack wait (the wait over the messages a pull could hand them),
+// worked through a burst into which the sends ids went, and whether no
+// fault was in flight meanwhile (clean). The checker requires each
+// acknowledged send of a clean burst handled exactly once: with nothing
+// failing, a message expires only by waiting in the client for a worker
+// past its ack wait, and is then handled twice.
+func (h *History) Paced(group string, ids []string, clean bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.paced = append(h.paced, burst{group: group, ids: slices.Clone(ids), clean: clean})
+}
+
 // owed reports whether group has yet to receive the acknowledged send s of
 // id: an at-least-once group until its handler acknowledged it or keeps
-// it as a dead letter, a broadcast group only for sends begun after it
-// joined their subject. Called with h.mu held.
-func (h *History) owed(e Expectations, group string, broadcast bool, id string, s *sendRecord) bool {
+// it as a dead letter, a broadcast or latest group (fromJoin) only for
+// sends begun after it joined their subject. Called with h.mu held.
+func (h *History) owed(e Expectations, group string, fromJoin bool, id string, s *sendRecord) bool {
 	if !e.consumes(group, s.subject) {
 		return false
 	}
-	if broadcast {
+	if fromJoin {
 		at, ok := h.joined[group][s.subject]
 		if !ok || !s.sendingAt.After(at) {
 			return false
@@ -215,16 +251,16 @@ func (h *History) owed(e Expectations, group string, broadcast bool, id string, 
 	return len(h.delivered[group][id]) == 0 && !h.dead[group][id]
 }
 
-// Undelivered returns how many acknowledged sends some at-least-once or
-// broadcast group of e has not received yet.
+// Undelivered returns how many acknowledged sends some at-least-once,
+// broadcast or latest group of e has not received yet.
 func (h *History) Undelivered(e Expectations) int {
 	n, _ := h.UndeliveredBefore(e, time.Time{})
 	return n
 }
 
 // UndeliveredBefore returns how many acknowledged sends handed to a
-// producer before t (any time, if t is zero) some at-least-once or
-// broadcast group of e has not received yet, and how many sends handed
+// producer before t (any time, if t is zero) some at-least-once,
+// broadcast or latest group of e has not received yet, and how many sends handed
 // over before t have no outcome yet (a pending one may still be stored).
 func (h *History) UndeliveredBefore(e Expectations, t time.Time) (undelivered, pending int) {
 	h.mu.Lock()
@@ -243,7 +279,7 @@ func (h *History) UndeliveredBefore(e Expectations, t time.Time) (undelivered, p
 		for _, g := range e.AtLeastOnce {
 			owed = owed || h.owed(e, g, false, id, r)
 		}
-		for _, g := range e.Broadcast {
+		for _, g := range e.fromJoin() {
 			owed = owed || h.owed(e, g, true, id, r)
 		}
 		if owed {
@@ -273,14 +309,17 @@ func (h *History) deliveredOf(group string, ids []string) (got, acked int) {
 type Report struct {
 	Sent, Acked, Unknown int
 	// Lost: acknowledged, and never delivered to (nor dead-lettered by) a
-	// group that consumed all along, or to a broadcast group that had
-	// joined before the send began. Must be empty.
+	// group that consumed all along, or to a broadcast or latest group
+	// that had joined before the send began. Must be empty.
 	Lost []string
+	// Split: a send whose id its producer chose, delivered from two broker
+	// groups: one send stored twice. Must be empty.
+	Split []string
 	// Twice: delivered more than once to an at-most-once group. Must be
 	// empty.
 	Twice []string
-	// NotJoined: broadcast groups that never joined a subject. Must be
-	// empty.
+	// NotJoined: broadcast or latest groups that never joined a subject.
+	// Must be empty.
 	NotJoined []string
 	// Unexpected: delivered, never sent. Must be empty.
 	Unexpected []string
@@ -312,6 +351,14 @@ type Report struct {
 	// CleanBursts those drained with no fault in flight, each required
 	// whole.
 	Bursts, CleanBursts map[string]int
+	// Expired: acknowledged sends of a burst worked through by slow
+	// handlers with no fault in flight (History.Paced) that a handler got
+	// other than once. Must be empty.
+	Expired []string
+	// Paced counts, per group, the bursts its slow handlers worked
+	// through; CleanPaced those with no fault in flight, each required
+	// handled once.
+	Paced, CleanPaced map[string]int
 }
 
 // Check checks the history against e.
@@ -319,8 +366,9 @@ func (h *History) Check(e Expectations) Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
-		Missed: map[string]int{}, Copies: map[string]int{}, Bursts: map[string]int{}, CleanBursts: map[string]int{}}
-	for _, g := range e.Broadcast {
+		Missed: map[string]int{}, Copies: map[string]int{}, Bursts: map[string]int{}, CleanBursts: map[string]int{},
+		Paced: map[string]int{}, CleanPaced: map[string]int{}}
+	for _, g := range e.fromJoin() {
 		if len(h.joined[g]) == 0 {
 			r.NotJoined = append(r.NotJoined, g)
 		}
@@ -337,7 +385,7 @@ func (h *History) Check(e Expectations) Report {
 					r.Lost = append(r.Lost, g+":"+id)
 				}
 			}
-			for _, g := range e.Broadcast {
+			for _, g := range e.fromJoin() {
 				if h.owed(e, g, true, id, s) {
 					r.Lost = append(r.Lost, g+":"+id)
 				}
@@ -355,6 +403,24 @@ func (h *History) Check(e Expectations) Report {
 					break
 				}
 			}
+		}
+	}
+	stored := map[string]map[string]bool{} // chosen id → broker groups any group got it from
+	for _, byID := range h.from {
+		for id, from := range byID {
+			if s := h.sends[id]; s != nil && s.chosen {
+				if stored[id] == nil {
+					stored[id] = map[string]bool{}
+				}
+				for _, bg := range from {
+					stored[id][bg] = true
+				}
+			}
+		}
+	}
+	for id, in := range stored {
+		if len(in) > 1 {
+			r.Split = append(r.Split, fmt.Sprintf("%s (delivered from broker groups %s)", id, strings.Join(slices.Sorted(maps.Keys(in)), ", ")))
 		}
 	}
 	for g, byID := range h.delivered {
@@ -405,6 +471,19 @@ func (h *History) Check(e Expectations) Report {
 			}
 		}
 	}
+	for i, b := range h.paced {
+		r.Paced[b.group]++
+		if !b.clean {
+			continue
+		}
+		r.CleanPaced[b.group]++
+		for _, id := range b.ids {
+			s := h.sends[id]
+			if calls := len(h.delivered[b.group][id]) + len(h.nacked[b.group][id]); s != nil && s.outcome == sendAcked && calls != 1 {
+				r.Expired = append(r.Expired, fmt.Sprintf("%s:%s (burst %d, handled %d times with no fault in flight)", b.group, id, i+1, calls))
+			}
+		}
+	}
 	for g, byID := range h.nacked {
 		for _, times := range byID {
 			r.Nacked[g] += len(times)
@@ -419,6 +498,8 @@ func (h *History) Check(e Expectations) Report {
 		}
 	}
 	sort.Strings(r.Lost)
+	sort.Strings(r.Split)
+	sort.Strings(r.Expired)
 	sort.Strings(r.Twice)
 	sort.Strings(r.Unexpected)
 	sort.Strings(r.Early)
@@ -428,26 +509,31 @@ func (h *History) Check(e Expectations) Report {
 
 // OK reports whether the history keeps every promise: nothing lost,
 // nothing unexpected, nothing early, nothing twice to an at-most-once
-// group, every backlog drained with no fault in flight whole, every
-// broadcast group joined.
+// group, no chosen id stored in two broker groups, every backlog drained
+// with no fault in flight whole, every burst worked through by slow
+// handlers with no fault in flight handled once, every broadcast and
+// latest group joined.
 func (r Report) OK() bool {
-	return len(r.Lost)+len(r.Unexpected)+len(r.Early)+len(r.Twice)+len(r.NotJoined)+len(r.Incomplete) == 0
+	return len(r.Lost)+len(r.Split)+len(r.Unexpected)+len(r.Early)+len(r.Twice)+len(r.NotJoined)+len(r.Incomplete)+len(r.Expired) == 0
 }
 
 func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent %d, acknowledged %d (%d delayed), outcome unknown %d (%d of them delivered anyway); ",
 		r.Sent, r.Acked, r.Delayed, r.Unknown, r.Recovered)
-	fmt.Fprintf(&b, "lost %d, unexpected %d, early %d, twice to an at-most-once group %d, "+
-		"missing from a backlog drained at most once with no fault in flight %d, broadcast groups not joined %d; ",
-		len(r.Lost), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.Incomplete), len(r.NotJoined))
+	fmt.Fprintf(&b, "lost %d, chosen ids stored in two broker groups %d, unexpected %d, early %d, twice to an at-most-once group %d, "+
+		"missing from a backlog drained at most once with no fault in flight %d, handled other than once by slow handlers with no fault in flight %d, "+
+		"groups not joined %d; ",
+		len(r.Lost), len(r.Split), len(r.Unexpected), len(r.Early), len(r.Twice), len(r.Incomplete), len(r.Expired), len(r.NotJoined))
 	fmt.Fprintf(&b, "duplicated %v, nacked %v, dead letters %v, at-most-once copies from two broker groups %v, missed by at-most-once %v, "+
-		"backlogs drained at most once %v (with no fault in flight, so required whole: %v)",
-		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed, r.Bursts, r.CleanBursts)
+		"backlogs drained at most once %v (with no fault in flight, so required whole: %v), "+
+		"bursts worked through by slow handlers %v (with no fault in flight, so required handled once: %v)",
+		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed, r.Bursts, r.CleanBursts, r.Paced, r.CleanPaced)
 	for _, list := range []struct {
 		name string
 		ids  []string
-	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"early", r.Early}, {"twice", r.Twice}, {"incomplete", r.Incomplete}, {"not joined", r.NotJoined}} {
+	}{{"lost", r.Lost}, {"split", r.Split}, {"unexpected", r.Unexpected}, {"early", r.Early}, {"twice", r.Twice},
+		{"incomplete", r.Incomplete}, {"expired", r.Expired}, {"not joined", r.NotJoined}} {
 		if len(list.ids) > 0 {
 			fmt.Fprintf(&b, "\n%s (first %d): %s", list.name, min(len(list.ids), 10), strings.Join(list.ids[:min(len(list.ids), 10)], ", "))
 		}

@@ -2,6 +2,7 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,13 +165,18 @@ func TestCheckerCountsDeadLettersAsArrived(t *testing.T) {
 	}
 }
 
-// TestCheckerHoldsBroadcastToItsJoin: a broadcast group owes every
-// acknowledged send of a subject it joined that began after its join,
-// nothing sent before, nothing of a subject it did not join, nothing not
-// acknowledged; a broadcast group that never joined fails the run.
+// TestCheckerHoldsBroadcastToItsJoin: a broadcast group, and one at the
+// latest message, owes every acknowledged send of a subject it joined that
+// began after its join, nothing sent before, nothing of a subject it did
+// not join, nothing not acknowledged; one that never joined fails the run.
 func TestCheckerHoldsBroadcastToItsJoin(t *testing.T) {
+	for name, e := range map[string]Expectations{"broadcast": {Broadcast: []string{"b"}}, "latest": {Latest: []string{"b"}}} {
+		t.Run(name, func(t *testing.T) { checkFromJoin(t, e) })
+	}
+}
+
+func checkFromJoin(t *testing.T, e Expectations) {
 	h, sent := checkerHistory(t)
-	e := Expectations{Broadcast: []string{"b"}}
 	if r := h.Check(e); r.OK() || len(r.NotJoined) != 1 {
 		t.Fatalf("report with b never joined: %s", r)
 	}
@@ -191,6 +197,78 @@ func TestCheckerHoldsBroadcastToItsJoin(t *testing.T) {
 	}
 	h.Delivered("b", after, join.Add(time.Second))
 	if r := h.Check(e); !r.OK() {
+		t.Fatalf("report: %s", r)
+	}
+}
+
+// TestCheckerFindsAChosenIDInTwoBrokerGroups: a send whose id its
+// producer chose, delivered from two broker groups (to one consumer group
+// or to two), fails the run; a generated id's copy in each of two broker
+// groups is at least once.
+func TestCheckerFindsAChosenIDInTwoBrokerGroups(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtLeastOnce: []string{"a", "b"}}
+	now := time.Now()
+	generated := sent("s", nil)
+	p, err := qmq.NewProducer("127.0.0.1:1") // never sends: only makes messages
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	chosen := func() *qmq.Message {
+		m := p.GenerateMessage("s")
+		if err := m.SetID(fmt.Sprintf("order-%d", len(h.sends))); err != nil {
+			t.Fatal(err)
+		}
+		h.SendingChosen(m)
+		h.Sent(m, nil)
+		return m
+	}
+	once, inTwo, inTwoGroups := chosen(), chosen(), chosen()
+	for _, g := range []string{"a", "b"} {
+		h.DeliveredFrom(g, "g1", generated, now)
+		h.DeliveredFrom(g, "g2", generated, now)
+		h.DeliveredFrom(g, "g1", once, now)
+		h.DeliveredFrom(g, "g1", once, now) // a redelivery from the same broker group
+		h.DeliveredFrom(g, "g2", inTwo, now)
+	}
+	h.DeliveredFrom("a", "g1", inTwoGroups, now)
+	h.DeliveredFrom("b", "g1", inTwoGroups, now)
+	if r := h.Check(e); !r.OK() {
+		t.Fatalf("every chosen id from one broker group: %s", r)
+	}
+	h.DeliveredFrom("a", "g1", inTwo, now)
+	h.DeliveredFrom("b", "g2", inTwoGroups, now)
+	r := h.Check(e)
+	if r.OK() || len(r.Split) != 2 || !strings.Contains(strings.Join(r.Split, " "), inTwo.ID()+" (delivered from broker groups g1, g2)") ||
+		!strings.Contains(strings.Join(r.Split, " "), inTwoGroups.ID()) {
+		t.Fatalf("report: %s", r)
+	}
+}
+
+// TestCheckerFindsAMessageExpiredInAPacedBurst: a send of a burst worked
+// through by slow handlers with no fault in flight, handled twice (it
+// expired waiting for a worker) or never, fails the run; handled twice in
+// a burst with a fault in flight is a duplicate; a send whose outcome is
+// unknown is owed nothing.
+func TestCheckerFindsAMessageExpiredInAPacedBurst(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtLeastOnce: []string{"slow"}}
+	now := time.Now()
+	once, again, faulty, unknown := sent("s", nil), sent("s", nil), sent("s", nil), sent("s", errors.New("timeout"))
+	for _, m := range []*qmq.Message{once, again, faulty} {
+		h.Delivered("slow", m, now)
+	}
+	h.Delivered("slow", faulty, now.Add(time.Second))
+	h.Paced("slow", []string{once.ID(), again.ID(), unknown.ID()}, true)
+	h.Paced("slow", []string{faulty.ID()}, false)
+	r := h.Check(e)
+	if !r.OK() || r.Paced["slow"] != 2 || r.CleanPaced["slow"] != 1 || r.Duplicated["slow"] != 1 {
+		t.Fatalf("report: %s", r)
+	}
+	h.Nacked("slow", again, now.Add(time.Second))
+	r = h.Check(e)
+	if r.OK() || len(r.Expired) != 1 || !strings.HasPrefix(r.Expired[0], "slow:"+again.ID()+" (burst 1, handled 2 times") {
 		t.Fatalf("report: %s", r)
 	}
 }

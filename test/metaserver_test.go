@@ -185,24 +185,7 @@ func TestNineProcessCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close() })
-	available := func(names ...string) func() error {
-		return func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			cl, err := admin.Cluster(ctx)
-			if err != nil {
-				return err
-			}
-			for _, name := range names {
-				i := slices.IndexFunc(cl.Groups, func(g qmq.GroupStatus) bool { return g.Name == name })
-				if i < 0 || !cl.Groups[i].Available || cl.Groups[i].Leader == "" {
-					return fmt.Errorf("group %s not available: %+v", name, cl.Groups)
-				}
-			}
-			return nil
-		}
-	}
-	meta.WaitFor(20*time.Second, "the metaserver sees g1 and g2 available", available("g1", "g2"))
+	meta.WaitFor(20*time.Second, "the metaserver sees g1 and g2 available", availability(admin, true, "g1", "g2"))
 
 	var subjects []string
 	for i := range 20 {
@@ -222,7 +205,7 @@ func TestNineProcessCluster(t *testing.T) {
 
 	// A third group added at run time takes new subjects: it holds none.
 	groups["g3"].Form(metaAddrs, "g3a", "g3b", "g3c")
-	meta.WaitFor(20*time.Second, "the metaserver sees g3 available", available("g3"))
+	meta.WaitFor(20*time.Second, "the metaserver sees g3 available", availability(admin, true, "g3"))
 	var fresh []string
 	for i := range 4 {
 		s := fmt.Sprintf("new%02d", i)

@@ -48,6 +48,9 @@ type Dialer struct {
 	// Credentials, if set, are sent in a Hello on every connection
 	// before Dial returns it: the connection works for that application.
 	Credentials *Credentials
+	// Source, if set, is the local IP connections are made from (nil: the
+	// system's choice).
+	Source net.IP
 }
 
 // Dial connects to addr with the zero Dialer: plaintext.
@@ -69,10 +72,14 @@ func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
 	}
 	var c net.Conn
 	var err error
+	nd := &net.Dialer{}
+	if d.Source != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: d.Source}
+	}
 	if d.TLS == nil {
-		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		c, err = nd.DialContext(ctx, "tcp", addr)
 	} else {
-		c, err = (&tls.Dialer{Config: d.TLS()}).DialContext(ctx, "tcp", addr)
+		c, err = (&tls.Dialer{NetDialer: nd, Config: d.TLS()}).DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
 		if isTLSError(err) {

@@ -35,11 +35,6 @@ type Route struct {
 	Subject        string       `json:"subject"`
 	Groups         []GroupRoute `json:"groups"`
 	ConsumerGroups []string     `json:"consumer_groups,omitempty"`
-	// ConsumerKnown says the consumer group the request named was
-	// recorded before it: a broker group where the group does not exist
-	// yet joined the route since (or forgot the group), and a consumer
-	// starting at the latest message starts there at the earliest.
-	ConsumerKnown bool `json:"consumer_known,omitempty"`
 }
 
 // GroupRoute is one broker group of a route.

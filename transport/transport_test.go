@@ -374,3 +374,36 @@ func TestUnreachableIsReportedFast(t *testing.T) {
 		}
 	}
 }
+
+// TestDialerDialsFromItsSource: a Dialer with a Source connects from that
+// IP (a node bound to one dials from it, so that a peer sees which node
+// calls); without one, from the system's choice.
+func TestDialerDialsFromItsSource(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, src := range []net.IP{net.ParseIP("127.0.0.9"), nil} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := Dialer{Source: src}.Dial(ctx, ln.Addr().String())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := in.RemoteAddr().(*net.TCPAddr).IP
+		want := src
+		if want == nil {
+			want = net.ParseIP("127.0.0.1")
+		}
+		if !got.Equal(want) {
+			t.Errorf("Source %v: the connection came from %v, want %v", src, got, want)
+		}
+		in.Close()
+		c.Close()
+	}
+}

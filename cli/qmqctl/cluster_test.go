@@ -124,4 +124,10 @@ func TestForgetGroupAsks(t *testing.T) {
 	if out, err := runCLI(forget...); err != nil || !strings.Contains(out, "drops its 1 live consumers. Go ahead? [y/N]") || exists() {
 		t.Fatalf("answered y: %v, %q (the group exists: %v)", err, out, exists())
 	}
+	// A group no broker group holds is forgotten too (the metaserver's
+	// record of it goes), saying so.
+	out, err := runCLI("--server", meta, "subject", "forget-group", "--group", "never", "--yes", "jobs")
+	if err != nil || !strings.Contains(out, "consumer group never not known") {
+		t.Fatalf("forgetting a group no broker group holds: %v, %q", err, out)
+	}
 }

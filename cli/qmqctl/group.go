@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -150,23 +151,33 @@ func subjectCommand() *cli.Command {
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					subject, group := c.Args().First(), c.String("group")
 					v, err := a.ConsumerGroup(ctx, subject, group)
-					if err != nil {
+					var what string
+					switch {
+					case v != nil:
+						t := v.Total
+						what = fmt.Sprintf("forgetting consumer group %s of %s destroys its position in %d broker groups, "+
+							"its backlog of %d messages (skipped if it consumes again) and %d unacknowledged, and drops its %d live consumers",
+							group, subject, len(v.BrokerGroups), t.Backlog+int64(t.Redeliver)+t.Retrying, t.Unacked, t.Consumers)
+						if err != nil { // some broker group did not answer
+							what += fmt.Sprintf(" (and whatever the broker groups that did not answer hold: %v)", err)
+						}
+					case errors.Is(err, qmq.ErrNoConsumerGroup):
+						// The metaserver may still record it (it counts toward
+						// the limits): forgetting removes that record.
+						what = fmt.Sprintf("no broker group of %s holds consumer group %s; forgetting it removes the metaserver's record of it", subject, group)
+					default:
 						return err
 					}
-					t := v.Total
-					what := fmt.Sprintf("forgetting consumer group %s of %s destroys its position in %d broker groups, "+
-						"its backlog of %d messages (skipped if it consumes again) and %d unacknowledged, and drops its %d live consumers",
-						group, subject, len(v.BrokerGroups), t.Backlog+int64(t.Redeliver)+t.Retrying, t.Unacked, t.Consumers)
 					if err := confirm(c, what); err != nil {
 						return err
 					}
 					res, err := a.ForgetConsumerGroup(ctx, subject, group)
 					for _, r := range res {
 						if r.Known {
-							fmt.Printf("broker group %s: forgot consumer group %s (%d consumers, %d messages unacknowledged)\n",
+							fmt.Fprintf(c.App.Writer, "broker group %s: forgot consumer group %s (%d consumers, %d messages unacknowledged)\n",
 								r.BrokerGroup, c.String("group"), r.Consumers, r.Unacked)
 						} else {
-							fmt.Printf("broker group %s: consumer group %s not known\n", r.BrokerGroup, c.String("group"))
+							fmt.Fprintf(c.App.Writer, "broker group %s: consumer group %s not known\n", r.BrokerGroup, c.String("group"))
 						}
 					}
 					return err

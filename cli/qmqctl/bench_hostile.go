@@ -69,6 +69,9 @@ func benchHostileCommand() *cli.Command {
 			})
 			fmt.Fprintf(c.App.Writer, "hellos refused %d, connections held %d, refused by a limit %d, other errors %d, idle connections closed by the node %d\n",
 				h.refused.Load(), h.held.Load(), h.limited.Load(), h.failed.Load(), h.closedIdle.Load())
+			if err := h.firstFailure.Load(); err != nil {
+				fmt.Fprintf(c.App.Writer, "the first other error: %v\n", *err)
+			}
 			return nil
 		},
 	}
@@ -83,11 +86,18 @@ type hostile struct {
 	next   atomic.Uint64 // picks the next source address
 
 	refused, held, limited, failed, closedIdle atomic.Int64
+	firstFailure                               atomic.Pointer[error] // the first of the other errors
 }
 
-// run holds idle connections, then says wrong secrets in loops until ctx
-// ends; ready is called once the idle connections are open.
-func (h *hostile) run(ctx context.Context, loops, idle int, ready func()) {
+// run holds idle connections, then says wrong secrets in loops until
+// until ends; ready is called once the idle connections are open.
+func (h *hostile) run(until context.Context, loops, idle int, ready func()) {
+	// The clients end when until does, by cancellation: a dial given its
+	// deadline times out by the kernel's clock a moment before it ends,
+	// and that i/o timeout would count as another error.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(until))
+	defer cancel()
+	defer context.AfterFunc(until, cancel)()
 	var wg sync.WaitGroup
 	opened := make(chan struct{}, idle)
 	for range idle {
@@ -103,7 +113,9 @@ func (h *hostile) run(ctx context.Context, loops, idle int, ready func()) {
 	for range loops {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				h.count(h.wrongHello(ctx))
+				if err := h.wrongHello(ctx); ctx.Err() == nil { // one cut short by the end is not counted
+					h.count(err)
+				}
 			}
 		})
 	}
@@ -125,7 +137,9 @@ func (h *hostile) holdIdle(ctx context.Context, opened chan<- struct{}) {
 	for ctx.Err() == nil {
 		c, err := h.dial(ctx)
 		if err != nil {
-			h.count(err)
+			if ctx.Err() == nil {
+				h.count(err)
+			}
 			return
 		}
 		h.held.Add(1)
@@ -164,6 +178,7 @@ func (h *hostile) count(err error) {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 	default:
 		h.failed.Add(1)
+		h.firstFailure.CompareAndSwap(nil, &err)
 	}
 }
 

@@ -39,6 +39,7 @@ func TestBenchHostile(t *testing.T) {
 			v, _ := strconv.Atoi(g)
 			n = append(n, v)
 		}
+		t.Log(out)
 		return n
 	}
 	// Five idle connections from one address: three held, two refused.

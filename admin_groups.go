@@ -152,7 +152,8 @@ func views(infos []ConsumerGroupInfo) []ConsumerGroupView {
 
 // ConsumerGroup returns group of subject in every broker group of the
 // subject, and their sum. A group no broker group knows is
-// ErrNoConsumerGroup.
+// ErrNoConsumerGroup, said only when every broker group answered: with
+// one that did not, the error names it, and the group may be there.
 func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*ConsumerGroupView, error) {
 	r, err := a.groupRoute(ctx, subject, group, true)
 	if err != nil {
@@ -169,8 +170,10 @@ func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*Cons
 		infos = append(infos, got...)
 	}
 	if len(infos) == 0 {
-		errs = append(errs, fmt.Errorf("%w: %s of %s", ErrNoConsumerGroup, group, subject))
-		return nil, errors.Join(errs...)
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return nil, fmt.Errorf("%w: %s of %s", ErrNoConsumerGroup, group, subject)
 	}
 	v := newView(infos)
 	return &v, errors.Join(errs...)

@@ -36,8 +36,9 @@ type Puller struct {
 	changed  chan struct{}           // closed (and replaced) when a pull ends
 	turn     int                     // which groups a pull for fewer messages than groups asks first
 	// What registration found (register): whether a broker group held
-	// the consumer group already, the broker groups of the route then,
-	// and when it began.
+	// the consumer group already (or, where one did not answer, whether
+	// the metaserver had recorded it), the broker groups of the route
+	// then, and when it began.
 	existed    bool
 	initial    map[string]bool
 	registered time.Time
@@ -125,6 +126,7 @@ func (p *Puller) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	known := rt.ConsumerKnown
 	p.mu.Lock()
 	p.initial = map[string]bool{}
 	for _, g := range rt.Groups {
@@ -136,9 +138,11 @@ func (p *Puller) register(ctx context.Context) error {
 		return err
 	}
 	if p.opts.start == transport.StartLatest && !p.opts.broadcast {
-		held := p.holders(ctx, groups)
+		held, unanswered := p.holders(ctx, groups)
 		p.mu.Lock()
-		p.existed = len(held) > 0
+		// A broker group that did not answer may hold it: the metaserver's
+		// record of the name decides then (more, never less).
+		p.existed = len(held) > 0 || (unanswered && known)
 		for _, g := range groups {
 			g.start = p.startIn(g.name)
 		}
@@ -185,18 +189,18 @@ func (p *Puller) register(ctx context.Context) error {
 }
 
 // holders asks each of groups at once, for up to probeTimeout, whether it
-// holds the consumer group, and returns those that said so (one that does
-// not answer counts as not).
-func (p *Puller) holders(ctx context.Context, groups []*groupPuller) map[string]bool {
+// holds the consumer group, and returns those that said so, and whether
+// one did not answer.
+func (p *Puller) holders(ctx context.Context, groups []*groupPuller) (held map[string]bool, unanswered bool) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	req, err := json.Marshal(transport.GroupsRequest{Subject: p.subject, Group: p.group})
 	if err != nil {
-		return nil
+		return nil, true
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	held := map[string]bool{}
+	held = map[string]bool{}
 	for _, g := range groups {
 		wg.Add(1)
 		go func() {
@@ -204,6 +208,9 @@ func (p *Puller) holders(ctx context.Context, groups []*groupPuller) map[string]
 			body, err := p.r.group(g.name).Call(ctx, transport.TypeGroups, req)
 			var infos []transport.GroupInfo
 			if err != nil || json.Unmarshal(body, &infos) != nil {
+				mu.Lock()
+				unanswered = true
+				mu.Unlock()
 				return
 			}
 			for _, info := range infos {
@@ -216,7 +223,7 @@ func (p *Puller) holders(ctx context.Context, groups []*groupPuller) map[string]
 		}()
 	}
 	wg.Wait()
-	return held
+	return held, unanswered
 }
 
 // probeTimeout bounds how long registration asks the broker groups
@@ -320,12 +327,50 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	}
 	// Pulls answer within wait; allow for the round trip before giving up
 	// on a group that does not answer (its pull goes on in the background).
+	deadline := time.Now().Add(wait)
 	timer := time.NewTimer(wait + time.Second)
 	defer timer.Stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// limit is spread over the groups pulled from, so that what arrives
-	// stays near it (at most one more per group).
+	for {
+		quick := p.startPullsLocked(groups, limit, max(time.Until(deadline), 0))
+		for {
+			if out := p.takeLocked(limit); len(out) > 0 {
+				return out, nil
+			}
+			if p.inflight == 0 {
+				if err := failures(groups); err != nil {
+					return nil, err
+				}
+				if quick && time.Now().Before(deadline) {
+					break // turns that did not wait found nothing: the next ones
+				}
+				return nil, nil
+			}
+			changed := p.changed
+			p.mu.Unlock()
+			select {
+			case <-changed:
+				p.mu.Lock()
+			case <-timer.C:
+				p.mu.Lock()
+				return nil, failures(groups)
+			case <-ctx.Done():
+				p.mu.Lock()
+				return nil, ctx.Err()
+			}
+		}
+	}
+}
+
+// startPullsLocked starts a pull of each of groups that has none under
+// way, waiting up to wait, limit spread over them (so that what arrives
+// stays near it: at most one more per group). For fewer messages than
+// such groups it pulls from as many, taken in turn, and a turn waits for
+// messages only when no other group may have some (else it would hold up
+// those the others keep); it reports whether a turn did not wait. Called
+// with p.mu held.
+func (p *Puller) startPullsLocked(groups []*groupPuller, limit int, wait time.Duration) (quick bool) {
 	var idle []*groupPuller
 	for _, g := range groups {
 		if !g.busy {
@@ -334,8 +379,6 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	}
 	turns := len(idle) > limit
 	if turns {
-		// Fewer messages wanted than groups to pull from: as many groups,
-		// taken in turn, so that no more than limit arrive.
 		p.turn++
 		start := p.turn % len(idle)
 		idle = append(idle[start:], idle[:start]...)[:limit]
@@ -344,34 +387,13 @@ func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Me
 	for _, g := range idle {
 		g.busy = true
 		p.inflight++
-		// Taken in turn, a group waits for messages only when no other may
-		// have some: else its turn would hold up those the others keep.
 		w := wait
 		if turns && !othersEmpty(groups, g) {
-			w = 0
+			w, quick = 0, true
 		}
 		go p.pullGroup(p.ctx, transport.TypePull, g, share, w)
 	}
-	for {
-		if out := p.takeLocked(limit); len(out) > 0 {
-			return out, nil
-		}
-		if p.inflight == 0 {
-			return nil, failures(groups)
-		}
-		changed := p.changed
-		p.mu.Unlock()
-		select {
-		case <-changed:
-			p.mu.Lock()
-		case <-timer.C:
-			p.mu.Lock()
-			return nil, failures(groups)
-		case <-ctx.Done():
-			p.mu.Lock()
-			return nil, ctx.Err()
-		}
-	}
+	return quick
 }
 
 // othersEmpty says whether every group of groups but g has a pull under

@@ -718,6 +718,51 @@ func assignRaw(t *testing.T, ctx context.Context, meta, subject string, groups .
 	}
 }
 
+// TestRestartedConsumerGetsWhatARouteAddedGroupHeldWhileItsHolderIsDown:
+// the same, with the one broker group that holds the group down while the
+// consumer registers: a group that does not answer may hold it, and the
+// metaserver's record of the group's name says it existed, so the group
+// starts at the earliest message where it is missing.
+func TestRestartedConsumerGetsWhatARouteAddedGroupHeldWhileItsHolderIsDown(t *testing.T) {
+	m, groups, _ := startTwoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	assignRaw(t, ctx, m.ClientAddr(), "orders", "g1")
+	first, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", func(context.Context, *qmq.Message) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	assignRaw(t, ctx, m.ClientAddr(), "orders", "g2")
+	p, err := qmq.NewProducer(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sent := map[string]bool{}
+	for i := range 10 {
+		msg := p.GenerateMessage("orders")
+		msg.SetID(idWonBy(fmt.Sprintf("in-g2-%d", i), "g2", "g1", "g2"))
+		if err := p.SendMessage(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		sent[msg.ID()] = true
+	}
+	groups["g1"].Close()
+	c := newCollector(len(sent))
+	again, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", c.handle, qmq.WithPullWait(200*time.Millisecond), qmq.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		c.mu.Lock()
+		t.Fatalf("%d of the %d messages g2 stored arrived", len(c.got), len(sent))
+	}
+}
+
 // TestNewGroupNamedBeforeStartsAtTheLatest: a consumer group no broker
 // group holds starts at the latest message, even when the metaserver
 // recorded its name before (a consumer of it looked up the route, and
@@ -807,6 +852,13 @@ func TestPullInTurnWaitsNotOnAnEmptyGroup(t *testing.T) {
 			t.Fatalf("after %d of 10: a pull of one waited on g2, empty, while g1 held messages: %v", got, err)
 		}
 		got += len(msgs)
+	}
+	// With nothing anywhere, a pull still waits its wait before it says
+	// nothing came (its first turns do not wait, the last ones do).
+	const short = 2 * time.Second
+	start := time.Now()
+	if msgs, err := pl.Pull(ctx, 1, short); err != nil || len(msgs) > 0 || time.Since(start) < short {
+		t.Fatalf("a pull of one with nothing to pull: %d messages, %v, after %s of its %s wait", len(msgs), err, time.Since(start), short)
 	}
 }
 

@@ -254,6 +254,11 @@ type NodeConfig struct {
 	RaftAdvertiseAddr string
 	// HTTPAddr serves /status and /metrics (HOST:PORT); empty disables it.
 	HTTPAddr string
+	// SourceIP, if set, is the local IP the node's connections to other
+	// nodes' client ports come from (the metaserver's, its peers' when it
+	// reads their clocks or joins them), so that a firewall or a proxy can
+	// tell which node calls. Default: the system's choice.
+	SourceIP string
 	// Bootstrap makes this node a one-voter group if it has no Raft state
 	// yet. Other nodes are added with qmqctl join.
 	Bootstrap bool
@@ -320,6 +325,9 @@ func (c *NodeConfig) check(what string) error {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return fmt.Errorf("server: %s: %s address %q: %w", what, a.name, a.addr, err)
 		}
+	}
+	if c.SourceIP != "" && net.ParseIP(c.SourceIP) == nil {
+		return fmt.Errorf("server: %s: source IP %q is not an IP address", what, c.SourceIP)
 	}
 	if err := c.TLS.check(); err != nil {
 		return err

@@ -273,3 +273,34 @@ func TestRefusalByALeaderDeposedWhileLookingAsksAgain(t *testing.T) {
 		t.Fatal("the refusal never looked")
 	}
 }
+
+// A refusing leader whose clock is not anchored to its voters' yet for its
+// term does not look: its own clock may run ahead, and ids still within
+// their dedup window would look past it (it answered "stored nowhere" for
+// them, and the producer moved them). It answers UNAVAILABLE, try again.
+func TestRefusalWaitsForTheTermsClock(t *testing.T) {
+	d := newFakeDisk()
+	n := startNode(t, "n1", true, func(c *Config) { c.MinFreeDisk, c.FSM.DiskFree = 1<<40, d.probe })
+	waitLeader(t, n)
+	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries and anchor its clock", func() bool {
+		ok, _ := n.clock.anchoredFor(n.raft.CurrentTerm())
+		return n.appliedTerm.Load() == n.raft.CurrentTerm() && ok
+	})
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := transport.Dial(ctx, n.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d.free.Store(1 << 39) // under the send floor, above the apply reserve
+	waitFor(t, 5*time.Second, "the leader to see its disk full", func() bool { full, _ := n.disk.full(); return full })
+	if err := sendOne(ctx, conn, "a"); transport.CodeOf(err) != transport.DiskFull {
+		t.Fatalf("a refusal by an anchored leader: %v, want DISK_FULL", err)
+	}
+	n.clock.mu.Lock()
+	n.clock.term = 0 // as between its election and its anchoring
+	n.clock.mu.Unlock()
+	if err := sendOne(ctx, conn, "a"); transport.CodeOf(err) != transport.Unavailable || !strings.Contains(err.Error(), "voters' clocks") {
+		t.Fatalf("a refusal by a leader whose clock is not anchored for its term: %v, want UNAVAILABLE", err)
+	}
+}

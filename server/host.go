@@ -103,14 +103,10 @@ func (h *host) goLoop(fn func()) {
 }
 
 // dialer is how the node dials other nodes' client ports: with its
-// certificate, from the IP its client listener is bound to if that is a
-// specific one (as its Raft transport dials from its Raft listener's), so
-// that a peer or a firewall sees which node calls.
-func (h *host) dialer() transport.Dialer {
+// certificate, from source if it is set (NodeConfig.SourceIP, checked).
+func (h *host) dialer(source string) transport.Dialer {
 	d := h.tls.dialer()
-	if local, ok := h.clientLis.Addr().(*net.TCPAddr); ok && !local.IP.IsUnspecified() {
-		d.Source = local.IP
-	}
+	d.Source = net.ParseIP(source)
 	return d
 }
 

@@ -64,7 +64,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		return nil, fmt.Errorf("server: snapshot store: %w", err)
 	}
 	m.raftGroup = raftGroup{
-		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, dial: m.dialer(),
+		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, dial: m.dialer(cfg.SourceIP),
 		sec:        cfg.security(),
 		memberAddr: m.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {

@@ -45,6 +45,8 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 		}
 	}
 	r, _ := m.fsm.Route(req.Subject)
+	_, known := slices.BinarySearch(r.Consumers, req.ConsumerGroup) // before it is recorded
+	known = known && req.ConsumerGroup != ""
 	if req.ConsumerGroup != "" && r.Records(req.ConsumerGroup, req.Broker) {
 		// Knowing the consumer groups is for operators; a consumer is served
 		// its route even when recording it fails at the metaserver's limits
@@ -54,7 +56,9 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return json.Marshal(m.route(req.Subject))
+	out := m.route(req.Subject)
+	out.ConsumerKnown = known
+	return json.Marshal(out)
 }
 
 // recordConsumer records a consumer group, one at a time (so that racing

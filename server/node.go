@@ -135,7 +135,7 @@ func (n *Node) openRaft() error {
 		return err
 	}
 	n.raftGroup = raftGroup{
-		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.dialer(),
+		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.dialer(n.cfg.SourceIP),
 		sec:        n.cfg.security(),
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {

@@ -239,3 +239,23 @@ func TestConfigBoundsMaxBatchBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigRefusesASourceThatIsNoIP: --source-ip takes an IP address,
+// v4 or v6; anything else is refused at start, saying so.
+func TestConfigRefusesASourceThatIsNoIP(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	for _, ip := range []string{"", "127.0.0.7", "::1"} {
+		cfg.SourceIP = ip
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("source IP %q: %v", ip, err)
+		}
+	}
+	for _, ip := range []string{"localhost", "127.0.0.1:6222", "10.0.0.256"} {
+		cfg.SourceIP = ip
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "not an IP address") {
+			t.Errorf("source IP %q: %v, want refused", ip, err)
+		}
+	}
+}

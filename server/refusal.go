@@ -29,8 +29,8 @@ import (
 //   - the state machine, once it has applied what earlier terms committed
 //     (appliedTerm), while a quorum still takes this node for leader (a
 //     deposed one knows nothing of what the next stores): a message it
-//     holds within the dedup window (ending by its clock, as an append's
-//     would) is answered as a duplicate;
+//     holds within the dedup window (ending by its clock once anchored to
+//     its voters', as an append's would) is answered as a duplicate;
 //   - and it still leads, in the term it looked in: a recorded send leaves
 //     the record when it is applied or fails, and fails only once the
 //     node stepped down, when a next leader may still commit it.
@@ -96,6 +96,12 @@ func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error
 	term := n.raft.CurrentTerm()
 	if n.appliedTerm.Load() != term {
 		return nil, transport.Errorf(transport.Unavailable, "%v; this new leader has not applied what earlier ones committed yet, so it cannot tell whether it holds the messages: try again", refusal)
+	}
+	// The window ends by the clock an append of this term would be stamped
+	// with: until it is anchored to the voters', the node's own may run
+	// ahead, and ids still within their window would look past it.
+	if anchored, _ := n.clock.anchoredFor(term); !anchored {
+		return nil, transport.Errorf(transport.Unavailable, "%v; this new leader has not read its voters' clocks yet, so it cannot tell whether it holds the messages: try again", refusal)
 	}
 	n.sendGate.Lock() // every send admitted before is recorded as queued
 	n.sendGate.Unlock()

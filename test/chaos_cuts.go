@@ -41,7 +41,8 @@ func (ch *Chaos) cutMeta(c *Cluster) string {
 
 // cutFromMeta makes the metaserver's client proxies refuse (and cut) every
 // connection from broker group c's nodes, which dial from their own IPs
-// (with cut false, lets them through again); clients still reach both.
+// (qmqd --source-ip; with cut false, lets them through again); clients
+// still reach both.
 func (ch *Chaos) cutFromMeta(c *Cluster, cut bool) {
 	var refuse func(string) bool
 	if cut {

@@ -462,7 +462,7 @@ func (n *Node) Args() []string {
 	}
 	if n.IP != "" {
 		args = append(args, "--id", n.ID, "--data", n.DataDir, "--listen", n.ClientBind, "--advertise", n.ClientAddr,
-			"--raft", n.RaftBind, "--raft-advertise", n.RaftAddr, "--http", n.HTTPAddr)
+			"--raft", n.RaftBind, "--raft-advertise", n.RaftAddr, "--http", n.HTTPAddr, "--source-ip", n.IP)
 		if n.ClockFile != "" {
 			args = append(args, "--clock-offset-file", n.ClockFile)
 		}

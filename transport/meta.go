@@ -35,6 +35,13 @@ type Route struct {
 	Subject        string       `json:"subject"`
 	Groups         []GroupRoute `json:"groups"`
 	ConsumerGroups []string     `json:"consumer_groups,omitempty"`
+	// ConsumerKnown says the consumer group the request named was
+	// recorded before it: a hint only, since any lookup naming a group
+	// records it, whether or not a broker group ever held it. The SDK asks
+	// the broker groups whether they hold the group, and takes the hint
+	// only when one does not answer (an SDK of an earlier release takes it
+	// alone).
+	ConsumerKnown bool `json:"consumer_known,omitempty"`
 }
 
 // GroupRoute is one broker group of a route.

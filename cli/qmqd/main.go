@@ -256,6 +256,8 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
 		&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
 		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft `HOST:PORT` the other members dial, if not --raft (a proxy in front)"},
+		&cli.StringFlag{Name: "source-ip", Usage: "local `IP` to dial other nodes' client ports from (the metaserver's, peers' for clocks and joins), " +
+			"so that a firewall or proxy can tell which node calls; the system's choice if empty"},
 		&cli.BoolFlag{Name: "bootstrap", Usage: "start " + group + " with this node as its only voter (ignored once it has data)"},
 		&cli.DurationFlag{Name: "election-timeout", Value: time.Second, Usage: "Raft heartbeat and election timeout `DUR`; the leader lease is half of it"},
 		&cli.Int64Flag{Name: "client-memory", Value: transport.DefaultMaxInFlightBytes >> 20, Usage: "hold at most `MIB` MiB of client requests and replies in flight; beyond, connections wait"},
@@ -271,7 +273,7 @@ func nodeFlags(group string) []cli.Flag {
 func nodeConfig(c *cli.Context) server.NodeConfig {
 	return server.NodeConfig{ID: c.String("id"), DataDir: c.String("data"), ClientAddr: c.String("listen"),
 		AdvertiseAddr: c.String("advertise"), RaftAddr: c.String("raft"), RaftAdvertiseAddr: c.String("raft-advertise"),
-		HTTPAddr: c.String("http"), Bootstrap: c.Bool("bootstrap"),
+		HTTPAddr: c.String("http"), SourceIP: c.String("source-ip"), Bootstrap: c.Bool("bootstrap"),
 		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns"),
 			RequestsPerConn: c.Int("max-requests-per-conn")},
 		TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}

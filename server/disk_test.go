@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -192,9 +193,7 @@ func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 	d := newFakeDisk()
 	n := startNode(t, "n1", true, func(c *Config) { c.MinFreeDisk, c.FSM.DiskFree = 1<<20, d.probe })
 	waitLeader(t, n)
-	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries", func() bool {
-		return n.appliedTerm.Load() == n.raft.CurrentTerm()
-	})
+	waitSettled(t, n)
 	ctx := ctxFor(t, 30*time.Second)
 	conn, err := transport.Dial(ctx, n.ClientAddr())
 	if err != nil {
@@ -253,9 +252,7 @@ func TestRefusalByALeaderDeposedWhileLookingAsksAgain(t *testing.T) {
 	})
 	group.Store(&nodes)
 	l := leaderOf(nodes)
-	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries", func() bool {
-		return l.appliedTerm.Load() == l.raft.CurrentTerm()
-	})
+	waitSettled(t, l)
 	ctx := ctxFor(t, 30*time.Second)
 	conn, err := transport.Dial(ctx, l.ClientAddr())
 	if err != nil {
@@ -282,10 +279,7 @@ func TestRefusalWaitsForTheTermsClock(t *testing.T) {
 	d := newFakeDisk()
 	n := startNode(t, "n1", true, func(c *Config) { c.MinFreeDisk, c.FSM.DiskFree = 1<<40, d.probe })
 	waitLeader(t, n)
-	waitFor(t, 10*time.Second, "the leader to apply its predecessors' entries and anchor its clock", func() bool {
-		ok, _ := n.clock.anchoredFor(n.raft.CurrentTerm())
-		return n.appliedTerm.Load() == n.raft.CurrentTerm() && ok
-	})
+	waitSettled(t, n)
 	ctx := ctxFor(t, 30*time.Second)
 	conn, err := transport.Dial(ctx, n.ClientAddr())
 	if err != nil {
@@ -303,4 +297,17 @@ func TestRefusalWaitsForTheTermsClock(t *testing.T) {
 	if err := sendOne(ctx, conn, "a"); transport.CodeOf(err) != transport.Unavailable || !strings.Contains(err.Error(), "voters' clocks") {
 		t.Fatalf("a refusal by a leader whose clock is not anchored for its term: %v, want UNAVAILABLE", err)
 	}
+}
+
+// waitSettled waits until leader n has applied its predecessors' entries,
+// anchored its clock, recorded the group identity and seeded the group's
+// configuration: a test that then fills its disk stops none of these
+// entries half way (a leader's sends wait for them).
+func waitSettled(t *testing.T, n *Node) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the leader settled in its term", func() bool {
+		anchored, _ := n.clock.anchoredFor(n.raft.CurrentTerm())
+		return n.appliedTerm.Load() == n.raft.CurrentTerm() && anchored && n.fsm.Identity() != "" &&
+			n.fsm.BrokerConfig().Source == fsm.ConfigGroup
+	})
 }

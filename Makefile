@@ -20,7 +20,7 @@ help: ## list the targets
 
 build: ## compile every package, and qmqd and qmqctl into bin/
 	$(GO) build $(PKGS)
-	$(GO) build -o bin/ ./cli/qmqd ./cli/qmqctl
+	$(GO) build -buildvcs=auto -o bin/ ./cli/qmqd ./cli/qmqctl
 
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev

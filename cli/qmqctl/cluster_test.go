@@ -131,3 +131,12 @@ func TestForgetGroupAsks(t *testing.T) {
 		t.Fatalf("forgetting a group no broker group holds: %v, %q", err, out)
 	}
 }
+
+// TestVersion: qmqctl --version names the build: its version, and the
+// Go release it was built with.
+func TestVersion(t *testing.T) {
+	out, err := runCLI("--version")
+	if err != nil || !strings.HasPrefix(out, "qmqctl version ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("qmqctl --version: %v, %q", err, out)
+	}
+}

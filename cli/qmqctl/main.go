@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // errFailed makes qmqctl exit 1 after a command already said what failed.
@@ -43,8 +44,9 @@ func main() {
 // newApp returns qmqctl's commands.
 func newApp() *cli.App {
 	return &cli.App{
-		Name:  "qmqctl",
-		Usage: "send, consume and administer QMQ",
+		Name:    "qmqctl",
+		Version: version.String(),
+		Usage:   "send, consume and administer QMQ",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{
 				Name: "server", Value: qmq.DefaultServer, EnvVars: []string{"QMQ_SERVER"},

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -32,8 +33,9 @@ func main() {
 // newApp is qmqd: its flags and commands.
 func newApp() *cli.App {
 	return &cli.App{
-		Name:  "qmqd",
-		Usage: "the QMQ server daemon",
+		Name:    "qmqd",
+		Version: version.String(),
+		Usage:   "the QMQ server daemon",
 		Description: "`qmqd dev` starts a complete one-node queue with no other setup. A production cluster is\n" +
 			"a metaserver group (`qmqd meta`, three nodes) and broker groups (`qmqd broker --meta …`,\n" +
 			"three nodes each): bootstrap the first node of each group with --bootstrap, then add the\n" +

@@ -494,22 +494,31 @@ func TestChosenIDResentPastItsWindowIsStoredAgain(t *testing.T) {
 	}
 }
 
-// TestCancelledSendIsNotRetried: a send whose caller's context is
-// cancelled while its request is unanswered is not retried: its caller
-// was told it failed. (The producer went on trying until its send
-// timeout and stored it once the broker could be reached.)
-func TestCancelledSendIsNotRetried(t *testing.T) {
+// warmProducer starts a broker behind a proxy (proxiedBroker) and a
+// producer of it that has sent once (it holds the route and a connection);
+// the producer is closed when the test ends.
+func warmProducer(t *testing.T) (*server.Node, *netproxy.Proxy, *qmq.Producer) {
+	t.Helper()
 	n, proxy, _ := proxiedBroker(t, nil)
 	p, err := qmq.NewProducer(proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil { // the route and a connection
+	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil {
 		t.Fatal(err)
 	}
+	return n, proxy, p
+}
+
+// TestCancelledSendIsNotRetried: a send whose caller's context is
+// cancelled while its request is unanswered is not retried: its caller
+// was told it failed. (The producer went on trying until its send
+// timeout and stored it once the broker could be reached.)
+func TestCancelledSendIsNotRetried(t *testing.T) {
+	n, proxy, p := warmProducer(t)
 	proxy.Drop(func(string) bool { return true }, true) // requests vanish
 	sctx, scancel := context.WithCancel(context.Background())
 	m := p.GenerateMessage("orders")
@@ -536,17 +545,7 @@ func TestCancelledSendIsNotRetried(t *testing.T) {
 // was getting its request ready is left out of the request. (It was
 // sent, and stored, after its caller had been told it failed.)
 func TestSendAbandonedBeforeItsRequestIsNotSent(t *testing.T) {
-	n, proxy, _ := proxiedBroker(t, nil)
-	p, err := qmq.NewProducer(proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.SendMessage(ctx, p.GenerateMessage("orders")); err != nil { // the route and a connection
-		t.Fatal(err)
-	}
+	n, _, p := warmProducer(t)
 	var armed atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
 	qmq.BeforeRequest(p, func(string) {
@@ -562,7 +561,7 @@ func TestSendAbandonedBeforeItsRequestIsNotSent(t *testing.T) {
 	go func() { sent <- p.SendMessage(sctx, m) }()
 	<-entered
 	scancel()
-	err = <-sent
+	err := <-sent
 	close(release)
 	if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "may have stored") {
 		t.Fatalf("a send given up before its request: %v", err)

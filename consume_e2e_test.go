@@ -14,8 +14,8 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -103,8 +103,8 @@ func TestTagFilters(t *testing.T) {
 	}
 }
 
-// Tags are checked when the consumer is made: at most logs.MaxTags, each
-// 1 to logs.MaxTagLen bytes.
+// Tags are checked when the consumer is made: at most message.MaxTags, each
+// 1 to message.MaxTagLen bytes.
 func TestTagBounds(t *testing.T) {
 	addr := testcluster.Broker(t, nil).ClientAddr() // a consumer registers before it is made
 	many := func(n int) []string {
@@ -118,12 +118,12 @@ func TestTagBounds(t *testing.T) {
 		tags []string
 		ok   bool
 	}{
-		{many(logs.MaxTags - 1), true},
-		{many(logs.MaxTags), true},
-		{many(logs.MaxTags + 1), false},
-		{[]string{strings.Repeat("t", logs.MaxTagLen-1)}, true},
-		{[]string{strings.Repeat("t", logs.MaxTagLen)}, true},
-		{[]string{strings.Repeat("t", logs.MaxTagLen+1)}, false},
+		{many(message.MaxTags - 1), true},
+		{many(message.MaxTags), true},
+		{many(message.MaxTags + 1), false},
+		{[]string{strings.Repeat("t", message.MaxTagLen-1)}, true},
+		{[]string{strings.Repeat("t", message.MaxTagLen)}, true},
+		{[]string{strings.Repeat("t", message.MaxTagLen+1)}, false},
 		{[]string{""}, false},
 	} {
 		for _, opt := range []qmq.ConsumerOption{qmq.WithTags(tc.tags...), qmq.WithAllTags(tc.tags...)} {

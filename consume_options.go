@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -49,7 +49,7 @@ func StartAtTime(t time.Time) ConsumerOption {
 }
 
 // WithTags makes the consumer receive only the messages with at least one
-// of tags (at most logs.MaxTags, each 1 to logs.MaxTagLen bytes). The
+// of tags (at most message.MaxTags, each 1 to message.MaxTagLen bytes). The
 // broker filters: messages without them count as consumed by the group.
 // It replaces an earlier WithTags or WithAllTags.
 func WithTags(tags ...string) ConsumerOption {
@@ -96,12 +96,12 @@ func WithBroadcast(expiry time.Duration) ConsumerOption {
 // returns the consumer group it pulls as: group, or for a broadcast
 // consumer, a group of its own.
 func (o *consumerOptions) consumeGroup(group string) (string, error) {
-	if len(o.tags) > logs.MaxTags {
-		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), logs.MaxTags)
+	if len(o.tags) > message.MaxTags {
+		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), message.MaxTags)
 	}
 	for _, t := range o.tags {
-		if t == "" || len(t) > logs.MaxTagLen {
-			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), logs.MaxTagLen)
+		if t == "" || len(t) > message.MaxTagLen {
+			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), message.MaxTagLen)
 		}
 	}
 	if o.start == transport.StartAtTime && o.startAt.UnixMilli() < 0 {

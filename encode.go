@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // MarshalBinary encodes m as a message to send: its id, subject, creation
 // time, delivery time, tags, properties and body, in the message log's
-// encoding (logs.Message, with index and append time zero). It is for
+// encoding (message.Message, with index and append time zero). It is for
 // keeping a message to send later, from this process or another (a
 // transactional outbox keeps it in a database row). A message over a
-// limit is refused with an error wrapping logs.ErrInvalidMessage
+// limit is refused with an error wrapping message.ErrInvalid
 // (ErrMessageTooLarge when too large); the subject's name and the delay
 // are checked by Producer.Check and at the send.
 func (m *Message) MarshalBinary() ([]byte, error) {
-	w := &logs.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
+	w := &message.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
 		Tags: m.tags, Properties: m.props, Body: m.body}
 	if !m.deliverAt.IsZero() {
 		w.DeliverAt = m.deliverAt.UnixMilli()
@@ -34,16 +34,16 @@ func (m *Message) MarshalBinary() ([]byte, error) {
 // resend within the dedup window is stored once. p must be exactly one
 // such encoding: a malformed one, one with an index or an append time (a
 // stored message, not one to send), or one whose id breaks SetID's rules
-// is refused with an error wrapping logs.ErrInvalidMessage or
+// is refused with an error wrapping message.ErrInvalid or
 // ErrInvalidID, and m is left as it was.
 func (m *Message) UnmarshalBinary(p []byte) error {
-	w, err := logs.DecodeMessage(p)
+	w, err := message.Decode(p)
 	if err != nil {
 		return fmt.Errorf("qmq: decode message: %w", err)
 	}
 	if w.Index != 0 || w.AppendedAt != 0 {
 		return fmt.Errorf("qmq: decode message %.40q: %w: index %d and append time %d of a stored message",
-			w.ID, logs.ErrInvalidMessage, w.Index, w.AppendedAt)
+			w.ID, message.ErrInvalid, w.Index, w.AppendedAt)
 	}
 	if err := checkID(w.ID); err != nil {
 		return fmt.Errorf("qmq: decode message: %w", err)

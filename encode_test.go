@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
-	"github.com/qmqgo/qmq/logs"
 )
 
 func sampleToEncode() *Message {
@@ -72,16 +72,16 @@ func TestUnmarshalRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := (&logs.Message{Index: 7, ID: "a", Subject: "b", AppendedAt: 5}).AppendEncoded(nil)
-	spaced := (&logs.Message{ID: "a b", Subject: "b"}).AppendEncoded(nil)
+	stored := (&message.Message{Index: 7, ID: "a", Subject: "b", AppendedAt: 5}).AppendEncoded(nil)
+	spaced := (&message.Message{ID: "a b", Subject: "b"}).AppendEncoded(nil)
 	for name, tc := range map[string]struct {
 		p    []byte
 		want error
 	}{
-		"truncated":      {good[:len(good)-1], logs.ErrInvalidMessage},
-		"trailing bytes": {append(append([]byte(nil), good...), 0), logs.ErrInvalidMessage},
-		"empty":          {nil, logs.ErrInvalidMessage},
-		"stored message": {stored, logs.ErrInvalidMessage},
+		"truncated":      {good[:len(good)-1], message.ErrInvalid},
+		"trailing bytes": {append(append([]byte(nil), good...), 0), message.ErrInvalid},
+		"empty":          {nil, message.ErrInvalid},
+		"stored message": {stored, message.ErrInvalid},
 		"id with space":  {spaced, ErrInvalidID},
 	} {
 		m := sampleToEncode()
@@ -103,13 +103,13 @@ func FuzzUnmarshalBinary(f *testing.F) {
 	f.Add(p)
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add((&logs.Message{Index: 7, ID: "a", Subject: "b"}).AppendEncoded(nil))
+	f.Add((&message.Message{Index: 7, ID: "a", Subject: "b"}).AppendEncoded(nil))
 	f.Add(bytes.Repeat([]byte{0xff}, 64))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var m Message
 		if err := m.UnmarshalBinary(p); err != nil {
-			if !errors.Is(err, logs.ErrInvalidMessage) && !errors.Is(err, ErrInvalidID) {
-				t.Fatalf("error %v is neither logs.ErrInvalidMessage nor ErrInvalidID", err)
+			if !errors.Is(err, message.ErrInvalid) && !errors.Is(err, ErrInvalidID) {
+				t.Fatalf("error %v is neither message.ErrInvalid nor ErrInvalidID", err)
 			}
 			return
 		}

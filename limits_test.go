@@ -9,9 +9,9 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/internal/testmsg"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -34,7 +34,7 @@ func TestLimitsFitEveryPath(t *testing.T) {
 	}
 	defer gc.Close()
 	frameFull := testmsg.OfSize("frame-full", "big", 0, limits.MaxFrame-9-1-1) // less the frame header, version and count
-	req := (&transport.SendRequest{Messages: []*logs.Message{frameFull}}).Encode()
+	req := (&transport.SendRequest{Messages: []*message.Message{frameFull}}).Encode()
 	if len(req)+9 != limits.MaxFrame {
 		t.Fatalf("request frame of %d bytes, want exactly %d", len(req)+9, limits.MaxFrame)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // Message is one message: a subject, typed properties, tags and a body.
@@ -18,7 +18,7 @@ type Message struct {
 	subject   string
 	createdAt time.Time
 	tags      []string
-	props     []logs.Property
+	props     []message.Property
 	body      []byte
 	deliverAt time.Time   // zero: at once
 	chosenID  bool        // the id came from SetID
@@ -38,7 +38,7 @@ type Message struct {
 func (m *Message) ID() string { return m.id }
 
 // SetID gives the message an id of the caller's choosing, in place of the
-// one GenerateMessage made: 1 to 128 bytes (logs.MaxIDLen), each a
+// one GenerateMessage made: 1 to 128 bytes (message.MaxIDLen), each a
 // printable ASCII character other than a space ('!' to '~'). Any other id
 // is refused with an error wrapping ErrInvalidID, and the message keeps
 // its id.
@@ -122,7 +122,7 @@ func (m *Message) SetString(key, value string) {
 			return
 		}
 	}
-	m.props = append(m.props, logs.Property{Key: key, Value: value})
+	m.props = append(m.props, message.Property{Key: key, Value: value})
 }
 
 // SetInt sets an integer property.
@@ -222,8 +222,8 @@ func (m *Message) DeliverAt() time.Time { return m.deliverAt }
 
 // toLog returns the message as sent at now: a delivery time not after now
 // is sent as none.
-func (m *Message) toLog(now time.Time) *logs.Message {
-	l := &logs.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
+func (m *Message) toLog(now time.Time) *message.Message {
+	l := &message.Message{ID: m.id, Subject: m.subject, CreatedAt: m.createdAt.UnixMilli(),
 		Tags: m.tags, Properties: m.props, Body: m.body}
 	if m.deliverAt.After(now) {
 		l.DeliverAt = m.deliverAt.UnixMilli()
@@ -231,7 +231,7 @@ func (m *Message) toLog(now time.Time) *logs.Message {
 	return l
 }
 
-func fromLog(l *logs.Message, pullSeq int64, epoch uint64, brokerGroup string) *Message {
+func fromLog(l *message.Message, pullSeq int64, epoch uint64, brokerGroup string) *Message {
 	m := &Message{id: l.ID, subject: l.Subject, createdAt: time.UnixMilli(l.CreatedAt),
 		tags: l.Tags, props: l.Properties, body: l.Body, pullSeq: pullSeq, epoch: epoch, brokerGroup: brokerGroup}
 	if l.DeliverAt != 0 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 func TestTypedProperties(t *testing.T) {
@@ -114,7 +114,7 @@ func TestProducerRefusesInvalidMessages(t *testing.T) {
 }
 
 func TestSetIDRules(t *testing.T) {
-	max := strings.Repeat("x", logs.MaxIDLen)
+	max := strings.Repeat("x", message.MaxIDLen)
 	for _, tc := range []struct {
 		id string
 		ok bool

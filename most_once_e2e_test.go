@@ -10,7 +10,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -94,7 +94,7 @@ func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "job-1", Subject: "jobs", CreatedAt: 1, Body: []byte("x")}}}
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: "job-1", Subject: "jobs", CreatedAt: 1, Body: []byte("x")}}}
 	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
 		t.Fatal(err)
 	}

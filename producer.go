@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/wait"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -61,7 +61,7 @@ const MaxMessageSize = limits.MaxMessage
 
 // ErrMessageTooLarge means a message is over MaxMessageSize, or one of its
 // fields over its own limit.
-var ErrMessageTooLarge = logs.ErrMessageTooLarge
+var ErrMessageTooLarge = message.ErrTooLarge
 
 // ErrDelayTooLong means a message's delivery time is further ahead than
 // the maximum delay. The send is refused; the time is never clamped.
@@ -131,8 +131,8 @@ type Producer struct {
 type pending struct {
 	ctx  context.Context
 	msg  *Message
-	wire *logs.Message // msg as sent, built once at enqueue
-	size int           // wire's encoded size
+	wire *message.Message // msg as sent, built once at enqueue
+	size int              // wire's encoded size
 	done func(error)
 	// maybeAt is the broker group a request of msg went to without an
 	// answer (a timeout, a lost connection): it may have stored msg. A
@@ -224,7 +224,7 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 // Check reports whether SendMessage would refuse m before sending it, and
 // why: a subject that breaks the naming rule (ErrInvalidName), a delivery
 // time beyond the maximum delay (ErrDelayTooLong), a message or a field
-// over its limit (ErrMessageTooLarge, or logs.ErrInvalidMessage). A
+// over its limit (ErrMessageTooLarge, or message.ErrInvalid). A
 // message that passes may still be refused by a broker with lower limits
 // of its own. A transactional outbox checks a message with it before it
 // keeps it to send.
@@ -237,7 +237,7 @@ func (p *Producer) Check(m *Message) error {
 
 // check validates a message before it is queued, so one bad message never
 // fails a batch of good ones, and returns it as it will be sent.
-func (p *Producer) check(m *Message) (*logs.Message, error) {
+func (p *Producer) check(m *Message) (*message.Message, error) {
 	if err := limits.CheckName("subject", m.subject); err != nil {
 		return nil, err
 	}
@@ -635,7 +635,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 	if qs = live; len(qs) == 0 {
 		return reported, nil, nil
 	}
-	req := &transport.SendRequest{Messages: make([]*logs.Message, len(qs))}
+	req := &transport.SendRequest{Messages: make([]*message.Message, len(qs))}
 	for i, q := range qs {
 		req.Messages[i] = q.wire
 	}

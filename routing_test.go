@@ -13,9 +13,9 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/netproxy"
 	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -137,7 +137,7 @@ func idWonBy(prefix, group string, groups ...string) string {
 // probing with a new id each time (a drained group answers a duplicate of
 // a message it stored, and the first probes may be stored).
 func refuses(ctx context.Context, conn *transport.Conn) bool {
-	probe := &transport.SendRequest{Messages: []*logs.Message{{ID: fmt.Sprint("probe-", probes.Add(1)), Subject: "probe"}}}
+	probe := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprint("probe-", probes.Add(1)), Subject: "probe"}}}
 	_, err := conn.Call(ctx, transport.TypeSend, probe.Encode())
 	return transport.CodeOf(err) == transport.ReadOnly
 }
@@ -900,7 +900,7 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		req := &transport.SendRequest{Messages: []*logs.Message{{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("x")}}}
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("x")}}}
 		if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
 			t.Fatal(err)
 		}

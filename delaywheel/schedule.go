@@ -12,6 +12,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -299,11 +300,13 @@ func exists(path string) bool {
 
 // Append writes a message due at at into its hour's records and returns
 // its reference. Like every log append it becomes readable at Flush.
-func (s *Schedule) Append(at int64, m *logs.Message) (uint64, error) { return s.AppendFor(at, m, "") }
+func (s *Schedule) Append(at int64, m *message.Message) (uint64, error) {
+	return s.AppendFor(at, m, "")
+}
 
 // AppendFor is Append of a message sent by application app ("" for none),
 // which the record keeps (Read returns it).
-func (s *Schedule) AppendFor(at int64, m *logs.Message, app string) (uint64, error) {
+func (s *Schedule) AppendFor(at int64, m *message.Message, app string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hour := Hour(at)
@@ -325,7 +328,7 @@ func (s *Schedule) AppendFor(at int64, m *logs.Message, app string) (uint64, err
 // A record's payload is its own offset in the hour's records, its due
 // time, the application that sent it if any, and the message:
 //
-//	offset u64 | at i64 | [app string] | message (logs.Message encoding)
+//	offset u64 | at i64 | [app string] | message (message.Message encoding)
 //
 // The offset makes a reference to anywhere but a record's start fail to
 // read, even where a message body holds bytes shaped like a record. An
@@ -341,10 +344,10 @@ const maxRecordPayload = max(limits.MaxMessage+limits.ScheduleRecordHeader, 16<<
 
 // RecordSize returns how many bytes of an hour's records a message takes:
 // where the next record starts after it.
-func RecordSize(m *logs.Message) int64 { return RecordSizeFor(m, "") }
+func RecordSize(m *message.Message) int64 { return RecordSizeFor(m, "") }
 
 // RecordSizeFor is RecordSize of a message sent by app.
-func RecordSizeFor(m *logs.Message, app string) int64 {
+func RecordSizeFor(m *message.Message, app string) int64 {
 	n := 16 + m.EncodedSize()
 	if app != "" {
 		n += len(binenc.AppendString(nil, app))
@@ -356,7 +359,7 @@ func RecordSizeFor(m *logs.Message, app string) int64 {
 // application's code follows.
 const recordHasApp = 1 << 63
 
-func appendRecord(b []byte, off, at int64, app string, m *logs.Message) []byte {
+func appendRecord(b []byte, off, at int64, app string, m *message.Message) []byte {
 	own := uint64(off)
 	if app != "" {
 		own |= recordHasApp
@@ -374,12 +377,12 @@ func appendRecord(b []byte, off, at int64, app string, m *logs.Message) []byte {
 type Record struct {
 	At      int64
 	App     string
-	Message *logs.Message
+	Message *message.Message
 }
 
 // Read returns the due time and message a reference names. A reference to
 // anything but a record's start is an error wrapping logs.ErrCorrupt.
-func (s *Schedule) Read(ref uint64) (int64, *logs.Message, error) {
+func (s *Schedule) Read(ref uint64) (int64, *message.Message, error) {
 	r, err := s.ReadRecord(ref)
 	return r.At, r.Message, err
 }
@@ -418,7 +421,7 @@ func decodeRecord(p []byte) (off int64, rec Record, err error) {
 		}
 	}
 	if err == nil {
-		rec.Message, err = logs.ReadMessage(r)
+		rec.Message, err = message.Read(r)
 	}
 	if err == nil {
 		err = r.Done()

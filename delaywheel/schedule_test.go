@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -29,8 +30,8 @@ func openSchedule(t *testing.T, dir string, maxOpen int, known ...map[int64]Hour
 	return s
 }
 
-func msg(id string) *logs.Message {
-	return &logs.Message{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("body of " + id)}
+func msg(id string) *message.Message {
+	return &message.Message{ID: id, Subject: "orders", CreatedAt: 1, Body: []byte("body of " + id)}
 }
 
 // pending loads an hour and returns its entries' refs by message id.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -67,7 +68,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		m.Index, m.AppendedAt = index, now
 		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
-		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
+		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
 		f.dedup.addHash(h, now, off)
 		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}

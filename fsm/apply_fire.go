@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -57,7 +58,7 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 		}
 		m.Index, m.AppendedAt = index, now
 		moff, size := must2(f.store.messages.Append(m))
-		must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: moff, Size: size, AppendedAt: now, TagMask: logs.TagMask(m.Tags)}))
+		must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: moff, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
 		must(0, f.store.sched.Dispatch(ref))
 		fired[off] = struct{}{}
 		hs.pending--

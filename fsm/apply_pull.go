@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -176,12 +177,12 @@ func (c *Pull) checkOptions() error {
 		}
 	}
 	for _, t := range c.Tags {
-		if t == "" || len(t) > logs.MaxTagLen {
-			return fmt.Errorf("%w: pull tag length %d (1..%d)", ErrInvalid, len(t), logs.MaxTagLen)
+		if t == "" || len(t) > message.MaxTagLen {
+			return fmt.Errorf("%w: pull tag length %d (1..%d)", ErrInvalid, len(t), message.MaxTagLen)
 		}
 	}
-	if len(c.Tags) > logs.MaxTags {
-		return fmt.Errorf("%w: pull of %d tags (at most %d)", ErrInvalid, len(c.Tags), logs.MaxTags)
+	if len(c.Tags) > message.MaxTags {
+		return fmt.Errorf("%w: pull of %d tags (at most %d)", ErrInvalid, len(c.Tags), message.MaxTags)
 	}
 	if err := c.Start.check(); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -22,7 +23,7 @@ func TestAppendWritesMessageAndConsumeLogs(t *testing.T) {
 	f := unitFSM(t)
 	a := unitMsg("a", "orders", 10)
 	a.Tags = []string{"eu", "vip"}
-	a.Properties = []logs.Property{{Key: "trace", Value: "x1"}}
+	a.Properties = []message.Property{{Key: "trace", Value: "x1"}}
 	b := unitMsg("b", "payments", 20)
 	c := unitMsg("c", "orders", 0)
 	res := appendAt(t, f, 1, 5000, a, b, c)
@@ -41,7 +42,7 @@ func TestAppendWritesMessageAndConsumeLogs(t *testing.T) {
 	for _, tc := range []struct {
 		subject string
 		seq     int64
-		want    *logs.Message
+		want    *message.Message
 	}{{"orders", 0, a}, {"payments", 0, b}, {"orders", 1, c}} {
 		got, err := f.Message(tc.subject, tc.seq)
 		if err != nil {
@@ -61,7 +62,7 @@ func TestAppendWritesMessageAndConsumeLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Offset != res.Messages[0].Offset || e.AppendedAt != 5000 || e.TagMask != logs.TagMask(a.Tags) {
+	if e.Offset != res.Messages[0].Offset || e.AppendedAt != 5000 || e.TagMask != message.TagMask(a.Tags) {
 		t.Fatalf("consume entry %+v", e)
 	}
 	if _, err := f.Message("orders", 2); !errors.Is(err, logs.ErrBeyondEnd) {
@@ -149,13 +150,13 @@ func TestLeaderTimeNeverGoesBack(t *testing.T) {
 		cmd  encoder
 		want int64
 	}{
-		{&Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 1)}}, 5000},
-		{&Append{Now: 3000, Messages: []*logs.Message{unitMsg("b", "s", 1)}}, 5000}, // new leader behind
+		{&Append{Now: 5000, Messages: []*message.Message{unitMsg("a", "s", 1)}}, 5000},
+		{&Append{Now: 3000, Messages: []*message.Message{unitMsg("b", "s", 1)}}, 5000}, // new leader behind
 		{&Pull{Start: StartEarliest, Now: 4000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 5000},
 		{&Pull{Start: StartEarliest, Now: 7000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 7000},
 		{&Ack{Now: 6000, Subject: "s", Group: "g", Consumer: "c", Ranges: []AckRange{{0, 1}}}, 7000},
 		{&Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "c"}, 7000},
-		{&Append{Now: 6500, Messages: []*logs.Message{unitMsg("c", "s", 1)}}, 7000},
+		{&Append{Now: 6500, Messages: []*message.Message{unitMsg("c", "s", 1)}}, 7000},
 	}
 	for i, s := range steps {
 		if r, ok := applyAt(f, uint64(i+1), s.cmd).(error); ok {
@@ -179,7 +180,7 @@ func TestLeaderTimeNeverGoesBack(t *testing.T) {
 // appendN appends n messages with ids prefix-0… to subject at index.
 func appendN(tb testing.TB, f *FSM, index uint64, subject, prefix string, n int) {
 	tb.Helper()
-	msgs := make([]*logs.Message, n)
+	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = unitMsg(fmt.Sprintf("%s-%d", prefix, i), subject, 8)
 	}
@@ -432,14 +433,14 @@ func TestReclaim(t *testing.T) {
 
 func TestApplySkipsAppliedIndices(t *testing.T) {
 	f := unitFSM(t)
-	e1 := unitEntry(1, &Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 1)}})
+	e1 := unitEntry(1, &Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 1)}})
 	if r := resultAs[*AppendResult](t, f.Apply(e1)); r.Messages[0].Status != Appended {
 		t.Fatalf("%+v", r.Messages)
 	}
 	e2 := unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})
 	f.Apply(e2)
 	before, files := stateBytes(f), dataFiles(t, f.cfg.Dir)
-	for _, e := range []*raft.Log{e1, e2, unitEntry(2, &Append{Now: 1, Messages: []*logs.Message{unitMsg("b", "s", 1)}})} {
+	for _, e := range []*raft.Log{e1, e2, unitEntry(2, &Append{Now: 1, Messages: []*message.Message{unitMsg("b", "s", 1)}})} {
 		if r := f.Apply(e); r != nil {
 			t.Fatalf("re-applying index %d: %v, want nil", e.Index, describe(r))
 		}
@@ -456,7 +457,7 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 	batch := []*raft.Log{
 		e1,
 		e2,
-		unitEntry(3, &Append{Now: 2, Messages: []*logs.Message{unitMsg("b", "s", 1)}}),
+		unitEntry(3, &Append{Now: 2, Messages: []*message.Message{unitMsg("b", "s", 1)}}),
 		{Index: 4, Type: raft.LogConfiguration},
 		{Index: 5, Type: raft.LogNoop},
 		{Index: 6, Type: raft.LogBarrier},
@@ -620,7 +621,7 @@ func retentionFSM(tb testing.TB, r logs.Retention) *FSM {
 
 // bigMsg returns a message with a body of about 100 KiB: ten fill a
 // message-log segment.
-func bigMsg(id, subject string) *logs.Message { return unitMsg(id, subject, 100<<10) }
+func bigMsg(id, subject string) *message.Message { return unitMsg(id, subject, 100<<10) }
 
 func TestRetentionByBytes(t *testing.T) {
 	const maxBytes = 3 << 20
@@ -772,7 +773,7 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 	idx := uint64(0)
 	appendBatch := func(prefix string) {
 		t.Helper()
-		msgs := make([]*logs.Message, 500)
+		msgs := make([]*message.Message, 500)
 		for i := range msgs {
 			msgs[i] = unitMsg(fmt.Sprintf("%s-%d", prefix, i), "s", 1000)
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // diskBytes returns the bytes of every file under dir, the FSM's buffers
@@ -59,7 +59,7 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 			f := unitFSM(t)
 			s, g, c := strings.Repeat("s", limits.MaxName), strings.Repeat("g", limits.MaxName), strings.Repeat("c", limits.MaxName)
 			window := f.cfg.MaxUnacked
-			msgs := make([]*logs.Message, window)
+			msgs := make([]*message.Message, window)
 			for i := range msgs {
 				msgs[i] = unitMsg(fmt.Sprint("m", i), s, 1)
 			}

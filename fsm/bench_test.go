@@ -6,17 +6,16 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // benchAppendEntry returns the Raft entry at index appending n messages of
 // size-byte bodies with ids unique to index.
 func benchAppendEntry(index uint64, now int64, n, size int) *raft.Log {
 	body := make([]byte, size)
-	msgs := make([]*logs.Message, n)
+	msgs := make([]*message.Message, n)
 	for i := range msgs {
-		msgs[i] = &logs.Message{ID: fmt.Sprintf("b%d-%d", index, i), Subject: "bench", CreatedAt: now, Body: body}
+		msgs[i] = &message.Message{ID: fmt.Sprintf("b%d-%d", index, i), Subject: "bench", CreatedAt: now, Body: body}
 	}
 	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}
 }
@@ -140,9 +139,9 @@ func BenchmarkApplyFire1000(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		now := hour*3_600_000 + int64(i)*2000 // the state's clock never goes back
-		msgs := make([]*logs.Message, 1000)
+		msgs := make([]*message.Message, 1000)
 		for j := range msgs {
-			msgs[j] = &logs.Message{ID: fmt.Sprintf("d%d-%d", i, j), Subject: "bench", CreatedAt: now, Body: body, DeliverAt: now + 1000}
+			msgs[j] = &message.Message{ID: fmt.Sprintf("d%d-%d", i, j), Subject: "bench", CreatedAt: now, Body: body, DeliverAt: now + 1000}
 		}
 		index++
 		res := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}).(*AppendResult)
@@ -173,10 +172,10 @@ func BenchmarkApplyAppendSpread1000(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		now := hour*3_600_000 + int64(i)
-		msgs := make([]*logs.Message, 1000)
+		msgs := make([]*message.Message, 1000)
 		for j := range msgs {
 			at := now + 3_600_000 + rng.Int64N(17_500*3_600_000)
-			msgs[j] = &logs.Message{ID: fmt.Sprintf("s%d-%d", i, j), Subject: "bench", CreatedAt: now, Body: body, DeliverAt: at}
+			msgs[j] = &message.Message{ID: fmt.Sprintf("s%d-%d", i, j), Subject: "bench", CreatedAt: now, Body: body, DeliverAt: at}
 		}
 		e := &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}
 		b.StartTimer()
@@ -195,9 +194,9 @@ func BenchmarkSnapshotScheduleHours(b *testing.B) {
 	const hours = 2000
 	f := unitOpen(b, DefaultConfig(b.TempDir()))
 	now := int64(498_898) * 3_600_000
-	msgs := make([]*logs.Message, hours)
+	msgs := make([]*message.Message, hours)
 	for i := range msgs {
-		msgs[i] = &logs.Message{ID: fmt.Sprint("h", i), Subject: "bench", CreatedAt: now, Body: make([]byte, 128),
+		msgs[i] = &message.Message{ID: fmt.Sprint("h", i), Subject: "bench", CreatedAt: now, Body: make([]byte, 128),
 			DeliverAt: now + int64(i+1)*3_600_000}
 	}
 	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()})

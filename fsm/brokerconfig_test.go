@@ -15,6 +15,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -59,7 +60,7 @@ func flagsWorkload(first uint64, now int64, rounds int) []*raft.Log {
 	}
 	for r := range rounds {
 		at := now + int64(r)*1000
-		var msgs []*logs.Message
+		var msgs []*message.Message
 		for k := range 6 {
 			msgs = append(msgs, bigMsg(fmt.Sprint("m", now, "-", r, "-", k), "s"))
 		}
@@ -70,7 +71,7 @@ func flagsWorkload(first uint64, now int64, rounds int) []*raft.Log {
 	}
 	for _, later := range []int64{3 * 60_000, 7 * 60_000} {
 		at := now + int64(rounds)*1000 + later
-		add(&Append{Now: at, Messages: []*logs.Message{bigMsg(fmt.Sprint("m", now, "-0-0"), "s"), bigMsg(fmt.Sprint("m", now, "-1-1"), "s")}})
+		add(&Append{Now: at, Messages: []*message.Message{bigMsg(fmt.Sprint("m", now, "-0-0"), "s"), bigMsg(fmt.Sprint("m", now, "-1-1"), "s")}})
 		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g3", Consumer: "c1", Max: 100})
 	}
 	return out
@@ -270,7 +271,7 @@ func TestDedupWindowChangeAnswersAsARestartWould(t *testing.T) {
 	// and returns what became of each: A appended, S scheduled, D duplicate.
 	send := func(at int64, ids ...string) string {
 		t.Helper()
-		var msgs []*logs.Message
+		var msgs []*message.Message
 		for _, id := range ids {
 			m := unitMsg(id, "s", 10)
 			if id[0] == 'd' {
@@ -319,7 +320,7 @@ func TestDedupWindowChangeAnswersAsARestartWould(t *testing.T) {
 	if a, b := stateBytes(live), stateBytes(other); !bytes.Equal(a, b) {
 		t.Fatal("the restarted replica's state differs")
 	}
-	e := unitEntry(uint64(len(log)+1), &Append{Now: t1 + 17*minute, Messages: []*logs.Message{unitMsg("b1", "s", 10), unitMsg("b2", "s", 10), unitMsg("a9", "s", 10)}})
+	e := unitEntry(uint64(len(log)+1), &Append{Now: t1 + 17*minute, Messages: []*message.Message{unitMsg("b1", "s", 10), unitMsg("b2", "s", 10), unitMsg("a9", "s", 10)}})
 	if a, b := describe(live.Apply(e)), describe(other.Apply(e)); a != b {
 		t.Fatalf("after the restart, replicas answered\n%s\n%s", a, b)
 	}
@@ -520,19 +521,19 @@ func TestLongerWindowSchedulesNothingIntoASweptHour(t *testing.T) {
 	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: f.cfg.BrokerConfig()}))
 	m := unitMsg("early", "s", 10)
 	m.DeliverAt = h + 10*minute
-	if r := resultAs[*AppendResult](t, apply(&Append{Now: h + minute, Messages: []*logs.Message{m}})); r.Messages[0].Status != Scheduled {
+	if r := resultAs[*AppendResult](t, apply(&Append{Now: h + minute, Messages: []*message.Message{m}})); r.Messages[0].Status != Scheduled {
 		t.Fatalf("the first delayed message: %+v", r.Messages[0])
 	}
 	apply(&Fire{Now: h + 11*minute, Refs: []uint64{delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0)}})
 	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: h + 12*minute, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: minute}}))
-	apply(&Append{Now: delaywheel.HourMillis + h + 2*minute, Messages: []*logs.Message{unitMsg("next-hour", "s", 10)}})
+	apply(&Append{Now: delaywheel.HourMillis + h + 2*minute, Messages: []*message.Message{unitMsg("next-hour", "s", 10)}})
 	if _, ok := f.st.hours[delaywheel.Hour(m.DeliverAt)]; ok {
 		t.Fatal("the fired hour was not swept")
 	}
 	resultAs[*BrokerConfigResult](t, apply(&SetBrokerConfig{Now: delaywheel.HourMillis + h + 3*minute, Set: SetDedupWindow, Config: BrokerConfig{DedupWindow: 30 * minute}}))
 	late := unitMsg("late", "s", 10)
 	late.DeliverAt = delaywheel.HourMillis + h - 10*minute // in the swept hour
-	r := resultAs[*AppendResult](t, apply(&Append{Now: delaywheel.HourMillis + h - 20*minute, Messages: []*logs.Message{late}}))
+	r := resultAs[*AppendResult](t, apply(&Append{Now: delaywheel.HourMillis + h - 20*minute, Messages: []*message.Message{late}}))
 	if r.Messages[0].Status != Appended {
 		t.Fatalf("a message due in the swept hour: %+v, want it delivered at once", r.Messages[0])
 	}
@@ -637,9 +638,9 @@ func TestSeedSetsTheSameDedupFloorOnEveryReplica(t *testing.T) {
 	answers := make([][]string, 2)
 	for i, f := range []*FSM{a, b} {
 		answers[i] = applyAll(f, []*raft.Log{
-			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+			unitEntry(1, &Append{Now: unitNow, Messages: []*message.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
 			unitEntry(2, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
-			unitEntry(3, &Append{Now: unitNow + 1000, Messages: []*logs.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
+			unitEntry(3, &Append{Now: unitNow + 1000, Messages: []*message.Message{unitMsg("m1", "s", 10), delayedMsg("d1", "s", unitNow+delaywheel.HourMillis)}}),
 		})
 	}
 	wantSameReplicas(t, answers, a, b)
@@ -677,8 +678,8 @@ func TestJoinerOfAnUpgradedGroupAppliesAsItsMembers(t *testing.T) {
 	answers := make([][]string, 2)
 	for i, f := range []*FSM{member, joiner} {
 		answers[i] = applyAll(f, []*raft.Log{
-			unitEntry(1, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}),
-			unitEntry(2, &Append{Now: unitNow + 2*60_000, Messages: []*logs.Message{unitMsg("retried", "s", 10)}}), // a resend 2 minutes later
+			unitEntry(1, &Append{Now: unitNow, Messages: []*message.Message{unitMsg("retried", "s", 10)}}),
+			unitEntry(2, &Append{Now: unitNow + 2*60_000, Messages: []*message.Message{unitMsg("retried", "s", 10)}}), // a resend 2 minutes later
 			unitEntry(3, &SetBrokerConfig{Set: SetAllConfig, Seed: true, Config: seed}),
 		})
 	}

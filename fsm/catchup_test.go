@@ -7,8 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A node that stored a snapshot received from its leader but crashed before
@@ -17,7 +16,7 @@ import (
 func TestCatchUpRestoresNewerSnapshot(t *testing.T) {
 	leader := unitFSM(t)
 	for i := uint64(1); i <= 5; i++ {
-		applyAt(leader, i, &Append{Now: 1000, Messages: []*logs.Message{unitMsg(string(rune('a'+i)), "s", 10)}})
+		applyAt(leader, i, &Append{Now: 1000, Messages: []*message.Message{unitMsg(string(rune('a'+i)), "s", 10)}})
 	}
 	snap, err := leader.Snapshot()
 	if err != nil {
@@ -67,7 +66,7 @@ func TestCatchUpSkipsOwnSnapshotAheadOnlyByBarriers(t *testing.T) {
 	cfg := unitConfig(t.TempDir())
 	f := unitOpen(t, cfg)
 	for i := uint64(1); i <= 5; i++ {
-		applyAt(f, i, &Append{Now: 1000, Messages: []*logs.Message{unitMsg(string(rune('a'+i)), "s", 10)}})
+		applyAt(f, i, &Append{Now: 1000, Messages: []*message.Message{unitMsg(string(rune('a'+i)), "s", 10)}})
 	}
 	store, err := NewSnapshotStore(t.TempDir(), 2, hclog.NewNullLogger())
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // ErrInvalid means a command names something badly or asks for something
@@ -54,12 +54,12 @@ func checkGroupNames(subject, group string) error {
 var errTooFar = fmt.Errorf("%w: delivery time beyond the year 2089", ErrInvalid)
 
 // CheckMessage reports whether an Append may carry m: a valid subject
-// name, every message limit (logs.Message.Check, the encoded size among
+// name, every message limit (message.Message.Check, the encoded size among
 // them), and for a delayed message a delivery time the schedule can name.
 // The leader checks each message with it before proposing, and apply
 // checks again, so that what apply would refuse is never proposed, and
 // what a leader proposes anyway is refused alike on every replica.
-func CheckMessage(m *logs.Message) error {
+func CheckMessage(m *message.Message) error {
 	if err := CheckName("subject", m.Subject); err != nil {
 		return err
 	}

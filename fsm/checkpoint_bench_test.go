@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // BenchmarkCheckpoint: per op, one Append of a message to each of N
@@ -21,9 +20,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 			f := unitOpen(b, DefaultConfig(b.TempDir()))
 			var snapshotTime, persistTime time.Duration
 			for i := 0; i < b.N; i++ {
-				msgs := make([]*logs.Message, subjects)
+				msgs := make([]*message.Message, subjects)
 				for s := range msgs {
-					msgs[s] = &logs.Message{ID: fmt.Sprintf("c%d-%d", i, s), Subject: fmt.Sprintf("s%d", s), Body: make([]byte, 128)}
+					msgs[s] = &message.Message{ID: fmt.Sprintf("c%d-%d", i, s), Subject: fmt.Sprintf("s%d", s), Body: make([]byte, 128)}
 				}
 				f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: (&Append{Now: int64(i + 1), Messages: msgs}).Encode()})
 				start := time.Now()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -32,7 +33,7 @@ func consumeScript() []*raft.Log {
 		now += 1000
 	}
 	big := func(n int) {
-		var msgs []*logs.Message
+		var msgs []*message.Message
 		for range n {
 			m := bigMsg(fmt.Sprint("m", sent), "s")
 			m.Tags = [][]string{nil, {"a"}, {"a", "b"}}[sent%3]

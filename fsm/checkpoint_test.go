@@ -19,6 +19,7 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -673,7 +674,7 @@ func retentionWorkload(n int) []*raft.Log {
 		var cmd encoder
 		switch i % 4 {
 		case 0, 1, 2:
-			cmd = &Append{Now: now, Messages: []*logs.Message{bigMsg(fmt.Sprint("m", i), subject), bigMsg(fmt.Sprint("m", i-6), subject)}}
+			cmd = &Append{Now: now, Messages: []*message.Message{bigMsg(fmt.Sprint("m", i), subject), bigMsg(fmt.Sprint("m", i-6), subject)}}
 		case 3:
 			if i%8 == 3 {
 				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}

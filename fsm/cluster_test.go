@@ -23,6 +23,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -593,13 +594,13 @@ func clusterAsError(v any) error {
 }
 
 // clusterMessage returns message number i; its content follows from i.
-func clusterMessage(i int, now int64) *logs.Message {
-	return &logs.Message{
+func clusterMessage(i int, now int64) *message.Message {
+	return &message.Message{
 		ID:         clusterID(i),
 		Subject:    clusterSubject(i),
 		CreatedAt:  now - 5,
 		Tags:       []string{fmt.Sprintf("tag%d", i%4)},
-		Properties: []logs.Property{{Key: "n", Value: strconv.Itoa(i)}},
+		Properties: []message.Property{{Key: "n", Value: strconv.Itoa(i)}},
 		Body:       clusterBody(i),
 	}
 }

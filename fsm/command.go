@@ -6,7 +6,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // CommandType is the first byte of every Raft command. The values are
@@ -114,7 +114,7 @@ var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 
 // Append adds a batch of messages. Payload, version 1:
 //
-//	count uvarint | message…   (logs.Message encoding; index and appended-at are ignored)
+//	count uvarint | message…   (message.Message encoding; index and appended-at are ignored)
 //
 // Version 2, written when any message has an application (Senders),
 // names the applications first, each with its limit of delayed messages
@@ -123,9 +123,9 @@ var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 //	apps uvarint | (code string | max-delayed uvarint)… | count uvarint | (sender uvarint | message)…
 type Append struct {
 	Now      int64
-	Messages []*logs.Message
+	Messages []*message.Message
 	// Wire, when set, holds each message's encoding as it arrived
-	// (logs.ReadMessageWire): Wire[i] encodes Messages[i]. Encode copies it
+	// (message.ReadWire): Wire[i] encodes Messages[i]. Encode copies it
 	// and apply stores it (logs.MessageLog.AppendWire) instead of encoding
 	// the message again. Decode sets it.
 	Wire [][]byte
@@ -448,7 +448,7 @@ func Decode(b []byte) (any, error) {
 				}
 				c.Senders = append(c.Senders, int(s))
 			}
-			m, wire, err := logs.ReadMessageWire(r)
+			m, wire, err := message.ReadWire(r)
 			if err != nil {
 				return nil, fmt.Errorf("%w: append message %d: %w", ErrBadCommand, i, err)
 			}
@@ -545,10 +545,10 @@ func readPullOptions(r *binenc.Reader, c *Pull) error {
 		return fmt.Errorf("%w: pull: unknown flags %#x", ErrBadCommand, flags)
 	}
 	c.AtMostOnce, c.TagsAll = flags&pullAtMostOnce != 0, flags&pullTagsAll != 0
-	if n := r.Count(logs.MaxTags); n > 0 {
+	if n := r.Count(message.MaxTags); n > 0 {
 		c.Tags = make([]string, n)
 		for i := range c.Tags {
-			c.Tags[i] = r.String(logs.MaxTagLen)
+			c.Tags[i] = r.String(message.MaxTagLen)
 		}
 	}
 	c.Start = StartPosition(r.Byte())

@@ -9,7 +9,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // sampleConsumeCommands are the consumer commands and the pulls of every
@@ -58,9 +58,9 @@ func sampleConsumeCommands() map[string]encoder {
 		"pull v2":               &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 5, Start: StartEarliest, version: commandVersionEpoch},
 		"pull v3": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
 			TagsAll: true, Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, version: commandVersionPull3},
-		"pull v3 max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags, logs.MaxTagLen),
+		"pull v3 max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags, message.MaxTagLen),
 			Start: 0xff, StartAt: -1, IdleExpiry: math.MaxInt64, version: commandVersionPull3},
-		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(logs.MaxTags-1, logs.MaxTagLen-1), version: commandVersionPull3},
+		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags-1, message.MaxTagLen-1), version: commandVersionPull3},
 		"pull v4": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
 			Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, MaxBytes: 8 << 20},
 		"pull v4 max bytes": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, MaxBytes: math.MaxInt64},
@@ -77,7 +77,7 @@ func sampleConsumeCommands() map[string]encoder {
 func overLimitConsumeCommands() map[string][]byte {
 	long := strings.Repeat("n", limits.MaxName+1)
 	many := make([]AckRange, limits.MaxAckRanges+1)
-	tags := make([]string, logs.MaxTags+1)
+	tags := make([]string, message.MaxTags+1)
 	for i := range tags {
 		tags[i] = "t"
 	}
@@ -100,7 +100,7 @@ func overLimitConsumeCommands() map[string][]byte {
 		"reset-group name":     (&ResetGroup{Subject: "s", Group: long}).Encode(),
 		"forget name":          (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
 		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
-		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", logs.MaxTagLen+1)}}).Encode(),
+		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", message.MaxTagLen+1)}}).Encode(),
 		"pull max bytes":       pullMaxBytes(1 << 63),
 		"pull max consumers":   pullMaxConsumers(limits.MaxConsumers + 1),
 		"pull flags":           pullFlags(4),

@@ -10,7 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // sampleCommands returns one command of every type, some at their limits.
@@ -18,16 +18,16 @@ func sampleCommands() map[string]encoder {
 	full := unitMsg("id-1", "orders", 64)
 	full.Index, full.CreatedAt, full.AppendedAt = 7, -5, 1<<40
 	full.Tags = []string{"eu", "vip"}
-	full.Properties = []logs.Property{{Key: "k", Value: "v"}, {Key: "empty", Value: ""}}
+	full.Properties = []message.Property{{Key: "k", Value: "v"}, {Key: "empty", Value: ""}}
 	many := make([]AckRange, limits.MaxAckRanges)
 	for i := range many {
 		many[i] = AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
 	}
 	long := strings.Repeat("n", limits.MaxName)
 	return map[string]encoder{
-		"append":       &Append{Now: 1_700_000_000_000, Messages: []*logs.Message{full, unitMsg("id-2", "x", 0)}},
+		"append":       &Append{Now: 1_700_000_000_000, Messages: []*message.Message{full, unitMsg("id-2", "x", 0)}},
 		"append empty": &Append{Now: -1},
-		"append apps": &Append{Now: 2, Messages: []*logs.Message{full, unitMsg("id-3", "x", 0), unitMsg("id-4", "x", 1)},
+		"append apps": &Append{Now: 2, Messages: []*message.Message{full, unitMsg("id-3", "x", 0), unitMsg("id-4", "x", 1)},
 			Apps: []Sender{{App: "billing", MaxDelayed: 1 << 30}, {App: long, MaxDelayed: 0}}, Senders: []int{2, 0, 1}},
 		"pull":               &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
 		"pull max":           &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
@@ -92,7 +92,7 @@ func TestCommandTypeValues(t *testing.T) {
 
 func TestDecodeRejects(t *testing.T) {
 	pull := (&Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()
-	app := (&Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 3)}}).Encode()
+	app := (&Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 3)}}).Encode()
 	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
 	tooMany := binenc.AppendUvarint(header(CmdAppend), limits.MaxBatchMessages+1)
@@ -109,7 +109,7 @@ func TestDecodeRejects(t *testing.T) {
 		configHuge = binenc.AppendUvarint(configHuge, 1)
 	}
 	badMessage := append(header(CmdAppend), 1)
-	badMessage = (&logs.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
+	badMessage = (&message.Message{ID: "", Subject: "s"}).AppendEncoded(badMessage) // empty id
 	for _, tc := range []struct {
 		name string
 		b    []byte

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/delaywheel"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 const rigStart = int64(1_800_000_000_000)
@@ -39,7 +39,7 @@ func (r *groupRig) apply(cmd encoder) any {
 // returns their consume-log sequences.
 func (r *groupRig) send(subject string, tagSets ...[]string) []int64 {
 	r.t.Helper()
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for _, tags := range tagSets {
 		m := unitMsg(fmt.Sprint("m", r.sent), subject, 8)
 		m.Tags = tags

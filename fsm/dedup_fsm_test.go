@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -17,10 +18,10 @@ import (
 func TestDedupAcrossRetentionCuttingABucket(t *testing.T) {
 	r := logs.Retention{MaxBytes: 3 << 20}
 	var entries []*raft.Log
-	var all []*logs.Message
+	var all []*message.Message
 	for i := range 40 { // one second apart: all in one bucket of 60 s
 		m := bigMsg(fmt.Sprint("m", i), "s")
-		entries = append(entries, unitEntry(uint64(i+1), &Append{Now: 1000 + int64(i)*1000, Messages: []*logs.Message{m}}))
+		entries = append(entries, unitEntry(uint64(i+1), &Append{Now: 1000 + int64(i)*1000, Messages: []*message.Message{m}}))
 		all = append(all, bigMsg(m.ID, "s"))
 	}
 	resend := unitEntry(41, &Append{Now: 41_000, Messages: append(all, unitMsg("new", "s", 1))})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -59,7 +60,7 @@ func hourName(hour int64) string {
 // schedule writes a delayed message, whose id's hash is h, sent by s (nil
 // for none): the schedule log, the journal, the pending counts and the
 // dedup window.
-func (f *FSM) schedule(index uint64, now int64, m *logs.Message, h uint64, s *Sender) MessageResult {
+func (f *FSM) schedule(index uint64, now int64, m *message.Message, h uint64, s *Sender) MessageResult {
 	hour := delaywheel.Hour(m.DeliverAt) // a valid hour: CheckMessage saw to it
 	if err := f.checkSchedule(hour, s); err != nil {
 		return MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}

@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/delaywheel"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // appendFrom applies an Append of msgs, each sent by the application
 // senders names at its index ("" for none), with the limits of apps.
-func appendFrom(tb testing.TB, f *FSM, index uint64, now int64, apps []Sender, senders []string, msgs ...*logs.Message) *AppendResult {
+func appendFrom(tb testing.TB, f *FSM, index uint64, now int64, apps []Sender, senders []string, msgs ...*message.Message) *AppendResult {
 	tb.Helper()
 	c := &Append{Now: now, Messages: msgs, Apps: apps, Senders: make([]int, len(msgs))}
 	for i, code := range senders {

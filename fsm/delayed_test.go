@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/delaywheel"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // Times in these tests: 2026-11-30 10:00 UTC, and the hours around it.
@@ -22,7 +22,7 @@ const (
 	unitNow  = unitHour * delaywheel.HourMillis
 )
 
-func delayedMsg(id, subject string, at int64) *logs.Message {
+func delayedMsg(id, subject string, at int64) *message.Message {
 	m := unitMsg(id, subject, 8)
 	m.DeliverAt = at
 	return m
@@ -213,7 +213,7 @@ func TestEmptiedHoursAreRemoved(t *testing.T) {
 func TestScheduleHoursOpenLazily(t *testing.T) {
 	cfg := unitConfig(t.TempDir())
 	f := unitOpen(t, cfg)
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for i := range 200 {
 		msgs = append(msgs, delayedMsg("m"+strings.Repeat("x", i%3)+string(rune('a'+i%26))+string(rune('a'+i/26)), "s",
 			unitNow+int64(i)*87*delaywheel.HourMillis+1)) // 200 hours over two years
@@ -245,7 +245,7 @@ func TestTornScheduleTailRecovers(t *testing.T) {
 	f := unitOpen(t, cfg)
 	appendAt(t, f, 1, unitNow, delayedMsg("a", "s", unitNow+1000))
 	takeSnapshot(t, f)
-	after := &Append{Now: unitNow + 10, Messages: []*logs.Message{delayedMsg("b", "s", unitNow+1000)}}
+	after := &Append{Now: unitNow + 10, Messages: []*message.Message{delayedMsg("b", "s", unitNow+1000)}}
 	res := resultAs[*AppendResult](t, applyAt(f, 2, after))
 	f.Close()
 	segs, _ := filepath.Glob(filepath.Join(cfg.Dir, dataDir, scheduleDir, delaywheel.HourName(unitHour), "*.seg"))
@@ -278,7 +278,7 @@ func FuzzFire(f *testing.F) {
 	f.Add(binary.LittleEndian.AppendUint64(nil, ^uint64(0)), int64(-1))
 	f.Fuzz(func(t *testing.T, raw []byte, after int64) {
 		g := unitFSM(t)
-		var msgs []*logs.Message
+		var msgs []*message.Message
 		for i := range 5 {
 			msgs = append(msgs, delayedMsg(fmt.Sprint("m", i), "s", unitNow+int64(i)*1000+1))
 		}

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A replica whose disk lacks room for a batch and the reserve waits before
@@ -36,7 +36,7 @@ func TestApplyWaitsForDiskSpace(t *testing.T) {
 	disk.mu.Unlock()
 	done := make(chan any)
 	go func() {
-		done <- f.Apply(unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 100)}}))
+		done <- f.Apply(unitEntry(2, &Append{Now: 5000, Messages: []*message.Message{unitMsg("late", "s", 100)}}))
 	}()
 	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
 	// Readers do not wait with it.
@@ -73,7 +73,7 @@ func TestInterruptWhileWaitingForSpace(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
 	done := make(chan any)
 	go func() {
-		done <- f.Apply(unitEntry(1, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("a", "s", 10)}}))
+		done <- f.Apply(unitEntry(1, &Append{Now: 5000, Messages: []*message.Message{unitMsg("a", "s", 10)}}))
 	}()
 	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
 	f.Interrupt()
@@ -132,7 +132,7 @@ func failedWriteChild(t *testing.T) {
 		var out []*raft.Log
 		for i := from; i < to; i++ {
 			m := unitMsg(fmt.Sprint("m", i), "s", 20<<10)
-			out = append(out, unitEntry(uint64(i), &Append{Now: int64(1000 + i), Messages: []*logs.Message{m}}))
+			out = append(out, unitEntry(uint64(i), &Append{Now: int64(1000 + i), Messages: []*message.Message{m}}))
 		}
 		return out
 	}
@@ -195,7 +195,7 @@ func TestBatchAppliesAsFarAsThereIsRoom(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.DiskFree = disk.probe })
 	var batch []*raft.Log
 	for i := 1; i <= 40; i++ {
-		var cmd encoder = &Append{Now: int64(1000 + i), Messages: []*logs.Message{unitMsg(fmt.Sprint("m", i), "s", 1000)}}
+		var cmd encoder = &Append{Now: int64(1000 + i), Messages: []*message.Message{unitMsg(fmt.Sprint("m", i), "s", 1000)}}
 		if i%2 == 0 {
 			cmd = &Fire{Now: int64(1000 + i), Refs: []uint64{1, 2, 3}}
 		}
@@ -258,7 +258,7 @@ func TestSpaceForACheckpoint(t *testing.T) {
 		t.Fatal("the checkpoint's size is not known")
 	}
 	f.checkpointSize = 100 << 20 // a large state
-	e := unitEntry(2, &Append{Now: 5000, Messages: []*logs.Message{unitMsg("late", "s", 10)}})
+	e := unitEntry(2, &Append{Now: 5000, Messages: []*message.Message{unitMsg("late", "s", 10)}})
 	disk.mu.Lock()
 	disk.free = f.cfg.DiskReserve + f.entryWrites(e) + 100<<20 // room for the entry and one checkpoint, not two
 	disk.mu.Unlock()

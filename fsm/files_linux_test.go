@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -52,7 +53,7 @@ func TestConfigMaxOpenFiles(t *testing.T) {
 func subjectsWorkload(tb testing.TB, f *FSM, index uint64, now int64, n, bodySize int, round string, want map[string][]string) uint64 {
 	tb.Helper()
 	for i := 0; i < n; i += 10 {
-		var msgs []*logs.Message
+		var msgs []*message.Message
 		for j := i; j < min(i+10, n); j++ {
 			subject := fmt.Sprintf("subject.%03d", j)
 			id := subject + "-" + round

@@ -15,6 +15,7 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -350,7 +351,7 @@ func rebuildDedup(s *store, cp *checkpoint) (*dedup, *refDedup, error) {
 	d, delayed := newDedup(window), newRefDedup(window)
 	if cp.dedupFrom >= 0 {
 		from := max(cp.dedupFrom, s.messages.Log().Start())
-		err := s.messages.Scan(from, func(off int64, size int, m *logs.Message) error {
+		err := s.messages.Scan(from, func(off int64, size int, m *message.Message) error {
 			if m.DeliverAt == 0 {
 				d.add(m.ID, m.AppendedAt, off)
 			}

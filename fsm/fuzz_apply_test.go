@@ -11,8 +11,8 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // FuzzApplyAtLimits drives two replicas with the same commands, built from
@@ -119,7 +119,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 		case 0, 1: // an append: a message of a size from the table, maybe delayed, and a small one maybe badly named
 			m := testmsg.OfSize(fmt.Sprint("m", step), "s", delays[pick(i+3, len(delays))], sizes[pick(i+1, len(sizes))])
 			small := unitMsg(fmt.Sprint("s", step), name(pick(i+2, 6), "s"), 3)
-			c := &Append{Now: at, Messages: []*logs.Message{m, small}}
+			c := &Append{Now: at, Messages: []*message.Message{m, small}}
 			if recipe[i]%2 == 1 { // sent by applications: a code at its limit and a bad one, limits of 0, 1 and the most
 				c.Apps = []Sender{{App: name(pick(i+2, 6), "app"), MaxDelayed: []int64{0, 1, limits.MaxDelayed}[pick(i+1, 3)]}}
 				c.Senders = []int{1, pick(i+3, 2)}
@@ -160,7 +160,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 		case 7: // a member, its address at and over its limit
 			data = (&SetMember{Now: at, ID: name(pick(i+1, 6), "n1"), ClientAddr: strings.Repeat("a", limits.MaxAddr+pick(i+2, 2))}).Encode()
 		case 8: // an append of as many messages as a command may hold, or one more
-			msgs := make([]*logs.Message, limits.MaxBatchMessages+pick(i+1, 2))
+			msgs := make([]*message.Message, limits.MaxBatchMessages+pick(i+1, 2))
 			for k := range msgs {
 				msgs[k] = unitMsg(fmt.Sprint("b", step, "-", k), "s", 0)
 			}
@@ -173,7 +173,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 				data[max(pos, 2)] ^= byte(pick(i+2, 255) + 1) // type and version stay known
 			}
 		case 11: // a leader time days ahead: expiry, sweeps and retention must agree
-			data = (&Append{Now: at + int64(pick(i+1, 4))*24*delaywheel.HourMillis, Messages: []*logs.Message{unitMsg(fmt.Sprint("t", step), "s", 1)}}).Encode()
+			data = (&Append{Now: at + int64(pick(i+1, 4))*24*delaywheel.HourMillis, Messages: []*message.Message{unitMsg(fmt.Sprint("t", step), "s", 1)}}).Encode()
 		case 20: // a broker group configuration, seeded or set, at, under and over its bounds
 			data = configLimitCommand(at, pick, i)
 		default:
@@ -231,7 +231,7 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 		}
 		return c.Encode()
 	case 18: // a version 3 or 4 pull: tags at and over their limits, at most once, each start position, idle expiry at and past its bounds, bytes
-		tagSets := [][]string{nil, {"t1"}, make([]string, logs.MaxTags), make([]string, logs.MaxTags+1), {strings.Repeat("t", logs.MaxTagLen)}, {strings.Repeat("t", logs.MaxTagLen+1)}, {""}}
+		tagSets := [][]string{nil, {"t1"}, make([]string, message.MaxTags), make([]string, message.MaxTags+1), {strings.Repeat("t", message.MaxTagLen)}, {strings.Repeat("t", message.MaxTagLen+1)}, {""}}
 		tags := tagSets[pick(i+1, len(tagSets))]
 		for k := range tags {
 			if tags[k] == "" && len(tags) > 1 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A tag filter hands out messages with any of its tags, or with TagsAll
@@ -32,7 +32,7 @@ func collidingTags(t *testing.T) (string, string) {
 	seen := map[uint64]string{}
 	for i := range 1000 {
 		tag := fmt.Sprint("t", i)
-		m := logs.TagMask([]string{tag})
+		m := message.TagMask([]string{tag})
 		if other, ok := seen[m]; ok {
 			return other, tag
 		}

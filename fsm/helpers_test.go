@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -69,7 +70,7 @@ func applyAt(f *FSM, index uint64, cmd encoder) any {
 }
 
 // unitMsg returns a message of subject with a body of size bytes.
-func unitMsg(id, subject string, size int) *logs.Message {
+func unitMsg(id, subject string, size int) *message.Message {
 	var body []byte // nil when empty, as decoded
 	if size > 0 {
 		body = make([]byte, size)
@@ -77,7 +78,7 @@ func unitMsg(id, subject string, size int) *logs.Message {
 	for i := range body {
 		body[i] = byte(i*7 + len(id))
 	}
-	return &logs.Message{ID: id, Subject: subject, CreatedAt: 42, Body: body}
+	return &message.Message{ID: id, Subject: subject, CreatedAt: 42, Body: body}
 }
 
 // resultAs asserts that an Apply response has type T.
@@ -90,7 +91,7 @@ func resultAs[T any](tb testing.TB, r any) T {
 	return v
 }
 
-func appendAt(tb testing.TB, f *FSM, index uint64, now int64, msgs ...*logs.Message) *AppendResult {
+func appendAt(tb testing.TB, f *FSM, index uint64, now int64, msgs ...*message.Message) *AppendResult {
 	tb.Helper()
 	return resultAs[*AppendResult](tb, applyAt(f, index, &Append{Now: now, Messages: msgs}))
 }
@@ -270,12 +271,12 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			out = append(out, &raft.Log{Index: idx, Term: 1, Type: raft.LogConfiguration, Data: []byte{byte(i)}})
 			continue
 		case 1, 4, 6:
-			msgs := []*logs.Message{}
+			msgs := []*message.Message{}
 			for j := range 3 {
 				msgs = append(msgs, unitMsg(fmt.Sprintf("m-%d-%d", i, j), subject, bodySize+j))
 			}
 			msgs[2].Tags = []string{"t1", "t2"}
-			msgs[2].Properties = []logs.Property{{Key: "k", Value: fmt.Sprint(i)}}
+			msgs[2].Properties = []message.Property{{Key: "k", Value: fmt.Sprint(i)}}
 			if i > 10 {
 				msgs = append(msgs, unitMsg(fmt.Sprintf("m-%d-0", i-9), subjects[(i-9)%2], 5)) // a duplicate
 			}

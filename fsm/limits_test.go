@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // A message within limits.MaxMessage is stored, immediate or delayed, and
@@ -41,7 +41,7 @@ func TestMessagesAtTheSizeLimit(t *testing.T) {
 				before, files := stateBytes(f), dataFiles(t, f.cfg.Dir)
 				res := appendAt(t, f, 2, now, m).Messages[0]
 				if !tc.ok {
-					if res.Status != Rejected || !errors.Is(res.Err, logs.ErrMessageTooLarge) || !errors.Is(res.Err, ErrInvalid) {
+					if res.Status != Rejected || !errors.Is(res.Err, message.ErrTooLarge) || !errors.Is(res.Err, ErrInvalid) {
 						t.Fatalf("result %+v, want Rejected with ErrMessageTooLarge", res)
 					}
 					wantStateUnchanged(t, f, before)

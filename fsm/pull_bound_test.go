@@ -6,15 +6,14 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // sizedRig is a group rig whose subject s holds messages of the given body
 // sizes; it returns their record sizes, which a bounded pull adds up.
 func sizedRig(t *testing.T, bodies ...int) (*groupRig, []int) {
 	r := newGroupRig(t)
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for i, n := range bodies {
 		msgs = append(msgs, unitMsg(fmt.Sprint("m", i), "s", n))
 	}
@@ -125,7 +124,7 @@ func TestEntriesNotHandedOutStartNoAckWait(t *testing.T) {
 func TestBoundedPullInTheBatchOfItsAppend(t *testing.T) {
 	f := unitFSM(t)
 	out := f.ApplyBatch([]*raft.Log{
-		unitEntry(1, &Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 500), unitMsg("b", "s", 500), unitMsg("c", "s", 500)}}),
+		unitEntry(1, &Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 500), unitMsg("b", "s", 500), unitMsg("c", "s", 500)}}),
 		unitEntry(2, &Pull{Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 10, Start: StartEarliest, MaxBytes: 1100}),
 	})
 	res := resultAs[*PullResult](t, out[1])

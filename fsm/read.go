@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -13,7 +14,7 @@ var ErrNoSubject = fmt.Errorf("%w: no such subject", logs.ErrBeyondEnd)
 
 // Message reads the message with consume-log sequence seq of subject, as
 // a pull handed it out. Safe on any goroutine; it sees what was applied.
-func (f *FSM) Message(subject string, seq int64) (*logs.Message, error) {
+func (f *FSM) Message(subject string, seq int64) (*message.Message, error) {
 	at, err := f.Locate(subject, seq)
 	if err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func (f *FSM) Locate(subject string, seq int64) (MessageAt, error) {
 }
 
 // ReadMessage reads the message Locate found. Safe on any goroutine.
-func (f *FSM) ReadMessage(at MessageAt) (*logs.Message, error) {
+func (f *FSM) ReadMessage(at MessageAt) (*message.Message, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {

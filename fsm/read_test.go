@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -20,7 +21,7 @@ func TestLocateAllAndReadWires(t *testing.T) {
 	idx := uint64(0)
 	for i := range 40 {
 		idx++
-		msgs := []*logs.Message{bigMsg(fmt.Sprint("a", i), "a")}
+		msgs := []*message.Message{bigMsg(fmt.Sprint("a", i), "a")}
 		if i%3 == 0 {
 			msgs = append(msgs, unitMsg(fmt.Sprint("b", i), "b", 10))
 		}

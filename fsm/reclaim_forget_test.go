@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A reclaimed consumer is forgotten; its epoch is never given again, also
@@ -12,7 +12,7 @@ import (
 func TestReclaimedConsumerIsForgottenAcrossRestart(t *testing.T) {
 	cfg := unitConfig(t.TempDir())
 	f := unitOpen(t, cfg)
-	applyAt(f, 1, &Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 4), unitMsg("b", "s", 4)}})
+	applyAt(f, 1, &Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 4), unitMsg("b", "s", 4)}})
 	applyAt(f, 2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "gone", Max: 1})
 	applyAt(f, 3, &Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "gone"})
 	applyAt(f, 4, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "next", Max: 1})

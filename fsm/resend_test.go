@@ -5,14 +5,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A pull whose reply was lost must not strand its entries: the consumer
 // asks again from the pull sequence it expects, and gets them again first.
 func TestPullResendsWhatTheConsumerNeverReceived(t *testing.T) {
 	f := unitFSM(t)
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for i := range 6 {
 		msgs = append(msgs, unitMsg(fmt.Sprint("m", i), "s", 8))
 	}

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A snapshot that streams intact but cannot be opened (its checkpoint
@@ -18,7 +18,7 @@ import (
 // its previous state.
 func TestRestoreRefusesSnapshotThatDoesNotOpen(t *testing.T) {
 	src := unitFSM(t)
-	applyAt(src, 1, &Append{Now: 1, Messages: []*logs.Message{unitMsg("a", "s", 10)}})
+	applyAt(src, 1, &Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 10)}})
 	snap, err := src.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -37,14 +37,14 @@ func TestRestoreRefusesSnapshotThatDoesNotOpen(t *testing.T) {
 	}
 
 	dst := unitFSM(t)
-	applyAt(dst, 1, &Append{Now: 1, Messages: []*logs.Message{unitMsg("own", "t", 10)}})
+	applyAt(dst, 1, &Append{Now: 1, Messages: []*message.Message{unitMsg("own", "t", 10)}})
 	if err := dst.Restore(io.NopCloser(&stream)); err == nil {
 		t.Fatal("a snapshot whose logs do not open was restored")
 	}
 	if m, err := dst.Message("t", 0); err != nil || m.ID != "own" {
 		t.Fatalf("after the refused restore: %v, %v", m, err)
 	}
-	r := resultAs[*AppendResult](t, applyAt(dst, 2, &Append{Now: 2, Messages: []*logs.Message{unitMsg("next", "t", 10)}}))
+	r := resultAs[*AppendResult](t, applyAt(dst, 2, &Append{Now: 2, Messages: []*message.Message{unitMsg("next", "t", 10)}}))
 	if r.Messages[0].Status != Appended || dst.Applied() != 2 {
 		t.Fatalf("apply after the refused restore: %+v, applied %d", r.Messages[0], dst.Applied())
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -92,7 +93,7 @@ func retentionStepWorkload(tb testing.TB, ref *FSM) ([]*raft.Log, []string) {
 	}
 	sent := 0
 	big := func(subject string) {
-		add(&Append{Now: now, Messages: []*logs.Message{bigMsg(fmt.Sprint("m", sent), subject)}})
+		add(&Append{Now: now, Messages: []*message.Message{bigMsg(fmt.Sprint("m", sent), subject)}})
 		sent++
 	}
 	for range 4 {

@@ -9,7 +9,7 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // Retries go through the schedule log, the path delayed messages take:
@@ -41,8 +41,8 @@ func (rr retryRecord) encode() []byte {
 }
 
 // message returns the schedule message carrying the record, due at at.
-func (rr retryRecord) message(at, now int64) *logs.Message {
-	return &logs.Message{ID: "retry", Subject: retrySubject, CreatedAt: now, AppendedAt: now, DeliverAt: at, Body: rr.encode()}
+func (rr retryRecord) message(at, now int64) *message.Message {
+	return &message.Message{ID: "retry", Subject: retrySubject, CreatedAt: now, AppendedAt: now, DeliverAt: at, Body: rr.encode()}
 }
 
 // maxRetryRecordBytes is the most a retry record takes in the schedule:
@@ -87,7 +87,7 @@ func (f *FSM) scheduleRetry(k groupKey, g *group, r redelivery, at, now int64) b
 // redelivery queue, unless the group is gone or was reset since (the
 // record's life is over), or retention removed the message meanwhile. It
 // returns the subject to wake pulls of ("" for none).
-func (f *FSM) fireRetry(m *logs.Message) string {
+func (f *FSM) fireRetry(m *message.Message) string {
 	f.st.retries--
 	rr, err := decodeRetryRecord(m.Body)
 	if err != nil {

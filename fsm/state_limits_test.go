@@ -7,8 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // lowerLimit sets *v to n for the test.
@@ -126,7 +125,7 @@ func TestStateLimits(t *testing.T) {
 		t.Fatalf("after a restart: %d subjects, %d groups of s1", len(g.subjects), g.st.groupsOf["s1"])
 	}
 	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
-	if r := appendAt(t, g, idx+2, 1000, &logs.Message{ID: "z", Subject: "s9", CreatedAt: 1}); r.Messages[0].Status != Rejected {
+	if r := appendAt(t, g, idx+2, 1000, &message.Message{ID: "z", Subject: "s9", CreatedAt: 1}); r.Messages[0].Status != Rejected {
 		t.Fatalf("a fourth subject after the restart: %+v", r.Messages[0])
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/qmqgo/qmq/delaywheel"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 func TestSyncfsReportsWriteBackFrom58(t *testing.T) {
@@ -105,7 +105,7 @@ func TestLostScheduleWriteBackStopsTheReplica(t *testing.T) {
 	snapshotStream(t, f)
 	// One batch: delayed messages into 20 more hours, so the cache evicts
 	// (and fsyncs) the first hour's dirty file and the schedule closes it.
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for k := int64(2); k <= 21; k++ {
 		msgs = append(msgs, delayedMsg(fmt.Sprintf("d%d", k), "s", (unitHour+k)*delaywheel.HourMillis+5))
 	}
@@ -123,7 +123,7 @@ func TestLostScheduleWriteBackStopsTheReplica(t *testing.T) {
 	if got := mustCheckpointIndex(t, f.cfg.Dir); got != 1 {
 		t.Errorf("the checkpoint records index %d, want the last good one, 1", got)
 	}
-	if r := applyAt(f, 3, &Append{Now: unitNow, Messages: []*logs.Message{unitMsg("x", "s", 10)}}); !errors.Is(asError(r), ErrStopped) {
+	if r := applyAt(f, 3, &Append{Now: unitNow, Messages: []*message.Message{unitMsg("x", "s", 10)}}); !errors.Is(asError(r), ErrStopped) {
 		t.Errorf("the next append: %s, want the replica stopped", describe(r))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -47,7 +48,7 @@ func TestLostWriteBackStopsTheReplica(t *testing.T) {
 		t.Fatalf("Stopped = %v after a failed sync of a checkpoint, want EIO", err)
 	}
 	fail.Store(false) // the next sync would succeed: the error was reported once
-	if r := applyAt(f, 3, &Append{Now: 1000, Messages: []*logs.Message{unitMsg("c", "s", 10)}}); !errors.Is(asError(r), ErrStopped) && !errors.Is(asError(r), syscall.EIO) {
+	if r := applyAt(f, 3, &Append{Now: 1000, Messages: []*message.Message{unitMsg("c", "s", 10)}}); !errors.Is(asError(r), ErrStopped) && !errors.Is(asError(r), syscall.EIO) {
 		t.Fatalf("apply after a lost write-back: %v, want the replica stopped", describe(r))
 	}
 	if _, err := f.Snapshot(); err == nil {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"slices"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -10,7 +11,7 @@ import (
 // the tags, or with all every one of them (QMQ's tagType OR and AND).
 type tagFilter struct {
 	tags []string
-	mask uint64 // logs.TagMask of tags
+	mask uint64 // message.TagMask of tags
 	all  bool
 }
 
@@ -20,7 +21,7 @@ func newTagFilter(tags []string, all bool) *tagFilter {
 	if len(tags) == 0 {
 		return nil
 	}
-	return &tagFilter{tags: tags, mask: logs.TagMask(tags), all: all}
+	return &tagFilter{tags: tags, mask: message.TagMask(tags), all: all}
 }
 
 // matches reports whether the message of consume-log entry e matches.

@@ -5,8 +5,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A tag-filtered pull, and a group started at a time, in the same batch as
@@ -14,7 +13,7 @@ import (
 // batch are read, not passed over (nor read past the end).
 func TestPullsReadWhatTheirBatchAppended(t *testing.T) {
 	f := unitFSM(t)
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for i := range 6 {
 		m := unitMsg(string(rune('a'+i)), "s", 10)
 		if i%2 == 1 {

@@ -15,7 +15,7 @@ type ConsumeEntry struct {
 	Offset     int64  // message-log offset
 	Size       int    // message-log record size
 	AppendedAt int64  // Unix milliseconds
-	TagMask    uint64 // see TagMask
+	TagMask    uint64 // see message.TagMask
 }
 
 const consumeEntrySize = 32

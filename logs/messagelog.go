@@ -3,7 +3,7 @@ package logs
 import (
 	"fmt"
 
-	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // MessageLog holds every subject's messages in one log (QMQ's message
@@ -16,14 +16,10 @@ type MessageLog struct {
 	firstAt map[int64]int64
 }
 
-// maxEncodedMessage bounds one encoded message: the body plus every other
-// field at its limit.
-const maxEncodedMessage = MaxBodyLen + 1<<20 + MaxProperties*(MaxPropertyKey+MaxPropertyVal+8)
-
 // OpenMessageLog opens (or creates) the message log in dir.
 func OpenMessageLog(dir string, opts Options) (*MessageLog, error) {
 	opts.FixedPayload = 0
-	opts.MaxPayload = maxEncodedMessage
+	opts.MaxPayload = message.MaxEncoded
 	l, err := Open(dir, KindMessage, opts)
 	if err != nil {
 		return nil, err
@@ -36,7 +32,7 @@ func (ml *MessageLog) Log() *Log { return ml.log }
 
 // Append appends m and returns its offset and record size, which together
 // address it for Read.
-func (ml *MessageLog) Append(m *Message) (offset int64, size int, err error) {
+func (ml *MessageLog) Append(m *message.Message) (offset int64, size int, err error) {
 	if err := m.Check(); err != nil {
 		return 0, 0, err
 	}
@@ -48,16 +44,8 @@ func (ml *MessageLog) Append(m *Message) (offset int64, size int, err error) {
 	return off, RecordSize(len(ml.buf)), nil
 }
 
-// The fixed fields at the start of every message's encoding (see Message).
-const (
-	wireCreatedAt    = 9  // created-at i64
-	wireAppendedAt   = 17 // appended-at i64
-	wireDeliverAt    = 25 // deliver-at i64, version 2 only
-	wireFixedDelayed = 33 // where version 2's id begins
-)
-
 // AppendWire appends, delivered at once, the message whose encoding is wire
-// (from ReadMessageWire, so it decoded and passed Check), stamped with index
+// (from message.ReadWire, so it decoded and passed Check), stamped with index
 // and appendedAt, and returns its offset and record size. It writes what
 // Append writes for that message with Index and AppendedAt set and
 // DeliverAt cleared, without decoding or encoding it: the encoding is
@@ -67,7 +55,7 @@ const (
 //	wire:   version | index | created-at | appended-at | [deliver-at] | id …
 //	record: 1       | index | created-at | appendedAt  |                id …
 func (ml *MessageLog) AppendWire(wire []byte, index uint64, appendedAt int64) (offset int64, size int, err error) {
-	if ml.buf, err = stampedRecord(ml.buf[:0], wire, index, appendedAt); err != nil {
+	if ml.buf, err = message.AppendStamped(ml.buf[:0], wire, index, appendedAt); err != nil {
 		return 0, 0, err
 	}
 	off, err := ml.log.Append(ml.buf)
@@ -77,33 +65,14 @@ func (ml *MessageLog) AppendWire(wire []byte, index uint64, appendedAt int64) (o
 	return off, RecordSize(len(ml.buf)), nil
 }
 
-// stampedRecord appends to dst the payload AppendWire stores for wire.
-func stampedRecord(dst, wire []byte, index uint64, appendedAt int64) ([]byte, error) {
-	rest := wireDeliverAt
-	switch {
-	case len(wire) > 0 && wire[0] == messageVersionDelayed:
-		rest = wireFixedDelayed
-	case len(wire) > 0 && wire[0] != messageVersion:
-		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, wire[0])
-	}
-	if len(wire) < rest {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than its fixed fields", ErrInvalidMessage, len(wire))
-	}
-	b := append(dst, messageVersion)
-	b = binenc.AppendUint64(b, index)
-	b = append(b, wire[wireCreatedAt:wireAppendedAt]...)
-	b = binenc.AppendUint64(b, uint64(appendedAt))
-	return append(b, wire[rest:]...), nil
-}
-
 // Read returns the message at offset whose record size is size (both as
 // returned by Append or recorded in a consume-log entry).
-func (ml *MessageLog) Read(offset int64, size int) (*Message, error) {
+func (ml *MessageLog) Read(offset int64, size int) (*message.Message, error) {
 	p, err := ml.log.ReadSized(offset, size)
 	if err != nil {
 		return nil, err
 	}
-	m, err := DecodeMessage(p)
+	m, err := message.Decode(p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), offset, err)
 	}
@@ -111,12 +80,12 @@ func (ml *MessageLog) Read(offset int64, size int) (*Message, error) {
 }
 
 // ReadAt returns the message at offset when its size is not known.
-func (ml *MessageLog) ReadAt(offset int64) (*Message, error) {
+func (ml *MessageLog) ReadAt(offset int64) (*message.Message, error) {
 	p, err := ml.log.Read(offset)
 	if err != nil {
 		return nil, err
 	}
-	m, err := DecodeMessage(p)
+	m, err := message.Decode(p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), offset, err)
 	}
@@ -124,9 +93,9 @@ func (ml *MessageLog) ReadAt(offset int64) (*Message, error) {
 }
 
 // Scan calls fn with each message from offset from to the end.
-func (ml *MessageLog) Scan(from int64, fn func(offset int64, size int, m *Message) error) error {
+func (ml *MessageLog) Scan(from int64, fn func(offset int64, size int, m *message.Message) error) error {
 	return ml.log.Scan(from, func(off int64, p []byte) error {
-		m, err := DecodeMessage(p)
+		m, err := message.Decode(p)
 		if err != nil {
 			return fmt.Errorf("%w: %s offset %d: %w", ErrCorrupt, ml.log.Dir(), off, err)
 		}

@@ -5,12 +5,12 @@ import (
 	"strings"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // maxKey bounds a lease owner and a consumer's scope, as a message id is
 // bounded: each is a key of a table beside ids.
-const maxKey = logs.MaxIDLen
+const maxKey = message.MaxIDLen
 
 // checkKey refuses a lease owner or a consumer's scope (what) that is
 // longer than maxKey or not made only of printable ASCII other than a

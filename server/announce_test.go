@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -76,7 +76,7 @@ func TestVotersWithoutTheTimeRequestDoNotStallALeader(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the next node to lead", next.isLeader)
 	c := clientOf(t, next.ClientAddr())
-	if got := sendRaw(t, c, &logs.Message{ID: "after", Subject: "orders"}); got != transport.SendAppended {
+	if got := sendRaw(t, c, &message.Message{ID: "after", Subject: "orders"}); got != transport.SendAppended {
 		t.Fatalf("send: status %d, want appended", got)
 	}
 }

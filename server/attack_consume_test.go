@@ -14,14 +14,14 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // deadLetterRig sends n messages of size bytes to subject "blobs" and
 // makes each a dead letter of group "g" (one delivery, then a nack);
 // mutate, if any, changes each message before it is sent.
-func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*logs.Message)) {
+func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*message.Message)) {
 	t.Helper()
 	one := uint32(1)
 	set, _ := json.Marshal(transport.SetGroupRequest{Subject: "blobs", Group: "g", MaxDeliveries: &one, Start: transport.StartEarliest})
@@ -74,8 +74,8 @@ func TestDeadLetterPageHoldsNoMessage(t *testing.T) {
 		}
 	}
 	// The budget is whole again: a send goes through.
-	m := &logs.Message{ID: "after", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 1<<20)}
-	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+	m := &message.Message{ID: "after", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 1<<20)}
+	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{m}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -140,7 +140,7 @@ func TestGroupsListingIsBounded(t *testing.T) {
 }
 
 // A dead letter whose message is too large to read whole in a JSON reply
-// (a body of logs.MaxBodyLen grows by a third in base64, and property
+// (a body of message.MaxBodyLen grows by a third in base64, and property
 // values of control bytes sixfold as JSON escapes) is refused TOO_LARGE,
 // saying so, and listed like any other. Before, the broker wrote a reply
 // over the frame limit: the client dropped the connection and retried
@@ -151,10 +151,10 @@ func TestDeadLetterTooLargeToReadWhole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
-	value := strings.Repeat("\x01", logs.MaxPropertyVal)
-	deadLetterRig(t, ctx, gc, 1, logs.MaxBodyLen, func(m *logs.Message) {
+	value := strings.Repeat("\x01", message.MaxPropertyVal)
+	deadLetterRig(t, ctx, gc, 1, message.MaxBodyLen, func(m *message.Message) {
 		for i := range 100 {
-			m.Properties = append(m.Properties, logs.Property{Key: fmt.Sprint("p", i), Value: value})
+			m.Properties = append(m.Properties, message.Property{Key: fmt.Sprint("p", i), Value: value})
 		}
 	})
 	seq := int64(0)
@@ -162,7 +162,7 @@ func TestDeadLetterTooLargeToReadWhole(t *testing.T) {
 	call, end := context.WithTimeout(ctx, 30*time.Second)
 	defer end()
 	if _, err := gc.Call(call, transport.TypeDeadLetters, one); transport.CodeOf(err) != transport.TooLarge {
-		t.Fatalf("reading a dead letter of %d bytes whole: %v, want TOO_LARGE", logs.MaxBodyLen, err)
+		t.Fatalf("reading a dead letter of %d bytes whole: %v, want TOO_LARGE", message.MaxBodyLen, err)
 	}
 	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g"})
 	body, err := gc.Call(ctx, transport.TypeDeadLetters, list)
@@ -170,7 +170,7 @@ func TestDeadLetterTooLargeToReadWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	var page transport.DeadLetterPage
-	if err := json.Unmarshal(body, &page); err != nil || len(page.Letters) != 1 || page.Letters[0].Size < logs.MaxBodyLen {
+	if err := json.Unmarshal(body, &page); err != nil || len(page.Letters) != 1 || page.Letters[0].Size < message.MaxBodyLen {
 		t.Fatalf("listing it: %d letters (%v)", len(page.Letters), err)
 	}
 }

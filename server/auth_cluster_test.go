@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/internal/tlsconf"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -598,7 +598,7 @@ func TestAppSubjectLimitOnSend(t *testing.T) {
 	send := func(subject string) transport.SendResult {
 		t.Helper()
 		sent++
-		req := &transport.SendRequest{Messages: []*logs.Message{testmsg.OfSize(fmt.Sprintf("id-%d", sent), subject, 0, 100)}}
+		req := &transport.SendRequest{Messages: []*message.Message{testmsg.OfSize(fmt.Sprintf("id-%d", sent), subject, 0, 100)}}
 		b, err := conn.Call(ctx, transport.TypeSend, req.Encode())
 		if err != nil {
 			t.Fatalf("send to %s: %v", subject, err)
@@ -728,7 +728,7 @@ func TestRefusalChecksTheRightToSendFirst(t *testing.T) {
 	leader := c.leaderHolding(t)
 	ops, billing := c.dialAs(t, ctx, leader, "ops"), c.dialAs(t, ctx, leader, "billing")
 	send := func(conn *transport.Conn, subject string) (*transport.SendResponse, error) {
-		req := &transport.SendRequest{Messages: []*logs.Message{{ID: "order-1", Subject: subject, CreatedAt: 1, Body: []byte("x")}}}
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: "order-1", Subject: subject, CreatedAt: 1, Body: []byte("x")}}}
 		body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
 		if err != nil {
 			return nil, err

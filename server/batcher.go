@@ -6,7 +6,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -28,7 +28,7 @@ type batcher struct {
 // each one's encoding as it arrived (proposed as it is, never encoded
 // again).
 type sendCall struct {
-	msgs []*logs.Message
+	msgs []*message.Message
 	wire [][]byte
 	size int
 	from *fsm.Sender // the application sending, nil for none
@@ -47,7 +47,7 @@ func newBatcher(n *Node) *batcher {
 // send queues msgs, whose encodings are wire, sent by from (nil for no
 // application), and waits for their outcome. It queues nothing, and
 // returns a *refusedSend, when the leader refuses sends (sendRefusal).
-func (b *batcher) send(ctx context.Context, msgs []*logs.Message, wire [][]byte, size int, from *fsm.Sender) ([]fsm.MessageResult, error) {
+func (b *batcher) send(ctx context.Context, msgs []*message.Message, wire [][]byte, size int, from *fsm.Sender) ([]fsm.MessageResult, error) {
 	call := &sendCall{msgs: msgs, wire: wire, size: size, from: from, done: make(chan sendOutcome, 1)}
 	b.n.sendGate.RLock()
 	if refusal := b.n.sendRefusal(); refusal != nil {
@@ -146,7 +146,7 @@ func senders(cmd *fsm.Append, calls []*sendCall) {
 
 // commit proposes one Append for calls and answers them when it applies.
 func (b *batcher) commit(calls []*sendCall, count int) {
-	msgs, wire := make([]*logs.Message, 0, count), make([][]byte, 0, count)
+	msgs, wire := make([]*message.Message, 0, count), make([][]byte, 0, count)
 	for _, c := range calls {
 		msgs, wire = append(msgs, c.msgs...), append(wire, c.wire...)
 	}
@@ -193,7 +193,7 @@ func (b *batcher) let(calls ...*sendCall) {
 
 // queued says, for each of msgs, whether a message with its id is queued
 // or proposed and not yet applied.
-func (b *batcher) queued(msgs []*logs.Message) []bool {
+func (b *batcher) queued(msgs []*message.Message) []bool {
 	found := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		found[m.ID] = false

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -158,7 +158,7 @@ func TestLeaderWithoutAQuorumOfClocksServesNothingTimed(t *testing.T) {
 	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	c := clientOf(t, n1.ClientAddr())
-	if got := sendRaw(t, c, &logs.Message{ID: "soon", Subject: "timers", DeliverAt: time.Now().Add(time.Minute).UnixMilli()}); got != transport.SendScheduled {
+	if got := sendRaw(t, c, &message.Message{ID: "soon", Subject: "timers", DeliverAt: time.Now().Add(time.Minute).UnixMilli()}); got != transport.SendScheduled {
 		t.Fatalf("delayed send: status %d, want scheduled", got)
 	}
 	n1.client.Close()
@@ -172,7 +172,7 @@ func TestLeaderWithoutAQuorumOfClocksServesNothingTimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "now", Subject: "orders"}}}
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: "now", Subject: "orders"}}}
 	_, err = conn.Call(context.Background(), transport.TypeSend, req.Encode())
 	var e *transport.Error
 	if !errors.As(err, &e) || e.Code != transport.Unavailable || !strings.Contains(e.Message, "leader starting") {

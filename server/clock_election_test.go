@@ -7,16 +7,16 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // sendRaw sends one message through c and returns its outcome.
-func sendRaw(t *testing.T, c *transport.GroupClient, m *logs.Message) transport.SendStatus {
+func sendRaw(t *testing.T, c *transport.GroupClient, m *message.Message) transport.SendStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	body, err := c.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode())
+	body, err := c.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{m}}).Encode())
 	if err != nil {
 		t.Fatalf("send %s: %v", m.ID, err)
 	}
@@ -51,10 +51,10 @@ func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
 	defer c.Close()
 
 	due := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
-	if got := sendRaw(t, c, &logs.Message{ID: "wake-up", Subject: "timers", DeliverAt: due.UnixMilli()}); got != transport.SendScheduled {
+	if got := sendRaw(t, c, &message.Message{ID: "wake-up", Subject: "timers", DeliverAt: due.UnixMilli()}); got != transport.SendScheduled {
 		t.Fatalf("delayed send: status %d, want scheduled", got)
 	}
-	once := &logs.Message{ID: "order-42", Subject: "orders"}
+	once := &message.Message{ID: "order-42", Subject: "orders"}
 	if got := sendRaw(t, c, once); got != transport.SendAppended {
 		t.Fatalf("first send: status %d, want appended", got)
 	}
@@ -64,7 +64,7 @@ func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "n2 to lead", n2.isLeader)
 	elected := time.Now()
-	if got := sendRaw(t, c, &logs.Message{ID: "order-42", Subject: "orders"}); got != transport.SendDuplicate {
+	if got := sendRaw(t, c, &message.Message{ID: "order-42", Subject: "orders"}); got != transport.SendDuplicate {
 		t.Errorf("a send retried after the election: status %d, want duplicate (the dedup window passed early)", got)
 	}
 	t.Logf("first send after the election answered %s after n2 was seen leading", time.Since(elected).Round(time.Millisecond))

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -85,7 +85,7 @@ func TestFollowerAnswersNotLeaderWithAddress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := &transport.SendRequest{Messages: []*logs.Message{{ID: "x", Subject: "s"}}}
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: "x", Subject: "s"}}}
 		_, err = c.Call(context.Background(), transport.TypeSend, req.Encode())
 		c.Close()
 		var e *transport.Error

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -20,9 +20,9 @@ func TestNackedMetricCountsMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
-	var msgs []*logs.Message
+	var msgs []*message.Message
 	for i := range 5 {
-		msgs = append(msgs, &logs.Message{ID: string(rune('a' + i)), Subject: "s", CreatedAt: 1})
+		msgs = append(msgs, &message.Message{ID: string(rune('a' + i)), Subject: "s", CreatedAt: 1})
 	}
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: msgs}).Encode()); err != nil {
 		t.Fatal(err)

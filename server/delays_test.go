@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
 // subjectMessages reads every message of subject on n's replica.
-func subjectMessages(t *testing.T, n *Node, subject string) []*logs.Message {
+func subjectMessages(t *testing.T, n *Node, subject string) []*message.Message {
 	t.Helper()
-	var out []*logs.Message
+	var out []*message.Message
 	for seq := int64(0); seq < n.fsm.Ends().Consume[subject]/logs.ConsumeRecordSize; seq++ {
 		m, err := n.fsm.Message(subject, seq)
 		if err != nil {

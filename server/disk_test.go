@@ -10,7 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -31,7 +31,7 @@ type caller interface {
 }
 
 func sendOne(ctx context.Context, gc caller, id string) error {
-	req := &transport.SendRequest{Messages: []*logs.Message{{ID: id, Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: id, Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
 	return err
 }
@@ -70,7 +70,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	// The refusal looked first: a message stored before (a retry whose
 	// first reply was lost) is answered a duplicate, and only the others
 	// are refused, so that a producer moves only those to another group.
-	req := &transport.SendRequest{Messages: []*logs.Message{
+	req := &transport.SendRequest{Messages: []*message.Message{
 		{ID: "m1", Subject: "s", CreatedAt: 1, Body: []byte("x")}, {ID: "fresh", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
 	if err != nil {
@@ -204,11 +204,11 @@ func TestRefusalWaitsForASendBeingStored(t *testing.T) {
 	earlier := make(chan error, 1)
 	go func() { earlier <- sendOne(ctx, clientOf(t, n.ClientAddr()), "a") }()
 	waitFor(t, 10*time.Second, "the earlier send queued", func() bool {
-		return n.batcher.queued([]*logs.Message{{ID: "a"}})[0]
+		return n.batcher.queued([]*message.Message{{ID: "a"}})[0]
 	})
 	d.free.Store(0) // under the send floor too
 	waitFor(t, 5*time.Second, "the leader to see its disk full", func() bool { full, _ := n.disk.full(); return full })
-	req := &transport.SendRequest{Messages: []*logs.Message{
+	req := &transport.SendRequest{Messages: []*message.Message{
 		{ID: "a", Subject: "s", CreatedAt: 1, Body: []byte("x")}, {ID: "b", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	body, err := conn.Call(ctx, transport.TypeSend, req.Encode())
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -213,7 +214,7 @@ const maxDeadLetterReply = limits.MaxFrame - limits.Envelope
 func (n *Node) deadLetter(ctx context.Context, subject string, d fsm.DeadLetter, full bool) (transport.DeadLetter, error) {
 	out := transport.DeadLetter{Seq: d.Seq, Deliveries: d.Deliveries, At: time.UnixMilli(d.At).UTC()}
 	at, err := n.fsm.Locate(subject, d.Seq)
-	var m *logs.Message
+	var m *message.Message
 	if err == nil {
 		if err := transport.Reserve(ctx, int64(at.Size)); err != nil {
 			return out, err

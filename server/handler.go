@@ -8,7 +8,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -95,7 +95,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(req.Messages))}
 	// A delivery time too far ahead is refused here, per message.
 	limit := n.clock.now().Add(n.cfg.MaxDelay).UnixMilli()
-	var accepted []*logs.Message
+	var accepted []*message.Message
 	var wire [][]byte // wire[j] encodes accepted[j]
 	var at []int      // accepted[j] is req.Messages[at[j]]
 	var newSubjects map[string]error

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -156,7 +156,7 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "x", Subject: "s0"}}}
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: "x", Subject: "s0"}}}
 	if _, err := conn.Call(ctxFor(t, 5*time.Second), transport.TypeSend, req.Encode()); transport.CodeOf(err) != transport.ReadOnly {
 		t.Fatalf("send to a drained group: %v, want READONLY", err)
 	}
@@ -309,7 +309,7 @@ func TestRestartedNodeOfADrainedGroupRefusesSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req := &transport.SendRequest{Messages: []*logs.Message{{ID: "after-restart", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: "after-restart", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); transport.CodeOf(err) != transport.ReadOnly {
 		t.Fatalf("a send to the restarted node of a drained group: %v, want READONLY", err)
 	}

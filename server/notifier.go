@@ -3,7 +3,7 @@ package server
 import (
 	"sync"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // notifier wakes long-polling pulls when their subject may have something
@@ -57,7 +57,7 @@ func (n *notifier) kick(subject string) {
 }
 
 // subjects wakes the waiters of every subject in msgs.
-func (n *notifier) subjects(msgs []*logs.Message) {
+func (n *notifier) subjects(msgs []*message.Message) {
 	last := ""
 	for _, m := range msgs {
 		if m.Subject != last {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -31,9 +31,9 @@ func benchmarkPullAck(b *testing.B, size int) {
 	const per = 100
 	sent := 0
 	fill := func() {
-		msgs := make([]*logs.Message, 1000)
+		msgs := make([]*message.Message, 1000)
 		for i := range msgs {
-			msgs[i] = &logs.Message{ID: fmt.Sprint("m", sent), Subject: "bench", CreatedAt: 1, Body: make([]byte, size)}
+			msgs[i] = &message.Message{ID: fmt.Sprint("m", sent), Subject: "bench", CreatedAt: 1, Body: make([]byte, size)}
 			sent++
 		}
 		for len(msgs) > 0 {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -87,8 +87,8 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
-	m := &logs.Message{ID: "big", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 8<<20)}
-	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+	m := &message.Message{ID: "big", Subject: "blobs", CreatedAt: 1, Body: make([]byte, 8<<20)}
+	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{m}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
 	runtime.GC()
@@ -130,8 +130,8 @@ func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			gc := clientOf(t, n.ClientAddr())
-			hog := &logs.Message{ID: "hog", Subject: "hog", CreatedAt: 1, Body: make([]byte, 8<<20)}
-			if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{hog}}).Encode()); err != nil {
+			hog := &message.Message{ID: "hog", Subject: "hog", CreatedAt: 1, Body: make([]byte, 8<<20)}
+			if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{hog}}).Encode()); err != nil {
 				t.Fatal(err)
 			}
 			sendBlobs(t, ctx, gc, 1, 6<<20)

@@ -5,21 +5,21 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // sendBlobs sends n messages "big-0", "big-1"… of size bytes each to
 // subject "blobs", one a request; mutate, if any, changes each message
 // before it is sent.
-func sendBlobs(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*logs.Message)) {
+func sendBlobs(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*message.Message)) {
 	t.Helper()
 	for i := range n {
-		m := &logs.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
+		m := &message.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
 		for _, f := range mutate {
 			f(m)
 		}
-		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{m}}).Encode()); err != nil {
+		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{m}}).Encode()); err != nil {
 			t.Fatal(err)
 		}
 	}

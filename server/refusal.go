@@ -5,7 +5,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -60,10 +60,10 @@ func (e *refusedSend) Error() string { return e.refusal.Error() }
 // refuseChecked answers a send refused for refusal: messages the
 // application may not send are rejected as such first, so that a refusal
 // tells nobody whether the group holds a message they could not send.
-func (n *Node) refuseChecked(ctx context.Context, msgs []*logs.Message, refusal error) ([]byte, error) {
+func (n *Node) refuseChecked(ctx context.Context, msgs []*message.Message, refusal error) ([]byte, error) {
 	acc := accessOf(ctx)
 	resp := &transport.SendResponse{Results: make([]transport.SendResult, len(msgs))}
-	var allowed []*logs.Message
+	var allowed []*message.Message
 	var at []int
 	for i, m := range msgs {
 		if err := acc.send(m.Subject); err != nil {
@@ -89,7 +89,7 @@ func (n *Node) refuseChecked(ctx context.Context, msgs []*logs.Message, refusal 
 // when the group holds none of them; a retriable one when it cannot tell
 // yet), or their results: a duplicate for each it holds, the refusal for
 // the others.
-func (n *Node) refuseSend(_ context.Context, msgs []*logs.Message, refusal error) ([]transport.SendResult, error) {
+func (n *Node) refuseSend(_ context.Context, msgs []*message.Message, refusal error) ([]transport.SendResult, error) {
 	if transport.CodeOf(refusal) == transport.DiskFull {
 		n.metrics.sendsRefused.WithLabelValues("disk_full").Inc()
 	}

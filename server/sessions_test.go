@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -21,7 +21,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gc := clientOf(t, old.ClientAddr())
-	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*logs.Message{{ID: "x", Subject: "s", CreatedAt: 1}}}).Encode()); err != nil {
+	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{{ID: "x", Subject: "s", CreatedAt: 1}}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
 	body, err := gc.Call(ctx, transport.TypePull, (&transport.PullRequest{Subject: "s", Group: "g", Consumer: "gone", Max: 1, Start: transport.StartEarliest}).Encode())

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -335,7 +335,7 @@ func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
 	defer gc.Close()
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		req := &transport.SendRequest{Messages: []*logs.Message{{ID: fmt.Sprintf("probe-%d-%d", since.UnixNano(), i), Subject: "chaos-probe", CreatedAt: time.Now().UnixMilli()}}}
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprintf("probe-%d-%d", since.UnixNano(), i), Subject: "chaos-probe", CreatedAt: time.Now().UnixMilli()}}}
 		_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
 		cancel()
 		if err == nil {

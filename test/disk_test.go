@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -75,7 +75,7 @@ func TestFullDisk(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		req := &transport.SendRequest{Messages: []*logs.Message{{ID: fmt.Sprint("probe-", time.Now().UnixNano()), Subject: "probe", CreatedAt: 1}}}
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprint("probe-", time.Now().UnixNano()), Subject: "probe", CreatedAt: 1}}}
 		_, err = conn.Call(ctx, transport.TypeSend, req.Encode())
 		if transport.CodeOf(err) != transport.DiskFull {
 			return fmt.Errorf("send to %s: %v, want DISK_FULL", n.ID, err)

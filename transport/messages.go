@@ -8,7 +8,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // Payloads of each request and response body. Integers are uvarints unless
@@ -26,7 +26,7 @@ const (
 
 // SendRequest: version | count | message…
 type SendRequest struct {
-	Messages []*logs.Message
+	Messages []*message.Message
 	// Wire holds each message's encoding as it arrived (DecodeSendRequest
 	// sets it; Wire[i] encodes Messages[i]), for the leader to propose
 	// without encoding the messages again. Bodies and encodings alias the
@@ -107,7 +107,7 @@ const (
 type PulledMessage struct {
 	PullSeq    int64
 	Deliveries uint32
-	Message    *logs.Message
+	Message    *message.Message
 	// Wire, when set, is the message's encoding (a message-log record's
 	// payload), which Encode copies instead of encoding Message; the
 	// broker sets it and not Message. DecodePullResponse sets Message.
@@ -191,13 +191,13 @@ func DecodeSendRequest(b []byte) (*SendRequest, error) {
 	q := &SendRequest{}
 	n := r.Count(limits.MaxBatchMessages)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		m, wire, err := logs.ReadMessageWire(r)
+		m, wire, err := message.ReadWire(r)
 		if err == nil {
 			err = m.Check() // the limits of a stored message, its whole size among them
 		}
 		if err != nil {
 			code := Invalid
-			if errors.Is(err, binenc.ErrTooLong) || errors.Is(err, logs.ErrMessageTooLarge) {
+			if errors.Is(err, binenc.ErrTooLong) || errors.Is(err, message.ErrTooLarge) {
 				code = TooLarge // a body, property or tag above its limit, or the whole message
 			}
 			return nil, Errorf(code, "send: message %d: %v", i, err)
@@ -299,10 +299,10 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 		return nil, Errorf(Invalid, "pull: unknown flags %#x", flags)
 	}
 	q.AtMostOnce, q.TagsAll = flags&1 != 0, flags&2 != 0
-	if n := r.Count(logs.MaxTags); n > 0 {
+	if n := r.Count(message.MaxTags); n > 0 {
 		q.Tags = make([]string, n)
 		for i := range q.Tags {
-			if q.Tags[i] = r.String(logs.MaxTagLen); r.Err() == nil && q.Tags[i] == "" {
+			if q.Tags[i] = r.String(message.MaxTagLen); r.Err() == nil && q.Tags[i] == "" {
 				return nil, Errorf(Invalid, "pull: empty tag")
 			}
 		}
@@ -367,7 +367,7 @@ func DecodePullResponse(b []byte) (*PullResponse, error) {
 		if p.Version >= payloadVersionPull3 {
 			pm.Deliveries = uint32(min(r.Uvarint(), 1<<32-1))
 		}
-		m, err := logs.ReadMessage(r)
+		m, err := message.Read(r)
 		if err != nil {
 			return nil, Errorf(Invalid, "pull response: message %d: %v", i, err)
 		}

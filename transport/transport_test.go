@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -65,13 +65,13 @@ func TestReadFrameErrors(t *testing.T) {
 	}
 }
 
-func sampleMessage() *logs.Message {
-	return &logs.Message{ID: "id-1", Subject: "orders", CreatedAt: 5, Tags: []string{"a"},
-		Properties: []logs.Property{{Key: "k", Value: "v"}}, Body: []byte("body")}
+func sampleMessage() *message.Message {
+	return &message.Message{ID: "id-1", Subject: "orders", CreatedAt: 5, Tags: []string{"a"},
+		Properties: []message.Property{{Key: "k", Value: "v"}}, Body: []byte("body")}
 }
 
 func TestPayloadRoundTrips(t *testing.T) {
-	send := &SendRequest{Messages: []*logs.Message{sampleMessage(), sampleMessage()}}
+	send := &SendRequest{Messages: []*message.Message{sampleMessage(), sampleMessage()}}
 	if got, err := DecodeSendRequest(send.Encode()); err != nil || len(got.Messages) != 2 || got.Messages[1].ID != "id-1" {
 		t.Fatalf("send: %+v, %v", got, err)
 	}
@@ -292,8 +292,8 @@ func TestServerClosesOnBadFrames(t *testing.T) {
 
 func TestOversizeMessageIsTooLarge(t *testing.T) {
 	m := sampleMessage()
-	m.Body = make([]byte, logs.MaxBodyLen+1)
-	b := (&SendRequest{Messages: []*logs.Message{m}}).Encode()
+	m.Body = make([]byte, message.MaxBodyLen+1)
+	b := (&SendRequest{Messages: []*message.Message{m}}).Encode()
 	if _, err := DecodeSendRequest(b); CodeOf(err) != TooLarge {
 		t.Fatalf("oversize body: %v, want TOO_LARGE", err)
 	}

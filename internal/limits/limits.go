@@ -31,7 +31,7 @@ const (
 	// later cannot push a largest message over MaxFrame.
 	Envelope = 4 << 10
 
-	// MaxMessage is the largest encoded message (the logs.Message encoding,
+	// MaxMessage is the largest encoded message (the message.Message encoding,
 	// which is both the wire form and the message-log record): MaxFrame less
 	// the envelope, so that one message always fits a send frame and a pull
 	// reply.

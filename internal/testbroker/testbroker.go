@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -24,7 +24,7 @@ type Broker struct {
 	Addr string // its client address on 127.0.0.1
 
 	mu   sync.Mutex
-	msgs []*logs.Message
+	msgs []*message.Message
 }
 
 // Start serves a Broker on 127.0.0.1, over TLS with tlsConfig unless it is

@@ -1,4 +1,4 @@
-package logs
+package message
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ func TestMessageRoundTrip(t *testing.T) {
 			if len(enc) != tc.m.EncodedSize() {
 				t.Fatalf("encoded %d bytes, EncodedSize %d", len(enc), tc.m.EncodedSize())
 			}
-			got, err := DecodeMessage(enc)
+			got, err := Decode(enc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,14 +111,14 @@ func TestMessageCheck(t *testing.T) {
 			m := sampleMessage(0)
 			tc.edit(m)
 			err := m.Check()
-			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidMessage)) {
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalid)) {
 				t.Fatalf("Check = %v, want ok %v", err, tc.ok)
 			}
 			if !tc.ok {
 				return
 			}
 			// What Check accepts decodes; and the decoder enforces the limits.
-			if _, err := DecodeMessage(m.AppendEncoded(nil)); err != nil {
+			if _, err := Decode(m.AppendEncoded(nil)); err != nil {
 				t.Fatalf("decode of a valid message: %v", err)
 			}
 		})
@@ -137,7 +137,7 @@ func fillProps(ps []Property) {
 	}
 }
 
-func TestDecodeMessageRejects(t *testing.T) {
+func TestDecodeRejects(t *testing.T) {
 	enc := sampleMessage(1).AppendEncoded(nil)
 	withVersion := func(v byte) []byte { b := bytes.Clone(enc); b[0] = v; return b }
 	// An encoding whose ID is empty: Check runs on decode too.
@@ -159,15 +159,15 @@ func TestDecodeMessageRejects(t *testing.T) {
 		{"overlong length", overlongSubject()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if m, err := DecodeMessage(tc.p); !errors.Is(err, ErrInvalidMessage) {
-				t.Fatalf("DecodeMessage = %+v, %v; want ErrInvalidMessage", m, err)
+			if m, err := Decode(tc.p); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Decode = %+v, %v; want ErrInvalid", m, err)
 			}
 		})
 	}
 	// Every proper prefix is refused.
 	for n := range len(enc) {
-		if _, err := DecodeMessage(enc[:n]); !errors.Is(err, ErrInvalidMessage) {
-			t.Fatalf("prefix of %d bytes: %v, want ErrInvalidMessage", n, err)
+		if _, err := Decode(enc[:n]); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("prefix of %d bytes: %v, want ErrInvalid", n, err)
 		}
 	}
 }
@@ -210,181 +210,23 @@ func TestTagMask(t *testing.T) {
 	}
 }
 
-func openMessageLog(t testing.TB, dir string, opts Options) *MessageLog {
-	t.Helper()
-	ml, err := OpenMessageLog(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ml.Log().Close() })
-	return ml
-}
-
-func TestMessageLog(t *testing.T) {
-	ml := openMessageLog(t, t.TempDir(), Options{SegmentSize: 256})
-	type addr struct {
-		off  int64
-		size int
-	}
-	var addrs []addr
-	for i := range 10 {
-		off, size, err := ml.Append(sampleMessage(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, addr{off, size})
-	}
-	if _, _, err := ml.Append(&Message{Subject: "no id"}); !errors.Is(err, ErrInvalidMessage) {
-		t.Fatalf("Append invalid = %v, want ErrInvalidMessage", err)
-	}
-	if err := ml.Log().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	last := addrs[len(addrs)-1]
-	if ml.Log().End() != last.off+int64(last.size) {
-		t.Fatalf("End %d, want %d: the invalid message was written?", ml.Log().End(), last.off+int64(last.size))
-	}
-	if len(ml.Log().Segments()) < 3 {
-		t.Fatalf("only %d segments", len(ml.Log().Segments()))
-	}
-	for i, a := range addrs {
-		want := sampleMessage(i)
-		if m, err := ml.Read(a.off, a.size); err != nil || !reflect.DeepEqual(m, want) {
-			t.Fatalf("Read(%d, %d) = %+v, %v", a.off, a.size, m, err)
-		}
-		if m, err := ml.ReadAt(a.off); err != nil || !reflect.DeepEqual(m, want) {
-			t.Fatalf("ReadAt(%d) = %+v, %v", a.off, m, err)
-		}
-	}
-	if _, err := ml.Read(addrs[0].off, addrs[0].size+1); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Read with wrong size = %v, want ErrCorrupt", err)
-	}
-	i := 3
-	err := ml.Scan(addrs[3].off, func(off int64, size int, m *Message) error {
-		if off != addrs[i].off || size != addrs[i].size || !reflect.DeepEqual(m, sampleMessage(i)) {
-			t.Fatalf("Scan message %d: (%d, %d, %+v)", i, off, size, m)
-		}
-		i++
-		return nil
-	})
-	if err != nil || i != len(addrs) {
-		t.Fatalf("Scan = %v after %d messages", err, i)
-	}
-}
-
-// TestMessageLogUndecodable checks that a record that passes its checksum
-// but does not decode is reported as corrupt.
-func TestMessageLogUndecodable(t *testing.T) {
-	ml := openMessageLog(t, t.TempDir(), Options{})
-	off, err := ml.Log().Append([]byte("not a message"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml.Log().Flush()
-	if _, err := ml.ReadAt(off); !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrInvalidMessage) {
-		t.Fatalf("ReadAt = %v, want ErrCorrupt and ErrInvalidMessage", err)
-	}
-	if _, err := ml.Read(off, RecordSize(13)); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Read = %v, want ErrCorrupt", err)
-	}
-	if err := ml.Scan(off, func(int64, int, *Message) error { return nil }); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Scan = %v, want ErrCorrupt", err)
-	}
-}
-
-func TestRetainFrom(t *testing.T) {
-	const n = 40
-	ml := openMessageLog(t, t.TempDir(), Options{SegmentSize: 512})
-	for i := range n {
-		m := sampleMessage(i)
-		m.AppendedAt = int64(i) * 1000 // leader-stamped, non-decreasing
-		if _, _, err := ml.Append(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := ml.Log().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	segs := ml.Log().Segments()
-	if len(segs) < 4 {
-		t.Fatalf("only %d segments", len(segs))
-	}
-	// first[i] is the appended-at of segment i's first message.
-	first := make([]int64, len(segs))
-	for i, s := range segs {
-		m, err := ml.ReadAt(s.Base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		first[i] = m.AppendedAt
-	}
-	var total int64
-	for _, s := range segs {
-		total += s.Size
-	}
-	for _, tc := range []struct {
-		name string
-		r    Retention
-		now  int64
-		keep int // index of the first segment kept
-	}{
-		{"no rule", Retention{}, 1 << 40, 0},
-		{"bytes: all fit", Retention{MaxBytes: total}, 0, 0},
-		{"bytes: one too many", Retention{MaxBytes: total - 1}, 0, 1},
-		{"bytes: two segments", Retention{MaxBytes: segs[len(segs)-2].Size + segs[len(segs)-1].Size}, 0, len(segs) - 2},
-		{"bytes: tiny", Retention{MaxBytes: 1}, 0, len(segs) - 1},
-		{"age: nothing old", Retention{MaxAge: 1000}, 0, 0},
-		{"age: first segment", Retention{MaxAge: 1000}, first[1] + 1000 + 1, 1},
-		{"age: not quite", Retention{MaxAge: 1000}, first[1] + 1000, 0},
-		{"age: up to segment 3", Retention{MaxAge: 1000}, first[3] + 1001, 3},
-		{"age: everything", Retention{MaxAge: 1}, 1 << 40, len(segs) - 1},
-		{"both: age wins", Retention{MaxAge: 1000, MaxBytes: total}, first[2] + 1001, 2},
-		{"both: bytes win", Retention{MaxAge: 1 << 40, MaxBytes: 1}, first[2] + 1001, len(segs) - 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			from, err := ml.RetainFrom(tc.r, tc.now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := segs[tc.keep].Base; from != want {
-				t.Fatalf("RetainFrom = %d, want %d (segment %d)", from, want, tc.keep)
-			}
-		})
-	}
-
-	// Removing what RetainFrom allows.
-	from, err := ml.RetainFrom(Retention{MaxAge: 1000}, first[2]+1001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := ml.Log().RemoveBefore(from); err != nil || n != 2 {
-		t.Fatalf("RemoveBefore = %d, %v; want 2", n, err)
-	}
-	if _, err := ml.ReadAt(segs[1].Base); !errors.Is(err, ErrRetained) {
-		t.Fatalf("ReadAt removed = %v, want ErrRetained", err)
-	}
-	if m, err := ml.ReadAt(segs[2].Base); err != nil || m.AppendedAt != first[2] {
-		t.Fatalf("ReadAt kept = %+v, %v", m, err)
-	}
-}
-
-// checkWire holds ReadMessageWire and the record AppendWire stores for p,
+// checkWire holds ReadWire and the record AppendWire stores for p,
 // one valid encoding, to what decoding and encoding again would give: the
 // wire is p itself, and the record is the decoded message stamped and
 // delivered at once, encoded.
 func checkWire(t *testing.T, p []byte) {
 	t.Helper()
-	m, wire, err := ReadMessageWire(binenc.NewReader(p))
+	m, wire, err := ReadWire(binenc.NewReader(p))
 	if err != nil {
-		t.Fatalf("ReadMessageWire: %v", err)
+		t.Fatalf("ReadWire: %v", err)
 	}
 	if !bytes.Equal(wire, p) {
 		t.Fatalf("wire differs from the encoding read:\n in   %x\n wire %x", p, wire)
 	}
 	const index, appendedAt = 0x0102030405060708, 1_795_831_200_123
-	got, err := stampedRecord([]byte("prefix"), wire, index, appendedAt)
+	got, err := AppendStamped([]byte("prefix"), wire, index, appendedAt)
 	if err != nil {
-		t.Fatalf("stampedRecord: %v", err)
+		t.Fatalf("AppendStamped: %v", err)
 	}
 	m.Index, m.AppendedAt, m.DeliverAt = index, appendedAt, 0
 	if want := m.AppendEncoded([]byte("prefix")); !bytes.Equal(got, want) {
@@ -392,55 +234,11 @@ func checkWire(t *testing.T, p []byte) {
 	}
 }
 
-func TestAppendWireStoresWhatAppendStores(t *testing.T) {
-	msgs := []*Message{
-		{ID: "a", Subject: "b"},
-		{ID: "a", Subject: "b", DeliverAt: 1_795_831_200_000, Body: []byte("due")},
-		{ID: strings.Repeat("i", MaxIDLen), Subject: "s", Tags: []string{"x", "y"},
-			Properties: []Property{{Key: "k", Value: "v"}}, Body: make([]byte, 300), CreatedAt: 42, Index: 7, AppendedAt: 9},
-	}
-	for i := range 3 {
-		msgs = append(msgs, sampleMessage(i))
-	}
-	ml, err := OpenMessageLog(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ml.Log().Close()
-	for i, m := range msgs {
-		checkWire(t, m.AppendEncoded(nil))
-		off, size, err := ml.AppendWire(m.AppendEncoded(nil), uint64(100+i), int64(1000+i))
-		if err != nil {
-			t.Fatalf("message %d: %v", i, err)
-		}
-		if err := ml.Log().Flush(); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ml.Read(off, size)
-		if err != nil {
-			t.Fatalf("message %d: read back: %v", i, err)
-		}
-		want := *m
-		want.Index, want.AppendedAt, want.DeliverAt = uint64(100+i), int64(1000+i), 0
-		if !bytes.Equal(got.AppendEncoded(nil), want.AppendEncoded(nil)) {
-			t.Fatalf("message %d: stored %+v, want %+v", i, got, want)
-		}
-	}
-}
-
-func TestAppendWireRefusesWhatIsNoMessage(t *testing.T) {
-	ml, err := OpenMessageLog(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ml.Log().Close()
+func TestAppendStampedRefusesWhatIsNoMessage(t *testing.T) {
 	full := (&Message{ID: "a", Subject: "b", DeliverAt: 5}).AppendEncoded(nil)
 	for _, wire := range [][]byte{nil, {messageVersion}, full[:wireDeliverAt-1], full[:wireFixedDelayed-1], {9, 0, 0}} {
-		if _, _, err := ml.AppendWire(wire, 1, 1); !errors.Is(err, ErrInvalidMessage) {
-			t.Errorf("AppendWire(%x) = %v, want ErrInvalidMessage", wire, err)
+		if got, err := AppendStamped(nil, wire, 1, 1); !errors.Is(err, ErrInvalid) || len(got) != 0 {
+			t.Errorf("AppendStamped(%x) = %x, %v, want nothing and ErrInvalid", wire, got, err)
 		}
-	}
-	if ml.Log().Next() != 0 {
-		t.Fatalf("refused wires wrote %d bytes", ml.Log().Next())
 	}
 }

@@ -1,4 +1,4 @@
-package logs
+package message
 
 import (
 	"errors"
@@ -31,14 +31,28 @@ const (
 	messageVersionDelayed = 2
 )
 
-// ErrInvalidMessage means a message breaks one of the limits above or its
-// encoding is malformed.
-var ErrInvalidMessage = errors.New("logs: invalid message")
+// MaxEncoded bounds one encoded message as the decoder reads it: the body
+// plus every other field at its limit. Check holds a message to be sent to
+// the smaller limits.MaxMessage; a message stored under an earlier total
+// limit still reads.
+const MaxEncoded = MaxBodyLen + 1<<20 + MaxProperties*(MaxPropertyKey+MaxPropertyVal+8)
 
-// ErrMessageTooLarge means a message's encoding is over limits.MaxMessage
+// The fixed fields at the start of every message's encoding (see Message).
+const (
+	wireCreatedAt    = 9  // created-at i64
+	wireAppendedAt   = 17 // appended-at i64
+	wireDeliverAt    = 25 // deliver-at i64, version 2 only
+	wireFixedDelayed = 33 // where version 2's id begins
+)
+
+// ErrInvalid means a message breaks one of the limits above or its
+// encoding is malformed.
+var ErrInvalid = errors.New("message: invalid")
+
+// ErrTooLarge means a message's encoding is over limits.MaxMessage
 // bytes (or one of its fields over its own limit). It wraps
-// ErrInvalidMessage.
-var ErrMessageTooLarge = fmt.Errorf("%w: too large", ErrInvalidMessage)
+// ErrInvalid.
+var ErrTooLarge = fmt.Errorf("%w: too large", ErrInvalid)
 
 // Property is one key/value pair of a message. A message keeps its
 // properties in the order the producer set them.
@@ -73,7 +87,7 @@ func (m *Message) Check() error {
 		return err
 	}
 	if n := m.EncodedSize(); n > limits.MaxMessage {
-		return fmt.Errorf("%w: %d bytes encoded (at most %d)", ErrMessageTooLarge, n, limits.MaxMessage)
+		return fmt.Errorf("%w: %d bytes encoded (at most %d)", ErrTooLarge, n, limits.MaxMessage)
 	}
 	return nil
 }
@@ -84,27 +98,27 @@ func (m *Message) Check() error {
 func (m *Message) checkFields() error {
 	switch {
 	case m.DeliverAt < 0:
-		return fmt.Errorf("%w: delivery time %d before the epoch", ErrInvalidMessage, m.DeliverAt)
+		return fmt.Errorf("%w: delivery time %d before the epoch", ErrInvalid, m.DeliverAt)
 	case m.ID == "" || len(m.ID) > MaxIDLen:
-		return fmt.Errorf("%w: id length %d (1..%d)", ErrInvalidMessage, len(m.ID), MaxIDLen)
+		return fmt.Errorf("%w: id length %d (1..%d)", ErrInvalid, len(m.ID), MaxIDLen)
 	case m.Subject == "" || len(m.Subject) > MaxSubjectLen:
-		return fmt.Errorf("%w: subject length %d (1..%d)", ErrInvalidMessage, len(m.Subject), MaxSubjectLen)
+		return fmt.Errorf("%w: subject length %d (1..%d)", ErrInvalid, len(m.Subject), MaxSubjectLen)
 	case len(m.Tags) > MaxTags:
-		return fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidMessage, len(m.Tags), MaxTags)
+		return fmt.Errorf("%w: %d tags (at most %d)", ErrInvalid, len(m.Tags), MaxTags)
 	case len(m.Properties) > MaxProperties:
-		return fmt.Errorf("%w: %d properties (at most %d)", ErrInvalidMessage, len(m.Properties), MaxProperties)
+		return fmt.Errorf("%w: %d properties (at most %d)", ErrInvalid, len(m.Properties), MaxProperties)
 	case len(m.Body) > MaxBodyLen:
-		return fmt.Errorf("%w: body of %d bytes (at most %d)", ErrMessageTooLarge, len(m.Body), MaxBodyLen)
+		return fmt.Errorf("%w: body of %d bytes (at most %d)", ErrTooLarge, len(m.Body), MaxBodyLen)
 	}
 	for _, t := range m.Tags {
 		if t == "" || len(t) > MaxTagLen {
-			return fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidMessage, len(t), MaxTagLen)
+			return fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalid, len(t), MaxTagLen)
 		}
 	}
 	for _, p := range m.Properties {
 		if p.Key == "" || len(p.Key) > MaxPropertyKey || len(p.Value) > MaxPropertyVal {
 			return fmt.Errorf("%w: property %.40q: key length %d (1..%d), value length %d (at most %d)",
-				ErrInvalidMessage, p.Key, len(p.Key), MaxPropertyKey, len(p.Value), MaxPropertyVal)
+				ErrInvalid, p.Key, len(p.Key), MaxPropertyKey, len(p.Value), MaxPropertyVal)
 		}
 	}
 	return nil
@@ -138,50 +152,50 @@ func (m *Message) AppendEncoded(b []byte) []byte {
 	return binenc.AppendBytes(b, m.Body)
 }
 
-// DecodeMessage decodes one message that fills p exactly. The result owns
+// Decode decodes one message that fills p exactly. The result owns
 // its memory (it does not alias p).
-func DecodeMessage(p []byte) (*Message, error) {
+func Decode(p []byte) (*Message, error) {
 	r := binenc.NewReader(p)
-	m, err := ReadMessage(r)
+	m, err := Read(r)
 	if err != nil {
 		return nil, err
 	}
 	if err := r.Done(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return m, nil
 }
 
-// ReadMessage decodes one message from r, leaving r after it; command
+// Read decodes one message from r, leaving r after it; command
 // decoders use it to read messages embedded in a batch. The Reader refuses
 // overlong varints, so a message has exactly one encoding. The result owns
 // its memory.
-func ReadMessage(r *binenc.Reader) (*Message, error) { return readMessage(r, false) }
+func Read(r *binenc.Reader) (*Message, error) { return read(r, false) }
 
-// ReadMessageWire decodes one message from r like ReadMessage and also
+// ReadWire decodes one message from r like Read and also
 // returns its encoding: the bytes of r it was read from, which, since a
 // message has exactly one encoding, are m.AppendEncoded(nil). The body and
 // the encoding alias r's buffer, which must not change while either is in
 // use. The leader and the state machine use it to store a message in the
-// form it arrived in (see MessageLog.AppendWire) instead of encoding it
+// form it arrived in (see logs.MessageLog.AppendWire) instead of encoding it
 // again.
-func ReadMessageWire(r *binenc.Reader) (m *Message, wire []byte, err error) {
+func ReadWire(r *binenc.Reader) (m *Message, wire []byte, err error) {
 	start := r.Offset()
-	if m, err = readMessage(r, true); err != nil {
+	if m, err = read(r, true); err != nil {
 		return nil, nil, err
 	}
 	return m, r.Since(start), nil
 }
 
-func readMessage(r *binenc.Reader, shareBody bool) (*Message, error) {
+func read(r *binenc.Reader, shareBody bool) (*Message, error) {
 	v := r.Byte()
 	if r.Err() == nil && v != messageVersion && v != messageVersionDelayed {
-		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalidMessage, v)
+		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalid, v)
 	}
 	m := &Message{Index: r.Uint64(), CreatedAt: r.Int64(), AppendedAt: r.Int64()}
 	if v == messageVersionDelayed {
 		if m.DeliverAt = r.Int64(); r.Err() == nil && m.DeliverAt == 0 {
-			return nil, fmt.Errorf("%w: version 2 without a delivery time", ErrInvalidMessage)
+			return nil, fmt.Errorf("%w: version 2 without a delivery time", ErrInvalid)
 		}
 	}
 	m.ID, m.Subject = r.String(MaxIDLen), r.String(MaxSubjectLen)
@@ -205,7 +219,7 @@ func readMessage(r *binenc.Reader, shareBody bool) (*Message, error) {
 		}
 	}
 	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := m.checkFields(); err != nil {
 		return nil, err
@@ -250,4 +264,29 @@ func TagMask(tags []string) uint64 {
 		mask |= 1 << (h.Sum64() % 64)
 	}
 	return mask
+}
+
+// AppendStamped appends to dst the encoding of the message whose encoding
+// is wire (from ReadWire, so it decoded and passed Check) with its index
+// and appended-at time replaced by index and appendedAt and its delivery
+// time dropped (version 2 becomes version 1): what AppendEncoded writes for
+// that message with Index and AppendedAt set and DeliverAt cleared, without
+// decoding or encoding it. The message log stores a message this way when
+// it is delivered.
+func AppendStamped(dst, wire []byte, index uint64, appendedAt int64) ([]byte, error) {
+	rest := wireDeliverAt
+	switch {
+	case len(wire) > 0 && wire[0] == messageVersionDelayed:
+		rest = wireFixedDelayed
+	case len(wire) > 0 && wire[0] != messageVersion:
+		return nil, fmt.Errorf("%w: unknown version %d", ErrInvalid, wire[0])
+	}
+	if len(wire) < rest {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than its fixed fields", ErrInvalid, len(wire))
+	}
+	b := append(dst, messageVersion)
+	b = binenc.AppendUint64(b, index)
+	b = append(b, wire[wireCreatedAt:wireAppendedAt]...)
+	b = binenc.AppendUint64(b, uint64(appendedAt))
+	return append(b, wire[rest:]...), nil
 }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 
+	"github.com/qmqgo/qmq/fsm/dedup"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
@@ -32,8 +33,8 @@ func (f *FSM) useSubject(subject string) { f.subjects[subject] = struct{}{} }
 // instead; one due at or before it is an ordinary message.
 func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	now := f.st.stamp(c.Now)
-	f.dedup.expire(now)
-	f.delayedDedup.expire(now)
+	f.dedup.Expire(now)
+	f.delayedDedup.Expire(now)
 	// Delayed is due after the proposer's clock, which may be behind the
 	// state's (an earlier leader's clock ran ahead): it fires by the
 	// proposer's clock, never early by it. But never into an hour the
@@ -47,7 +48,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
 			continue
 		}
-		h := hashID(m.ID) // once: both windows and the schedule's journal key on it
+		h := dedup.HashID(m.ID) // once: both windows and the schedule's journal key on it
 		if off, dup := f.isDuplicate(m.ID, h, now); dup {
 			res.Messages[i] = MessageResult{Status: Duplicate, Offset: off, Seq: -1}
 			continue
@@ -69,7 +70,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
-		f.dedup.addHash(h, now, off)
+		f.dedup.AddHash(h, now, off)
 		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
 	}
@@ -83,13 +84,13 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 // a little longer). The window keeps no sizes: a hit is rare, a size per id
 // is not.
 func (f *FSM) isDuplicate(id string, h uint64, now int64) (int64, bool) {
-	candidates := f.dedup.lookupHash(h)
+	candidates := f.dedup.LookupHash(h)
 	if len(candidates) == 0 {
 		return 0, false
 	}
 	must(0, f.store.messages.Log().Flush())
 	for _, off := range candidates {
-		if prev := must(f.store.messages.ReadAt(off)); prev.ID == id && f.dedup.within(prev.AppendedAt, now) {
+		if prev := must(f.store.messages.ReadAt(off)); prev.ID == id && f.dedup.Within(prev.AppendedAt, now) {
 			return off, true
 		}
 	}

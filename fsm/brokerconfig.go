@@ -285,7 +285,7 @@ func (f *FSM) useConfig(next BrokerConfig, fromNode bool) {
 			c.dedupFloor = max(c.dedupFloor, f.st.now-prev.DedupWindow)
 		}
 		must(0, f.store.flush()) // the rebuild reads what this batch appended
-		d, delayed, err := rebuildDedup(f.store, &checkpoint{st: f.st, dedupFrom: f.dedup.oldest()})
+		d, delayed, err := rebuildDedup(f.store, &checkpoint{st: f.st, dedupFrom: f.dedup.Oldest()})
 		must(0, err)
 		f.dedup, f.delayedDedup = d, delayed
 	}

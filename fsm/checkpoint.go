@@ -100,7 +100,7 @@ var ErrBadCheckpoint = errors.New("fsm: malformed checkpoint")
 
 // currentCheckpoint returns the FSM's state and its logs' ends now.
 func (f *FSM) currentCheckpoint() *checkpoint {
-	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.oldest()}
+	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.Oldest()}
 }
 
 // encode encodes c in the earliest version that holds it (see checkpoint).

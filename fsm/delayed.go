@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/dedup"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
@@ -78,7 +79,7 @@ func (f *FSM) schedule(index uint64, now int64, m *message.Message, h uint64, s 
 	}
 	must(0, err)
 	must(0, f.store.journal.Append(delaywheel.JournalEntry{AppendedAt: now, Hash: h, Ref: ref}))
-	f.delayedDedup.addHash(h, now, seen{offset: int64(ref)})
+	f.delayedDedup.AddHash(h, now, dedup.Seen{Offset: int64(ref)})
 	hs := f.pend(hour, delaywheel.Entry{At: m.DeliverAt, Ref: ref, Size: int32(delaywheel.RecordSizeFor(m, app))})
 	hs.delayed++
 	f.st.delayed[m.Subject]++
@@ -111,7 +112,7 @@ func (f *FSM) pend(hour int64, e delaywheel.Entry) *hourState {
 // schedule record. (Apply expires the window to now first; a look between
 // applies, Holds, may meet records past it.)
 func (f *FSM) isDelayedDuplicate(id string, h uint64, now int64) (uint64, bool) {
-	candidates := f.delayedDedup.lookupHash(h)
+	candidates := f.delayedDedup.LookupHash(h)
 	if len(candidates) == 0 {
 		return 0, false
 	}
@@ -119,8 +120,8 @@ func (f *FSM) isDelayedDuplicate(id string, h uint64, now int64) (uint64, bool) 
 	for _, s := range candidates {
 		// An hour is removed only after the dedup window of its last append
 		// has passed, so the record is there.
-		if _, prev := must2(f.store.sched.Read(uint64(s.offset))); prev.ID == id && f.delayedDedup.within(prev.AppendedAt, now) {
-			return uint64(s.offset), true
+		if _, prev := must2(f.store.sched.Read(uint64(s.Offset))); prev.ID == id && f.delayedDedup.Within(prev.AppendedAt, now) {
+			return uint64(s.Offset), true
 		}
 	}
 	return 0, false

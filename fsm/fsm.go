@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/dedup"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
@@ -173,9 +174,9 @@ type FSM struct {
 	store   *store
 	stateMu sync.RWMutex // held for writing while a batch applies; readers of st take it
 	st      *state
-	dedup   *dedup // ids appended to the message log
+	dedup   *dedup.Window // ids appended to the message log
 	// delayedDedup holds ids scheduled for later, by schedule reference.
-	delayedDedup *refDedup
+	delayedDedup *dedup.Refs
 	// emptied are hours swept from the state, removed after the next checkpoint.
 	emptied []int64
 	// scheduled are the entries the batch being applied scheduled, for
@@ -346,24 +347,24 @@ func (f *FSM) load(dir string) error {
 // since the oldest the window held (fired delayed messages are not counted
 // again: their ids entered the window when they were scheduled), and ids
 // scheduled within the window and not before its floor, from the journal.
-func rebuildDedup(s *store, cp *checkpoint) (*dedup, *refDedup, error) {
+func rebuildDedup(s *store, cp *checkpoint) (*dedup.Window, *dedup.Refs, error) {
 	window := cp.st.config.DedupWindow
-	d, delayed := newDedup(window), newRefDedup(window)
+	d, delayed := dedup.NewWindow(window), dedup.NewRefs(window)
 	if cp.dedupFrom >= 0 {
 		from := max(cp.dedupFrom, s.messages.Log().Start())
 		err := s.messages.Scan(from, func(off int64, size int, m *message.Message) error {
 			if m.DeliverAt == 0 {
-				d.add(m.ID, m.AppendedAt, off)
+				d.Add(m.ID, m.AppendedAt, off)
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("fsm: rebuild dedup window: %w", err)
 		}
-		d.expire(cp.st.now)
+		d.Expire(cp.st.now)
 	}
 	err := s.journal.Since(max(cp.st.now-window, cp.st.config.dedupFloor), func(e delaywheel.JournalEntry) error {
-		delayed.addHash(e.Hash, e.AppendedAt, seen{offset: int64(e.Ref)})
+		delayed.AddHash(e.Hash, e.AppendedAt, dedup.Seen{Offset: int64(e.Ref)})
 		return nil
 	})
 	if err != nil {

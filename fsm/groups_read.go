@@ -2,9 +2,10 @@ package fsm
 
 import (
 	"cmp"
+	"slices"
+
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
-	"slices"
 )
 
 // GroupInfo is what a consumer group holds and owes, for operators.

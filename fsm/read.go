@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/qmqgo/qmq/fsm/dedup"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
@@ -296,7 +297,7 @@ func (f *FSM) Holds(ids []string, at int64) (held []bool, err error) {
 	held = make([]bool, len(ids))
 	now := max(f.st.now, at)
 	for i, id := range ids {
-		h := hashID(id)
+		h := dedup.HashID(id)
 		_, appended := f.isDuplicate(id, h, now)
 		_, scheduled := f.isDelayedDuplicate(id, h, now)
 		held[i] = appended || scheduled

@@ -1,8 +1,8 @@
-package fsm
+package dedup
 
 import "math/bits"
 
-// A dedupTable is an open-addressing hash table (linear probing) of 8-byte
+// A table is an open-addressing hash table (linear probing) of 8-byte
 // slots, each naming one remembered id by a fingerprint of its hash and its
 // message's offset relative to the table's base:
 //
@@ -16,26 +16,26 @@ import "math/bits"
 // is the low 24 bits of the mixed hash; the slot an id starts probing from
 // is taken from its high bits (hash × capacity, high word), so an id is found
 // only by ids that share both. Slots are never removed: a table is dropped
-// whole when its bucket expires. It never fills beyond dedupMaxLoad, so a
+// whole when its bucket expires. It never fills beyond maxLoad, so a
 // probe always meets an empty slot.
-type dedupTable struct {
+type table struct {
 	base  int64 // offset of the first id added
 	slots []uint64
 	n     int // used slots
 }
 
 const (
-	dedupFPBits  = 24
-	dedupRelBits = 64 - dedupFPBits
-	dedupRelMask = 1<<dedupRelBits - 1
-	dedupFPMask  = 1<<dedupFPBits - 1
-	// dedupMaxRel is the largest offset - base a slot can hold.
-	dedupMaxRel = dedupRelMask - 1
+	fpBits  = 24
+	relBits = 64 - fpBits
+	relMask = 1<<relBits - 1
+	fpMask  = 1<<fpBits - 1
+	// maxRel is the largest offset - base a slot can hold.
+	maxRel = relMask - 1
 
 	// A table is sized for dedupTargetLoad of the ids expected and
-	// takes no more than dedupMaxLoad (percent) of its slots.
+	// takes no more than maxLoad (percent) of its slots.
 	dedupTargetLoad = 65
-	dedupMaxLoad    = 80
+	maxLoad         = 80
 	// dedupMinTable is the fewest slots of a table (2 KiB).
 	dedupMinTable = 256
 )
@@ -52,24 +52,24 @@ func mixHash(h uint64) uint64 {
 	return h
 }
 
-func newDedupTable(base int64, slots int) *dedupTable {
-	return &dedupTable{base: base, slots: make([]uint64, max(slots, dedupMinTable))}
+func newTable(base int64, slots int) *table {
+	return &table{base: base, slots: make([]uint64, max(slots, dedupMinTable))}
 }
 
 // fits reports whether the table can take one more id at offset off.
-func (t *dedupTable) fits(off int64) bool {
-	return (t.n+1)*100 <= len(t.slots)*dedupMaxLoad && off >= t.base && off-t.base <= dedupMaxRel
+func (t *table) fits(off int64) bool {
+	return (t.n+1)*100 <= len(t.slots)*maxLoad && off >= t.base && off-t.base <= maxRel
 }
 
 // home returns the slot where mixed hash m starts probing.
-func (t *dedupTable) home(m uint64) int {
+func (t *table) home(m uint64) int {
 	hi, _ := bits.Mul64(m, uint64(len(t.slots)))
 	return int(hi)
 }
 
 // insert adds the id of mixed hash m at offset off; the caller checked fits.
-func (t *dedupTable) insert(m uint64, off int64) {
-	slot := (m&dedupFPMask)<<dedupRelBits | uint64(off-t.base+1)
+func (t *table) insert(m uint64, off int64) {
+	slot := (m&fpMask)<<relBits | uint64(off-t.base+1)
 	i := t.home(m)
 	for t.slots[i] != 0 {
 		if i++; i == len(t.slots) {
@@ -82,16 +82,16 @@ func (t *dedupTable) insert(m uint64, off int64) {
 
 // find appends to out the offsets of the ids whose fingerprint matches
 // mixed hash m, from floor on.
-func (t *dedupTable) find(m uint64, floor int64, out []int64) []int64 {
-	fp := m & dedupFPMask
+func (t *table) find(m uint64, floor int64, out []int64) []int64 {
+	fp := m & fpMask
 	i := t.home(m)
 	for {
 		s := t.slots[i]
 		if s == 0 {
 			return out
 		}
-		if s>>dedupRelBits == fp {
-			if off := t.base + int64(s&dedupRelMask) - 1; off >= floor {
+		if s>>relBits == fp {
+			if off := t.base + int64(s&relMask) - 1; off >= floor {
 				out = append(out, off)
 			}
 		}

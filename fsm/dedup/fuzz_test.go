@@ -1,15 +1,15 @@
-package fsm
+package dedup
 
 import (
 	"slices"
 	"testing"
 )
 
-// dedupModel is the reference the fuzz test compares dedup with: the
+// model is the reference the fuzz test compares dedup with: the
 // message log as a list, and the rule spelled out plainly — an id is a
 // duplicate when a message with it lies from the retention floor on and was
 // appended within the window.
-type dedupModel struct {
+type model struct {
 	window, now, floor int64
 	log                []modelMessage
 }
@@ -20,7 +20,7 @@ type modelMessage struct {
 }
 
 // answer returns the offsets of the messages that make id a duplicate now.
-func (m *dedupModel) answer(id int64) []int64 {
+func (m *model) answer(id int64) []int64 {
 	var out []int64
 	for _, e := range m.log {
 		if e.id == id && e.off >= m.floor && e.at >= m.now-m.window {
@@ -32,14 +32,14 @@ func (m *dedupModel) answer(id int64) []int64 {
 
 // confirm keeps the candidates a reading of the log confirms, as
 // isDuplicate does.
-func (m *dedupModel) confirm(d *dedup, id int64, candidates []int64) []int64 {
+func (m *model) confirm(d *Window, id int64, candidates []int64) []int64 {
 	var out []int64
 	for _, off := range candidates {
 		i, ok := slices.BinarySearchFunc(m.log, off, func(e modelMessage, off int64) int { return int(e.off - off) })
 		if !ok {
 			panic("a candidate points at no message")
 		}
-		if e := m.log[i]; e.id == id && d.within(e.at, m.now) {
+		if e := m.log[i]; e.id == id && d.Within(e.at, m.now) {
 			out = append(out, off)
 		}
 	}
@@ -48,15 +48,15 @@ func (m *dedupModel) confirm(d *dedup, id int64, candidates []int64) []int64 {
 
 // rebuild builds the window from the log as load does: every message from
 // the oldest offset the window names (and from the floor), expired at now.
-func (m *dedupModel) rebuild(d *dedup) *dedup {
-	r := newDedup(m.window)
-	if from := d.oldest(); from >= 0 {
+func (m *model) rebuild(d *Window) *Window {
+	r := NewWindow(m.window)
+	if from := d.Oldest(); from >= 0 {
 		for _, e := range m.log {
 			if e.off >= max(from, m.floor) {
-				r.addHash(e.hash, e.at, e.off)
+				r.AddHash(e.hash, e.at, e.off)
 			}
 		}
-		r.expire(m.now)
+		r.Expire(m.now)
 	}
 	return r
 }
@@ -92,8 +92,8 @@ func FuzzDedupAgainstModel(f *testing.F) {
 		if len(ops) < 1 {
 			return
 		}
-		m := &dedupModel{window: int64(ops[0]), now: 1000}
-		d := newDedup(m.window)
+		m := &model{window: int64(ops[0]), now: 1000}
+		d := NewWindow(m.window)
 		next := int64(0) // the message log's end
 		check := func(step int) {
 			for id := range int64(ids) {
@@ -101,12 +101,12 @@ func FuzzDedupAgainstModel(f *testing.F) {
 				if len(want) > 1 {
 					t.Fatalf("step %d: the model holds id %d twice within the window", step, id)
 				}
-				got := m.confirm(d, id, d.lookupHash(modelHash(id)))
+				got := m.confirm(d, id, d.LookupHash(modelHash(id)))
 				if !slices.Equal(got, want) {
 					t.Fatalf("step %d: id %d answered %v, the model %v", step, id, got, want)
 				}
 			}
-			if o := d.oldest(); o != -1 && (o < m.floor || o >= next) {
+			if o := d.Oldest(); o != -1 && (o < m.floor || o >= next) {
 				t.Fatalf("step %d: oldest %d outside [%d, %d)", step, o, m.floor, next)
 			}
 		}
@@ -114,15 +114,15 @@ func FuzzDedupAgainstModel(f *testing.F) {
 			op, arg := ops[i]%5, int64(ops[i+1])
 			switch op {
 			case 0, 1: // append id arg (an apply: expire, look up, add if new)
-				d.expire(m.now)
+				d.Expire(m.now)
 				id := arg % ids
-				if len(m.confirm(d, id, d.lookupHash(modelHash(id)))) == 0 {
+				if len(m.confirm(d, id, d.LookupHash(modelHash(id)))) == 0 {
 					if op == 1 && arg > 200 {
-						next += dedupMaxRel // cross a table's reach now and then
+						next += maxRel // cross a table's reach now and then
 					}
 					e := modelMessage{id: id, at: m.now, off: next, hash: modelHash(id)}
 					m.log = append(m.log, e)
-					d.addHash(e.hash, e.at, e.off)
+					d.AddHash(e.hash, e.at, e.off)
 					next += 1 + arg%7
 				}
 			case 2: // time passes
@@ -132,7 +132,7 @@ func FuzzDedupAgainstModel(f *testing.F) {
 					cut := m.log[int(arg)%n].off + arg%2 // a message's offset, or just past it
 					if cut > m.floor {
 						m.floor = cut
-						d.forgetBefore(cut)
+						d.ForgetBefore(cut)
 					}
 				}
 			case 4: // a restart: the window is rebuilt from the log
@@ -141,8 +141,8 @@ func FuzzDedupAgainstModel(f *testing.F) {
 			check(i)
 			r := m.rebuild(d)
 			for id := range int64(ids) {
-				a := m.confirm(d, id, d.lookupHash(modelHash(id)))
-				b := m.confirm(r, id, r.lookupHash(modelHash(id)))
+				a := m.confirm(d, id, d.LookupHash(modelHash(id)))
+				b := m.confirm(r, id, r.LookupHash(modelHash(id)))
 				if !slices.Equal(a, b) {
 					t.Fatalf("step %d: id %d answered %v, by the rebuilt window %v", i, id, a, b)
 				}

@@ -1,4 +1,4 @@
-package fsm
+package dedup
 
 import (
 	"runtime"
@@ -16,7 +16,7 @@ func dedupBenchID(buf []byte, i int) []byte {
 // fillDedup adds n ids to d, spread evenly over its window and expiring
 // as apply does, so that every id is remembered at the end. It returns the
 // longest single add.
-func fillDedup(d *dedup, n int, window int64) time.Duration {
+func fillDedup(d *Window, n int, window int64) time.Duration {
 	var buf []byte
 	var worst time.Duration
 	for i := range n {
@@ -24,8 +24,8 @@ func fillDedup(d *dedup, n int, window int64) time.Duration {
 		id := string(buf)
 		at := int64(i) * window / int64(n)
 		start := time.Now()
-		d.expire(at)
-		d.add(id, at, int64(i)*200)
+		d.Expire(at)
+		d.Add(id, at, int64(i)*200)
 		worst = max(worst, time.Since(start))
 	}
 	return worst
@@ -43,7 +43,7 @@ func BenchmarkDedupMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
 				const window = 600_000
-				d := newDedup(window)
+				d := NewWindow(window)
 				worst := fillDedup(d, n, window)
 				runtime.GC()
 				runtime.ReadMemStats(&after)
@@ -63,7 +63,7 @@ func TestDedupHoldsAtMost16BytesPerID(t *testing.T) {
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	d := newDedup(window)
+	d := NewWindow(window)
 	fillDedup(d, n, window)
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -1,16 +1,22 @@
-package fsm
+// Package dedup holds the state machine's dedup windows: the ids of the
+// messages appended within the window (Window, probed on every append) and
+// of the delayed messages scheduled within it (Refs). Both are rebuilt by
+// every replica from the same log entries, so they answer alike on every
+// node; a hash or fingerprint collision costs the caller a read of the
+// message, never a duplicate or a lost message.
+package dedup
 
 import "hash/fnv"
 
-// dedup remembers the message ids appended within the window, so that a
+// Window remembers the message ids appended within the window, so that a
 // producer retrying a send (after a timeout or a leader change) does not
 // append the message twice.
 //
-// The window is split into buckets of dedupBuckets-th of it, aligned to
+// The window is split into buckets of bucketsPerWindow-th of it, aligned to
 // absolute time: an id appended at t goes to bucket floor(t / width), so
 // every replica, and one rebuilding the window from the message log, puts
-// it in the same bucket. Each bucket holds its ids in dedupTables (8 bytes
-// an id, see dedup_table.go), sized from the previous bucket's count; a
+// it in the same bucket. Each bucket holds its ids in tables (8 bytes
+// an id, see table.go), sized from the previous bucket's count; a
 // bucket that outgrows them gets one more table, so nothing is ever rehashed.
 // Expiry drops whole buckets, once the last millisecond of a bucket is
 // older than the window: a bucket keeps an id for at least the window and
@@ -20,10 +26,10 @@ import "hash/fnv"
 // have been appended within the window (within), so the window answers
 // exactly as one expiring each id on time would, and a fingerprint or hash
 // collision costs a read, never a duplicate or a lost message.
-type dedup struct {
+type Window struct {
 	window  int64 // milliseconds
 	width   int64 // of a bucket, milliseconds (at least 1)
-	buckets []*dedupBucket
+	buckets []*bucket
 	// floor is the message log's start after retention: ids of messages
 	// before it are no longer answered (a bucket straddling it keeps their
 	// slots until it expires).
@@ -34,35 +40,38 @@ type dedup struct {
 	touched uint64
 }
 
-// dedupBuckets is how many buckets the window spans: an id is remembered at
-// most a dedupBuckets-th of the window longer than the window.
-const dedupBuckets = 3
+// bucketsPerWindow is how many buckets the window spans: an id is remembered at
+// most a bucketsPerWindow-th of the window longer than the window.
+const bucketsPerWindow = 3
 
-// A dedupBucket holds the ids appended within one bucket's width.
-type dedupBucket struct {
+// A bucket holds the ids appended within one bucket's width.
+type bucket struct {
 	id     int64 // floor(appended-at / width)
 	first  int64 // offset of its first id
 	last   int64 // offset of its last id
 	n      int   // ids
-	tables []*dedupTable
+	tables []*table
 }
 
-func newDedup(window int64) *dedup {
-	return &dedup{window: window, width: max(1, (window+dedupBuckets-1)/dedupBuckets)}
+// NewWindow returns an empty window of window milliseconds.
+func NewWindow(window int64) *Window {
+	return &Window{window: window, width: max(1, (window+bucketsPerWindow-1)/bucketsPerWindow)}
 }
 
-func hashID(id string) uint64 {
+// HashID is the 64-bit hash of a message id both windows key on
+// (FNV-1a), computed once per message by the caller.
+func HashID(id string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	return h.Sum64()
 }
 
-// lookup returns the offsets of the messages remembered with id's
+// Lookup returns the offsets of the messages remembered with id's
 // fingerprint: the candidates to read and compare. The slice is valid until
 // the next call.
-func (d *dedup) lookup(id string) []int64 { return d.lookupHash(hashID(id)) }
+func (d *Window) Lookup(id string) []int64 { return d.LookupHash(HashID(id)) }
 
-func (d *dedup) lookupHash(h uint64) []int64 {
+func (d *Window) LookupHash(h uint64) []int64 {
 	m := mixHash(h)
 	// Load every table's first slot before probing any: the loads do not
 	// depend on one another, so the processor overlaps their cache misses
@@ -83,13 +92,13 @@ func (d *dedup) lookupHash(h uint64) []int64 {
 	return d.out
 }
 
-// add records a message appended at time appendedAt at offset off, whose
-// id the caller found to be new. Offsets only grow from one add to the next.
-func (d *dedup) add(id string, appendedAt, off int64) { d.addHash(hashID(id), appendedAt, off) }
+// Add records a message appended at time appendedAt at offset off, whose
+// id the caller found to be new. Offsets only grow from one Add to the next.
+func (d *Window) Add(id string, appendedAt, off int64) { d.AddHash(HashID(id), appendedAt, off) }
 
-func (d *dedup) addHash(h uint64, appendedAt, off int64) {
+func (d *Window) AddHash(h uint64, appendedAt, off int64) {
 	id := floorDiv(appendedAt, d.width)
-	var b *dedupBucket
+	var b *bucket
 	if len(d.buckets) > 0 {
 		b = d.buckets[len(d.buckets)-1]
 	}
@@ -99,15 +108,15 @@ func (d *dedup) addHash(h uint64, appendedAt, off int64) {
 		if b != nil {
 			d.hint = b.n
 		}
-		b = &dedupBucket{id: id, first: off}
+		b = &bucket{id: id, first: off}
 		d.buckets = append(d.buckets, b)
 	}
-	var t *dedupTable
+	var t *table
 	if len(b.tables) > 0 {
 		t = b.tables[len(b.tables)-1]
 	}
 	if t == nil || !t.fits(off) {
-		t = newDedupTable(off, d.tableSize(b, appendedAt))
+		t = newTable(off, d.tableSize(b, appendedAt))
 		b.tables = append(b.tables, t)
 	}
 	t.insert(mixHash(h), off)
@@ -115,9 +124,9 @@ func (d *dedup) addHash(h uint64, appendedAt, off int64) {
 	b.n++
 }
 
-// within reports whether an id appended at appendedAt is within the window
+// Within reports whether an id appended at appendedAt is Within the window
 // at now: the rule a confirmed hit must pass.
-func (d *dedup) within(appendedAt, now int64) bool { return appendedAt >= now-d.window }
+func (d *Window) Within(appendedAt, now int64) bool { return appendedAt >= now-d.window }
 
 // tableSize returns the slots of a new table for bucket b, about to take an
 // id appended at appendedAt. A new bucket's first table is sized for as many
@@ -125,7 +134,7 @@ func (d *dedup) within(appendedAt, now int64) bool { return appendedAt >= now-d.
 // one sized for the rest of its width at the rate it has seen so far, but
 // at least half and at most four times the slots it has: few tables to
 // probe when the rate rose, a bounded excess when a burst misled it.
-func (d *dedup) tableSize(b *dedupBucket, appendedAt int64) int {
+func (d *Window) tableSize(b *bucket, appendedAt int64) int {
 	if len(b.tables) == 0 {
 		return d.hint * 100 / dedupTargetLoad
 	}
@@ -138,44 +147,44 @@ func (d *dedup) tableSize(b *dedupBucket, appendedAt int64) int {
 	return int(min(max(rest, float64(have/2)), float64(4*have)))
 }
 
-// expire forgets the buckets whose every millisecond is before now minus
+// Expire forgets the buckets whose every millisecond is before now minus
 // the window, that is, whose last millisecond is not within it.
-func (d *dedup) expire(now int64) {
+func (d *Window) Expire(now int64) {
 	n := 0
-	for n < len(d.buckets) && !d.within((d.buckets[n].id+1)*d.width-1, now) {
+	for n < len(d.buckets) && !d.Within((d.buckets[n].id+1)*d.width-1, now) {
 		n++
 	}
-	d.drop(n)
+	d.Drop(n)
 }
 
-// forgetBefore forgets ids whose messages lie before message-log offset
+// ForgetBefore forgets ids whose messages lie before message-log offset
 // off, which retention removed, so no lookup points at a removed message:
 // the buckets wholly before off go, and a bucket straddling it answers only
 // from off on. The window then answers as the one load rebuilds from the
 // log from off.
-func (d *dedup) forgetBefore(off int64) {
+func (d *Window) ForgetBefore(off int64) {
 	d.floor = max(d.floor, off)
 	n := 0
 	for n < len(d.buckets) && d.buckets[n].last < off {
 		n++
 	}
-	d.drop(n)
+	d.Drop(n)
 }
 
-// drop forgets the oldest n buckets.
-func (d *dedup) drop(n int) {
+// Drop forgets the oldest n buckets.
+func (d *Window) Drop(n int) {
 	if n > 0 {
 		clear(d.buckets[:n])
 		d.buckets = append(d.buckets[:0], d.buckets[n:]...)
 	}
 }
 
-// oldest returns the message-log offset from which the window can be rebuilt
-// (the first id of its oldest bucket, or the floor if retention removed
+// Oldest returns the message-log offset from which the window can be rebuilt
+// (the first id of its Oldest bucket, or the floor if retention removed
 // part of that bucket), or -1 when it remembers nothing. A checkpoint
 // records it: recovery rebuilds the window by scanning the message log from
 // there.
-func (d *dedup) oldest() int64 {
+func (d *Window) Oldest() int64 {
 	if len(d.buckets) == 0 {
 		return -1
 	}
@@ -189,4 +198,15 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// Buckets returns the first offset of each bucket the window holds, oldest
+// first: how the window is cut, for tests of the state machine that cut it
+// with retention.
+func (d *Window) Buckets() []int64 {
+	firsts := make([]int64, len(d.buckets))
+	for i, b := range d.buckets {
+		firsts[i] = b.first
+	}
+	return firsts
 }

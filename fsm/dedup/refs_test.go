@@ -1,4 +1,4 @@
-package fsm
+package dedup
 
 import (
 	"slices"
@@ -9,16 +9,16 @@ import (
 // messages: each is a candidate until it expires, whatever order they
 // expire in.
 func TestRefDedupKeepsCollidingIDs(t *testing.T) {
-	d := newRefDedup(100)
+	d := NewRefs(100)
 	const h = 42
-	d.addHash(h, 10, seen{offset: 1})
-	d.addHash(h, 20, seen{offset: 2})
-	d.addHash(h, 30, seen{offset: 3})
-	d.addHash(7, 30, seen{offset: 4})
+	d.AddHash(h, 10, Seen{Offset: 1})
+	d.AddHash(h, 20, Seen{Offset: 2})
+	d.AddHash(h, 30, Seen{Offset: 3})
+	d.AddHash(7, 30, Seen{Offset: 4})
 	offsets := func() []int64 {
 		var out []int64
-		for _, s := range d.lookupHash(h) {
-			out = append(out, s.offset)
+		for _, s := range d.LookupHash(h) {
+			out = append(out, s.Offset)
 		}
 		slices.Sort(out)
 		return out
@@ -26,15 +26,15 @@ func TestRefDedupKeepsCollidingIDs(t *testing.T) {
 	if got := offsets(); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Fatalf("candidates %v, want 1 2 3", got)
 	}
-	d.expire(115) // forgets the one appended at 10
+	d.Expire(115) // forgets the one appended at 10
 	if got := offsets(); !slices.Equal(got, []int64{2, 3}) {
 		t.Fatalf("after the first expiry: %v, want 2 3", got)
 	}
-	d.expire(125)
+	d.Expire(125)
 	if got := offsets(); !slices.Equal(got, []int64{3}) {
 		t.Fatalf("after the second expiry: %v, want 3", got)
 	}
-	d.expire(135)
+	d.Expire(135)
 	if got := offsets(); len(got) != 0 || len(d.seen) != 0 || len(d.more) != 0 {
 		t.Fatalf("after every expiry: %v, seen %v, more %v", got, d.seen, d.more)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -116,7 +117,7 @@ func (p *Puller) settle(ctx context.Context, o settlement, seqs []int64) error {
 // group's whole ack wait again, from now.
 func (p *Puller) extend(ctx context.Context, m *Message) error {
 	req := &transport.ExtendRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: m.epoch,
-		Ranges: []transport.AckRange{{First: m.pullSeq, Last: m.pullSeq}}}
+		Ranges: []logs.AckRange{{First: m.pullSeq, Last: m.pullSeq}}}
 	return p.call(ctx, ackKey{m.brokerGroup, m.epoch}, transport.TypeExtend, req.Encode())
 }
 
@@ -137,16 +138,16 @@ func (p *Puller) call(ctx context.Context, k ackKey, t transport.Type, payload [
 }
 
 // toRanges turns pull sequences into sorted inclusive ranges.
-func toRanges(seqs []int64) []transport.AckRange {
+func toRanges(seqs []int64) []logs.AckRange {
 	sorted := append([]int64(nil), seqs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	var out []transport.AckRange
+	var out []logs.AckRange
 	for _, s := range sorted {
 		if n := len(out); n > 0 && s <= out[n-1].Last+1 {
 			out[n-1].Last = max(out[n-1].Last, s)
 			continue
 		}
-		out = append(out, transport.AckRange{First: s, Last: s})
+		out = append(out, logs.AckRange{First: s, Last: s})
 	}
 	return out
 }

@@ -37,12 +37,12 @@ func recordSyncfs(t *testing.T, fail *error) *[]int {
 	t.Helper()
 	var fds []int
 	orig := syncfs
-	syncfs = func(fd int) error {
-		fds = append(fds, fd)
+	syncfs = func(d *os.File) error {
+		fds = append(fds, int(d.Fd()))
 		if *fail != nil {
 			return *fail
 		}
-		return orig(fd)
+		return orig(d)
 	}
 	t.Cleanup(func() { syncfs = orig })
 	return &fds

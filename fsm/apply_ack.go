@@ -3,6 +3,8 @@ package fsm
 import (
 	"cmp"
 	"slices"
+
+	"github.com/qmqgo/qmq/logs"
 )
 
 // applyAck marks pull sequences acknowledged and moves the ack position
@@ -27,9 +29,11 @@ func (f *FSM) applyAck(c *Ack) any {
 // MergeRanges returns ranges sorted, with overlapping and adjacent ones
 // joined: the same sequences, each once. The leader sends merged ranges;
 // apply merges again, so that no command makes it walk a sequence twice.
-func MergeRanges(ranges []AckRange) []AckRange {
+func MergeRanges(ranges []logs.AckRange) []logs.AckRange {
 	out := slices.Clone(ranges)
-	slices.SortFunc(out, func(a, b AckRange) int { return cmp.Or(cmp.Compare(a.First, b.First), cmp.Compare(a.Last, b.Last)) })
+	slices.SortFunc(out, func(a, b logs.AckRange) int {
+		return cmp.Or(cmp.Compare(a.First, b.First), cmp.Compare(a.Last, b.Last))
+	})
 	merged := out[:0]
 	for _, r := range out {
 		if n := len(merged); n > 0 && r.First <= merged[n-1].Last+1 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // diskBytes returns the bytes of every file under dir, the FSM's buffers
@@ -74,7 +75,7 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 				}
 				pulled += len(res.Entries)
 			}
-			ranges := []AckRange{{First: 0, Last: int64(window - 1)}}
+			ranges := []logs.AckRange{{First: 0, Last: int64(window - 1)}}
 			var cmd encoder = &Nack{Now: now, Subject: s, Group: g, Consumer: c, RetryAt: 0, Ranges: ranges}
 			if tc.retryAt != nil {
 				cmd.(*Nack).RetryAt = tc.retryAt(now)
@@ -113,28 +114,28 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 // asks for more than a window (it would make the replica wait for ever).
 func TestNackWritesBound(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.MaxUnacked = 100 })
-	nack := func(ranges ...AckRange) []byte {
+	nack := func(ranges ...logs.AckRange) []byte {
 		return (&Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges}).Encode()
 	}
-	many := make([]AckRange, limits.MaxAckRanges)
+	many := make([]logs.AckRange, limits.MaxAckRanges)
 	for i := range many {
-		many[i] = AckRange{First: int64(i), Last: int64(i)}
+		many[i] = logs.AckRange{First: int64(i), Last: int64(i)}
 	}
 	for _, tc := range []struct {
 		name string
 		data []byte
 		want int64
 	}{
-		{"one", nack(AckRange{First: 7, Last: 7}), 1},
-		{"under-a-window", nack(AckRange{First: 0, Last: 98}), 99},
-		{"a-window", nack(AckRange{First: 0, Last: 99}), 100},
-		{"over-a-window", nack(AckRange{First: 0, Last: 100}), 100},
-		{"widest", nack(AckRange{First: 0, Last: math.MaxInt64}), 100},
-		{"overlapping", nack(AckRange{First: 0, Last: 60}, AckRange{First: 0, Last: 60}), 100},
+		{"one", nack(logs.AckRange{First: 7, Last: 7}), 1},
+		{"under-a-window", nack(logs.AckRange{First: 0, Last: 98}), 99},
+		{"a-window", nack(logs.AckRange{First: 0, Last: 99}), 100},
+		{"over-a-window", nack(logs.AckRange{First: 0, Last: 100}), 100},
+		{"widest", nack(logs.AckRange{First: 0, Last: math.MaxInt64}), 100},
+		{"overlapping", nack(logs.AckRange{First: 0, Last: 60}, logs.AckRange{First: 0, Last: 60}), 100},
 		{"4096-ranges", nack(many...), 100},
-		{"backwards", nack(AckRange{First: 9, Last: 3}), 0},
+		{"backwards", nack(logs.AckRange{First: 9, Last: 3}), 0},
 		{"none", nack(), 0},
-		{"truncated", nack(AckRange{First: 0, Last: 50})[:20], 0},
+		{"truncated", nack(logs.AckRange{First: 0, Last: 50})[:20], 0},
 	} {
 		if got := f.nackWrites(tc.data); got != tc.want*maxRetryRecordBytes {
 			t.Errorf("%s: bound %d, want %d records of %d", tc.name, got, tc.want, maxRetryRecordBytes)

@@ -7,6 +7,7 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // CommandType is the first byte of every Raft command. The values are
@@ -231,9 +232,6 @@ const (
 	pullTagsAll
 )
 
-// AckRange is an inclusive range of pull sequences.
-type AckRange struct{ First, Last int64 }
-
 // Ack acknowledges pull sequences of one consumer, in any order, if the
 // consumer's registration is still Epoch (0, in a version 1 command: any).
 // Payload:
@@ -243,7 +241,7 @@ type Ack struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // Reclaim hands a consumer's unacked entries back to its group and forgets

@@ -6,6 +6,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // The commands of consumer groups beyond pull and ack: the outcome of a
@@ -24,7 +25,7 @@ type Nack struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
 	RetryAt                  int64 // Unix milliseconds; 0 for the group's backoff
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // Extend gives unacked pull sequences of Epoch the group's whole ack wait
@@ -35,7 +36,7 @@ type Extend struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // Expire hands the group again the pull sequences of Epoch whose ack wait
@@ -45,7 +46,7 @@ type Expire struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // SetGroup changes a consumer group's settings, creating the group (at
@@ -144,7 +145,7 @@ type DeadLetters struct {
 // MaxDeadLetterSeqs bounds the sequences one DeadLetters command names.
 const MaxDeadLetterSeqs = limits.MaxPullMessages
 
-func appendRanges(b []byte, ranges []AckRange) []byte {
+func appendRanges(b []byte, ranges []logs.AckRange) []byte {
 	b = binenc.AppendUvarint(b, uint64(len(ranges)))
 	for _, r := range ranges {
 		b = binenc.AppendUvarint(b, uint64(r.First))
@@ -153,11 +154,11 @@ func appendRanges(b []byte, ranges []AckRange) []byte {
 	return b
 }
 
-func readRanges(r *binenc.Reader) []AckRange {
+func readRanges(r *binenc.Reader) []logs.AckRange {
 	n := r.Count(limits.MaxAckRanges)
-	out := make([]AckRange, 0, n)
+	out := make([]logs.AckRange, 0, n)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		out = append(out, AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
+		out = append(out, logs.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
 	}
 	return out
 }

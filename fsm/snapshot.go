@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/internal/disk"
 )
 
 // Snapshot flushes the logs, takes the checkpoint (the state and the logs'
@@ -301,14 +302,7 @@ func createSynced(dir, rel string) (io.WriteCloser, error) {
 
 // syncTree fsyncs every directory under dir, so that the files created
 // there survive a power loss.
-func syncTree(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
-		}
-		return syncDir(path)
-	})
-}
+func syncTree(dir string) error { return disk.SyncTree(dir, disk.Dirs) }
 
 // CatchUp restores the newest snapshot in store if it is ahead of the FSM.
 // Call it before starting Raft with NoSnapshotRestoreOnStart: Raft resumes

@@ -1,9 +1,9 @@
 package fsm
 
 import (
-	"io/fs"
-	"os"
 	"path/filepath"
+
+	"github.com/qmqgo/qmq/internal/disk"
 )
 
 // A checkpoint makes the logs durable up to the ends it records, in one of
@@ -35,7 +35,7 @@ func (f *FSM) syncData(staging string) error {
 		return err
 	}
 	if f.syncfs {
-		return syncfs(f.dirFile)
+		return disk.Syncfs(f.dirFile)
 	}
 	return syncStaged(staging, filepath.Join(f.cfg.Dir, dataDir))
 }
@@ -48,7 +48,7 @@ func (f *FSM) syncLogs() error {
 		return err
 	}
 	if f.syncfs {
-		return syncfs(f.dirFile)
+		return disk.Syncfs(f.dirFile)
 	}
 	return f.store.sync()
 }
@@ -64,19 +64,30 @@ func (f *FSM) syncFault() error {
 // syncStaged fsyncs each segment a snapshot linked into staging (through
 // the links: they are the same files), then every directory under data.
 func syncStaged(staging, data string) error {
-	err := filepath.WalkDir(staging, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		file, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer file.Close()
-		return file.Sync()
-	})
-	if err != nil {
+	if err := disk.SyncTree(staging, disk.Files); err != nil {
 		return err
 	}
 	return syncTree(data)
+}
+
+// kernelRelease is disk.KernelRelease; tests replace it.
+var kernelRelease = disk.KernelRelease
+
+// syncfsWorks reports whether a checkpoint can trust one syncfs(2) to make
+// its data durable and to report a write-back error met since Open, a
+// closed file's included: a kernel with syncfs that reports write-back
+// errors (disk.SyncfsReportsWriteBack). On a Linux kernel before 5.8 it
+// says why not, once per Open; where there is no syncfs it says nothing.
+func (f *FSM) syncfsWorks() bool {
+	if !disk.HasSyncfs {
+		return false
+	}
+	release, err := kernelRelease()
+	if err == nil && disk.SyncfsReportsWriteBack(release) {
+		return true
+	}
+	f.log.Warn("this kernel's syncfs reports no write-back errors (Linux before 5.8): fsyncing every file it closes "+
+		"and every log at a checkpoint instead of one syncfs, which costs more with many subjects",
+		"kernel", release, "error", err)
+	return false
 }

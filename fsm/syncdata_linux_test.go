@@ -16,18 +16,6 @@ import (
 	"github.com/qmqgo/qmq/internal/message"
 )
 
-func TestSyncfsReportsWriteBackFrom58(t *testing.T) {
-	for release, want := range map[string]bool{
-		"5.8.0": true, "5.8": true, "5.15.0-91-generic": true, "6.1.0-18-amd64": true, "10.0.1": true,
-		"5.7.19": false, "5.4.0-150-generic": false, "4.19.0-26-amd64": false, "3.10.0-1160.el7.x86_64": false,
-		"": false, "garbage": false, "5": false, "5.x": false,
-	} {
-		if got := syncfsReportsWriteBack(release); got != want {
-			t.Errorf("syncfsReportsWriteBack(%q) = %v, want %v", release, got, want)
-		}
-	}
-}
-
 // Before Linux 5.8 syncfs(2) reports no write-back error, so a dirty file
 // the cache closed without an fsync could lose its bytes unnoticed: on
 // such a kernel the state machine fsyncs each file it evicts and each log

@@ -3,6 +3,8 @@ package fsm
 import (
 	"slices"
 	"testing"
+
+	"github.com/qmqgo/qmq/logs"
 )
 
 // redeliverAll has an unfiltered consumer of group g pull every message of
@@ -13,7 +15,7 @@ func redeliverAll(t *testing.T, r *groupRig, n int) {
 	if got := len(r.pull(Pull{Subject: "s", Group: "g", Consumer: "any", Max: 100, Start: StartEarliest}).Entries); got != n {
 		t.Fatalf("the unfiltered consumer pulled %d of %d", got, n)
 	}
-	r.nack("g", "any", r.now, AckRange{0, int64(n - 1)})
+	r.nack("g", "any", r.now, logs.AckRange{First: 0, Last: int64(n - 1)})
 	if q := r.group("g").Redeliver; q != n {
 		t.Fatalf("%d of %d due again", q, n)
 	}

@@ -7,6 +7,27 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
+// handleAck proposes that a consumer processed messages: they leave its
+// unacked entries, and its ack position moves over the contiguous ones.
+func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodeAckRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.consumerRequest(ctx, transport.TypeAck, req.Subject, req.Group, req.Consumer); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
+		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	resp, err := n.propose(ctx, cmd.Encode())
+	if err != nil {
+		return nil, err
+	}
+	return (&transport.AckResponse{AckPos: resp.(*fsm.AckResult).AckPos}).Encode(), nil
+}
+
 // handleNack proposes a consumer's failure to process messages: they come
 // back to its group later, or become dead letters.
 func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
@@ -18,7 +39,7 @@ func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	cmd := &fsm.Nack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
-		Epoch: req.Epoch, Ranges: fsmRanges(req.Ranges)}
+		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
 	if !req.RetryAt.IsZero() {
 		cmd.RetryAt = max(req.RetryAt.UnixMilli(), 1) // a time before now retries at once
 	}
@@ -47,19 +68,9 @@ func (n *Node) handleExtend(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	cmd := &fsm.Extend{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
-		Epoch: req.Epoch, Ranges: fsmRanges(req.Ranges)}
+		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
 	_, err = n.propose(ctx, cmd.Encode())
 	return nil, err
-}
-
-// fsmRanges converts ranges of a request, merged: each sequence once,
-// however the client sent them.
-func fsmRanges(in []transport.AckRange) []fsm.AckRange {
-	out := make([]fsm.AckRange, 0, len(in))
-	for _, r := range in {
-		out = append(out, fsm.AckRange{First: r.First, Last: r.Last})
-	}
-	return fsm.MergeRanges(out)
 }

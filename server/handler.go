@@ -9,6 +9,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -403,28 +404,6 @@ func (n *Node) locate(subject string, res *fsm.PullResult) ([]fsm.MessageAt, err
 	return ats, nil
 }
 
-func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
-	req, err := transport.DecodeAckRequest(p)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := n.consumerRequest(ctx, transport.TypeAck, req.Subject, req.Group, req.Consumer); err != nil {
-		return nil, err
-	}
-	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Epoch: req.Epoch}
-	for _, r := range req.Ranges {
-		cmd.Ranges = append(cmd.Ranges, fsm.AckRange{First: r.First, Last: r.Last})
-	}
-	cmd.Ranges = fsm.MergeRanges(cmd.Ranges) // each sequence once, however the client sent them
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	resp, err := n.propose(ctx, cmd.Encode())
-	if err != nil {
-		return nil, err
-	}
-	return (&transport.AckResponse{AckPos: resp.(*fsm.AckResult).AckPos}).Encode(), nil
-}
-
 // handleForgetGroup removes a consumer group from the group's state.
 func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.ForgetGroupRequest
@@ -498,9 +477,9 @@ func (n *Node) ackGone(subject string, id fsm.ConsumerID, epoch uint64, seqs []i
 // goneAcks are the Acks of pull sequences seqs of consumer id: their
 // ranges merged, at most limits.MaxAckRanges an Ack.
 func goneAcks(now int64, id fsm.ConsumerID, epoch uint64, seqs []int64) []*fsm.Ack {
-	ranges := make([]fsm.AckRange, 0, len(seqs))
+	ranges := make([]logs.AckRange, 0, len(seqs))
 	for _, s := range seqs {
-		ranges = append(ranges, fsm.AckRange{First: s, Last: s})
+		ranges = append(ranges, logs.AckRange{First: s, Last: s})
 	}
 	ranges = fsm.MergeRanges(ranges)
 	var out []*fsm.Ack

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -69,7 +70,7 @@ func benchmarkPullAck(b *testing.B, size int) {
 		last := resp.Messages[per-1].PullSeq
 		req.From, req.Epoch = last+1, resp.Epoch
 		ack := &transport.AckRequest{Subject: "bench", Group: "g", Consumer: "c", Epoch: resp.Epoch,
-			Ranges: []transport.AckRange{{First: resp.Messages[0].PullSeq, Last: last}}}
+			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: last}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			b.Fatal(err)
 		}

@@ -125,7 +125,7 @@ func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
 			from = m.PullSeq + 1
 		}
 		ack := &transport.AckRequest{Subject: "s", Group: g, Consumer: "c", Epoch: epoch,
-			Ranges: []transport.AckRange{{First: resp.Messages[0].PullSeq, Last: from - 1}}}
+			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: from - 1}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			t.Fatalf("ack: %v", err)
 		}

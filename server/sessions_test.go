@@ -7,6 +7,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -32,7 +33,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []transport.AckRange{{First: 0, Last: 0}}}
+	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []logs.AckRange{{First: 0, Last: 0}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // NackRequest: version | subject | group | consumer | epoch | retry-at-ms | count | (first | last)…
@@ -18,7 +19,7 @@ type NackRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
 	RetryAt                  time.Time // zero: the group's backoff
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // ExtendRequest: version | subject | group | consumer | epoch | count | (first | last)…
@@ -28,7 +29,7 @@ type NackRequest struct {
 type ExtendRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // Encode returns the payload.
@@ -82,7 +83,7 @@ func DecodeExtendRequest(b []byte) (*ExtendRequest, error) {
 	return q, done("extend", r)
 }
 
-func appendRanges(b []byte, ranges []AckRange) []byte {
+func appendRanges(b []byte, ranges []logs.AckRange) []byte {
 	b = binenc.AppendUvarint(b, uint64(len(ranges)))
 	for _, rg := range ranges {
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(rg.First)), uint64(rg.Last))
@@ -91,11 +92,11 @@ func appendRanges(b []byte, ranges []AckRange) []byte {
 }
 
 // readRanges reads a count and that many ranges, each First <= Last.
-func readRanges(what string, r *binenc.Reader) ([]AckRange, error) {
+func readRanges(what string, r *binenc.Reader) ([]logs.AckRange, error) {
 	n := r.Count(limits.MaxAckRanges)
-	out := make([]AckRange, 0, n)
+	out := make([]logs.AckRange, 0, n)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		rg := AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
+		rg := logs.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
 		if r.Err() == nil && (rg.First < 0 || rg.Last < rg.First) {
 			return nil, Errorf(Invalid, "%s: range %d..%d", what, rg.First, rg.Last)
 		}

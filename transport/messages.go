@@ -9,6 +9,7 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/logs"
 )
 
 // Payloads of each request and response body. Integers are uvarints unless
@@ -129,9 +130,6 @@ type PullResponse struct {
 	Version  byte // 2 or 3; 0 encodes as 3
 }
 
-// AckRange is an inclusive range of pull sequences.
-type AckRange struct{ First, Last int64 }
-
 // AckRequest: 2 | subject | group | consumer | epoch | count | (first | last)…
 //
 // Epoch (at least 1) is the registration that pulled the acknowledged
@@ -140,7 +138,7 @@ type AckRange struct{ First, Last int64 }
 type AckRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []AckRange
+	Ranges                   []logs.AckRange
 }
 
 // AckResponse: version | ack-position

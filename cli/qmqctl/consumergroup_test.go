@@ -10,6 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -74,9 +75,9 @@ func pullAndNack(t *testing.T, server, subject, group string) int {
 		if len(resp.Messages) == 0 {
 			continue
 		}
-		var ranges []transport.AckRange
+		var ranges []logs.AckRange
 		for _, m := range resp.Messages {
-			ranges = append(ranges, transport.AckRange{First: m.PullSeq, Last: m.PullSeq})
+			ranges = append(ranges, logs.AckRange{First: m.PullSeq, Last: m.PullSeq})
 		}
 		nack := &transport.NackRequest{Subject: subject, Group: group, Consumer: "c1", Epoch: resp.Epoch, Ranges: ranges}
 		if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {

@@ -1,9 +1,15 @@
-// Package disk reports how much space a file system has left, so that code
-// about to write something large can refuse it up front, with a clear error,
-// rather than fill the disk and fail halfway.
+// Package disk is what the storage code asks of the file system: how much
+// space it has left, and how to make what was written durable.
 //
-// Free asks the operating system; code that checks space takes a Probe, so
-// that tests can pretend the disk is full.
+// Free reports the space left, so that code about to write something large
+// can refuse it up front, with a clear error, rather than fill the disk and
+// fail halfway; code that checks space takes a Probe, so that tests can
+// pretend the disk is full.
+//
+// SyncDir, SyncTree and Syncfs make writes durable (see sync.go): the one
+// place that knows syncfs(2) and when it can be trusted, and how to walk
+// and fsync where it cannot. Writeback starts writing dirty pages early, so
+// that the fsync that follows has little left to do.
 package disk
 
 import "math"

@@ -40,3 +40,69 @@ func TestSyncDir(t *testing.T) {
 		t.Fatalf("SyncDir of a missing directory: %v, want ErrNotExist naming it", err)
 	}
 }
+
+// recordFsync replaces fsync for the test: it records the path of each
+// file synced, relative to root, and fails with fail once it reaches it.
+func recordFsync(t *testing.T, root, fail string) *[]string {
+	t.Helper()
+	var synced []string
+	orig := fsync
+	fsync = func(f *os.File) error {
+		rel, err := filepath.Rel(root, f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		synced = append(synced, rel)
+		if rel == fail {
+			return os.ErrPermission
+		}
+		return orig(f)
+	}
+	t.Cleanup(func() { fsync = orig })
+	return &synced
+}
+
+func TestSyncTree(t *testing.T) {
+	root := t.TempDir()
+	for _, dir := range []string{"a", "a/b", "c"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, file := range []string{"a/b/f", "a/g", "h"} {
+		if err := os.WriteFile(filepath.Join(root, file), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(root, "h"), filepath.Join(root, "c/h")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		which Entries
+		want  string
+	}{
+		{Files, "a/b/f a/g c/h h"},
+		{Dirs, ". a a/b c"},
+		{Files | Dirs, ". a a/b a/b/f a/g c c/h h"},
+	} {
+		synced := recordFsync(t, root, "")
+		if err := SyncTree(root, tc.which); err != nil {
+			t.Fatalf("SyncTree(%d): %v", tc.which, err)
+		}
+		if got := strings.Join(*synced, " "); got != tc.want {
+			t.Errorf("SyncTree(%d) synced %s, want %s", tc.which, got, tc.want)
+		}
+	}
+	// The first error stops the walk, and is the one returned.
+	synced := recordFsync(t, root, "a/g")
+	if err := SyncTree(root, Files); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("SyncTree with a failing fsync: %v, want its error", err)
+	}
+	if got := strings.Join(*synced, " "); got != "a/b/f a/g" {
+		t.Errorf("SyncTree went on after a failure: synced %s", got)
+	}
+	missing := filepath.Join(root, "missing")
+	if err := SyncTree(missing, Files|Dirs); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("SyncTree of a missing root: %v, want ErrNotExist", err)
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -117,7 +117,7 @@ func (p *Puller) settle(ctx context.Context, o settlement, seqs []int64) error {
 // group's whole ack wait again, from now.
 func (p *Puller) extend(ctx context.Context, m *Message) error {
 	req := &transport.ExtendRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: m.epoch,
-		Ranges: []logs.AckRange{{First: m.pullSeq, Last: m.pullSeq}}}
+		Ranges: []message.AckRange{{First: m.pullSeq, Last: m.pullSeq}}}
 	return p.call(ctx, ackKey{m.brokerGroup, m.epoch}, transport.TypeExtend, req.Encode())
 }
 
@@ -138,16 +138,16 @@ func (p *Puller) call(ctx context.Context, k ackKey, t transport.Type, payload [
 }
 
 // toRanges turns pull sequences into sorted inclusive ranges.
-func toRanges(seqs []int64) []logs.AckRange {
+func toRanges(seqs []int64) []message.AckRange {
 	sorted := append([]int64(nil), seqs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	var out []logs.AckRange
+	var out []message.AckRange
 	for _, s := range sorted {
 		if n := len(out); n > 0 && s <= out[n-1].Last+1 {
 			out[n-1].Last = max(out[n-1].Last, s)
 			continue
 		}
-		out = append(out, logs.AckRange{First: s, Last: s})
+		out = append(out, message.AckRange{First: s, Last: s})
 	}
 	return out
 }

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // applyAck marks pull sequences acknowledged and moves the ack position
@@ -29,9 +29,9 @@ func (f *FSM) applyAck(c *Ack) any {
 // MergeRanges returns ranges sorted, with overlapping and adjacent ones
 // joined: the same sequences, each once. The leader sends merged ranges;
 // apply merges again, so that no command makes it walk a sequence twice.
-func MergeRanges(ranges []logs.AckRange) []logs.AckRange {
+func MergeRanges(ranges []message.AckRange) []message.AckRange {
 	out := slices.Clone(ranges)
-	slices.SortFunc(out, func(a, b logs.AckRange) int {
+	slices.SortFunc(out, func(a, b message.AckRange) int {
 		return cmp.Or(cmp.Compare(a.First, b.First), cmp.Compare(a.Last, b.Last))
 	})
 	merged := out[:0]

@@ -3,13 +3,13 @@ package fsm
 import (
 	"fmt"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // consumerFor returns the registration of a consumer's command and its
 // group, if the command names its current epoch (0: any) and only pull
 // sequences it was handed; otherwise the error refusing the command.
-func (f *FSM) consumerFor(subject, group, name string, epoch uint64, ranges []logs.AckRange) (*consumer, *group, error) {
+func (f *FSM) consumerFor(subject, group, name string, epoch uint64, ranges []message.AckRange) (*consumer, *group, error) {
 	if err := checkNames(subject, group, name); err != nil {
 		return nil, nil, err
 	}
@@ -33,7 +33,7 @@ func (f *FSM) consumerFor(subject, group, name string, epoch uint64, ranges []lo
 
 // eachOpen calls fn with every pull sequence of ranges the consumer still
 // holds in its window (at or after its ack position), each once.
-func eachOpen(cs *consumer, ranges []logs.AckRange, fn func(seq int64)) {
+func eachOpen(cs *consumer, ranges []message.AckRange, fn func(seq int64)) {
 	for _, r := range MergeRanges(ranges) {
 		for seq := max(r.First, cs.ackPos); seq <= r.Last; seq++ {
 			fn(seq)

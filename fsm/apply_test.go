@@ -154,7 +154,7 @@ func TestLeaderTimeNeverGoesBack(t *testing.T) {
 		{&Append{Now: 3000, Messages: []*message.Message{unitMsg("b", "s", 1)}}, 5000}, // new leader behind
 		{&Pull{Start: StartEarliest, Now: 4000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 5000},
 		{&Pull{Start: StartEarliest, Now: 7000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 7000},
-		{&Ack{Now: 6000, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 1}}}, 7000},
+		{&Ack{Now: 6000, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}, 7000},
 		{&Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "c"}, 7000},
 		{&Append{Now: 6500, Messages: []*message.Message{unitMsg("c", "s", 1)}}, 7000},
 	}
@@ -211,7 +211,7 @@ func TestPullHandsOutInOrder(t *testing.T) {
 		t.Fatalf("pull beyond MaxUnacked: %v", got)
 	}
 	idx++
-	ackAt(t, f, idx, 1000, "s", "g", "c1", logs.AckRange{First: 0, Last: 1})
+	ackAt(t, f, idx, 1000, "s", "g", "c1", message.AckRange{First: 0, Last: 1})
 	if got := pull("g", "c1", 100); !slices.Equal(got, []int64{8, 9}) {
 		t.Fatalf("pull after acking 2: %v", got)
 	}
@@ -298,20 +298,20 @@ func TestAck(t *testing.T) {
 	appendN(t, f, 1, "s", "m", 10)
 	pullAt(t, f, 2, 1000, "s", "g", "c", 5) // pull sequences 0..4
 	idx := uint64(2)
-	ack := func(ranges ...logs.AckRange) any {
+	ack := func(ranges ...message.AckRange) any {
 		idx++
 		return applyAt(f, idx, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges})
 	}
 	steps := []struct {
-		ranges []logs.AckRange
+		ranges []message.AckRange
 		want   int64
 	}{
-		{[]logs.AckRange{{First: 2, Last: 3}}, 0},
-		{[]logs.AckRange{{First: 4, Last: 4}}, 0},
-		{[]logs.AckRange{{First: 0, Last: 0}}, 1},
-		{[]logs.AckRange{{First: 0, Last: 0}}, 1}, // again: harmless
-		{[]logs.AckRange{{First: 1, Last: 1}, {First: 3, Last: 3}}, 5},
-		{[]logs.AckRange{{First: 0, Last: 4}}, 5},
+		{[]message.AckRange{{First: 2, Last: 3}}, 0},
+		{[]message.AckRange{{First: 4, Last: 4}}, 0},
+		{[]message.AckRange{{First: 0, Last: 0}}, 1},
+		{[]message.AckRange{{First: 0, Last: 0}}, 1}, // again: harmless
+		{[]message.AckRange{{First: 1, Last: 1}, {First: 3, Last: 3}}, 5},
+		{[]message.AckRange{{First: 0, Last: 4}}, 5},
 		{nil, 5},
 	}
 	for i, s := range steps {
@@ -328,7 +328,7 @@ func TestAck(t *testing.T) {
 	// Acks past what was pulled, or malformed, are refused whole.
 	pullAt(t, f, idx+1, 1000, "s", "g", "c", 3) // pull sequences 5..7
 	idx++
-	for _, ranges := range [][]logs.AckRange{
+	for _, ranges := range [][]message.AckRange{
 		{{First: 5, Last: 8}},
 		{{First: 8, Last: 8}},
 		{{First: 5, Last: 5}, {First: 9, Last: 9}}, // the valid first range is not applied either
@@ -339,7 +339,7 @@ func TestAck(t *testing.T) {
 		wantInvalid(t, ack(ranges...))
 		wantStateUnchanged(t, f, before)
 	}
-	if r := resultAs[*AckResult](t, ack(logs.AckRange{First: 5, Last: 7})); r.AckPos != 8 {
+	if r := resultAs[*AckResult](t, ack(message.AckRange{First: 5, Last: 7})); r.AckPos != 8 {
 		t.Fatalf("valid ack after refused ones: position %d, want 8", r.AckPos)
 	}
 
@@ -352,7 +352,7 @@ func TestAck(t *testing.T) {
 	} {
 		before := stateBytes(f)
 		idx++
-		cmd.Now, cmd.Ranges = 99999, []logs.AckRange{{First: 0, Last: 0}}
+		cmd.Now, cmd.Ranges = 99999, []message.AckRange{{First: 0, Last: 0}}
 		wantInvalid(t, applyAt(f, idx, cmd))
 		wantStateUnchanged(t, f, before)
 	}
@@ -364,11 +364,11 @@ func TestAckOutOfOrderHoldsWindow(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.MaxUnacked = 4 })
 	appendN(t, f, 1, "s", "m", 10)
 	pullAt(t, f, 2, 1000, "s", "g", "c", 4)
-	ackAt(t, f, 3, 1000, "s", "g", "c", logs.AckRange{First: 1, Last: 3})
+	ackAt(t, f, 3, 1000, "s", "g", "c", message.AckRange{First: 1, Last: 3})
 	if r := pullAt(t, f, 4, 1000, "s", "g", "c", 4); len(r.Entries) != 0 {
 		t.Fatalf("pull with the head unacked: %v", consumeSeqs(r))
 	}
-	if r := ackAt(t, f, 5, 1000, "s", "g", "c", logs.AckRange{First: 0, Last: 0}); r.AckPos != 4 {
+	if r := ackAt(t, f, 5, 1000, "s", "g", "c", message.AckRange{First: 0, Last: 0}); r.AckPos != 4 {
 		t.Fatalf("ack position %d, want 4", r.AckPos)
 	}
 	if r := pullAt(t, f, 6, 1000, "s", "g", "c", 4); !slices.Equal(consumeSeqs(r), seqRange(4, 8)) {
@@ -383,7 +383,7 @@ func TestReclaim(t *testing.T) {
 		t.Fatalf("c1 pulled %v", consumeSeqs(r))
 	}
 	pullAt(t, f, 3, 1000, "s", "other", "c1", 3)
-	ackAt(t, f, 4, 1000, "s", "g", "c1", logs.AckRange{First: 1, Last: 1}, logs.AckRange{First: 3, Last: 3})
+	ackAt(t, f, 4, 1000, "s", "g", "c1", message.AckRange{First: 1, Last: 1}, message.AckRange{First: 3, Last: 3})
 	if r := reclaimAt(t, f, 5, 1000, "s", "g", "c1"); r.Reclaimed != 3 {
 		t.Fatalf("reclaimed %d, want 3", r.Reclaimed)
 	}
@@ -397,7 +397,7 @@ func TestReclaim(t *testing.T) {
 	}
 	// c1 is forgotten: a late ack for what it held is refused and changes nothing.
 	before := stateBytes(f)
-	if err, ok := applyAt(f, 8, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c1", Ranges: []logs.AckRange{{First: 0, Last: 4}}}).(error); !ok || !errors.Is(err, ErrInvalid) {
+	if err, ok := applyAt(f, 8, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c1", Ranges: []message.AckRange{{First: 0, Last: 4}}}).(error); !ok || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("late ack from a reclaimed consumer: %v, want ErrInvalid", err)
 	}
 	wantStateUnchanged(t, f, before)
@@ -644,7 +644,7 @@ func TestRetentionByBytes(t *testing.T) {
 			idx++
 			r := pullAt(t, f, idx, 1000, "s", "live", "c", 100)
 			idx++
-			ackAt(t, f, idx, 1000, "s", "live", "c", logs.AckRange{First: r.Entries[0].PullSeq, Last: r.Entries[len(r.Entries)-1].PullSeq})
+			ackAt(t, f, idx, 1000, "s", "live", "c", message.AckRange{First: r.Entries[0].PullSeq, Last: r.Entries[len(r.Entries)-1].PullSeq})
 		}
 	}
 	if !slices.Equal(seqs, seqRange(0, 60)) {
@@ -728,7 +728,7 @@ func TestRetentionByAge(t *testing.T) {
 	idx++
 	pullAt(t, f, idx, 1000+maxAge+1, "s", "g", "c", 1)
 	idx++
-	ackAt(t, f, idx, 1000+maxAge+1, "s", "g", "c", logs.AckRange{First: 0, Last: 0})
+	ackAt(t, f, idx, 1000+maxAge+1, "s", "g", "c", message.AckRange{First: 0, Last: 0})
 	if ml.Start() != 0 {
 		t.Fatalf("message log starts at %d after a pull", ml.Start())
 	}
@@ -785,7 +785,7 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 		idx++
 		r := pullAt(t, f, idx, 1000, "s", "fast", "c", 1000)
 		idx++
-		ackAt(t, f, idx, 1000, "s", "fast", "c", logs.AckRange{First: r.Entries[0].PullSeq, Last: r.Entries[len(r.Entries)-1].PullSeq})
+		ackAt(t, f, idx, 1000, "s", "fast", "c", message.AckRange{First: r.Entries[0].PullSeq, Last: r.Entries[len(r.Entries)-1].PullSeq})
 	}
 	appendBatch("a")
 	idx++
@@ -808,7 +808,7 @@ func TestRetentionRemovesIndexSegments(t *testing.T) {
 	// Once the slow consumer acks, the pull log's old segments go too, the
 	// next time retention removes message-log segments.
 	idx++
-	ackAt(t, f, idx, 1000, "s", "slow", "c", logs.AckRange{First: 0, Last: 9})
+	ackAt(t, f, idx, 1000, "s", "slow", "c", message.AckRange{First: 0, Last: 9})
 	for i := range 3 {
 		appendBatch(fmt.Sprint("d", i))
 		keepUp()

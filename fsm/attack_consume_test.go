@@ -13,7 +13,6 @@ import (
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // diskBytes returns the bytes of every file under dir, the FSM's buffers
@@ -75,7 +74,7 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 				}
 				pulled += len(res.Entries)
 			}
-			ranges := []logs.AckRange{{First: 0, Last: int64(window - 1)}}
+			ranges := []message.AckRange{{First: 0, Last: int64(window - 1)}}
 			var cmd encoder = &Nack{Now: now, Subject: s, Group: g, Consumer: c, RetryAt: 0, Ranges: ranges}
 			if tc.retryAt != nil {
 				cmd.(*Nack).RetryAt = tc.retryAt(now)
@@ -114,28 +113,28 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 // asks for more than a window (it would make the replica wait for ever).
 func TestNackWritesBound(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.MaxUnacked = 100 })
-	nack := func(ranges ...logs.AckRange) []byte {
+	nack := func(ranges ...message.AckRange) []byte {
 		return (&Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges}).Encode()
 	}
-	many := make([]logs.AckRange, limits.MaxAckRanges)
+	many := make([]message.AckRange, limits.MaxAckRanges)
 	for i := range many {
-		many[i] = logs.AckRange{First: int64(i), Last: int64(i)}
+		many[i] = message.AckRange{First: int64(i), Last: int64(i)}
 	}
 	for _, tc := range []struct {
 		name string
 		data []byte
 		want int64
 	}{
-		{"one", nack(logs.AckRange{First: 7, Last: 7}), 1},
-		{"under-a-window", nack(logs.AckRange{First: 0, Last: 98}), 99},
-		{"a-window", nack(logs.AckRange{First: 0, Last: 99}), 100},
-		{"over-a-window", nack(logs.AckRange{First: 0, Last: 100}), 100},
-		{"widest", nack(logs.AckRange{First: 0, Last: math.MaxInt64}), 100},
-		{"overlapping", nack(logs.AckRange{First: 0, Last: 60}, logs.AckRange{First: 0, Last: 60}), 100},
+		{"one", nack(message.AckRange{First: 7, Last: 7}), 1},
+		{"under-a-window", nack(message.AckRange{First: 0, Last: 98}), 99},
+		{"a-window", nack(message.AckRange{First: 0, Last: 99}), 100},
+		{"over-a-window", nack(message.AckRange{First: 0, Last: 100}), 100},
+		{"widest", nack(message.AckRange{First: 0, Last: math.MaxInt64}), 100},
+		{"overlapping", nack(message.AckRange{First: 0, Last: 60}, message.AckRange{First: 0, Last: 60}), 100},
 		{"4096-ranges", nack(many...), 100},
-		{"backwards", nack(logs.AckRange{First: 9, Last: 3}), 0},
+		{"backwards", nack(message.AckRange{First: 9, Last: 3}), 0},
 		{"none", nack(), 0},
-		{"truncated", nack(logs.AckRange{First: 0, Last: 50})[:20], 0},
+		{"truncated", nack(message.AckRange{First: 0, Last: 50})[:20], 0},
 	} {
 		if got := f.nackWrites(tc.data); got != tc.want*maxRetryRecordBytes {
 			t.Errorf("%s: bound %d, want %d records of %d", tc.name, got, tc.want, maxRetryRecordBytes)

@@ -3,7 +3,7 @@ package fsm
 import (
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 func TestBacklogCountsWhatGroupsStillOwe(t *testing.T) {
@@ -17,8 +17,8 @@ func TestBacklogCountsWhatGroupsStillOwe(t *testing.T) {
 	if got := f.Backlog(); got != 8 {
 		t.Fatalf("backlog %d, want 8 (4 per group)", got)
 	}
-	ackAt(t, f, 4, 1000, "s", "billing", "c1", logs.AckRange{First: 0, Last: 1})
-	ackAt(t, f, 5, 1000, "s", "audit", "c1", logs.AckRange{First: 0, Last: 3})
+	ackAt(t, f, 4, 1000, "s", "billing", "c1", message.AckRange{First: 0, Last: 1})
+	ackAt(t, f, 5, 1000, "s", "audit", "c1", message.AckRange{First: 0, Last: 3})
 	if got := f.Backlog(); got != 2 {
 		t.Fatalf("backlog %d, want 2 (billing: one unacked, one not pulled)", got)
 	}
@@ -27,7 +27,7 @@ func TestBacklogCountsWhatGroupsStillOwe(t *testing.T) {
 		t.Fatalf("backlog %d after reclaim, want 2", got)
 	}
 	pullAt(t, f, 7, 1000, "s", "billing", "c2", 10)
-	ackAt(t, f, 8, 1000, "s", "billing", "c2", logs.AckRange{First: 0, Last: 1})
+	ackAt(t, f, 8, 1000, "s", "billing", "c2", message.AckRange{First: 0, Last: 1})
 	if got := f.Backlog(); got != 0 {
 		t.Fatalf("backlog %d when every group acked everything, want 0", got)
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // benchAppendEntry returns the Raft entry at index appending n messages of
@@ -79,7 +78,7 @@ func benchmarkPullAck(b *testing.B, maxBytes int64) {
 		available -= 100
 		index++
 		ack := &Ack{Now: int64(index), Subject: "bench", Group: "g", Consumer: "c",
-			Ranges: []logs.AckRange{{First: r.Entries[0].PullSeq, Last: r.Entries[99].PullSeq}}}
+			Ranges: []message.AckRange{{First: r.Entries[0].PullSeq, Last: r.Entries[99].PullSeq}}}
 		if a := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: ack.Encode()}).(*AckResult); a.AckPos != r.Entries[99].PullSeq+1 {
 			b.Fatalf("ack position %d", a.AckPos)
 		}
@@ -113,7 +112,7 @@ func benchmarkAppendPull(b *testing.B, maxBytes int64) {
 		pull := &raft.Log{Index: index + 2, Type: raft.LogCommand,
 			Data: (&Pull{Now: int64(index + 2), Subject: "bench", Group: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}
 		ack := &raft.Log{Index: index + 3, Type: raft.LogCommand,
-			Data: (&Ack{Now: int64(index + 3), Subject: "bench", Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: next, Last: next + 99}}}).Encode()}
+			Data: (&Ack{Now: int64(index + 3), Subject: "bench", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: next, Last: next + 99}}}).Encode()}
 		index += 3
 		b.StartTimer()
 		out := f.ApplyBatch([]*raft.Log{app, pull, ack})

@@ -67,7 +67,7 @@ func flagsWorkload(first uint64, now int64, rounds int) []*raft.Log {
 		add(&Append{Now: at, Messages: msgs})
 		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g1", Consumer: "c1", Max: 60})
 		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g2", Consumer: "c1", Max: 9})
-		add(&Ack{Now: at, Subject: "s", Group: "g1", Consumer: "c1", Ranges: []logs.AckRange{{First: int64(r), Last: int64(r) + 1}}})
+		add(&Ack{Now: at, Subject: "s", Group: "g1", Consumer: "c1", Ranges: []message.AckRange{{First: int64(r), Last: int64(r) + 1}}})
 	}
 	for _, later := range []int64{3 * 60_000, 7 * 60_000} {
 		at := now + int64(rounds)*1000 + later

@@ -45,12 +45,12 @@ func consumeScript() []*raft.Log {
 	pull := func(g string, n int) {
 		add(&Pull{Now: now, Subject: "s", Group: g, Consumer: "c", Max: n, Start: StartEarliest})
 	}
-	nack := func(g string, retryAt int64, r logs.AckRange) {
-		add(&Nack{Now: now, Subject: "s", Group: g, Consumer: "c", RetryAt: retryAt, Ranges: []logs.AckRange{r}})
+	nack := func(g string, retryAt int64, r message.AckRange) {
+		add(&Nack{Now: now, Subject: "s", Group: g, Consumer: "c", RetryAt: retryAt, Ranges: []message.AckRange{r}})
 	}
 	big(4)
 	pull("lost", 1)
-	add(&Ack{Now: now, Subject: "s", Group: "lost", Consumer: "c", Ranges: []logs.AckRange{one(0)}})
+	add(&Ack{Now: now, Subject: "s", Group: "lost", Consumer: "c", Ranges: []message.AckRange{one(0)}})
 	for range 8 {
 		big(5) // retention removes the first messages: "lost" loses those after its cursor
 	}
@@ -62,7 +62,7 @@ func consumeScript() []*raft.Log {
 	pull("g", 1)           // handed out a second time, with a deadline
 	add(&SetGroup{Now: now, Subject: "s", Group: "d", Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
 	pull("d", 2)
-	add(&Nack{Now: now, Subject: "s", Group: "d", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 1}}}) // two dead letters, one dropped
+	add(&Nack{Now: now, Subject: "s", Group: "d", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}) // two dead letters, one dropped
 	pull("r", 1)
 	nack("r", now+5000, one(0))
 	add(&ResetGroup{Now: now, Subject: "s", Group: "r", To: StartAtTime, At: now - 3000}) // a new life; the retry is of the old one
@@ -79,9 +79,9 @@ func consumeMore(from uint64, refs []uint64) []*raft.Log {
 	now := rigStart + int64(from)*1000 + 120_000
 	cmds := []encoder{
 		&Fire{Now: now, Refs: refs},
-		&Extend{Now: now, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 3}}},
+		&Extend{Now: now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}}},
 		&Pull{Now: now, Subject: "s", Group: "g", Consumer: "c2", Max: 5},
-		&Expire{Now: now + 60_000, Subject: "s", Group: "g", Consumer: "c2", Ranges: []logs.AckRange{{First: 0, Last: 4}}},
+		&Expire{Now: now + 60_000, Subject: "s", Group: "g", Consumer: "c2", Ranges: []message.AckRange{{First: 0, Last: 4}}},
 		&DeadLetters{Now: now, Subject: "s", Group: "d", Op: DeadResend, All: true},
 		&SetGroup{Now: now, Subject: "s", Group: "g", Set: SetAckWait, Settings: GroupSettings{AckWait: 0}},
 		&Forget{Now: now + 60_000, Subject: "s", Group: "idle", IdleFor: 60_000},

@@ -220,8 +220,8 @@ func busyFSM(tb testing.TB) *FSM {
 	pullAt(tb, f, 2, 1000, "s", "g1", "c1", 3)
 	pullAt(tb, f, 3, 1000, "s", "g2", "c1", 2)
 	pullAt(tb, f, 4, 1000, "t", "g1", "c2", 1)
-	ackAt(tb, f, 5, 1000, "s", "g1", "c1", logs.AckRange{First: 1, Last: 1})
-	ackAt(tb, f, 6, 1000, "s", "g2", "c1", logs.AckRange{First: 0, Last: 0})
+	ackAt(tb, f, 5, 1000, "s", "g1", "c1", message.AckRange{First: 1, Last: 1})
+	ackAt(tb, f, 6, 1000, "s", "g2", "c1", message.AckRange{First: 0, Last: 0})
 	reclaimAt(tb, f, 7, 2000, "t", "g1", "c2")
 	pullAt(tb, f, 8, 2000, "s", "g1", "c3", 1)
 	pullAt(tb, f, 9, 2000, "empty", "g", "c", 1)
@@ -679,7 +679,7 @@ func retentionWorkload(n int) []*raft.Log {
 			if i%8 == 3 {
 				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}
 			} else {
-				cmd = &Ack{Now: now, Subject: subject, Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 0}}}
+				cmd = &Ack{Now: now, Subject: subject, Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}}
 			}
 		}
 		out = append(out, unitEntry(uint64(i), cmd))
@@ -783,7 +783,7 @@ func TestHourCountSurvivesARestart(t *testing.T) {
 		t.Fatalf("pulled %d", len(p.Entries))
 	}
 	resultAs[*NackResult](t, applyAt(f, 3, &Nack{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Epoch: p.Epoch, RetryAt: due,
-		Ranges: []logs.AckRange{{First: p.Entries[0].PullSeq, Last: p.Entries[0].PullSeq}}})) // a retry due in the hour
+		Ranges: []message.AckRange{{First: p.Entries[0].PullSeq, Last: p.Entries[0].PullSeq}}})) // a retry due in the hour
 	appendAt(t, f, 4, unitNow, delayedMsg("d", "s", due))
 	live := *f.st.hours[hour]
 	takeSnapshot(t, f)

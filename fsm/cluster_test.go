@@ -85,16 +85,16 @@ func TestCluster(t *testing.T) {
 		}
 
 		// Acks out of order: the ack position only passes contiguous acks.
-		c.ack(t, l, "orders", "g1", "c1", 5, logs.AckRange{First: 10, Last: 19}, logs.AckRange{First: 0, Last: 4})
-		c.ack(t, l, "orders", "g1", "c1", 5, logs.AckRange{First: 30, Last: 30})
-		c.ack(t, l, "orders", "g1", "c1", 20, logs.AckRange{First: 5, Last: 9})
-		c.ack(t, l, "orders", "g2", "c1", 0, logs.AckRange{First: 50, Last: 99})
-		c.ack(t, l, "payments", "g1", "c1", 40, logs.AckRange{First: 20, Last: 39}, logs.AckRange{First: 0, Last: 19})
-		c.ackInvalid(t, l, "orders", "g1", "c1", logs.AckRange{First: 40, Last: 60}) // past what was pulled
-		c.ackInvalid(t, l, "orders", "g1", "nobody", logs.AckRange{First: 0, Last: 0})
+		c.ack(t, l, "orders", "g1", "c1", 5, message.AckRange{First: 10, Last: 19}, message.AckRange{First: 0, Last: 4})
+		c.ack(t, l, "orders", "g1", "c1", 5, message.AckRange{First: 30, Last: 30})
+		c.ack(t, l, "orders", "g1", "c1", 20, message.AckRange{First: 5, Last: 9})
+		c.ack(t, l, "orders", "g2", "c1", 0, message.AckRange{First: 50, Last: 99})
+		c.ack(t, l, "payments", "g1", "c1", 40, message.AckRange{First: 20, Last: 39}, message.AckRange{First: 0, Last: 19})
+		c.ackInvalid(t, l, "orders", "g1", "c1", message.AckRange{First: 40, Last: 60}) // past what was pulled
+		c.ackInvalid(t, l, "orders", "g1", "nobody", message.AckRange{First: 0, Last: 0})
 
 		// c2 acks part of its entries and goes away; c1 gets the rest first.
-		c.ack(t, l, "orders", "g1", "c2", 10, logs.AckRange{First: 0, Last: 9})
+		c.ack(t, l, "orders", "g1", "c2", 10, message.AckRange{First: 0, Last: 9})
 		if n := c.reclaim(t, l, "orders", "g1", "c2"); n != 20 {
 			t.Fatalf("reclaim returned %d entries, want 20", n)
 		}
@@ -140,7 +140,7 @@ func TestCluster(t *testing.T) {
 		f.stop(t)
 		c.send(t, l, 300, 100)
 		c.pull(t, l, "orders", "g2", "c1", 200)
-		c.ack(t, l, "orders", "g2", "c1", 200, logs.AckRange{First: 100, Last: 199}, logs.AckRange{First: 0, Last: 49})
+		c.ack(t, l, "orders", "g2", "c1", 200, message.AckRange{First: 100, Last: 199}, message.AckRange{First: 0, Last: 49})
 		c.pull(t, l, "payments", "g2", "c9", 10)
 		c.consumerGroups(t, l, "rg2") // replayed by the follower on restart
 
@@ -165,7 +165,7 @@ func TestCluster(t *testing.T) {
 		l := c.leader
 		c.send(t, l, 300, 100)
 		c.pull(t, l, "orders", "g1", "c1", 100)
-		c.ack(t, l, "orders", "g1", "c1", 20, logs.AckRange{First: 50, Last: 80})
+		c.ack(t, l, "orders", "g1", "c1", 20, message.AckRange{First: 50, Last: 80})
 		c.pull(t, l, "orders", "g3", "c1", 10)
 
 		// Ids sent before, sent again through the new leader, are duplicates.
@@ -237,7 +237,7 @@ func TestCluster(t *testing.T) {
 		l := c.leader
 		c.send(t, l, 90, 30)
 		c.pull(t, l, "audit.log", "g2", "c1", 500)
-		c.ack(t, l, "audit.log", "g2", "c1", 100, logs.AckRange{First: 0, Last: 99})
+		c.ack(t, l, "audit.log", "g2", "c1", 100, message.AckRange{First: 0, Last: 99})
 		nodes := c.leaderFirst()
 		if len(nodes) != 4 {
 			t.Fatalf("%d nodes running, want 4", len(nodes))
@@ -703,7 +703,7 @@ func (c *clusterT) pull(t *testing.T, n *clusterNode, subject, group, consumer s
 }
 
 // ack acks ranges through node n and checks the ack position.
-func (c *clusterT) ack(t *testing.T, n *clusterNode, subject, group, consumer string, wantPos int64, ranges ...logs.AckRange) {
+func (c *clusterT) ack(t *testing.T, n *clusterNode, subject, group, consumer string, wantPos int64, ranges ...message.AckRange) {
 	t.Helper()
 	pos, ok := c.model.ack(subject, group, consumer, ranges)
 	if !ok || pos != wantPos {
@@ -716,7 +716,7 @@ func (c *clusterT) ack(t *testing.T, n *clusterNode, subject, group, consumer st
 }
 
 // ackInvalid checks that an ack is refused and changes nothing.
-func (c *clusterT) ackInvalid(t *testing.T, n *clusterNode, subject, group, consumer string, ranges ...logs.AckRange) {
+func (c *clusterT) ackInvalid(t *testing.T, n *clusterNode, subject, group, consumer string, ranges ...message.AckRange) {
 	t.Helper()
 	if _, ok := c.model.ack(subject, group, consumer, ranges); ok {
 		t.Fatalf("test script: model accepts ack %v of %s/%s/%s", ranges, subject, group, consumer)
@@ -763,23 +763,23 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 		t.Fatalf("first pull of %s: %v", g, first)
 	}
 	due := c.clock + 100
-	nack := func(retryAt int64, r logs.AckRange) *NackResult {
+	nack := func(retryAt int64, r message.AckRange) *NackResult {
 		t.Helper()
-		res, ok := c.apply(t, n, &Nack{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", RetryAt: retryAt, Ranges: []logs.AckRange{r}}).(*NackResult)
+		res, ok := c.apply(t, n, &Nack{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", RetryAt: retryAt, Ranges: []message.AckRange{r}}).(*NackResult)
 		if !ok {
 			t.Fatalf("nack %v: %#v", r, res)
 		}
 		return res
 	}
-	if r := nack(due, logs.AckRange{First: 0, Last: 3}); r.Retried != 4 {
+	if r := nack(due, message.AckRange{First: 0, Last: 3}); r.Retried != 4 {
 		t.Fatalf("nack of 4: %+v", r)
 	}
-	nack(0, logs.AckRange{First: 4, Last: 5}) // the group's backoff: 5 s, not due in this script
-	if r, ok := c.apply(t, n, &Extend{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []logs.AckRange{{First: 6, Last: 7}}}).(*ExtendResult); !ok || r.Extended != 2 {
+	nack(0, message.AckRange{First: 4, Last: 5}) // the group's backoff: 5 s, not due in this script
+	if r, ok := c.apply(t, n, &Extend{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 7}}}).(*ExtendResult); !ok || r.Extended != 2 {
 		t.Fatalf("extend: %#v", r)
 	}
 	c.clock += 2000 // past every ack wait
-	if r, ok := c.apply(t, n, &Expire{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []logs.AckRange{{First: 6, Last: 9}}}).(*ExpireResult); !ok || r.Expired != 4 {
+	if r, ok := c.apply(t, n, &Expire{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 9}}}).(*ExpireResult); !ok || r.Expired != 4 {
 		t.Fatalf("expire: %#v", r)
 	}
 	var refs []uint64
@@ -803,7 +803,7 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 			t.Fatalf("redelivered entry %+v: want its second delivery", p)
 		}
 	}
-	if r := nack(0, logs.AckRange{First: again[0].PullSeq, Last: again[len(again)-1].PullSeq}); r.Dead != 8 {
+	if r := nack(0, message.AckRange{First: again[0].PullSeq, Last: again[len(again)-1].PullSeq}); r.Dead != 8 {
 		t.Fatalf("nack at the most deliveries: %+v", r)
 	}
 	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", Group: g, Op: DeadResend, Seqs: []int64{again[0].ConsumeSeq}}).(*DeadLettersResult); !ok || r.Done != 1 {
@@ -987,7 +987,7 @@ func (m *clusterModel) pull(subject, group, consumer string, max, maxPull, maxUn
 	return out
 }
 
-func (m *clusterModel) ack(subject, group, consumer string, ranges []logs.AckRange) (int64, bool) {
+func (m *clusterModel) ack(subject, group, consumer string, ranges []message.AckRange) (int64, bool) {
 	cs := m.consumers[[3]string{subject, group, consumer}]
 	if cs == nil {
 		return 0, false

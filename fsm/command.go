@@ -7,7 +7,6 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // CommandType is the first byte of every Raft command. The values are
@@ -241,7 +240,7 @@ type Ack struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // Reclaim hands a consumer's unacked entries back to its group and forgets

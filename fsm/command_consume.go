@@ -6,7 +6,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // The commands of consumer groups beyond pull and ack: the outcome of a
@@ -25,7 +25,7 @@ type Nack struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
 	RetryAt                  int64 // Unix milliseconds; 0 for the group's backoff
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // Extend gives unacked pull sequences of Epoch the group's whole ack wait
@@ -36,7 +36,7 @@ type Extend struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // Expire hands the group again the pull sequences of Epoch whose ack wait
@@ -46,7 +46,7 @@ type Expire struct {
 	Now                      int64
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // SetGroup changes a consumer group's settings, creating the group (at
@@ -145,7 +145,7 @@ type DeadLetters struct {
 // MaxDeadLetterSeqs bounds the sequences one DeadLetters command names.
 const MaxDeadLetterSeqs = limits.MaxPullMessages
 
-func appendRanges(b []byte, ranges []logs.AckRange) []byte {
+func appendRanges(b []byte, ranges []message.AckRange) []byte {
 	b = binenc.AppendUvarint(b, uint64(len(ranges)))
 	for _, r := range ranges {
 		b = binenc.AppendUvarint(b, uint64(r.First))
@@ -154,11 +154,11 @@ func appendRanges(b []byte, ranges []logs.AckRange) []byte {
 	return b
 }
 
-func readRanges(r *binenc.Reader) []logs.AckRange {
+func readRanges(r *binenc.Reader) []message.AckRange {
 	n := r.Count(limits.MaxAckRanges)
-	out := make([]logs.AckRange, 0, n)
+	out := make([]message.AckRange, 0, n)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		out = append(out, logs.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
+		out = append(out, message.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())})
 	}
 	return out
 }

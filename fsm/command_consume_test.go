@@ -10,17 +10,16 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // sampleConsumeCommands are the consumer commands and the pulls of every
 // version with every field set, at and just under the decoder's limits.
 func sampleConsumeCommands() map[string]encoder {
 	long := strings.Repeat("n", limits.MaxName)
-	ranges := func(n int) []logs.AckRange {
-		out := make([]logs.AckRange, n)
+	ranges := func(n int) []message.AckRange {
+		out := make([]message.AckRange, n)
 		for i := range out {
-			out[i] = logs.AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
+			out[i] = message.AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
 		}
 		return out
 	}
@@ -40,12 +39,12 @@ func sampleConsumeCommands() map[string]encoder {
 	}
 	all := GroupSettings{MaxDeliveries: math.MaxUint32, RetryFirst: math.MaxInt64, RetryMax: -1, AckWait: 1, MaxInFlight: math.MaxUint32, IdleExpiry: 7}
 	return map[string]encoder{
-		"nack":                  &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: 1 << 42, Ranges: []logs.AckRange{{First: 0, Last: 2}}},
+		"nack":                  &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: 1 << 42, Ranges: []message.AckRange{{First: 0, Last: 2}}},
 		"nack max ranges":       &Nack{Now: 1, Subject: long, Group: long, Consumer: long, Epoch: math.MaxUint64, RetryAt: -1, Ranges: ranges(limits.MaxAckRanges)},
 		"nack under max ranges": &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges - 1)},
-		"extend":                &Extend{Now: 2, Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []logs.AckRange{}},
+		"extend":                &Extend{Now: 2, Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{}},
 		"extend max ranges":     &Extend{Now: 2, Subject: long, Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
-		"expire":                &Expire{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 9, Ranges: []logs.AckRange{{First: 5, Last: 5}}},
+		"expire":                &Expire{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 9, Ranges: []message.AckRange{{First: 5, Last: 5}}},
 		"expire max ranges":     &Expire{Now: 2, Subject: "s", Group: long, Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
 		"set-group":             &SetGroup{Now: 3, Subject: "s", Group: "g", Set: SetAckWait, Settings: DefaultGroupSettings(), Start: StartAtTime, StartAt: 1 << 40},
 		"set-group extremes":    &SetGroup{Now: 3, Subject: long, Group: long, Set: 0xff, Settings: all, Start: 0xff, StartAt: -1},
@@ -77,7 +76,7 @@ func sampleConsumeCommands() map[string]encoder {
 // refuses every one.
 func overLimitConsumeCommands() map[string][]byte {
 	long := strings.Repeat("n", limits.MaxName+1)
-	many := make([]logs.AckRange, limits.MaxAckRanges+1)
+	many := make([]message.AckRange, limits.MaxAckRanges+1)
 	tags := make([]string, message.MaxTags+1)
 	for i := range tags {
 		tags[i] = "t"

@@ -11,7 +11,6 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // sampleCommands returns one command of every type, some at their limits.
@@ -20,9 +19,9 @@ func sampleCommands() map[string]encoder {
 	full.Index, full.CreatedAt, full.AppendedAt = 7, -5, 1<<40
 	full.Tags = []string{"eu", "vip"}
 	full.Properties = []message.Property{{Key: "k", Value: "v"}, {Key: "empty", Value: ""}}
-	many := make([]logs.AckRange, limits.MaxAckRanges)
+	many := make([]message.AckRange, limits.MaxAckRanges)
 	for i := range many {
-		many[i] = logs.AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
+		many[i] = message.AckRange{First: int64(2 * i), Last: int64(2*i + 1)}
 	}
 	long := strings.Repeat("n", limits.MaxName)
 	return map[string]encoder{
@@ -32,12 +31,12 @@ func sampleCommands() map[string]encoder {
 			Apps: []Sender{{App: "billing", MaxDelayed: 1 << 30}, {App: long, MaxDelayed: 0}}, Senders: []int{2, 0, 1}},
 		"pull":               &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
 		"pull max":           &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
-		"ack":                &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 3}, {First: 7, Last: 7}}},
-		"ack no ranges":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{}},
+		"ack":                &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}, {First: 7, Last: 7}}},
+		"ack no ranges":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{}},
 		"ack max ranges":     &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
 		"reclaim":            &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
 		"pull resend":        &Pull{Start: StartEarliest, Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
-		"ack epoch":          &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []logs.AckRange{{First: 1, Last: 1}}},
+		"ack epoch":          &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []message.AckRange{{First: 1, Last: 1}}},
 		"forget":             &Forget{Now: 2, Subject: long, Group: "g"},
 		"member":             &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
 		"member removal":     &SetMember{Now: 3, ID: "node1"},

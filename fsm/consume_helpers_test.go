@@ -10,7 +10,6 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 const rigStart = int64(1_800_000_000_000)
@@ -80,17 +79,17 @@ func (r *groupRig) pullN(g, c string, n int) *PullResult {
 	return r.pull(Pull{Subject: "s", Group: g, Consumer: c, Max: n, Start: StartEarliest})
 }
 
-func (r *groupRig) ack(g, c string, ranges ...logs.AckRange) {
+func (r *groupRig) ack(g, c string, ranges ...message.AckRange) {
 	r.t.Helper()
 	resultAs[*AckResult](r.t, r.apply(&Ack{Now: r.now, Subject: "s", Group: g, Consumer: c, Ranges: ranges}))
 }
 
-func (r *groupRig) nack(g, c string, retryAt int64, ranges ...logs.AckRange) *NackResult {
+func (r *groupRig) nack(g, c string, retryAt int64, ranges ...message.AckRange) *NackResult {
 	r.t.Helper()
 	return resultAs[*NackResult](r.t, r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: c, RetryAt: retryAt, Ranges: ranges}))
 }
 
-func (r *groupRig) expire(g, c string, ranges ...logs.AckRange) *ExpireResult {
+func (r *groupRig) expire(g, c string, ranges ...message.AckRange) *ExpireResult {
 	r.t.Helper()
 	return resultAs[*ExpireResult](r.t, r.apply(&Expire{Now: r.now, Subject: "s", Group: g, Consumer: c, Ranges: ranges}))
 }
@@ -130,7 +129,7 @@ func (r *groupRig) dead(g string) []int64 {
 }
 
 // one is the range of a single pull sequence.
-func one(seq int64) logs.AckRange { return logs.AckRange{First: seq, Last: seq} }
+func one(seq int64) message.AckRange { return message.AckRange{First: seq, Last: seq} }
 
 // deliveriesOf returns the deliveries of a pull's entries.
 func deliveriesOf(r *PullResult) []uint32 {

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // deadRig returns a rig whose group g has dead letters of consume-log
@@ -14,7 +14,7 @@ func deadRig(t *testing.T, n int) *groupRig {
 	r.setGroup("g", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 	r.sendN("s", n)
 	r.pullN("g", "c", n)
-	if res := r.nack("g", "c", 0, logs.AckRange{First: 0, Last: int64(n - 1)}); res.Dead != n {
+	if res := r.nack("g", "c", 0, message.AckRange{First: 0, Last: int64(n - 1)}); res.Dead != n {
 		t.Fatalf("nack: %+v", res)
 	}
 	return r
@@ -49,7 +49,7 @@ func TestDeadLettersResendAndPurge(t *testing.T) {
 	if got := consumeSeqs(r.pullN("g", "c3", 10)); !slices.Equal(got, []int64{0, 4}) {
 		t.Fatalf("resent all: %v", got)
 	}
-	r.nack("g", "c3", 0, logs.AckRange{First: 0, Last: 1})
+	r.nack("g", "c3", 0, message.AckRange{First: 0, Last: 1})
 	if done := r.deadOp("g", DeadPurge, true); done != 2 || len(r.dead("g")) != 0 || r.f.st.deadTotal != 0 {
 		t.Fatalf("purge of all: %d done, %v left, total %d", done, r.dead("g"), r.f.st.deadTotal)
 	}
@@ -79,12 +79,12 @@ func TestDeadLetterBounds(t *testing.T) {
 	// A second group: one under the total, then at it.
 	r.setGroup("h", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 	r.pull(Pull{Subject: "s", Group: "h", Consumer: "c", Max: 3, Start: StartEarliest})
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []logs.AckRange{one(0)}})
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []message.AckRange{one(0)}})
 	if d, n := r.f.DeadLetters("s", "h", 0, 10); n != 1 || d[0].Seq != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("h at the total bound: %+v of %d, total %d", d, n, r.f.st.deadTotal)
 	}
 	// Past the total: g, holding the most, gives its oldest.
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []logs.AckRange{one(1)}})
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []message.AckRange{one(1)}})
 	if got := r.dead("h"); !slices.Equal(got, []int64{0, 1}) || !slices.Equal(r.dead("g"), []int64{2, 3}) || r.f.st.deadTotal != 4 {
 		t.Fatalf("h past the total bound: h %v, g %v, total %d", got, r.dead("g"), r.f.st.deadTotal)
 	}
@@ -92,7 +92,7 @@ func TestDeadLetterBounds(t *testing.T) {
 	// two each, and g comes first by name.
 	r.setGroup("k", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 	r.pull(Pull{Subject: "s", Group: "k", Consumer: "c", Max: 1, Start: StartEarliest})
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "k", Consumer: "c", Ranges: []logs.AckRange{one(0)}})
+	r.apply(&Nack{Now: r.now, Subject: "s", Group: "k", Consumer: "c", Ranges: []message.AckRange{one(0)}})
 	if info, _ := r.f.Group("s", "k"); info.DeadLetters != 1 || info.DeadDropped != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("k: %+v, total %d", info, r.f.st.deadTotal)
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A message handed out its group's most deliveries becomes a dead letter
@@ -69,28 +69,28 @@ func TestExpireAndExtend(t *testing.T) {
 	r.pullN("g", "c", 1) // deadline t0+1500
 	r.pullN("g", "c", 1) // deadline t0+1500, extended below
 	r.now = t0 + 800
-	ext := resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{one(2)}}))
+	ext := resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(2)}}))
 	if ext.Extended != 1 {
 		t.Fatalf("extend: %+v", ext)
 	}
 	r.now = t0 + 999
-	if res := r.expire("g", "c", logs.AckRange{First: 0, Last: 2}); res.Expired != 0 {
+	if res := r.expire("g", "c", message.AckRange{First: 0, Last: 2}); res.Expired != 0 {
 		t.Fatalf("expire before any deadline: %+v", res)
 	}
 	r.now = t0 + 1000
-	if res := r.expire("g", "c", logs.AckRange{First: 0, Last: 2}); res.Expired != 1 {
+	if res := r.expire("g", "c", message.AckRange{First: 0, Last: 2}); res.Expired != 1 {
 		t.Fatalf("expire at the first deadline: %+v", res)
 	}
 	r.now = t0 + 1500
-	if res := r.expire("g", "c", logs.AckRange{First: 0, Last: 2}); res.Expired != 1 {
+	if res := r.expire("g", "c", message.AckRange{First: 0, Last: 2}); res.Expired != 1 {
 		t.Fatalf("expire at the second deadline (the third was extended): %+v", res)
 	}
 	r.now = t0 + 1799
-	if res := r.expire("g", "c", logs.AckRange{First: 0, Last: 2}); res.Expired != 0 {
+	if res := r.expire("g", "c", message.AckRange{First: 0, Last: 2}); res.Expired != 0 {
 		t.Fatalf("expire before the extended deadline: %+v", res)
 	}
 	r.now = t0 + 1800
-	if res := r.expire("g", "c", logs.AckRange{First: 0, Last: 2}); res.Expired != 1 {
+	if res := r.expire("g", "c", message.AckRange{First: 0, Last: 2}); res.Expired != 1 {
 		t.Fatalf("expire at the extended deadline: %+v", res)
 	}
 	if got := consumeSeqs(r.pullN("g", "c2", 10)); !slices.Equal(got, []int64{0, 1, 2}) {
@@ -111,20 +111,20 @@ func TestOverdue(t *testing.T) {
 	t0 := r.now
 	r.pullN("g", "a", 2)
 	r.pullN("g", "b", 2)
-	r.ack("g", "b", logs.AckRange{First: 0, Last: 1})
+	r.ack("g", "b", message.AckRange{First: 0, Last: 1})
 	r.pullN("g", "c", 2)
 	r.now = t0 + 500
-	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{one(0)}}))
+	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
 	r.ack("g", "c", one(1))
 	if got := r.f.Overdue(t0+999, 100); len(got) != 0 {
 		t.Fatalf("overdue before the deadline: %+v", got)
 	}
 	got := r.f.Overdue(t0+1000, 100)
-	if len(got) != 2 || got[0].ID.Consumer != "a" || !slices.Equal(got[0].Ranges, []logs.AckRange{{First: 0, Last: 1}}) ||
+	if len(got) != 2 || got[0].ID.Consumer != "a" || !slices.Equal(got[0].Ranges, []message.AckRange{{First: 0, Last: 1}}) ||
 		got[1].ID.Consumer != "c" || len(got[1].Ranges) != 0 {
 		t.Fatalf("overdue: %+v", got)
 	}
-	if got := r.f.Overdue(t0+1000, 1); len(got) != 1 || !slices.Equal(got[0].Ranges, []logs.AckRange{{First: 0, Last: 0}}) {
+	if got := r.f.Overdue(t0+1000, 1); len(got) != 1 || !slices.Equal(got[0].Ranges, []message.AckRange{{First: 0, Last: 0}}) {
 		t.Fatalf("overdue with limit 1: %+v", got)
 	}
 	r.now = t0 + 1000
@@ -134,7 +134,7 @@ func TestOverdue(t *testing.T) {
 	if got := r.f.Overdue(t0+1499, 100); len(got) != 0 {
 		t.Fatalf("overdue after the expires: %+v", got)
 	}
-	if got := r.f.Overdue(t0+1500, 100); len(got) != 1 || got[0].ID.Consumer != "c" || !slices.Equal(got[0].Ranges, []logs.AckRange{one(0)}) {
+	if got := r.f.Overdue(t0+1500, 100); len(got) != 1 || got[0].ID.Consumer != "c" || !slices.Equal(got[0].Ranges, []message.AckRange{one(0)}) {
 		t.Fatalf("overdue at the extended deadline: %+v", got)
 	}
 }
@@ -147,9 +147,9 @@ func TestExtendGivesADeadlineOverdueFinds(t *testing.T) {
 	r.sendN("s", 1)
 	r.pullN("g", "c", 1)
 	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
-	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{one(0)}}))
+	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
 	got := r.f.Overdue(r.now+1000, 100)
-	if len(got) != 1 || !slices.Equal(got[0].Ranges, []logs.AckRange{one(0)}) {
+	if len(got) != 1 || !slices.Equal(got[0].Ranges, []message.AckRange{one(0)}) {
 		t.Fatalf("overdue after the extend: %+v", got)
 	}
 }
@@ -227,7 +227,7 @@ func TestIdleConsumersNeedNoExpire(t *testing.T) {
 			t.Fatalf("%d ack waits on: %d consumers overdue (the first %+v), want none", k, len(got), got[0])
 		}
 		if k == 1 {
-			if got := r.f.Overdue(t0+500+wait, 1000); len(got) != 1 || got[0].ID.Consumer != "busy" || !slices.Equal(got[0].Ranges, []logs.AckRange{one(1)}) {
+			if got := r.f.Overdue(t0+500+wait, 1000); len(got) != 1 || got[0].ID.Consumer != "busy" || !slices.Equal(got[0].Ranges, []message.AckRange{one(1)}) {
 				t.Fatalf("the busy consumer's second entry due: overdue %+v", got)
 			}
 			r.now = t0 + 400 + wait
@@ -266,22 +266,22 @@ func TestDeadlineBoundNeverPassesAnOpenDeadline(t *testing.T) {
 		c := consumers[rnd.IntN(len(consumers))]
 		r.now += int64(rnd.IntN(400))
 		next := r.f.st.byKey[consumerKey{"s", "g", c}]
-		some := func() logs.AckRange {
+		some := func() message.AckRange {
 			if next == nil || next.next == 0 {
 				return one(0)
 			}
 			first := next.ackPos + rnd.Int64N(max(next.next-next.ackPos, 1))
-			return logs.AckRange{First: first, Last: min(first+rnd.Int64N(3), next.next-1)}
+			return message.AckRange{First: first, Last: min(first+rnd.Int64N(3), next.next-1)}
 		}
 		switch rnd.IntN(7) {
 		case 0, 1:
 			r.pull(Pull{Subject: "s", Group: "g", Consumer: c, Max: 1 + rnd.IntN(4), Start: StartEarliest})
 		case 2:
-			r.apply(&Ack{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []logs.AckRange{some()}})
+			r.apply(&Ack{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []message.AckRange{some()}})
 		case 3:
-			r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: c, RetryAt: r.now, Ranges: []logs.AckRange{some()}})
+			r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: c, RetryAt: r.now, Ranges: []message.AckRange{some()}})
 		case 4:
-			r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []logs.AckRange{some()}})
+			r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []message.AckRange{some()}})
 		case 5:
 			for _, o := range r.f.Overdue(r.now, 100) {
 				r.apply(&Expire{Now: r.now, Subject: "s", Group: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // appendFrom applies an Append of msgs, each sent by the application
@@ -137,7 +136,7 @@ func TestRetriesDoNotFillAnHour(t *testing.T) {
 	r.sendN("s", 5)
 	target := (delaywheel.Hour(r.now) + 5) * delaywheel.HourMillis
 	resultAs[*PullResult](t, r.pullAs("noisy", 10, "g", "c", 5))
-	r.nack("g", "c", target+10, logs.AckRange{First: 0, Last: 4})
+	r.nack("g", "c", target+10, message.AckRange{First: 0, Last: 4})
 	if hs := r.f.st.hours[delaywheel.Hour(target)]; hs == nil || hs.pending != 5 || hs.delayed != 0 {
 		t.Fatalf("the target hour %+v, want five retries and no delayed message", hs)
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // After a consumer's session expired and it was reclaimed, the same name
@@ -29,12 +29,12 @@ func TestStaleAckDoesNotTouchTheNextLife(t *testing.T) {
 		t.Fatalf("second life: %+v", second)
 	}
 	before := stateBytes(f)
-	r := applyAt(f, 5, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Epoch: first.Epoch, Ranges: []logs.AckRange{{First: 0, Last: 2}}})
+	r := applyAt(f, 5, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Epoch: first.Epoch, Ranges: []message.AckRange{{First: 0, Last: 2}}})
 	if err, ok := r.(error); !ok || !errors.Is(err, ErrStaleConsumer) {
 		t.Fatalf("ack from the first life: %v, want ErrStaleConsumer", r)
 	}
 	wantStateUnchanged(t, f, before)
-	if got := ackAt(t, f, 6, 1000, "s", "g", "c", logs.AckRange{First: 0, Last: 0}); got.AckPos != 1 {
+	if got := ackAt(t, f, 6, 1000, "s", "g", "c", message.AckRange{First: 0, Last: 0}); got.AckPos != 1 {
 		t.Fatalf("the second life's own ack: position %d, want 1", got.AckPos)
 	}
 	// A pull naming the earlier life has seen no reply of this one (the

@@ -13,7 +13,6 @@ import (
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // FuzzApplyAtLimits drives two replicas with the same commands, built from
@@ -138,7 +137,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 			data = c.Encode()
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
-			ranges := []logs.AckRange{{First: 0, Last: 0}, {First: 0, Last: int64(pick(i+1, 4))}, {First: -1, Last: 3}, {First: 5, Last: 2}}
+			ranges := []message.AckRange{{First: 0, Last: 0}, {First: 0, Last: int64(pick(i+1, 4))}, {First: -1, Last: 3}, {First: 5, Last: 2}}
 			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
 			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Consumer: "c", Epoch: uint64(pick(i+1, 3))}
 			for k := range n {
@@ -188,10 +187,10 @@ func limitEntries(recipe []byte) []*raft.Log {
 // consumeLimitCommand returns the bytes of a consumer command (kinds 12 to
 // 19 of limitEntries) with values at, just under and just over its limits.
 func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int, i int, name func(k int, usual string) string) []byte {
-	ranges := func() []logs.AckRange {
-		base := []logs.AckRange{{First: 0, Last: 0}, {First: 0, Last: int64(pick(i+1, 4))}, {First: -1, Last: 3}, {First: 5, Last: 2}}
+	ranges := func() []message.AckRange {
+		base := []message.AckRange{{First: 0, Last: 0}, {First: 0, Last: int64(pick(i+1, 4))}, {First: -1, Last: 3}, {First: 5, Last: 2}}
 		n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
-		out := make([]logs.AckRange, n)
+		out := make([]message.AckRange, n)
 		for k := range out {
 			out[k] = base[k%len(base)]
 		}

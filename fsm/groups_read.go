@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -156,7 +157,7 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 				if k := len(o.Ranges); k > 0 && o.Ranges[k-1].Last == seq-1 {
 					o.Ranges[k-1].Last = seq
 				} else {
-					o.Ranges = append(o.Ranges, logs.AckRange{First: seq, Last: seq})
+					o.Ranges = append(o.Ranges, message.AckRange{First: seq, Last: seq})
 				}
 				n++
 			}
@@ -170,7 +171,7 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 type Overdue struct {
 	ID     ConsumerID
 	Epoch  uint64
-	Ranges []logs.AckRange
+	Ranges []message.AckRange
 }
 
 // IdleGroup is a group to forget: it has had no consumer for its idle

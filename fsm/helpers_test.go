@@ -101,7 +101,7 @@ func pullAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, cons
 	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: n}))
 }
 
-func ackAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, ranges ...logs.AckRange) *AckResult {
+func ackAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, ranges ...message.AckRange) *AckResult {
 	tb.Helper()
 	return resultAs[*AckResult](tb, applyAt(f, index, &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer, Ranges: ranges}))
 }
@@ -318,7 +318,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			// Acks of sequences 0..i/10: refused while the consumer has not
 			// pulled that far, otherwise applied (repeatedly: harmless).
 			cmd = &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer,
-				Ranges: []logs.AckRange{{First: int64(i / 10), Last: int64(i / 10)}, {First: 0, Last: 0}}}
+				Ranges: []message.AckRange{{First: int64(i / 10), Last: int64(i / 10)}, {First: 0, Last: 0}}}
 		case 8:
 			if i%16 == 8 {
 				cmd = &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -25,7 +26,7 @@ func TestRetentionCountsLost(t *testing.T) {
 	reclaimAt(t, r.f, r.next(), r.now, "s", "red", "c") // 0..2 due again
 	r.setGroup("dead", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 	r.pullN("dead", "c", 2)
-	r.nack("dead", "c", 0, logs.AckRange{First: 0, Last: 1}) // 0 and 1 dead letters
+	r.nack("dead", "c", 0, message.AckRange{First: 0, Last: 1}) // 0 and 1 dead letters
 	r.pullN("retry", "c", 1)
 	r.nack("retry", "c", r.now+1000, one(0))
 	big(60)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A nacked message comes back through a retry record: to the group that
@@ -19,7 +19,7 @@ func TestNackRetryFiresToItsGroupOnce(t *testing.T) {
 		t.Fatalf("g1 pulled %v", got)
 	}
 	r.pullN("g2", "c", 3)
-	r.ack("g2", "c", logs.AckRange{First: 0, Last: 2})
+	r.ack("g2", "c", message.AckRange{First: 0, Last: 2})
 	due := r.now + 10_000
 	if res := r.nack("g1", "c", due, one(1)); res.Retried != 1 || res.Dead != 0 {
 		t.Fatalf("nack: %+v", res)
@@ -126,7 +126,7 @@ func TestNackRetryTimes(t *testing.T) {
 	r.pullN("h", "c", 1)
 	before := stateBytes(r.f)
 	for _, bad := range []int64{-1, r.now + maxRetryDelay + 1} {
-		wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", RetryAt: bad, Ranges: []logs.AckRange{one(2)}}))
+		wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", RetryAt: bad, Ranges: []message.AckRange{one(2)}}))
 	}
 	wantStateUnchanged(t, r.f, before)
 }
@@ -159,7 +159,7 @@ func TestNackRetryBoundAtTheLargestTime(t *testing.T) {
 		t.Fatalf("nack due 5 ms after a time near the largest: %+v", res)
 	}
 	before := stateBytes(r.f)
-	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: "c", RetryAt: -1, Ranges: []logs.AckRange{one(1)}}))
+	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: "c", RetryAt: -1, Ranges: []message.AckRange{one(1)}}))
 	wantStateUnchanged(t, r.f, before)
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // sizedRig is a group rig whose subject s holds messages of the given body
@@ -91,7 +90,7 @@ func TestEntriesNotHandedOutStartNoAckWait(t *testing.T) {
 	// Past the ack wait only what was handed out is overdue.
 	r.now += DefaultGroupSettings().AckWait
 	over := r.f.Overdue(r.now, 100)
-	if len(over) != 1 || !slices.Equal(over[0].Ranges, []logs.AckRange{{First: 0, Last: 1}}) {
+	if len(over) != 1 || !slices.Equal(over[0].Ranges, []message.AckRange{{First: 0, Last: 1}}) {
 		t.Fatalf("overdue %+v, want pull sequences 0..1", over)
 	}
 	// A lost reply: the consumer asks from 0 again, with room for one; with
@@ -106,7 +105,7 @@ func TestEntriesNotHandedOutStartNoAckWait(t *testing.T) {
 	}
 	// Timed out, 0 and 1 are due again; a pull with room for one takes 0,
 	// and 1 stays queued with its one delivery.
-	r.expire("g", "c", logs.AckRange{First: 0, Last: 1})
+	r.expire("g", "c", message.AckRange{First: 0, Last: 1})
 	res = r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 10, From: 2, Resend: true, MaxBytes: one})
 	if got := consumeSeqs(res); !slices.Equal(got, []int64{0}) || res.Entries[0].Deliveries != 2 {
 		t.Fatalf("redelivery with room for one: %+v, want 0 (second delivery) alone", res.Entries)
@@ -177,7 +176,7 @@ func TestPullBytesEstimatesWhatAPullReaches(t *testing.T) {
 	if got, want := r.f.PullBytes(&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 3, Resend: true}, 1<<20), sum(0, 1, 2); got != want {
 		t.Fatalf("with resends: %d, want %d", got, want)
 	}
-	r.nack("g", "c", r.now, logs.AckRange{First: 1, Last: 1}) // 1 is due again at once
+	r.nack("g", "c", r.now, message.AckRange{First: 1, Last: 1}) // 1 is due again at once
 	if got, want := r.f.PullBytes(&Pull{Subject: "s", Group: "g", Consumer: "other", Max: 3}, 1<<20), sum(1, 2, 3); got != want {
 		t.Fatalf("with a redelivery: %d, want %d", got, want)
 	}

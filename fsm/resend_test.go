@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // A pull whose reply was lost must not strand its entries: the consumer
@@ -34,7 +33,7 @@ func TestPullResendsWhatTheConsumerNeverReceived(t *testing.T) {
 		t.Fatalf("pull after a lost reply: %v, want 0 1 2 again, then 3", got)
 	}
 	// It acks 1 only, and has received up to 3: nothing is resent.
-	resultAs[*AckResult](t, applyAt(f, 4, &Ack{Now: 2, Subject: "s", Group: "g", Consumer: "c", Ranges: []logs.AckRange{{First: 1, Last: 1}}}))
+	resultAs[*AckResult](t, applyAt(f, 4, &Ack{Now: 2, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 1, Last: 1}}}))
 	if got := pull(5, 10, 4); !slices.Equal(got, []int64{4, 5}) {
 		t.Fatalf("pull from 4: %v, want only the new 4 5", got)
 	}

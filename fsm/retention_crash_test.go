@@ -100,12 +100,12 @@ func retentionStepWorkload(tb testing.TB, ref *FSM) ([]*raft.Log, []string) {
 		big("s")
 	}
 	add(&Pull{Now: now, Subject: "s", Group: "cur", Consumer: "c", Max: 1, Start: StartEarliest})
-	add(&Ack{Now: now, Subject: "s", Group: "cur", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 0}}})
+	add(&Ack{Now: now, Subject: "s", Group: "cur", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}})
 	add(&Pull{Now: now, Subject: "s", Group: "red", Consumer: "c", Max: 3, Start: StartEarliest})
 	add(&Reclaim{Now: now, Subject: "s", Group: "red", Consumer: "c"})
 	add(&SetGroup{Now: now, Subject: "s", Group: "dead", Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
 	add(&Pull{Now: now, Subject: "s", Group: "dead", Consumer: "c", Max: 2, Start: StartEarliest})
-	add(&Nack{Now: now, Subject: "s", Group: "dead", Consumer: "c", Ranges: []logs.AckRange{{First: 0, Last: 1}}})
+	add(&Nack{Now: now, Subject: "s", Group: "dead", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}})
 	add(&Pull{Now: now, Subject: "t", Group: "win", Consumer: "c", Max: 2, Start: StartEarliest})
 	if info, _ := ref.Group("s", "dead"); info.DeadLetters != 2 {
 		tb.Fatalf("the workload's dead letters: %+v", info)

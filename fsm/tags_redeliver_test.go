@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // redeliverAll has an unfiltered consumer of group g pull every message of
@@ -15,7 +15,7 @@ func redeliverAll(t *testing.T, r *groupRig, n int) {
 	if got := len(r.pull(Pull{Subject: "s", Group: "g", Consumer: "any", Max: 100, Start: StartEarliest}).Entries); got != n {
 		t.Fatalf("the unfiltered consumer pulled %d of %d", got, n)
 	}
-	r.nack("g", "any", r.now, logs.AckRange{First: 0, Last: int64(n - 1)})
+	r.nack("g", "any", r.now, message.AckRange{First: 0, Last: int64(n - 1)})
 	if q := r.group("g").Redeliver; q != n {
 		t.Fatalf("%d of %d due again", q, n)
 	}

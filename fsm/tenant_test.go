@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // pullAs pulls up to n entries of s/g by consumer c, as application app
@@ -103,7 +103,7 @@ func TestDeadLettersFairShare(t *testing.T) {
 		t.Helper()
 		r.setGroup(g, SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 		for _, s := range seqs {
-			r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []logs.AckRange{{First: s, Last: s}}})
+			r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: s, Last: s}}})
 		}
 		checkDeadShares(t, r.f)
 	}
@@ -172,7 +172,7 @@ func TestDeadSharesUnderRandomOperations(t *testing.T) {
 				r.setGroup(g, SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
 			}
 			for _, e := range p.Entries {
-				r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []logs.AckRange{{First: e.PullSeq, Last: e.PullSeq}}})
+				r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: e.PullSeq, Last: e.PullSeq}}})
 			}
 		case op == 5 && alive[g]:
 			r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: DeadPurge, Seqs: []int64{int64(rng.IntN(40))}})

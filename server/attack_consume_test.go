@@ -15,7 +15,6 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -34,7 +33,7 @@ func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient,
 	pullEach(t, ctx, gc, req, n, func(_ int, resp *transport.PullResponse) {
 		for _, m := range resp.Messages {
 			nack := &transport.NackRequest{Subject: "blobs", Group: "g", Consumer: "c", Epoch: resp.Epoch,
-				Ranges: []logs.AckRange{{First: m.PullSeq, Last: m.PullSeq}}}
+				Ranges: []message.AckRange{{First: m.PullSeq, Last: m.PullSeq}}}
 			if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 				t.Fatal(err)
 			}

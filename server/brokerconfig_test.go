@@ -23,6 +23,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
@@ -67,7 +68,7 @@ func pullOnce(t *testing.T, gc *transport.GroupClient, g string, max, ack int) i
 	}
 	if ack = min(ack, len(resp.Messages)); ack > 0 {
 		r := &transport.AckRequest{Subject: "s", Group: g, Consumer: "c", Epoch: resp.Epoch,
-			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[ack-1].PullSeq}}}
+			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[ack-1].PullSeq}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, r.Encode()); err != nil {
 			t.Fatalf("ack: %v", err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -37,7 +36,7 @@ func TestNackedMetricCountsMessages(t *testing.T) {
 	if err != nil || len(resp.Messages) != 5 {
 		t.Fatalf("pull: %+v, %v", resp, err)
 	}
-	nack := &transport.NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []logs.AckRange{{First: 0, Last: 4}}}
+	nack := &transport.NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 4}}}
 	if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 		t.Fatal(err)
 	}

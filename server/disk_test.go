@@ -11,7 +11,6 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -91,7 +90,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	if err != nil || len(resp.Messages) < 3 { // a send may have passed before the check saw the disk
 		t.Fatalf("pull with the disk full: %d messages, %v", len(resp.Messages), err)
 	}
-	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []logs.AckRange{{First: 0, Last: int64(len(resp.Messages) - 1)}}}
+	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: int64(len(resp.Messages) - 1)}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 		t.Fatalf("ack with the disk full: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -477,9 +476,9 @@ func (n *Node) ackGone(subject string, id fsm.ConsumerID, epoch uint64, seqs []i
 // goneAcks are the Acks of pull sequences seqs of consumer id: their
 // ranges merged, at most limits.MaxAckRanges an Ack.
 func goneAcks(now int64, id fsm.ConsumerID, epoch uint64, seqs []int64) []*fsm.Ack {
-	ranges := make([]logs.AckRange, 0, len(seqs))
+	ranges := make([]message.AckRange, 0, len(seqs))
 	for _, s := range seqs {
-		ranges = append(ranges, logs.AckRange{First: s, Last: s})
+		ranges = append(ranges, message.AckRange{First: s, Last: s})
 	}
 	ranges = fsm.MergeRanges(ranges)
 	var out []*fsm.Ack

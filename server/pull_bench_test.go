@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -70,7 +69,7 @@ func benchmarkPullAck(b *testing.B, size int) {
 		last := resp.Messages[per-1].PullSeq
 		req.From, req.Epoch = last+1, resp.Epoch
 		ack := &transport.AckRequest{Subject: "bench", Group: "g", Consumer: "c", Epoch: resp.Epoch,
-			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: last}}}
+			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: last}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
@@ -125,7 +126,7 @@ func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
 			from = m.PullSeq + 1
 		}
 		ack := &transport.AckRequest{Subject: "s", Group: g, Consumer: "c", Epoch: epoch,
-			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: from - 1}}}
+			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: from - 1}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			t.Fatalf("ack: %v", err)
 		}

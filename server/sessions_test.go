@@ -7,7 +7,6 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -33,7 +32,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []logs.AckRange{{First: 0, Last: 0}}}
+	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 0}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -32,7 +32,7 @@ func TestIdleConsumersProposeNoExpire(t *testing.T) {
 			t.Fatalf("consumer %d pulled %v, %v", i, resp, err)
 		}
 		ack := &transport.AckRequest{Subject: "blobs", Group: "g", Consumer: req.Consumer, Epoch: resp.Epoch,
-			Ranges: []logs.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[0].PullSeq}}}
+			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[0].PullSeq}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // NackRequest: version | subject | group | consumer | epoch | retry-at-ms | count | (first | last)…
@@ -19,7 +19,7 @@ type NackRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
 	RetryAt                  time.Time // zero: the group's backoff
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // ExtendRequest: version | subject | group | consumer | epoch | count | (first | last)…
@@ -29,7 +29,7 @@ type NackRequest struct {
 type ExtendRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // Encode returns the payload.
@@ -83,7 +83,7 @@ func DecodeExtendRequest(b []byte) (*ExtendRequest, error) {
 	return q, done("extend", r)
 }
 
-func appendRanges(b []byte, ranges []logs.AckRange) []byte {
+func appendRanges(b []byte, ranges []message.AckRange) []byte {
 	b = binenc.AppendUvarint(b, uint64(len(ranges)))
 	for _, rg := range ranges {
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, uint64(rg.First)), uint64(rg.Last))
@@ -92,11 +92,11 @@ func appendRanges(b []byte, ranges []logs.AckRange) []byte {
 }
 
 // readRanges reads a count and that many ranges, each First <= Last.
-func readRanges(what string, r *binenc.Reader) ([]logs.AckRange, error) {
+func readRanges(what string, r *binenc.Reader) ([]message.AckRange, error) {
 	n := r.Count(limits.MaxAckRanges)
-	out := make([]logs.AckRange, 0, n)
+	out := make([]message.AckRange, 0, n)
 	for i := 0; i < n && r.Err() == nil; i++ {
-		rg := logs.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
+		rg := message.AckRange{First: int64(r.Uvarint()), Last: int64(r.Uvarint())}
 		if r.Err() == nil && (rg.First < 0 || rg.Last < rg.First) {
 			return nil, Errorf(Invalid, "%s: range %d..%d", what, rg.First, rg.Last)
 		}

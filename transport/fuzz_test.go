@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // FuzzReadFrame: any byte stream either yields frames within the limit or
@@ -40,14 +40,14 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&SendRequest{Messages: nil}).Encode())
 	f.Add((&SendRequest{}).Encode())
 	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
-	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []logs.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
 	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second, From: 9, Epoch: 2}).Encode())
 	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
 	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Tags: []string{"t"}, TagsAll: true, AtMostOnce: true,
 		Start: StartAtTime, StartAt: time.UnixMilli(5), IdleExpiry: time.Hour}).Encode())
 	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Version: 2}).Encode())
-	f.Add((&NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(7), Ranges: []logs.AckRange{{First: 1, Last: 2}}}).Encode())
-	f.Add((&ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []logs.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(7), Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
 	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
 	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))

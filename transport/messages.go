@@ -9,7 +9,6 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // Payloads of each request and response body. Integers are uvarints unless
@@ -138,7 +137,7 @@ type PullResponse struct {
 type AckRequest struct {
 	Subject, Group, Consumer string
 	Epoch                    uint64
-	Ranges                   []logs.AckRange
+	Ranges                   []message.AckRange
 }
 
 // AckResponse: version | ack-position

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/logs"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -98,16 +97,16 @@ func TestPayloadRoundTrips(t *testing.T) {
 	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Messages[0].Deliveries != 0 || got.Version != 2 {
 		t.Fatalf("version 2 pull response: %+v, %v", got, err)
 	}
-	nack := &NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(99), Ranges: []logs.AckRange{{First: 1, Last: 2}}}
+	nack := &NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(99), Ranges: []message.AckRange{{First: 1, Last: 2}}}
 	if got, err := DecodeNackRequest(nack.Encode()); err != nil || !reflect.DeepEqual(got, nack) {
 		t.Fatalf("nack: %+v, %v", got, err)
 	}
-	ext := &ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []logs.AckRange{{First: 1, Last: 2}}}
+	ext := &ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}
 	if got, err := DecodeExtendRequest(ext.Encode()); err != nil || !reflect.DeepEqual(got, ext) {
 		t.Fatalf("extend: %+v, %v", got, err)
 	}
-	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 2, Ranges: []logs.AckRange{{First: 0, Last: 4}, {First: 7, Last: 7}}}
-	if got, err := DecodeAckRequest(ack.Encode()); err != nil || got.Epoch != 2 || len(got.Ranges) != 2 || got.Ranges[1] != (logs.AckRange{First: 7, Last: 7}) {
+	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 2, Ranges: []message.AckRange{{First: 0, Last: 4}, {First: 7, Last: 7}}}
+	if got, err := DecodeAckRequest(ack.Encode()); err != nil || got.Epoch != 2 || len(got.Ranges) != 2 || got.Ranges[1] != (message.AckRange{First: 7, Last: 7}) {
 		t.Fatalf("ack: %+v, %v", got, err)
 	}
 	if got, err := DecodeAckResponse((&AckResponse{AckPos: 9}).Encode()); err != nil || got.AckPos != 9 {
@@ -132,7 +131,7 @@ func TestDecodersRefuseBadInput(t *testing.T) {
 			t.Errorf("DecodeSendRequest(%v) = %v, want INVALID", b, err)
 		}
 	}
-	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []logs.AckRange{{First: 5, Last: 2}}}).Encode()
+	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{{First: 5, Last: 2}}}).Encode()
 	if _, err := DecodeAckRequest(reversed); CodeOf(err) != Invalid {
 		t.Errorf("reversed range: %v, want INVALID", err)
 	}

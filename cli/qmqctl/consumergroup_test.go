@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -75,9 +75,9 @@ func pullAndNack(t *testing.T, server, subject, group string) int {
 		if len(resp.Messages) == 0 {
 			continue
 		}
-		var ranges []logs.AckRange
+		var ranges []message.AckRange
 		for _, m := range resp.Messages {
-			ranges = append(ranges, logs.AckRange{First: m.PullSeq, Last: m.PullSeq})
+			ranges = append(ranges, message.AckRange{First: m.PullSeq, Last: m.PullSeq})
 		}
 		nack := &transport.NackRequest{Subject: subject, Group: group, Consumer: "c1", Epoch: resp.Epoch, Ranges: ranges}
 		if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {

@@ -1,4 +1,5 @@
-// Package message is the format of one message, shared by everything that
+// Package message is the format of one message (and of the AckRange that
+// names messages a consumer settles), shared by everything that
 // carries or keeps one: the SDK encodes it, the wire protocol frames it,
 // the state machine checks it and the message log stores it. It sits below
 // all of them, so none depends on another's package for the format.

@@ -19,13 +19,13 @@ type Status = transport.Status
 type Cluster = transport.Cluster
 
 // GroupStatus is one broker group in a Cluster.
-type GroupStatus = transport.GroupStatus
+type GroupStatus = transport.BrokerGroupStatus
 
 // Route is where a subject lives.
 type Route = transport.Route
 
 // GroupRoute is one broker group of a Route.
-type GroupRoute = transport.GroupRoute
+type GroupRoute = transport.BrokerGroupRoute
 
 // MetaGroup names the metaserver group in Join, Leave and TransferLeader.
 const MetaGroup = limits.MetaGroup
@@ -34,7 +34,7 @@ const MetaGroup = limits.MetaGroup
 // node, or any broker node (which forwards to its metaserver).
 type Admin struct {
 	dial transport.Dialer // for the metaserver and every group it names
-	c    *transport.GroupClient
+	c    *transport.LeaderClient
 }
 
 // NewAdmin returns an Admin for the cluster at servers. Its options are a
@@ -47,7 +47,7 @@ func NewAdmin(servers string, opts ...AdminOption) (*Admin, error) {
 	if o.conn.err != nil {
 		return nil, o.conn.err
 	}
-	c, err := o.conn.dial.NewGroupClient(transport.SplitServers(servers))
+	c, err := o.conn.dial.NewLeaderClient(transport.SplitServers(servers))
 	if err != nil {
 		return nil, err
 	}
@@ -132,12 +132,12 @@ func (a *Admin) Assign(ctx context.Context, subject string, groups []string, cou
 		return nil, err
 	}
 	var r Route
-	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, Groups: groups, Count: count}, &r); err != nil {
+	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, BrokerGroups: groups, Count: count}, &r); err != nil {
 		return &r, err
 	}
 	if err := a.carrySettings(ctx, before, &r); err != nil {
 		return &r, fmt.Errorf("qmq: %s assigned to %d broker groups, but its consumer groups' settings did not all reach the new ones (set them again with SetConsumerGroup): %w",
-			subject, len(r.Groups), err)
+			subject, len(r.BrokerGroups), err)
 	}
 	return &r, nil
 }
@@ -145,11 +145,11 @@ func (a *Admin) Assign(ctx context.Context, subject string, groups []string, cou
 // carrySettings sets each consumer group of after, as an earlier broker
 // group of before holds it, in the broker groups after adds.
 func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
-	if before == nil || len(after.Groups) == len(before.Groups) {
+	if before == nil || len(after.BrokerGroups) == len(before.BrokerGroups) {
 		return nil
 	}
 	old := map[string]bool{}
-	for _, g := range before.Groups {
+	for _, g := range before.BrokerGroups {
 		old[g.Name] = true
 	}
 	for _, group := range after.ConsumerGroups {
@@ -165,15 +165,15 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 			continue // no earlier broker group knows it: nothing to carry
 		}
 		s := v.BrokerGroups[i].Settings
-		req := transport.SetGroupRequest{Subject: after.Subject, Group: group, MaxDeliveries: &s.MaxDeliveries,
+		req := transport.SetConsumerGroupRequest{Subject: after.Subject, ConsumerGroup: group, MaxDeliveries: &s.MaxDeliveries,
 			RetryFirst: &s.RetryFirst, RetryMax: &s.RetryMax, AckWait: &s.AckWait, MaxInFlight: &s.MaxInFlight,
 			IdleExpiry: &s.IdleExpiry, Start: transport.StartEarliest}
-		for _, g := range after.Groups {
+		for _, g := range after.BrokerGroups {
 			if old[g.Name] {
 				continue // the earlier ones keep what they hold
 			}
-			var res transport.GroupResult
-			if err := a.brokerCall(ctx, g, transport.TypeSetGroup, req, &res); err != nil {
+			var res transport.ConsumerGroupResult
+			if err := a.brokerCall(ctx, g, transport.TypeSetConsumerGroup, req, &res); err != nil {
 				return err
 			}
 		}
@@ -184,12 +184,12 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 // SetWritable drains a broker group (false: producers stop sending to it,
 // consumers finish what it holds) or opens it again (true).
 func (a *Admin) SetWritable(ctx context.Context, group string, writable bool) error {
-	return a.call(ctx, transport.TypeSetWritable, transport.SetWritableRequest{Group: group, Writable: writable}, nil)
+	return a.call(ctx, transport.TypeSetWritable, transport.SetWritableRequest{BrokerGroup: group, Writable: writable}, nil)
 }
 
 // groupClient returns a client for the nodes of group (MetaGroup for the
 // metaserver group), found through the metaserver.
-func (a *Admin) groupClient(ctx context.Context, group string) (*transport.GroupClient, error) {
+func (a *Admin) groupClient(ctx context.Context, group string) (*transport.LeaderClient, error) {
 	c, err := a.Cluster(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 			}
 		}
 	}
-	for _, g := range c.Groups {
+	for _, g := range c.BrokerGroups {
 		if g.Name == group {
 			for _, n := range g.Nodes {
 				servers = append(servers, n.ClientAddr)
@@ -212,7 +212,7 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Group
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("qmq: no group %q is known to the metaserver: start its first node with --bootstrap (and --meta), then join the others", group)
 	}
-	return a.dial.NewGroupClient(servers)
+	return a.dial.NewLeaderClient(servers)
 }
 
 // groupCall sends a membership request to group's leader. While no node
@@ -264,7 +264,7 @@ func (a *Admin) Leave(ctx context.Context, group, id string) error {
 	if group == MetaGroup || c.Meta.ID == "" { // the metaserver group, or a group without one
 		return nil
 	}
-	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{Group: group, ID: id}, nil)
+	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{BrokerGroup: group, ID: id}, nil)
 }
 
 // TransferLeader asks group's leader to hand leadership to node id, or to
@@ -282,7 +282,7 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 		return nil, err
 	}
 	var out []transport.Delays
-	for _, g := range c.Groups {
+	for _, g := range c.BrokerGroups {
 		nodes := slices.Clone(g.Nodes)
 		if i := slices.IndexFunc(nodes, func(n transport.NodeStatus) bool { return n.ID == g.Leader }); i > 0 {
 			nodes[0], nodes[i] = nodes[i], nodes[0]
@@ -309,7 +309,7 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 // broker group.
 type ForgetGroupResult struct {
 	BrokerGroup string
-	transport.ForgetGroupResult
+	transport.ForgetConsumerGroupResult
 }
 
 // ForgetConsumerGroup removes consumer group of subject from the state of
@@ -322,16 +322,16 @@ func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) 
 	if err != nil {
 		return nil, err
 	}
-	req := transport.ForgetGroupRequest{Subject: subject, Group: group}
+	req := transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: group}
 	var out []ForgetGroupResult
-	for _, g := range r.Groups {
+	for _, g := range r.BrokerGroups {
 		res := ForgetGroupResult{BrokerGroup: g.Name}
-		if err := a.brokerCall(ctx, g, transport.TypeForgetGroup, req, &res.ForgetGroupResult); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeForgetConsumerGroup, req, &res.ForgetConsumerGroupResult); err != nil {
 			return out, err
 		}
 		out = append(out, res)
 	}
-	if err := a.call(ctx, transport.TypeMetaForgetGroup, transport.ForgetGroupRequest{Subject: subject, Group: group}, nil); err != nil {
+	if err := a.call(ctx, transport.TypeMetaForgetConsumerGroup, transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: group}, nil); err != nil {
 		return out, fmt.Errorf("qmq: forget %s of %s in the metaserver: %w", group, subject, err)
 	}
 	return out, nil

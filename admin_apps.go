@@ -95,8 +95,8 @@ func (a *Admin) Apps(ctx context.Context) ([]AppInfo, error) {
 	out := make([]AppInfo, 0, len(infos))
 	for _, i := range infos {
 		info := AppInfo{Code: i.Code, Admin: i.Admin, Send: i.Send, Consume: fromGrants(i.Consume),
-			MaxSubjects: i.MaxSubjects, MaxGroups: i.MaxGroups, MaxConsumers: i.MaxConsumers, MaxDelayed: i.MaxDelayed,
-			Subjects: i.Subjects, Groups: i.Groups, Secrets: i.Secrets}
+			MaxSubjects: i.MaxSubjects, MaxGroups: i.MaxConsumerGroups, MaxConsumers: i.MaxConsumers, MaxDelayed: i.MaxDelayed,
+			Subjects: i.Subjects, Groups: i.ConsumerGroups, Secrets: i.Secrets}
 		if i.OldSecretExpires != 0 {
 			info.OldSecretExpires = time.UnixMilli(i.OldSecretExpires)
 		}
@@ -149,7 +149,7 @@ func (a *Admin) DeleteApp(ctx context.Context, code string) error {
 }
 
 func (s AppSpec) request(create bool) transport.AppRequest {
-	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxGroups: s.MaxGroups,
+	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxConsumerGroups: s.MaxGroups,
 		MaxConsumers: s.MaxConsumers, MaxDelayed: s.MaxDelayed, Create: create}
 	for _, g := range s.Consume {
 		r.Consume = append(r.Consume, auth.Grant{Subject: g.Subject, Group: g.Group})

@@ -67,7 +67,7 @@ func (a *Admin) brokerGroup(ctx context.Context, group string) (GroupStatus, err
 	if err != nil {
 		return GroupStatus{}, err
 	}
-	for _, g := range c.Groups {
+	for _, g := range c.BrokerGroups {
 		if g.Name == group {
 			return g, nil
 		}

@@ -20,10 +20,10 @@ import (
 // group (and, where figures add up, summed).
 
 // ConsumerGroupInfo is one consumer group in one broker group.
-type ConsumerGroupInfo = transport.GroupInfo
+type ConsumerGroupInfo = transport.ConsumerGroupInfo
 
 // ConsumerGroupSettings is how a consumer group consumes.
-type ConsumerGroupSettings = transport.GroupSettings
+type ConsumerGroupSettings = transport.ConsumerGroupSettings
 
 // DeadLetter is one dead letter of a consumer group in one broker group.
 type DeadLetter = transport.DeadLetter
@@ -61,9 +61,9 @@ type ConsumerGroupView struct {
 
 // newView sums infos, all of one consumer group.
 func newView(infos []ConsumerGroupInfo) ConsumerGroupView {
-	v := ConsumerGroupView{Subject: infos[0].Subject, Group: infos[0].Group, BrokerGroups: infos}
+	v := ConsumerGroupView{Subject: infos[0].Subject, Group: infos[0].ConsumerGroup, BrokerGroups: infos}
 	t := &v.Total
-	t.Subject, t.Group, t.Settings = v.Subject, v.Group, infos[0].Settings
+	t.Subject, t.ConsumerGroup, t.Settings = v.Subject, v.Group, infos[0].Settings
 	for _, g := range infos {
 		t.Backlog += g.Backlog
 		t.Redeliver += g.Redeliver
@@ -91,14 +91,14 @@ func newView(infos []ConsumerGroupInfo) ConsumerGroupView {
 // group. A broker group that does not answer is named in the error; the
 // others' groups are returned all the same.
 func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerGroupView, error) {
-	var brokers []transport.GroupRoute
+	var brokers []transport.BrokerGroupRoute
 	if subject == "" {
 		c, err := a.Cluster(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, g := range c.Groups {
-			r := transport.GroupRoute{Name: g.Name}
+		for _, g := range c.BrokerGroups {
+			r := transport.BrokerGroupRoute{Name: g.Name}
 			for _, n := range g.Nodes {
 				r.Servers = append(r.Servers, n.ClientAddr)
 				if n.ID == g.Leader {
@@ -115,13 +115,13 @@ func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerG
 		if err != nil {
 			return nil, err
 		}
-		brokers = r.Groups
+		brokers = r.BrokerGroups
 	}
 	var all []ConsumerGroupInfo
 	var errs []error
 	for _, g := range brokers {
 		var infos []ConsumerGroupInfo
-		if err := a.brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject}, &infos); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: subject}, &infos); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -136,12 +136,12 @@ func views(infos []ConsumerGroupInfo) []ConsumerGroupView {
 		if x.Subject != y.Subject {
 			return cmp.Compare(x.Subject, y.Subject)
 		}
-		return cmp.Compare(x.Group, y.Group)
+		return cmp.Compare(x.ConsumerGroup, y.ConsumerGroup)
 	})
 	var out []ConsumerGroupView
 	for i := 0; i < len(infos); {
 		j := i + 1
-		for j < len(infos) && infos[j].Subject == infos[i].Subject && infos[j].Group == infos[i].Group {
+		for j < len(infos) && infos[j].Subject == infos[i].Subject && infos[j].ConsumerGroup == infos[i].ConsumerGroup {
 			j++
 		}
 		out = append(out, newView(infos[i:j:j]))
@@ -161,9 +161,9 @@ func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*Cons
 	}
 	var infos []ConsumerGroupInfo
 	var errs []error
-	for _, g := range r.Groups {
+	for _, g := range r.BrokerGroups {
 		var got []ConsumerGroupInfo
-		if err := a.brokerCall(ctx, g, transport.TypeGroups, transport.GroupsRequest{Subject: subject, Group: group}, &got); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: subject, ConsumerGroup: group}, &got); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -207,10 +207,10 @@ type ConsumerGroupResult struct {
 // is sent). The broker checks the settings' bounds; a refusal by one broker
 // group stops before the next.
 func (a *Admin) SetConsumerGroup(ctx context.Context, subject, group string, ch ConsumerGroupChanges) ([]ConsumerGroupResult, error) {
-	req := transport.SetGroupRequest{Subject: subject, Group: group, MaxDeliveries: ch.MaxDeliveries,
+	req := transport.SetConsumerGroupRequest{Subject: subject, ConsumerGroup: group, MaxDeliveries: ch.MaxDeliveries,
 		RetryFirst: ch.RetryFirst, RetryMax: ch.RetryMax, AckWait: ch.AckWait, MaxInFlight: ch.MaxInFlight,
 		IdleExpiry: ch.IdleExpiry, Start: ch.Start, StartAt: ch.StartAt}
-	return a.changeGroup(ctx, subject, group, transport.TypeSetGroup, req)
+	return a.changeGroup(ctx, subject, group, transport.TypeSetConsumerGroup, req)
 }
 
 // ResetTarget is where ResetConsumerGroup moves a consumer group.
@@ -240,8 +240,8 @@ func (a *Admin) ResetConsumerGroup(ctx context.Context, subject, group string, t
 	if to.To == transport.StartAtTime && to.At.Before(time.UnixMilli(0)) {
 		return nil, fmt.Errorf("qmq: reset to %s: before 1970", to.At.Format(time.RFC3339))
 	}
-	req := transport.ResetGroupRequest{Subject: subject, Group: group, To: to.To, At: to.At}
-	return a.changeGroup(ctx, subject, group, transport.TypeResetGroup, req)
+	req := transport.ResetConsumerGroupRequest{Subject: subject, ConsumerGroup: group, To: to.To, At: to.At}
+	return a.changeGroup(ctx, subject, group, transport.TypeResetConsumerGroup, req)
 }
 
 // changeGroup sends a set or reset to every broker group of the subject.
@@ -251,8 +251,8 @@ func (a *Admin) changeGroup(ctx context.Context, subject, group string, t transp
 		return nil, err
 	}
 	var out []ConsumerGroupResult
-	for _, g := range r.Groups {
-		var res transport.GroupResult
+	for _, g := range r.BrokerGroups {
+		var res transport.ConsumerGroupResult
 		if err := a.brokerCall(ctx, g, t, req, &res); err != nil {
 			return out, err
 		}
@@ -273,10 +273,10 @@ func (a *Admin) DeadLetters(ctx context.Context, subject, group string, offset, 
 	if err != nil {
 		return nil, err
 	}
-	req := transport.DeadLettersRequest{Subject: subject, Group: group, Offset: offset, Limit: max(limit, 0)}
+	req := transport.DeadLettersRequest{Subject: subject, ConsumerGroup: group, Offset: offset, Limit: max(limit, 0)}
 	var out []DeadLetterPage
 	var errs []error
-	for _, g := range r.Groups {
+	for _, g := range r.BrokerGroups {
 		var page DeadLetterPage
 		if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, req, &page); err != nil {
 			errs = append(errs, err)
@@ -303,7 +303,7 @@ func (a *Admin) DeadLetter(ctx context.Context, subject, group, brokerGroup stri
 		return nil, err
 	}
 	var page DeadLetterPage
-	if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, Group: group, Seq: &seq}, &page); err != nil {
+	if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, ConsumerGroup: group, Seq: &seq}, &page); err != nil {
 		return nil, err
 	}
 	if len(page.Letters) == 0 {
@@ -361,15 +361,15 @@ func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op tran
 	if err != nil {
 		return nil, err
 	}
-	brokers := r.Groups
+	brokers := r.BrokerGroups
 	if !sel.All {
 		g, err := brokerOf(r, sel.BrokerGroup)
 		if err != nil {
 			return nil, err
 		}
-		brokers = []transport.GroupRoute{g}
+		brokers = []transport.BrokerGroupRoute{g}
 	}
-	req := transport.DeadLetterOpRequest{Subject: subject, Group: group, Op: op, All: sel.All, Seqs: sel.Seqs}
+	req := transport.DeadLetterOpRequest{Subject: subject, ConsumerGroup: group, Op: op, All: sel.All, Seqs: sel.Seqs}
 	var out []DeadLetterResult
 	for _, g := range brokers {
 		var res transport.DeadLetterOpResult
@@ -399,26 +399,26 @@ func (a *Admin) groupRoute(ctx context.Context, subject, group string, lookup bo
 }
 
 // brokerOf returns the broker group name of route r.
-func brokerOf(r *Route, name string) (transport.GroupRoute, error) {
-	for _, g := range r.Groups {
+func brokerOf(r *Route, name string) (transport.BrokerGroupRoute, error) {
+	for _, g := range r.BrokerGroups {
 		if g.Name == name {
 			return g, nil
 		}
 	}
-	names := make([]string, 0, len(r.Groups))
-	for _, g := range r.Groups {
+	names := make([]string, 0, len(r.BrokerGroups))
+	for _, g := range r.BrokerGroups {
 		names = append(names, g.Name)
 	}
-	return transport.GroupRoute{}, fmt.Errorf("%w: %q (the route of %s has %v)", ErrNotInRoute, name, r.Subject, names)
+	return transport.BrokerGroupRoute{}, fmt.Errorf("%w: %q (the route of %s has %v)", ErrNotInRoute, name, r.Subject, names)
 }
 
 // brokerCall sends a JSON request to broker group g's leader and decodes
 // the JSON answer into out.
-func (a *Admin) brokerCall(ctx context.Context, g transport.GroupRoute, t transport.Type, req, out any) error {
+func (a *Admin) brokerCall(ctx context.Context, g transport.BrokerGroupRoute, t transport.Type, req, out any) error {
 	if len(g.Servers) == 0 {
 		return fmt.Errorf("qmq: %s in broker group %s: no node to ask", t, g.Name)
 	}
-	gc, err := a.dial.NewGroupClient(g.Servers)
+	gc, err := a.dial.NewLeaderClient(g.Servers)
 	if err != nil {
 		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
 	}

@@ -164,7 +164,7 @@ func TestAtMostOnceIsNeverRedelivered(t *testing.T) {
 	}
 	a.Close() // a dies; its session expires
 	await.True(t, 20*time.Second, "the dead consumer reclaimed", func() bool {
-		return n.FSM().Epoch(fsm.ConsumerID{Subject: "jobs", Group: "workers", Consumer: "a"}) == 0
+		return n.FSM().Epoch(fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "a"}) == 0
 	})
 	marker := sendTagged(ctx, t, p, "jobs")
 	b := newPuller(t, n, "jobs", "workers")
@@ -199,11 +199,11 @@ func TestBroadcastReachesEveryInstance(t *testing.T) {
 		subs = append(subs, sub)
 	}
 	await.True(t, 20*time.Second, "both broadcast groups on the broker", func() bool {
-		var groups []transport.GroupInfo
-		groupCall(t, n, transport.TypeGroups, transport.GroupsRequest{Subject: "jobs"}, &groups)
+		var groups []transport.ConsumerGroupInfo
+		groupCall(t, n, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: "jobs"}, &groups)
 		for _, g := range groups {
 			if g.Settings.IdleExpiry != qmq.DefaultBroadcastExpiry {
-				t.Fatalf("group %s idle expiry %s, want %s", g.Group, g.Settings.IdleExpiry, qmq.DefaultBroadcastExpiry)
+				t.Fatalf("group %s idle expiry %s, want %s", g.ConsumerGroup, g.Settings.IdleExpiry, qmq.DefaultBroadcastExpiry)
 			}
 		}
 		return len(groups) == 2
@@ -299,7 +299,7 @@ func TestStartPositions(t *testing.T) {
 func TestInProgressHoldsOffTheAckWait(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
 	wait := time.Second
-	groupCall(t, n, transport.TypeSetGroup, transport.SetGroupRequest{Subject: "jobs", Group: "workers",
+	groupCall(t, n, transport.TypeSetConsumerGroup, transport.SetConsumerGroupRequest{Subject: "jobs", ConsumerGroup: "workers",
 		AckWait: &wait, Start: transport.StartEarliest}, nil)
 	sendJobs(ctx, t, p, 1)
 	a := newPuller(t, n, "jobs", "workers")

@@ -41,7 +41,7 @@ func TestStaleAckIsRefused(t *testing.T) {
 	if err != nil || len(first) != 3 {
 		t.Fatalf("pull: %d messages, %v", len(first), err)
 	}
-	id := fsm.ConsumerID{Subject: "jobs", Group: "workers", Consumer: "c"}
+	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "c"}
 	await.True(t, 20*time.Second, "the silent consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 
 	second, err := c.Pull(ctx, 10, time.Second)
@@ -75,7 +75,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string]int{}
-	id := fsm.ConsumerID{Subject: "jobs", Group: "workers", Consumer: "sub"}
+	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "sub"}
 	sub, err := qmq.Subscribe(n.ClientAddr(), "jobs", "workers", func(_ context.Context, m *qmq.Message) error {
 		mu.Lock()
 		seen[m.ID()]++
@@ -160,7 +160,7 @@ func TestLongPollKeepsTheSessionAlive(t *testing.T) {
 	if err != nil || len(held) != 1 {
 		t.Fatalf("pull: %d, %v", len(held), err)
 	}
-	id := fsm.ConsumerID{Subject: "jobs", Group: "workers", Consumer: "c"}
+	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "c"}
 	epoch := n.FSM().Epoch(id)
 	for range 2 {
 		if more, err := c.Pull(ctx, 10, 1500*time.Millisecond); err != nil || len(more) != 0 {

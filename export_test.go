@@ -37,7 +37,7 @@ func Leaving(s *Subscription) bool {
 func PickFor(id string, groups ...string) string {
 	rt := &route{}
 	for _, g := range groups {
-		rt.Groups = append(rt.Groups, transport.GroupRoute{Name: g, Writable: true, Available: true})
+		rt.BrokerGroups = append(rt.BrokerGroups, transport.BrokerGroupRoute{Name: g, Writable: true, Available: true})
 	}
 	return rt.pickFor(id, nil)
 }

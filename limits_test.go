@@ -28,7 +28,7 @@ func TestLimitsFitEveryPath(t *testing.T) {
 
 	// The largest message a send frame can carry: refused by the broker,
 	// which the SDK would have refused before sending.
-	gc, err := transport.NewGroupClient([]string{n.ClientAddr()})
+	gc, err := transport.NewLeaderClient([]string{n.ClientAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestAtMostOnceDeliversABacklogLargerThanAReply(t *testing.T) {
 			}
 			// Everything handed out (at most once: consumed), then every
 			// message pulled handled.
-			id := fsm.ConsumerID{Subject: "blobs", Group: "g", Consumer: s.Consumer()}
+			id := fsm.ConsumerID{Subject: "blobs", ConsumerGroup: "g", Consumer: s.Consumer()}
 			await.True(t, 20*time.Second, "the backlog handed out", func() bool {
 				return n.FSM().Epoch(id) != 0 && n.FSM().Backlog() == 0
 			})
@@ -82,7 +82,7 @@ func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := fsm.ConsumerID{Subject: "jobs", Group: "g", Consumer: s.Consumer()}
+	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "g", Consumer: s.Consumer()}
 	await.True(t, 10*time.Second, "the consumer registered", func() bool { return n.FSM().Epoch(id) != 0 })
 	// Replies (and requests) through the proxy now take 1.5 s; the message
 	// is sent past it, so it is handed out while the drain has begun.

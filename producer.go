@@ -584,8 +584,8 @@ func (p *Producer) recheck(ctx context.Context, group string, qs []*pending) (ke
 	for _, q := range qs {
 		ok := true
 		if rt := routes[q.msg.subject]; rt != nil && !q.msg.chosenID {
-			i := slices.IndexFunc(rt.Groups, func(g transport.GroupRoute) bool { return g.Name == group })
-			ok = i >= 0 && rt.Groups[i].Writable && rt.Groups[i].Available
+			i := slices.IndexFunc(rt.BrokerGroups, func(g transport.BrokerGroupRoute) bool { return g.Name == group })
+			ok = i >= 0 && rt.BrokerGroups[i].Writable && rt.BrokerGroups[i].Available
 		}
 		if ok {
 			keep = append(keep, q)

@@ -75,7 +75,7 @@ func NewPuller(servers, subject, group string, opts ...PullerOption) (*Puller, e
 }
 
 func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error) {
-	id := limits.ConsumerID{Subject: subject, Group: group, Consumer: o.name}
+	id := limits.ConsumerID{Subject: subject, ConsumerGroup: group, Consumer: o.name}
 	if err := id.Check(); err != nil {
 		return nil, fmt.Errorf("qmq: %w", err)
 	}
@@ -129,7 +129,7 @@ func (p *Puller) register(ctx context.Context) error {
 	known := rt.ConsumerKnown
 	p.mu.Lock()
 	p.initial = map[string]bool{}
-	for _, g := range rt.Groups {
+	for _, g := range rt.BrokerGroups {
 		p.initial[g.Name] = true
 	}
 	p.mu.Unlock()
@@ -194,7 +194,7 @@ func (p *Puller) register(ctx context.Context) error {
 func (p *Puller) holders(ctx context.Context, groups []*groupPuller) (held map[string]bool, unanswered bool) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	req, err := json.Marshal(transport.GroupsRequest{Subject: p.subject, Group: p.group})
+	req, err := json.Marshal(transport.ConsumerGroupsRequest{Subject: p.subject, ConsumerGroup: p.group})
 	if err != nil {
 		return nil, true
 	}
@@ -205,8 +205,8 @@ func (p *Puller) holders(ctx context.Context, groups []*groupPuller) (held map[s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body, err := p.r.group(g.name).Call(ctx, transport.TypeGroups, req)
-			var infos []transport.GroupInfo
+			body, err := p.r.group(g.name).Call(ctx, transport.TypeConsumerGroups, req)
+			var infos []transport.ConsumerGroupInfo
 			if err != nil || json.Unmarshal(body, &infos) != nil {
 				mu.Lock()
 				unanswered = true
@@ -214,7 +214,7 @@ func (p *Puller) holders(ctx context.Context, groups []*groupPuller) (held map[s
 				return
 			}
 			for _, info := range infos {
-				if info.Subject == p.subject && info.Group == p.group {
+				if info.Subject == p.subject && info.ConsumerGroup == p.group {
 					mu.Lock()
 					held[g.name] = true
 					mu.Unlock()
@@ -293,8 +293,8 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*groupPuller, 0, len(rt.Groups))
-	for _, g := range rt.Groups {
+	out := make([]*groupPuller, 0, len(rt.BrokerGroups))
+	for _, g := range rt.BrokerGroups {
 		gp := p.groups[g.Name]
 		if gp == nil {
 			gp = &groupPuller{name: g.Name, start: p.startIn(g.Name), startAt: p.opts.startAt}
@@ -505,7 +505,7 @@ func (p *Puller) fetch(ctx context.Context, t transport.Type, group string, from
 	// Asking from the next sequence we expect makes the broker hand again
 	// anything it handed out in a reply we never received.
 	o := &p.opts
-	req := &transport.PullRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch,
+	req := &transport.PullRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer, Max: limit, Wait: wait, From: from, Epoch: epoch,
 		AtMostOnce: o.atMostOnce, Tags: o.tags, TagsAll: o.tagsAll, Start: start, StartAt: startAt}
 	if o.broadcast {
 		req.IdleExpiry = o.idleExpiry
@@ -528,7 +528,7 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	req := (&transport.HeartbeatRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer}).Encode()
+	req := (&transport.HeartbeatRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer}).Encode()
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {

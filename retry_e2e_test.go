@@ -19,7 +19,7 @@ import (
 // decodes its answer into out (if not nil).
 func groupCall(t *testing.T, n *server.Node, typ transport.Type, req, out any) {
 	t.Helper()
-	c, err := transport.NewGroupClient([]string{n.ClientAddr()})
+	c, err := transport.NewLeaderClient([]string{n.ClientAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func groupCall(t *testing.T, n *server.Node, typ transport.Type, req, out any) {
 // retry backoff of first (doubling to at most first) and maxDeliveries.
 func setRetries(t *testing.T, n *server.Node, subject, group string, first time.Duration, maxDeliveries uint32) {
 	t.Helper()
-	groupCall(t, n, transport.TypeSetGroup, transport.SetGroupRequest{Subject: subject, Group: group,
+	groupCall(t, n, transport.TypeSetConsumerGroup, transport.SetConsumerGroupRequest{Subject: subject, ConsumerGroup: group,
 		RetryFirst: &first, RetryMax: &first, MaxDeliveries: &maxDeliveries, Start: transport.StartEarliest}, nil)
 }
 
@@ -50,7 +50,7 @@ func setRetries(t *testing.T, n *server.Node, subject, group string, first time.
 func deadLetters(t *testing.T, n *server.Node, subject, group string) transport.DeadLetterPage {
 	t.Helper()
 	var page transport.DeadLetterPage
-	groupCall(t, n, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, Group: group}, &page)
+	groupCall(t, n, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, ConsumerGroup: group}, &page)
 	return page
 }
 

@@ -42,12 +42,12 @@ const staleRefresh = 2 * time.Second
 // client per broker group.
 type router struct {
 	dial transport.Dialer
-	meta *transport.GroupClient
+	meta *transport.LeaderClient
 	ttl  time.Duration // routeTTL; tests shorten it
 
 	mu     sync.Mutex
 	routes map[string]*route
-	groups map[string]*transport.GroupClient
+	groups map[string]*transport.LeaderClient
 }
 
 // route is a cached answer.
@@ -60,11 +60,11 @@ type route struct {
 // newRouter returns a router that asks the nodes at servers, and connects
 // to them and to every broker group with d.
 func newRouter(servers string, d transport.Dialer) (*router, error) {
-	meta, err := d.NewGroupClient(transport.SplitServers(servers))
+	meta, err := d.NewLeaderClient(transport.SplitServers(servers))
 	if err != nil {
 		return nil, err
 	}
-	return &router{dial: d, meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.GroupClient{}}, nil
+	return &router{dial: d, meta: meta, ttl: routeTTL, routes: map[string]*route{}, groups: map[string]*transport.LeaderClient{}}, nil
 }
 
 // setTTL sets how long routes are used before they are asked for again.
@@ -153,24 +153,24 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 		return nil, fmt.Errorf("qmq: route of %s: %w", subject, err)
 	}
 	// A group with no node to reach (all left it) cannot be used: drop it.
-	reachable := rt.Groups[:0]
-	for _, g := range rt.Groups {
+	reachable := rt.BrokerGroups[:0]
+	for _, g := range rt.BrokerGroups {
 		if len(g.Servers) > 0 {
 			reachable = append(reachable, g)
 		}
 	}
-	rt.Groups = reachable
-	if len(rt.Groups) == 0 {
+	rt.BrokerGroups = reachable
+	if len(rt.BrokerGroups) == 0 {
 		return nil, fmt.Errorf("qmq: route of %s names no reachable broker group", subject)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, g := range rt.Groups {
+	for _, g := range rt.BrokerGroups {
 		if c := r.groups[g.Name]; c != nil {
 			c.SetServers(g.Servers, g.Leader)
 			continue
 		}
-		c, err := r.dial.NewGroupClient(g.Servers)
+		c, err := r.dial.NewLeaderClient(g.Servers)
 		if err != nil {
 			return nil, fmt.Errorf("qmq: route of %s: group %s: %w", subject, g.Name, err)
 		}
@@ -186,7 +186,7 @@ func (r *router) refresh(ctx context.Context, subject, consumerGroup string) (*r
 }
 
 // group returns the client of a broker group the router has seen.
-func (r *router) group(name string) *transport.GroupClient {
+func (r *router) group(name string) *transport.LeaderClient {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.groups[name]
@@ -226,7 +226,7 @@ func (rt *route) pick(avoid map[string]bool) string {
 // It returns "" when no group of the route not in avoid is writable.
 func (rt *route) pickFor(id string, avoid map[string]bool) string {
 	writable := false
-	for _, g := range rt.Groups {
+	for _, g := range rt.BrokerGroups {
 		writable = writable || (g.Writable && !avoid[g.Name])
 	}
 	if !writable {
@@ -235,7 +235,7 @@ func (rt *route) pickFor(id string, avoid map[string]bool) string {
 	var best string
 	var top uint64
 	for pass := 0; pass < 2 && best == ""; pass++ {
-		for _, g := range rt.Groups {
+		for _, g := range rt.BrokerGroups {
 			if avoid[g.Name] || (pass == 0 && !g.Available) {
 				continue
 			}
@@ -272,7 +272,7 @@ func mix64(x uint64) uint64 {
 func (rt *route) candidates(avoid map[string]bool) []string {
 	var best []string
 	for pass := 0; pass < 3 && len(best) == 0; pass++ {
-		for _, g := range rt.Groups {
+		for _, g := range rt.BrokerGroups {
 			ok := g.Writable
 			if pass == 0 {
 				ok = ok && g.Available && !avoid[g.Name]

@@ -52,7 +52,7 @@ func (s *routeServer) handle(_ context.Context, typ transport.Type, p []byte) ([
 	giveUp.Stop()
 	s.inFlight--
 	s.mu.Unlock()
-	return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{
+	return json.Marshal(transport.Route{Subject: req.Subject, BrokerGroups: []transport.BrokerGroupRoute{
 		{Name: "g", Servers: []string{"127.0.0.1:1"}, Writable: true, Available: true}}})
 }
 

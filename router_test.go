@@ -8,7 +8,7 @@ import (
 )
 
 func TestPickPrefersWritableAvailableGroupsInTurn(t *testing.T) {
-	rt := &route{Route: transport.Route{Groups: []transport.GroupRoute{
+	rt := &route{Route: transport.Route{BrokerGroups: []transport.BrokerGroupRoute{
 		{Name: "a", Writable: true, Available: true},
 		{Name: "b", Writable: true, Available: true},
 		{Name: "down", Writable: true, Available: false},
@@ -35,7 +35,7 @@ func TestPickPrefersWritableAvailableGroupsInTurn(t *testing.T) {
 	if g := rt.pick(map[string]bool{"a": true, "b": true, "down": true}); g == "drained" || g == "" {
 		t.Fatalf("picked %q with every writable group avoided", g)
 	}
-	rt.Groups = rt.Groups[3:]
+	rt.BrokerGroups = rt.BrokerGroups[3:]
 	if g := rt.pick(nil); g != "" {
 		t.Fatalf("picked %s when only a drained group remains", g)
 	}
@@ -44,7 +44,7 @@ func TestPickPrefersWritableAvailableGroupsInTurn(t *testing.T) {
 // A chosen id goes to the group its hash names, whatever the route's turn,
 // among the groups pick would choose from.
 func TestPickForFollowsTheID(t *testing.T) {
-	rt := &route{Route: transport.Route{Groups: []transport.GroupRoute{
+	rt := &route{Route: transport.Route{BrokerGroups: []transport.BrokerGroupRoute{
 		{Name: "a", Writable: true, Available: true},
 		{Name: "b", Writable: true, Available: true},
 		{Name: "drained", Writable: false, Available: true},
@@ -74,7 +74,7 @@ func TestPickForFollowsTheID(t *testing.T) {
 	if g := rt.pickFor("order-1", map[string]bool{"a": true, "drained": true}); g != "b" {
 		t.Fatalf("picked %s while avoiding a and drained, want b", g)
 	}
-	rt.Groups = rt.Groups[2:]
+	rt.BrokerGroups = rt.BrokerGroups[2:]
 	if g := rt.pickFor("order-1", nil); g != "" {
 		t.Fatalf("picked %s when only a drained group remains", g)
 	}
@@ -88,7 +88,7 @@ func TestPickForMovesOnlyTheIDsOfAGroupThatLeaves(t *testing.T) {
 	groups := func(names ...string) *route {
 		rt := &route{}
 		for _, n := range names {
-			rt.Groups = append(rt.Groups, transport.GroupRoute{Name: n, Writable: true, Available: true})
+			rt.BrokerGroups = append(rt.BrokerGroups, transport.BrokerGroupRoute{Name: n, Writable: true, Available: true})
 		}
 		return rt
 	}

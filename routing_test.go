@@ -44,7 +44,7 @@ func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaN
 	defer cancel()
 	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
 		c, err := admin.Cluster(ctx)
-		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
+		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
 	return m, groups, admin
 }
@@ -318,7 +318,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	defer cancel()
 	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
 		c, err := admin.Cluster(ctx)
-		return err == nil && len(c.Groups) == 2 && c.Groups[0].Leader != "" && c.Groups[1].Leader != ""
+		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
 	p, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
@@ -708,7 +708,7 @@ func assignRaw(t *testing.T, ctx context.Context, meta, subject string, groups .
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req, err := json.Marshal(transport.AssignRequest{Subject: subject, Groups: groups})
+	req, err := json.Marshal(transport.AssignRequest{Subject: subject, BrokerGroups: groups})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,7 +877,7 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 	defer cancel()
 	await.True(t, 30*time.Second, "both broker groups available", func() bool {
 		c, err := admin.Cluster(ctx)
-		return err == nil && len(c.Groups) == 2 && c.Groups[0].Available && c.Groups[1].Available
+		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Available && c.BrokerGroups[1].Available
 	})
 	if _, err := admin.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
 		t.Fatal(err)

@@ -96,13 +96,13 @@ func (p *Puller) settle(ctx context.Context, o settlement, seqs []int64) error {
 		n := min(len(ranges), limits.MaxAckRanges)
 		t, payload := transport.TypeNack, []byte(nil)
 		if o.nack {
-			req := &transport.NackRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: o.epoch, Ranges: ranges[:n]}
+			req := &transport.NackRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer, Epoch: o.epoch, Ranges: ranges[:n]}
 			if o.retryAt != 0 {
 				req.RetryAt = time.UnixMilli(o.retryAt)
 			}
 			payload = req.Encode()
 		} else {
-			t, payload = transport.TypeAck, (&transport.AckRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer,
+			t, payload = transport.TypeAck, (&transport.AckRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer,
 				Epoch: o.epoch, Ranges: ranges[:n]}).Encode()
 		}
 		if err := p.call(ctx, o.ackKey, t, payload); err != nil {
@@ -116,7 +116,7 @@ func (p *Puller) settle(ctx context.Context, o settlement, seqs []int64) error {
 // extend asks for more time for a message still being processed: its
 // group's whole ack wait again, from now.
 func (p *Puller) extend(ctx context.Context, m *Message) error {
-	req := &transport.ExtendRequest{Subject: p.subject, Group: p.group, Consumer: p.consumer, Epoch: m.epoch,
+	req := &transport.ExtendRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer, Epoch: m.epoch,
 		Ranges: []message.AckRange{{First: m.pullSeq, Last: m.pullSeq}}}
 	return p.call(ctx, ackKey{m.brokerGroup, m.epoch}, transport.TypeExtend, req.Encode())
 }

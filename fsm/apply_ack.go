@@ -14,7 +14,7 @@ import (
 // pulled refuses the whole command, and so does an epoch that is not the
 // consumer's registration (ErrStaleConsumer).
 func (f *FSM) applyAck(c *Ack) any {
-	cs, _, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
+	cs, _, err := f.consumerFor(c.Subject, c.ConsumerGroup, c.Consumer, c.Epoch, c.Ranges)
 	if err != nil {
 		return err
 	}

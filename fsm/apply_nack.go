@@ -45,7 +45,7 @@ func eachOpen(cs *consumer, ranges []message.AckRange, fn func(seq int64)) {
 // to the group at the retry time, or becomes a dead letter if the group has
 // handed it out its most deliveries already.
 func (f *FSM) applyNack(c *Nack) any {
-	cs, g, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
+	cs, g, err := f.consumerFor(c.Subject, c.ConsumerGroup, c.Consumer, c.Epoch, c.Ranges)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (f *FSM) applyNack(c *Nack) any {
 		return fmt.Errorf("%w: retry time %d is not within %s of now", ErrInvalid, c.RetryAt, millis(maxRetryDelay))
 	}
 	now := f.st.stamp(c.Now)
-	k := groupKey{c.Subject, c.Group}
+	k := groupKey{c.Subject, c.ConsumerGroup}
 	res := &NackResult{}
 	queued := len(g.redeliver) // giveBack only appends to it
 	eachOpen(cs, c.Ranges, func(seq int64) {
@@ -95,7 +95,7 @@ func (f *FSM) giveBack(k groupKey, g *group, p pulled, at, now int64) bool {
 // applyExtend gives the named entries that are still open the group's
 // whole ack wait again, from now.
 func (f *FSM) applyExtend(c *Extend) any {
-	cs, g, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
+	cs, g, err := f.consumerFor(c.Subject, c.ConsumerGroup, c.Consumer, c.Epoch, c.Ranges)
 	if err != nil {
 		return err
 	}
@@ -120,12 +120,12 @@ func (f *FSM) applyExtend(c *Extend) any {
 // passed, then recomputes the consumer's earliest deadline (which Overdue
 // asks for when the bound it had passed with nothing overdue).
 func (f *FSM) applyExpire(c *Expire) any {
-	cs, g, err := f.consumerFor(c.Subject, c.Group, c.Consumer, c.Epoch, c.Ranges)
+	cs, g, err := f.consumerFor(c.Subject, c.ConsumerGroup, c.Consumer, c.Epoch, c.Ranges)
 	if err != nil {
 		return err
 	}
 	now := f.st.stamp(c.Now)
-	k := groupKey{c.Subject, c.Group}
+	k := groupKey{c.Subject, c.ConsumerGroup}
 	res := &ExpireResult{}
 	eachOpen(cs, c.Ranges, func(seq int64) {
 		if p := cs.window[seq-cs.ackPos]; !p.acked && p.deadline != 0 && p.deadline <= now {

@@ -18,7 +18,7 @@ import (
 // receive the first one. A new group or consumer past a limit of package
 // limits is refused.
 func (f *FSM) applyPull(c *Pull) any {
-	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+	if err := checkNames(c.Subject, c.ConsumerGroup, c.Consumer); err != nil {
 		return err
 	}
 	if c.Max <= 0 {
@@ -27,7 +27,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	if err := c.checkOptions(); err != nil {
 		return err
 	}
-	gk, ck := groupKey{c.Subject, c.Group}, consumerKey{c.Subject, c.Group, c.Consumer}
+	gk, ck := groupKey{c.Subject, c.ConsumerGroup}, consumerKey{c.Subject, c.ConsumerGroup, c.Consumer}
 	cs := f.st.byKey[ck]
 	if cs == nil {
 		if err := f.canRegister(gk, c); err != nil {
@@ -44,7 +44,7 @@ func (f *FSM) applyPull(c *Pull) any {
 	now := f.st.stamp(c.Now)
 	g := f.st.groups[gk]
 	if g == nil {
-		settings := DefaultGroupSettings()
+		settings := DefaultConsumerGroupSettings()
 		settings.IdleExpiry = c.IdleExpiry
 		g = f.newGroup(gk, cl, c.Start, c.StartAt, settings)
 		g.app = c.App
@@ -196,7 +196,7 @@ func (c *Pull) checkOptions() error {
 // CheckPull reports whether apply would refuse c for its content alone: the
 // leader calls it before proposing.
 func CheckPull(c *Pull) error {
-	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+	if err := checkNames(c.Subject, c.ConsumerGroup, c.Consumer); err != nil {
 		return err
 	}
 	if c.Max <= 0 {
@@ -292,7 +292,7 @@ func (f *FSM) firstRetained(subject string, cl *logs.ConsumeLog) int64 {
 }
 
 // newGroup creates a consumer group at position p of its subject.
-func (f *FSM) newGroup(k groupKey, cl *logs.ConsumeLog, p StartPosition, at int64, settings GroupSettings) *group {
+func (f *FSM) newGroup(k groupKey, cl *logs.ConsumeLog, p StartPosition, at int64, settings ConsumerGroupSettings) *group {
 	g := &group{cursor: f.position(k.subject, cl, p, at), settings: settings, gen: f.st.takeGen(), idleSince: f.st.now}
 	f.st.addGroup(k, g)
 	return g

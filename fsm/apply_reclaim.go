@@ -7,15 +7,15 @@ package fsm
 // naming an epoch other than the consumer's registration (a retried
 // proposal arriving after the consumer registered afresh) does nothing.
 func (f *FSM) applyReclaim(c *Reclaim) any {
-	if err := checkNames(c.Subject, c.Group, c.Consumer); err != nil {
+	if err := checkNames(c.Subject, c.ConsumerGroup, c.Consumer); err != nil {
 		return err
 	}
 	f.st.stamp(c.Now)
-	cs := f.st.byKey[consumerKey{c.Subject, c.Group, c.Consumer}]
+	cs := f.st.byKey[consumerKey{c.Subject, c.ConsumerGroup, c.Consumer}]
 	if cs == nil || (c.Epoch != 0 && c.Epoch != cs.epoch) {
 		return &ReclaimResult{}
 	}
-	k := groupKey{c.Subject, c.Group}
+	k := groupKey{c.Subject, c.ConsumerGroup}
 	g := f.st.groups[k]
 	n := 0
 	for _, p := range cs.window {
@@ -48,5 +48,5 @@ func (g *group) provisional() bool {
 	s := g.settings
 	s.IdleExpiry = 0
 	return g.cursor == 0 && len(g.redeliver) == 0 && g.retrying == 0 && len(g.dead) == 0 && g.lost == 0 &&
-		g.deadDropped == 0 && s == DefaultGroupSettings()
+		g.deadDropped == 0 && s == DefaultConsumerGroupSettings()
 }

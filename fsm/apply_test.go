@@ -152,10 +152,10 @@ func TestLeaderTimeNeverGoesBack(t *testing.T) {
 	}{
 		{&Append{Now: 5000, Messages: []*message.Message{unitMsg("a", "s", 1)}}, 5000},
 		{&Append{Now: 3000, Messages: []*message.Message{unitMsg("b", "s", 1)}}, 5000}, // new leader behind
-		{&Pull{Start: StartEarliest, Now: 4000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 5000},
-		{&Pull{Start: StartEarliest, Now: 7000, Subject: "s", Group: "g", Consumer: "c", Max: 1}, 7000},
-		{&Ack{Now: 6000, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}, 7000},
-		{&Reclaim{Now: 1, Subject: "s", Group: "g", Consumer: "c"}, 7000},
+		{&Pull{Start: StartEarliest, Now: 4000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}, 5000},
+		{&Pull{Start: StartEarliest, Now: 7000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}, 7000},
+		{&Ack{Now: 6000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}, 7000},
+		{&Reclaim{Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c"}, 7000},
 		{&Append{Now: 6500, Messages: []*message.Message{unitMsg("c", "s", 1)}}, 7000},
 	}
 	for i, s := range steps {
@@ -273,11 +273,11 @@ func TestPullEmptyAndInvalid(t *testing.T) {
 		name string
 		cmd  *Pull
 	}{
-		{"bad subject", &Pull{Start: StartEarliest, Subject: "a/b", Group: "g", Consumer: "c", Max: 1}},
-		{"empty group", &Pull{Start: StartEarliest, Subject: "s", Group: "", Consumer: "c", Max: 1}},
-		{"bad consumer", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "-c", Max: 1}},
-		{"max 0", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "c", Max: 0}},
-		{"max negative", &Pull{Start: StartEarliest, Subject: "s", Group: "g", Consumer: "c", Max: -1}},
+		{"bad subject", &Pull{Start: StartEarliest, Subject: "a/b", ConsumerGroup: "g", Consumer: "c", Max: 1}},
+		{"empty group", &Pull{Start: StartEarliest, Subject: "s", ConsumerGroup: "", Consumer: "c", Max: 1}},
+		{"bad consumer", &Pull{Start: StartEarliest, Subject: "s", ConsumerGroup: "g", Consumer: "-c", Max: 1}},
+		{"max 0", &Pull{Start: StartEarliest, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 0}},
+		{"max negative", &Pull{Start: StartEarliest, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := stateBytes(f)
@@ -300,7 +300,7 @@ func TestAck(t *testing.T) {
 	idx := uint64(2)
 	ack := func(ranges ...message.AckRange) any {
 		idx++
-		return applyAt(f, idx, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges})
+		return applyAt(f, idx, &Ack{Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: ranges})
 	}
 	steps := []struct {
 		ranges []message.AckRange
@@ -345,10 +345,10 @@ func TestAck(t *testing.T) {
 
 	// Unknown consumers, groups and subjects; bad names.
 	for _, cmd := range []*Ack{
-		{Subject: "s", Group: "g", Consumer: "nobody"},
-		{Subject: "s", Group: "other", Consumer: "c"},
-		{Subject: "t", Group: "g", Consumer: "c"},
-		{Subject: "s/", Group: "g", Consumer: "c"},
+		{Subject: "s", ConsumerGroup: "g", Consumer: "nobody"},
+		{Subject: "s", ConsumerGroup: "other", Consumer: "c"},
+		{Subject: "t", ConsumerGroup: "g", Consumer: "c"},
+		{Subject: "s/", ConsumerGroup: "g", Consumer: "c"},
 	} {
 		before := stateBytes(f)
 		idx++
@@ -397,7 +397,7 @@ func TestReclaim(t *testing.T) {
 	}
 	// c1 is forgotten: a late ack for what it held is refused and changes nothing.
 	before := stateBytes(f)
-	if err, ok := applyAt(f, 8, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c1", Ranges: []message.AckRange{{First: 0, Last: 4}}}).(error); !ok || !errors.Is(err, ErrInvalid) {
+	if err, ok := applyAt(f, 8, &Ack{Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c1", Ranges: []message.AckRange{{First: 0, Last: 4}}}).(error); !ok || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("late ack from a reclaimed consumer: %v, want ErrInvalid", err)
 	}
 	wantStateUnchanged(t, f, before)
@@ -415,10 +415,10 @@ func TestReclaim(t *testing.T) {
 	}
 	// Unknown consumers reclaim nothing, and reclaiming twice is harmless.
 	for i, c := range []*Reclaim{
-		{Subject: "s", Group: "g", Consumer: "ghost"},
-		{Subject: "x", Group: "g", Consumer: "c1"},
-		{Subject: "s", Group: "g", Consumer: "c2"},
-		{Subject: "s", Group: "g", Consumer: "c2"},
+		{Subject: "s", ConsumerGroup: "g", Consumer: "ghost"},
+		{Subject: "x", ConsumerGroup: "g", Consumer: "c1"},
+		{Subject: "s", ConsumerGroup: "g", Consumer: "c2"},
+		{Subject: "s", ConsumerGroup: "g", Consumer: "c2"},
 	} {
 		res := resultAs[*ReclaimResult](t, applyAt(f, uint64(10+i), c))
 		if want := []int{0, 0, 5, 0}[i]; res.Reclaimed != want {
@@ -428,7 +428,7 @@ func TestReclaim(t *testing.T) {
 	if _, ok := f.st.byKey[consumerKey{"s", "g", "ghost"}]; ok {
 		t.Fatal("reclaim registered an unknown consumer")
 	}
-	wantInvalid(t, applyAt(f, 14, &Reclaim{Subject: "s", Group: "g", Consumer: ""}))
+	wantInvalid(t, applyAt(f, 14, &Reclaim{Subject: "s", ConsumerGroup: "g", Consumer: ""}))
 }
 
 func TestApplySkipsAppliedIndices(t *testing.T) {
@@ -437,7 +437,7 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 	if r := resultAs[*AppendResult](t, f.Apply(e1)); r.Messages[0].Status != Appended {
 		t.Fatalf("%+v", r.Messages)
 	}
-	e2 := unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})
+	e2 := unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1})
 	f.Apply(e2)
 	before, files := stateBytes(f), dataFiles(t, f.cfg.Dir)
 	for _, e := range []*raft.Log{e1, e2, unitEntry(2, &Append{Now: 1, Messages: []*message.Message{unitMsg("b", "s", 1)}})} {
@@ -461,8 +461,8 @@ func TestApplySkipsAppliedIndices(t *testing.T) {
 		{Index: 4, Type: raft.LogConfiguration},
 		{Index: 5, Type: raft.LogNoop},
 		{Index: 6, Type: raft.LogBarrier},
-		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
-		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", Group: "g", Consumer: "c", Max: 5}),
+		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5}),
+		unitEntry(7, &Pull{Start: StartEarliest, Now: 2, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5}),
 	}
 	out := f.ApplyBatch(batch)
 	if len(out) != len(batch) {

@@ -68,20 +68,20 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 			appendAt(t, f, idx, now, msgs...)
 			for pulled := 0; pulled < window; {
 				idx++
-				res := resultAs[*PullResult](t, applyAt(f, idx, &Pull{Now: now, Subject: s, Group: g, Consumer: c, Max: f.cfg.MaxPull, Start: StartEarliest}))
+				res := resultAs[*PullResult](t, applyAt(f, idx, &Pull{Now: now, Subject: s, ConsumerGroup: g, Consumer: c, Max: f.cfg.MaxPull, Start: StartEarliest}))
 				if len(res.Entries) == 0 {
 					t.Fatalf("window stops at %d entries", pulled)
 				}
 				pulled += len(res.Entries)
 			}
 			ranges := []message.AckRange{{First: 0, Last: int64(window - 1)}}
-			var cmd encoder = &Nack{Now: now, Subject: s, Group: g, Consumer: c, RetryAt: 0, Ranges: ranges}
+			var cmd encoder = &Nack{Now: now, Subject: s, ConsumerGroup: g, Consumer: c, RetryAt: 0, Ranges: ranges}
 			if tc.retryAt != nil {
 				cmd.(*Nack).RetryAt = tc.retryAt(now)
 			}
 			if tc.expire {
-				now += DefaultGroupSettings().AckWait + 1
-				cmd = &Expire{Now: now, Subject: s, Group: g, Consumer: c, Ranges: ranges}
+				now += DefaultConsumerGroupSettings().AckWait + 1
+				cmd = &Expire{Now: now, Subject: s, ConsumerGroup: g, Consumer: c, Ranges: ranges}
 			}
 			idx++
 			e := unitEntry(idx, cmd)
@@ -114,7 +114,7 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 func TestNackWritesBound(t *testing.T) {
 	f := unitFSM(t, func(c *Config) { c.MaxUnacked = 100 })
 	nack := func(ranges ...message.AckRange) []byte {
-		return (&Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges}).Encode()
+		return (&Nack{Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: ranges}).Encode()
 	}
 	many := make([]message.AckRange, limits.MaxAckRanges)
 	for i := range many {

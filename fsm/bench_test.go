@@ -71,13 +71,13 @@ func benchmarkPullAck(b *testing.B, maxBytes int64) {
 		}
 		index++
 		r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand,
-			Data: (&Pull{Start: StartEarliest, Now: int64(index), Subject: "bench", Group: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}).(*PullResult)
+			Data: (&Pull{Start: StartEarliest, Now: int64(index), Subject: "bench", ConsumerGroup: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}).(*PullResult)
 		if len(r.Entries) != 100 {
 			b.Fatalf("pulled %d entries", len(r.Entries))
 		}
 		available -= 100
 		index++
-		ack := &Ack{Now: int64(index), Subject: "bench", Group: "g", Consumer: "c",
+		ack := &Ack{Now: int64(index), Subject: "bench", ConsumerGroup: "g", Consumer: "c",
 			Ranges: []message.AckRange{{First: r.Entries[0].PullSeq, Last: r.Entries[99].PullSeq}}}
 		if a := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: ack.Encode()}).(*AckResult); a.AckPos != r.Entries[99].PullSeq+1 {
 			b.Fatalf("ack position %d", a.AckPos)
@@ -101,7 +101,7 @@ func benchmarkAppendPull(b *testing.B, maxBytes int64) {
 	f := unitOpen(b, cfg)
 	index := uint64(0)
 	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand,
-		Data: (&Pull{Now: 1, Subject: "bench", Group: "g", Consumer: "c", Max: 1, Start: StartEarliest}).Encode()})
+		Data: (&Pull{Now: 1, Subject: "bench", ConsumerGroup: "g", Consumer: "c", Max: 1, Start: StartEarliest}).Encode()})
 	index = 1
 	var next int64
 	b.ReportAllocs()
@@ -110,9 +110,9 @@ func benchmarkAppendPull(b *testing.B, maxBytes int64) {
 		b.StopTimer()
 		app := benchAppendEntry(index+1, int64(index+1), 100, 128)
 		pull := &raft.Log{Index: index + 2, Type: raft.LogCommand,
-			Data: (&Pull{Now: int64(index + 2), Subject: "bench", Group: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}
+			Data: (&Pull{Now: int64(index + 2), Subject: "bench", ConsumerGroup: "g", Consumer: "c", Max: 100, MaxBytes: maxBytes}).Encode()}
 		ack := &raft.Log{Index: index + 3, Type: raft.LogCommand,
-			Data: (&Ack{Now: int64(index + 3), Subject: "bench", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: next, Last: next + 99}}}).Encode()}
+			Data: (&Ack{Now: int64(index + 3), Subject: "bench", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{{First: next, Last: next + 99}}}).Encode()}
 		index += 3
 		b.StartTimer()
 		out := f.ApplyBatch([]*raft.Log{app, pull, ack})

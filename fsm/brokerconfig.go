@@ -171,7 +171,7 @@ func (s ConfigSource) String() string {
 	case ConfigNode:
 		return "node"
 	case ConfigGroup:
-		return "group"
+		return "broker-group"
 	}
 	return fmt.Sprintf("source(%d)", uint8(s))
 }

@@ -65,14 +65,14 @@ func flagsWorkload(first uint64, now int64, rounds int) []*raft.Log {
 			msgs = append(msgs, bigMsg(fmt.Sprint("m", now, "-", r, "-", k), "s"))
 		}
 		add(&Append{Now: at, Messages: msgs})
-		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g1", Consumer: "c1", Max: 60})
-		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g2", Consumer: "c1", Max: 9})
-		add(&Ack{Now: at, Subject: "s", Group: "g1", Consumer: "c1", Ranges: []message.AckRange{{First: int64(r), Last: int64(r) + 1}}})
+		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", ConsumerGroup: "g1", Consumer: "c1", Max: 60})
+		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", ConsumerGroup: "g2", Consumer: "c1", Max: 9})
+		add(&Ack{Now: at, Subject: "s", ConsumerGroup: "g1", Consumer: "c1", Ranges: []message.AckRange{{First: int64(r), Last: int64(r) + 1}}})
 	}
 	for _, later := range []int64{3 * 60_000, 7 * 60_000} {
 		at := now + int64(rounds)*1000 + later
 		add(&Append{Now: at, Messages: []*message.Message{bigMsg(fmt.Sprint("m", now, "-0-0"), "s"), bigMsg(fmt.Sprint("m", now, "-1-1"), "s")}})
-		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g3", Consumer: "c1", Max: 100})
+		add(&Pull{Start: StartEarliest, Now: at, Subject: "s", ConsumerGroup: "g3", Consumer: "c1", Max: 100})
 	}
 	return out
 }

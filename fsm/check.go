@@ -47,7 +47,7 @@ func checkGroupNames(subject, group string) error {
 	if err := CheckName("subject", subject); err != nil {
 		return err
 	}
-	return CheckName("group", group)
+	return CheckName("consumer group", group)
 }
 
 // errTooFar refuses a delivery time the schedule's references cannot name.

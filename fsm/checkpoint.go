@@ -398,7 +398,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
 		k := groupKey{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
-		g := &group{cursor: int64(r.Uvarint()), settings: DefaultGroupSettings()}
+		g := &group{cursor: int64(r.Uvarint()), settings: DefaultConsumerGroupSettings()}
 		m := r.Count(r.Remaining())
 		for i := 0; i < m && r.Err() == nil; i++ {
 			rd := redelivery{seq: int64(r.Uvarint())}

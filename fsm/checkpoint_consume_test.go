@@ -43,32 +43,32 @@ func consumeScript() []*raft.Log {
 		add(&Append{Now: now, Messages: msgs})
 	}
 	pull := func(g string, n int) {
-		add(&Pull{Now: now, Subject: "s", Group: g, Consumer: "c", Max: n, Start: StartEarliest})
+		add(&Pull{Now: now, Subject: "s", ConsumerGroup: g, Consumer: "c", Max: n, Start: StartEarliest})
 	}
 	nack := func(g string, retryAt int64, r message.AckRange) {
-		add(&Nack{Now: now, Subject: "s", Group: g, Consumer: "c", RetryAt: retryAt, Ranges: []message.AckRange{r}})
+		add(&Nack{Now: now, Subject: "s", ConsumerGroup: g, Consumer: "c", RetryAt: retryAt, Ranges: []message.AckRange{r}})
 	}
 	big(4)
 	pull("lost", 1)
-	add(&Ack{Now: now, Subject: "s", Group: "lost", Consumer: "c", Ranges: []message.AckRange{one(0)}})
+	add(&Ack{Now: now, Subject: "s", ConsumerGroup: "lost", Consumer: "c", Ranges: []message.AckRange{one(0)}})
 	for range 8 {
 		big(5) // retention removes the first messages: "lost" loses those after its cursor
 	}
-	add(&SetGroup{Now: now, Subject: "s", Group: "g", Set: setAll, Start: StartEarliest,
-		Settings: GroupSettings{MaxDeliveries: 3, RetryFirst: 1000, RetryMax: 4000, AckWait: 60_000, MaxInFlight: 50, IdleExpiry: 600_000}})
+	add(&SetConsumerGroup{Now: now, Subject: "s", ConsumerGroup: "g", Set: setAll, Start: StartEarliest,
+		Settings: ConsumerGroupSettings{MaxDeliveries: 3, RetryFirst: 1000, RetryMax: 4000, AckWait: 60_000, MaxInFlight: 50, IdleExpiry: 600_000}})
 	pull("g", 3)
 	nack("g", 0, one(0))   // a retry in a second
 	nack("g", now, one(1)) // due again at once
 	pull("g", 1)           // handed out a second time, with a deadline
-	add(&SetGroup{Now: now, Subject: "s", Group: "d", Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
+	add(&SetConsumerGroup{Now: now, Subject: "s", ConsumerGroup: "d", Set: SetMaxDeliveries, Settings: ConsumerGroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
 	pull("d", 2)
-	add(&Nack{Now: now, Subject: "s", Group: "d", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}) // two dead letters, one dropped
+	add(&Nack{Now: now, Subject: "s", ConsumerGroup: "d", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}}) // two dead letters, one dropped
 	pull("r", 1)
 	nack("r", now+5000, one(0))
-	add(&ResetGroup{Now: now, Subject: "s", Group: "r", To: StartAtTime, At: now - 3000}) // a new life; the retry is of the old one
-	add(&Pull{Now: now, Subject: "s", Group: "idle", Consumer: "c", Max: 1, IdleExpiry: 60_000, Tags: []string{"a", "b"}, TagsAll: true})
-	add(&Reclaim{Now: now, Subject: "s", Group: "idle", Consumer: "c"})
-	add(&Pull{Now: now, Subject: "s", Group: "amo", Consumer: "c", Max: 2, AtMostOnce: true, Start: StartEarliest})
+	add(&ResetConsumerGroup{Now: now, Subject: "s", ConsumerGroup: "r", To: StartAtTime, At: now - 3000}) // a new life; the retry is of the old one
+	add(&Pull{Now: now, Subject: "s", ConsumerGroup: "idle", Consumer: "c", Max: 1, IdleExpiry: 60_000, Tags: []string{"a", "b"}, TagsAll: true})
+	add(&Reclaim{Now: now, Subject: "s", ConsumerGroup: "idle", Consumer: "c"})
+	add(&Pull{Now: now, Subject: "s", ConsumerGroup: "amo", Consumer: "c", Max: 2, AtMostOnce: true, Start: StartEarliest})
 	return out
 }
 
@@ -79,13 +79,13 @@ func consumeMore(from uint64, refs []uint64) []*raft.Log {
 	now := rigStart + int64(from)*1000 + 120_000
 	cmds := []encoder{
 		&Fire{Now: now, Refs: refs},
-		&Extend{Now: now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}}},
-		&Pull{Now: now, Subject: "s", Group: "g", Consumer: "c2", Max: 5},
-		&Expire{Now: now + 60_000, Subject: "s", Group: "g", Consumer: "c2", Ranges: []message.AckRange{{First: 0, Last: 4}}},
-		&DeadLetters{Now: now, Subject: "s", Group: "d", Op: DeadResend, All: true},
-		&SetGroup{Now: now, Subject: "s", Group: "g", Set: SetAckWait, Settings: GroupSettings{AckWait: 0}},
-		&Forget{Now: now + 60_000, Subject: "s", Group: "idle", IdleFor: 60_000},
-		&Pull{Now: now, Subject: "s", Group: "r", Consumer: "c2", Max: 5},
+		&Extend{Now: now, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}}},
+		&Pull{Now: now, Subject: "s", ConsumerGroup: "g", Consumer: "c2", Max: 5},
+		&Expire{Now: now + 60_000, Subject: "s", ConsumerGroup: "g", Consumer: "c2", Ranges: []message.AckRange{{First: 0, Last: 4}}},
+		&DeadLetters{Now: now, Subject: "s", ConsumerGroup: "d", Op: DeadResend, All: true},
+		&SetConsumerGroup{Now: now, Subject: "s", ConsumerGroup: "g", Set: SetAckWait, Settings: ConsumerGroupSettings{AckWait: 0}},
+		&Forget{Now: now + 60_000, Subject: "s", ConsumerGroup: "idle", IdleFor: 60_000},
+		&Pull{Now: now, Subject: "s", ConsumerGroup: "r", Consumer: "c2", Max: 5},
 	}
 	var out []*raft.Log
 	for i, c := range cmds {
@@ -111,7 +111,7 @@ func wantEveryConsumerField(t *testing.T, f *FSM) {
 		deadline = deadline || p.deadline != 0
 	}
 	switch {
-	case g.settings == DefaultGroupSettings() || g.retrying != 1 || g.idleSince == 0:
+	case g.settings == DefaultConsumerGroupSettings() || g.retrying != 1 || g.idleSince == 0:
 		t.Fatalf("group g: %+v", g)
 	case len(d.dead) != 1 || d.deadDropped != 1 || d.dead[0].deliveries != 1 || d.dead[0].at == 0:
 		t.Fatalf("group d: %+v", d)
@@ -210,7 +210,7 @@ func TestConsumerStateCheckpoint(t *testing.T) {
 	if !bytes.Equal(stateBytes(g), stateBytes(ref)) {
 		t.Fatal("the restarted replica differs after more consumer commands")
 	}
-	if info, ok := ref.Group("s", "d"); !ok || info.DeadLetters != 0 || info.Redeliver != 1 {
+	if info, ok := ref.ConsumerGroup("s", "d"); !ok || info.DeadLetters != 0 || info.Redeliver != 1 {
 		t.Fatalf("the later commands did not apply: %+v", info)
 	}
 }

@@ -30,7 +30,7 @@ func appendGroupV4(b []byte, g *group) []byte {
 func readGroupV4(r *binenc.Reader, g *group) {
 	u32 := func() uint32 { return uint32(min(r.Uvarint(), 1<<32-1)) }
 	i64 := func() int64 { return int64(r.Uvarint()) }
-	g.settings = GroupSettings{MaxDeliveries: u32(), RetryFirst: i64(), RetryMax: i64(), AckWait: i64(),
+	g.settings = ConsumerGroupSettings{MaxDeliveries: u32(), RetryFirst: i64(), RetryMax: i64(), AckWait: i64(),
 		MaxInFlight: u32(), IdleExpiry: i64()}
 	g.gen, g.retrying, g.lost, g.deadDropped, g.idleSince = r.Uvarint(), i64(), i64(), i64(), i64()
 	n := r.Count(r.Remaining())

@@ -319,7 +319,7 @@ func (r rawCheckpoint) body() []byte {
 		b = binenc.AppendString(binenc.AppendString(b, g[0]), g[1])
 		b = binenc.AppendUvarint(binenc.AppendUvarint(b, 7), 0) // cursor, no redeliveries
 		if version >= 4 {
-			b = appendGroupV4(b, cmp.Or(r.group, &group{settings: DefaultGroupSettings()}))
+			b = appendGroupV4(b, cmp.Or(r.group, &group{settings: DefaultConsumerGroupSettings()}))
 		}
 	}
 	b = binenc.AppendUvarint(b, uint64(len(r.consumers)))
@@ -411,7 +411,7 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	// Version 3, before group settings: groups open with the defaults.
 	v3 := valid
 	v3.version = 3
-	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultGroupSettings() {
+	if c, err := decodeCheckpoint(seal(v3.body())); err != nil || c.st.groups[groupKey{"a", "g"}].settings != DefaultConsumerGroupSettings() {
 		t.Fatalf("a version 3 checkpoint: %v", err)
 	}
 	// Version 4, before retention's removing mark and the broker group
@@ -525,13 +525,13 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		{"retries beyond what the hours hold", mutate(func(r *rawCheckpoint) { r.retries = 1 })},
 		{"settings out of bounds", mutate(func(r *rawCheckpoint) {
-			r.group = &group{settings: GroupSettings{MaxDeliveries: 0}}
+			r.group = &group{settings: ConsumerGroupSettings{MaxDeliveries: 0}}
 		})},
 		{"group life past the last given", mutate(func(r *rawCheckpoint) {
-			r.group = &group{settings: DefaultGroupSettings(), gen: 1}
+			r.group = &group{settings: DefaultConsumerGroupSettings(), gen: 1}
 		})},
 		{"dead letter after too many deliveries", mutate(func(r *rawCheckpoint) {
-			r.group = &group{settings: DefaultGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: limits.MaxDeliveries + 1}}}
+			r.group = &group{settings: DefaultConsumerGroupSettings(), dead: []deadLetter{{seq: 1, deliveries: limits.MaxDeliveries + 1}}}
 		})},
 		{"configuration out of bounds", mutate(func(r *rawCheckpoint) {
 			c := initialGroupConfig()
@@ -677,9 +677,9 @@ func retentionWorkload(n int) []*raft.Log {
 			cmd = &Append{Now: now, Messages: []*message.Message{bigMsg(fmt.Sprint("m", i), subject), bigMsg(fmt.Sprint("m", i-6), subject)}}
 		case 3:
 			if i%8 == 3 {
-				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: "g", Consumer: "c", Max: 3}
+				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, ConsumerGroup: "g", Consumer: "c", Max: 3}
 			} else {
-				cmd = &Ack{Now: now, Subject: subject, Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}}
+				cmd = &Ack{Now: now, Subject: subject, ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}}
 			}
 		}
 		out = append(out, unitEntry(uint64(i), cmd))
@@ -778,11 +778,11 @@ func TestHourCountSurvivesARestart(t *testing.T) {
 	hour := unitHour + 2
 	due := hour*delaywheel.HourMillis + 5
 	appendAt(t, f, 1, unitNow, unitMsg("m", "s", 10))
-	p := resultAs[*PullResult](t, applyAt(f, 2, &Pull{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Max: 1, Start: StartEarliest}))
+	p := resultAs[*PullResult](t, applyAt(f, 2, &Pull{Now: unitNow, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Start: StartEarliest}))
 	if len(p.Entries) != 1 {
 		t.Fatalf("pulled %d", len(p.Entries))
 	}
-	resultAs[*NackResult](t, applyAt(f, 3, &Nack{Now: unitNow, Subject: "s", Group: "g", Consumer: "c", Epoch: p.Epoch, RetryAt: due,
+	resultAs[*NackResult](t, applyAt(f, 3, &Nack{Now: unitNow, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: p.Epoch, RetryAt: due,
 		Ranges: []message.AckRange{{First: p.Entries[0].PullSeq, Last: p.Entries[0].PullSeq}}})) // a retry due in the hour
 	appendAt(t, f, 4, unitNow, delayedMsg("d", "s", due))
 	live := *f.st.hours[hour]

@@ -105,7 +105,7 @@ func TestCluster(t *testing.T) {
 		if n := c.reclaim(t, l, "orders", "g1", "never-pulled"); n != 0 {
 			t.Fatalf("reclaim of an unknown consumer returned %d", n)
 		}
-		if res := c.apply(t, l, &Pull{Start: StartEarliest, Now: c.now(), Subject: "orders", Group: "g1", Consumer: "c1", Max: 0}); !errors.Is(clusterAsError(res), ErrInvalid) {
+		if res := c.apply(t, l, &Pull{Start: StartEarliest, Now: c.now(), Subject: "orders", ConsumerGroup: "g1", Consumer: "c1", Max: 0}); !errors.Is(clusterAsError(res), ErrInvalid) {
 			t.Fatalf("pull of 0 entries: %v", res)
 		}
 		c.waitApplied(t, c.running()...)
@@ -686,7 +686,7 @@ func (c *clusterT) sendDuplicates(t *testing.T, n *clusterNode, nums ...int) {
 func (c *clusterT) pull(t *testing.T, n *clusterNode, subject, group, consumer string, max int) []Pulled {
 	t.Helper()
 	want := c.model.pull(subject, group, consumer, max, DefaultConfig("").MaxPull, DefaultConfig("").MaxUnacked)
-	res, ok := c.apply(t, n, &Pull{Start: StartEarliest, Now: c.now(), Subject: subject, Group: group, Consumer: consumer, Max: max}).(*PullResult)
+	res, ok := c.apply(t, n, &Pull{Start: StartEarliest, Now: c.now(), Subject: subject, ConsumerGroup: group, Consumer: consumer, Max: max}).(*PullResult)
 	if !ok {
 		t.Fatalf("pull %s/%s/%s: response %#v", subject, group, consumer, res)
 	}
@@ -709,7 +709,7 @@ func (c *clusterT) ack(t *testing.T, n *clusterNode, subject, group, consumer st
 	if !ok || pos != wantPos {
 		t.Fatalf("test script: model refuses ack %v of %s/%s/%s or puts it at %d, not %d", ranges, subject, group, consumer, pos, wantPos)
 	}
-	res, ok := c.apply(t, n, &Ack{Now: c.now(), Subject: subject, Group: group, Consumer: consumer, Ranges: ranges}).(*AckResult)
+	res, ok := c.apply(t, n, &Ack{Now: c.now(), Subject: subject, ConsumerGroup: group, Consumer: consumer, Ranges: ranges}).(*AckResult)
 	if !ok || res.AckPos != wantPos {
 		t.Fatalf("ack %v of %s/%s/%s: response %#v, want ack position %d", ranges, subject, group, consumer, res, wantPos)
 	}
@@ -721,7 +721,7 @@ func (c *clusterT) ackInvalid(t *testing.T, n *clusterNode, subject, group, cons
 	if _, ok := c.model.ack(subject, group, consumer, ranges); ok {
 		t.Fatalf("test script: model accepts ack %v of %s/%s/%s", ranges, subject, group, consumer)
 	}
-	res := c.apply(t, n, &Ack{Now: c.now(), Subject: subject, Group: group, Consumer: consumer, Ranges: ranges})
+	res := c.apply(t, n, &Ack{Now: c.now(), Subject: subject, ConsumerGroup: group, Consumer: consumer, Ranges: ranges})
 	if !errors.Is(clusterAsError(res), ErrInvalid) {
 		t.Fatalf("ack %v of %s/%s/%s: response %#v, want ErrInvalid", ranges, subject, group, consumer, res)
 	}
@@ -731,7 +731,7 @@ func (c *clusterT) ackInvalid(t *testing.T, n *clusterNode, subject, group, cons
 func (c *clusterT) reclaim(t *testing.T, n *clusterNode, subject, group, consumer string) int {
 	t.Helper()
 	want := c.model.reclaim(subject, group, consumer)
-	res, ok := c.apply(t, n, &Reclaim{Now: c.now(), Subject: subject, Group: group, Consumer: consumer}).(*ReclaimResult)
+	res, ok := c.apply(t, n, &Reclaim{Now: c.now(), Subject: subject, ConsumerGroup: group, Consumer: consumer}).(*ReclaimResult)
 	if !ok || res.Reclaimed != want {
 		t.Fatalf("reclaim %s/%s/%s: response %#v, want %d reclaimed", subject, group, consumer, res, want)
 	}
@@ -745,14 +745,14 @@ func (c *clusterT) reclaim(t *testing.T, n *clusterNode, subject, group, consume
 // pulls. It checks the answers that follow from the script alone.
 func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 	t.Helper()
-	res := c.apply(t, n, &SetGroup{Now: c.now(), Subject: "orders", Group: g, Set: SetMaxDeliveries | SetAckWait,
-		Settings: GroupSettings{MaxDeliveries: 2, AckWait: 1000}, Start: StartEarliest})
-	if r, ok := res.(*GroupResult); !ok || !r.Created {
+	res := c.apply(t, n, &SetConsumerGroup{Now: c.now(), Subject: "orders", ConsumerGroup: g, Set: SetMaxDeliveries | SetAckWait,
+		Settings: ConsumerGroupSettings{MaxDeliveries: 2, AckWait: 1000}, Start: StartEarliest})
+	if r, ok := res.(*ConsumerGroupResult); !ok || !r.Created {
 		t.Fatalf("set-group: %#v", res)
 	}
 	pull := func(max int) []Pulled {
 		t.Helper()
-		r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Max: max, Resend: true, From: -1}).(*PullResult)
+		r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", ConsumerGroup: g, Consumer: "c1", Max: max, Resend: true, From: -1}).(*PullResult)
 		if !ok {
 			t.Fatalf("pull %s: %#v", g, r)
 		}
@@ -765,7 +765,7 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 	due := c.clock + 100
 	nack := func(retryAt int64, r message.AckRange) *NackResult {
 		t.Helper()
-		res, ok := c.apply(t, n, &Nack{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", RetryAt: retryAt, Ranges: []message.AckRange{r}}).(*NackResult)
+		res, ok := c.apply(t, n, &Nack{Now: c.now(), Subject: "orders", ConsumerGroup: g, Consumer: "c1", RetryAt: retryAt, Ranges: []message.AckRange{r}}).(*NackResult)
 		if !ok {
 			t.Fatalf("nack %v: %#v", r, res)
 		}
@@ -775,11 +775,11 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 		t.Fatalf("nack of 4: %+v", r)
 	}
 	nack(0, message.AckRange{First: 4, Last: 5}) // the group's backoff: 5 s, not due in this script
-	if r, ok := c.apply(t, n, &Extend{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 7}}}).(*ExtendResult); !ok || r.Extended != 2 {
+	if r, ok := c.apply(t, n, &Extend{Now: c.now(), Subject: "orders", ConsumerGroup: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 7}}}).(*ExtendResult); !ok || r.Extended != 2 {
 		t.Fatalf("extend: %#v", r)
 	}
 	c.clock += 2000 // past every ack wait
-	if r, ok := c.apply(t, n, &Expire{Now: c.now(), Subject: "orders", Group: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 9}}}).(*ExpireResult); !ok || r.Expired != 4 {
+	if r, ok := c.apply(t, n, &Expire{Now: c.now(), Subject: "orders", ConsumerGroup: g, Consumer: "c1", Ranges: []message.AckRange{{First: 6, Last: 9}}}).(*ExpireResult); !ok || r.Expired != 4 {
 		t.Fatalf("expire: %#v", r)
 	}
 	var refs []uint64
@@ -806,14 +806,14 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 	if r := nack(0, message.AckRange{First: again[0].PullSeq, Last: again[len(again)-1].PullSeq}); r.Dead != 8 {
 		t.Fatalf("nack at the most deliveries: %+v", r)
 	}
-	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", Group: g, Op: DeadResend, Seqs: []int64{again[0].ConsumeSeq}}).(*DeadLettersResult); !ok || r.Done != 1 {
+	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", ConsumerGroup: g, Op: DeadResend, Seqs: []int64{again[0].ConsumeSeq}}).(*DeadLettersResult); !ok || r.Done != 1 {
 		t.Fatalf("resend: %#v", r)
 	}
-	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", Group: g, Op: DeadPurge, All: true}).(*DeadLettersResult); !ok || r.Done != 7 {
+	if r, ok := c.apply(t, n, &DeadLetters{Now: c.now(), Subject: "orders", ConsumerGroup: g, Op: DeadPurge, All: true}).(*DeadLettersResult); !ok || r.Done != 7 {
 		t.Fatalf("purge: %#v", r)
 	}
-	c.apply(t, n, &ResetGroup{Now: c.now(), Subject: "orders", Group: g, To: StartLatest})
-	tagged, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g + "-tags", Consumer: "c1", Max: 20, Tags: []string{"tag1"},
+	c.apply(t, n, &ResetConsumerGroup{Now: c.now(), Subject: "orders", ConsumerGroup: g, To: StartLatest})
+	tagged, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", ConsumerGroup: g + "-tags", Consumer: "c1", Max: 20, Tags: []string{"tag1"},
 		Start: StartEarliest}).(*PullResult)
 	if !ok || len(tagged.Entries) != 20 {
 		t.Fatalf("tag-filtered pull: %#v", tagged)
@@ -823,11 +823,11 @@ func (c *clusterT) consumerGroups(t *testing.T, n *clusterNode, g string) {
 			t.Fatalf("tag-filtered pull handed %s/%d: %v, %v", "orders", p.ConsumeSeq, m, err)
 		}
 	}
-	if r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", Group: g + "-once", Consumer: "c1", Max: 5, AtMostOnce: true,
+	if r, ok := c.apply(t, n, &Pull{Now: c.now(), Subject: "orders", ConsumerGroup: g + "-once", Consumer: "c1", Max: 5, AtMostOnce: true,
 		Start: StartEarliest}).(*PullResult); !ok || len(r.Entries) != 5 {
 		t.Fatalf("at-most-once pull: %#v", r)
 	}
-	if r, ok := c.apply(t, n, &Reclaim{Now: c.now(), Subject: "orders", Group: g + "-once", Consumer: "c1"}).(*ReclaimResult); !ok || r.Reclaimed != 0 {
+	if r, ok := c.apply(t, n, &Reclaim{Now: c.now(), Subject: "orders", ConsumerGroup: g + "-once", Consumer: "c1"}).(*ReclaimResult); !ok || r.Reclaimed != 0 {
 		t.Fatalf("reclaim of an at-most-once consumer: %#v", r)
 	}
 }

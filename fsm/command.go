@@ -15,19 +15,19 @@ type CommandType uint8
 
 // Command types.
 const (
-	CmdAppend      CommandType = 1
-	CmdPull        CommandType = 2
-	CmdAck         CommandType = 3
-	CmdReclaim     CommandType = 4
-	CmdMember      CommandType = 5
-	CmdFire        CommandType = 6
-	CmdForget      CommandType = 7
-	CmdNack        CommandType = 8
-	CmdExtend      CommandType = 9
-	CmdExpire      CommandType = 10
-	CmdSetGroup    CommandType = 11
-	CmdResetGroup  CommandType = 12
-	CmdDeadLetters CommandType = 13
+	CmdAppend             CommandType = 1
+	CmdPull               CommandType = 2
+	CmdAck                CommandType = 3
+	CmdReclaim            CommandType = 4
+	CmdMember             CommandType = 5
+	CmdFire               CommandType = 6
+	CmdForget             CommandType = 7
+	CmdNack               CommandType = 8
+	CmdExtend             CommandType = 9
+	CmdExpire             CommandType = 10
+	CmdSetConsumerGroup   CommandType = 11
+	CmdResetConsumerGroup CommandType = 12
+	CmdDeadLetters        CommandType = 13
 	// CmdBrokerConfig changes the broker group's configuration
 	// (SetBrokerConfig).
 	CmdBrokerConfig CommandType = 14
@@ -55,9 +55,9 @@ func (t CommandType) String() string {
 		return "extend"
 	case CmdExpire:
 		return "expire"
-	case CmdSetGroup:
+	case CmdSetConsumerGroup:
 		return "set-group"
-	case CmdResetGroup:
+	case CmdResetConsumerGroup:
 		return "reset-group"
 	case CmdDeadLetters:
 		return "dead-letters"
@@ -195,22 +195,22 @@ func (c *Append) wire(i int) []byte {
 // without messages; before version 4 a tag-filtered pull hands out
 // redeliveries whatever their tags.
 type Pull struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Max                      int
-	Resend                   bool
-	From                     int64
-	Epoch                    uint64
-	AtMostOnce               bool
-	Tags                     []string
-	TagsAll                  bool
-	Start                    StartPosition
-	StartAt                  int64  // Unix milliseconds, with StartAtTime
-	IdleExpiry               int64  // milliseconds
-	MaxBytes                 int64  // version 4; 0 for no bound
-	App                      string // version 4; "" for none
-	MaxConsumers             int    // version 4, with App
-	version                  byte   // decoded from this earlier version; 0 for the current one
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Max                              int
+	Resend                           bool
+	From                             int64
+	Epoch                            uint64
+	AtMostOnce                       bool
+	Tags                             []string
+	TagsAll                          bool
+	Start                            StartPosition
+	StartAt                          int64  // Unix milliseconds, with StartAtTime
+	IdleExpiry                       int64  // milliseconds
+	MaxBytes                         int64  // version 4; 0 for no bound
+	App                              string // version 4; "" for none
+	MaxConsumers                     int    // version 4, with App
+	version                          byte   // decoded from this earlier version; 0 for the current one
 }
 
 // pullVersion returns the version c is encoded and applied as.
@@ -237,10 +237,10 @@ const (
 //
 //	subject | group | consumer | [epoch uvarint, version 2] | count uvarint | (first uvarint, last uvarint)…
 type Ack struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	Ranges                   []message.AckRange
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	Ranges                           []message.AckRange
 }
 
 // Reclaim hands a consumer's unacked entries back to its group and forgets
@@ -249,9 +249,9 @@ type Ack struct {
 //
 //	subject | group | consumer | [epoch uvarint, version 2]
 type Reclaim struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Epoch                    uint64
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
 }
 
 // Forget removes a consumer group of a subject from the state, with all its
@@ -262,9 +262,9 @@ type Reclaim struct {
 //
 //	subject | group | idle-for uvarint (milliseconds, version 2)
 type Forget struct {
-	Now            int64
-	Subject, Group string
-	IdleFor        int64
+	Now                    int64
+	Subject, ConsumerGroup string
+	IdleFor                int64
 }
 
 // SetMember records a group member's client address, so that any node can
@@ -334,7 +334,7 @@ func (c *Append) Encode() []byte {
 // (the current one for a new command).
 func (c *Pull) Encode() []byte {
 	v := c.pullVersion()
-	b := appendNames(appendHeaderVersion(nil, CmdPull, v, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeaderVersion(nil, CmdPull, v, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	b = binenc.AppendUvarint(b, uint64(c.Max))
 	from := uint64(0)
 	if c.Resend {
@@ -371,20 +371,20 @@ func (c *Pull) Encode() []byte {
 
 // Encode returns the command's bytes.
 func (c *Ack) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdAck, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdAck, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	return appendRanges(binenc.AppendUvarint(b, c.Epoch), c.Ranges)
 }
 
 // Encode returns the command's bytes.
 func (c *Reclaim) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdReclaim, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	return binenc.AppendUvarint(b, c.Epoch)
 }
 
 // Encode returns the command's bytes.
 func (c *Forget) Encode() []byte {
 	b := binenc.AppendString(appendHeader(nil, CmdForget, c.Now), c.Subject)
-	b = binenc.AppendString(b, c.Group)
+	b = binenc.AppendString(b, c.ConsumerGroup)
 	return binenc.AppendUvarint(b, uint64(c.IdleFor))
 }
 
@@ -454,7 +454,7 @@ func Decode(b []byte) (any, error) {
 		cmd = c
 	case CmdPull:
 		c := &Pull{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Subject, c.ConsumerGroup, c.Consumer = readNames(r)
 		c.Max = int(r.Uvarint())
 		if from := r.Uvarint(); from > 0 {
 			c.Resend, c.From = true, int64(from-1)
@@ -483,13 +483,13 @@ func Decode(b []byte) (any, error) {
 		cmd = c
 	case CmdAck:
 		c := &Ack{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Subject, c.ConsumerGroup, c.Consumer = readNames(r)
 		c.Epoch = epoch()
 		c.Ranges = readRanges(r)
 		cmd = c
 	case CmdReclaim:
 		c := &Reclaim{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Subject, c.ConsumerGroup, c.Consumer = readNames(r)
 		c.Epoch = epoch()
 		cmd = c
 	case CmdMember:
@@ -503,7 +503,7 @@ func Decode(b []byte) (any, error) {
 		}
 		cmd = c
 	case CmdForget:
-		c := &Forget{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+		c := &Forget{Now: now, Subject: r.String(limits.MaxName), ConsumerGroup: r.String(limits.MaxName)}
 		if v >= commandVersionEpoch {
 			c.IdleFor = int64(r.Uvarint())
 		}

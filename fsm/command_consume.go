@@ -21,11 +21,11 @@ import (
 //
 //	subject | group | consumer | epoch uvarint | retry-at i64 | count uvarint | (first uvarint, last uvarint)…
 type Nack struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	RetryAt                  int64 // Unix milliseconds; 0 for the group's backoff
-	Ranges                   []message.AckRange
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	RetryAt                          int64 // Unix milliseconds; 0 for the group's backoff
+	Ranges                           []message.AckRange
 }
 
 // Extend gives unacked pull sequences of Epoch the group's whole ack wait
@@ -33,36 +33,36 @@ type Nack struct {
 //
 //	subject | group | consumer | epoch uvarint | count uvarint | (first uvarint, last uvarint)…
 type Extend struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	Ranges                   []message.AckRange
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	Ranges                           []message.AckRange
 }
 
 // Expire hands the group again the pull sequences of Epoch whose ack wait
 // has passed at Now (a leader proposes it for what Overdue finds); any
 // other named sequence is passed over. Payload as Extend's.
 type Expire struct {
-	Now                      int64
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	Ranges                   []message.AckRange
+	Now                              int64
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	Ranges                           []message.AckRange
 }
 
-// SetGroup changes a consumer group's settings, creating the group (at
+// SetConsumerGroup changes a consumer group's settings, creating the group (at
 // Start) if it does not exist. Only the fields named by Set change.
 // Payload:
 //
 //	subject | group | set u8 (setting bits) | max-deliveries uvarint | retry-first uvarint |
 //	retry-max uvarint | ack-wait uvarint | max-in-flight uvarint | idle-expiry uvarint |
 //	start u8 | start-at i64
-type SetGroup struct {
-	Now            int64
-	Subject, Group string
-	Set            SettingBits
-	Settings       GroupSettings
-	Start          StartPosition
-	StartAt        int64
+type SetConsumerGroup struct {
+	Now                    int64
+	Subject, ConsumerGroup string
+	Set                    SettingBits
+	Settings               ConsumerGroupSettings
+	Start                  StartPosition
+	StartAt                int64
 }
 
 // SettingBits names fields of GroupSettings.
@@ -80,7 +80,7 @@ const (
 )
 
 // apply returns s with the fields of o that bits name.
-func (bits SettingBits) apply(s, o GroupSettings) GroupSettings {
+func (bits SettingBits) apply(s, o ConsumerGroupSettings) ConsumerGroupSettings {
 	if bits&SetMaxDeliveries != 0 {
 		s.MaxDeliveries = o.MaxDeliveries
 	}
@@ -102,7 +102,7 @@ func (bits SettingBits) apply(s, o GroupSettings) GroupSettings {
 	return s
 }
 
-// ResetGroup moves a consumer group's cursor to To (StartAt for
+// ResetConsumerGroup moves a consumer group's cursor to To (StartAt for
 // StartAtTime): the messages before it count as consumed, those after as
 // not. What the group had to hand out again is dropped, and retries it
 // scheduled are dropped when they fire; its dead letters and what its
@@ -110,11 +110,11 @@ func (bits SettingBits) apply(s, o GroupSettings) GroupSettings {
 // there. Payload:
 //
 //	subject | group | to u8 | at i64
-type ResetGroup struct {
-	Now            int64
-	Subject, Group string
-	To             StartPosition
-	At             int64
+type ResetConsumerGroup struct {
+	Now                    int64
+	Subject, ConsumerGroup string
+	To                     StartPosition
+	At                     int64
 }
 
 // DeadLetterOp is what a DeadLetters command does.
@@ -135,11 +135,11 @@ const (
 //
 //	subject | group | op u8 | all u8 | count uvarint | seq uvarint…
 type DeadLetters struct {
-	Now            int64
-	Subject, Group string
-	Op             DeadLetterOp
-	All            bool
-	Seqs           []int64
+	Now                    int64
+	Subject, ConsumerGroup string
+	Op                     DeadLetterOp
+	All                    bool
+	Seqs                   []int64
 }
 
 // MaxDeadLetterSeqs bounds the sequences one DeadLetters command names.
@@ -165,7 +165,7 @@ func readRanges(r *binenc.Reader) []message.AckRange {
 
 // Encode returns the command's bytes.
 func (c *Nack) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdNack, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdNack, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	b = binenc.AppendUvarint(b, c.Epoch)
 	b = binenc.AppendUint64(b, uint64(c.RetryAt))
 	return appendRanges(b, c.Ranges)
@@ -173,20 +173,20 @@ func (c *Nack) Encode() []byte {
 
 // Encode returns the command's bytes.
 func (c *Extend) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdExtend, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdExtend, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	return appendRanges(binenc.AppendUvarint(b, c.Epoch), c.Ranges)
 }
 
 // Encode returns the command's bytes.
 func (c *Expire) Encode() []byte {
-	b := appendNames(appendHeader(nil, CmdExpire, c.Now), c.Subject, c.Group, c.Consumer)
+	b := appendNames(appendHeader(nil, CmdExpire, c.Now), c.Subject, c.ConsumerGroup, c.Consumer)
 	return appendRanges(binenc.AppendUvarint(b, c.Epoch), c.Ranges)
 }
 
 // Encode returns the command's bytes.
-func (c *SetGroup) Encode() []byte {
-	b := binenc.AppendString(appendHeader(nil, CmdSetGroup, c.Now), c.Subject)
-	b = binenc.AppendString(b, c.Group)
+func (c *SetConsumerGroup) Encode() []byte {
+	b := binenc.AppendString(appendHeader(nil, CmdSetConsumerGroup, c.Now), c.Subject)
+	b = binenc.AppendString(b, c.ConsumerGroup)
 	b = append(b, byte(c.Set))
 	s := c.Settings
 	for _, v := range []uint64{uint64(s.MaxDeliveries), uint64(s.RetryFirst), uint64(s.RetryMax), uint64(s.AckWait),
@@ -198,9 +198,9 @@ func (c *SetGroup) Encode() []byte {
 }
 
 // Encode returns the command's bytes.
-func (c *ResetGroup) Encode() []byte {
-	b := binenc.AppendString(appendHeader(nil, CmdResetGroup, c.Now), c.Subject)
-	b = binenc.AppendString(b, c.Group)
+func (c *ResetConsumerGroup) Encode() []byte {
+	b := binenc.AppendString(appendHeader(nil, CmdResetConsumerGroup, c.Now), c.Subject)
+	b = binenc.AppendString(b, c.ConsumerGroup)
 	b = append(b, byte(c.To))
 	return binenc.AppendUint64(b, uint64(c.At))
 }
@@ -208,7 +208,7 @@ func (c *ResetGroup) Encode() []byte {
 // Encode returns the command's bytes.
 func (c *DeadLetters) Encode() []byte {
 	b := binenc.AppendString(appendHeader(nil, CmdDeadLetters, c.Now), c.Subject)
-	b = binenc.AppendString(b, c.Group)
+	b = binenc.AppendString(b, c.ConsumerGroup)
 	all := byte(0)
 	if c.All {
 		all = 1
@@ -227,7 +227,7 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 	switch t {
 	case CmdNack:
 		c := &Nack{Now: now}
-		c.Subject, c.Group, c.Consumer = readNames(r)
+		c.Subject, c.ConsumerGroup, c.Consumer = readNames(r)
 		c.Epoch = r.Uvarint()
 		c.RetryAt = r.Int64()
 		c.Ranges = readRanges(r)
@@ -236,11 +236,11 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 		subject, group, consumer := readNames(r)
 		epoch, ranges := r.Uvarint(), readRanges(r)
 		if t == CmdExtend {
-			return &Extend{Now: now, Subject: subject, Group: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
+			return &Extend{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
 		}
-		return &Expire{Now: now, Subject: subject, Group: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
-	case CmdSetGroup:
-		c := &SetGroup{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+		return &Expire{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Epoch: epoch, Ranges: ranges}, true, nil
+	case CmdSetConsumerGroup:
+		c := &SetConsumerGroup{Now: now, Subject: r.String(limits.MaxName), ConsumerGroup: r.String(limits.MaxName)}
 		c.Set = SettingBits(r.Byte())
 		var v [6]uint64
 		for i := range v {
@@ -251,18 +251,18 @@ func decodeConsumeCommand(t CommandType, now int64, r *binenc.Reader) (any, bool
 			// encoding.
 			return nil, true, fmt.Errorf("%w: set-group: max deliveries %d or max in flight %d over 32 bits", ErrBadCommand, v[0], v[4])
 		}
-		c.Settings = GroupSettings{MaxDeliveries: uint32(v[0]), RetryFirst: int64(v[1]), RetryMax: int64(v[2]), AckWait: int64(v[3]),
+		c.Settings = ConsumerGroupSettings{MaxDeliveries: uint32(v[0]), RetryFirst: int64(v[1]), RetryMax: int64(v[2]), AckWait: int64(v[3]),
 			MaxInFlight: uint32(v[4]), IdleExpiry: int64(v[5])}
 		c.Start = StartPosition(r.Byte())
 		c.StartAt = r.Int64()
 		return c, true, nil
-	case CmdResetGroup:
-		c := &ResetGroup{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+	case CmdResetConsumerGroup:
+		c := &ResetConsumerGroup{Now: now, Subject: r.String(limits.MaxName), ConsumerGroup: r.String(limits.MaxName)}
 		c.To = StartPosition(r.Byte())
 		c.At = r.Int64()
 		return c, true, nil
 	case CmdDeadLetters:
-		c := &DeadLetters{Now: now, Subject: r.String(limits.MaxName), Group: r.String(limits.MaxName)}
+		c := &DeadLetters{Now: now, Subject: r.String(limits.MaxName), ConsumerGroup: r.String(limits.MaxName)}
 		c.Op = DeadLetterOp(r.Byte())
 		all := r.Byte()
 		if all > 1 {

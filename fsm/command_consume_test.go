@@ -37,37 +37,37 @@ func sampleConsumeCommands() map[string]encoder {
 		}
 		return out
 	}
-	all := GroupSettings{MaxDeliveries: math.MaxUint32, RetryFirst: math.MaxInt64, RetryMax: -1, AckWait: 1, MaxInFlight: math.MaxUint32, IdleExpiry: 7}
+	all := ConsumerGroupSettings{MaxDeliveries: math.MaxUint32, RetryFirst: math.MaxInt64, RetryMax: -1, AckWait: 1, MaxInFlight: math.MaxUint32, IdleExpiry: 7}
 	return map[string]encoder{
-		"nack":                  &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: 1 << 42, Ranges: []message.AckRange{{First: 0, Last: 2}}},
-		"nack max ranges":       &Nack{Now: 1, Subject: long, Group: long, Consumer: long, Epoch: math.MaxUint64, RetryAt: -1, Ranges: ranges(limits.MaxAckRanges)},
-		"nack under max ranges": &Nack{Now: 1, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges - 1)},
-		"extend":                &Extend{Now: 2, Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{}},
-		"extend max ranges":     &Extend{Now: 2, Subject: long, Group: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
-		"expire":                &Expire{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 9, Ranges: []message.AckRange{{First: 5, Last: 5}}},
-		"expire max ranges":     &Expire{Now: 2, Subject: "s", Group: long, Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
-		"set-group":             &SetGroup{Now: 3, Subject: "s", Group: "g", Set: SetAckWait, Settings: DefaultGroupSettings(), Start: StartAtTime, StartAt: 1 << 40},
-		"set-group extremes":    &SetGroup{Now: 3, Subject: long, Group: long, Set: 0xff, Settings: all, Start: 0xff, StartAt: -1},
-		"reset-group":           &ResetGroup{Now: 4, Subject: "s", Group: "g", To: StartEarliest},
-		"reset-group extremes":  &ResetGroup{Now: 4, Subject: long, Group: long, To: 0xff, At: math.MinInt64},
-		"dead-letters":          &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadResend, Seqs: []int64{3, 1}},
-		"dead-letters all":      &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, All: true, Seqs: []int64{}},
-		"dead-letters max":      &DeadLetters{Now: 5, Subject: long, Group: long, Op: 0xff, Seqs: seqs(MaxDeadLetterSeqs)},
-		"dead-letters under":    &DeadLetters{Now: 5, Subject: "s", Group: "g", Op: DeadPurge, Seqs: seqs(MaxDeadLetterSeqs - 1)},
-		"pull v1":               &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 3, Start: StartEarliest, version: commandVersion},
-		"pull v2":               &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 5, Start: StartEarliest, version: commandVersionEpoch},
-		"pull v3": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
+		"nack":                  &Nack{Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, RetryAt: 1 << 42, Ranges: []message.AckRange{{First: 0, Last: 2}}},
+		"nack max ranges":       &Nack{Now: 1, Subject: long, ConsumerGroup: long, Consumer: long, Epoch: math.MaxUint64, RetryAt: -1, Ranges: ranges(limits.MaxAckRanges)},
+		"nack under max ranges": &Nack{Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges - 1)},
+		"extend":                &Extend{Now: 2, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{}},
+		"extend max ranges":     &Extend{Now: 2, Subject: long, ConsumerGroup: "g", Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
+		"expire":                &Expire{Now: math.MinInt64, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 9, Ranges: []message.AckRange{{First: 5, Last: 5}}},
+		"expire max ranges":     &Expire{Now: 2, Subject: "s", ConsumerGroup: long, Consumer: "c", Ranges: ranges(limits.MaxAckRanges)},
+		"set-group":             &SetConsumerGroup{Now: 3, Subject: "s", ConsumerGroup: "g", Set: SetAckWait, Settings: DefaultConsumerGroupSettings(), Start: StartAtTime, StartAt: 1 << 40},
+		"set-group extremes":    &SetConsumerGroup{Now: 3, Subject: long, ConsumerGroup: long, Set: 0xff, Settings: all, Start: 0xff, StartAt: -1},
+		"reset-group":           &ResetConsumerGroup{Now: 4, Subject: "s", ConsumerGroup: "g", To: StartEarliest},
+		"reset-group extremes":  &ResetConsumerGroup{Now: 4, Subject: long, ConsumerGroup: long, To: 0xff, At: math.MinInt64},
+		"dead-letters":          &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadResend, Seqs: []int64{3, 1}},
+		"dead-letters all":      &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadPurge, All: true, Seqs: []int64{}},
+		"dead-letters max":      &DeadLetters{Now: 5, Subject: long, ConsumerGroup: long, Op: 0xff, Seqs: seqs(MaxDeadLetterSeqs)},
+		"dead-letters under":    &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadPurge, Seqs: seqs(MaxDeadLetterSeqs - 1)},
+		"pull v1":               &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Resend: true, From: 3, Start: StartEarliest, version: commandVersion},
+		"pull v2":               &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Epoch: 5, Start: StartEarliest, version: commandVersionEpoch},
+		"pull v3": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
 			TagsAll: true, Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, version: commandVersionPull3},
-		"pull v3 max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags, message.MaxTagLen),
+		"pull v3 max tags": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags, message.MaxTagLen),
 			Start: 0xff, StartAt: -1, IdleExpiry: math.MaxInt64, version: commandVersionPull3},
-		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags-1, message.MaxTagLen-1), version: commandVersionPull3},
-		"pull v4": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
+		"pull v3 under max tags": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Tags: tags(message.MaxTags-1, message.MaxTagLen-1), version: commandVersionPull3},
+		"pull v4": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
 			Start: StartAtTime, StartAt: 1 << 41, IdleExpiry: 60_000, MaxBytes: 8 << 20},
-		"pull v4 max bytes": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, MaxBytes: math.MaxInt64},
-		"pull v4 one byte":  &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, MaxBytes: 1},
-		"pull v4 app": &Pull{Now: 6, Subject: "s", Group: "g", Consumer: "c", Max: 1, App: strings.Repeat("a", limits.MaxName),
+		"pull v4 max bytes": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Resend: true, MaxBytes: math.MaxInt64},
+		"pull v4 one byte":  &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, MaxBytes: 1},
+		"pull v4 app": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, App: strings.Repeat("a", limits.MaxName),
 			MaxConsumers: limits.MaxConsumers},
-		"forget idle": &Forget{Now: 7, Subject: "s", Group: "g", IdleFor: math.MaxInt64},
+		"forget idle": &Forget{Now: 7, Subject: "s", ConsumerGroup: "g", IdleFor: math.MaxInt64},
 	}
 }
 
@@ -82,7 +82,7 @@ func overLimitConsumeCommands() map[string][]byte {
 		tags[i] = "t"
 	}
 	setGroup := func(maxDeliveries, maxInFlight uint64) []byte {
-		b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdSetGroup, 1), "s"), "g")
+		b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdSetConsumerGroup, 1), "s"), "g")
 		b = append(b, 0)
 		for _, v := range []uint64{maxDeliveries, 0, 0, 0, maxInFlight, 0} {
 			b = binenc.AppendUvarint(b, v)
@@ -90,17 +90,17 @@ func overLimitConsumeCommands() map[string][]byte {
 		return binenc.AppendUint64(append(b, 0), 0)
 	}
 	return map[string][]byte{
-		"nack ranges":          (&Nack{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"extend ranges":        (&Extend{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"expire ranges":        (&Expire{Subject: "s", Group: "g", Consumer: "c", Ranges: many}).Encode(),
-		"expire name":          (&Expire{Subject: long, Group: "g", Consumer: "c"}).Encode(),
-		"dead-letters seqs":    (&DeadLetters{Subject: "s", Group: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
-		"dead-letters name":    (&DeadLetters{Subject: "s", Group: long}).Encode(),
-		"set-group name":       (&SetGroup{Subject: long, Group: "g"}).Encode(),
-		"reset-group name":     (&ResetGroup{Subject: "s", Group: long}).Encode(),
-		"forget name":          (&Forget{Subject: long, Group: "g", IdleFor: 1}).Encode(),
-		"pull tags":            (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
-		"pull tag length":      (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", message.MaxTagLen+1)}}).Encode(),
+		"nack ranges":          (&Nack{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: many}).Encode(),
+		"extend ranges":        (&Extend{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire ranges":        (&Expire{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: many}).Encode(),
+		"expire name":          (&Expire{Subject: long, ConsumerGroup: "g", Consumer: "c"}).Encode(),
+		"dead-letters seqs":    (&DeadLetters{Subject: "s", ConsumerGroup: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
+		"dead-letters name":    (&DeadLetters{Subject: "s", ConsumerGroup: long}).Encode(),
+		"set-group name":       (&SetConsumerGroup{Subject: long, ConsumerGroup: "g"}).Encode(),
+		"reset-group name":     (&ResetConsumerGroup{Subject: "s", ConsumerGroup: long}).Encode(),
+		"forget name":          (&Forget{Subject: long, ConsumerGroup: "g", IdleFor: 1}).Encode(),
+		"pull tags":            (&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Tags: tags}).Encode(),
+		"pull tag length":      (&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Tags: []string{strings.Repeat("t", message.MaxTagLen+1)}}).Encode(),
 		"pull max bytes":       pullMaxBytes(1 << 63),
 		"pull max consumers":   pullMaxConsumers(limits.MaxConsumers + 1),
 		"pull flags":           pullFlags(4),
@@ -112,7 +112,7 @@ func overLimitConsumeCommands() map[string][]byte {
 
 // pullMaxBytes returns a version 4 pull whose max-bytes field is v.
 func pullMaxBytes(v uint64) []byte {
-	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, version: commandVersionPull3}).Encode()
+	b := (&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, version: commandVersionPull3}).Encode()
 	b[1] = commandVersionPull4
 	return append(binenc.AppendUvarint(b, v), 0, 0) // no application, max consumers 0
 }
@@ -120,7 +120,7 @@ func pullMaxBytes(v uint64) []byte {
 // pullMaxConsumers returns a version 4 pull of application "a" whose
 // max-consumers field is v.
 func pullMaxConsumers(v uint64) []byte {
-	b := (&Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, App: "a"}).Encode()
+	b := (&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, App: "a"}).Encode()
 	return binenc.AppendUvarint(b[:len(b)-1], v) // max consumers 0 is one byte
 }
 

@@ -29,15 +29,15 @@ func sampleCommands() map[string]encoder {
 		"append empty": &Append{Now: -1},
 		"append apps": &Append{Now: 2, Messages: []*message.Message{full, unitMsg("id-3", "x", 0), unitMsg("id-4", "x", 1)},
 			Apps: []Sender{{App: "billing", MaxDelayed: 1 << 30}, {App: long, MaxDelayed: 0}}, Senders: []int{2, 0, 1}},
-		"pull":               &Pull{Start: StartEarliest, Now: 5, Subject: "orders", Group: "billing", Consumer: "c-1", Max: 100},
-		"pull max":           &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, Group: long, Consumer: long, Max: math.MaxInt64},
-		"ack":                &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}, {First: 7, Last: 7}}},
-		"ack no ranges":      &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{}},
-		"ack max ranges":     &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Ranges: many},
-		"reclaim":            &Reclaim{Now: math.MinInt64, Subject: "s", Group: "g", Consumer: "c", Epoch: 3},
-		"pull resend":        &Pull{Start: StartEarliest, Now: 5, Subject: "s", Group: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
-		"ack epoch":          &Ack{Now: 9, Subject: "s", Group: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []message.AckRange{{First: 1, Last: 1}}},
-		"forget":             &Forget{Now: 2, Subject: long, Group: "g"},
+		"pull":               &Pull{Start: StartEarliest, Now: 5, Subject: "orders", ConsumerGroup: "billing", Consumer: "c-1", Max: 100},
+		"pull max":           &Pull{Start: StartEarliest, Now: math.MaxInt64, Subject: long, ConsumerGroup: long, Consumer: long, Max: math.MaxInt64},
+		"ack":                &Ack{Now: 9, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 3}, {First: 7, Last: 7}}},
+		"ack no ranges":      &Ack{Now: 9, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{}},
+		"ack max ranges":     &Ack{Now: 9, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: many},
+		"reclaim":            &Reclaim{Now: math.MinInt64, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3},
+		"pull resend":        &Pull{Start: StartEarliest, Now: 5, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, Resend: true, From: 0, Epoch: math.MaxUint64},
+		"ack epoch":          &Ack{Now: 9, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1 << 40, Ranges: []message.AckRange{{First: 1, Last: 1}}},
+		"forget":             &Forget{Now: 2, Subject: long, ConsumerGroup: "g"},
 		"member":             &SetMember{Now: 3, ID: "node1", ClientAddr: "127.0.0.1:7000"},
 		"member removal":     &SetMember{Now: 3, ID: "node1"},
 		"fire":               &Fire{Now: 4, Refs: []uint64{0, 1 << 44, math.MaxUint64}},
@@ -80,7 +80,7 @@ func TestCommandRoundTrip(t *testing.T) {
 func TestCommandTypeValues(t *testing.T) {
 	// The values are written into the Raft log.
 	for want, ct := range map[CommandType]CommandType{1: CmdAppend, 2: CmdPull, 3: CmdAck, 4: CmdReclaim, 5: CmdMember, 6: CmdFire, 7: CmdForget,
-		8: CmdNack, 9: CmdExtend, 10: CmdExpire, 11: CmdSetGroup, 12: CmdResetGroup, 13: CmdDeadLetters, 14: CmdBrokerConfig} {
+		8: CmdNack, 9: CmdExtend, 10: CmdExpire, 11: CmdSetConsumerGroup, 12: CmdResetConsumerGroup, 13: CmdDeadLetters, 14: CmdBrokerConfig} {
 		if ct != want {
 			t.Fatalf("%s = %d, want %d", ct, ct, want)
 		}
@@ -91,7 +91,7 @@ func TestCommandTypeValues(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	pull := (&Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()
+	pull := (&Pull{Start: StartEarliest, Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}).Encode()
 	app := (&Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 3)}}).Encode()
 	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint

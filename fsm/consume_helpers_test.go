@@ -76,27 +76,27 @@ func (r *groupRig) pull(p Pull) *PullResult {
 // message of a new group.
 func (r *groupRig) pullN(g, c string, n int) *PullResult {
 	r.t.Helper()
-	return r.pull(Pull{Subject: "s", Group: g, Consumer: c, Max: n, Start: StartEarliest})
+	return r.pull(Pull{Subject: "s", ConsumerGroup: g, Consumer: c, Max: n, Start: StartEarliest})
 }
 
 func (r *groupRig) ack(g, c string, ranges ...message.AckRange) {
 	r.t.Helper()
-	resultAs[*AckResult](r.t, r.apply(&Ack{Now: r.now, Subject: "s", Group: g, Consumer: c, Ranges: ranges}))
+	resultAs[*AckResult](r.t, r.apply(&Ack{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: c, Ranges: ranges}))
 }
 
 func (r *groupRig) nack(g, c string, retryAt int64, ranges ...message.AckRange) *NackResult {
 	r.t.Helper()
-	return resultAs[*NackResult](r.t, r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: c, RetryAt: retryAt, Ranges: ranges}))
+	return resultAs[*NackResult](r.t, r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: c, RetryAt: retryAt, Ranges: ranges}))
 }
 
 func (r *groupRig) expire(g, c string, ranges ...message.AckRange) *ExpireResult {
 	r.t.Helper()
-	return resultAs[*ExpireResult](r.t, r.apply(&Expire{Now: r.now, Subject: "s", Group: g, Consumer: c, Ranges: ranges}))
+	return resultAs[*ExpireResult](r.t, r.apply(&Expire{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: c, Ranges: ranges}))
 }
 
-func (r *groupRig) setGroup(g string, set SettingBits, s GroupSettings) *GroupResult {
+func (r *groupRig) setGroup(g string, set SettingBits, s ConsumerGroupSettings) *ConsumerGroupResult {
 	r.t.Helper()
-	return resultAs[*GroupResult](r.t, r.apply(&SetGroup{Now: r.now, Subject: "s", Group: g, Set: set, Settings: s, Start: StartEarliest}))
+	return resultAs[*ConsumerGroupResult](r.t, r.apply(&SetConsumerGroup{Now: r.now, Subject: "s", ConsumerGroup: g, Set: set, Settings: s, Start: StartEarliest}))
 }
 
 // fire applies a Fire of refs at the rig's time.
@@ -106,9 +106,9 @@ func (r *groupRig) fire(refs ...uint64) *FireResult {
 }
 
 // group returns the group's information, which must exist.
-func (r *groupRig) group(g string) GroupInfo {
+func (r *groupRig) group(g string) ConsumerGroupInfo {
 	r.t.Helper()
-	info, ok := r.f.Group("s", g)
+	info, ok := r.f.ConsumerGroup("s", g)
 	if !ok {
 		r.t.Fatalf("group %s unknown", g)
 	}

@@ -36,7 +36,7 @@ func (f *FSM) addDead(g *group, d deadLetter) {
 
 // applyDeadLetters resends or purges dead letters of a group.
 func (f *FSM) applyDeadLetters(c *DeadLetters) any {
-	if err := checkGroupNames(c.Subject, c.Group); err != nil {
+	if err := checkGroupNames(c.Subject, c.ConsumerGroup); err != nil {
 		return err
 	}
 	if c.Op != DeadResend && c.Op != DeadPurge {
@@ -49,7 +49,7 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 	}
 	f.st.stamp(c.Now)
 	res := &DeadLettersResult{}
-	g := f.st.groups[groupKey{c.Subject, c.Group}]
+	g := f.st.groups[groupKey{c.Subject, c.ConsumerGroup}]
 	if g == nil {
 		return res
 	}

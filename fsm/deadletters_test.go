@@ -11,7 +11,7 @@ import (
 // sequences 0..n-1 (max deliveries 1, each nacked once).
 func deadRig(t *testing.T, n int) *groupRig {
 	r := newGroupRig(t)
-	r.setGroup("g", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+	r.setGroup("g", SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
 	r.sendN("s", n)
 	r.pullN("g", "c", n)
 	if res := r.nack("g", "c", 0, message.AckRange{First: 0, Last: int64(n - 1)}); res.Dead != n {
@@ -22,7 +22,7 @@ func deadRig(t *testing.T, n int) *groupRig {
 
 func (r *groupRig) deadOp(g string, op DeadLetterOp, all bool, seqs ...int64) int {
 	r.t.Helper()
-	return resultAs[*DeadLettersResult](r.t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: op, All: all, Seqs: seqs})).Done
+	return resultAs[*DeadLettersResult](r.t, r.apply(&DeadLetters{Now: r.now, Subject: "s", ConsumerGroup: g, Op: op, All: all, Seqs: seqs})).Done
 }
 
 func TestDeadLettersResendAndPurge(t *testing.T) {
@@ -57,8 +57,8 @@ func TestDeadLettersResendAndPurge(t *testing.T) {
 		t.Fatalf("purged dead letters handed out: %v", consumeSeqs(p))
 	}
 	before := stateBytes(r.f)
-	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: "g", Op: 3, All: true}))
-	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: "g", Op: DeadPurge, Seqs: []int64{-1}}))
+	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", ConsumerGroup: "g", Op: 3, All: true}))
+	wantInvalid(t, r.apply(&DeadLetters{Now: r.now, Subject: "s", ConsumerGroup: "g", Op: DeadPurge, Seqs: []int64{-1}}))
 	wantStateUnchanged(t, r.f, before)
 }
 
@@ -77,30 +77,30 @@ func TestDeadLetterBounds(t *testing.T) {
 		t.Fatalf("group %+v", info)
 	}
 	// A second group: one under the total, then at it.
-	r.setGroup("h", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
-	r.pull(Pull{Subject: "s", Group: "h", Consumer: "c", Max: 3, Start: StartEarliest})
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []message.AckRange{one(0)}})
+	r.setGroup("h", SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
+	r.pull(Pull{Subject: "s", ConsumerGroup: "h", Consumer: "c", Max: 3, Start: StartEarliest})
+	r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "h", Consumer: "c", Ranges: []message.AckRange{one(0)}})
 	if d, n := r.f.DeadLetters("s", "h", 0, 10); n != 1 || d[0].Seq != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("h at the total bound: %+v of %d, total %d", d, n, r.f.st.deadTotal)
 	}
 	// Past the total: g, holding the most, gives its oldest.
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", Ranges: []message.AckRange{one(1)}})
+	r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "h", Consumer: "c", Ranges: []message.AckRange{one(1)}})
 	if got := r.dead("h"); !slices.Equal(got, []int64{0, 1}) || !slices.Equal(r.dead("g"), []int64{2, 3}) || r.f.st.deadTotal != 4 {
 		t.Fatalf("h past the total bound: h %v, g %v, total %d", got, r.dead("g"), r.f.st.deadTotal)
 	}
 	// A group with none at the total bound keeps its first: g and h hold
 	// two each, and g comes first by name.
-	r.setGroup("k", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
-	r.pull(Pull{Subject: "s", Group: "k", Consumer: "c", Max: 1, Start: StartEarliest})
-	r.apply(&Nack{Now: r.now, Subject: "s", Group: "k", Consumer: "c", Ranges: []message.AckRange{one(0)}})
-	if info, _ := r.f.Group("s", "k"); info.DeadLetters != 1 || info.DeadDropped != 0 || r.f.st.deadTotal != 4 {
+	r.setGroup("k", SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
+	r.pull(Pull{Subject: "s", ConsumerGroup: "k", Consumer: "c", Max: 1, Start: StartEarliest})
+	r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "k", Consumer: "c", Ranges: []message.AckRange{one(0)}})
+	if info, _ := r.f.ConsumerGroup("s", "k"); info.DeadLetters != 1 || info.DeadDropped != 0 || r.f.st.deadTotal != 4 {
 		t.Fatalf("k: %+v, total %d", info, r.f.st.deadTotal)
 	}
 	if info := r.group("g"); !slices.Equal(r.dead("g"), []int64{3}) || info.DeadDropped != 3 {
 		t.Fatalf("g gave its oldest: %v, %+v", r.dead("g"), info)
 	}
 	// Forgetting a group gives its share of the total back.
-	r.apply(&Forget{Now: r.now, Subject: "s", Group: "g"})
+	r.apply(&Forget{Now: r.now, Subject: "s", ConsumerGroup: "g"})
 	if r.f.st.deadTotal != 3 {
 		t.Fatalf("total after forgetting g: %d", r.f.st.deadTotal)
 	}
@@ -111,25 +111,25 @@ func TestDeadLetterBounds(t *testing.T) {
 func TestIdleGroups(t *testing.T) {
 	r := newGroupRig(t)
 	r.sendN("s", 1)
-	r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 1, IdleExpiry: 2000})
-	r.pull(Pull{Subject: "s", Group: "never", Consumer: "c", Max: 1})
+	r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1, IdleExpiry: 2000})
+	r.pull(Pull{Subject: "s", ConsumerGroup: "never", Consumer: "c", Max: 1})
 	forget := func(idleFor int64) bool {
-		return resultAs[*ForgetResult](t, r.apply(&Forget{Now: r.now, Subject: "s", Group: "g", IdleFor: idleFor})).Known
+		return resultAs[*ForgetResult](t, r.apply(&Forget{Now: r.now, Subject: "s", ConsumerGroup: "g", IdleFor: idleFor})).Known
 	}
 	if forget(1) {
 		t.Fatal("a group with a consumer forgotten as idle")
 	}
 	r.now += 5000
-	if got := r.f.IdleGroups(r.now + 1_000_000); len(got) != 0 {
+	if got := r.f.IdleConsumerGroups(r.now + 1_000_000); len(got) != 0 {
 		t.Fatalf("idle groups with consumers: %+v", got)
 	}
 	reclaimAt(t, r.f, r.next(), r.now, "s", "g", "c")
 	reclaimAt(t, r.f, r.next(), r.now, "s", "never", "c")
 	idle := r.now
-	if got := r.f.IdleGroups(idle + 1999); len(got) != 0 {
+	if got := r.f.IdleConsumerGroups(idle + 1999); len(got) != 0 {
 		t.Fatalf("idle groups before the expiry: %+v", got)
 	}
-	if got := r.f.IdleGroups(idle + 2000); len(got) != 1 || got[0] != (IdleGroup{Subject: "s", Group: "g", IdleFor: 2000}) {
+	if got := r.f.IdleConsumerGroups(idle + 2000); len(got) != 1 || got[0] != (IdleConsumerGroup{Subject: "s", ConsumerGroup: "g", IdleFor: 2000}) {
 		t.Fatalf("idle groups at the expiry: %+v", got)
 	}
 	r.now = idle + 1999
@@ -140,8 +140,8 @@ func TestIdleGroups(t *testing.T) {
 	if !forget(2000) {
 		t.Fatal("not forgotten when idle that long")
 	}
-	if _, ok := r.f.Group("s", "g"); ok {
+	if _, ok := r.f.ConsumerGroup("s", "g"); ok {
 		t.Fatal("the group is still known")
 	}
-	wantInvalid(t, r.apply(&Forget{Now: r.now, Subject: "s", Group: "never", IdleFor: -1}))
+	wantInvalid(t, r.apply(&Forget{Now: r.now, Subject: "s", ConsumerGroup: "never", IdleFor: -1}))
 }

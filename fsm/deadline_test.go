@@ -14,7 +14,7 @@ import (
 // timeout.
 func TestDeadLetterAtMaxDeliveries(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetMaxDeliveries|SetAckWait, GroupSettings{MaxDeliveries: 2, AckWait: 1000})
+	r.setGroup("g", SetMaxDeliveries|SetAckWait, ConsumerGroupSettings{MaxDeliveries: 2, AckWait: 1000})
 	r.sendN("s", 3)
 	r.pullN("g", "c", 1)
 	if res := r.nack("g", "c", r.now, one(0)); res.Retried != 1 || res.Dead != 0 {
@@ -61,7 +61,7 @@ func TestDeadLetterAtMaxDeliveries(t *testing.T) {
 // deadline to now plus the ack wait.
 func TestExpireAndExtend(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: 1000})
 	r.sendN("s", 3)
 	t0 := r.now
 	r.pullN("g", "c", 1) // deadline t0+1000
@@ -69,7 +69,7 @@ func TestExpireAndExtend(t *testing.T) {
 	r.pullN("g", "c", 1) // deadline t0+1500
 	r.pullN("g", "c", 1) // deadline t0+1500, extended below
 	r.now = t0 + 800
-	ext := resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(2)}}))
+	ext := resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{one(2)}}))
 	if ext.Extended != 1 {
 		t.Fatalf("extend: %+v", ext)
 	}
@@ -106,7 +106,7 @@ func TestExpireAndExtend(t *testing.T) {
 // until an entry is due.
 func TestOverdue(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: 1000})
 	r.sendN("s", 6)
 	t0 := r.now
 	r.pullN("g", "a", 2)
@@ -114,7 +114,7 @@ func TestOverdue(t *testing.T) {
 	r.ack("g", "b", message.AckRange{First: 0, Last: 1})
 	r.pullN("g", "c", 2)
 	r.now = t0 + 500
-	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
+	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
 	r.ack("g", "c", one(1))
 	if got := r.f.Overdue(t0+999, 100); len(got) != 0 {
 		t.Fatalf("overdue before the deadline: %+v", got)
@@ -129,7 +129,7 @@ func TestOverdue(t *testing.T) {
 	}
 	r.now = t0 + 1000
 	for _, o := range got {
-		resultAs[*ExpireResult](t, r.apply(&Expire{Now: r.now, Subject: "s", Group: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}))
+		resultAs[*ExpireResult](t, r.apply(&Expire{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}))
 	}
 	if got := r.f.Overdue(t0+1499, 100); len(got) != 0 {
 		t.Fatalf("overdue after the expires: %+v", got)
@@ -143,11 +143,11 @@ func TestOverdue(t *testing.T) {
 // when extended after one is set, and Overdue finds it.
 func TestExtendGivesADeadlineOverdueFinds(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 0})
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: 0})
 	r.sendN("s", 1)
 	r.pullN("g", "c", 1)
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
-	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: 1000})
+	resultAs[*ExtendResult](t, r.apply(&Extend{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: []message.AckRange{one(0)}}))
 	got := r.f.Overdue(r.now+1000, 100)
 	if len(got) != 1 || !slices.Equal(got[0].Ranges, []message.AckRange{one(0)}) {
 		t.Fatalf("overdue after the extend: %+v", got)
@@ -157,7 +157,7 @@ func TestExtendGivesADeadlineOverdueFinds(t *testing.T) {
 // A consumer holds at most the group's MaxInFlight unacked entries.
 func TestMaxInFlight(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetMaxInFlight, GroupSettings{MaxInFlight: 2})
+	r.setGroup("g", SetMaxInFlight, ConsumerGroupSettings{MaxInFlight: 2})
 	r.sendN("s", 5)
 	if got := consumeSeqs(r.pullN("g", "c", 5)); !slices.Equal(got, []int64{0, 1}) {
 		t.Fatalf("first pull: %v", got)
@@ -178,9 +178,9 @@ func TestMaxInFlight(t *testing.T) {
 // none back.
 func TestAtMostOnce(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: 1000})
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: 1000})
 	r.sendN("s", 3)
-	p := r.pull(Pull{Subject: "s", Group: "g", Consumer: "c", Max: 2, AtMostOnce: true})
+	p := r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 2, AtMostOnce: true})
 	if got := consumeSeqs(p); !slices.Equal(got, []int64{0, 1}) {
 		t.Fatalf("pulled %v", got)
 	}
@@ -208,7 +208,7 @@ func TestAtMostOnce(t *testing.T) {
 func TestIdleConsumersNeedNoExpire(t *testing.T) {
 	r := newGroupRig(t)
 	const wait = 1000
-	r.setGroup("g", SetAckWait, GroupSettings{AckWait: wait})
+	r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: wait})
 	const idle = 50
 	r.sendN("s", idle+2)
 	for i := range idle {
@@ -275,19 +275,19 @@ func TestDeadlineBoundNeverPassesAnOpenDeadline(t *testing.T) {
 		}
 		switch rnd.IntN(7) {
 		case 0, 1:
-			r.pull(Pull{Subject: "s", Group: "g", Consumer: c, Max: 1 + rnd.IntN(4), Start: StartEarliest})
+			r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: c, Max: 1 + rnd.IntN(4), Start: StartEarliest})
 		case 2:
-			r.apply(&Ack{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []message.AckRange{some()}})
+			r.apply(&Ack{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: c, Ranges: []message.AckRange{some()}})
 		case 3:
-			r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: c, RetryAt: r.now, Ranges: []message.AckRange{some()}})
+			r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: c, RetryAt: r.now, Ranges: []message.AckRange{some()}})
 		case 4:
-			r.apply(&Extend{Now: r.now, Subject: "s", Group: "g", Consumer: c, Ranges: []message.AckRange{some()}})
+			r.apply(&Extend{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: c, Ranges: []message.AckRange{some()}})
 		case 5:
 			for _, o := range r.f.Overdue(r.now, 100) {
-				r.apply(&Expire{Now: r.now, Subject: "s", Group: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges})
+				r.apply(&Expire{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges})
 			}
 		case 6:
-			r.setGroup("g", SetAckWait, GroupSettings{AckWait: []int64{0, 1000, 3000}[rnd.IntN(3)]})
+			r.setGroup("g", SetAckWait, ConsumerGroupSettings{AckWait: []int64{0, 1000, 3000}[rnd.IntN(3)]})
 		}
 		wantDeadlineBounds(t, r.f)
 	}

@@ -77,7 +77,7 @@ func TestInterruptWhileWaitingForSpace(t *testing.T) {
 	}()
 	waitUntil(t, "the replica waits for disk space", f.WaitingForDisk)
 	f.Interrupt()
-	for _, r := range []any{<-done, f.Apply(unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1}))} {
+	for _, r := range []any{<-done, f.Apply(unitEntry(2, &Pull{Start: StartEarliest, Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}))} {
 		if err, ok := r.(error); !ok || !errors.Is(err, ErrStopped) {
 			t.Fatalf("answer %v, want ErrStopped", r)
 		}
@@ -162,7 +162,7 @@ func failedWriteChild(t *testing.T) {
 	if stoppedAt == 0 || len(fatal) != 1 || !errors.Is(fatal[0], syscall.EFBIG) {
 		t.Fatalf("stopped at %d; OnFatal heard %v, want one EFBIG", stoppedAt, fatal)
 	}
-	if r := f.Apply(unitEntry(stoppedAt+1, &Pull{Start: StartEarliest, Now: 1, Subject: "s", Group: "g", Consumer: "c", Max: 1})); !errors.Is(r.(error), ErrStopped) {
+	if r := f.Apply(unitEntry(stoppedAt+1, &Pull{Start: StartEarliest, Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1})); !errors.Is(r.(error), ErrStopped) {
 		t.Fatalf("after the failure: %v, want ErrStopped", r)
 	}
 	t.Logf("the write of entry %d failed: %v", stoppedAt, fatal[0])

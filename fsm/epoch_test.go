@@ -29,7 +29,7 @@ func TestStaleAckDoesNotTouchTheNextLife(t *testing.T) {
 		t.Fatalf("second life: %+v", second)
 	}
 	before := stateBytes(f)
-	r := applyAt(f, 5, &Ack{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Epoch: first.Epoch, Ranges: []message.AckRange{{First: 0, Last: 2}}})
+	r := applyAt(f, 5, &Ack{Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: first.Epoch, Ranges: []message.AckRange{{First: 0, Last: 2}}})
 	if err, ok := r.(error); !ok || !errors.Is(err, ErrStaleConsumer) {
 		t.Fatalf("ack from the first life: %v, want ErrStaleConsumer", r)
 	}
@@ -41,13 +41,13 @@ func TestStaleAckDoesNotTouchTheNextLife(t *testing.T) {
 	// reply that registered it was lost): this one's unacked entries come
 	// again first, whatever its From, then new ones. Without that, they
 	// stayed with a consumer that kept pulling, its session alive, for good.
-	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 5, Resend: true, From: 3, Epoch: first.Epoch}))
+	third := resultAs[*PullResult](t, applyAt(f, 7, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Resend: true, From: 3, Epoch: first.Epoch}))
 	if third.Epoch != 2 || !slices.Equal(consumeSeqs(third), []int64{1, 2, 3, 4, 5}) || third.Entries[0].PullSeq != 1 {
 		t.Fatalf("a pull naming the first life: %+v, want epoch 2: its unacked sequence 1 again, then 2..5", third)
 	}
 	// Epoch 0 (a restarted consumer taking over its name) gets the
 	// unacked entries again.
-	takeover := resultAs[*PullResult](t, applyAt(f, 8, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", Group: "g", Consumer: "c", Max: 10, Resend: true, From: 0}))
+	takeover := resultAs[*PullResult](t, applyAt(f, 8, &Pull{Start: StartEarliest, Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Resend: true, From: 0}))
 	if !slices.Equal(consumeSeqs(takeover), []int64{1, 2, 3, 4, 5}) {
 		t.Fatalf("takeover with epoch 0: %v", consumeSeqs(takeover))
 	}
@@ -59,12 +59,12 @@ func TestReclaimOfAnEndedEpochDoesNothing(t *testing.T) {
 	f := unitFSM(t)
 	appendN(t, f, 1, "s", "m", 4)
 	pullAt(t, f, 2, 1000, "s", "g", "c", 2)
-	if r := resultAs[*ReclaimResult](t, applyAt(f, 3, &Reclaim{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Epoch: 1})); r.Reclaimed != 2 {
+	if r := resultAs[*ReclaimResult](t, applyAt(f, 3, &Reclaim{Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1})); r.Reclaimed != 2 {
 		t.Fatalf("reclaim of epoch 1: %+v", r)
 	}
 	pullAt(t, f, 4, 1000, "s", "g", "c", 2)
 	before := stateBytes(f)
-	if r := resultAs[*ReclaimResult](t, applyAt(f, 5, &Reclaim{Now: 1000, Subject: "s", Group: "g", Consumer: "c", Epoch: 1})); r.Reclaimed != 0 {
+	if r := resultAs[*ReclaimResult](t, applyAt(f, 5, &Reclaim{Now: 1000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1})); r.Reclaimed != 0 {
 		t.Fatalf("a second reclaim of epoch 1 took %d entries of epoch 2", r.Reclaimed)
 	}
 	wantStateUnchanged(t, f, before)
@@ -78,15 +78,15 @@ func TestForgetGroup(t *testing.T) {
 	pullAt(t, f, 2, 1000, "s", "g", "a", 2)
 	pullAt(t, f, 3, 1000, "s", "g", "b", 1)
 	pullAt(t, f, 4, 1000, "s", "other", "a", 1)
-	r := resultAs[*ForgetResult](t, applyAt(f, 5, &Forget{Now: 1000, Subject: "s", Group: "g"}))
+	r := resultAs[*ForgetResult](t, applyAt(f, 5, &Forget{Now: 1000, Subject: "s", ConsumerGroup: "g"}))
 	if !r.Known || r.Consumers != 2 || r.Unacked != 3 {
 		t.Fatalf("forget: %+v", r)
 	}
-	if f.Epoch(ConsumerID{Subject: "s", Group: "g", Consumer: "a"}) != 0 || f.Epoch(ConsumerID{Subject: "s", Group: "other", Consumer: "a"}) == 0 || f.st.groupsOf["s"] != 1 {
+	if f.Epoch(ConsumerID{Subject: "s", ConsumerGroup: "g", Consumer: "a"}) != 0 || f.Epoch(ConsumerID{Subject: "s", ConsumerGroup: "other", Consumer: "a"}) == 0 || f.st.groupsOf["s"] != 1 {
 		t.Fatal("forget removed the wrong consumers or groups")
 	}
 	before := stateBytes(f)
-	if r := resultAs[*ForgetResult](t, applyAt(f, 6, &Forget{Now: 1000, Subject: "s", Group: "g"})); r.Known {
+	if r := resultAs[*ForgetResult](t, applyAt(f, 6, &Forget{Now: 1000, Subject: "s", ConsumerGroup: "g"})); r.Known {
 		t.Fatalf("forgetting it again: %+v", r)
 	}
 	wantStateUnchanged(t, f, before)

@@ -498,9 +498,9 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return f.applyExtend(c)
 	case *Expire:
 		return f.applyExpire(c)
-	case *SetGroup:
+	case *SetConsumerGroup:
 		return f.applySetGroup(c)
-	case *ResetGroup:
+	case *ResetConsumerGroup:
 		return f.applyResetGroup(c)
 	case *DeadLetters:
 		return f.applyDeadLetters(c)

@@ -129,7 +129,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 				refs = append(refs, delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), 0), delaywheel.MakeRef(delaywheel.Hour(m.DeliverAt), delaywheel.RecordSize(m)))
 			}
 		case 2, 3: // a pull, maybe asking for a resend, bounded in bytes under, at and over a message, or not at all; maybe an application's, at its limit of consumers
-			c := &Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+2, 6), "g"), Consumer: "c",
+			c := &Pull{Start: StartEarliest, Now: at, Subject: name(pick(i+1, 6), "s"), ConsumerGroup: name(pick(i+2, 6), "g"), Consumer: "c",
 				Max: counts[pick(i+3, len(counts))], Resend: recipe[i]%2 == 1, From: int64(pick(i+3, 3)) - 1, Epoch: uint64(pick(i+1, 3)),
 				MaxBytes: pullBytes[pick(i+2, len(pullBytes))]}
 			if pick(i+1, 3) == 0 {
@@ -139,15 +139,15 @@ func limitEntries(recipe []byte) []*raft.Log {
 		case 4: // an ack of ranges near what was pulled, as many as a command may hold and one more
 			ranges := []message.AckRange{{First: 0, Last: 0}, {First: 0, Last: int64(pick(i+1, 4))}, {First: -1, Last: 3}, {First: 5, Last: 2}}
 			n := []int{1, 2, limits.MaxAckRanges, limits.MaxAckRanges + 1}[pick(i+2, 4)]
-			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Consumer: "c", Epoch: uint64(pick(i+1, 3))}
+			c := &Ack{Now: at, Subject: name(pick(i+3, 6), "s"), ConsumerGroup: "g", Consumer: "c", Epoch: uint64(pick(i+1, 3))}
 			for k := range n {
 				c.Ranges = append(c.Ranges, ranges[k%len(ranges)])
 			}
 			data = c.Encode()
 		case 5: // a reclaim of an epoch, or the group forgotten
-			data = (&Reclaim{Now: at, Subject: name(pick(i+1, 6), "s"), Group: "g", Consumer: "c", Epoch: uint64(pick(i+3, 3))}).Encode()
+			data = (&Reclaim{Now: at, Subject: name(pick(i+1, 6), "s"), ConsumerGroup: "g", Consumer: "c", Epoch: uint64(pick(i+3, 3))}).Encode()
 			if pick(i+2, 2) == 1 {
-				data = (&Forget{Now: at, Subject: name(pick(i+1, 6), "s"), Group: name(pick(i+3, 6), "g")}).Encode()
+				data = (&Forget{Now: at, Subject: name(pick(i+1, 6), "s"), ConsumerGroup: name(pick(i+3, 6), "g")}).Encode()
 			}
 		case 6: // a fire, hours later, of what was scheduled and of bogus references, or of too many
 			c := &Fire{Now: at + int64(pick(i+1, 3))*delaywheel.HourMillis, Refs: append([]uint64{1 << 63, 0}, refs...)}
@@ -166,7 +166,7 @@ func limitEntries(recipe []byte) []*raft.Log {
 			}
 			data = (&Append{Now: at, Messages: msgs}).Encode()
 		case 9, 10: // a valid command's bytes, cut short or with one byte changed
-			data = (&Pull{Start: StartEarliest, Now: at, Subject: "s", Group: "g", Consumer: "c", Max: 3}).Encode()
+			data = (&Pull{Start: StartEarliest, Now: at, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 3}).Encode()
 			if pos := pick(i+1, len(data)); recipe[i]%2 == 1 {
 				data = data[:pos]
 			} else {
@@ -199,18 +199,18 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 	switch kind {
 	case 12: // a nack: retry times none, passed, at and over the largest delay, negative; or its leader time in the last hour a retry can be scheduled in
 		retry := []int64{0, at - 1, at + 1000, at + maxRetryDelay, at + maxRetryDelay + 1, -1}
-		c := &Nack{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", RetryAt: retry[pick(i+1, len(retry))], Ranges: ranges()}
+		c := &Nack{Now: at, Subject: "s", ConsumerGroup: name(pick(i+3, 6), "g"), Consumer: "c", RetryAt: retry[pick(i+1, len(retry))], Ranges: ranges()}
 		if pick(i+1, 6) == 4 {
 			c.Now, c.RetryAt = lastHour+delaywheel.HourMillis-1000, 0
 		}
 		return c.Encode()
 	case 13: // an extend
-		return (&Extend{Now: at, Subject: "s", Group: "g", Consumer: name(pick(i+3, 6), "c"), Epoch: uint64(pick(i+1, 3)), Ranges: ranges()}).Encode()
+		return (&Extend{Now: at, Subject: "s", ConsumerGroup: "g", Consumer: name(pick(i+3, 6), "c"), Epoch: uint64(pick(i+1, 3)), Ranges: ranges()}).Encode()
 	case 14: // an expire, up to a minute after the ack wait of the default settings
-		return (&Expire{Now: at + int64(pick(i+3, 3))*30_000, Subject: "s", Group: "g", Consumer: "c", Ranges: ranges()}).Encode()
+		return (&Expire{Now: at + int64(pick(i+3, 3))*30_000, Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: ranges()}).Encode()
 	case 15: // settings at, under and over their bounds
-		table := []GroupSettings{
-			DefaultGroupSettings(),
+		table := []ConsumerGroupSettings{
+			DefaultConsumerGroupSettings(),
 			{MaxDeliveries: 1, AckWait: minAckWait, IdleExpiry: minIdleExpiry},
 			{MaxDeliveries: limits.MaxDeliveries, RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay, AckWait: maxAckWait, MaxInFlight: limits.MaxInFlight, IdleExpiry: maxIdleExpiry},
 			{MaxDeliveries: limits.MaxDeliveries + 1, RetryMax: maxRetryDelay + 1, AckWait: maxAckWait + 1, MaxInFlight: limits.MaxInFlight + 1, IdleExpiry: maxIdleExpiry + 1},
@@ -219,12 +219,12 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 			{MaxDeliveries: 1, AckWait: 0},
 		}
 		set := []SettingBits{setAll, SetMaxDeliveries | SetAckWait, SetMaxInFlight, setAll + 1, 0, SetRetryFirst | SetRetryMax, SetIdleExpiry}[pick(i+2, 7)]
-		return (&SetGroup{Now: at, Subject: name(pick(i+3, 6), "s"), Group: "g", Set: set, Settings: table[pick(i+1, len(table))],
+		return (&SetConsumerGroup{Now: at, Subject: name(pick(i+3, 6), "s"), ConsumerGroup: "g", Set: set, Settings: table[pick(i+1, len(table))],
 			Start: StartPosition(pick(i+3, 4)), StartAt: []int64{0, at, -1}[pick(i+2, 3)]}).Encode()
 	case 16: // a reset to each position, a time before the epoch, and one unknown
-		return (&ResetGroup{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), To: StartPosition(pick(i+1, 4)), At: []int64{0, at, -1}[pick(i+2, 3)]}).Encode()
+		return (&ResetConsumerGroup{Now: at, Subject: "s", ConsumerGroup: name(pick(i+3, 6), "g"), To: StartPosition(pick(i+1, 4)), At: []int64{0, at, -1}[pick(i+2, 3)]}).Encode()
 	case 17: // dead letters resent or purged: all, some, as many as a command may name and one more, or a bad operation or sequence
-		c := &DeadLetters{Now: at, Subject: "s", Group: "g", Op: DeadLetterOp(pick(i+1, 4)), All: pick(i+3, 2) == 1}
+		c := &DeadLetters{Now: at, Subject: "s", ConsumerGroup: "g", Op: DeadLetterOp(pick(i+1, 4)), All: pick(i+3, 2) == 1}
 		n := []int{0, 1, MaxDeadLetterSeqs, MaxDeadLetterSeqs + 1}[pick(i+2, 4)]
 		for k := range n {
 			c.Seqs = append(c.Seqs, []int64{0, 1, 5, -1}[k%4])
@@ -239,7 +239,7 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 			}
 		}
 		idle := []int64{0, minIdleExpiry - 1, minIdleExpiry, maxIdleExpiry, maxIdleExpiry + 1}
-		c := &Pull{Now: at, Subject: "s", Group: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
+		c := &Pull{Now: at, Subject: "s", ConsumerGroup: name(pick(i+3, 6), "g"), Consumer: "c", Max: []int{1, 3, limits.MaxPullMessages}[pick(i+2, 3)],
 			AtMostOnce: pick(i+2, 2) == 1, Tags: tags, TagsAll: pick(i+3, 2) == 1, Start: StartPosition(pick(i+1, 4)),
 			StartAt: []int64{0, at - 1000, -1}[pick(i+2, 3)], IdleExpiry: idle[pick(i+3, len(idle))]}
 		if v := pick(i+1, 3); v == 0 {
@@ -249,7 +249,7 @@ func consumeLimitCommand(kind byte, at, lastHour int64, pick func(i, n int) int,
 		}
 		return c.Encode()
 	default: // a forget of a group idle that long, or a negative time
-		return (&Forget{Now: at, Subject: "s", Group: name(pick(i+2, 6), "g"), IdleFor: []int64{0, 1, 1000, -1}[pick(i+1, 4)]}).Encode()
+		return (&Forget{Now: at, Subject: "s", ConsumerGroup: name(pick(i+2, 6), "g"), IdleFor: []int64{0, 1, 1000, -1}[pick(i+1, 4)]}).Encode()
 	}
 }
 

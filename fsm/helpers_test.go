@@ -98,17 +98,17 @@ func appendAt(tb testing.TB, f *FSM, index uint64, now int64, msgs ...*message.M
 
 func pullAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, n int) *PullResult {
 	tb.Helper()
-	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: n}))
+	return resultAs[*PullResult](tb, applyAt(f, index, &Pull{Start: StartEarliest, Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Max: n}))
 }
 
 func ackAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string, ranges ...message.AckRange) *AckResult {
 	tb.Helper()
-	return resultAs[*AckResult](tb, applyAt(f, index, &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer, Ranges: ranges}))
+	return resultAs[*AckResult](tb, applyAt(f, index, &Ack{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Ranges: ranges}))
 }
 
 func reclaimAt(tb testing.TB, f *FSM, index uint64, now int64, subject, group, consumer string) *ReclaimResult {
 	tb.Helper()
-	return resultAs[*ReclaimResult](tb, applyAt(f, index, &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}))
+	return resultAs[*ReclaimResult](tb, applyAt(f, index, &Reclaim{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer}))
 }
 
 // wantInvalid asserts that a response is an error wrapping ErrInvalid.
@@ -300,7 +300,7 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			cmd = &Append{Now: now, Messages: msgs}
 		case 5:
 			if i%18 != 5 {
-				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+				cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Max: 2 + i%3}
 				break
 			}
 			// Every entry due, those fired before included, one not due yet
@@ -313,17 +313,17 @@ func unitWorkload(n int, bodySize int) []*raft.Log {
 			}
 			cmd = fire
 		case 2:
-			cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, Group: group, Consumer: consumer, Max: 2 + i%3}
+			cmd = &Pull{Start: StartEarliest, Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer, Max: 2 + i%3}
 		case 3, 7:
 			// Acks of sequences 0..i/10: refused while the consumer has not
 			// pulled that far, otherwise applied (repeatedly: harmless).
-			cmd = &Ack{Now: now, Subject: subject, Group: group, Consumer: consumer,
+			cmd = &Ack{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer,
 				Ranges: []message.AckRange{{First: int64(i / 10), Last: int64(i / 10)}, {First: 0, Last: 0}}}
 		case 8:
 			if i%16 == 8 {
-				cmd = &Reclaim{Now: now, Subject: subject, Group: group, Consumer: consumer}
+				cmd = &Reclaim{Now: now, Subject: subject, ConsumerGroup: group, Consumer: consumer}
 			} else {
-				cmd = &Pull{Start: StartEarliest, Now: now - 5000, Subject: subject, Group: group, Consumer: consumers[(i+1)%3], Max: 4}
+				cmd = &Pull{Start: StartEarliest, Now: now - 5000, Subject: subject, ConsumerGroup: group, Consumer: consumers[(i+1)%3], Max: 4}
 			}
 		}
 		out = append(out, unitEntry(idx, cmd))

@@ -61,15 +61,15 @@ func NewIdentity(group string) (string, error) {
 // hex digits.
 func CheckIdentity(id string) error {
 	group, random, ok := strings.Cut(id, "/")
-	if !ok || limits.CheckName("group", group) != nil || len(random) != identityIDLen ||
+	if !ok || limits.CheckName("broker group", group) != nil || len(random) != identityIDLen ||
 		strings.Trim(random, "0123456789abcdef") != "" {
 		return fmt.Errorf("%w: %q", ErrBadIdentity, id)
 	}
 	return nil
 }
 
-// IdentityGroup returns the group name of a well-formed identity.
-func IdentityGroup(id string) string {
+// IdentityBrokerGroup returns the group name of a well-formed identity.
+func IdentityBrokerGroup(id string) string {
 	group, _, _ := strings.Cut(id, "/")
 	return group
 }

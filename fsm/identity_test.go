@@ -84,7 +84,7 @@ func TestEntryOfAnotherHistoryStopsTheReplica(t *testing.T) {
 
 func TestCheckIdentity(t *testing.T) {
 	id, err := NewIdentity("orders-1")
-	if err != nil || !strings.HasPrefix(id, "orders-1/") || IdentityGroup(id) != "orders-1" {
+	if err != nil || !strings.HasPrefix(id, "orders-1/") || IdentityBrokerGroup(id) != "orders-1" {
 		t.Fatalf("NewIdentity = %q, %v", id, err)
 	}
 	if again, _ := NewIdentity("orders-1"); again == id {

@@ -24,7 +24,7 @@ func TestRetentionCountsLost(t *testing.T) {
 	r.ack("cur", "c", one(0)) // cursor at 1, then left behind
 	r.pullN("red", "c", 3)
 	reclaimAt(t, r.f, r.next(), r.now, "s", "red", "c") // 0..2 due again
-	r.setGroup("dead", SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+	r.setGroup("dead", SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
 	r.pullN("dead", "c", 2)
 	r.nack("dead", "c", 0, message.AckRange{First: 0, Last: 1}) // 0 and 1 dead letters
 	r.pullN("retry", "c", 1)

@@ -61,16 +61,16 @@ func TestNackRetryFiresToItsGroupOnce(t *testing.T) {
 }
 
 func TestRetryDelayDoublesToItsCap(t *testing.T) {
-	s := GroupSettings{RetryFirst: 5000, RetryMax: 60_000}
+	s := ConsumerGroupSettings{RetryFirst: 5000, RetryMax: 60_000}
 	for deliveries, want := range map[uint32]int64{0: 5000, 1: 5000, 2: 10_000, 3: 20_000, 4: 40_000, 5: 60_000, 6: 60_000, 10_000: 60_000} {
 		if got := s.retryDelay(deliveries); got != want {
 			t.Errorf("retryDelay(%d) = %d, want %d", deliveries, got, want)
 		}
 	}
-	if got := (GroupSettings{RetryFirst: 0, RetryMax: 1000}).retryDelay(5); got != 0 {
+	if got := (ConsumerGroupSettings{RetryFirst: 0, RetryMax: 1000}).retryDelay(5); got != 0 {
 		t.Errorf("no backoff: %d", got)
 	}
-	if got := (GroupSettings{RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay}).retryDelay(limits.MaxDeliveries); got != maxRetryDelay {
+	if got := (ConsumerGroupSettings{RetryFirst: maxRetryDelay, RetryMax: maxRetryDelay}).retryDelay(limits.MaxDeliveries); got != maxRetryDelay {
 		t.Errorf("largest backoff: %d", got)
 	}
 }
@@ -80,7 +80,7 @@ func TestRetryDelayDoublesToItsCap(t *testing.T) {
 // passed; one too far ahead is refused.
 func TestNackRetryTimes(t *testing.T) {
 	r := newGroupRig(t)
-	r.setGroup("g", SetRetryFirst|SetRetryMax, GroupSettings{RetryFirst: 1000, RetryMax: 3000})
+	r.setGroup("g", SetRetryFirst|SetRetryMax, ConsumerGroupSettings{RetryFirst: 1000, RetryMax: 3000})
 	r.sendN("s", 2)
 	r.pullN("g", "c", 1)
 	r.nack("g", "c", 0, one(0))
@@ -126,7 +126,7 @@ func TestNackRetryTimes(t *testing.T) {
 	r.pullN("h", "c", 1)
 	before := stateBytes(r.f)
 	for _, bad := range []int64{-1, r.now + maxRetryDelay + 1} {
-		wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "h", Consumer: "c", RetryAt: bad, Ranges: []message.AckRange{one(2)}}))
+		wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "h", Consumer: "c", RetryAt: bad, Ranges: []message.AckRange{one(2)}}))
 	}
 	wantStateUnchanged(t, r.f, before)
 }
@@ -159,7 +159,7 @@ func TestNackRetryBoundAtTheLargestTime(t *testing.T) {
 		t.Fatalf("nack due 5 ms after a time near the largest: %+v", res)
 	}
 	before := stateBytes(r.f)
-	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", Group: "g", Consumer: "c", RetryAt: -1, Ranges: []message.AckRange{one(1)}}))
+	wantInvalid(t, r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c", RetryAt: -1, Ranges: []message.AckRange{one(1)}}))
 	wantStateUnchanged(t, r.f, before)
 }
 

@@ -138,12 +138,12 @@ func (f *FSM) PullBytes(c *Pull, limit int64) int64 {
 func (f *FSM) pullReach(c *Pull) (seqs []int64, cursor int64, rest int, known bool) {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
-	g := f.st.groups[groupKey{c.Subject, c.Group}]
+	g := f.st.groups[groupKey{c.Subject, c.ConsumerGroup}]
 	if g == nil || len(c.Tags) > 0 {
 		return nil, 0, 0, false
 	}
 	n := min(c.Max, f.st.config.MaxPull)
-	if cs := f.st.byKey[consumerKey{c.Subject, c.Group, c.Consumer}]; cs != nil && c.Resend {
+	if cs := f.st.byKey[consumerKey{c.Subject, c.ConsumerGroup, c.Consumer}]; cs != nil && c.Resend {
 		from := c.From
 		if c.Epoch != 0 && c.Epoch != cs.epoch {
 			from = 0

@@ -197,7 +197,7 @@ type ConsumerID = limits.ConsumerID
 func (f *FSM) Epoch(id ConsumerID) uint64 {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
-	if c := f.st.byKey[consumerKey{id.Subject, id.Group, id.Consumer}]; c != nil {
+	if c := f.st.byKey[consumerKey{id.Subject, id.ConsumerGroup, id.Consumer}]; c != nil {
 		return c.epoch
 	}
 	return 0
@@ -218,7 +218,7 @@ func (f *FSM) Consumers() []ConsumerID {
 	defer f.stateMu.RUnlock()
 	out := make([]ConsumerID, 0, len(f.st.consumers))
 	for _, c := range f.st.sortedConsumers() {
-		out = append(out, ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name})
+		out = append(out, ConsumerID{Subject: c.key.subject, ConsumerGroup: c.key.group, Consumer: c.key.name})
 	}
 	return out
 }
@@ -231,7 +231,7 @@ func (f *FSM) ConsumersWithUnacked() []ConsumerID {
 	var out []ConsumerID
 	for _, c := range f.st.sortedConsumers() {
 		if c.unacked() > 0 {
-			out = append(out, ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name})
+			out = append(out, ConsumerID{Subject: c.key.subject, ConsumerGroup: c.key.group, Consumer: c.key.name})
 		}
 	}
 	return out

@@ -111,8 +111,8 @@ type ExpireResult struct {
 	Expired, Dead int
 }
 
-// GroupResult answers a SetGroup or ResetGroup: whether it created the group.
-type GroupResult struct {
+// ConsumerGroupResult answers a SetGroup or ResetGroup: whether it created the group.
+type ConsumerGroupResult struct {
 	Created bool
 }
 

@@ -99,15 +99,15 @@ func retentionStepWorkload(tb testing.TB, ref *FSM) ([]*raft.Log, []string) {
 	for range 4 {
 		big("s")
 	}
-	add(&Pull{Now: now, Subject: "s", Group: "cur", Consumer: "c", Max: 1, Start: StartEarliest})
-	add(&Ack{Now: now, Subject: "s", Group: "cur", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}})
-	add(&Pull{Now: now, Subject: "s", Group: "red", Consumer: "c", Max: 3, Start: StartEarliest})
-	add(&Reclaim{Now: now, Subject: "s", Group: "red", Consumer: "c"})
-	add(&SetGroup{Now: now, Subject: "s", Group: "dead", Set: SetMaxDeliveries, Settings: GroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
-	add(&Pull{Now: now, Subject: "s", Group: "dead", Consumer: "c", Max: 2, Start: StartEarliest})
-	add(&Nack{Now: now, Subject: "s", Group: "dead", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}})
-	add(&Pull{Now: now, Subject: "t", Group: "win", Consumer: "c", Max: 2, Start: StartEarliest})
-	if info, _ := ref.Group("s", "dead"); info.DeadLetters != 2 {
+	add(&Pull{Now: now, Subject: "s", ConsumerGroup: "cur", Consumer: "c", Max: 1, Start: StartEarliest})
+	add(&Ack{Now: now, Subject: "s", ConsumerGroup: "cur", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 0}}})
+	add(&Pull{Now: now, Subject: "s", ConsumerGroup: "red", Consumer: "c", Max: 3, Start: StartEarliest})
+	add(&Reclaim{Now: now, Subject: "s", ConsumerGroup: "red", Consumer: "c"})
+	add(&SetConsumerGroup{Now: now, Subject: "s", ConsumerGroup: "dead", Set: SetMaxDeliveries, Settings: ConsumerGroupSettings{MaxDeliveries: 1}, Start: StartEarliest})
+	add(&Pull{Now: now, Subject: "s", ConsumerGroup: "dead", Consumer: "c", Max: 2, Start: StartEarliest})
+	add(&Nack{Now: now, Subject: "s", ConsumerGroup: "dead", Consumer: "c", Ranges: []message.AckRange{{First: 0, Last: 1}}})
+	add(&Pull{Now: now, Subject: "t", ConsumerGroup: "win", Consumer: "c", Max: 2, Start: StartEarliest})
+	if info, _ := ref.ConsumerGroup("s", "dead"); info.DeadLetters != 2 {
 		tb.Fatalf("the workload's dead letters: %+v", info)
 	}
 	purged := false
@@ -115,12 +115,12 @@ func retentionStepWorkload(tb testing.TB, ref *FSM) ([]*raft.Log, []string) {
 		now += 1000
 		big([]string{"s", "t"}[i%2])
 		if !purged && ref.store.messages.Log().Start() > 0 {
-			add(&DeadLetters{Now: now, Subject: "s", Group: "dead", Op: DeadPurge, All: true})
+			add(&DeadLetters{Now: now, Subject: "s", ConsumerGroup: "dead", Op: DeadPurge, All: true})
 			purged = true
 		}
 		if i%10 == 9 {
 			for _, g := range []string{"cur", "red", "dead"} {
-				add(&Pull{Now: now, Subject: "s", Group: g, Consumer: "c2", Max: 2, Start: StartEarliest})
+				add(&Pull{Now: now, Subject: "s", ConsumerGroup: g, Consumer: "c2", Max: 2, Start: StartEarliest})
 			}
 		}
 	}
@@ -202,9 +202,9 @@ func TestRetentionCleanUpSurvivesAStopBetweenSteps(t *testing.T) {
 }
 
 // group returns the information of group g of s, which must exist.
-func (f *FSM) group(tb testing.TB, g string) GroupInfo {
+func (f *FSM) group(tb testing.TB, g string) ConsumerGroupInfo {
 	tb.Helper()
-	info, ok := f.Group("s", g)
+	info, ok := f.ConsumerGroup("s", g)
 	if !ok {
 		tb.Fatalf("group %s unknown", g)
 	}

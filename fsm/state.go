@@ -21,7 +21,7 @@ type consumerKey struct{ subject, group, name string }
 type group struct {
 	cursor    int64        // next consume-log sequence to hand out
 	redeliver []redelivery // to hand out first, in order
-	settings  GroupSettings
+	settings  ConsumerGroupSettings
 	// gen numbers the group's life since its creation or last reset: a
 	// retry scheduled in an earlier life finds another number when it
 	// fires and is dropped. Never reused (state.nextGen).

@@ -34,20 +34,20 @@ func TestPullOfUnknownSubjectRegisters(t *testing.T) {
 	// A group of a subject without messages goes with its last consumer:
 	// made-up names leave nothing behind once their sessions expire.
 	pullAt(t, f, 4, 0, "nothing-yet", "g", "c", 10)
-	if len(f.Groups()) != 2 {
-		t.Fatalf("groups %+v, want later/g and nothing-yet/g", f.Groups())
+	if len(f.ConsumerGroups()) != 2 {
+		t.Fatalf("groups %+v, want later/g and nothing-yet/g", f.ConsumerGroups())
 	}
-	applyAt(f, 5, &Reclaim{Now: 1, Subject: "nothing-yet", Group: "g", Consumer: "c"})
-	if _, ok := f.Group("nothing-yet", "g"); ok || len(f.Consumers()) != 1 {
-		t.Fatalf("after its consumer went, the group of a subject without messages is still known: %+v", f.Groups())
+	applyAt(f, 5, &Reclaim{Now: 1, Subject: "nothing-yet", ConsumerGroup: "g", Consumer: "c"})
+	if _, ok := f.ConsumerGroup("nothing-yet", "g"); ok || len(f.Consumers()) != 1 {
+		t.Fatalf("after its consumer went, the group of a subject without messages is still known: %+v", f.ConsumerGroups())
 	}
 	// A group whose subject has messages stays when its consumers go.
-	applyAt(f, 6, &Reclaim{Now: 1, Subject: "later", Group: "g", Consumer: "c"})
-	if _, ok := f.Group("later", "g"); !ok {
+	applyAt(f, 6, &Reclaim{Now: 1, Subject: "later", ConsumerGroup: "g", Consumer: "c"})
+	if _, ok := f.ConsumerGroup("later", "g"); !ok {
 		t.Fatal("a group of a subject with messages was forgotten with its consumer")
 	}
 	before := stateBytes(f)
-	legacy := (&Pull{Now: 1, Subject: "nothing", Group: "g", Consumer: "c", Max: 10, version: commandVersionEpoch}).Encode()
+	legacy := (&Pull{Now: 1, Subject: "nothing", ConsumerGroup: "g", Consumer: "c", Max: 10, version: commandVersionEpoch}).Encode()
 	if got := f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: legacy}); !reflect.DeepEqual(got, &PullResult{}) {
 		t.Fatalf("version 2 pull of an unknown subject: %#v", got)
 	}
@@ -93,26 +93,26 @@ func TestStateLimits(t *testing.T) {
 	pullAt(t, f, next(), 1000, "s1", "g1", "c1", 1)
 	pullAt(t, f, next(), 1000, "s1", "g2", "c1", 1)
 	before := stateBytes(f)
-	wantLimit("a third group of s1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g3", Consumer: "c1", Max: 1}))
+	wantLimit("a third group of s1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", ConsumerGroup: "g3", Consumer: "c1", Max: 1}))
 	wantStateUnchanged(t, f, before)
 	pullAt(t, f, next(), 1000, "s2", "g1", "c1", 1)
 	before = stateBytes(f)
-	wantLimit("a fourth group", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", Group: "g2", Consumer: "c1", Max: 1}))
+	wantLimit("a fourth group", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", ConsumerGroup: "g2", Consumer: "c1", Max: 1}))
 	wantStateUnchanged(t, f, before)
 
 	// Consumers of a group, and consumers in all.
 	pullAt(t, f, next(), 1000, "s1", "g1", "c2", 1)
 	before = stateBytes(f)
-	wantLimit("a third consumer of g1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	wantLimit("a third consumer of g1", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", ConsumerGroup: "g1", Consumer: "c3", Max: 1}))
 	wantStateUnchanged(t, f, before)
 	pullAt(t, f, next(), 1000, "s1", "g2", "c2", 1)
-	wantLimit("a sixth consumer", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", Group: "g1", Consumer: "c2", Max: 1}))
+	wantLimit("a sixth consumer", applyAt(f, next(), &Pull{Start: StartEarliest, Now: 1000, Subject: "s2", ConsumerGroup: "g1", Consumer: "c2", Max: 1}))
 
 	// A consumer that goes away frees its place.
 	reclaimAt(t, f, next(), 1000, "s1", "g2", "c2")
 	pullAt(t, f, next(), 1000, "s2", "g1", "c2", 1)
 	// A forgotten group frees its place and its consumers'.
-	resultAs[*ForgetResult](t, applyAt(f, next(), &Forget{Now: 1000, Subject: "s1", Group: "g2"}))
+	resultAs[*ForgetResult](t, applyAt(f, next(), &Forget{Now: 1000, Subject: "s1", ConsumerGroup: "g2"}))
 	pullAt(t, f, next(), 1000, "s1", "g3", "c1", 1)
 
 	// The counts are the same after a restart.
@@ -124,7 +124,7 @@ func TestStateLimits(t *testing.T) {
 	if string(stateBytes(g)) != string(want) || len(g.subjects) != 3 || g.st.groupsOf["s1"] != 2 {
 		t.Fatalf("after a restart: %d subjects, %d groups of s1", len(g.subjects), g.st.groupsOf["s1"])
 	}
-	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", Group: "g1", Consumer: "c3", Max: 1}))
+	wantLimit("a third consumer of g1 after the restart", applyAt(g, idx+1, &Pull{Start: StartEarliest, Now: 1000, Subject: "s1", ConsumerGroup: "g1", Consumer: "c3", Max: 1}))
 	if r := appendAt(t, g, idx+2, 1000, &message.Message{ID: "z", Subject: "s9", CreatedAt: 1}); r.Messages[0].Status != Rejected {
 		t.Fatalf("a fourth subject after the restart: %+v", r.Messages[0])
 	}

@@ -12,7 +12,7 @@ import (
 // queue, in order.
 func redeliverAll(t *testing.T, r *groupRig, n int) {
 	t.Helper()
-	if got := len(r.pull(Pull{Subject: "s", Group: "g", Consumer: "any", Max: 100, Start: StartEarliest}).Entries); got != n {
+	if got := len(r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "any", Max: 100, Start: StartEarliest}).Entries); got != n {
 		t.Fatalf("the unfiltered consumer pulled %d of %d", got, n)
 	}
 	r.nack("g", "any", r.now, message.AckRange{First: 0, Last: int64(n - 1)})
@@ -33,18 +33,18 @@ func TestTagFilterAppliesToRedeliveries(t *testing.T) {
 	red, blue := []string{"red"}, []string{"blue"}
 	r.send("s", red, blue, red, nil)
 	redeliverAll(t, r, 4)
-	reds := r.pull(Pull{Subject: "s", Group: "g", Consumer: "reds", Max: 10, Tags: red})
+	reds := r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "reds", Max: 10, Tags: red})
 	if got, d := consumeSeqs(reds), deliveriesOf(reds); !slices.Equal(got, []int64{0, 2}) || !slices.Equal(d, []uint32{2, 2}) {
 		t.Fatalf("the red consumer got %v (deliveries %v), want 0 and 2 again", got, d)
 	}
 	if q := r.group("g").Redeliver; q != 2 {
 		t.Fatalf("%d due again after the red consumer pulled, want the blue one and the untagged one", q)
 	}
-	blues := r.pull(Pull{Subject: "s", Group: "g", Consumer: "blues", Max: 10, Tags: blue})
+	blues := r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "blues", Max: 10, Tags: blue})
 	if got := consumeSeqs(blues); !slices.Equal(got, []int64{1}) {
 		t.Fatalf("the blue consumer got %v, want 1", got)
 	}
-	rest := r.pull(Pull{Subject: "s", Group: "g", Consumer: "any", Max: 10})
+	rest := r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "any", Max: 10})
 	if got := consumeSeqs(rest); !slices.Equal(got, []int64{3}) {
 		t.Fatalf("the unfiltered consumer got %v, want 3, which no filter matched", got)
 	}
@@ -61,7 +61,7 @@ func TestTagFilterRedeliveryScanBound(t *testing.T) {
 	r.send("s", nil, nil, nil, red)
 	redeliverAll(t, r, 4)
 	pull := func() *PullResult {
-		return r.pull(Pull{Subject: "s", Group: "g", Consumer: "reds", Max: 10, Tags: red})
+		return r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "reds", Max: 10, Tags: red})
 	}
 	if p := pull(); len(p.Entries) != 0 || p.More {
 		t.Fatalf("first pull: %+v, want nothing (and no More: it would pull again at once)", p)
@@ -80,7 +80,7 @@ func TestVersion3PullHandsOutRedeliveriesUnfiltered(t *testing.T) {
 	r := newGroupRig(t)
 	r.send("s", []string{"red"}, []string{"blue"})
 	redeliverAll(t, r, 2)
-	p := r.pull(Pull{Subject: "s", Group: "g", Consumer: "reds", Max: 10, Tags: []string{"red"}, version: commandVersionPull3})
+	p := r.pull(Pull{Subject: "s", ConsumerGroup: "g", Consumer: "reds", Max: 10, Tags: []string{"red"}, version: commandVersionPull3})
 	if got := consumeSeqs(p); !slices.Equal(got, []int64{0, 1}) {
 		t.Fatalf("version 3 pull got %v, want 0 and 1", got)
 	}

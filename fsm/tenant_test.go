@@ -15,7 +15,7 @@ import (
 // with its limit of consumers, from the earliest message of a new group.
 func (r *groupRig) pullAs(app string, maxConsumers int, g, c string, n int) any {
 	r.t.Helper()
-	return r.apply(&Pull{Now: r.now, Subject: "s", Group: g, Consumer: c, Max: n, Start: StartEarliest, App: app, MaxConsumers: maxConsumers})
+	return r.apply(&Pull{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: c, Max: n, Start: StartEarliest, App: app, MaxConsumers: maxConsumers})
 }
 
 // checkDeadShares compares the dead letters' shares kept as they change
@@ -70,7 +70,7 @@ func TestConsumersPerApplication(t *testing.T) {
 	if r.f.st.appConsumers["billing"] != 2 || r.f.st.appConsumers["ops"] != 1 || len(r.f.st.appConsumers) != 2 {
 		t.Fatalf("consumers per application %v", r.f.st.appConsumers)
 	}
-	resultAs[*ReclaimResult](t, r.apply(&Reclaim{Now: r.now, Subject: "s", Group: "g", Consumer: "c2"}))
+	resultAs[*ReclaimResult](t, r.apply(&Reclaim{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c2"}))
 	resultAs[*PullResult](t, r.pullAs("billing", 2, "h", "c3", 1))
 	if g := r.f.st.groups[groupKey{"s", "h"}]; g == nil || g.app != "billing" {
 		t.Fatalf("billing's new group %+v", g)
@@ -87,7 +87,7 @@ func TestConsumersPerApplication(t *testing.T) {
 	if !bytes.Equal(before, stateBytes(g)) || g.st.appConsumers["billing"] != 2 || g.st.groups[groupKey{"s", "h"}].app != "billing" {
 		t.Fatalf("after a restart: consumers per application %v", g.st.appConsumers)
 	}
-	if res := applyAt(g, r.next(), &Pull{Now: r.now, Subject: "s", Group: "g", Consumer: "c5", Max: 1, App: "billing", MaxConsumers: 2}); !errors.Is(res.(error), ErrLimit) {
+	if res := applyAt(g, r.next(), &Pull{Now: r.now, Subject: "s", ConsumerGroup: "g", Consumer: "c5", Max: 1, App: "billing", MaxConsumers: 2}); !errors.Is(res.(error), ErrLimit) {
 		t.Fatalf("billing's third consumer after a restart: %v", res)
 	}
 }
@@ -101,9 +101,9 @@ func TestDeadLettersFairShare(t *testing.T) {
 	r.sendN("s", 12)
 	kill := func(app, g string, seqs ...int64) {
 		t.Helper()
-		r.setGroup(g, SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+		r.setGroup(g, SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
 		for _, s := range seqs {
-			r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: s, Last: s}}})
+			r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: s, Last: s}}})
 		}
 		checkDeadShares(t, r.f)
 	}
@@ -134,8 +134,8 @@ func TestDeadLettersFairShare(t *testing.T) {
 	r.deadOp("a1", DeadPurge, false, 5)
 	r.deadOp("b1", DeadResend, true)
 	checkDeadShares(t, r.f)
-	r.apply(&Reclaim{Now: r.now, Subject: "s", Group: "a2", Consumer: "c-a2"})
-	r.apply(&Forget{Now: r.now, Subject: "s", Group: "a2"})
+	r.apply(&Reclaim{Now: r.now, Subject: "s", ConsumerGroup: "a2", Consumer: "c-a2"})
+	r.apply(&Forget{Now: r.now, Subject: "s", ConsumerGroup: "a2"})
 	checkDeadShares(t, r.f)
 	takeSnapshot(t, r.f)
 	r.f.Close()
@@ -169,21 +169,21 @@ func TestDeadSharesUnderRandomOperations(t *testing.T) {
 			}
 			alive[g] = true
 			if r.f.st.groups[groupKey{"s", g}].settings.MaxDeliveries != 1 {
-				r.setGroup(g, SetMaxDeliveries, GroupSettings{MaxDeliveries: 1})
+				r.setGroup(g, SetMaxDeliveries, ConsumerGroupSettings{MaxDeliveries: 1})
 			}
 			for _, e := range p.Entries {
-				r.apply(&Nack{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: e.PullSeq, Last: e.PullSeq}}})
+				r.apply(&Nack{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: "c-" + g, Ranges: []message.AckRange{{First: e.PullSeq, Last: e.PullSeq}}})
 			}
 		case op == 5 && alive[g]:
-			r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: DeadPurge, Seqs: []int64{int64(rng.IntN(40))}})
+			r.apply(&DeadLetters{Now: r.now, Subject: "s", ConsumerGroup: g, Op: DeadPurge, Seqs: []int64{int64(rng.IntN(40))}})
 		case op == 6 && alive[g]:
-			r.apply(&DeadLetters{Now: r.now, Subject: "s", Group: g, Op: DeadResend, All: true})
+			r.apply(&DeadLetters{Now: r.now, Subject: "s", ConsumerGroup: g, Op: DeadResend, All: true})
 		case op == 7 && alive[g]:
-			r.apply(&Reclaim{Now: r.now, Subject: "s", Group: g, Consumer: "c-" + g})
-			r.apply(&Forget{Now: r.now, Subject: "s", Group: g})
+			r.apply(&Reclaim{Now: r.now, Subject: "s", ConsumerGroup: g, Consumer: "c-" + g})
+			r.apply(&Forget{Now: r.now, Subject: "s", ConsumerGroup: g})
 			alive[g] = false
 		case op == 8 && alive[g]:
-			r.apply(&ResetGroup{Now: r.now, Subject: "s", Group: g, To: StartEarliest})
+			r.apply(&ResetConsumerGroup{Now: r.now, Subject: "s", ConsumerGroup: g, To: StartEarliest})
 		case op == 9 && step%50 == 0:
 			takeSnapshot(t, r.f)
 			r.f.Close()

@@ -23,8 +23,8 @@ func TestPullsReadWhatTheirBatchAppended(t *testing.T) {
 	}
 	out := f.ApplyBatch(entriesOf([]encoder{
 		&Append{Now: 100, Messages: msgs},
-		&Pull{Now: 100, Subject: "s", Group: "tags", Consumer: "c", Max: 10, Tags: []string{"odd"}, Start: StartEarliest},
-		&Pull{Now: 100, Subject: "s", Group: "since", Consumer: "c", Max: 10, Start: StartAtTime, StartAt: 100},
+		&Pull{Now: 100, Subject: "s", ConsumerGroup: "tags", Consumer: "c", Max: 10, Tags: []string{"odd"}, Start: StartEarliest},
+		&Pull{Now: 100, Subject: "s", ConsumerGroup: "since", Consumer: "c", Max: 10, Start: StartAtTime, StartAt: 100},
 	}))
 	if got := consumeSeqs(out[1].(*PullResult)); !slices.Equal(got, []int64{1, 3, 5}) {
 		t.Fatalf("tag-filtered pull in the batch of the append: %v, want 1, 3, 5", got)

@@ -21,18 +21,18 @@ import (
 // deadLetterRig sends n messages of size bytes to subject "blobs" and
 // makes each a dead letter of group "g" (one delivery, then a nack);
 // mutate, if any, changes each message before it is sent.
-func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*message.Message)) {
+func deadLetterRig(t *testing.T, ctx context.Context, gc *transport.LeaderClient, n, size int, mutate ...func(*message.Message)) {
 	t.Helper()
 	one := uint32(1)
-	set, _ := json.Marshal(transport.SetGroupRequest{Subject: "blobs", Group: "g", MaxDeliveries: &one, Start: transport.StartEarliest})
-	if _, err := gc.Call(ctx, transport.TypeSetGroup, set); err != nil {
+	set, _ := json.Marshal(transport.SetConsumerGroupRequest{Subject: "blobs", ConsumerGroup: "g", MaxDeliveries: &one, Start: transport.StartEarliest})
+	if _, err := gc.Call(ctx, transport.TypeSetConsumerGroup, set); err != nil {
 		t.Fatal(err)
 	}
 	sendBlobs(t, ctx, gc, n, size, mutate...)
-	req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Wait: time.Second}
+	req := transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: "c", Max: 1, Wait: time.Second}
 	pullEach(t, ctx, gc, req, n, func(_ int, resp *transport.PullResponse) {
 		for _, m := range resp.Messages {
-			nack := &transport.NackRequest{Subject: "blobs", Group: "g", Consumer: "c", Epoch: resp.Epoch,
+			nack := &transport.NackRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: "c", Epoch: resp.Epoch,
 				Ranges: []message.AckRange{{First: m.PullSeq, Last: m.PullSeq}}}
 			if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 				t.Fatal(err)
@@ -54,7 +54,7 @@ func TestDeadLetterPageHoldsNoMessage(t *testing.T) {
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
 	deadLetterRig(t, ctx, gc, 6, 1<<20)
-	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g"})
+	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "g"})
 	call, end := context.WithTimeout(ctx, 10*time.Second)
 	defer end()
 	body, err := gc.Call(call, transport.TypeDeadLetters, list)
@@ -92,7 +92,7 @@ func TestGroupsListingIsBounded(t *testing.T) {
 	defer cancel()
 	const subjects = limits.MaxConsumerGroups / limits.MaxConsumerGroupsPerSubject // every group a broker group may have
 	name := func(c byte, i int) string { return fmt.Sprintf("%c%0*d", c, limits.MaxName-1, i) }
-	work := make(chan *fsm.SetGroup)
+	work := make(chan *fsm.SetConsumerGroup)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
 	for range 64 {
@@ -110,7 +110,7 @@ func TestGroupsListingIsBounded(t *testing.T) {
 	}
 	for s := range subjects {
 		for g := range limits.MaxConsumerGroupsPerSubject {
-			work <- &fsm.SetGroup{Subject: name('s', s), Group: name('g', g)}
+			work <- &fsm.SetConsumerGroup{Subject: name('s', s), ConsumerGroup: name('g', g)}
 		}
 	}
 	close(work)
@@ -121,18 +121,18 @@ func TestGroupsListingIsBounded(t *testing.T) {
 	default:
 	}
 	gc := clientOf(t, n.ClientAddr())
-	all, _ := json.Marshal(transport.GroupsRequest{})
+	all, _ := json.Marshal(transport.ConsumerGroupsRequest{})
 	call, end := context.WithTimeout(ctx, 30*time.Second) // a retried oversized reply would take all of ctx
 	defer end()
-	if _, err := gc.Call(call, transport.TypeGroups, all); transport.CodeOf(err) != transport.TooLarge || !strings.Contains(err.Error(), "subject") {
+	if _, err := gc.Call(call, transport.TypeConsumerGroups, all); transport.CodeOf(err) != transport.TooLarge || !strings.Contains(err.Error(), "subject") {
 		t.Fatalf("listing %d groups of long names: %v, want TOO_LARGE naming a subject's listing", subjects*limits.MaxConsumerGroupsPerSubject, err)
 	}
-	one, _ := json.Marshal(transport.GroupsRequest{Subject: name('s', 0)})
-	body, err := gc.Call(ctx, transport.TypeGroups, one)
+	one, _ := json.Marshal(transport.ConsumerGroupsRequest{Subject: name('s', 0)})
+	body, err := gc.Call(ctx, transport.TypeConsumerGroups, one)
 	if err != nil {
 		t.Fatalf("listing a subject's %d groups: %v", limits.MaxConsumerGroupsPerSubject, err)
 	}
-	var infos []transport.GroupInfo
+	var infos []transport.ConsumerGroupInfo
 	if err := json.Unmarshal(body, &infos); err != nil || len(infos) != limits.MaxConsumerGroupsPerSubject {
 		t.Fatalf("a subject's listing: %d groups (%v)", len(infos), err)
 	}
@@ -158,13 +158,13 @@ func TestDeadLetterTooLargeToReadWhole(t *testing.T) {
 		}
 	})
 	seq := int64(0)
-	one, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g", Seq: &seq})
+	one, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "g", Seq: &seq})
 	call, end := context.WithTimeout(ctx, 30*time.Second)
 	defer end()
 	if _, err := gc.Call(call, transport.TypeDeadLetters, one); transport.CodeOf(err) != transport.TooLarge {
 		t.Fatalf("reading a dead letter of %d bytes whole: %v, want TOO_LARGE", message.MaxBodyLen, err)
 	}
-	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", Group: "g"})
+	list, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "g"})
 	body, err := gc.Call(ctx, transport.TypeDeadLetters, list)
 	if err != nil {
 		t.Fatal(err)

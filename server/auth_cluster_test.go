@@ -46,7 +46,7 @@ func startSecureCluster(t *testing.T, hb time.Duration, tweak ...func(*Config)) 
 		}
 	})
 	waitFor(t, 10*time.Second, "the brokers to register", func() bool {
-		g, ok := m.fsm.Group(brokers[0].cfg.Group)
+		g, ok := m.fsm.BrokerGroup(brokers[0].cfg.BrokerGroup)
 		return ok && len(g.Nodes) == len(brokers)
 	})
 	announced(t, m)
@@ -297,7 +297,7 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
 	pullAs := func(group string) error {
-		req := &transport.PullRequest{Subject: "orders", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
+		req := &transport.PullRequest{Subject: "orders", ConsumerGroup: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
 		return err
 	}
@@ -308,10 +308,10 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 	if transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "application billing") {
 		t.Fatalf("a second group past a limit of one: %v, want INVALID naming the application's limit", err)
 	}
-	if leader.fsm.HasGroup("orders", "second") {
+	if leader.fsm.HasConsumerGroup("orders", "second") {
 		t.Fatal("the refused pull created its group")
 	}
-	if !leader.fsm.HasGroup("orders", "first") {
+	if !leader.fsm.HasConsumerGroup("orders", "first") {
 		t.Fatal("the first pull created no group")
 	}
 }
@@ -329,7 +329,7 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(subject, group string, idle time.Duration) error {
-		req := &transport.PullRequest{Subject: subject, Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond, IdleExpiry: idle}
+		req := &transport.PullRequest{Subject: subject, ConsumerGroup: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond, IdleExpiry: idle}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
 		return err
 	}
@@ -337,7 +337,7 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 		t.Helper()
 		waitFor(t, 20*time.Second, "group "+group+" to be forgotten and its record with it", func() bool {
 			r, _ := c.meta.fsm.Route(subject)
-			return !leader.fsm.HasGroup(subject, group) && !slices.Contains(r.Consumers, group) && c.meta.fsm.Usage("billing").Groups == 0
+			return !leader.fsm.HasConsumerGroup(subject, group) && !slices.Contains(r.Consumers, group) && c.meta.fsm.Usage("billing").Groups == 0
 		})
 	}
 	// A subject without messages: each group goes with its consumer.
@@ -370,7 +370,7 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 	if err := pull("full", "d", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the declared group to be idle and forgotten at the broker", func() bool { return !leader.fsm.HasGroup("full", "d") })
+	waitFor(t, 20*time.Second, "the declared group to be idle and forgotten at the broker", func() bool { return !leader.fsm.HasConsumerGroup("full", "d") })
 	if u := c.meta.fsm.Usage("billing"); u.Groups != 1 {
 		t.Fatalf("a declared group forgotten at the broker: usage %+v", u)
 	}
@@ -389,7 +389,7 @@ func TestRefusedPullGivesItsGroupBack(t *testing.T) {
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(group, consumer string) error {
-		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
+		req := &transport.PullRequest{Subject: "empty", ConsumerGroup: group, Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
 		return err
 	}
@@ -404,7 +404,7 @@ func TestRefusedPullGivesItsGroupBack(t *testing.T) {
 	// a goes with its consumer (a subject without messages); b and c never were.
 	waitFor(t, 20*time.Second, "every record of billing's to go", func() bool {
 		r, _ := c.meta.fsm.Route("empty")
-		return !leader.fsm.HasGroup("empty", "a") && len(r.Consumers) == 0 && c.meta.fsm.Usage("billing").Groups == 0
+		return !leader.fsm.HasConsumerGroup("empty", "a") && len(r.Consumers) == 0 && c.meta.fsm.Usage("billing").Groups == 0
 	})
 }
 
@@ -424,7 +424,7 @@ func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
 	pull := func(group string) error {
-		req := &transport.PullRequest{Subject: "empty", Group: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
+		req := &transport.PullRequest{Subject: "empty", ConsumerGroup: group, Consumer: "c1", Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
 		return err
 	}
@@ -432,8 +432,8 @@ func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
 	if err := pull("p1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "p1 to be forgotten at the broker", func() bool { return !leader.fsm.HasGroup("empty", "p1") && len(held.queue) == 1 })
-	if err := pull("p1"); err != nil || !leader.fsm.HasGroup("empty", "p1") {
+	waitFor(t, 20*time.Second, "p1 to be forgotten at the broker", func() bool { return !leader.fsm.HasConsumerGroup("empty", "p1") && len(held.queue) == 1 })
+	if err := pull("p1"); err != nil || !leader.fsm.HasConsumerGroup("empty", "p1") {
 		t.Fatalf("p1 created again: %v", err)
 	}
 	close(hold)
@@ -455,7 +455,7 @@ func TestAppConsumerAndDelayedLimits(t *testing.T) {
 	leader := c.leaderHolding(t)
 	billing, ops := c.dialAs(t, ctx, leader, "billing"), c.dialAs(t, ctx, leader, "ops")
 	pull := func(conn *transport.Conn, consumer string) error {
-		req := &transport.PullRequest{Subject: "s", Group: "g", Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
+		req := &transport.PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: consumer, Max: 1, Wait: 10 * time.Millisecond}
 		_, err := conn.Call(ctx, transport.TypePull, req.Encode())
 		return err
 	}
@@ -634,7 +634,7 @@ func TestBrokerWithoutAuthUnderAuthMetaserver(t *testing.T) {
 	f := newTLSFixture(t)
 	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS, c.Auth = f.node("m1"), true })
 	b := startNode(t, "g1-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat, c.TLS = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1")
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat, c.TLS = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1")
 	})
 	waitFor(t, 10*time.Second, "the broker to learn that its metaserver checks applications", func() bool { return b.Status().Refusing != "" })
 	f.client("apps")
@@ -674,7 +674,7 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startNode(t, "g1-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat, c.TLS, c.Auth = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1"), true
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat, c.TLS, c.Auth = "g1", []string{m.ClientAddr()}, 100*time.Millisecond, f.node("g1-n1"), true
 	})
 	waitFor(t, 10*time.Second, "the broker to hear from its metaserver", func() bool { return b.Status().Refusing != "" || b.apps.Load() != nil })
 	conn, err := transport.Dialer{TLS: f.dialTLS(t, "apps")}.Dial(ctx, b.ClientAddr())
@@ -699,7 +699,7 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 		t.Fatalf("a node's status request: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the metaserver's view to say the broker refuses clients", func() bool {
-		g := m.cluster().Groups
+		g := m.cluster().BrokerGroups
 		return len(g) == 1 && len(g[0].Nodes) == 1 && strings.Contains(g[0].Nodes[0].Refusing, "metaserver checks no applications")
 	})
 	// The metaserver is restarted checking: the broker serves applications

@@ -191,7 +191,7 @@ func (n *Node) handleBrokerConfig(p []byte) ([]byte, error) {
 }
 
 func (n *Node) brokerConfigInfo() transport.BrokerConfigInfo {
-	return transport.BrokerConfigInfo{BrokerGroup: n.cfg.Group, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
+	return transport.BrokerConfigInfo{BrokerGroup: n.cfg.BrokerGroup, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
 		Config: brokerConfigOut(n.fsm.BrokerConfig())}
 }
 

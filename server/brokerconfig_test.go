@@ -53,11 +53,11 @@ func differentFlags(id string, c *Config) {
 
 // pullOnce pulls up to max messages of subject s for group g's consumer c
 // and acks the first ack of them; it returns how many it got.
-func pullOnce(t *testing.T, gc *transport.GroupClient, g string, max, ack int) int {
+func pullOnce(t *testing.T, gc *transport.LeaderClient, g string, max, ack int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req := &transport.PullRequest{Subject: "s", Group: g, Consumer: "c", Max: max, Wait: 50 * time.Millisecond, Start: transport.StartEarliest}
+	req := &transport.PullRequest{Subject: "s", ConsumerGroup: g, Consumer: "c", Max: max, Wait: 50 * time.Millisecond, Start: transport.StartEarliest}
 	body, err := gc.Call(ctx, transport.TypePull, req.Encode())
 	if err != nil {
 		t.Fatalf("pull: %v", err)
@@ -67,7 +67,7 @@ func pullOnce(t *testing.T, gc *transport.GroupClient, g string, max, ack int) i
 		t.Fatal(err)
 	}
 	if ack = min(ack, len(resp.Messages)); ack > 0 {
-		r := &transport.AckRequest{Subject: "s", Group: g, Consumer: "c", Epoch: resp.Epoch,
+		r := &transport.AckRequest{Subject: "s", ConsumerGroup: g, Consumer: "c", Epoch: resp.Epoch,
 			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[ack-1].PullSeq}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, r.Encode()); err != nil {
 			t.Fatalf("ack: %v", err)
@@ -112,7 +112,7 @@ func sameReplicas(t *testing.T, nodes []*Node) {
 	})
 	ref := nodes[0]
 	refFiles := replicaFiles(t, ref)
-	refGroups, _ := json.Marshal(ref.fsm.Groups())
+	refGroups, _ := json.Marshal(ref.fsm.ConsumerGroups())
 	for _, n := range nodes[1:] {
 		if a, b := ref.fsm.Ends(), n.fsm.Ends(); !reflect.DeepEqual(a, b) {
 			t.Fatalf("log ends differ: %s %+v, %s %+v", ref.cfg.ID, a, n.cfg.ID, b)
@@ -126,7 +126,7 @@ func sameReplicas(t *testing.T, nodes []*Node) {
 				t.Fatalf("%s differs between %s (%d bytes) and %s (%d bytes)", name, ref.cfg.ID, len(want), n.cfg.ID, len(files[name]))
 			}
 		}
-		if groups, _ := json.Marshal(n.fsm.Groups()); !bytes.Equal(groups, refGroups) {
+		if groups, _ := json.Marshal(n.fsm.ConsumerGroups()); !bytes.Equal(groups, refGroups) {
 			t.Fatalf("consumer groups differ:\n%s: %s\n%s: %s", ref.cfg.ID, refGroups, n.cfg.ID, groups)
 		}
 	}
@@ -239,7 +239,7 @@ func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 	seed := nodes[0].cfg.FSM.BrokerConfig()
 	for _, n := range nodes {
 		st := httpStatus(t, n)
-		if c := st.BrokerConfig; c == nil || c.Source != "group" || c.MaxPull != seed.MaxPull || c.SegmentSize != seed.SegmentSize {
+		if c := st.BrokerConfig; c == nil || c.Source != "broker-group" || c.MaxPull != seed.MaxPull || c.SegmentSize != seed.SegmentSize {
 			t.Fatalf("%s: /status shows %+v, want n1's values, the group's", n.cfg.ID, st.BrokerConfig)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // sendRaw sends one message through c and returns its outcome.
-func sendRaw(t *testing.T, c *transport.GroupClient, m *message.Message) transport.SendStatus {
+func sendRaw(t *testing.T, c *transport.LeaderClient, m *message.Message) transport.SendStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -44,7 +44,7 @@ func TestLeaderElectedWithItsClockAheadFiresNothingEarly(t *testing.T) {
 	})
 	n1, n2 := nodes[0], nodes[1]
 	addrs := clientAddrs(nodes)
-	c, err := transport.NewGroupClient(addrs)
+	c, err := transport.NewLeaderClient(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}

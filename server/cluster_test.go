@@ -38,7 +38,7 @@ func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	for _, id := range []string{"n2", "n3"} {
 		n := startNode(t, id, false, config(id))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := admin.Join(ctx, n1.cfg.Group, id, n.cfg.RaftAddr, n.ClientAddr())
+		err := admin.Join(ctx, n1.cfg.BrokerGroup, id, n.cfg.RaftAddr, n.ClientAddr())
 		cancel()
 		if err != nil {
 			t.Fatalf("join %s: %v", id, err)
@@ -242,11 +242,11 @@ func TestTransferLeader(t *testing.T) {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := admin.TransferLeader(ctx, target.cfg.Group, target.cfg.ID); err != nil {
+	if err := admin.TransferLeader(ctx, target.cfg.BrokerGroup, target.cfg.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the target to lead", func() bool { return target.isLeader() })
-	if err := admin.TransferLeader(ctx, target.cfg.Group, "nobody"); transport.CodeOf(err) != transport.Invalid {
+	if err := admin.TransferLeader(ctx, target.cfg.BrokerGroup, "nobody"); transport.CodeOf(err) != transport.Invalid {
 		t.Fatalf("transfer to a non-member: %v, want INVALID", err)
 	}
 }

@@ -20,8 +20,8 @@ type Config struct {
 	// NodeConfig is the node's id, data directory, addresses and bootstrap
 	// flag. Its DataDir also holds the state machine's logs.
 	NodeConfig
-	// Group names the broker group.
-	Group string
+	// BrokerGroup names the broker group.
+	BrokerGroup string
 	// Meta lists metaserver client addresses (any subset of the group). The
 	// node registers there on start and reports every MetaHeartbeat; it
 	// forwards clients' route requests there. Empty: a standalone group
@@ -174,7 +174,7 @@ func (c *Config) Validate() error {
 	if c.Auth && len(c.Meta) == 0 {
 		return fmt.Errorf("%w: a broker with --auth needs its metaserver (--meta), which holds the applications", ErrAuthConfig)
 	}
-	if err := meta.CheckBrokerGroup(c.Group); err != nil {
+	if err := meta.CheckBrokerGroup(c.BrokerGroup); err != nil {
 		return fmt.Errorf("server: config: %w", err)
 	}
 	for _, addr := range c.Meta {

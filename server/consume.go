@@ -14,10 +14,10 @@ func (n *Node) handleAck(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(ctx, transport.TypeAck, req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeAck, req.Subject, req.ConsumerGroup, req.Consumer); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
+	cmd := &fsm.Ack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Consumer: req.Consumer,
 		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
@@ -35,10 +35,10 @@ func (n *Node) handleNack(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(ctx, transport.TypeNack, req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeNack, req.Subject, req.ConsumerGroup, req.Consumer); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Nack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
+	cmd := &fsm.Nack{Now: n.clock.now().UnixMilli(), Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Consumer: req.Consumer,
 		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
 	if !req.RetryAt.IsZero() {
 		cmd.RetryAt = max(req.RetryAt.UnixMilli(), 1) // a time before now retries at once
@@ -64,10 +64,10 @@ func (n *Node) handleExtend(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.consumerRequest(ctx, transport.TypeExtend, req.Subject, req.Group, req.Consumer); err != nil {
+	if _, err := n.consumerRequest(ctx, transport.TypeExtend, req.Subject, req.ConsumerGroup, req.Consumer); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Extend{Now: n.clock.now().UnixMilli(), Subject: req.Subject, Group: req.Group, Consumer: req.Consumer,
+	cmd := &fsm.Extend{Now: n.clock.now().UnixMilli(), Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Consumer: req.Consumer,
 		Epoch: req.Epoch, Ranges: fsm.MergeRanges(req.Ranges)}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()

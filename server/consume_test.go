@@ -27,7 +27,7 @@ func TestNackedMetricCountsMessages(t *testing.T) {
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: msgs}).Encode()); err != nil {
 		t.Fatal(err)
 	}
-	body, err := gc.Call(ctx, transport.TypePull, (&transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5,
+	body, err := gc.Call(ctx, transport.TypePull, (&transport.PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5,
 		Wait: time.Second, Start: transport.StartEarliest}).Encode())
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestNackedMetricCountsMessages(t *testing.T) {
 	if err != nil || len(resp.Messages) != 5 {
 		t.Fatalf("pull: %+v, %v", resp, err)
 	}
-	nack := &transport.NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 4}}}
+	nack := &transport.NackRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 4}}}
 	if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestRegisterConsumerHandsOutNothing(t *testing.T) {
 		start transport.StartPosition
 		want  int
 	}{{"at-latest", transport.StartLatest, 0}, {"at-earliest", transport.StartEarliest, 3}} {
-		req := &transport.PullRequest{Subject: "orders", Group: tc.group, Consumer: "c1", Max: 100, Start: tc.start}
+		req := &transport.PullRequest{Subject: "orders", ConsumerGroup: tc.group, Consumer: "c1", Max: 100, Start: tc.start}
 		body, err := gc.Call(ctx, transport.TypeRegisterConsumer, req.Encode())
 		if err != nil {
 			t.Fatalf("%s: %v", tc.group, err)
@@ -68,7 +68,7 @@ func TestRegisterConsumerHandsOutNothing(t *testing.T) {
 		if err != nil || len(reg.Messages) != 0 || reg.Epoch == 0 {
 			t.Fatalf("%s: registration answered %d messages, epoch %d, %v", tc.group, len(reg.Messages), reg.Epoch, err)
 		}
-		if !n.fsm.HasGroup("orders", tc.group) || n.fsm.Epoch(fsm.ConsumerID{Subject: "orders", Group: tc.group, Consumer: "c1"}) != reg.Epoch {
+		if !n.fsm.HasConsumerGroup("orders", tc.group) || n.fsm.Epoch(fsm.ConsumerID{Subject: "orders", ConsumerGroup: tc.group, Consumer: "c1"}) != reg.Epoch {
 			t.Fatalf("%s: the registration made no group or consumer", tc.group)
 		}
 		req.Epoch = reg.Epoch

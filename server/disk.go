@@ -54,7 +54,7 @@ func (d *diskGuard) full() (bool, int64) {
 // diskFullError is the error a send gets while the disk is short of space.
 func (n *Node) diskFullError(free int64) error {
 	return transport.Errorf(transport.DiskFull, "broker node %s of group %s has %d MiB free on its data disk, under its %d MiB floor (--min-free-disk): sends are refused until space is freed",
-		n.cfg.ID, n.cfg.Group, free>>20, n.cfg.MinFreeDisk>>20)
+		n.cfg.ID, n.cfg.BrokerGroup, free>>20, n.cfg.MinFreeDisk>>20)
 }
 
 // diskWait hears from the state machine that it waits for disk space

@@ -25,7 +25,7 @@ func newFakeDisk() *fakeDisk {
 
 func (d *fakeDisk) probe(string) (int64, error) { return d.free.Load(), nil }
 
-// caller is a GroupClient or a Conn.
+// caller is a LeaderClient or a Conn.
 type caller interface {
 	Call(ctx context.Context, t transport.Type, payload []byte) ([]byte, error)
 }
@@ -81,7 +81,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 		sent.Results[1].Status != transport.SendRejected || transport.CodeOf(transport.ParseRejection(sent.Results[1].Error)) != transport.DiskFull {
 		t.Fatalf("a refused send of a stored message and a new one: %+v, %v", sent, err)
 	}
-	pull := &transport.PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: time.Second, Start: transport.StartEarliest}
+	pull := &transport.PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Wait: time.Second, Start: transport.StartEarliest}
 	body, err = gc.Call(ctx, transport.TypePull, pull.Encode())
 	if err != nil {
 		t.Fatalf("pull with the disk full: %v", err)
@@ -90,7 +90,7 @@ func TestDiskFullRefusesSendsNotConsumers(t *testing.T) {
 	if err != nil || len(resp.Messages) < 3 { // a send may have passed before the check saw the disk
 		t.Fatalf("pull with the disk full: %d messages, %v", len(resp.Messages), err)
 	}
-	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: int64(len(resp.Messages) - 1)}}}
+	ack := &transport.AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: int64(len(resp.Messages) - 1)}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 		t.Fatalf("ack with the disk full: %v", err)
 	}
@@ -108,7 +108,7 @@ func TestLeaderWithoutSpaceHandsOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	addrs := clientAddrs(nodes)
-	gc, err := transport.NewGroupClient(addrs)
+	gc, err := transport.NewLeaderClient(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestProducerMovesAwayFromAFullDisk(t *testing.T) {
 	m := startMeta(t, "m1", true)
 	full := newFakeDisk()
 	g1 := startNode(t, "g1-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
 		c.FSM.DiskFree = full.probe
 	})
 	g2 := startMetaBroker(t, "g2", m)
@@ -158,7 +158,7 @@ func TestProducerMovesAwayFromAFullDisk(t *testing.T) {
 		waitFor(t, 10*time.Second, g+" available", func() bool { ok, _ := groupAvailable(t, a, g); return ok })
 	}
 	ctx := ctxFor(t, 30*time.Second)
-	if r, err := a.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil || len(r.Groups) != 2 {
+	if r, err := a.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil || len(r.BrokerGroups) != 2 {
 		t.Fatalf("assign: %+v, %v", r, err)
 	}
 	full.free.Store(0)

@@ -52,8 +52,8 @@ func TestForgetConsumerGroupEverywhere(t *testing.T) {
 	}
 	// A bad name is refused by the broker before it proposes anything.
 	gc := clientOf(t, b.ClientAddr())
-	bad, _ := json.Marshal(transport.ForgetGroupRequest{Subject: "jobs", Group: "no/slash"})
-	if _, err := gc.Call(context.Background(), transport.TypeForgetGroup, bad); transport.CodeOf(err) != transport.Invalid {
+	bad, _ := json.Marshal(transport.ForgetConsumerGroupRequest{Subject: "jobs", ConsumerGroup: "no/slash"})
+	if _, err := gc.Call(context.Background(), transport.TypeForgetConsumerGroup, bad); transport.CodeOf(err) != transport.Invalid {
 		t.Fatalf("a bad group name: %v, want INVALID", err)
 	}
 }

@@ -30,7 +30,7 @@ import (
 // waits for a report being sent (sending) before it records the group, so
 // the metaserver applies the report before the record.
 type forgottenGroups struct {
-	queue   chan transport.ForgetGroupRequest
+	queue   chan transport.ForgetConsumerGroupRequest
 	dropped *lograte.Limiter
 	log     hclog.Logger
 	exists  func(subject, group string) bool
@@ -56,7 +56,7 @@ const forgottenTries = 10
 // newForgottenGroups returns the reporter; exists says whether a group
 // exists here.
 func newForgottenGroups(log hclog.Logger, exists func(subject, group string) bool) *forgottenGroups {
-	f := &forgottenGroups{queue: make(chan transport.ForgetGroupRequest, forgottenQueue),
+	f := &forgottenGroups{queue: make(chan transport.ForgetConsumerGroupRequest, forgottenQueue),
 		dropped: lograte.New(time.Second), log: log, exists: exists,
 		pulls: map[forgottenKey]int{}, sending: map[forgottenKey]bool{}}
 	f.settled = sync.NewCond(&f.mu)
@@ -71,7 +71,7 @@ func (f *forgottenGroups) report(subject, group string) {
 		return
 	}
 	select {
-	case f.queue <- transport.ForgetGroupRequest{Subject: subject, Group: group}:
+	case f.queue <- transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: group}:
 	default:
 		if ok, held := f.dropped.Allow(); ok {
 			f.log.Warn("too many forgotten consumer groups to tell the metaserver of; their records stay counted",
@@ -129,14 +129,14 @@ func (f *forgottenGroups) run(ctx context.Context, broker string, send func(cont
 		}
 	}
 	for {
-		var req transport.ForgetGroupRequest
+		var req transport.ForgetConsumerGroupRequest
 		select {
 		case req = <-f.queue:
 		case <-ctx.Done():
 			return
 		}
 		req.Broker = broker
-		k := forgottenKey{req.Subject, req.Group}
+		k := forgottenKey{req.Subject, req.ConsumerGroup}
 		body, _ := json.Marshal(req)
 		backoff := 100 * time.Millisecond
 		for try := 1; ; try++ {
@@ -151,7 +151,7 @@ func (f *forgottenGroups) run(ctx context.Context, broker string, send func(cont
 			}
 			if try == forgottenTries {
 				f.log.Warn("telling the metaserver of a forgotten consumer group; its record stays counted",
-					"subject", req.Subject, "consumer-group", req.Group, "error", err)
+					"subject", req.Subject, "consumer-group", req.ConsumerGroup, "error", err)
 				break
 			}
 			if !wait.Sleep(ctx, backoff) {

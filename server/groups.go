@@ -19,17 +19,17 @@ import (
 
 // handleGroups lists consumer groups: all, a subject's, or one.
 func (n *Node) handleGroups(p []byte) ([]byte, error) {
-	var req transport.GroupsRequest
+	var req transport.ConsumerGroupsRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	var infos []fsm.GroupInfo
-	if req.Group != "" {
-		if g, ok := n.fsm.Group(req.Subject, req.Group); ok {
+	var infos []fsm.ConsumerGroupInfo
+	if req.ConsumerGroup != "" {
+		if g, ok := n.fsm.ConsumerGroup(req.Subject, req.ConsumerGroup); ok {
 			infos = append(infos, g)
 		}
 	} else {
-		for _, g := range n.fsm.Groups() {
+		for _, g := range n.fsm.ConsumerGroups() {
 			if req.Subject == "" || g.Subject == req.Subject {
 				infos = append(infos, g)
 			}
@@ -60,10 +60,10 @@ func (n *Node) handleGroups(p []byte) ([]byte, error) {
 // longest names, take about 3 MiB.
 const maxGroupsReply = transport.DefaultMaxFrame / 2
 
-func (n *Node) groupInfo(g fsm.GroupInfo) transport.GroupInfo {
+func (n *Node) groupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGroupInfo {
 	s := g.Settings
-	info := transport.GroupInfo{BrokerGroup: n.cfg.Group, Subject: g.Subject, Group: g.Group,
-		Settings: transport.GroupSettings{MaxDeliveries: s.MaxDeliveries, RetryFirst: millis(s.RetryFirst),
+	info := transport.ConsumerGroupInfo{BrokerGroup: n.cfg.BrokerGroup, Subject: g.Subject, ConsumerGroup: g.ConsumerGroup,
+		Settings: transport.ConsumerGroupSettings{MaxDeliveries: s.MaxDeliveries, RetryFirst: millis(s.RetryFirst),
 			RetryMax: millis(s.RetryMax), AckWait: millis(s.AckWait), MaxInFlight: s.MaxInFlight, IdleExpiry: millis(s.IdleExpiry)},
 		Cursor: g.Cursor, End: g.End, Backlog: g.Backlog, Redeliver: g.Redeliver, Retrying: g.Retrying, Unacked: g.Unacked,
 		Lag: g.Lag(), Consumers: g.Consumers, DeadLetters: g.DeadLetters, DeadDropped: g.DeadDropped, Lost: g.Lost}
@@ -77,11 +77,11 @@ func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecon
 
 // handleSetGroup changes a group's settings.
 func (n *Node) handleSetGroup(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.SetGroupRequest
+	var req transport.SetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.SetGroup{Subject: req.Subject, Group: req.Group, Start: fsm.StartPosition(req.Start)}
+	cmd := &fsm.SetConsumerGroup{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Start: fsm.StartPosition(req.Start)}
 	if req.Start == transport.StartAtTime {
 		cmd.StartAt = req.StartAt.UnixMilli()
 	}
@@ -106,11 +106,11 @@ func (n *Node) handleSetGroup(ctx context.Context, p []byte) ([]byte, error) {
 
 // handleResetGroup moves a group's cursor.
 func (n *Node) handleResetGroup(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.ResetGroupRequest
+	var req transport.ResetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.ResetGroup{Subject: req.Subject, Group: req.Group, To: fsm.StartPosition(req.To)}
+	cmd := &fsm.ResetConsumerGroup{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, To: fsm.StartPosition(req.To)}
 	if req.To == transport.StartAtTime {
 		cmd.At = req.At.UnixMilli()
 	}
@@ -126,11 +126,11 @@ func (n *Node) proposeGroupChange(ctx context.Context, encode func(now int64) []
 	}
 	n.log.Info(what, "subject", subject)
 	n.notify.kick(subject)
-	r, ok := resp.(*fsm.GroupResult)
+	r, ok := resp.(*fsm.ConsumerGroupResult)
 	if !ok {
-		r = &fsm.GroupResult{}
+		r = &fsm.ConsumerGroupResult{}
 	}
-	return json.Marshal(transport.GroupResult{Created: r.Created})
+	return json.Marshal(transport.ConsumerGroupResult{Created: r.Created})
 }
 
 // proposeAsLeader proposes an operator's command, refused before proposing
@@ -159,10 +159,10 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	if err := fsm.CheckName("subject", req.Subject); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.Group}
+	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.BrokerGroup}
 	if req.Seq != nil {
-		_, page.Total = n.fsm.DeadLetters(req.Subject, req.Group, 0, 0)
-		if d, ok := n.fsm.DeadLetterOf(req.Subject, req.Group, *req.Seq); ok {
+		_, page.Total = n.fsm.DeadLetters(req.Subject, req.ConsumerGroup, 0, 0)
+		if d, ok := n.fsm.DeadLetterOf(req.Subject, req.ConsumerGroup, *req.Seq); ok {
 			letter, err := n.deadLetter(ctx, req.Subject, d, true)
 			if err != nil {
 				return nil, err
@@ -180,7 +180,7 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	if limit <= 0 || limit > maxDeadLetterPage {
 		limit = maxDeadLetterPage
 	}
-	list, total := n.fsm.DeadLetters(req.Subject, req.Group, req.Offset, limit)
+	list, total := n.fsm.DeadLetters(req.Subject, req.ConsumerGroup, req.Offset, limit)
 	page.Total = total
 	read := 0
 	for _, d := range list {
@@ -248,7 +248,7 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.DeadLetters{Subject: req.Subject, Group: req.Group, All: req.All, Seqs: req.Seqs}
+	cmd := &fsm.DeadLetters{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, All: req.All, Seqs: req.Seqs}
 	switch req.Op {
 	case transport.DeadLetterResend:
 		cmd.Op = fsm.DeadResend
@@ -265,7 +265,7 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 		return nil, err
 	}
 	r := resp.(*fsm.DeadLettersResult)
-	n.log.Info("dead letters "+string(req.Op), "subject", req.Subject, "consumer-group", req.Group, "messages", r.Done)
+	n.log.Info("dead letters "+string(req.Op), "subject", req.Subject, "consumer-group", req.ConsumerGroup, "messages", r.Done)
 	if req.Op == transport.DeadLetterResend {
 		n.notify.kick(req.Subject)
 	}

@@ -75,7 +75,7 @@ const (
 
 func classOf(t transport.Type) class {
 	switch t {
-	case transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups, transport.TypeBrokerConfig:
+	case transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeConsumerGroups, transport.TypeBrokerConfig:
 		return classRead
 	case transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime:
 		return classNode

@@ -94,10 +94,10 @@ func TestGuardClasses(t *testing.T) {
 	anon := &transport.Peer{Addr: "127.0.0.9:1"}
 	ops, billing := f.app("ops"), f.app("billing")
 	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
-		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetGroup, transport.TypeMetaForgetGroup,
-		transport.TypeSetGroup, transport.TypeResetGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
+		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetConsumerGroup, transport.TypeMetaForgetConsumerGroup,
+		transport.TypeSetConsumerGroup, transport.TypeResetConsumerGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.TypeSetBrokerConfig, transport.Type(99)}
-	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeGroups, transport.TypeBrokerConfig}
+	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeConsumerGroups, transport.TypeBrokerConfig}
 	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
 	for _, typ := range append(append(append([]transport.Type{transport.TypeSend, transport.TypePull}, admin...), read...), nodeOnly...) {
 		if err := f.call(anon, typ, nil); codeOf(err) != transport.Unauthenticated {

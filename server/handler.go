@@ -26,13 +26,13 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleNack(ctx, p)
 	case transport.TypeExtend:
 		return n.handleExtend(ctx, p)
-	case transport.TypeGroups:
+	case transport.TypeConsumerGroups:
 		return n.handleGroups(p)
 	case transport.TypeRegisterConsumer:
 		return n.handleRegisterConsumer(ctx, p)
-	case transport.TypeSetGroup:
+	case transport.TypeSetConsumerGroup:
 		return n.handleSetGroup(ctx, p)
-	case transport.TypeResetGroup:
+	case transport.TypeResetConsumerGroup:
 		return n.handleResetGroup(ctx, p)
 	case transport.TypeDeadLetters:
 		return n.handleDeadLetters(ctx, p)
@@ -44,7 +44,7 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return json.Marshal(n.Status())
 	case transport.TypeDelays:
 		return json.Marshal(n.Delays())
-	case transport.TypeForgetGroup:
+	case transport.TypeForgetConsumerGroup:
 		return n.handleForgetGroup(ctx, p)
 	case transport.TypeJoin:
 		return n.handleJoin(ctx, p)
@@ -59,7 +59,7 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 	case transport.TypeSetBrokerConfig:
 		return n.handleSetBrokerConfig(ctx, p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
-		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetGroup,
+		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetConsumerGroup,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete:
 		return n.forwardToMeta(ctx, t, p)
 	}
@@ -298,7 +298,7 @@ func (n *Node) handleRegisterConsumer(ctx context.Context, p []byte) ([]byte, er
 // consumers set) and, once the group is recorded with the metaserver, the
 // function to call when the command has applied or failed (recordNewGroup).
 func (n *Node) pullFor(ctx context.Context, t transport.Type, req *transport.PullRequest) (fsm.ConsumerID, *fsm.Pull, func(), error) {
-	id, err := n.consumerRequest(ctx, t, req.Subject, req.Group, req.Consumer)
+	id, err := n.consumerRequest(ctx, t, req.Subject, req.ConsumerGroup, req.Consumer)
 	if err != nil {
 		return id, nil, nil, err
 	}
@@ -307,7 +307,7 @@ func (n *Node) pullFor(ctx context.Context, t transport.Type, req *transport.Pul
 	if err := fsm.CheckPull(cmd); err != nil {
 		return id, nil, nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	created, err := n.recordNewGroup(ctx, req.Subject, req.Group)
+	created, err := n.recordNewGroup(ctx, req.Subject, req.ConsumerGroup)
 	if err != nil {
 		return id, nil, nil, err
 	}
@@ -317,7 +317,7 @@ func (n *Node) pullFor(ctx context.Context, t transport.Type, req *transport.Pul
 // pullCommand is the state machine's command for a pull request; Now is
 // stamped at each proposal.
 func pullCommand(req *transport.PullRequest) *fsm.Pull {
-	cmd := &fsm.Pull{Subject: req.Subject, Group: req.Group, Consumer: req.Consumer, Max: req.Max,
+	cmd := &fsm.Pull{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Consumer: req.Consumer, Max: req.Max,
 		Resend: true, From: req.From, Epoch: req.Epoch, AtMostOnce: req.AtMostOnce, Tags: req.Tags, TagsAll: req.TagsAll,
 		Start: fsm.StartPosition(req.Start), IdleExpiry: req.IdleExpiry.Milliseconds()}
 	if req.Start == transport.StartAtTime {
@@ -405,15 +405,15 @@ func (n *Node) locate(subject string, res *fsm.PullResult) ([]fsm.MessageAt, err
 
 // handleForgetGroup removes a consumer group from the group's state.
 func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.ForgetGroupRequest
+	var req transport.ForgetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	cmd := &fsm.Forget{Subject: req.Subject, Group: req.Group}
+	cmd := &fsm.Forget{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup}
 	if err := fsm.CheckName("subject", req.Subject); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	if err := fsm.CheckName("group", req.Group); err != nil {
+	if err := fsm.CheckName("consumer group", req.ConsumerGroup); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
 	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
@@ -422,9 +422,9 @@ func (n *Node) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) 
 	}
 	r := resp.(*fsm.ForgetResult)
 	if r.Known {
-		n.log.Info("consumer group forgotten", "subject", req.Subject, "consumer-group", req.Group, "consumers", r.Consumers, "unacked", r.Unacked)
+		n.log.Info("consumer group forgotten", "subject", req.Subject, "consumer-group", req.ConsumerGroup, "consumers", r.Consumers, "unacked", r.Unacked)
 	}
-	return json.Marshal(transport.ForgetGroupResult{Known: r.Known, Consumers: r.Consumers, Unacked: r.Unacked})
+	return json.Marshal(transport.ForgetConsumerGroupResult{Known: r.Known, Consumers: r.Consumers, Unacked: r.Unacked})
 }
 
 func (n *Node) handleHeartbeat(ctx context.Context, p []byte) ([]byte, error) {
@@ -432,7 +432,7 @@ func (n *Node) handleHeartbeat(ctx context.Context, p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = n.consumerRequest(ctx, transport.TypeHeartbeat, req.Subject, req.Group, req.Consumer)
+	_, err = n.consumerRequest(ctx, transport.TypeHeartbeat, req.Subject, req.ConsumerGroup, req.Consumer)
 	return nil, err
 }
 
@@ -441,7 +441,7 @@ func (n *Node) handleHeartbeat(ctx context.Context, p []byte) ([]byte, error) {
 // node leads (with its clock anchored), and touches the consumer's
 // session: every pull, ack and heartbeat is a sign of life.
 func (n *Node) consumerRequest(ctx context.Context, t transport.Type, subject, group, consumer string) (fsm.ConsumerID, error) {
-	id := fsm.ConsumerID{Subject: subject, Group: group, Consumer: consumer}
+	id := fsm.ConsumerID{Subject: subject, ConsumerGroup: group, Consumer: consumer}
 	if err := id.Check(); err != nil {
 		return id, transport.Errorf(transport.Invalid, "%v", err)
 	}
@@ -485,7 +485,7 @@ func goneAcks(now int64, id fsm.ConsumerID, epoch uint64, seqs []int64) []*fsm.A
 	for len(ranges) > 0 {
 		part := ranges[:min(len(ranges), limits.MaxAckRanges)]
 		ranges = ranges[len(part):]
-		out = append(out, &fsm.Ack{Now: now, Subject: id.Subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch, Ranges: part})
+		out = append(out, &fsm.Ack{Now: now, Subject: id.Subject, ConsumerGroup: id.ConsumerGroup, Consumer: id.Consumer, Epoch: epoch, Ranges: part})
 	}
 	return out
 }

@@ -58,9 +58,9 @@ func (n *Node) checkIdentity() error {
 		return err
 	}
 	for _, id := range []string{own, stored} {
-		if id != "" && fsm.IdentityGroup(id) != n.cfg.Group {
+		if id != "" && fsm.IdentityBrokerGroup(id) != n.cfg.BrokerGroup {
 			return refuseHistory("the data in %s belongs to group %q, this node is configured for group %q",
-				data, fsm.IdentityGroup(id), n.cfg.Group)
+				data, fsm.IdentityBrokerGroup(id), n.cfg.BrokerGroup)
 		}
 	}
 	if own != "" && stored != "" && own != stored {
@@ -172,7 +172,7 @@ func (n *Node) recordIdentity(ctx context.Context) {
 	if n.fsm.Identity() != "" {
 		return
 	}
-	id, err := fsm.NewIdentity(n.cfg.Group)
+	id, err := fsm.NewIdentity(n.cfg.BrokerGroup)
 	if err != nil {
 		n.log.Warn("recording the group identity", "error", err)
 		return

@@ -32,7 +32,7 @@ func waitIdentity(t *testing.T, n *Node) string {
 func TestGroupIdentityIsReplicated(t *testing.T) {
 	nodes := startGroup(t)
 	id := waitIdentity(t, nodes[0])
-	if err := fsm.CheckIdentity(id); err != nil || fsm.IdentityGroup(id) != "g1" {
+	if err := fsm.CheckIdentity(id); err != nil || fsm.IdentityBrokerGroup(id) != "g1" {
 		t.Fatalf("identity %q: %v", id, err)
 	}
 	for _, n := range nodes[1:] {
@@ -96,7 +96,7 @@ func TestNodeRefusesDataOfAnotherHistory(t *testing.T) {
 	})
 	t.Run("configured for another group", func(t *testing.T) {
 		cfg := stopped(t, "n1")
-		cfg.Group = "g2"
+		cfg.BrokerGroup = "g2"
 		wantHistoryRefused(t, cfg, `belongs to group "g1"`)
 	})
 	t.Run("state machine past its raft log", func(t *testing.T) {

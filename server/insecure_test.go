@@ -196,7 +196,7 @@ func TestConfigAuthNeeds(t *testing.T) {
 		}
 	}
 	broker := DefaultConfig()
-	broker.ID, broker.Group, broker.DataDir = "b1", "g1", t.TempDir()
+	broker.ID, broker.BrokerGroup, broker.DataDir = "b1", "g1", t.TempDir()
 	broker.ClientAddr, broker.RaftAddr, broker.TLS, broker.Auth = "127.0.0.1:6222", "127.0.0.1:6223", f.config("n1"), true
 	if err := broker.Validate(); !errors.Is(err, ErrAuthConfig) || !strings.Contains(err.Error(), "--meta") {
 		t.Errorf("a broker without --meta: %v", err)

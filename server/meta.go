@@ -48,7 +48,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", meta.GroupName), fsm: meta.New()}
+	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "raft_group", meta.GroupName), fsm: meta.New()}
 	m.health = newHealth(cfg.GroupTimeout, cfg.Now)
 	m.host = newHost(m.log)
 	defer func() {
@@ -191,7 +191,7 @@ func (m *MetaNode) handle(ctx context.Context, t transport.Type, p []byte) ([]by
 		return m.handleSetWritable(ctx, p)
 	case transport.TypeSubjects:
 		return m.handleSubjects()
-	case transport.TypeMetaForgetGroup:
+	case transport.TypeMetaForgetConsumerGroup:
 		return m.handleForgetGroup(ctx, p)
 	case transport.TypeApps:
 		return m.handleApps()

@@ -21,8 +21,8 @@ func (m *MetaNode) handleApps() ([]byte, error) {
 	for _, a := range m.fsm.Apps().Apps() {
 		u := m.fsm.Usage(a.Code)
 		info := transport.AppInfo{Code: a.Code, Admin: a.Admin, Send: a.Send, Consume: a.Consume,
-			MaxSubjects: a.SubjectLimit(), MaxGroups: a.GroupLimit(), MaxConsumers: a.ConsumerLimit(), MaxDelayed: a.DelayedLimit(),
-			Subjects: u.Subjects, Groups: u.Groups, Secrets: len(a.Secrets)}
+			MaxSubjects: a.SubjectLimit(), MaxConsumerGroups: a.GroupLimit(), MaxConsumers: a.ConsumerLimit(), MaxDelayed: a.DelayedLimit(),
+			Subjects: u.Subjects, ConsumerGroups: u.Groups, Secrets: len(a.Secrets)}
 		if len(a.Secrets) > 1 {
 			info.OldSecretExpires = a.Secrets[1].Expires
 		}
@@ -39,7 +39,7 @@ func (m *MetaNode) handleAppPut(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, err
 	}
 	a := auth.App{Code: req.Code, Admin: req.Admin, Send: req.Send, Consume: req.Consume,
-		MaxSubjects: req.MaxSubjects, MaxGroups: req.MaxGroups, MaxConsumers: req.MaxConsumers, MaxDelayed: req.MaxDelayed}
+		MaxSubjects: req.MaxSubjects, MaxGroups: req.MaxConsumerGroups, MaxConsumers: req.MaxConsumers, MaxDelayed: req.MaxDelayed}
 	if !req.Create {
 		if err := m.proposeChecked(ctx, &meta.PutApp{App: a}); err != nil {
 			return nil, err

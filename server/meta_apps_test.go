@@ -81,7 +81,7 @@ func wantInvalid(t *testing.T, what string, err error, want string) {
 func TestMetaApps(t *testing.T) {
 	m := startMeta(t, "m1", true)
 	b := startMetaBroker(t, "g1", m)
-	waitFor(t, 10*time.Second, "the broker to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	waitFor(t, 10*time.Second, "the broker to register", func() bool { _, ok := m.fsm.BrokerGroup("g1"); return ok })
 	announced(t, m)
 	a := newAdmin(t, b.ClientAddr())
 	ctx := ctxFor(t, 30*time.Second)
@@ -268,7 +268,7 @@ func TestMetaAppLimits(t *testing.T) {
 		}
 	}
 	wantInvalid(t, "a group past the limit", routeFor(t, m, "small", "s1", "c-over"), fmt.Sprintf("application small's max groups is %d", n))
-	for limit, want := range map[string]float64{"subjects": 1, "groups": 1} {
+	for limit, want := range map[string]float64{"subjects": 1, "consumer_groups": 1} {
 		if got := testutil.ToFloat64(m.appLimitHits.WithLabelValues(limit)); got != want {
 			t.Errorf("qmq_meta_app_limit_refusals_total{limit=%q} = %v, want %v", limit, got, want)
 		}

@@ -51,16 +51,16 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 	// and member the limits allow.
 	var cmds []meta.Command
 	for i := range meta.MaxSubjects - 1 {
-		cmds = append(cmds, &meta.Assign{Subject: fmt.Sprintf("s%d", i), Groups: []string{"g1"}})
+		cmds = append(cmds, &meta.Assign{Subject: fmt.Sprintf("s%d", i), BrokerGroups: []string{"g1"}})
 	}
 	const perSubject = 4000
 	for i := range meta.MaxTotalConsumerGroups / perSubject {
 		for j := range perSubject {
-			cmds = append(cmds, &meta.Consumer{Subject: fmt.Sprintf("s%d", i), Group: fmt.Sprintf("c%d", j)})
+			cmds = append(cmds, &meta.Consumer{Subject: fmt.Sprintf("s%d", i), ConsumerGroup: fmt.Sprintf("c%d", j)})
 		}
 	}
 	for i := range meta.MaxBrokerGroups - 1 {
-		cmds = append(cmds, &meta.Register{Group: fmt.Sprintf("filler%d", i), ID: "n", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		cmds = append(cmds, &meta.Register{BrokerGroup: fmt.Sprintf("filler%d", i), ID: "n", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 	}
 	for i := range meta.MaxMembers - 1 {
 		cmds = append(cmds, &meta.Member{ID: fmt.Sprintf("filler%d", i), ClientAddr: "127.0.0.1:3"})
@@ -97,7 +97,7 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 	// unrecorded.
 	body, err := metaCall(t, m.ClientAddr(), transport.TypeRoute, transport.RouteRequest{Subject: "s0", ConsumerGroup: "late"})
 	var r qmq.Route
-	if err != nil || json.Unmarshal(body, &r) != nil || len(r.Groups) != 1 {
+	if err != nil || json.Unmarshal(body, &r) != nil || len(r.BrokerGroups) != 1 {
 		t.Fatalf("route for a consumer group past MaxTotalConsumerGroups: %v %s", err, body)
 	}
 	unchanged("a consumer group past MaxTotalConsumerGroups")
@@ -106,7 +106,7 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 	}
 
 	_, err = metaCall(t, m.ClientAddr(), transport.TypeRegister,
-		transport.RegisterRequest{Group: "over", ID: "n", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		transport.RegisterRequest{BrokerGroup: "over", ID: "n", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 	refused("registering a broker group past MaxBrokerGroups", err, "MaxBrokerGroups", meta.MaxBrokerGroups)
 
 	err = a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, "over", freeAddr(t), freeAddr(t))

@@ -52,7 +52,7 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 		// its route even when recording it fails at the metaserver's limits
 		// (which costs no Raft entry). A new group past its application's
 		// own limit is refused: that limit is the application's to keep.
-		if err := m.recordConsumer(ctx, &meta.Consumer{Subject: req.Subject, Group: req.ConsumerGroup, App: app, Broker: req.Broker}); err != nil {
+		if err := m.recordConsumer(ctx, &meta.Consumer{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, App: app, Broker: req.Broker}); err != nil {
 			return nil, err
 		}
 	}
@@ -74,7 +74,7 @@ func (m *MetaNode) recordConsumer(ctx context.Context, cmd *meta.Consumer) error
 		return transport.Errorf(transport.Invalid, "%v", err)
 	}
 	if err := m.proposeChecked(ctx, cmd); err != nil {
-		m.log.Warn("recording a consumer group", "subject", cmd.Subject, "group", cmd.Group, "app", cmd.App, "error", err)
+		m.log.Warn("recording a consumer group", "subject", cmd.Subject, "consumer_group", cmd.ConsumerGroup, "app", cmd.App, "error", err)
 	}
 	return nil
 }
@@ -86,22 +86,22 @@ func (m *MetaNode) assign(ctx context.Context, subject string, count int, app st
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
 	r, _ := m.fsm.Route(subject) // again, under the lock: a racing request may have assigned it
-	need := count - len(r.Groups)
+	need := count - len(r.BrokerGroups)
 	if need <= 0 {
 		return nil
 	}
-	picked := m.pickGroups(need, r.Groups)
+	picked := m.pickGroups(need, r.BrokerGroups)
 	if len(picked) == 0 {
-		if len(r.Groups) > 0 {
+		if len(r.BrokerGroups) > 0 {
 			return nil // nothing more to add; the route stands
 		}
 		return transport.Errorf(transport.Unavailable, "no writable broker group is available for subject %s", subject)
 	}
 	// A first use only creates: should the route exist after all, it stands.
 	// A new subject past a limit is refused here, without a Raft entry.
-	err := m.proposeChecked(ctx, &meta.Assign{Subject: subject, Groups: picked, IfNew: len(r.Groups) == 0, App: app})
+	err := m.proposeChecked(ctx, &meta.Assign{Subject: subject, BrokerGroups: picked, IfNew: len(r.BrokerGroups) == 0, App: app})
 	if err == nil {
-		m.log.Info("subject assigned", "subject", subject, "groups", picked, "app", app)
+		m.log.Info("subject assigned", "subject", subject, "broker_groups", picked, "app", app)
 	}
 	return err
 }
@@ -119,8 +119,8 @@ func (m *MetaNode) pickGroups(n int, exclude []string) []string {
 		bytes    int64
 	}
 	var cands []candidate
-	for _, name := range m.fsm.GroupNames() {
-		g, _ := m.fsm.Group(name)
+	for _, name := range m.fsm.BrokerGroupNames() {
+		g, _ := m.fsm.BrokerGroup(name)
 		if g.ReadOnly || slices.Contains(exclude, name) {
 			continue
 		}
@@ -150,15 +150,15 @@ func (m *MetaNode) pickGroups(n int, exclude []string) []string {
 // route describes a subject's route with each group's servers and health.
 func (m *MetaNode) route(subject string) transport.Route {
 	r, _ := m.fsm.Route(subject)
-	out := transport.Route{Subject: subject, ConsumerGroups: r.Consumers, Groups: []transport.GroupRoute{}}
-	for _, name := range r.Groups {
-		g, _ := m.fsm.Group(name)
+	out := transport.Route{Subject: subject, ConsumerGroups: r.Consumers, BrokerGroups: []transport.BrokerGroupRoute{}}
+	for _, name := range r.BrokerGroups {
+		g, _ := m.fsm.BrokerGroup(name)
 		h := m.health.group(name)
-		gr := transport.GroupRoute{Name: name, Writable: !g.ReadOnly, Available: h.available, Leader: h.leaderAddr}
+		gr := transport.BrokerGroupRoute{Name: name, Writable: !g.ReadOnly, Available: h.available, Leader: h.leaderAddr}
 		for _, id := range sortedKeys(g.Nodes) {
 			gr.Servers = append(gr.Servers, g.Nodes[id].ClientAddr)
 		}
-		out.Groups = append(out.Groups, gr)
+		out.BrokerGroups = append(out.BrokerGroups, gr)
 	}
 	return out
 }
@@ -172,19 +172,19 @@ func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
 	switch {
-	case len(req.Groups) > 0 && req.Count != 0:
+	case len(req.BrokerGroups) > 0 && req.Count != 0:
 		return nil, transport.Errorf(transport.Invalid, "name the groups or give a count, not both")
-	case len(req.Groups) > 0:
-		if err := m.proposeChecked(ctx, &meta.Assign{Subject: req.Subject, Groups: req.Groups}); err != nil {
+	case len(req.BrokerGroups) > 0:
+		if err := m.proposeChecked(ctx, &meta.Assign{Subject: req.Subject, BrokerGroups: req.BrokerGroups}); err != nil {
 			return nil, err
 		}
-	case req.Count > 0 && req.Count <= meta.MaxGroupsPerSubject:
+	case req.Count > 0 && req.Count <= meta.MaxBrokerGroupsPerSubject:
 		// An operator's assignment: the route is no application's.
 		if err := m.assign(ctx, req.Subject, req.Count, ""); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, transport.Errorf(transport.Invalid, "count %d outside 1..%d", req.Count, meta.MaxGroupsPerSubject)
+		return nil, transport.Errorf(transport.Invalid, "count %d outside 1..%d", req.Count, meta.MaxBrokerGroupsPerSubject)
 	}
 	return json.Marshal(m.route(req.Subject))
 }
@@ -202,26 +202,26 @@ func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, err
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if err := m.proposeChecked(ctx, &meta.SetWritable{Group: req.Group, Writable: req.Writable}); err != nil {
+	if err := m.proposeChecked(ctx, &meta.SetWritable{BrokerGroup: req.BrokerGroup, Writable: req.Writable}); err != nil {
 		return nil, err
 	}
-	m.log.Info("broker group writable changed", "group", req.Group, "writable", req.Writable)
+	m.log.Info("broker group writable changed", "broker_group", req.BrokerGroup, "writable", req.Writable)
 	return nil, nil
 }
 
 // handleForgetGroup forgets the record of a consumer group of a subject,
 // making room under meta.MaxConsumerGroups (the broker groups forget its
-// state on their own, through TypeForgetGroup).
+// state on their own, through TypeForgetConsumerGroup).
 func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.ForgetGroupRequest
+	var req transport.ForgetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if err := m.proposeChecked(ctx, &meta.ForgetConsumer{Subject: req.Subject, Group: req.Group, Broker: req.Broker}); err != nil {
+	if err := m.proposeChecked(ctx, &meta.ForgetConsumer{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, Broker: req.Broker}); err != nil {
 		return nil, err
 	}
 	if req.Broker == "" {
-		m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.Group)
+		m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.ConsumerGroup)
 	}
 	return nil, nil
 }
@@ -232,14 +232,14 @@ func (m *MetaNode) handleRegister(ctx context.Context, p []byte) ([]byte, error)
 		return nil, err
 	}
 	want := meta.Node{RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
-	if g, ok := m.fsm.Group(req.Group); ok && g.Nodes[req.ID] == want {
+	if g, ok := m.fsm.BrokerGroup(req.BrokerGroup); ok && g.Nodes[req.ID] == want {
 		return nil, nil // a restart with the same addresses: nothing to record
 	}
-	cmd := &meta.Register{Group: req.Group, ID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
+	cmd := &meta.Register{BrokerGroup: req.BrokerGroup, ID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
 	if err := m.proposeChecked(ctx, cmd); err != nil {
 		return nil, err
 	}
-	m.log.Info("broker node registered", "group", req.Group, "id", req.ID, "client", req.ClientAddr)
+	m.log.Info("broker node registered", "broker_group", req.BrokerGroup, "id", req.ID, "client", req.ClientAddr)
 	return nil, nil
 }
 
@@ -248,11 +248,11 @@ func (m *MetaNode) handleDeregister(ctx context.Context, p []byte) ([]byte, erro
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
-	if err := m.proposeChecked(ctx, &meta.Deregister{Group: req.Group, ID: req.ID}); err != nil {
+	if err := m.proposeChecked(ctx, &meta.Deregister{BrokerGroup: req.BrokerGroup, ID: req.ID}); err != nil {
 		return nil, err
 	}
-	m.health.forget(req.Group, req.ID)
-	m.log.Info("broker node deregistered", "group", req.Group, "id", req.ID)
+	m.health.forget(req.BrokerGroup, req.ID)
+	m.log.Info("broker node deregistered", "broker_group", req.BrokerGroup, "id", req.ID)
 	return nil, nil
 }
 
@@ -265,7 +265,7 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 	if err := transport.DecodeJSON(p, &hb); err != nil {
 		return nil, err
 	}
-	g, _ := m.fsm.Group(hb.Status.Group)
+	g, _ := m.fsm.BrokerGroup(hb.Status.Group)
 	if _, ok := g.Nodes[hb.Status.ID]; !ok {
 		// Not a node we know: its report must not make a group look alive.
 		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Unknown: true})
@@ -281,11 +281,11 @@ func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
 // cluster describes every broker group from registrations and heartbeats.
 func (m *MetaNode) cluster() transport.Cluster {
 	counts := m.fsm.SubjectCounts()
-	c := transport.Cluster{Meta: m.Status(), Groups: []transport.GroupStatus{}, Subjects: len(m.fsm.Subjects())}
-	for _, name := range m.fsm.GroupNames() {
-		g, _ := m.fsm.Group(name)
+	c := transport.Cluster{Meta: m.Status(), BrokerGroups: []transport.BrokerGroupStatus{}, Subjects: len(m.fsm.Subjects())}
+	for _, name := range m.fsm.BrokerGroupNames() {
+		g, _ := m.fsm.BrokerGroup(name)
 		h := m.health.group(name)
-		gs := transport.GroupStatus{Name: name, Writable: !g.ReadOnly, Available: h.available,
+		gs := transport.BrokerGroupStatus{Name: name, Writable: !g.ReadOnly, Available: h.available,
 			Leader: h.leader, Term: h.term, Subjects: counts[name], Load: h.load, Nodes: []transport.NodeStatus{}}
 		for _, id := range sortedKeys(g.Nodes) {
 			n := g.Nodes[id]
@@ -301,7 +301,7 @@ func (m *MetaNode) cluster() transport.Cluster {
 			}
 			gs.Nodes = append(gs.Nodes, ns)
 		}
-		c.Groups = append(c.Groups, gs)
+		c.BrokerGroups = append(c.BrokerGroups, gs)
 	}
 	return c
 }
@@ -325,7 +325,7 @@ func (m *MetaNode) countAppLimit(cmd meta.Command, err error) {
 	if !errors.Is(err, meta.ErrAppLimit) {
 		return
 	}
-	limit := "groups"
+	limit := "consumer_groups"
 	if _, ok := cmd.(*meta.Assign); ok {
 		limit = "subjects"
 	}

@@ -41,7 +41,7 @@ func startMetaBroker(t testing.TB, group string, metas ...*MetaNode) *Node {
 		addrs = append(addrs, m.ClientAddr())
 	}
 	return startNode(t, group+"-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat = group, addrs, 100*time.Millisecond
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat = group, addrs, 100*time.Millisecond
 		c.ClientAddr = freeAddr(t) // fixed, so a restart keeps it
 	})
 }
@@ -68,7 +68,7 @@ func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known b
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range c.Groups {
+	for _, g := range c.BrokerGroups {
 		if g.Name == name {
 			return g.Available && g.Leader != "", true
 		}
@@ -95,7 +95,7 @@ func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
 
 func routeGroups(r *qmq.Route) []string {
 	var out []string
-	for _, g := range r.Groups {
+	for _, g := range r.BrokerGroups {
 		out = append(out, g.Name)
 	}
 	return out
@@ -124,10 +124,10 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(r.Groups) != 2 {
+		if len(r.BrokerGroups) != 2 {
 			t.Fatalf("%s routed to %v, want 2 groups", s, routeGroups(r))
 		}
-		for _, g := range r.Groups {
+		for _, g := range r.BrokerGroups {
 			counts[g.Name]++
 		}
 	}
@@ -187,17 +187,17 @@ func TestMetaRoutesByLoadAndHealth(t *testing.T) {
 func TestBrokerRegistersAgain(t *testing.T) {
 	m := startMeta(t, "m1", true)
 	b := startMetaBroker(t, "g1", m)
-	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.BrokerGroup("g1"); return ok })
 	c := clientOf(t, m.ClientAddr())
-	req, _ := json.Marshal(transport.DeregisterRequest{Group: "g1", ID: b.cfg.ID})
+	req, _ := json.Marshal(transport.DeregisterRequest{BrokerGroup: "g1", ID: b.cfg.ID})
 	if _, err := c.Call(ctxFor(t, 5*time.Second), transport.TypeDeregister, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.fsm.Group("g1"); ok {
+	if _, ok := m.fsm.BrokerGroup("g1"); ok {
 		t.Fatal("g1 still registered after its only node was deregistered")
 	}
 	waitFor(t, 10*time.Second, "the node to register again", func() bool {
-		g, ok := m.fsm.Group("g1")
+		g, ok := m.fsm.BrokerGroup("g1")
 		return ok && g.Nodes[b.cfg.ID].ClientAddr == b.ClientAddr()
 	})
 }
@@ -240,7 +240,7 @@ func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
 	// The new leader learns the group's health from heartbeats.
 	waitFor(t, 10*time.Second, "g1 to report to the new leader", func() bool {
 		c, err := ab.Cluster(ctxFor(t, 5*time.Second))
-		return err == nil && len(c.Groups) == 1 && c.Groups[0].Leader == "g1-n1" && c.Meta.ID != "m1"
+		return err == nil && len(c.BrokerGroups) == 1 && c.BrokerGroups[0].Leader == "g1-n1" && c.Meta.ID != "m1"
 	})
 }
 
@@ -251,7 +251,7 @@ func TestJoinRefusesNodesThatAreNotWhatTheyClaim(t *testing.T) {
 	b := startMetaBroker(t, "g1", m)
 	waitLeader(t, b)
 	a := newAdmin(t, m.ClientAddr())
-	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	waitFor(t, 10*time.Second, "g1 to register", func() bool { _, ok := m.fsm.BrokerGroup("g1"); return ok })
 	spare := startMeta(t, "m2", false)
 	for name, req := range map[string][3]string{ // group, id, raft address; the client address is spare's
 		"unreachable":     {"g1", "n9", freeAddr(t)},
@@ -289,7 +289,7 @@ func TestRestartedNodeOfADrainedGroupRefusesSends(t *testing.T) {
 	n := startMetaBroker(t, "g1", m)
 	waitLeader(t, n)
 	a := newAdmin(t, m.ClientAddr())
-	waitFor(t, 10*time.Second, "g1 registered", func() bool { _, ok := m.fsm.Group("g1"); return ok })
+	waitFor(t, 10*time.Second, "g1 registered", func() bool { _, ok := m.fsm.BrokerGroup("g1"); return ok })
 	if err := a.SetWritable(ctxFor(t, 10*time.Second), "g1", false); err != nil {
 		t.Fatal(err)
 	}

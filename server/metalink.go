@@ -30,17 +30,17 @@ func (n *Node) startMetaLink() error {
 	}
 	n.writable.Store(writable) // as the metaserver last said: see writable.go
 	n.kept.Store(writable)
-	if n.meta, err = n.dial.NewGroupClient(n.cfg.Meta); err != nil {
+	if n.meta, err = n.dial.NewLeaderClient(n.cfg.Meta); err != nil {
 		return err
 	}
 	n.goLoop(n.reportToMeta)
 	if n.cfg.Auth {
 		// Only with authentication does recordNewGroup make records.
-		n.forgotten = newForgottenGroups(n.log.Named("meta"), n.fsm.HasGroup)
+		n.forgotten = newForgottenGroups(n.log.Named("meta"), n.fsm.HasConsumerGroup)
 		n.forgotten.hold = n.cfg.holdForgetReports
 		n.goLoop(func() {
-			n.forgotten.run(n.ctx, n.cfg.Group, func(ctx context.Context, body []byte) error {
-				_, err := n.forwardToMeta(ctx, transport.TypeMetaForgetGroup, body)
+			n.forgotten.run(n.ctx, n.cfg.BrokerGroup, func(ctx context.Context, body []byte) error {
+				_, err := n.forwardToMeta(ctx, transport.TypeMetaForgetConsumerGroup, body)
 				return err
 			})
 		})
@@ -72,7 +72,7 @@ func (n *Node) reportToMeta() {
 // registerWithMeta registers the node, retrying with backoff; false means
 // the node is closing.
 func (n *Node) registerWithMeta() bool {
-	req := transport.RegisterRequest{Group: n.cfg.Group, ID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr,
+	req := transport.RegisterRequest{BrokerGroup: n.cfg.BrokerGroup, ID: n.cfg.ID, RaftAddr: n.cfg.RaftAddr,
 		ClientAddr: n.clientAddr, HTTPAddr: n.HTTPAddr()}
 	body, _ := json.Marshal(req)
 	backoff := 100 * time.Millisecond
@@ -204,7 +204,7 @@ func (n *Node) forwardToMeta(ctx context.Context, t transport.Type, p []byte) ([
 			return n.standaloneRoute(p)
 		case transport.TypeCluster:
 			return json.Marshal(n.standaloneCluster())
-		case transport.TypeMetaForgetGroup:
+		case transport.TypeMetaForgetConsumerGroup:
 			return nil, nil // no metaserver, no record of consumer groups
 		}
 		return nil, transport.Errorf(transport.Invalid, "%s: node %s has no metaserver (start it with --meta)", t, n.cfg.ID)
@@ -226,7 +226,7 @@ func (n *Node) standaloneRoute(p []byte) ([]byte, error) {
 		return nil, err
 	}
 	st := n.membership()
-	g := transport.GroupRoute{Name: n.cfg.Group, Writable: true, Available: true, Leader: st.LeaderAddr}
+	g := transport.BrokerGroupRoute{Name: n.cfg.BrokerGroup, Writable: true, Available: true, Leader: st.LeaderAddr}
 	for _, m := range st.Members {
 		if m.ClientAddr != "" {
 			g.Servers = append(g.Servers, m.ClientAddr)
@@ -235,13 +235,13 @@ func (n *Node) standaloneRoute(p []byte) ([]byte, error) {
 	if len(g.Servers) == 0 {
 		g.Servers = []string{n.clientAddr}
 	}
-	return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{g}})
+	return json.Marshal(transport.Route{Subject: req.Subject, BrokerGroups: []transport.BrokerGroupRoute{g}})
 }
 
 // standaloneCluster describes this node's group as the whole cluster.
 func (n *Node) standaloneCluster() transport.Cluster {
 	st := n.membership()
-	g := transport.GroupStatus{Name: n.cfg.Group, Writable: true, Available: st.Leader != "",
+	g := transport.BrokerGroupStatus{Name: n.cfg.BrokerGroup, Writable: true, Available: st.Leader != "",
 		Leader: st.Leader, Term: st.Term, Nodes: []transport.NodeStatus{}}
 	for _, m := range st.Members {
 		ns := transport.NodeStatus{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, State: "Unknown", SeenMillis: -1}
@@ -251,7 +251,7 @@ func (n *Node) standaloneCluster() transport.Cluster {
 		}
 		g.Nodes = append(g.Nodes, ns)
 	}
-	return transport.Cluster{Groups: []transport.GroupStatus{g}}
+	return transport.Cluster{BrokerGroups: []transport.BrokerGroupStatus{g}}
 }
 
 // setApps replaces the applications the node checks requests against
@@ -285,7 +285,7 @@ func (n *Node) setApps(apps []auth.App) {
 // cannot take the record of the group this pull creates again.
 func (n *Node) recordNewGroup(ctx context.Context, subject, group string) (func(), error) {
 	app := accessOf(ctx).app()
-	if app == "" || n.meta == nil || n.forgotten == nil || n.fsm.HasGroup(subject, group) {
+	if app == "" || n.meta == nil || n.forgotten == nil || n.fsm.HasConsumerGroup(subject, group) {
 		return func() {}, nil
 	}
 	k := forgottenKey{subject, group}
@@ -294,12 +294,12 @@ func (n *Node) recordNewGroup(ctx context.Context, subject, group string) (func(
 	done := func() {
 		once.Do(func() {
 			n.forgotten.created(k)
-			if !n.fsm.HasGroup(subject, group) {
+			if !n.fsm.HasConsumerGroup(subject, group) {
 				n.forgotten.report(subject, group)
 			}
 		})
 	}
-	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app, Broker: n.cfg.Group})
+	body, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app, Broker: n.cfg.BrokerGroup})
 	if _, err := n.forwardToMeta(ctx, transport.TypeRoute, body); err != nil {
 		done() // the metaserver may have recorded it anyway
 		return nil, err

@@ -133,19 +133,19 @@ type groupCollector struct{ n *Node }
 
 var groupDescs = struct{ lag, backlog, retrying, unacked, dead, lost, consumers *prometheus.Desc }{
 	lag: prometheus.NewDesc("qmq_consumer_group_lag", "Messages the group has not finished: not yet handed out, due again, retrying or unacked.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	backlog: prometheus.NewDesc("qmq_consumer_group_backlog", "Messages the group's cursor has not reached.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	retrying: prometheus.NewDesc("qmq_consumer_group_retrying", "Messages waiting for their retry time.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	unacked: prometheus.NewDesc("qmq_consumer_group_unacked", "Messages handed to consumers and not finished.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	dead: prometheus.NewDesc("qmq_consumer_group_dead_letters", "Dead letters kept.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	lost: prometheus.NewDesc("qmq_consumer_group_lost_total", "Messages retention removed before the group finished them.",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 	consumers: prometheus.NewDesc("qmq_consumer_group_consumers", "Consumers registered (online).",
-		[]string{"subject", "group"}, nil),
+		[]string{"subject", "consumer_group"}, nil),
 }
 
 func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -156,16 +156,16 @@ func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, g := range c.n.fsm.Groups() {
+	for _, g := range c.n.fsm.ConsumerGroups() {
 		gauge := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, g.Subject, g.Group)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, g.Subject, g.ConsumerGroup)
 		}
 		gauge(groupDescs.lag, float64(g.Lag()))
 		gauge(groupDescs.backlog, float64(g.Backlog))
 		gauge(groupDescs.retrying, float64(g.Retrying))
 		gauge(groupDescs.unacked, float64(g.Unacked))
 		gauge(groupDescs.dead, float64(g.DeadLetters))
-		ch <- prometheus.MustNewConstMetric(groupDescs.lost, prometheus.CounterValue, float64(g.Lost), g.Subject, g.Group)
+		ch <- prometheus.MustNewConstMetric(groupDescs.lost, prometheus.CounterValue, float64(g.Lost), g.Subject, g.ConsumerGroup)
 		gauge(groupDescs.consumers, float64(g.Consumers))
 	}
 }

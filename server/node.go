@@ -25,7 +25,7 @@ type Node struct {
 
 	fsm *fsm.FSM
 
-	meta        *transport.GroupClient     // nil without a metaserver
+	meta        *transport.LeaderClient    // nil without a metaserver
 	writable    atomic.Bool                // false while the metaserver drains the group
 	kept        atomic.Bool                // the writable flag the Raft store holds (writable.go)
 	sendGate    sync.RWMutex               // a send checks sendRefusal and queues under its read lock (refusal.go)
@@ -62,7 +62,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	// n is not the named result: every failure returns nil, and the
 	// deferred Close below must still see the node.
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "group", cfg.Group), failed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "broker_group", cfg.BrokerGroup), failed: make(chan struct{})}
 	n.host = newHost(n.log)
 	n.filesReserved = cfg.FSM.MaxOpenFiles
 	n.clock.wall = cfg.Now
@@ -135,7 +135,7 @@ func (n *Node) openRaft() error {
 		return err
 	}
 	n.raftGroup = raftGroup{
-		id: n.cfg.ID, group: n.cfg.Group, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.dialer(n.cfg.SourceIP),
+		id: n.cfg.ID, group: n.cfg.BrokerGroup, log: n.log, applyTimeout: n.cfg.ApplyTimeout, store: store, dial: n.dialer(n.cfg.SourceIP),
 		sec:        n.cfg.security(),
 		memberAddr: n.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {

@@ -30,7 +30,7 @@ var _ io.Writer = tWriter{}
 func startNode(t testing.TB, id string, bootstrap bool, tweak func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir = id, "g1", t.TempDir()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = id, "g1", t.TempDir()
 	cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = "127.0.0.1:0", freeAddr(t), "127.0.0.1:0"
 	cfg.Bootstrap = bootstrap
 	cfg.SetElectionTimeout(300 * time.Millisecond)
@@ -47,9 +47,9 @@ func startNode(t testing.TB, id string, bootstrap bool, tweak func(*Config)) *No
 }
 
 // clientOf returns a client of the nodes at addrs, closed when the test ends.
-func clientOf(t testing.TB, addrs ...string) *transport.GroupClient {
+func clientOf(t testing.TB, addrs ...string) *transport.LeaderClient {
 	t.Helper()
-	c, err := transport.NewGroupClient(addrs)
+	c, err := transport.NewLeaderClient(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}

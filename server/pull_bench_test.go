@@ -44,7 +44,7 @@ func benchmarkPullAck(b *testing.B, size int) {
 			msgs = msgs[k:]
 		}
 	}
-	req := transport.PullRequest{Subject: "bench", Group: "g", Consumer: "c", Max: per, Wait: time.Second, Start: transport.StartEarliest}
+	req := transport.PullRequest{Subject: "bench", ConsumerGroup: "g", Consumer: "c", Max: per, Wait: time.Second, Start: transport.StartEarliest}
 	pulled := 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -68,7 +68,7 @@ func benchmarkPullAck(b *testing.B, size int) {
 		pulled += per
 		last := resp.Messages[per-1].PullSeq
 		req.From, req.Epoch = last+1, resp.Epoch
-		ack := &transport.AckRequest{Subject: "bench", Group: "g", Consumer: "c", Epoch: resp.Epoch,
+		ack := &transport.AckRequest{Subject: "bench", ConsumerGroup: "g", Consumer: "c", Epoch: resp.Epoch,
 			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: last}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			b.Fatal(err)

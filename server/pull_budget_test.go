@@ -28,7 +28,7 @@ func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 	defer cancel()
 	gc := clientOf(t, n.ClientAddr())
 	sendBlobs(t, ctx, gc, 8, 1<<20)
-	req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 8, Wait: time.Second, Start: transport.StartEarliest}
+	req := transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: "c", Max: 8, Wait: time.Second, Start: transport.StartEarliest}
 	received := 0
 	pullEach(t, ctx, gc, req, 8, func(pull int, resp *transport.PullResponse) {
 		if len(resp.Messages) == 0 || len(resp.Messages) > 2 {
@@ -40,7 +40,7 @@ func TestPullRepliesCountAgainstTheBudget(t *testing.T) {
 				t.Fatalf("pull %d: pull sequence %d delivered %d times", pull, m.PullSeq, m.Deliveries)
 			}
 		}
-		if g, _ := n.FSM().Group("blobs", "g"); g.Unacked != received {
+		if g, _ := n.FSM().ConsumerGroup("blobs", "g"); g.Unacked != received {
 			t.Fatalf("after pull %d the consumer holds %d unacked, its replies carried %d", pull, g.Unacked, received)
 		}
 	})
@@ -59,7 +59,7 @@ func TestWaitingPullsHoldNoReplyMemory(t *testing.T) {
 	const pulls = 4
 	errs := make(chan error, pulls)
 	for i := range pulls {
-		req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: fmt.Sprint("c", i), Max: 10, Wait: 20 * time.Second,
+		req := transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: fmt.Sprint("c", i), Max: 10, Wait: 20 * time.Second,
 			Start: transport.StartEarliest, Tags: []string{"none"}}
 		go func() {
 			_, err := gc.Call(ctx, transport.TypePull, req.Encode())
@@ -103,7 +103,7 @@ func TestPullsWaitingForMemoryHoldNoMessage(t *testing.T) {
 	defer c.Close()
 	w := bufio.NewWriter(c)
 	const pulls = 12
-	req := (&transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
+	req := (&transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
 	for i := range pulls {
 		transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: req})
 	}
@@ -142,7 +142,7 @@ func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
 			defer c.Close()
 			w := bufio.NewWriter(c)
 			const pulls = 6
-			hreq := (&transport.PullRequest{Subject: "hog", Group: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
+			hreq := (&transport.PullRequest{Subject: "hog", ConsumerGroup: "g", Consumer: "c", Max: 1, Start: transport.StartEarliest, Wait: 30 * time.Second}).Encode()
 			for i := range pulls {
 				transport.WriteFrame(w, transport.Frame{Type: transport.TypePull, ID: uint64(i + 1), Payload: hreq})
 			}
@@ -150,7 +150,7 @@ func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
 			waitFor(t, 20*time.Second, "the unread replies to hold the memory", func() bool { return n.client.Stats().InFlightBytes >= 8<<20 })
 			// The pull waits for the memory within its own wait, and then
 			// answers empty, never later: its client waits a little longer.
-			req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: "victim", Max: 10, Wait: time.Second, Start: transport.StartEarliest, AtMostOnce: amo}
+			req := transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: "victim", Max: 10, Wait: time.Second, Start: transport.StartEarliest, AtMostOnce: amo}
 			pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
 			body, err := gc.Call(pctx, transport.TypePull, req.Encode())
 			pcancel()
@@ -160,7 +160,7 @@ func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
 			if resp, _ := transport.DecodePullResponse(body); len(resp.Messages) != 0 {
 				t.Fatal("the pull was answered with its message while the memory was held")
 			}
-			if g, _ := n.FSM().Group("blobs", "g"); g.Unacked != 0 || g.Lag() != 1 {
+			if g, _ := n.FSM().ConsumerGroup("blobs", "g"); g.Unacked != 0 || g.Lag() != 1 {
 				t.Fatalf("the pull handed out its message without the memory for it: %+v", g)
 			}
 			c.Close() // the memory is free again
@@ -179,7 +179,7 @@ func TestPullWaitsForMemoryBeforeHandingOut(t *testing.T) {
 // The Acks of gone entries merge their ranges and hold at most
 // limits.MaxAckRanges each, so every one decodes however many went.
 func TestGoneAcksDecode(t *testing.T) {
-	id := fsm.ConsumerID{Subject: "s", Group: "g", Consumer: "c"}
+	id := fsm.ConsumerID{Subject: "s", ConsumerGroup: "g", Consumer: "c"}
 	var sparse, dense []int64
 	for s := range int64(2*limits.MaxAckRanges + 1) {
 		sparse, dense = append(sparse, 2*s), append(dense, s)

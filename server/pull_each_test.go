@@ -12,7 +12,7 @@ import (
 // sendBlobs sends n messages "big-0", "big-1"… of size bytes each to
 // subject "blobs", one a request; mutate, if any, changes each message
 // before it is sent.
-func sendBlobs(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, size int, mutate ...func(*message.Message)) {
+func sendBlobs(t *testing.T, ctx context.Context, gc *transport.LeaderClient, n, size int, mutate ...func(*message.Message)) {
 	t.Helper()
 	for i := range n {
 		m := &message.Message{ID: fmt.Sprint("big-", i), Subject: "blobs", CreatedAt: 1, Body: make([]byte, size)}
@@ -28,7 +28,7 @@ func sendBlobs(t *testing.T, ctx context.Context, gc *transport.GroupClient, n, 
 // pullEach pulls with req until n messages have come, each pull from
 // after the last message pulled (req's From and Epoch are set for each),
 // and passes each pull's response, with its number from 0, to each.
-func pullEach(t *testing.T, ctx context.Context, gc *transport.GroupClient, req transport.PullRequest, n int, each func(pull int, resp *transport.PullResponse)) {
+func pullEach(t *testing.T, ctx context.Context, gc *transport.LeaderClient, req transport.PullRequest, n int, each func(pull int, resp *transport.PullResponse)) {
 	t.Helper()
 	for got, pull := 0, 0; got < n; pull++ {
 		body, err := gc.Call(ctx, transport.TypePull, req.Encode())

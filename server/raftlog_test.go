@@ -26,7 +26,7 @@ func TestParseRaftLog(t *testing.T) {
 
 func TestConfigRefusesAnUnknownRaftLog(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.RaftLog != RaftLogWAL {
 		t.Fatalf("default RaftLog %q, want %q", cfg.RaftLog, RaftLogWAL)
@@ -222,7 +222,7 @@ func TestRaftLogInUseIsRefused(t *testing.T) {
 // makes must still be one raft-wal reads back.
 func TestConfigBoundsMaxBatchBytes(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 	for _, tc := range []struct {
 		bytes int
@@ -244,7 +244,7 @@ func TestConfigBoundsMaxBatchBytes(t *testing.T) {
 // v4 or v6; anything else is refused at start, saying so.
 func TestConfigRefusesASourceThatIsNoIP(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 	for _, ip := range []string{"", "127.0.0.7", "::1"} {
 		cfg.SourceIP = ip

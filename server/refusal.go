@@ -43,7 +43,7 @@ import (
 // sendRefusal says why this leader takes no sends now, or nil.
 func (n *Node) sendRefusal() error {
 	if !n.writable.Load() {
-		return transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.Group)
+		return transport.Errorf(transport.ReadOnly, "broker group %s is drained: send to another group of the subject", n.cfg.BrokerGroup)
 	}
 	if full, free := n.disk.full(); full {
 		return n.diskFullError(free)

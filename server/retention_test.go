@@ -19,7 +19,7 @@ import (
 
 func TestValidateRetention(t *testing.T) {
 	base := DefaultConfig()
-	base.ID, base.Group, base.DataDir = "n1", "g1", t.TempDir()
+	base.ID, base.BrokerGroup, base.DataDir = "n1", "g1", t.TempDir()
 	base.ClientAddr, base.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 	segment, dedup := base.FSM.SegmentSize, base.FSM.DedupWindow.Milliseconds()
 	if base.FSM.Retention != (logs.Retention{MaxAge: DefaultRetentionAge.Milliseconds()}) {
@@ -64,7 +64,7 @@ func retentionNode(t *testing.T, r logs.Retention, now func() time.Time) *Node {
 }
 
 // sendBig sends messages first..last-1 of subject s, 256 KiB each.
-func sendBig(t *testing.T, gc *transport.GroupClient, first, last int) {
+func sendBig(t *testing.T, gc *transport.LeaderClient, first, last int) {
 	t.Helper()
 	for i := first; i < last; i++ {
 		sendRaw(t, gc, testmsg.OfSize(fmt.Sprint("m", i), "s", 0, 256<<10))
@@ -100,7 +100,7 @@ func messageSegments(t *testing.T, n *Node) []string {
 
 // pullAll pulls what group g of subject s gets, acking as it goes, until a
 // pull finds nothing, and returns the ids.
-func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
+func pullAll(t *testing.T, gc *transport.LeaderClient, g string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -108,7 +108,7 @@ func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
 	var from int64
 	var epoch uint64
 	for {
-		req := &transport.PullRequest{Subject: "s", Group: g, Consumer: "c", Max: 4, Wait: 50 * time.Millisecond, From: from, Epoch: epoch, Start: transport.StartEarliest}
+		req := &transport.PullRequest{Subject: "s", ConsumerGroup: g, Consumer: "c", Max: 4, Wait: 50 * time.Millisecond, From: from, Epoch: epoch, Start: transport.StartEarliest}
 		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
 		if err != nil {
 			t.Fatalf("pull: %v", err)
@@ -125,7 +125,7 @@ func pullAll(t *testing.T, gc *transport.GroupClient, g string) []string {
 			ids = append(ids, m.Message.ID)
 			from = m.PullSeq + 1
 		}
-		ack := &transport.AckRequest{Subject: "s", Group: g, Consumer: "c", Epoch: epoch,
+		ack := &transport.AckRequest{Subject: "s", ConsumerGroup: g, Consumer: "c", Epoch: epoch,
 			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: from - 1}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			t.Fatalf("ack: %v", err)

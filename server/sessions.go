@@ -91,10 +91,10 @@ func (s *sessions) expired() []fsm.ConsumerID {
 // a proposal that commits late, after the consumer registered afresh,
 // leaves the new registration be.
 func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID, epoch uint64) {
-	cmd := &fsm.Reclaim{Now: s.n.clock.now().UnixMilli(), Subject: id.Subject, Group: id.Group, Consumer: id.Consumer, Epoch: epoch}
+	cmd := &fsm.Reclaim{Now: s.n.clock.now().UnixMilli(), Subject: id.Subject, ConsumerGroup: id.ConsumerGroup, Consumer: id.Consumer, Epoch: epoch}
 	resp, err := s.n.propose(ctx, cmd.Encode())
 	if err != nil {
-		s.n.log.Warn("reclaiming an expired consumer; will retry", "consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "error", err)
+		s.n.log.Warn("reclaiming an expired consumer; will retry", "consumer", id.Consumer, "consumer_group", id.ConsumerGroup, "subject", id.Subject, "error", err)
 		s.mu.Lock()
 		if _, alive := s.seen[id]; !alive {
 			s.seen[id] = time.Time{} // still expired: the next tick tries again
@@ -105,10 +105,10 @@ func (s *sessions) reclaim(ctx context.Context, id fsm.ConsumerID, epoch uint64)
 	r := resp.(*fsm.ReclaimResult)
 	if r.Reclaimed > 0 {
 		s.n.log.Info("consumer session expired: messages reclaimed for its group",
-			"consumer", id.Consumer, "group", id.Group, "subject", id.Subject, "messages", r.Reclaimed)
+			"consumer", id.Consumer, "consumer_group", id.ConsumerGroup, "subject", id.Subject, "messages", r.Reclaimed)
 		s.n.notify.kick(id.Subject)
 	}
 	if r.Forgotten {
-		s.n.forgotten.report(id.Subject, id.Group)
+		s.n.forgotten.report(id.Subject, id.ConsumerGroup)
 	}
 }

@@ -24,7 +24,7 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{{ID: "x", Subject: "s", CreatedAt: 1}}}).Encode()); err != nil {
 		t.Fatal(err)
 	}
-	body, err := gc.Call(ctx, transport.TypePull, (&transport.PullRequest{Subject: "s", Group: "g", Consumer: "gone", Max: 1, Start: transport.StartEarliest}).Encode())
+	body, err := gc.Call(ctx, transport.TypePull, (&transport.PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "gone", Max: 1, Start: transport.StartEarliest}).Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,14 +32,14 @@ func TestIdleConsumerForgottenAfterLeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack := &transport.AckRequest{Subject: "s", Group: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 0}}}
+	ack := &transport.AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "gone", Epoch: resp.Epoch, Ranges: []message.AckRange{{First: 0, Last: 0}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.raft.LeadershipTransfer().Error(); err != nil {
 		t.Fatal(err)
 	}
-	id := fsm.ConsumerID{Subject: "s", Group: "g", Consumer: "gone"}
+	id := fsm.ConsumerID{Subject: "s", ConsumerGroup: "g", Consumer: "gone"}
 	waitFor(t, 10*time.Second, "the silent consumer forgotten by the new leader", func() bool {
 		l := leaderOf(nodes)
 		return l != nil && l != old && l.fsm.Epoch(id) == 0
@@ -59,11 +59,11 @@ func TestMadeUpNamesLeaveNothingBehind(t *testing.T) {
 	defer cancel()
 	for i := range 100 {
 		name := "made-up-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		pull := &transport.PullRequest{Subject: name, Group: name, Consumer: name, Max: 1}
+		pull := &transport.PullRequest{Subject: name, ConsumerGroup: name, Consumer: name, Max: 1}
 		if _, err := gc.Call(ctx, transport.TypePull, pull.Encode()); err != nil {
 			t.Fatal(err)
 		}
-		hb := &transport.HeartbeatRequest{Subject: "s", Group: name, Consumer: name}
+		hb := &transport.HeartbeatRequest{Subject: "s", ConsumerGroup: name, Consumer: name}
 		if _, err := gc.Call(ctx, transport.TypeHeartbeat, hb.Encode()); err != nil {
 			t.Fatal(err)
 		}
@@ -78,6 +78,6 @@ func TestMadeUpNamesLeaveNothingBehind(t *testing.T) {
 		n.sessions.mu.Lock()
 		sessions := len(n.sessions.seen)
 		n.sessions.mu.Unlock()
-		return sessions == 0 && len(n.fsm.Consumers()) == 0 && len(n.fsm.Groups()) == 0
+		return sessions == 0 && len(n.fsm.Consumers()) == 0 && len(n.fsm.ConsumerGroups()) == 0
 	})
 }

@@ -50,7 +50,7 @@ func (n *Node) membership() Status {
 // Delays reports the pending delayed messages of this node's replica.
 func (n *Node) Delays() transport.Delays {
 	d := n.fsm.Delays()
-	out := transport.Delays{Group: n.cfg.Group, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
+	out := transport.Delays{BrokerGroup: n.cfg.BrokerGroup, Node: n.cfg.ID, AppliedIndex: n.fsm.Applied(),
 		Pending: d.Pending, Hours: []transport.HourPending{}, Subjects: d.Subjects}
 	for _, h := range d.Hours {
 		out.Hours = append(out.Hours, transport.HourPending{

@@ -88,7 +88,7 @@ func TestTLSNodeRefusesToStartWithoutItsFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+			cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 			cfg.ClientAddr, cfg.RaftAddr, cfg.TLS = "127.0.0.1:0", freeAddr(t), tc.tls
 			cfg.Logger = testLogger(t, "n1")
 			if n, err := New(cfg); !errors.Is(err, tc.want) {
@@ -159,7 +159,7 @@ func TestTLSBrokerRegistersWithTLSMeta(t *testing.T) {
 	fx := newTLSFixture(t)
 	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS = fx.node("m1") })
 	b := startNode(t, "g1-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
 		c.TLS = fx.node("g1-n1")
 	})
 	app := fx.client("app")
@@ -185,7 +185,7 @@ func TestTLSBrokerOfAnotherCANeverRegisters(t *testing.T) {
 	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS = fx.node("m1") })
 	var logs lockedBuffer
 	startNode(t, "g1-n1", true, func(c *Config) {
-		c.Group, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
+		c.BrokerGroup, c.Meta, c.MetaHeartbeat = "g1", []string{m.ClientAddr()}, 100*time.Millisecond
 		c.TLS = other.node("g1-n1")
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.MultiWriter(&logs, tWriter{t})})
 	})

@@ -37,8 +37,8 @@ func (n *Node) runUpkeep(ctx context.Context) {
 		if !n.expireOverdue(ctx, now) {
 			return
 		}
-		for _, g := range n.fsm.IdleGroups(now) {
-			cmd := &fsm.Forget{Now: now, Subject: g.Subject, Group: g.Group, IdleFor: g.IdleFor}
+		for _, g := range n.fsm.IdleConsumerGroups(now) {
+			cmd := &fsm.Forget{Now: now, Subject: g.Subject, ConsumerGroup: g.ConsumerGroup, IdleFor: g.IdleFor}
 			resp, err := n.propose(ctx, cmd.Encode())
 			if err != nil {
 				if ctx.Err() != nil {
@@ -47,8 +47,8 @@ func (n *Node) runUpkeep(ctx context.Context) {
 				continue
 			}
 			if r, ok := resp.(*fsm.ForgetResult); ok && r.Known {
-				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer-group", g.Group, "idle-for", millis(g.IdleFor))
-				n.forgotten.report(g.Subject, g.Group)
+				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer-group", g.ConsumerGroup, "idle-for", millis(g.IdleFor))
+				n.forgotten.report(g.Subject, g.ConsumerGroup)
 			}
 		}
 	}
@@ -60,7 +60,7 @@ func (n *Node) runUpkeep(ctx context.Context) {
 // leadership) ended.
 func (n *Node) expireOverdue(ctx context.Context, now int64) bool {
 	for _, o := range n.fsm.Overdue(now, maxOverdue) {
-		cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, Group: o.ID.Group, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}
+		cmd := &fsm.Expire{Now: now, Subject: o.ID.Subject, ConsumerGroup: o.ID.ConsumerGroup, Consumer: o.ID.Consumer, Epoch: o.Epoch, Ranges: o.Ranges}
 		resp, err := n.propose(ctx, cmd.Encode())
 		if err != nil {
 			if ctx.Err() != nil {
@@ -68,7 +68,7 @@ func (n *Node) expireOverdue(ctx context.Context, now int64) bool {
 			}
 			// Refused (the consumer went meanwhile) or not committed: the
 			// next round looks again.
-			n.log.Debug("handing back messages past their ack wait", "subject", o.ID.Subject, "consumer-group", o.ID.Group, "error", err)
+			n.log.Debug("handing back messages past their ack wait", "subject", o.ID.Subject, "consumer-group", o.ID.ConsumerGroup, "error", err)
 			continue
 		}
 		if r, ok := resp.(*fsm.ExpireResult); ok && r.Expired+r.Dead > 0 {

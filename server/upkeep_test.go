@@ -22,7 +22,7 @@ func TestIdleConsumersProposeNoExpire(t *testing.T) {
 	const consumers = 20
 	sendBlobs(t, ctx, gc, consumers, 10)
 	for i := range consumers {
-		req := transport.PullRequest{Subject: "blobs", Group: "g", Consumer: fmt.Sprint("c", i), Max: 1, Wait: time.Second, Start: transport.StartEarliest}
+		req := transport.PullRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: fmt.Sprint("c", i), Max: 1, Wait: time.Second, Start: transport.StartEarliest}
 		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
 		if err != nil {
 			t.Fatal(err)
@@ -31,13 +31,13 @@ func TestIdleConsumersProposeNoExpire(t *testing.T) {
 		if err != nil || len(resp.Messages) != 1 {
 			t.Fatalf("consumer %d pulled %v, %v", i, resp, err)
 		}
-		ack := &transport.AckRequest{Subject: "blobs", Group: "g", Consumer: req.Consumer, Epoch: resp.Epoch,
+		ack := &transport.AckRequest{Subject: "blobs", ConsumerGroup: "g", Consumer: req.Consumer, Epoch: resp.Epoch,
 			Ranges: []message.AckRange{{First: resp.Messages[0].PullSeq, Last: resp.Messages[0].PullSeq}}}
 		if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g, _ := n.FSM().Group("blobs", "g")
+	g, _ := n.FSM().ConsumerGroup("blobs", "g")
 	wait := g.Settings.AckWait
 	last := n.raft.LastIndex()
 	now := n.clock.now().UnixMilli()

@@ -328,7 +328,7 @@ func (ch *Chaos) awaitNewLeader(c *Cluster, term uint64, since time.Time) {
 	for _, n := range c.Nodes() {
 		addrs = append(addrs, n.ClientAddr)
 	}
-	gc, err := c.Security().Dialer().NewGroupClient(addrs)
+	gc, err := c.Security().Dialer().NewLeaderClient(addrs)
 	if err != nil {
 		ch.t.Fatalf("probe %s: %v", c.Group, err)
 	}

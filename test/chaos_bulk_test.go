@@ -128,8 +128,8 @@ func awaitDrained(h *History, admin *qmq.Admin, ids []string, within time.Durati
 		if err != nil {
 			return err
 		}
-		if len(v.BrokerGroups) < len(r.Groups) || v.Total.Backlog > 0 || time.Since(lastAt) < 2*time.Second {
-			return fmt.Errorf("%d of %d arrived; %d owed in %d of %d broker groups", got, want, v.Total.Backlog, len(v.BrokerGroups), len(r.Groups))
+		if len(v.BrokerGroups) < len(r.BrokerGroups) || v.Total.Backlog > 0 || time.Since(lastAt) < 2*time.Second {
+			return fmt.Errorf("%d of %d arrived; %d owed in %d of %d broker groups", got, want, v.Total.Backlog, len(v.BrokerGroups), len(r.BrokerGroups))
 		}
 		return nil
 	})

@@ -45,8 +45,8 @@ func narrowRoutes(t *testing.T, admin *qmq.Admin, groups []*Cluster) []NarrowRou
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			r, err := admin.Assign(ctx, s, []string{c.Group}, 0)
-			if err == nil && len(r.Groups) != 1 {
-				err = fmt.Errorf("%s routed to %d broker groups, want 1", s, len(r.Groups))
+			if err == nil && len(r.BrokerGroups) != 1 {
+				err = fmt.Errorf("%s routed to %d broker groups, want 1", s, len(r.BrokerGroups))
 			}
 			return err
 		})

@@ -72,7 +72,7 @@ func (ch *Chaos) quietRestart(c *Cluster) string {
 			return err
 		}
 		for _, d := range ds {
-			if d.Group == c.Group && d.Pending > 0 {
+			if d.BrokerGroup == c.Group && d.Pending > 0 {
 				return fmt.Errorf("%d pending on %s", d.Pending, d.Node)
 			}
 		}
@@ -226,7 +226,7 @@ func (ch *Chaos) transferQuietly(c *Cluster, from, to *Node) {
 			return
 		}
 		from = l
-		gc, gerr := c.Security().Dialer().NewGroupClient([]string{from.ClientBind})
+		gc, gerr := c.Security().Dialer().NewLeaderClient([]string{from.ClientBind})
 		if gerr != nil {
 			ch.t.Fatalf("transfer in %s: %v", c.Group, gerr)
 		}

@@ -64,8 +64,8 @@ func (ch *Chaos) widenRoute(c *Cluster) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		rt, err := admin.Assign(ctx, r.Subject, []string{c.Group}, 0)
-		if err == nil && !slices.ContainsFunc(rt.Groups, func(g qmq.GroupRoute) bool { return g.Name == c.Group }) {
-			err = fmt.Errorf("route of %s: %v", r.Subject, rt.Groups)
+		if err == nil && !slices.ContainsFunc(rt.BrokerGroups, func(g qmq.GroupRoute) bool { return g.Name == c.Group }) {
+			err = fmt.Errorf("route of %s: %v", r.Subject, rt.BrokerGroups)
 		}
 		return err
 	})
@@ -128,9 +128,9 @@ func availability(admin *qmq.Admin, available bool, names ...string) func() erro
 			return err
 		}
 		for _, name := range names {
-			i := slices.IndexFunc(cl.Groups, func(g qmq.GroupStatus) bool { return g.Name == name })
-			if i < 0 || cl.Groups[i].Available != available || (available && cl.Groups[i].Leader == "") {
-				return fmt.Errorf("broker group %s: available %t, want %t: %+v", name, !available, available, cl.Groups)
+			i := slices.IndexFunc(cl.BrokerGroups, func(g qmq.GroupStatus) bool { return g.Name == name })
+			if i < 0 || cl.BrokerGroups[i].Available != available || (available && cl.BrokerGroups[i].Leader == "") {
+				return fmt.Errorf("broker group %s: available %t, want %t: %+v", name, !available, available, cl.BrokerGroups)
 			}
 		}
 		return nil

@@ -437,7 +437,7 @@ var g1Flags = map[string][]string{
 
 // g1Config is g1's configuration: g1a's seed.
 var g1Config = transport.BrokerConfig{RetentionAge: 24 * time.Hour, DedupWindow: 2 * time.Minute, MaxPull: 500, MaxUnacked: 5000,
-	SegmentSize: 8 << 20, IndexSegmentSize: 1 << 20, Source: "group"}
+	SegmentSize: 8 << 20, IndexSegmentSize: 1 << 20, Source: "broker-group"}
 
 // g2Flags are flags of every g2 node: a 2-minute dedup window and 8 MiB
 // segments (as g1's, for the retention fault), and a snapshot, which is
@@ -447,7 +447,7 @@ var g2Flags = []string{"--dedup-window", "2m", "--segment-size", "8", "--snapsho
 
 // g2Config is g2's configuration: its flags' seed, the rest defaults.
 var g2Config = transport.BrokerConfig{RetentionAge: 7 * 24 * time.Hour, DedupWindow: 2 * time.Minute, MaxPull: 1000, MaxUnacked: 10000,
-	SegmentSize: 8 << 20, IndexSegmentSize: 4 << 20, Source: "group"}
+	SegmentSize: 8 << 20, IndexSegmentSize: 4 << 20, Source: "broker-group"}
 
 // sameConfig fails the test unless every node of c shows want as its
 // group's configuration (the entry that set it aside: it differs as the
@@ -544,8 +544,8 @@ func joinBroadcast(t *testing.T, h *History, admin *qmq.Admin, subject, group st
 		if err != nil {
 			return err
 		}
-		if len(v.BrokerGroups) < len(r.Groups) {
-			return fmt.Errorf("in %d of the %d broker groups of %s", len(v.BrokerGroups), len(r.Groups), subject)
+		if len(v.BrokerGroups) < len(r.BrokerGroups) {
+			return fmt.Errorf("in %d of the %d broker groups of %s", len(v.BrokerGroups), len(r.BrokerGroups), subject)
 		}
 		return nil
 	})

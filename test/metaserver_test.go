@@ -219,8 +219,8 @@ func TestNineProcessCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(r.Groups, func(g qmq.GroupRoute) bool { return g.Name == "g3" }) {
-			t.Fatalf("new subject %s routed to %+v, not to the new, empty g3", s, r.Groups)
+		if !slices.ContainsFunc(r.BrokerGroups, func(g qmq.GroupRoute) bool { return g.Name == "g3" }) {
+			t.Fatalf("new subject %s routed to %+v, not to the new, empty g3", s, r.BrokerGroups)
 		}
 		fresh = append(fresh, s)
 		w.consume(s)
@@ -279,7 +279,7 @@ func TestNineProcessCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range cl.Groups {
+	for _, g := range cl.BrokerGroups {
 		if g.Name == "g3" && len(g.Nodes) != 2 {
 			t.Errorf("g3 has %d registered nodes after g3c left, want 2", len(g.Nodes))
 		}

@@ -38,7 +38,7 @@ func TestSendStaysOnAStalledGroup(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, g := range cl.Groups {
+		for _, g := range cl.BrokerGroups {
 			if !g.Available || g.Leader == "" {
 				return fmt.Errorf("group %s: available %v, leader %q", g.Name, g.Available, g.Leader)
 			}

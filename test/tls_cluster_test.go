@@ -189,7 +189,7 @@ func allTLSOn(t *testing.T, meta *Cluster) {
 				TLS   bool   `json:"tls"`
 				Error string `json:"error"`
 			} `json:"meta"`
-			Groups []transport.GroupStatus `json:"groups"`
+			Groups []transport.BrokerGroupStatus `json:"broker_groups"`
 		}
 		if err := meta.CtlJSON(&st, "--server", meta.ClientAddrs(), "status"); err != nil {
 			return err

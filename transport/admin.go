@@ -82,11 +82,11 @@ type Member struct {
 	Suffrage   string `json:"suffrage"`    // Voter, Nonvoter or Staging
 }
 
-// ForgetGroupRequest asks a broker group to forget a consumer group of a
+// ForgetConsumerGroupRequest asks a broker group to forget a consumer group of a
 // subject: its position, its redelivery queue and its consumers.
-type ForgetGroupRequest struct {
-	Subject string `json:"subject"`
-	Group   string `json:"group"`
+type ForgetConsumerGroupRequest struct {
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"consumer_group"`
 	// Broker, sent to the metaserver by a broker group's leader, says
 	// that broker group forgot the group by itself (idle, or gone with its
 	// last consumer before the subject had a message): the metaserver's
@@ -95,10 +95,10 @@ type ForgetGroupRequest struct {
 	Broker string `json:"broker,omitempty"`
 }
 
-// ForgetGroupResult answers a ForgetGroupRequest: whether the broker group
+// ForgetConsumerGroupResult answers a ForgetGroupRequest: whether the broker group
 // knew the consumer group, and how many consumers and unacknowledged
 // messages went with it.
-type ForgetGroupResult struct {
+type ForgetConsumerGroupResult struct {
 	Known     bool `json:"known"`
 	Consumers int  `json:"consumers"`
 	Unacked   int  `json:"unacked"`
@@ -107,7 +107,7 @@ type ForgetGroupResult struct {
 // Delays answers TypeDelays: a broker group's pending delayed messages as
 // one replica holds them.
 type Delays struct {
-	Group        string           `json:"group"`
+	BrokerGroup  string           `json:"broker_group"`
 	Node         string           `json:"node"`
 	AppliedIndex uint64           `json:"applied_index"`
 	Pending      int64            `json:"pending"`

@@ -25,15 +25,15 @@ const MaxAppGrace = 30 * 24 * time.Hour
 // and MaxDelayed its delayed messages pending in one broker group; 0 means
 // the defaults.
 type AppRequest struct {
-	Code         string       `json:"code"`
-	Admin        bool         `json:"admin,omitempty"`
-	Send         []string     `json:"send,omitempty"`
-	Consume      []auth.Grant `json:"consume,omitempty"`
-	MaxSubjects  int          `json:"max_subjects,omitempty"`
-	MaxGroups    int          `json:"max_groups,omitempty"`
-	MaxConsumers int          `json:"max_consumers,omitempty"`
-	MaxDelayed   int          `json:"max_delayed,omitempty"`
-	Create       bool         `json:"create,omitempty"`
+	Code              string       `json:"code"`
+	Admin             bool         `json:"admin,omitempty"`
+	Send              []string     `json:"send,omitempty"`
+	Consume           []auth.Grant `json:"consume,omitempty"`
+	MaxSubjects       int          `json:"max_subjects,omitempty"`
+	MaxConsumerGroups int          `json:"max_groups,omitempty"`
+	MaxConsumers      int          `json:"max_consumers,omitempty"`
+	MaxDelayed        int          `json:"max_delayed,omitempty"`
+	Create            bool         `json:"create,omitempty"`
 }
 
 // AppSecret answers a creation or a rotation with the application's new
@@ -61,19 +61,19 @@ type AppDeleteRequest struct {
 // (defaults applied) and what it created under them, and how many secrets
 // it holds; never a secret, a salt or a hash.
 type AppInfo struct {
-	Code        string       `json:"code"`
-	Admin       bool         `json:"admin,omitempty"`
-	Send        []string     `json:"send,omitempty"`
-	Consume     []auth.Grant `json:"consume,omitempty"`
-	MaxSubjects int          `json:"max_subjects"`
-	MaxGroups   int          `json:"max_groups"`
+	Code              string       `json:"code"`
+	Admin             bool         `json:"admin,omitempty"`
+	Send              []string     `json:"send,omitempty"`
+	Consume           []auth.Grant `json:"consume,omitempty"`
+	MaxSubjects       int          `json:"max_subjects"`
+	MaxConsumerGroups int          `json:"max_groups"`
 	// MaxConsumers and MaxDelayed are its limits in each broker group.
 	MaxConsumers int `json:"max_consumers"`
 	MaxDelayed   int `json:"max_delayed"`
 	// Subjects and Groups are the routes and consumer groups recorded as
 	// created by the application.
-	Subjects int `json:"subjects"`
-	Groups   int `json:"groups"`
+	Subjects       int `json:"subjects"`
+	ConsumerGroups int `json:"consumer_groups"`
 	// Secrets is 1, or 2 after a rotation with a grace: then
 	// OldSecretExpires is when the old one stops working (Unix
 	// milliseconds), which may be past.

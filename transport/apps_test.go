@@ -16,7 +16,7 @@ func TestAppTypes(t *testing.T) {
 	}
 	// What the list answers holds no secret material, whatever it is given.
 	b, err := json.Marshal(AppInfo{Code: "billing", Admin: true, Send: []string{"orders.*"},
-		Consume: []auth.Grant{{Subject: "*", Group: "g"}}, MaxSubjects: 1, MaxGroups: 1, Subjects: 1, Groups: 1, Secrets: 2, OldSecretExpires: 1})
+		Consume: []auth.Grant{{Subject: "*", Group: "g"}}, MaxSubjects: 1, MaxConsumerGroups: 1, Subjects: 1, ConsumerGroups: 1, Secrets: 2, OldSecretExpires: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

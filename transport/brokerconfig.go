@@ -14,7 +14,7 @@ type BrokerConfig struct {
 	MaxUnacked       int           `json:"max_unacked"`
 	SegmentSize      int64         `json:"segment_size"`
 	IndexSegmentSize int64         `json:"index_segment_size"`
-	// Source is where the values come from: "group", set by a
+	// Source is where the values come from: "broker-group", set by a
 	// configuration command at Index; "node", the node's own values,
 	// before the group's first (a new group's until its first leader
 	// seeds it, or a state from before the broker group configuration);

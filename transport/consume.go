@@ -16,10 +16,10 @@ import (
 // delivered; one delivered the group's most times becomes a dead letter.
 // The response is an AckResponse.
 type NackRequest struct {
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	RetryAt                  time.Time // zero: the group's backoff
-	Ranges                   []message.AckRange
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	RetryAt                          time.Time // zero: the group's backoff
+	Ranges                           []message.AckRange
 }
 
 // ExtendRequest: version | subject | group | consumer | epoch | count | (first | last)…
@@ -27,14 +27,14 @@ type NackRequest struct {
 // The consumer is still at work on the messages of the ranges: each gets
 // its group's whole ack wait again. The response body is empty.
 type ExtendRequest struct {
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	Ranges                   []message.AckRange
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	Ranges                           []message.AckRange
 }
 
 // Encode returns the payload.
 func (q *NackRequest) Encode() []byte {
-	b := binenc.AppendUvarint(appendNames(header(), q.Subject, q.Group, q.Consumer), q.Epoch)
+	b := binenc.AppendUvarint(appendNames(header(), q.Subject, q.ConsumerGroup, q.Consumer), q.Epoch)
 	at := int64(0)
 	if !q.RetryAt.IsZero() {
 		at = max(q.RetryAt.UnixMilli(), 1)
@@ -46,7 +46,7 @@ func (q *NackRequest) Encode() []byte {
 func DecodeNackRequest(b []byte) (*NackRequest, error) {
 	r := newReader(b)
 	q := &NackRequest{}
-	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Subject, q.ConsumerGroup, q.Consumer = readNames(r)
 	q.Epoch = r.Uvarint()
 	at := r.Uvarint()
 	if r.Err() == nil && (q.Epoch == 0 || at > maxMillis) {
@@ -64,7 +64,7 @@ func DecodeNackRequest(b []byte) (*NackRequest, error) {
 
 // Encode returns the payload.
 func (q *ExtendRequest) Encode() []byte {
-	b := binenc.AppendUvarint(appendNames(header(), q.Subject, q.Group, q.Consumer), q.Epoch)
+	b := binenc.AppendUvarint(appendNames(header(), q.Subject, q.ConsumerGroup, q.Consumer), q.Epoch)
 	return appendRanges(b, q.Ranges)
 }
 
@@ -72,7 +72,7 @@ func (q *ExtendRequest) Encode() []byte {
 func DecodeExtendRequest(b []byte) (*ExtendRequest, error) {
 	r := newReader(b)
 	q := &ExtendRequest{}
-	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Subject, q.ConsumerGroup, q.Consumer = readNames(r)
 	if q.Epoch = r.Uvarint(); r.Err() == nil && q.Epoch == 0 {
 		return nil, Errorf(Invalid, "extend: epoch 0 (it names the registration that pulled its messages)")
 	}

@@ -56,9 +56,9 @@ type Dialer struct {
 // Dial connects to addr with the zero Dialer: plaintext.
 func Dial(ctx context.Context, addr string) (*Conn, error) { return Dialer{}.Dial(ctx, addr) }
 
-// NewGroupClient returns a GroupClient of the zero Dialer: plaintext.
-func NewGroupClient(servers []string) (*GroupClient, error) {
-	return Dialer{}.NewGroupClient(servers)
+// NewLeaderClient returns a GroupClient of the zero Dialer: plaintext.
+func NewLeaderClient(servers []string) (*LeaderClient, error) {
+	return Dialer{}.NewLeaderClient(servers)
 }
 
 // Dial connects to addr, and with TLS set completes the handshake before

@@ -62,14 +62,14 @@ const (
 	// messages, by hour and by subject, from its own replica.
 	TypeDelays Type = 17
 
-	// TypeForgetGroup asks a broker group's leader to remove a consumer
+	// TypeForgetConsumerGroup asks a broker group's leader to remove a consumer
 	// group of a subject from its state (an operator clearing away a group
 	// that is gone).
-	TypeForgetGroup Type = 18
+	TypeForgetConsumerGroup Type = 18
 
-	// TypeMetaForgetGroup asks the metaserver to forget its record of a
+	// TypeMetaForgetConsumerGroup asks the metaserver to forget its record of a
 	// consumer group of a subject (ForgetGroupRequest); brokers forward it.
-	TypeMetaForgetGroup Type = 19
+	TypeMetaForgetConsumerGroup Type = 19
 
 	// TypeTime asks a broker node for its wall clock. A new leader asks its
 	// group's voters before it stamps or fires anything, and bounds its own
@@ -83,13 +83,13 @@ const (
 	// TypeExtend says a consumer is still at work on messages
 	// (ExtendRequest): their ack wait starts again.
 	TypeExtend Type = 22
-	// TypeGroups asks a broker group's leader for its consumer groups
+	// TypeConsumerGroups asks a broker group's leader for its consumer groups
 	// (GroupsRequest, JSON; answered with []GroupInfo).
-	TypeGroups Type = 23
-	// TypeSetGroup changes a consumer group's settings (SetGroupRequest, JSON).
-	TypeSetGroup Type = 24
-	// TypeResetGroup moves a consumer group's position (ResetGroupRequest, JSON).
-	TypeResetGroup Type = 25
+	TypeConsumerGroups Type = 23
+	// TypeSetConsumerGroup changes a consumer group's settings (SetGroupRequest, JSON).
+	TypeSetConsumerGroup Type = 24
+	// TypeResetConsumerGroup moves a consumer group's position (ResetGroupRequest, JSON).
+	TypeResetConsumerGroup Type = 25
 	// TypeDeadLetters lists a consumer group's dead letters, or reads one
 	// (DeadLettersRequest, JSON; answered with DeadLetterPage).
 	TypeDeadLetters Type = 26
@@ -168,20 +168,20 @@ func (t Type) String() string {
 		return "deregister"
 	case TypeDelays:
 		return "delays"
-	case TypeForgetGroup:
-		return "forget-group"
-	case TypeMetaForgetGroup:
-		return "meta-forget-group"
+	case TypeForgetConsumerGroup:
+		return "forget-consumer-group"
+	case TypeMetaForgetConsumerGroup:
+		return "meta-forget-consumer-group"
 	case TypeNack:
 		return "nack"
 	case TypeExtend:
 		return "extend"
-	case TypeGroups:
-		return "groups"
-	case TypeSetGroup:
-		return "set-group"
-	case TypeResetGroup:
-		return "reset-group"
+	case TypeConsumerGroups:
+		return "consumer-groups"
+	case TypeSetConsumerGroup:
+		return "set-consumer-group"
+	case TypeResetConsumerGroup:
+		return "reset-consumer-group"
 	case TypeDeadLetters:
 		return "dead-letters"
 	case TypeDeadLetterOp:

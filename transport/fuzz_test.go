@@ -15,7 +15,7 @@ func FuzzReadFrame(f *testing.F) {
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
 	WriteFrame(w, Frame{Type: TypeSend, ID: 1, Payload: (&SendRequest{Messages: nil}).Encode()})
-	WriteFrame(w, Frame{Type: TypePull, ID: 2, Payload: (&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 1}).Encode()})
+	WriteFrame(w, Frame{Type: TypePull, ID: 2, Payload: (&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}).Encode()})
 	w.Flush()
 	f.Add(buf.Bytes())
 	f.Add([]byte{9, 0, 0, 0, 1})
@@ -39,15 +39,15 @@ func FuzzReadFrame(f *testing.F) {
 func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&SendRequest{Messages: nil}).Encode())
 	f.Add((&SendRequest{}).Encode())
-	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
-	f.Add((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
-	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Wait: time.Second, From: 9, Epoch: 2}).Encode())
-	f.Add((&HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode())
-	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Tags: []string{"t"}, TagsAll: true, AtMostOnce: true,
+	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
+	f.Add((&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Wait: time.Second, From: 9, Epoch: 2}).Encode())
+	f.Add((&HeartbeatRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c"}).Encode())
+	f.Add((&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Tags: []string{"t"}, TagsAll: true, AtMostOnce: true,
 		Start: StartAtTime, StartAt: time.UnixMilli(5), IdleExpiry: time.Hour}).Encode())
-	f.Add((&PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 5, Version: 2}).Encode())
-	f.Add((&NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(7), Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
-	f.Add((&ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Version: 2}).Encode())
+	f.Add((&NackRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(7), Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
+	f.Add((&ExtendRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
 	f.Add([]byte(`{"id":"n2","raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}`))
 	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
@@ -86,7 +86,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		}
 		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
 			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{},
-			&GroupsRequest{}, &SetGroupRequest{}, &ResetGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{},
+			&ConsumerGroupsRequest{}, &SetConsumerGroupRequest{}, &ResetConsumerGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{},
 			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}, &SetBrokerConfigRequest{}, &BrokerConfigInfo{}} {
 			DecodeJSON(in, v)
 		}

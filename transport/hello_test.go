@@ -107,7 +107,7 @@ func TestDialerSaysHello(t *testing.T) {
 	if CodeOf(err) != Unauthenticated {
 		t.Fatalf("a refused hello: %v", err)
 	}
-	gc, err := Dialer{Credentials: &Credentials{App: "billing", Secret: "wrong"}}.NewGroupClient([]string{addr})
+	gc, err := Dialer{Credentials: &Credentials{App: "billing", Secret: "wrong"}}.NewLeaderClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestNoSecretInTheClear(t *testing.T) {
 			t.Errorf("dial %s with a secret and no TLS: %v", addr, err)
 		}
 	}
-	gc, err := d.NewGroupClient([]string{"10.0.0.1:6222"})
+	gc, err := d.NewLeaderClient([]string{"10.0.0.1:6222"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,17 +77,17 @@ type SendResponse struct {
 // group of its own). A version 2 request pulls as version 2 did: no tags,
 // at least once, a new group at the subject's earliest message.
 type PullRequest struct {
-	Subject, Group, Consumer string
-	Max                      int
-	Wait                     time.Duration
-	From                     int64
-	Epoch                    uint64
-	Version                  byte // of the payload (2 or 3); 0 encodes as 3
-	AtMostOnce, TagsAll      bool
-	Tags                     []string
-	Start                    StartPosition
-	StartAt                  time.Time // with StartAtTime
-	IdleExpiry               time.Duration
+	Subject, ConsumerGroup, Consumer string
+	Max                              int
+	Wait                             time.Duration
+	From                             int64
+	Epoch                            uint64
+	Version                          byte // of the payload (2 or 3); 0 encodes as 3
+	AtMostOnce, TagsAll              bool
+	Tags                             []string
+	Start                            StartPosition
+	StartAt                          time.Time // with StartAtTime
+	IdleExpiry                       time.Duration
 }
 
 // StartPosition says where a new consumer group starts: the values are the
@@ -135,9 +135,9 @@ type PullResponse struct {
 // messages: if it has ended, the ack is refused with STALE_CONSUMER and
 // changes nothing (those messages went back to the group).
 type AckRequest struct {
-	Subject, Group, Consumer string
-	Epoch                    uint64
-	Ranges                   []message.AckRange
+	Subject, ConsumerGroup, Consumer string
+	Epoch                            uint64
+	Ranges                           []message.AckRange
 }
 
 // AckResponse: version | ack-position
@@ -149,7 +149,7 @@ type AckResponse struct {
 // consumer's session alive; its unacked messages are reclaimed for the rest
 // of the group when heartbeats stop. The response body is empty.
 type HeartbeatRequest struct {
-	Subject, Group, Consumer string
+	Subject, ConsumerGroup, Consumer string
 }
 
 func header() []byte { return []byte{payloadVersion} }
@@ -239,7 +239,7 @@ func (q *PullRequest) Encode() []byte {
 	if q.Version == payloadVersionEpoch {
 		version = payloadVersionEpoch
 	}
-	b := appendNames([]byte{version}, q.Subject, q.Group, q.Consumer)
+	b := appendNames([]byte{version}, q.Subject, q.ConsumerGroup, q.Consumer)
 	b = binenc.AppendUvarint(b, uint64(q.Max))
 	b = binenc.AppendUvarint(b, uint64(q.Wait.Milliseconds()))
 	b = binenc.AppendUvarint(b, uint64(q.From))
@@ -275,7 +275,7 @@ func DecodePullRequest(b []byte) (*PullRequest, error) {
 	if r.Err() == nil && q.Version != payloadVersionEpoch && q.Version != payloadVersionPull3 {
 		return nil, Errorf(Invalid, "pull: payload version %d (2 or 3)", q.Version)
 	}
-	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Subject, q.ConsumerGroup, q.Consumer = readNames(r)
 	q.Max = r.Count(limits.MaxPullMessages)
 	wait := r.Uvarint()
 	if wait > uint64(limits.MaxPullWait/time.Millisecond) {
@@ -376,7 +376,7 @@ func DecodePullResponse(b []byte) (*PullResponse, error) {
 
 // Encode returns the payload.
 func (q *AckRequest) Encode() []byte {
-	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.Group, q.Consumer)
+	b := appendNames([]byte{payloadVersionEpoch}, q.Subject, q.ConsumerGroup, q.Consumer)
 	return appendRanges(binenc.AppendUvarint(b, q.Epoch), q.Ranges)
 }
 
@@ -384,7 +384,7 @@ func (q *AckRequest) Encode() []byte {
 func DecodeAckRequest(b []byte) (*AckRequest, error) {
 	r := newReaderVersion(b, payloadVersionEpoch)
 	q := &AckRequest{}
-	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Subject, q.ConsumerGroup, q.Consumer = readNames(r)
 	if q.Epoch = r.Uvarint(); r.Err() == nil && q.Epoch == 0 {
 		return nil, Errorf(Invalid, "ack: epoch 0 (an ack names the registration that pulled its messages)")
 	}
@@ -409,14 +409,14 @@ func DecodeAckResponse(b []byte) (*AckResponse, error) {
 
 // Encode returns the payload.
 func (q *HeartbeatRequest) Encode() []byte {
-	return appendNames(header(), q.Subject, q.Group, q.Consumer)
+	return appendNames(header(), q.Subject, q.ConsumerGroup, q.Consumer)
 }
 
 // DecodeHeartbeatRequest decodes a heartbeat payload.
 func DecodeHeartbeatRequest(b []byte) (*HeartbeatRequest, error) {
 	r := newReader(b)
 	q := &HeartbeatRequest{}
-	q.Subject, q.Group, q.Consumer = readNames(r)
+	q.Subject, q.ConsumerGroup, q.Consumer = readNames(r)
 	return q, done("heartbeat", r)
 }
 

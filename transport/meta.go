@@ -32,9 +32,9 @@ type RouteRequest struct {
 // Route is where a subject lives: producers send to its writable groups,
 // consumers pull from all of them.
 type Route struct {
-	Subject        string       `json:"subject"`
-	Groups         []GroupRoute `json:"groups"`
-	ConsumerGroups []string     `json:"consumer_groups,omitempty"`
+	Subject        string             `json:"subject"`
+	BrokerGroups   []BrokerGroupRoute `json:"broker_groups"`
+	ConsumerGroups []string           `json:"consumer_groups,omitempty"`
 	// ConsumerKnown says the consumer group the request named was
 	// recorded before it: a hint only, since any lookup naming a group
 	// records it, whether or not a broker group ever held it. The SDK asks
@@ -44,8 +44,8 @@ type Route struct {
 	ConsumerKnown bool `json:"consumer_known,omitempty"`
 }
 
-// GroupRoute is one broker group of a route.
-type GroupRoute struct {
+// BrokerGroupRoute is one broker group of a route.
+type BrokerGroupRoute struct {
 	Name string `json:"name"`
 	// Writable is false while the group is drained (readonly).
 	Writable bool `json:"writable"`
@@ -60,17 +60,17 @@ type GroupRoute struct {
 // RegisterRequest announces a broker node to the metaserver. Nodes send it
 // on every start; it is idempotent.
 type RegisterRequest struct {
-	Group      string `json:"group"`
-	ID         string `json:"id"`
-	RaftAddr   string `json:"raft_addr"`
-	ClientAddr string `json:"client_addr"`
-	HTTPAddr   string `json:"http_addr,omitempty"`
+	BrokerGroup string `json:"broker_group"`
+	ID          string `json:"id"`
+	RaftAddr    string `json:"raft_addr"`
+	ClientAddr  string `json:"client_addr"`
+	HTTPAddr    string `json:"http_addr,omitempty"`
 }
 
 // DeregisterRequest makes the metaserver forget a broker node.
 type DeregisterRequest struct {
-	Group string `json:"group"`
-	ID    string `json:"id"`
+	BrokerGroup string `json:"broker_group"`
+	ID          string `json:"id"`
 }
 
 // BrokerHeartbeat is a broker node's periodic report of its position. The
@@ -118,30 +118,30 @@ type HeartbeatReply struct {
 // never loses a group, so consumers never miss what one holds; drain a
 // group with SetWritableRequest instead.
 type AssignRequest struct {
-	Subject string   `json:"subject"`
-	Groups  []string `json:"groups,omitempty"`
-	Count   int      `json:"count,omitempty"`
+	Subject      string   `json:"subject"`
+	BrokerGroups []string `json:"broker_groups,omitempty"`
+	Count        int      `json:"count,omitempty"`
 }
 
 // SetWritableRequest drains a broker group (Writable false: no new sends,
 // consumers finish what it holds) or opens it again.
 type SetWritableRequest struct {
-	Group    string `json:"group"`
-	Writable bool   `json:"writable"`
+	BrokerGroup string `json:"broker_group"`
+	Writable    bool   `json:"writable"`
 }
 
 // Cluster is the metaserver's view of the whole cluster.
 type Cluster struct {
 	// Meta is the answering metaserver leader's own status; its Members are
 	// the metaserver group.
-	Meta   Status        `json:"meta"`
-	Groups []GroupStatus `json:"groups"`
+	Meta         Status              `json:"meta"`
+	BrokerGroups []BrokerGroupStatus `json:"broker_groups"`
 	// Subjects is how many subjects have routes.
 	Subjects int `json:"subjects"`
 }
 
-// GroupStatus is one broker group as the metaserver sees it.
-type GroupStatus struct {
+// BrokerGroupStatus is one broker group as the metaserver sees it.
+type BrokerGroupStatus struct {
 	Name      string       `json:"name"`
 	Writable  bool         `json:"writable"`
 	Available bool         `json:"available"`

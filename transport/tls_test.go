@@ -182,7 +182,7 @@ func TestTLSGroupClientGivesUpAtOnce(t *testing.T) {
 		"certificate refused": dialerOf(loadTLS(t, caA, caB, tlsconf.Spec{CN: "app"})),
 	} {
 		t.Run(name, func(t *testing.T) {
-			gc, err := d.NewGroupClient([]string{addr})
+			gc, err := d.NewLeaderClient([]string{addr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,7 @@ func TestTLSGroupClientGivesUpAtOnce(t *testing.T) {
 		})
 	}
 	// The same GroupClient code with a trusted certificate is served.
-	gc, err := dialerOf(loadTLS(t, caA, caA, tlsconf.Spec{CN: "app"})).NewGroupClient([]string{addr})
+	gc, err := dialerOf(loadTLS(t, caA, caA, tlsconf.Spec{CN: "app"})).NewLeaderClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)
 	}

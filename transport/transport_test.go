@@ -79,7 +79,7 @@ func TestPayloadRoundTrips(t *testing.T) {
 	if got, err := DecodeSendResponse(sr.Encode()); err != nil || got.Results[1].Error != "bad" {
 		t.Fatalf("send response: %+v, %v", got, err)
 	}
-	pull := &PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond, From: 4, Epoch: 1 << 40,
+	pull := &PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Wait: 1500 * time.Millisecond, From: 4, Epoch: 1 << 40,
 		Version: 3, AtMostOnce: true, TagsAll: true, Tags: []string{"a", "b"}, Start: StartAtTime, StartAt: time.UnixMilli(1234567), IdleExpiry: time.Minute}
 	if got, err := DecodePullRequest(pull.Encode()); err != nil || !reflect.DeepEqual(got, pull) {
 		t.Fatalf("pull: %+v, %v", got, err)
@@ -97,31 +97,31 @@ func TestPayloadRoundTrips(t *testing.T) {
 	if got, err := DecodePullResponse(pr.Encode()); err != nil || got.Messages[0].Deliveries != 0 || got.Version != 2 {
 		t.Fatalf("version 2 pull response: %+v, %v", got, err)
 	}
-	nack := &NackRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(99), Ranges: []message.AckRange{{First: 1, Last: 2}}}
+	nack := &NackRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, RetryAt: time.UnixMilli(99), Ranges: []message.AckRange{{First: 1, Last: 2}}}
 	if got, err := DecodeNackRequest(nack.Encode()); err != nil || !reflect.DeepEqual(got, nack) {
 		t.Fatalf("nack: %+v, %v", got, err)
 	}
-	ext := &ExtendRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}
+	ext := &ExtendRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}
 	if got, err := DecodeExtendRequest(ext.Encode()); err != nil || !reflect.DeepEqual(got, ext) {
 		t.Fatalf("extend: %+v, %v", got, err)
 	}
-	ack := &AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 2, Ranges: []message.AckRange{{First: 0, Last: 4}, {First: 7, Last: 7}}}
+	ack := &AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 2, Ranges: []message.AckRange{{First: 0, Last: 4}, {First: 7, Last: 7}}}
 	if got, err := DecodeAckRequest(ack.Encode()); err != nil || got.Epoch != 2 || len(got.Ranges) != 2 || got.Ranges[1] != (message.AckRange{First: 7, Last: 7}) {
 		t.Fatalf("ack: %+v, %v", got, err)
 	}
 	if got, err := DecodeAckResponse((&AckResponse{AckPos: 9}).Encode()); err != nil || got.AckPos != 9 {
 		t.Fatalf("ack response: %+v, %v", got, err)
 	}
-	hb := &HeartbeatRequest{Subject: "s", Group: "g", Consumer: "c"}
+	hb := &HeartbeatRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c"}
 	if got, err := DecodeHeartbeatRequest(hb.Encode()); err != nil || *got != *hb {
 		t.Fatalf("heartbeat: %+v, %v", got, err)
 	}
 }
 
 func TestDecodersRefuseBadInput(t *testing.T) {
-	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode(), 1),
-		(&AckRequest{Subject: "s", Group: "g", Consumer: "c"}).Encode(),                                                  // epoch 0
-		append([]byte{payloadVersion}, (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1}).Encode()[1:]...), // the version before epochs
+	bad := [][]byte{nil, {2}, {payloadVersion, 0xff}, append((&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1}).Encode(), 1),
+		(&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c"}).Encode(),                                                  // epoch 0
+		append([]byte{payloadVersion}, (&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1}).Encode()[1:]...), // the version before epochs
 	}
 	for _, b := range bad {
 		if _, err := DecodeAckRequest(b); CodeOf(err) != Invalid {
@@ -131,7 +131,7 @@ func TestDecodersRefuseBadInput(t *testing.T) {
 			t.Errorf("DecodeSendRequest(%v) = %v, want INVALID", b, err)
 		}
 	}
-	reversed := (&AckRequest{Subject: "s", Group: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{{First: 5, Last: 2}}}).Encode()
+	reversed := (&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1, Ranges: []message.AckRange{{First: 5, Last: 2}}}).Encode()
 	if _, err := DecodeAckRequest(reversed); CodeOf(err) != Invalid {
 		t.Errorf("reversed range: %v, want INVALID", err)
 	}
@@ -338,7 +338,7 @@ func TestUnreachableIsReportedFast(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close() // nothing listens there now
-	gc, err := Dialer{}.NewGroupClient([]string{addr})
+	gc, err := Dialer{}.NewLeaderClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestUnreachableIsReportedFast(t *testing.T) {
 	}
 	// A client of addresses a route gave keeps trying until its context
 	// ends: a group that is down comes back.
-	routed, err := Dialer{}.NewGroupClient([]string{addr})
+	routed, err := Dialer{}.NewLeaderClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestUnreachableIsReportedFast(t *testing.T) {
 		t.Fatalf("a routed client: %v, want it to try until its context ended", err)
 	}
 	for _, bad := range []string{"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:http", "a:b:1"} {
-		if _, err := (Dialer{}).NewGroupClient([]string{bad}); err == nil || !strings.Contains(err.Error(), "malformed server address") {
+		if _, err := (Dialer{}).NewLeaderClient([]string{bad}); err == nil || !strings.Contains(err.Error(), "malformed server address") {
 			t.Errorf("address %q: %v, want it refused as malformed", bad, err)
 		}
 	}

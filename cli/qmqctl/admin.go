@@ -95,7 +95,7 @@ func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) erro
 		fmt.Fprintf(w, "meta\t%s\t%s\t%d\t%d\t%d\t-\tnow\t%s\t%s\t%s\n", s.ID, s.State, s.Term, s.AppliedIndex, lag,
 			security(s.TLS, s.Insecure), s.ClientAddr, s.RaftAddr)
 	}
-	for _, g := range cl.Groups {
+	for _, g := range cl.BrokerGroups {
 		name := g.Name
 		switch {
 		case !g.Available:
@@ -119,14 +119,14 @@ func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) erro
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	for _, g := range cl.Groups {
+	for _, g := range cl.BrokerGroups {
 		for _, n := range g.Nodes {
 			if n.Refusing != "" {
 				fmt.Fprintf(out, "node %s of %s REFUSES CLIENTS: %s\n", n.ID, g.Name, n.Refusing)
 			}
 		}
 	}
-	fmt.Fprintf(out, "%d broker groups, %d subjects\n", len(cl.Groups), cl.Subjects)
+	fmt.Fprintf(out, "%d broker groups, %d subjects\n", len(cl.BrokerGroups), cl.Subjects)
 	return nil
 }
 
@@ -134,7 +134,7 @@ func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) erro
 // leader first; a group none of whose nodes answer has none in the list.
 func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.BrokerConfig {
 	var out []qmq.BrokerConfig
-	for _, g := range cl.Groups {
+	for _, g := range cl.BrokerGroups {
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
 		if c, err := a.BrokerConfigOf(gctx, g); err == nil {
 			out = append(out, *c)
@@ -147,7 +147,7 @@ func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.B
 // printConfigTable prints each broker group's configuration, a row a
 // group; "-" for a group that did not answer.
 func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig) error {
-	if len(cl.Groups) == 0 {
+	if len(cl.BrokerGroups) == 0 {
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -156,7 +156,7 @@ func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig
 		fmt.Fprint(w, "\t", strings.ToUpper(col.name))
 	}
 	fmt.Fprintln(w)
-	for _, g := range cl.Groups {
+	for _, g := range cl.BrokerGroups {
 		fmt.Fprint(w, g.Name)
 		i := slices.IndexFunc(configs, func(c qmq.BrokerConfig) bool { return c.BrokerGroup == g.Name })
 		for _, col := range brokerConfigColumns {
@@ -188,8 +188,8 @@ func security(tls, insecure bool) string {
 // from (one just started, or every node but the answering one of a group
 // without a metaserver) for its status directly.
 func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
-	for gi := range cl.Groups {
-		g := &cl.Groups[gi]
+	for gi := range cl.BrokerGroups {
+		g := &cl.BrokerGroups[gi]
 		var leaderApplied uint64
 		for ni := range g.Nodes {
 			n := &g.Nodes[ni]

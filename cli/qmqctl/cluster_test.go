@@ -51,7 +51,7 @@ func startCluster(t *testing.T) string {
 			return false
 		}
 		ready := 0
-		for _, g := range c.Groups {
+		for _, g := range c.BrokerGroups {
 			if g.Available && g.Writable && g.Leader != "" && len(g.Nodes) == 1 && g.Nodes[0].State == "Leader" {
 				ready++
 			}

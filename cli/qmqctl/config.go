@@ -198,7 +198,7 @@ var brokerConfigColumns = []struct {
 	{"segment-size", func(c qmq.BrokerConfig) string { return byteSize(c.Config.SegmentSize) }},
 	{"index-segment-size", func(c qmq.BrokerConfig) string { return byteSize(c.Config.IndexSegmentSize) }},
 	{"source", func(c qmq.BrokerConfig) string {
-		if c.Config.Source == "group" {
+		if c.Config.Source == "broker-group" {
 			return fmt.Sprintf("group@%d", c.Config.Index)
 		}
 		return c.Config.Source

@@ -57,13 +57,13 @@ func pullAndNack(t *testing.T, server, subject, group string) int {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, g := range r.Groups {
-		gc, err := transport.NewGroupClient(g.Servers)
+	for _, g := range r.BrokerGroups {
+		gc, err := transport.NewLeaderClient(g.Servers)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer gc.Close()
-		pull := &transport.PullRequest{Subject: subject, Group: group, Consumer: "c1", Max: 100, Wait: 100 * time.Millisecond}
+		pull := &transport.PullRequest{Subject: subject, ConsumerGroup: group, Consumer: "c1", Max: 100, Wait: 100 * time.Millisecond}
 		body, err := gc.Call(ctx, transport.TypePull, pull.Encode())
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +79,7 @@ func pullAndNack(t *testing.T, server, subject, group string) int {
 		for _, m := range resp.Messages {
 			ranges = append(ranges, message.AckRange{First: m.PullSeq, Last: m.PullSeq})
 		}
-		nack := &transport.NackRequest{Subject: subject, Group: group, Consumer: "c1", Epoch: resp.Epoch, Ranges: ranges}
+		nack := &transport.NackRequest{Subject: subject, ConsumerGroup: group, Consumer: "c1", Epoch: resp.Epoch, Ranges: ranges}
 		if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
 			t.Fatal(err)
 		}

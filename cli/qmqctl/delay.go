@@ -51,7 +51,7 @@ func printDelays(out io.Writer, groups []transport.Delays) error {
 	var total int64
 	fmt.Fprintln(w, "GROUP\tNODE\tAPPLIED\tPENDING")
 	for _, g := range groups {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", g.Group, g.Node, g.AppliedIndex, g.Pending)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", g.BrokerGroup, g.Node, g.AppliedIndex, g.Pending)
 		total += g.Pending
 		for _, h := range g.Hours {
 			hours[h.Hour] += h.Pending

@@ -189,7 +189,7 @@ func subjectCommand() *cli.Command {
 
 func printRoute(r *qmq.Route) {
 	fmt.Printf("%s\n", r.Subject)
-	for _, g := range r.Groups {
+	for _, g := range r.BrokerGroups {
 		state := "writable"
 		if !g.Writable {
 			state = "readonly"

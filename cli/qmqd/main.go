@@ -143,7 +143,7 @@ func devCommand() *cli.Command {
 			cfg.NodeConfig = server.NodeConfig{ID: "dev", DataDir: filepath.Join(c.String("data"), "broker"),
 				ClientAddr: c.String("listen"), RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), Bootstrap: true,
 				TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
-			cfg.Group, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
+			cfg.BrokerGroup, cfg.Logger, cfg.Meta = "dev", logger, []string{m.ClientAddr()}
 			cfg.SetElectionTimeout(200 * time.Millisecond)
 			n, err := server.New(cfg)
 			if err != nil {
@@ -221,7 +221,7 @@ func brokerCommand() *cli.Command {
 			}
 			cfg := server.DefaultConfig()
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
-			cfg.Group, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
+			cfg.BrokerGroup, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
 			if err := brokerSettings(c, &cfg); err != nil {
 				return err
@@ -241,7 +241,7 @@ func brokerCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: node %s of group %s: clients %s, raft %s, http %s\n",
-				cfg.ID, cfg.Group, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
+				cfg.ID, cfg.BrokerGroup, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
 			waitForSignal(n.Failed())
 			return errors.Join(n.FailedErr(), n.Close())
 		},

@@ -88,7 +88,7 @@ func TestRetentionFlags(t *testing.T) {
 				t.Fatalf("retention %+v, want %+v", cfg.FSM.Retention, tc.want)
 			}
 			// What the flags accept, the node accepts.
-			cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+			cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 			cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("the node refuses what the flags accept: %v", err)
@@ -177,7 +177,7 @@ func TestConfigFlags(t *testing.T) {
 			if !tc.want(&cfg) {
 				t.Fatalf("FSM configuration %+v", cfg.FSM)
 			}
-			cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+			cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 			cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("the node refuses what the flags accept: %v", err)

@@ -42,7 +42,7 @@ func TestSnapshotFlags(t *testing.T) {
 			if cfg.SnapshotInterval != tc.interval || cfg.SnapshotThreshold != tc.threshold {
 				t.Fatalf("snapshot interval %s, threshold %d; want %s, %d", cfg.SnapshotInterval, cfg.SnapshotThreshold, tc.interval, tc.threshold)
 			}
-			cfg.ID, cfg.Group, cfg.DataDir = "n1", "g1", t.TempDir()
+			cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
 			cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("the node refuses what the flags accept: %v", err)

@@ -31,14 +31,14 @@ func (s *state) admit(cmd Command) error {
 			return fmt.Errorf("%w: no application %s", ErrInvalid, c.Code)
 		}
 	case *Assign:
-		for _, g := range c.Groups {
-			if s.Groups[g] == nil {
+		for _, g := range c.BrokerGroups {
+			if s.BrokerGroups[g] == nil {
 				return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, g)
 			}
 		}
 	case *SetWritable:
-		if s.Groups[c.Group] == nil {
-			return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, c.Group)
+		if s.BrokerGroups[c.BrokerGroup] == nil {
+			return fmt.Errorf("%w: no broker group %s is registered", ErrInvalid, c.BrokerGroup)
 		}
 	case *Consumer:
 		if s.Subjects[c.Subject] == nil {
@@ -58,18 +58,18 @@ func (s *state) apply(cmd Command) error {
 	}
 	switch c := cmd.(type) {
 	case *Register:
-		g := s.Groups[c.Group]
+		g := s.BrokerGroups[c.BrokerGroup]
 		if g == nil {
-			g = &Group{Nodes: map[string]Node{}}
-			s.Groups[c.Group] = g
+			g = &BrokerGroup{Nodes: map[string]Node{}}
+			s.BrokerGroups[c.BrokerGroup] = g
 		}
 		g.Nodes[c.ID] = Node{RaftAddr: c.RaftAddr, ClientAddr: c.ClientAddr, HTTPAddr: c.HTTPAddr}
 	case *Deregister:
 		// Idempotent, so a retried request succeeds.
-		if g := s.Groups[c.Group]; g != nil {
+		if g := s.BrokerGroups[c.BrokerGroup]; g != nil {
 			delete(g.Nodes, c.ID)
-			if len(g.Nodes) == 0 && s.routedTo(c.Group) == 0 {
-				delete(s.Groups, c.Group)
+			if len(g.Nodes) == 0 && s.routedTo(c.BrokerGroup) == 0 {
+				delete(s.BrokerGroups, c.BrokerGroup)
 			}
 		}
 	case *Assign:
@@ -80,25 +80,25 @@ func (s *state) apply(cmd Command) error {
 		r := &Route{}
 		if old != nil {
 			cp := *old
-			cp.Groups = slices.Clone(old.Groups)
+			cp.BrokerGroups = slices.Clone(old.BrokerGroups)
 			r = &cp
 		} else if s.Apps[c.App] != nil {
 			r.App = c.App
 			s.appSubjects[c.App]++
 		}
-		for _, g := range c.Groups {
-			if !slices.Contains(r.Groups, g) {
-				r.Groups = append(r.Groups, g)
+		for _, g := range c.BrokerGroups {
+			if !slices.Contains(r.BrokerGroups, g) {
+				r.BrokerGroups = append(r.BrokerGroups, g)
 				s.routed++
 			}
 		}
 		s.Subjects[c.Subject] = r
 	case *SetWritable:
-		s.Groups[c.Group].ReadOnly = !c.Writable
+		s.BrokerGroups[c.BrokerGroup].ReadOnly = !c.Writable
 	case *Consumer:
 		r := s.Subjects[c.Subject]
 		holder := r.holderBit(c.Broker)
-		i, found := slices.BinarySearch(r.Consumers, c.Group)
+		i, found := slices.BinarySearch(r.Consumers, c.ConsumerGroup)
 		switch {
 		case found && holder == 0:
 			r.setHolders(i, 0) // declared now
@@ -123,13 +123,13 @@ func (s *state) apply(cmd Command) error {
 				}
 				r.ConsumerHolders = slices.Insert(r.ConsumerHolders, i, holder)
 			}
-			r.Consumers = slices.Insert(r.Consumers, i, c.Group)
+			r.Consumers = slices.Insert(r.Consumers, i, c.ConsumerGroup)
 			s.consumers++
 		}
 	case *ForgetConsumer:
 		// Idempotent, so a retried request succeeds.
 		if r := s.Subjects[c.Subject]; r != nil {
-			if i, found := slices.BinarySearch(r.Consumers, c.Group); found {
+			if i, found := slices.BinarySearch(r.Consumers, c.ConsumerGroup); found {
 				if c.Broker != "" {
 					held := r.holders(i)
 					if held == 0 {
@@ -230,7 +230,7 @@ func (r *Route) Records(group, broker string) bool {
 // holderBit is broker group g's bit in ConsumerHolders: its index in the
 // route's groups, 0 for "" or a group not in the route.
 func (r *Route) holderBit(g string) uint64 {
-	if i := slices.Index(r.Groups, g); g != "" && i >= 0 {
+	if i := slices.Index(r.BrokerGroups, g); g != "" && i >= 0 {
 		return 1 << i
 	}
 	return 0
@@ -268,7 +268,7 @@ func (r *Route) trimHolders() {
 func (s *state) routedTo(group string) int {
 	n := 0
 	for _, r := range s.Subjects {
-		if slices.Contains(r.Groups, group) {
+		if slices.Contains(r.BrokerGroups, group) {
 			n++
 		}
 	}

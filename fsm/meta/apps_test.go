@@ -233,12 +233,12 @@ func TestPerAppLimits(t *testing.T) {
 
 	// Subjects: n new routes of billing's, one short, then at the limit.
 	for i := range n {
-		mustApply(t, f, &Assign{Subject: fmt.Sprintf("b%d", i), Groups: []string{"g1"}, IfNew: true, App: "billing"})
+		mustApply(t, f, &Assign{Subject: fmt.Sprintf("b%d", i), BrokerGroups: []string{"g1"}, IfNew: true, App: "billing"})
 	}
 	if u := f.Usage("billing"); u.Subjects != n {
 		t.Fatalf("billing's usage %+v after %d routes", u, n)
 	}
-	over := &Assign{Subject: "b-over", Groups: []string{"g1"}, IfNew: true, App: "billing"}
+	over := &Assign{Subject: "b-over", BrokerGroups: []string{"g1"}, IfNew: true, App: "billing"}
 	want := fmt.Sprintf("application billing's max subjects is %d", n)
 	if err := refused(t, f, over); !errors.Is(err, ErrAppLimit) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("billing's route past its limit: %v, want ErrLimit naming %q", err, want)
@@ -246,15 +246,15 @@ func TestPerAppLimits(t *testing.T) {
 	// At the limit: its routes still grow, another application's, an
 	// unknown one's and nobody's routes are made.
 	for _, cmd := range []Command{
-		&Assign{Subject: "b0", Groups: []string{"g2"}, App: "billing"},
-		&Assign{Subject: "b1", Groups: []string{"g2"}, IfNew: true, App: "billing"},
-		&Assign{Subject: "o0", Groups: []string{"g1"}, App: "ops"},
-		&Assign{Subject: "u0", Groups: []string{"g1"}, App: "unknown"},
-		&Assign{Subject: "n0", Groups: []string{"g1"}},
+		&Assign{Subject: "b0", BrokerGroups: []string{"g2"}, App: "billing"},
+		&Assign{Subject: "b1", BrokerGroups: []string{"g2"}, IfNew: true, App: "billing"},
+		&Assign{Subject: "o0", BrokerGroups: []string{"g1"}, App: "ops"},
+		&Assign{Subject: "u0", BrokerGroups: []string{"g1"}, App: "unknown"},
+		&Assign{Subject: "n0", BrokerGroups: []string{"g1"}},
 	} {
 		mustApply(t, f, cmd)
 	}
-	if r, _ := f.Route("b0"); r.App != "billing" || len(r.Groups) != 2 {
+	if r, _ := f.Route("b0"); r.App != "billing" || len(r.BrokerGroups) != 2 {
 		t.Fatalf("route b0 %+v", r)
 	}
 	if r, _ := f.Route("u0"); r.App != "" {
@@ -266,21 +266,21 @@ func TestPerAppLimits(t *testing.T) {
 
 	// Consumer groups: n of billing's.
 	for i := range n {
-		mustApply(t, f, &Consumer{Subject: "n0", Group: fmt.Sprintf("c%d", i), App: "billing"})
+		mustApply(t, f, &Consumer{Subject: "n0", ConsumerGroup: fmt.Sprintf("c%d", i), App: "billing"})
 	}
-	mustApply(t, f, &Consumer{Subject: "n0", Group: "c0", App: "billing"}) // known: not one more
-	overGroup := &Consumer{Subject: "o0", Group: "c-over", App: "billing"}
+	mustApply(t, f, &Consumer{Subject: "n0", ConsumerGroup: "c0", App: "billing"}) // known: not one more
+	overGroup := &Consumer{Subject: "o0", ConsumerGroup: "c-over", App: "billing"}
 	want = fmt.Sprintf("application billing's max groups is %d", n)
 	if err := refused(t, f, overGroup); !errors.Is(err, ErrAppLimit) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("billing's group past its limit: %v, want ErrLimit naming %q", err, want)
 	}
-	mustApply(t, f, &Consumer{Subject: "o0", Group: "c-over", App: "ops"})
-	mustApply(t, f, &Consumer{Subject: "n0", Group: "a-nobody"})
+	mustApply(t, f, &Consumer{Subject: "o0", ConsumerGroup: "c-over", App: "ops"})
+	mustApply(t, f, &Consumer{Subject: "n0", ConsumerGroup: "a-nobody"})
 	if r, _ := f.Route("n0"); strings.Join(r.Consumers, ",") != "a-nobody,c0,c1,c2" || strings.Join(r.ConsumerApps, ",") != ",billing,billing,billing" {
 		t.Fatalf("route n0's consumers %v of %v", r.Consumers, r.ConsumerApps)
 	}
 	// Forgetting one gives the count back.
-	mustApply(t, f, &ForgetConsumer{Subject: "n0", Group: "c1"})
+	mustApply(t, f, &ForgetConsumer{Subject: "n0", ConsumerGroup: "c1"})
 	if u := f.Usage("billing"); u.Groups != n-1 {
 		t.Fatalf("billing's usage %+v after a forget", u)
 	}
@@ -290,7 +290,7 @@ func TestPerAppLimits(t *testing.T) {
 		t.Fatalf("tallies %v %v, the state holds %v %v", f.s.appSubjects, f.s.appGroups, subjects, groups)
 	}
 	// A route whose recorded groups are all forgotten encodes without them.
-	mustApply(t, f, &ForgetConsumer{Subject: "o0", Group: "c-over"})
+	mustApply(t, f, &ForgetConsumer{Subject: "o0", ConsumerGroup: "c-over"})
 	if r, _ := f.Route("o0"); r.ConsumerApps != nil {
 		t.Fatalf("route o0 keeps %v with no group recorded", r.ConsumerApps)
 	}
@@ -298,7 +298,7 @@ func TestPerAppLimits(t *testing.T) {
 	// A limit lowered below what an application created refuses more, and
 	// the state still restores.
 	mustApply(t, f, &PutApp{App: auth.App{Code: "ops", MaxSubjects: 1}})
-	refused(t, f, &Assign{Subject: "o1", Groups: []string{"g1"}, App: "ops"})
+	refused(t, f, &Assign{Subject: "o1", BrokerGroups: []string{"g1"}, App: "ops"})
 	if _, err := decodeSnapshot(snapshotBytes(t, f)); err != nil {
 		t.Fatal(err)
 	}
@@ -314,17 +314,17 @@ func TestPerAppLimits(t *testing.T) {
 	if r, _ := f.Route("n0"); r.ConsumerApps != nil || len(r.Consumers) != 3 {
 		t.Fatalf("route n0 keeps %v of %v after its application was deleted", r.ConsumerApps, r.Consumers)
 	}
-	mustApply(t, f, &Assign{Subject: "b-after", Groups: []string{"g1"}, App: "billing"})
+	mustApply(t, f, &Assign{Subject: "b-after", BrokerGroups: []string{"g1"}, App: "billing"})
 	if r, _ := f.Route("b-after"); r.App != "" {
 		t.Fatal("a deleted application's route is recorded as its")
 	}
 	c, _ = createApp(t, "billing", func(a *auth.App) { a.MaxSubjects, a.MaxGroups = n, n })
 	mustApply(t, f, c)
 	for i := range n {
-		mustApply(t, f, &Assign{Subject: fmt.Sprintf("b-again%d", i), Groups: []string{"g1"}, App: "billing"})
-		mustApply(t, f, &Consumer{Subject: "n0", Group: fmt.Sprintf("again%d", i), App: "billing"})
+		mustApply(t, f, &Assign{Subject: fmt.Sprintf("b-again%d", i), BrokerGroups: []string{"g1"}, App: "billing"})
+		mustApply(t, f, &Consumer{Subject: "n0", ConsumerGroup: fmt.Sprintf("again%d", i), App: "billing"})
 	}
-	refused(t, f, &Assign{Subject: "b-over-again", Groups: []string{"g1"}, App: "billing"})
+	refused(t, f, &Assign{Subject: "b-over-again", BrokerGroups: []string{"g1"}, App: "billing"})
 	subjects, groups = appsOf(t, f)
 	if !maps.Equal(subjects, f.s.appSubjects) || !maps.Equal(groups, f.s.appGroups) {
 		t.Fatalf("tallies %v %v, the state holds %v %v", f.s.appSubjects, f.s.appGroups, subjects, groups)
@@ -335,7 +335,7 @@ func TestPerAppLimits(t *testing.T) {
 	mustApply(t, old, register("g1", "a"))
 	c, _ = createApp(t, "ops", nil)
 	mustApply(t, old, c)
-	mustApply(t, old, &Assign{Subject: "o0", Groups: []string{"g1"}, App: "ops"})
+	mustApply(t, old, &Assign{Subject: "o0", BrokerGroups: []string{"g1"}, App: "ops"})
 	mustApply(t, old, &DeleteApp{Code: "ops"})
 	if r, _ := old.Route("o0"); r.App != "ops" || old.Usage("ops").Subjects != 1 {
 		t.Fatalf("an earlier deletion replayed: route %+v, usage %+v", r, old.Usage("ops"))
@@ -371,7 +371,7 @@ func TestSnapshotWithoutApps(t *testing.T) {
 	}
 	c, secret := createApp(t, "billing", nil)
 	mustApply(t, f, c)
-	mustApply(t, f, &Consumer{Subject: "s", Group: "b", App: "billing"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "b", App: "billing"})
 	if _, err := f.Apps().Authenticate("billing", secret, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestEmptyConsumerAppsRestore(t *testing.T) {
 	if err := f.Restore(io.NopCloser(strings.NewReader(snap))); err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []Command{&Consumer{Subject: "s", Group: "c", App: "x"}, &ForgetConsumer{Subject: "s", Group: "b"}, &Consumer{Subject: "s", Group: "a"}} {
+	for _, cmd := range []Command{&Consumer{Subject: "s", ConsumerGroup: "c", App: "x"}, &ForgetConsumer{Subject: "s", ConsumerGroup: "b"}, &Consumer{Subject: "s", ConsumerGroup: "a"}} {
 		mustApply(t, f, cmd)
 	}
 	if r, _ := f.Route("s"); strings.Join(r.Consumers, ",") != "a,c,d" || strings.Join(r.ConsumerApps, ",") != ",x," {
@@ -419,19 +419,19 @@ func TestProvisionalConsumerGroups(t *testing.T) {
 	mustApply(t, f, register("g2", "a"))
 	c, _ := createApp(t, "billing", func(a *auth.App) { a.MaxGroups = 2 })
 	mustApply(t, f, c)
-	mustApply(t, f, &Assign{Subject: "s", Groups: []string{"g1", "g2"}, App: "billing"})
+	mustApply(t, f, &Assign{Subject: "s", BrokerGroups: []string{"g1", "g2"}, App: "billing"})
 	usage := func() int { return f.Usage("billing").Groups }
 	consumers := func() string { r, _ := f.Route("s"); return strings.Join(r.Consumers, ",") }
 
 	// Recorded by g1, then by g2 too: held by both.
-	mustApply(t, f, &Consumer{Subject: "s", Group: "bc", App: "billing", Broker: "g1"})
-	mustApply(t, f, &Consumer{Subject: "s", Group: "bc", App: "billing", Broker: "g2"})
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g1"})
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g1"}) // a retry
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "bc", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "bc", App: "billing", Broker: "g2"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "bc", Broker: "g1"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "bc", Broker: "g1"}) // a retry
 	if consumers() != "bc" || usage() != 1 {
 		t.Fatalf("after g1 forgot it: consumers %q, usage %d", consumers(), usage())
 	}
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "bc", Broker: "g2"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "bc", Broker: "g2"})
 	if consumers() != "" || usage() != 0 {
 		t.Fatalf("after both forgot it: consumers %q, usage %d", consumers(), usage())
 	}
@@ -442,22 +442,22 @@ func TestProvisionalConsumerGroups(t *testing.T) {
 	// The limit is the application's again: two groups come and go.
 	for range 3 {
 		for _, g := range []string{"x", "y"} {
-			mustApply(t, f, &Consumer{Subject: "s", Group: g, App: "billing", Broker: "g1"})
+			mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: g, App: "billing", Broker: "g1"})
 		}
-		refused(t, f, &Consumer{Subject: "s", Group: "z", App: "billing", Broker: "g1"})
+		refused(t, f, &Consumer{Subject: "s", ConsumerGroup: "z", App: "billing", Broker: "g1"})
 		for _, g := range []string{"x", "y"} {
-			mustApply(t, f, &ForgetConsumer{Subject: "s", Group: g, Broker: "g1"})
+			mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: g, Broker: "g1"})
 		}
 	}
 
 	// Declared (a consumer asked for its route), before or after a broker
 	// group recorded it: a broker group forgetting it leaves it.
-	mustApply(t, f, &Consumer{Subject: "s", Group: "declared", App: "billing"})
-	mustApply(t, f, &Consumer{Subject: "s", Group: "declared", App: "billing", Broker: "g1"})
-	mustApply(t, f, &Consumer{Subject: "s", Group: "later", App: "billing", Broker: "g1"})
-	mustApply(t, f, &Consumer{Subject: "s", Group: "later", App: "billing"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "declared", App: "billing"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "declared", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "later", App: "billing", Broker: "g1"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "later", App: "billing"})
 	for _, g := range []string{"declared", "later"} {
-		mustApply(t, f, &ForgetConsumer{Subject: "s", Group: g, Broker: "g1"})
+		mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: g, Broker: "g1"})
 	}
 	if consumers() != "declared,later" || usage() != 2 {
 		t.Fatalf("declared groups: consumers %q, usage %d", consumers(), usage())
@@ -466,22 +466,22 @@ func TestProvisionalConsumerGroups(t *testing.T) {
 		t.Fatalf("only declared groups, holders %v", r.ConsumerHolders)
 	}
 	// A broker group not in the route records a declared group.
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "later"})
-	mustApply(t, f, &Consumer{Subject: "s", Group: "elsewhere", App: "billing", Broker: "g9"})
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "elsewhere", Broker: "g9"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "later"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "elsewhere", App: "billing", Broker: "g9"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "elsewhere", Broker: "g9"})
 	if consumers() != "declared,elsewhere" {
 		t.Fatalf("consumers %q", consumers())
 	}
 	// An operator forgets a provisional one whole.
-	mustApply(t, f, &Consumer{Subject: "s", Group: "p", Broker: "g2"})
-	mustApply(t, f, &ForgetConsumer{Subject: "s", Group: "p"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "p", Broker: "g2"})
+	mustApply(t, f, &ForgetConsumer{Subject: "s", ConsumerGroup: "p"})
 	if consumers() != "declared,elsewhere" {
 		t.Fatalf("consumers %q", consumers())
 	}
 
 	// Round trip, and a snapshot holding a group held by a group past the
 	// route's is refused.
-	mustApply(t, f, &Consumer{Subject: "s", Group: "held", Broker: "g2"})
+	mustApply(t, f, &Consumer{Subject: "s", ConsumerGroup: "held", Broker: "g2"})
 	g := New()
 	if err := g.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
 		t.Fatal(err)

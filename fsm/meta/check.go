@@ -36,7 +36,7 @@ const GroupName = limits.MetaGroup
 
 // CheckBrokerGroup reports whether s may name a broker group.
 func CheckBrokerGroup(s string) error {
-	if err := checkName("group", s); err != nil {
+	if err := checkName("broker group", s); err != nil {
 		return err
 	}
 	if s == GroupName {
@@ -46,7 +46,7 @@ func CheckBrokerGroup(s string) error {
 }
 
 func (c *Register) check() error {
-	if err := CheckBrokerGroup(c.Group); err != nil {
+	if err := CheckBrokerGroup(c.BrokerGroup); err != nil {
 		return err
 	}
 	if err := checkName("node id", c.ID); err != nil {
@@ -65,7 +65,7 @@ func (c *Register) check() error {
 }
 
 func (c *Deregister) check() error {
-	if err := checkName("group", c.Group); err != nil {
+	if err := checkName("broker group", c.BrokerGroup); err != nil {
 		return err
 	}
 	return checkName("node id", c.ID)
@@ -94,21 +94,21 @@ func (c *Assign) check() error {
 	if err := checkAppName(c.App); err != nil {
 		return err
 	}
-	if len(c.Groups) == 0 {
+	if len(c.BrokerGroups) == 0 {
 		return fmt.Errorf("%w: no groups for subject %s", ErrInvalid, c.Subject)
 	}
-	if len(c.Groups) > MaxGroupsPerSubject {
-		return overLimit("MaxGroupsPerSubject", MaxGroupsPerSubject, "%d groups for subject %s", len(c.Groups), c.Subject)
+	if len(c.BrokerGroups) > MaxBrokerGroupsPerSubject {
+		return overLimit("MaxBrokerGroupsPerSubject", MaxBrokerGroupsPerSubject, "%d groups for subject %s", len(c.BrokerGroups), c.Subject)
 	}
-	for _, g := range c.Groups {
-		if err := checkName("group", g); err != nil {
+	for _, g := range c.BrokerGroups {
+		if err := checkName("broker group", g); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (c *SetWritable) check() error { return checkName("group", c.Group) }
+func (c *SetWritable) check() error { return checkName("broker group", c.BrokerGroup) }
 
 func (c *Consumer) check() error {
 	if err := checkName("subject", c.Subject); err != nil {
@@ -120,7 +120,7 @@ func (c *Consumer) check() error {
 	if err := checkBroker(c.Broker); err != nil {
 		return err
 	}
-	return checkName("consumer group", c.Group)
+	return checkName("consumer group", c.ConsumerGroup)
 }
 
 func (c *ForgetConsumer) check() error {
@@ -130,7 +130,7 @@ func (c *ForgetConsumer) check() error {
 	if err := checkBroker(c.Broker); err != nil {
 		return err
 	}
-	return checkName("consumer group", c.Group)
+	return checkName("consumer group", c.ConsumerGroup)
 }
 
 // checkBroker checks the broker group a consumer group's record names,

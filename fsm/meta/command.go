@@ -32,18 +32,18 @@ const (
 
 // Register records a broker node (and creates its group on first sight).
 type Register struct {
-	Group      string `json:"group"`
-	ID         string `json:"id"`
-	RaftAddr   string `json:"raft_addr"`
-	ClientAddr string `json:"client_addr"`
-	HTTPAddr   string `json:"http_addr,omitempty"`
+	BrokerGroup string `json:"group"`
+	ID          string `json:"id"`
+	RaftAddr    string `json:"raft_addr"`
+	ClientAddr  string `json:"client_addr"`
+	HTTPAddr    string `json:"http_addr,omitempty"`
 }
 
 // Deregister forgets a broker node. A group with no nodes and no subjects
 // is forgotten with it.
 type Deregister struct {
-	Group string `json:"group"`
-	ID    string `json:"id"`
+	BrokerGroup string `json:"group"`
+	ID          string `json:"id"`
 }
 
 // Assign adds broker groups to a subject's route, creating the route.
@@ -53,16 +53,16 @@ type Deregister struct {
 // application on whose behalf a route is created: a known application's
 // new route counts towards its subject limit and is recorded as its.
 type Assign struct {
-	Subject string   `json:"subject"`
-	Groups  []string `json:"groups"`
-	IfNew   bool     `json:"if_new,omitempty"`
-	App     string   `json:"app,omitempty"`
+	Subject      string   `json:"subject"`
+	BrokerGroups []string `json:"groups"`
+	IfNew        bool     `json:"if_new,omitempty"`
+	App          string   `json:"app,omitempty"`
 }
 
 // SetWritable drains a group (false) or opens it again (true).
 type SetWritable struct {
-	Group    string `json:"group"`
-	Writable bool   `json:"writable"`
+	BrokerGroup string `json:"group"`
+	Writable    bool   `json:"writable"`
 }
 
 // Consumer records a consumer group of a subject. App is the application
@@ -75,10 +75,10 @@ type SetWritable struct {
 // record without Broker (a consumer asking for its route, an operator) is
 // declared: only an operator's ForgetConsumer removes it.
 type Consumer struct {
-	Subject string `json:"subject"`
-	Group   string `json:"group"`
-	App     string `json:"app,omitempty"`
-	Broker  string `json:"broker,omitempty"`
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"group"`
+	App           string `json:"app,omitempty"`
+	Broker        string `json:"broker,omitempty"`
 }
 
 // ForgetConsumer forgets a consumer group of a subject, making room under
@@ -91,9 +91,9 @@ type Consumer struct {
 // message): a provisional record stops being held by it, and goes when no
 // broker group holds it; a declared one stays.
 type ForgetConsumer struct {
-	Subject string `json:"subject"`
-	Group   string `json:"group"`
-	Broker  string `json:"broker,omitempty"`
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"group"`
+	Broker        string `json:"broker,omitempty"`
 }
 
 // Member records a metaserver node's client address, so that every node

@@ -128,22 +128,22 @@ func (s snapshot) Persist(sink raft.SnapshotSink) error {
 
 func (snapshot) Release() {}
 
-// GroupNames returns the registered broker groups, sorted.
-func (f *FSM) GroupNames() []string {
+// BrokerGroupNames returns the registered broker groups, sorted.
+func (f *FSM) BrokerGroupNames() []string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return slices.Sorted(maps.Keys(f.s.Groups))
+	return slices.Sorted(maps.Keys(f.s.BrokerGroups))
 }
 
-// Group returns a copy of a registered group.
-func (f *FSM) Group(name string) (Group, bool) {
+// BrokerGroup returns a copy of a registered group.
+func (f *FSM) BrokerGroup(name string) (BrokerGroup, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	g := f.s.Groups[name]
+	g := f.s.BrokerGroups[name]
 	if g == nil {
-		return Group{}, false
+		return BrokerGroup{}, false
 	}
-	return Group{ReadOnly: g.ReadOnly, Nodes: maps.Clone(g.Nodes)}, true
+	return BrokerGroup{ReadOnly: g.ReadOnly, Nodes: maps.Clone(g.Nodes)}, true
 }
 
 // Route returns a copy of a subject's route.
@@ -154,7 +154,7 @@ func (f *FSM) Route(subject string) (Route, bool) {
 	if r == nil {
 		return Route{}, false
 	}
-	return Route{Groups: slices.Clone(r.Groups), Consumers: slices.Clone(r.Consumers), App: r.App,
+	return Route{BrokerGroups: slices.Clone(r.BrokerGroups), Consumers: slices.Clone(r.Consumers), App: r.App,
 		ConsumerApps: slices.Clone(r.ConsumerApps), ConsumerHolders: slices.Clone(r.ConsumerHolders)}, true
 }
 
@@ -169,9 +169,9 @@ func (f *FSM) Subjects() []string {
 func (f *FSM) SubjectCounts() map[string]int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := make(map[string]int, len(f.s.Groups))
+	out := make(map[string]int, len(f.s.BrokerGroups))
 	for _, r := range f.s.Subjects {
-		for _, g := range r.Groups {
+		for _, g := range r.BrokerGroups {
 			out[g]++
 		}
 	}

@@ -54,46 +54,46 @@ func snapshotBytes(t *testing.T, f *FSM) []byte {
 
 func TestRoutesGrowAndNeverShrink(t *testing.T) {
 	f := New()
-	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
-	mustApply(t, f, &Register{Group: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g2", "g1"}})
+	mustApply(t, f, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Register{BrokerGroup: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g1"}})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g2", "g1"}})
 	r, ok := f.Route("orders")
-	if !ok || !slices.Equal(r.Groups, []string{"g1", "g2"}) {
+	if !ok || !slices.Equal(r.BrokerGroups, []string{"g1", "g2"}) {
 		t.Fatalf("route %v %v, want [g1 g2]", r, ok)
 	}
 	if counts := f.SubjectCounts(); counts["g1"] != 1 || counts["g2"] != 1 {
 		t.Fatalf("counts %v", counts)
 	}
 	// A node leaving does not drop its group while subjects route to it.
-	mustApply(t, f, &Deregister{Group: "g2", ID: "a"})
-	if _, ok := f.Group("g2"); !ok {
+	mustApply(t, f, &Deregister{BrokerGroup: "g2", ID: "a"})
+	if _, ok := f.BrokerGroup("g2"); !ok {
 		t.Fatal("group g2 forgotten while orders routes to it")
 	}
-	mustApply(t, f, &Deregister{Group: "g2", ID: "a"}) // idempotent
+	mustApply(t, f, &Deregister{BrokerGroup: "g2", ID: "a"}) // idempotent
 }
 
 func TestRefusedCommandsChangeNothing(t *testing.T) {
 	f := New()
-	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	mustApply(t, f, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g1"}})
 	// A route at its limit: one more group is refused, and the route is left
 	// as it was (not grown and then refused).
 	var many []string
-	for i := range MaxGroupsPerSubject {
+	for i := range MaxBrokerGroupsPerSubject {
 		g := fmt.Sprintf("m%02d", i)
-		mustApply(t, f, &Register{Group: g, ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		mustApply(t, f, &Register{BrokerGroup: g, ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 		many = append(many, g)
 	}
-	mustApply(t, f, &Assign{Subject: "full", Groups: many[:MaxGroupsPerSubject-1]})
+	mustApply(t, f, &Assign{Subject: "full", BrokerGroups: many[:MaxBrokerGroupsPerSubject-1]})
 	before := stateBytes(t, f)
 	for _, cmd := range []Command{
-		&Assign{Subject: "full", Groups: []string{"g1", many[MaxGroupsPerSubject-1]}},
-		&Assign{Subject: "orders", Groups: []string{"g1", "nope"}},
-		&SetWritable{Group: "nope"},
-		&Consumer{Subject: "unrouted", Group: "c"},
-		&Register{Group: "g1", ID: "b", RaftAddr: "no-port", ClientAddr: "127.0.0.1:2"},
-		&Assign{Subject: "bad/subject", Groups: []string{"g1"}},
+		&Assign{Subject: "full", BrokerGroups: []string{"g1", many[MaxBrokerGroupsPerSubject-1]}},
+		&Assign{Subject: "orders", BrokerGroups: []string{"g1", "nope"}},
+		&SetWritable{BrokerGroup: "nope"},
+		&Consumer{Subject: "unrouted", ConsumerGroup: "c"},
+		&Register{BrokerGroup: "g1", ID: "b", RaftAddr: "no-port", ClientAddr: "127.0.0.1:2"},
+		&Assign{Subject: "bad/subject", BrokerGroups: []string{"g1"}},
 	} {
 		if err := apply(t, f, cmd); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%T %+v: %v, want ErrInvalid", cmd, cmd, err)
@@ -110,27 +110,27 @@ func TestRefusedCommandsChangeNothing(t *testing.T) {
 
 func TestAssignIfNewKeepsAnExistingRoute(t *testing.T) {
 	f := New()
-	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
-	mustApply(t, f, &Register{Group: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}, IfNew: true})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g2"}, IfNew: true})
-	if r, _ := f.Route("orders"); !slices.Equal(r.Groups, []string{"g1"}) {
-		t.Fatalf("route %v, want the first assignment [g1] alone", r.Groups)
+	mustApply(t, f, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Register{BrokerGroup: "g2", ID: "a", RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g1"}, IfNew: true})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g2"}, IfNew: true})
+	if r, _ := f.Route("orders"); !slices.Equal(r.BrokerGroups, []string{"g1"}) {
+		t.Fatalf("route %v, want the first assignment [g1] alone", r.BrokerGroups)
 	}
 }
 
 func TestConsumersAndWritable(t *testing.T) {
 	f := New()
-	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
+	mustApply(t, f, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g1"}})
 	for _, c := range []string{"ship", "bill", "ship"} {
-		mustApply(t, f, &Consumer{Subject: "orders", Group: c})
+		mustApply(t, f, &Consumer{Subject: "orders", ConsumerGroup: c})
 	}
 	if r, _ := f.Route("orders"); !slices.Equal(r.Consumers, []string{"bill", "ship"}) {
 		t.Fatalf("consumers %v", r.Consumers)
 	}
-	mustApply(t, f, &SetWritable{Group: "g1", Writable: false})
-	if g, _ := f.Group("g1"); !g.ReadOnly {
+	mustApply(t, f, &SetWritable{BrokerGroup: "g1", Writable: false})
+	if g, _ := f.BrokerGroup("g1"); !g.ReadOnly {
 		t.Fatal("g1 not readonly")
 	}
 	mustApply(t, f, &Member{ID: "m1", ClientAddr: "127.0.0.1:9"})
@@ -147,9 +147,9 @@ func (*sink) Close() error  { return nil }
 
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	f := New()
-	mustApply(t, f, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:3"})
-	mustApply(t, f, &Assign{Subject: "orders", Groups: []string{"g1"}})
-	mustApply(t, f, &Consumer{Subject: "orders", Group: "ship"})
+	mustApply(t, f, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:3"})
+	mustApply(t, f, &Assign{Subject: "orders", BrokerGroups: []string{"g1"}})
+	mustApply(t, f, &Consumer{Subject: "orders", ConsumerGroup: "ship"})
 	mustApply(t, f, &Member{ID: "m1", ClientAddr: "127.0.0.1:9"})
 	snap, _ := f.Snapshot()
 	var s sink
@@ -184,12 +184,12 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(Encode(&Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}))
-	f.Add(Encode(&Assign{Subject: "s", Groups: []string{"g1"}}))
-	f.Add(Encode(&Consumer{Subject: "s", Group: "c"}))
-	f.Add(Encode(&ForgetConsumer{Subject: "s", Group: "c"}))
-	f.Add(Encode(&Assign{Subject: "t", Groups: []string{"g1"}, App: "billing"}))
-	f.Add(Encode(&Consumer{Subject: "s", Group: "c", App: "billing"}))
+	f.Add(Encode(&Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}))
+	f.Add(Encode(&Assign{Subject: "s", BrokerGroups: []string{"g1"}}))
+	f.Add(Encode(&Consumer{Subject: "s", ConsumerGroup: "c"}))
+	f.Add(Encode(&ForgetConsumer{Subject: "s", ConsumerGroup: "c"}))
+	f.Add(Encode(&Assign{Subject: "t", BrokerGroups: []string{"g1"}, App: "billing"}))
+	f.Add(Encode(&Consumer{Subject: "s", ConsumerGroup: "c", App: "billing"}))
 	create, _ := createApp(f, "ops", func(a *auth.App) {
 		a.Send = []string{"orders.*", "*"}
 		a.Consume = []auth.Grant{{Subject: "s", Group: "c*"}}
@@ -215,8 +215,8 @@ func FuzzDecode(f *testing.F) {
 		// refused command changes nothing, and whatever the state becomes
 		// restores.
 		m := New()
-		mustApply(t, m, &Register{Group: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
-		mustApply(t, m, &Assign{Subject: "s", Groups: []string{"g1"}})
+		mustApply(t, m, &Register{BrokerGroup: "g1", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
+		mustApply(t, m, &Assign{Subject: "s", BrokerGroups: []string{"g1"}})
 		mustApply(t, m, &PutApp{App: auth.App{Code: "billing", Secrets: []auth.Secret{rightsOnly}, MaxGroups: 1}, Create: true})
 		before := stateBytes(t, m)
 		checked := m.Check(cmd)
@@ -256,8 +256,8 @@ func FuzzRestore(f *testing.F) {
 		for _, subject := range m.Subjects() {
 			m.Route(subject)
 		}
-		for _, g := range m.GroupNames() {
-			m.Group(g)
+		for _, g := range m.BrokerGroupNames() {
+			m.BrokerGroup(g)
 		}
 		m.SubjectCounts()
 		for _, a := range m.Apps().Apps() {
@@ -268,10 +268,10 @@ func FuzzRestore(f *testing.F) {
 		for _, subject := range m.Subjects() {
 			r, _ := m.Route(subject)
 			for _, a := range append(m.Apps().Apps(), auth.App{}) {
-				apply(t, m, &Consumer{Subject: subject, Group: "fuzz-" + a.Code, App: a.Code})
+				apply(t, m, &Consumer{Subject: subject, ConsumerGroup: "fuzz-" + a.Code, App: a.Code})
 			}
 			for _, c := range r.Consumers {
-				apply(t, m, &ForgetConsumer{Subject: subject, Group: c})
+				apply(t, m, &ForgetConsumer{Subject: subject, ConsumerGroup: c})
 				break
 			}
 		}
@@ -321,27 +321,27 @@ func FuzzCommandSequence(f *testing.F) {
 			var cmd Command
 			switch b[0] % 10 {
 			case 0:
-				cmd = &Register{Group: name("g", x), ID: name("n", y), RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+				cmd = &Register{BrokerGroup: name("g", x), ID: name("n", y), RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 			case 1:
-				cmd = &Deregister{Group: name("g", x), ID: name("n", y)}
+				cmd = &Deregister{BrokerGroup: name("g", x), ID: name("n", y)}
 			case 2:
 				a := &Assign{Subject: name("s", x), IfNew: y&16 != 0}
 				for i := range byte(4) {
 					if y&(1<<i) != 0 {
-						a.Groups = append(a.Groups, name("g", i))
+						a.BrokerGroups = append(a.BrokerGroups, name("g", i))
 					}
 				}
-				if len(a.Groups) == 0 {
-					a.Groups = []string{"g0"}
+				if len(a.BrokerGroups) == 0 {
+					a.BrokerGroups = []string{"g0"}
 				}
 				a.App = app(y)
 				cmd = a
 			case 3:
-				cmd = &SetWritable{Group: name("g", x), Writable: y&1 != 0}
+				cmd = &SetWritable{BrokerGroup: name("g", x), Writable: y&1 != 0}
 			case 4:
-				cmd = &Consumer{Subject: name("s", x), Group: name("c", y), App: app(y)}
+				cmd = &Consumer{Subject: name("s", x), ConsumerGroup: name("c", y), App: app(y)}
 			case 5:
-				cmd = &ForgetConsumer{Subject: name("s", x), Group: name("c", y)}
+				cmd = &ForgetConsumer{Subject: name("s", x), ConsumerGroup: name("c", y)}
 			case 6:
 				addr := ""
 				if y&4 != 0 {

@@ -61,18 +61,18 @@ import (
 const (
 	// MaxBrokerGroups bounds the registered broker groups.
 	MaxBrokerGroups = 256
-	// MaxNodesPerGroup bounds the registered nodes of one broker group. A
+	// MaxNodesPerBrokerGroup bounds the registered nodes of one broker group. A
 	// node replaced under a new id stays registered until deregistered.
-	MaxNodesPerGroup = 16
+	MaxNodesPerBrokerGroup = 16
 	// MaxSubjects bounds the subjects with a route. A route is created on
 	// a subject's first use and never removed.
 	MaxSubjects = 40_000
-	// MaxGroupsPerSubject bounds one route.
-	MaxGroupsPerSubject = 64
-	// MaxRoutedGroups bounds the route entries of all subjects together
+	// MaxBrokerGroupsPerSubject bounds one route.
+	MaxBrokerGroupsPerSubject = 64
+	// MaxRoutedBrokerGroups bounds the route entries of all subjects together
 	// (the sum of their groups): two per subject on average, the default
 	// a subject is assigned on first use.
-	MaxRoutedGroups = 80_000
+	MaxRoutedBrokerGroups = 80_000
 	// MaxConsumerGroups bounds the consumer groups recorded per subject:
 	// as many as a broker group keeps.
 	MaxConsumerGroups = limits.MaxConsumerGroupsPerSubject
@@ -110,15 +110,15 @@ func overAppLimit(name string, limit int, format string, args ...any) error {
 func (s *state) limits(cmd Command) error {
 	switch c := cmd.(type) {
 	case *Register:
-		g := s.Groups[c.Group]
+		g := s.BrokerGroups[c.BrokerGroup]
 		if g == nil {
-			if len(s.Groups) >= MaxBrokerGroups {
-				return overLimit("MaxBrokerGroups", MaxBrokerGroups, "%d broker groups are registered, group %s would be one more", len(s.Groups), c.Group)
+			if len(s.BrokerGroups) >= MaxBrokerGroups {
+				return overLimit("MaxBrokerGroups", MaxBrokerGroups, "%d broker groups are registered, group %s would be one more", len(s.BrokerGroups), c.BrokerGroup)
 			}
 			return nil
 		}
-		if _, ok := g.Nodes[c.ID]; !ok && len(g.Nodes) >= MaxNodesPerGroup {
-			return overLimit("MaxNodesPerGroup", MaxNodesPerGroup, "broker group %s has %d registered nodes, node %s would be one more (deregister nodes that left)", c.Group, len(g.Nodes), c.ID)
+		if _, ok := g.Nodes[c.ID]; !ok && len(g.Nodes) >= MaxNodesPerBrokerGroup {
+			return overLimit("MaxNodesPerBrokerGroup", MaxNodesPerBrokerGroup, "broker group %s has %d registered nodes, node %s would be one more (deregister nodes that left)", c.BrokerGroup, len(g.Nodes), c.ID)
 		}
 	case *Assign:
 		old := s.Subjects[c.Subject]
@@ -127,22 +127,22 @@ func (s *state) limits(cmd Command) error {
 		}
 		var have []string
 		if old != nil {
-			have = old.Groups
+			have = old.BrokerGroups
 		}
 		added := 0
-		for i, g := range c.Groups {
-			if !slices.Contains(have, g) && !slices.Contains(c.Groups[:i], g) {
+		for i, g := range c.BrokerGroups {
+			if !slices.Contains(have, g) && !slices.Contains(c.BrokerGroups[:i], g) {
 				added++
 			}
 		}
-		if n := len(have) + added; n > MaxGroupsPerSubject {
-			return overLimit("MaxGroupsPerSubject", MaxGroupsPerSubject, "subject %s would have %d groups", c.Subject, n)
+		if n := len(have) + added; n > MaxBrokerGroupsPerSubject {
+			return overLimit("MaxBrokerGroupsPerSubject", MaxBrokerGroupsPerSubject, "subject %s would have %d groups", c.Subject, n)
 		}
 		if old == nil && len(s.Subjects) >= MaxSubjects {
 			return overLimit("MaxSubjects", MaxSubjects, "%d subjects have a route, subject %s would be one more", len(s.Subjects), c.Subject)
 		}
-		if s.routed+added > MaxRoutedGroups {
-			return overLimit("MaxRoutedGroups", MaxRoutedGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
+		if s.routed+added > MaxRoutedBrokerGroups {
+			return overLimit("MaxRoutedBrokerGroups", MaxRoutedBrokerGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
 		}
 		if a := s.Apps[c.App]; old == nil && a != nil && s.appSubjects[c.App] >= a.SubjectLimit() {
 			return overAppLimit(fmt.Sprintf("application %s's max subjects", c.App), a.SubjectLimit(),
@@ -153,18 +153,18 @@ func (s *state) limits(cmd Command) error {
 		if r == nil {
 			return nil // refused for want of a route
 		}
-		if _, found := slices.BinarySearch(r.Consumers, c.Group); found {
+		if _, found := slices.BinarySearch(r.Consumers, c.ConsumerGroup); found {
 			return nil
 		}
 		if len(r.Consumers) >= MaxConsumerGroups {
-			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "subject %s has %d consumer groups, %s would be one more", c.Subject, len(r.Consumers), c.Group)
+			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "subject %s has %d consumer groups, %s would be one more", c.Subject, len(r.Consumers), c.ConsumerGroup)
 		}
 		if s.consumers >= MaxTotalConsumerGroups {
-			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.Group, c.Subject)
+			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.ConsumerGroup, c.Subject)
 		}
 		if a := s.Apps[c.App]; a != nil && s.appGroups[c.App] >= a.GroupLimit() {
 			return overAppLimit(fmt.Sprintf("application %s's max groups", c.App), a.GroupLimit(),
-				"application %s created %d consumer groups, %s of subject %s would be one more", c.App, s.appGroups[c.App], c.Group, c.Subject)
+				"application %s created %d consumer groups, %s of subject %s would be one more", c.App, s.appGroups[c.App], c.ConsumerGroup, c.Subject)
 		}
 	case *PutApp:
 		if c.Create && s.Apps[c.App.Code] == nil && len(s.Apps) >= auth.MaxApps {

@@ -32,12 +32,12 @@ func largestState(t *testing.T) *state {
 	s := newState()
 	var groups []string
 	for i := range MaxBrokerGroups {
-		g := &Group{ReadOnly: true, Nodes: map[string]Node{}}
-		for j := range MaxNodesPerGroup {
+		g := &BrokerGroup{ReadOnly: true, Nodes: map[string]Node{}}
+		for j := range MaxNodesPerBrokerGroup {
 			g.Nodes[longName('n', j, limits.MaxName)] = Node{RaftAddr: escapedAddr, ClientAddr: escapedAddr, HTTPAddr: escapedAddr}
 		}
 		name := longName('g', i, limits.MaxName)
-		s.Groups[name] = g
+		s.BrokerGroups[name] = g
 		groups = append(groups, name)
 	}
 	apps := largestApps()
@@ -51,14 +51,14 @@ func largestState(t *testing.T) *state {
 	next := 0
 	for i := range MaxSubjects {
 		r := &Route{App: apps[i%len(apps)].Code}
-		for range share(MaxRoutedGroups, MaxSubjects, i) {
-			r.Groups = append(r.Groups, groups[next%len(groups)])
+		for range share(MaxRoutedBrokerGroups, MaxSubjects, i) {
+			r.BrokerGroups = append(r.BrokerGroups, groups[next%len(groups)])
 			next++
 		}
 		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
 			r.Consumers = append(r.Consumers, longName('c', j, limits.MaxName))
 			r.ConsumerApps = append(r.ConsumerApps, apps[(i+j)%len(apps)].Code)
-			r.ConsumerHolders = append(r.ConsumerHolders, 1<<len(r.Groups)-1)
+			r.ConsumerHolders = append(r.ConsumerHolders, 1<<len(r.BrokerGroups)-1)
 		}
 		s.Subjects[longName('s', i, limits.MaxName)] = r
 	}
@@ -68,7 +68,7 @@ func largestState(t *testing.T) *state {
 	if err := s.check(); err != nil {
 		t.Fatalf("the largest state does not check: %v", err)
 	}
-	if s.routed != MaxRoutedGroups || s.consumers != MaxTotalConsumerGroups {
+	if s.routed != MaxRoutedBrokerGroups || s.consumers != MaxTotalConsumerGroups {
 		t.Fatalf("largest state holds %d route entries and %d consumer groups", s.routed, s.consumers)
 	}
 	if s.table.Len() != auth.MaxApps {
@@ -147,11 +147,11 @@ func TestLargestStateRestores(t *testing.T) {
 	// byte for byte the one restored if they changed nothing.
 	group, subject := longName('g', 0, limits.MaxName), longName('s', 0, limits.MaxName)
 	for _, cmd := range []Command{
-		&Register{Group: "new", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
-		&Register{Group: group, ID: "new", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
-		&Assign{Subject: "new", Groups: []string{group}},
-		&Assign{Subject: subject, Groups: []string{longName('g', 100, limits.MaxName)}},
-		&Consumer{Subject: subject, Group: "new"},
+		&Register{BrokerGroup: "new", ID: "a", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
+		&Register{BrokerGroup: group, ID: "new", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"},
+		&Assign{Subject: "new", BrokerGroups: []string{group}},
+		&Assign{Subject: subject, BrokerGroups: []string{longName('g', 100, limits.MaxName)}},
+		&Consumer{Subject: subject, ConsumerGroup: "new"},
 		&Member{ID: "new", ClientAddr: "127.0.0.1:9"},
 		&PutApp{App: auth.App{Code: "new", Secrets: []auth.Secret{rightsOnly}}, Create: true},
 	} {
@@ -180,12 +180,12 @@ type limitCase struct {
 
 func addGroups(s *state, n int) {
 	for i := range n {
-		s.Groups[fmt.Sprintf("g%d", i)] = &Group{Nodes: map[string]Node{"a": {RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}
+		s.BrokerGroups[fmt.Sprintf("g%d", i)] = &BrokerGroup{Nodes: map[string]Node{"a": {RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}
 	}
 }
 
 func register(group, id string) *Register {
-	return &Register{Group: group, ID: id, RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+	return &Register{BrokerGroup: group, ID: id, RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 }
 
 func limitCases() []limitCase {
@@ -194,95 +194,95 @@ func limitCases() []limitCase {
 		build: func(s *state) { addGroups(s, MaxBrokerGroups-1) },
 		under: register("under", "a"),
 		over:  register("over", "a"),
-		still: []Command{register("g0", "b"), &Deregister{Group: "g1", ID: "a"}, register("over", "a")},
-		past:  func(s *state) { s.Groups["past"] = &Group{Nodes: map[string]Node{}} },
+		still: []Command{register("g0", "b"), &Deregister{BrokerGroup: "g1", ID: "a"}, register("over", "a")},
+		past:  func(s *state) { s.BrokerGroups["past"] = &BrokerGroup{Nodes: map[string]Node{}} },
 	}, {
-		name: "MaxNodesPerGroup", limit: MaxNodesPerGroup,
+		name: "MaxNodesPerBrokerGroup", limit: MaxNodesPerBrokerGroup,
 		build: func(s *state) {
 			addGroups(s, 2)
-			for i := range MaxNodesPerGroup - 1 {
-				s.Groups["g0"].Nodes[fmt.Sprintf("n%d", i)] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+			for i := range MaxNodesPerBrokerGroup - 1 {
+				s.BrokerGroups["g0"].Nodes[fmt.Sprintf("n%d", i)] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 			}
-			delete(s.Groups["g0"].Nodes, "a")
+			delete(s.BrokerGroups["g0"].Nodes, "a")
 		},
 		under: register("g0", "under"),
 		over:  register("g0", "over"),
 		still: []Command{
-			&Register{Group: "g0", ID: "n0", RaftAddr: "127.0.0.1:7", ClientAddr: "127.0.0.1:8"},
-			register("g1", "over"), &Deregister{Group: "g0", ID: "n1"}, register("g0", "over"),
+			&Register{BrokerGroup: "g0", ID: "n0", RaftAddr: "127.0.0.1:7", ClientAddr: "127.0.0.1:8"},
+			register("g1", "over"), &Deregister{BrokerGroup: "g0", ID: "n1"}, register("g0", "over"),
 		},
 		past: func(s *state) {
-			s.Groups["g0"].Nodes["past"] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
+			s.BrokerGroups["g0"].Nodes["past"] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 		},
 	}, {
 		name: "MaxSubjects", limit: MaxSubjects,
 		build: func(s *state) {
 			addGroups(s, 2)
 			for i := range MaxSubjects - 1 {
-				s.Subjects[fmt.Sprintf("s%d", i)] = &Route{Groups: []string{"g0"}}
+				s.Subjects[fmt.Sprintf("s%d", i)] = &Route{BrokerGroups: []string{"g0"}}
 			}
 		},
-		under: &Assign{Subject: "under", Groups: []string{"g0"}, IfNew: true},
-		over:  &Assign{Subject: "over", Groups: []string{"g0"}, IfNew: true},
+		under: &Assign{Subject: "under", BrokerGroups: []string{"g0"}, IfNew: true},
+		over:  &Assign{Subject: "over", BrokerGroups: []string{"g0"}, IfNew: true},
 		still: []Command{
-			&Assign{Subject: "s0", Groups: []string{"g1"}, IfNew: true},
-			&Assign{Subject: "s0", Groups: []string{"g1"}},
-			&Consumer{Subject: "s0", Group: "c"},
+			&Assign{Subject: "s0", BrokerGroups: []string{"g1"}, IfNew: true},
+			&Assign{Subject: "s0", BrokerGroups: []string{"g1"}},
+			&Consumer{Subject: "s0", ConsumerGroup: "c"},
 		},
-		past: func(s *state) { s.Subjects["past"] = &Route{Groups: []string{"g0"}} },
+		past: func(s *state) { s.Subjects["past"] = &Route{BrokerGroups: []string{"g0"}} },
 	}, {
-		name: "MaxGroupsPerSubject", limit: MaxGroupsPerSubject,
+		name: "MaxBrokerGroupsPerSubject", limit: MaxBrokerGroupsPerSubject,
 		build: func(s *state) {
-			addGroups(s, MaxGroupsPerSubject+1)
+			addGroups(s, MaxBrokerGroupsPerSubject+1)
 			r := &Route{}
-			for i := range MaxGroupsPerSubject - 1 {
-				r.Groups = append(r.Groups, fmt.Sprintf("g%d", i))
+			for i := range MaxBrokerGroupsPerSubject - 1 {
+				r.BrokerGroups = append(r.BrokerGroups, fmt.Sprintf("g%d", i))
 			}
 			s.Subjects["s"] = r
 		},
-		under: &Assign{Subject: "s", Groups: []string{"g0", fmt.Sprintf("g%d", MaxGroupsPerSubject-1)}},
-		over:  &Assign{Subject: "s", Groups: []string{fmt.Sprintf("g%d", MaxGroupsPerSubject)}},
-		still: []Command{&Assign{Subject: "s", Groups: []string{"g0", "g1"}}},
+		under: &Assign{Subject: "s", BrokerGroups: []string{"g0", fmt.Sprintf("g%d", MaxBrokerGroupsPerSubject-1)}},
+		over:  &Assign{Subject: "s", BrokerGroups: []string{fmt.Sprintf("g%d", MaxBrokerGroupsPerSubject)}},
+		still: []Command{&Assign{Subject: "s", BrokerGroups: []string{"g0", "g1"}}},
 		past: func(s *state) {
-			s.Subjects["s"].Groups = append(s.Subjects["s"].Groups, fmt.Sprintf("g%d", MaxGroupsPerSubject))
+			s.Subjects["s"].BrokerGroups = append(s.Subjects["s"].BrokerGroups, fmt.Sprintf("g%d", MaxBrokerGroupsPerSubject))
 		},
 	}, {
-		name: "MaxRoutedGroups", limit: MaxRoutedGroups,
+		name: "MaxRoutedBrokerGroups", limit: MaxRoutedBrokerGroups,
 		build: func(s *state) {
-			addGroups(s, MaxGroupsPerSubject)
-			for i := range MaxRoutedGroups / MaxGroupsPerSubject {
+			addGroups(s, MaxBrokerGroupsPerSubject)
+			for i := range MaxRoutedBrokerGroups / MaxBrokerGroupsPerSubject {
 				r := &Route{}
-				for j := range MaxGroupsPerSubject {
-					r.Groups = append(r.Groups, fmt.Sprintf("g%d", j))
+				for j := range MaxBrokerGroupsPerSubject {
+					r.BrokerGroups = append(r.BrokerGroups, fmt.Sprintf("g%d", j))
 				}
 				s.Subjects[fmt.Sprintf("s%d", i)] = r
 			}
 			r := s.Subjects["s0"]
-			r.Groups = r.Groups[:len(r.Groups)-1]
-			if MaxRoutedGroups%MaxGroupsPerSubject != 0 {
+			r.BrokerGroups = r.BrokerGroups[:len(r.BrokerGroups)-1]
+			if MaxRoutedBrokerGroups%MaxBrokerGroupsPerSubject != 0 {
 				panic("MaxRoutedGroups is not a multiple of MaxGroupsPerSubject: rewrite this case")
 			}
 		},
-		under: &Assign{Subject: "s0", Groups: []string{"g0", fmt.Sprintf("g%d", MaxGroupsPerSubject-1)}},
-		over:  &Assign{Subject: "over", Groups: []string{"g0"}},
-		still: []Command{&Assign{Subject: "s1", Groups: []string{"g0", "g1"}}, &Assign{Subject: "s1", Groups: []string{"g0"}, IfNew: true}},
-		past:  func(s *state) { s.Subjects["past"] = &Route{Groups: []string{"g0"}} },
+		under: &Assign{Subject: "s0", BrokerGroups: []string{"g0", fmt.Sprintf("g%d", MaxBrokerGroupsPerSubject-1)}},
+		over:  &Assign{Subject: "over", BrokerGroups: []string{"g0"}},
+		still: []Command{&Assign{Subject: "s1", BrokerGroups: []string{"g0", "g1"}}, &Assign{Subject: "s1", BrokerGroups: []string{"g0"}, IfNew: true}},
+		past:  func(s *state) { s.Subjects["past"] = &Route{BrokerGroups: []string{"g0"}} },
 	}, {
 		name: "MaxConsumerGroups", limit: MaxConsumerGroups,
 		build: func(s *state) {
 			addGroups(s, 1)
-			r := &Route{Groups: []string{"g0"}}
+			r := &Route{BrokerGroups: []string{"g0"}}
 			for i := range MaxConsumerGroups - 1 {
 				r.Consumers = append(r.Consumers, fmt.Sprintf("c%05d", i))
 			}
 			s.Subjects["s"] = r
-			s.Subjects["t"] = &Route{Groups: []string{"g0"}}
+			s.Subjects["t"] = &Route{BrokerGroups: []string{"g0"}}
 		},
-		under: &Consumer{Subject: "s", Group: "under"},
-		over:  &Consumer{Subject: "s", Group: "over"},
+		under: &Consumer{Subject: "s", ConsumerGroup: "under"},
+		over:  &Consumer{Subject: "s", ConsumerGroup: "over"},
 		still: []Command{
-			&Consumer{Subject: "s", Group: "c00000"}, &Consumer{Subject: "t", Group: "over"},
-			&ForgetConsumer{Subject: "s", Group: "c00001"}, &Consumer{Subject: "s", Group: "over"},
+			&Consumer{Subject: "s", ConsumerGroup: "c00000"}, &Consumer{Subject: "t", ConsumerGroup: "over"},
+			&ForgetConsumer{Subject: "s", ConsumerGroup: "c00001"}, &Consumer{Subject: "s", ConsumerGroup: "over"},
 		},
 		past: func(s *state) { s.Subjects["s"].Consumers = append(s.Subjects["s"].Consumers, "zz") },
 	}, {
@@ -294,7 +294,7 @@ func limitCases() []limitCase {
 				panic("MaxTotalConsumerGroups does not split in 4000s: rewrite this case")
 			}
 			for i := range MaxTotalConsumerGroups / per {
-				r := &Route{Groups: []string{"g0"}}
+				r := &Route{BrokerGroups: []string{"g0"}}
 				for j := range per {
 					r.Consumers = append(r.Consumers, fmt.Sprintf("c%05d", j))
 				}
@@ -302,16 +302,16 @@ func limitCases() []limitCase {
 			}
 			r := s.Subjects["s0"]
 			r.Consumers = r.Consumers[:len(r.Consumers)-1]
-			s.Subjects["empty"] = &Route{Groups: []string{"g0"}}
+			s.Subjects["empty"] = &Route{BrokerGroups: []string{"g0"}}
 		},
-		under: &Consumer{Subject: "s0", Group: "under"},
-		over:  &Consumer{Subject: "empty", Group: "over"},
+		under: &Consumer{Subject: "s0", ConsumerGroup: "under"},
+		over:  &Consumer{Subject: "empty", ConsumerGroup: "over"},
 		still: []Command{
-			&Consumer{Subject: "s1", Group: "c00000"},
-			&ForgetConsumer{Subject: "s1", Group: "unknown"},
-			&ForgetConsumer{Subject: "unknown", Group: "c00000"},
+			&Consumer{Subject: "s1", ConsumerGroup: "c00000"},
+			&ForgetConsumer{Subject: "s1", ConsumerGroup: "unknown"},
+			&ForgetConsumer{Subject: "unknown", ConsumerGroup: "c00000"},
 			// The way out: forget one, and there is room for another.
-			&ForgetConsumer{Subject: "s1", Group: "c00000"}, &Consumer{Subject: "empty", Group: "over"},
+			&ForgetConsumer{Subject: "s1", ConsumerGroup: "c00000"}, &Consumer{Subject: "empty", ConsumerGroup: "over"},
 		},
 		past: func(s *state) { s.Subjects["empty"].Consumers = []string{"past"} },
 	}, {

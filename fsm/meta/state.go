@@ -13,9 +13,9 @@ import (
 // as JSON (whose maps are written in key order, so equal states give equal
 // bytes).
 type state struct {
-	Groups   map[string]*Group `json:"groups"`
-	Subjects map[string]*Route `json:"subjects"`
-	Members  map[string]string `json:"members"` // metaserver node id → client address
+	BrokerGroups map[string]*BrokerGroup `json:"groups"`
+	Subjects     map[string]*Route       `json:"subjects"`
+	Members      map[string]string       `json:"members"` // metaserver node id → client address
 	// Apps are the applications by code. A snapshot from before
 	// applications has none (a nil map, taken for an empty one).
 	Apps map[string]*auth.App `json:"apps,omitempty"`
@@ -34,8 +34,8 @@ type state struct {
 	table *auth.Table
 }
 
-// Group is a broker group as registered.
-type Group struct {
+// BrokerGroup is a broker group as registered.
+type BrokerGroup struct {
 	ReadOnly bool            `json:"readonly,omitempty"`
 	Nodes    map[string]Node `json:"nodes"`
 }
@@ -55,7 +55,7 @@ type Node struct {
 // (or ""). A route that no application touched encodes as it did before
 // applications existed.
 type Route struct {
-	Groups       []string `json:"groups"`
+	BrokerGroups []string `json:"groups"`
 	Consumers    []string `json:"consumers,omitempty"`
 	App          string   `json:"app,omitempty"`
 	ConsumerApps []string `json:"consumer_apps,omitempty"`
@@ -68,28 +68,28 @@ type Route struct {
 
 func newState() *state {
 	empty, _ := appTable(nil) // an empty table always builds
-	return &state{Groups: map[string]*Group{}, Subjects: map[string]*Route{}, Members: map[string]string{},
+	return &state{BrokerGroups: map[string]*BrokerGroup{}, Subjects: map[string]*Route{}, Members: map[string]string{},
 		appSubjects: map[string]int{}, appGroups: map[string]int{}, table: empty}
 }
 
 // check validates a state read from a snapshot, as strictly as commands
 // and within the same limits, and sets its tallies.
 func (s *state) check() error {
-	if s.Groups == nil || s.Subjects == nil || s.Members == nil {
+	if s.BrokerGroups == nil || s.Subjects == nil || s.Members == nil {
 		return fmt.Errorf("%w: snapshot lacks groups, subjects or members", ErrInvalid)
 	}
-	if len(s.Groups) > MaxBrokerGroups {
-		return overLimit("MaxBrokerGroups", MaxBrokerGroups, "snapshot has %d broker groups", len(s.Groups))
+	if len(s.BrokerGroups) > MaxBrokerGroups {
+		return overLimit("MaxBrokerGroups", MaxBrokerGroups, "snapshot has %d broker groups", len(s.BrokerGroups))
 	}
-	for name, g := range s.Groups {
+	for name, g := range s.BrokerGroups {
 		if g == nil || g.Nodes == nil {
 			return fmt.Errorf("%w: snapshot group %q is empty", ErrInvalid, name)
 		}
-		if len(g.Nodes) > MaxNodesPerGroup {
-			return overLimit("MaxNodesPerGroup", MaxNodesPerGroup, "snapshot has %d nodes in group %s", len(g.Nodes), name)
+		if len(g.Nodes) > MaxNodesPerBrokerGroup {
+			return overLimit("MaxNodesPerBrokerGroup", MaxNodesPerBrokerGroup, "snapshot has %d nodes in group %s", len(g.Nodes), name)
 		}
 		for id, n := range g.Nodes {
-			r := Register{Group: name, ID: id, RaftAddr: n.RaftAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr}
+			r := Register{BrokerGroup: name, ID: id, RaftAddr: n.RaftAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr}
 			if err := r.check(); err != nil {
 				return err
 			}
@@ -104,15 +104,15 @@ func (s *state) check() error {
 		if r == nil {
 			return fmt.Errorf("%w: snapshot route of %q is empty", ErrInvalid, subject)
 		}
-		a := Assign{Subject: subject, Groups: r.Groups}
+		a := Assign{Subject: subject, BrokerGroups: r.BrokerGroups}
 		if err := a.check(); err != nil {
 			return err
 		}
-		for i, g := range r.Groups {
-			if s.Groups[g] == nil {
+		for i, g := range r.BrokerGroups {
+			if s.BrokerGroups[g] == nil {
 				return fmt.Errorf("%w: snapshot routes %s to unknown group %s", ErrInvalid, subject, g)
 			}
-			if slices.Contains(r.Groups[:i], g) {
+			if slices.Contains(r.BrokerGroups[:i], g) {
 				return fmt.Errorf("%w: snapshot routes %s to group %s twice", ErrInvalid, subject, g)
 			}
 		}
@@ -155,15 +155,15 @@ func (s *state) check() error {
 			return fmt.Errorf("%w: snapshot's route of %s names the holders of %d consumer groups, not %d", ErrInvalid, subject, len(r.ConsumerHolders), len(r.Consumers))
 		}
 		for _, h := range r.ConsumerHolders {
-			if h>>len(r.Groups) != 0 {
-				return fmt.Errorf("%w: snapshot's route of %s has %d groups, a consumer group is held by group %d", ErrInvalid, subject, len(r.Groups), bits.Len64(h)-1)
+			if h>>len(r.BrokerGroups) != 0 {
+				return fmt.Errorf("%w: snapshot's route of %s has %d groups, a consumer group is held by group %d", ErrInvalid, subject, len(r.BrokerGroups), bits.Len64(h)-1)
 			}
 		}
-		routed += len(r.Groups)
+		routed += len(r.BrokerGroups)
 		consumers += len(r.Consumers)
 	}
-	if routed > MaxRoutedGroups {
-		return overLimit("MaxRoutedGroups", MaxRoutedGroups, "snapshot's routes hold %d groups", routed)
+	if routed > MaxRoutedBrokerGroups {
+		return overLimit("MaxRoutedBrokerGroups", MaxRoutedBrokerGroups, "snapshot's routes hold %d groups", routed)
 	}
 	if consumers > MaxTotalConsumerGroups {
 		return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "snapshot has %d consumer groups", consumers)

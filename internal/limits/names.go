@@ -32,7 +32,7 @@ const MetaGroup = "meta"
 
 // ConsumerID names one consumer of a group of a subject.
 type ConsumerID struct {
-	Subject, Group, Consumer string
+	Subject, ConsumerGroup, Consumer string
 }
 
 // Check reports whether every name of id is valid (CheckName); the error
@@ -41,7 +41,7 @@ func (id ConsumerID) Check() error {
 	if err := CheckName("subject", id.Subject); err != nil {
 		return err
 	}
-	if err := CheckName("group", id.Group); err != nil {
+	if err := CheckName("consumer group", id.ConsumerGroup); err != nil {
 		return err
 	}
 	return CheckName("consumer", id.Consumer)

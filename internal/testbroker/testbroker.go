@@ -57,7 +57,7 @@ func (b *Broker) handle(ctx context.Context, typ transport.Type, p []byte) ([]by
 		if err := json.Unmarshal(p, &req); err != nil {
 			return nil, err
 		}
-		return json.Marshal(transport.Route{Subject: req.Subject, Groups: []transport.GroupRoute{
+		return json.Marshal(transport.Route{Subject: req.Subject, BrokerGroups: []transport.BrokerGroupRoute{
 			{Name: "g1", Servers: []string{b.Addr}, Leader: b.Addr, Writable: true, Available: true}}})
 	case transport.TypeSend:
 		req, err := transport.DecodeSendRequest(p)

@@ -22,7 +22,7 @@ const leadTimeout = 10 * time.Second
 // client address sets ClientAddr to an Addr of its own.
 func BrokerConfig(tb testing.TB) server.Config {
 	cfg := server.DefaultConfig()
-	cfg.ID, cfg.Group, cfg.DataDir, cfg.Bootstrap = "n1", "g1", tb.TempDir(), true
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir, cfg.Bootstrap = "n1", "g1", tb.TempDir(), true
 	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", Addr(tb)
 	cfg.SetElectionTimeout(electionTimeout)
 	cfg.Logger = Logger(tb)
@@ -39,7 +39,7 @@ func StartBroker(tb testing.TB, cfg server.Config) *server.Node {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { n.Close() })
-	await.True(tb, leadTimeout, "broker "+cfg.Group+"/"+cfg.ID+" to lead", func() bool {
+	await.True(tb, leadTimeout, "broker "+cfg.BrokerGroup+"/"+cfg.ID+" to lead", func() bool {
 		s := n.Status()
 		return s.State == "Leader" && s.LeaderAddr != ""
 	})
@@ -62,7 +62,7 @@ func Broker(tb testing.TB, tweak func(*server.Config)) *server.Node {
 // it every 100 ms.
 func Registered(group, meta string) func(*server.Config) {
 	return func(c *server.Config) {
-		c.ID, c.Group = group+"-n1", group
+		c.ID, c.BrokerGroup = group+"-n1", group
 		c.Meta, c.MetaHeartbeat = []string{meta}, 100*time.Millisecond
 	}
 }

@@ -4,8 +4,8 @@ import "fmt"
 
 // applySetGroup changes a group's settings, creating the group if it does
 // not exist (so an operator can set a group up before it first pulls).
-func (f *FSM) applySetGroup(c *SetGroup) any {
-	if err := checkGroupNames(c.Subject, c.Group); err != nil {
+func (f *FSM) applySetGroup(c *SetConsumerGroup) any {
+	if err := checkGroupNames(c.Subject, c.ConsumerGroup); err != nil {
 		return err
 	}
 	if c.Set&^setAll != 0 {
@@ -14,9 +14,9 @@ func (f *FSM) applySetGroup(c *SetGroup) any {
 	if err := c.Start.check(); err != nil {
 		return err
 	}
-	k := groupKey{c.Subject, c.Group}
+	k := groupKey{c.Subject, c.ConsumerGroup}
 	g := f.st.groups[k]
-	current := DefaultGroupSettings()
+	current := DefaultConsumerGroupSettings()
 	if g != nil {
 		current = g.settings
 	}
@@ -32,16 +32,16 @@ func (f *FSM) applySetGroup(c *SetGroup) any {
 	f.st.stamp(c.Now)
 	if g == nil {
 		f.newGroup(k, f.store.consumeLog(c.Subject), c.Start, c.StartAt, settings)
-		return &GroupResult{Created: true}
+		return &ConsumerGroupResult{Created: true}
 	}
 	g.settings = settings
-	return &GroupResult{}
+	return &ConsumerGroupResult{}
 }
 
 // applyResetGroup moves a group's cursor, creating the group if it does
 // not exist.
-func (f *FSM) applyResetGroup(c *ResetGroup) any {
-	if err := checkGroupNames(c.Subject, c.Group); err != nil {
+func (f *FSM) applyResetGroup(c *ResetConsumerGroup) any {
+	if err := checkGroupNames(c.Subject, c.ConsumerGroup); err != nil {
 		return err
 	}
 	if err := c.To.check(); err != nil {
@@ -50,7 +50,7 @@ func (f *FSM) applyResetGroup(c *ResetGroup) any {
 	if c.At < 0 {
 		return fmt.Errorf("%w: reset to time %d, before the epoch", ErrInvalid, c.At)
 	}
-	k := groupKey{c.Subject, c.Group}
+	k := groupKey{c.Subject, c.ConsumerGroup}
 	g := f.st.groups[k]
 	if g == nil {
 		if err := f.canAddGroup(k); err != nil {
@@ -60,14 +60,14 @@ func (f *FSM) applyResetGroup(c *ResetGroup) any {
 	f.st.stamp(c.Now)
 	cl := f.store.consumeLog(c.Subject)
 	if g == nil {
-		f.newGroup(k, cl, c.To, c.At, DefaultGroupSettings())
-		return &GroupResult{Created: true}
+		f.newGroup(k, cl, c.To, c.At, DefaultConsumerGroupSettings())
+		return &ConsumerGroupResult{Created: true}
 	}
 	g.cursor = f.position(c.Subject, cl, c.To, c.At)
 	g.redeliver = nil
 	g.gen = f.st.takeGen() // retries of the old life are dropped as they fire
 	g.retrying = 0
-	return &GroupResult{}
+	return &ConsumerGroupResult{}
 }
 
 // canAddGroup reports whether group k, not known, may be created: the

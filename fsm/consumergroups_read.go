@@ -9,29 +9,31 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-// GroupInfo is what a consumer group holds and owes, for operators.
-type GroupInfo struct {
-	Subject, Group string
-	Settings       GroupSettings
-	Cursor         int64 // the next consume-log sequence to hand out
-	End            int64 // the subject's next sequence
-	Backlog        int64 // entries the cursor has not reached
-	Redeliver      int   // entries due again now
-	Retrying       int64 // entries waiting for their retry time
-	Unacked        int   // entries handed out and not finished
-	Consumers      int
-	DeadLetters    int
-	DeadDropped    int64 // dead letters dropped at the bounds
-	Lost           int64 // messages retention removed before the group finished them
-	IdleSince      int64 // Unix milliseconds: since when it has had no consumer (if it has none)
+// ConsumerGroupInfo is what a consumer group holds and owes, for operators.
+type ConsumerGroupInfo struct {
+	Subject, ConsumerGroup string
+	Settings               ConsumerGroupSettings
+	Cursor                 int64 // the next consume-log sequence to hand out
+	End                    int64 // the subject's next sequence
+	Backlog                int64 // entries the cursor has not reached
+	Redeliver              int   // entries due again now
+	Retrying               int64 // entries waiting for their retry time
+	Unacked                int   // entries handed out and not finished
+	Consumers              int
+	DeadLetters            int
+	DeadDropped            int64 // dead letters dropped at the bounds
+	Lost                   int64 // messages retention removed before the group finished them
+	IdleSince              int64 // Unix milliseconds: since when it has had no consumer (if it has none)
 }
 
 // Lag is what the group still owes: every message not yet finished.
-func (g GroupInfo) Lag() int64 { return g.Backlog + int64(g.Redeliver) + g.Retrying + int64(g.Unacked) }
+func (g ConsumerGroupInfo) Lag() int64 {
+	return g.Backlog + int64(g.Redeliver) + g.Retrying + int64(g.Unacked)
+}
 
-// Groups returns every consumer group, by subject and name. Safe on any
+// ConsumerGroups returns every consumer group, by subject and name. Safe on any
 // goroutine.
-func (f *FSM) Groups() []GroupInfo {
+func (f *FSM) ConsumerGroups() []ConsumerGroupInfo {
 	ends := f.Ends()
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
@@ -39,30 +41,30 @@ func (f *FSM) Groups() []GroupInfo {
 	for _, c := range f.st.consumers {
 		unacked[groupKey{c.key.subject, c.key.group}] += c.open
 	}
-	out := make([]GroupInfo, 0, len(f.st.groups))
+	out := make([]ConsumerGroupInfo, 0, len(f.st.groups))
 	for _, k := range f.st.sortedGroups() {
 		out = append(out, f.groupInfo(k, ends, unacked[k]))
 	}
 	return out
 }
 
-// HasGroup reports whether the consumer group of subject is known: a
+// HasConsumerGroup reports whether the consumer group of subject is known: a
 // map lookup, unlike Group. Safe on any goroutine.
-func (f *FSM) HasGroup(subject, group string) bool {
+func (f *FSM) HasConsumerGroup(subject, group string) bool {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
 	return f.st.groups[groupKey{subject, group}] != nil
 }
 
-// Group returns one consumer group; false if it is not known. Safe on any
+// ConsumerGroup returns one consumer group; false if it is not known. Safe on any
 // goroutine.
-func (f *FSM) Group(subject, group string) (GroupInfo, bool) {
+func (f *FSM) ConsumerGroup(subject, group string) (ConsumerGroupInfo, bool) {
 	ends := f.Ends()
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
 	k := groupKey{subject, group}
 	if f.st.groups[k] == nil {
-		return GroupInfo{}, false
+		return ConsumerGroupInfo{}, false
 	}
 	unacked := 0
 	for _, c := range f.st.consumers {
@@ -73,10 +75,10 @@ func (f *FSM) Group(subject, group string) (GroupInfo, bool) {
 	return f.groupInfo(k, ends, unacked), true
 }
 
-func (f *FSM) groupInfo(k groupKey, ends LogEnds, unacked int) GroupInfo {
+func (f *FSM) groupInfo(k groupKey, ends LogEnds, unacked int) ConsumerGroupInfo {
 	g := f.st.groups[k]
 	end := ends.Consume[k.subject] / logs.ConsumeRecordSize
-	return GroupInfo{Subject: k.subject, Group: k.group, Settings: g.settings, Cursor: g.cursor, End: end,
+	return ConsumerGroupInfo{Subject: k.subject, ConsumerGroup: k.group, Settings: g.settings, Cursor: g.cursor, End: end,
 		Backlog: max(0, end-g.cursor), Redeliver: len(g.redeliver), Retrying: g.retrying, Unacked: unacked,
 		Consumers: g.consumers, DeadLetters: len(g.dead), DeadDropped: g.deadDropped, Lost: g.lost, IdleSince: g.idleSince}
 }
@@ -147,7 +149,7 @@ func (f *FSM) Overdue(now int64, limit int) []Overdue {
 		if n >= limit {
 			break
 		}
-		o := Overdue{ID: ConsumerID{Subject: c.key.subject, Group: c.key.group, Consumer: c.key.name}, Epoch: c.epoch}
+		o := Overdue{ID: ConsumerID{Subject: c.key.subject, ConsumerGroup: c.key.group, Consumer: c.key.name}, Epoch: c.epoch}
 		for i, p := range c.window {
 			if n >= limit || len(o.Ranges) == limits.MaxAckRanges {
 				break
@@ -174,23 +176,23 @@ type Overdue struct {
 	Ranges []message.AckRange
 }
 
-// IdleGroup is a group to forget: it has had no consumer for its idle
+// IdleConsumerGroup is a group to forget: it has had no consumer for its idle
 // expiry.
-type IdleGroup struct {
-	Subject, Group string
-	IdleFor        int64 // milliseconds: its idle expiry, for the Forget
+type IdleConsumerGroup struct {
+	Subject, ConsumerGroup string
+	IdleFor                int64 // milliseconds: its idle expiry, for the Forget
 }
 
-// IdleGroups returns the groups whose idle expiry has passed at now. Safe
+// IdleConsumerGroups returns the groups whose idle expiry has passed at now. Safe
 // on any goroutine.
-func (f *FSM) IdleGroups(now int64) []IdleGroup {
+func (f *FSM) IdleConsumerGroups(now int64) []IdleConsumerGroup {
 	f.stateMu.RLock()
 	defer f.stateMu.RUnlock()
-	var out []IdleGroup
+	var out []IdleConsumerGroup
 	for _, k := range f.st.sortedGroups() {
 		g := f.st.groups[k]
 		if e := g.settings.IdleExpiry; e > 0 && g.consumers == 0 && g.idleSince+e <= now {
-			out = append(out, IdleGroup{Subject: k.subject, Group: k.group, IdleFor: e})
+			out = append(out, IdleConsumerGroup{Subject: k.subject, ConsumerGroup: k.group, IdleFor: e})
 		}
 	}
 	return out

@@ -6,16 +6,16 @@ import "time"
 // answers from its replicated state. An SDK or tool asks every broker
 // group of a subject and adds the answers up.
 
-// GroupsRequest asks for the consumer groups of a broker group: every one,
+// ConsumerGroupsRequest asks for the consumer groups of a broker group: every one,
 // those of Subject, or the one named by Subject and Group.
-type GroupsRequest struct {
-	Subject string `json:"subject,omitempty"`
-	Group   string `json:"group,omitempty"`
+type ConsumerGroupsRequest struct {
+	Subject       string `json:"subject,omitempty"`
+	ConsumerGroup string `json:"consumer_group,omitempty"`
 }
 
-// GroupSettings is how a consumer group consumes (see the state machine's
-// GroupSettings for each field's meaning and bounds).
-type GroupSettings struct {
+// ConsumerGroupSettings is how a consumer group consumes (see the state machine's
+// ConsumerGroupSettings for each field's meaning and bounds).
+type ConsumerGroupSettings struct {
 	MaxDeliveries uint32        `json:"max_deliveries"`
 	RetryFirst    time.Duration `json:"retry_first"`
 	RetryMax      time.Duration `json:"retry_max"`
@@ -24,31 +24,31 @@ type GroupSettings struct {
 	IdleExpiry    time.Duration `json:"idle_expiry"`   // 0: never
 }
 
-// GroupInfo is one consumer group in one broker group.
-type GroupInfo struct {
-	BrokerGroup string        `json:"broker_group"`
-	Subject     string        `json:"subject"`
-	Group       string        `json:"group"`
-	Settings    GroupSettings `json:"settings"`
-	Cursor      int64         `json:"cursor"`       // the next sequence to hand out
-	End         int64         `json:"end"`          // the subject's next sequence
-	Backlog     int64         `json:"backlog"`      // not handed out yet
-	Redeliver   int           `json:"redeliver"`    // due again now
-	Retrying    int64         `json:"retrying"`     // waiting for their retry time
-	Unacked     int           `json:"unacked"`      // handed out, not finished
-	Lag         int64         `json:"lag"`          // all four: what the group owes
-	Consumers   int           `json:"consumers"`    // online
-	DeadLetters int           `json:"dead_letters"` // kept
-	DeadDropped int64         `json:"dead_dropped"` // dropped at the bounds
-	Lost        int64         `json:"lost"`         // removed by retention before the group finished them
-	IdleSince   time.Time     `json:"idle_since"`   // with no consumer since (when Consumers is 0)
+// ConsumerGroupInfo is one consumer group in one broker group.
+type ConsumerGroupInfo struct {
+	BrokerGroup   string                `json:"broker_group"`
+	Subject       string                `json:"subject"`
+	ConsumerGroup string                `json:"consumer_group"`
+	Settings      ConsumerGroupSettings `json:"settings"`
+	Cursor        int64                 `json:"cursor"`       // the next sequence to hand out
+	End           int64                 `json:"end"`          // the subject's next sequence
+	Backlog       int64                 `json:"backlog"`      // not handed out yet
+	Redeliver     int                   `json:"redeliver"`    // due again now
+	Retrying      int64                 `json:"retrying"`     // waiting for their retry time
+	Unacked       int                   `json:"unacked"`      // handed out, not finished
+	Lag           int64                 `json:"lag"`          // all four: what the group owes
+	Consumers     int                   `json:"consumers"`    // online
+	DeadLetters   int                   `json:"dead_letters"` // kept
+	DeadDropped   int64                 `json:"dead_dropped"` // dropped at the bounds
+	Lost          int64                 `json:"lost"`         // removed by retention before the group finished them
+	IdleSince     time.Time             `json:"idle_since"`   // with no consumer since (when Consumers is 0)
 }
 
-// SetGroupRequest changes the settings given (nil ones stay), creating the
+// SetConsumerGroupRequest changes the settings given (nil ones stay), creating the
 // group at Start if it does not exist.
-type SetGroupRequest struct {
+type SetConsumerGroupRequest struct {
 	Subject       string         `json:"subject"`
-	Group         string         `json:"group"`
+	ConsumerGroup string         `json:"consumer_group"`
 	MaxDeliveries *uint32        `json:"max_deliveries,omitempty"`
 	RetryFirst    *time.Duration `json:"retry_first,omitempty"`
 	RetryMax      *time.Duration `json:"retry_max,omitempty"`
@@ -59,16 +59,16 @@ type SetGroupRequest struct {
 	StartAt       time.Time      `json:"start_at,omitzero"`
 }
 
-// ResetGroupRequest moves a consumer group to To (StartAt for StartAtTime).
-type ResetGroupRequest struct {
-	Subject string        `json:"subject"`
-	Group   string        `json:"group"`
-	To      StartPosition `json:"to"`
-	At      time.Time     `json:"at,omitzero"`
+// ResetConsumerGroupRequest moves a consumer group to To (StartAt for StartAtTime).
+type ResetConsumerGroupRequest struct {
+	Subject       string        `json:"subject"`
+	ConsumerGroup string        `json:"consumer_group"`
+	To            StartPosition `json:"to"`
+	At            time.Time     `json:"at,omitzero"`
 }
 
-// GroupResult answers a SetGroupRequest or ResetGroupRequest.
-type GroupResult struct {
+// ConsumerGroupResult answers a SetGroupRequest or ResetGroupRequest.
+type ConsumerGroupResult struct {
 	Created bool `json:"created"`
 }
 
@@ -76,11 +76,11 @@ type GroupResult struct {
 // at most Limit (the broker caps it), oldest first, with each message's
 // id and size; or, with Seq set, reads that one dead letter whole.
 type DeadLettersRequest struct {
-	Subject string `json:"subject"`
-	Group   string `json:"group"`
-	Offset  int    `json:"offset,omitempty"`
-	Limit   int    `json:"limit,omitempty"`
-	Seq     *int64 `json:"seq,omitempty"`
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"consumer_group"`
+	Offset        int    `json:"offset,omitempty"`
+	Limit         int    `json:"limit,omitempty"`
+	Seq           *int64 `json:"seq,omitempty"`
 }
 
 // DeadLetter is one dead letter: where its message is, how often it was
@@ -119,11 +119,11 @@ const (
 // DeadLetterOpRequest resends (to the group, its delivery count afresh) or
 // purges the dead letters named by Seqs, or with All every one.
 type DeadLetterOpRequest struct {
-	Subject string       `json:"subject"`
-	Group   string       `json:"group"`
-	Op      DeadLetterOp `json:"op"`
-	All     bool         `json:"all,omitempty"`
-	Seqs    []int64      `json:"seqs,omitempty"`
+	Subject       string       `json:"subject"`
+	ConsumerGroup string       `json:"consumer_group"`
+	Op            DeadLetterOp `json:"op"`
+	All           bool         `json:"all,omitempty"`
+	Seqs          []int64      `json:"seqs,omitempty"`
 }
 
 // DeadLetterOpResult answers a DeadLetterOpRequest: how many were done.

@@ -7,11 +7,11 @@ import (
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
-// GroupSettings is how a consumer group consumes. Every replica holds the
+// ConsumerGroupSettings is how a consumer group consumes. Every replica holds the
 // group's settings in its replicated state: a group is created with
 // DefaultGroupSettings and changed by a SetGroup command, so that every
 // replica retries, times out and dead-letters alike.
-type GroupSettings struct {
+type ConsumerGroupSettings struct {
 	// MaxDeliveries is how many times a message is handed to the group
 	// before it becomes a dead letter instead of being retried (QMQ's
 	// figure, 32, by default; 1 dead-letters on the first failure).
@@ -34,13 +34,13 @@ type GroupSettings struct {
 	IdleExpiry int64
 }
 
-// DefaultGroupSettings are a new group's settings: QMQ's retry policy
+// DefaultConsumerGroupSettings are a new group's settings: QMQ's retry policy
 // (limits.DefaultMaxDeliveries deliveries, 32; the first retry after
 // limits.DefaultRetryFirst, 5 s, doubling to at most limits.DefaultRetryMax,
 // 15 minutes, so a message is given up on after about 6 hours) and an ack
 // wait of limits.DefaultAckWait, 30 s.
-func DefaultGroupSettings() GroupSettings {
-	return GroupSettings{
+func DefaultConsumerGroupSettings() ConsumerGroupSettings {
+	return ConsumerGroupSettings{
 		MaxDeliveries: limits.DefaultMaxDeliveries,
 		RetryFirst:    limits.DefaultRetryFirst.Milliseconds(),
 		RetryMax:      limits.DefaultRetryMax.Milliseconds(),
@@ -59,7 +59,7 @@ const (
 )
 
 // Check reports whether the settings are within their bounds.
-func (s GroupSettings) Check() error {
+func (s ConsumerGroupSettings) Check() error {
 	switch {
 	case s.MaxDeliveries < 1 || s.MaxDeliveries > limits.MaxDeliveries:
 		return fmt.Errorf("%w: max deliveries %d (1..%d)", ErrInvalid, s.MaxDeliveries, limits.MaxDeliveries)
@@ -87,7 +87,7 @@ func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecon
 
 // retryDelay is how long a message waits before its retry after its
 // deliveries-th delivery failed: RetryFirst, doubling each time, capped.
-func (s GroupSettings) retryDelay(deliveries uint32) int64 {
+func (s ConsumerGroupSettings) retryDelay(deliveries uint32) int64 {
 	d := s.RetryFirst
 	for i := uint32(1); i < deliveries && d > 0 && d < s.RetryMax; i++ {
 		d *= 2
@@ -96,7 +96,7 @@ func (s GroupSettings) retryDelay(deliveries uint32) int64 {
 }
 
 // inFlight returns how many unacked entries one consumer may hold.
-func (s GroupSettings) inFlight(brokerMax int) int {
+func (s ConsumerGroupSettings) inFlight(brokerMax int) int {
 	if s.MaxInFlight == 0 {
 		return brokerMax
 	}

@@ -16,11 +16,11 @@ import (
 // leader (NOT_LEADER without an address, or its nodes unreachable).
 const maxElectionBackoff = 100 * time.Millisecond
 
-// GroupClient holds connections to the nodes of one Raft group (a broker
+// LeaderClient holds connections to the nodes of one Raft group (a broker
 // group or the metaserver group) and finds its leader. Requests go to the
 // leader; NOT_LEADER answers redirect, and retriable failures are retried
 // (with backoff) until the context ends. It is safe for concurrent use.
-type GroupClient struct {
+type LeaderClient struct {
 	dial    Dialer
 	servers []string
 	reached atomic.Bool // a connection to one of its nodes has been made
@@ -44,10 +44,10 @@ func SplitServers(servers string) []string {
 	return list
 }
 
-// NewGroupClient returns a client for the group whose nodes answer at
+// NewLeaderClient returns a client for the group whose nodes answer at
 // servers (any subset will do: NOT_LEADER answers name the leader). Its
 // connections are d's.
-func (d Dialer) NewGroupClient(servers []string) (*GroupClient, error) {
+func (d Dialer) NewLeaderClient(servers []string) (*LeaderClient, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("qmq: no server address given")
 	}
@@ -56,7 +56,7 @@ func (d Dialer) NewGroupClient(servers []string) (*GroupClient, error) {
 			return nil, err
 		}
 	}
-	return &GroupClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
+	return &LeaderClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
 }
 
 // checkAddr refuses an address that is not HOST:PORT.
@@ -86,10 +86,10 @@ const unreachableAfter = 2 * time.Second
 // KeepTrying makes c try until each call's context ends even if it never
 // reached a node: for addresses a route gave (a group that is down for a
 // while), not a user (a wrong address).
-func (c *GroupClient) KeepTrying() { c.patient.Store(true) }
+func (c *LeaderClient) KeepTrying() { c.patient.Store(true) }
 
 // Servers returns the addresses the client tries when it knows no leader.
-func (c *GroupClient) Servers() []string {
+func (c *LeaderClient) Servers() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.servers...)
@@ -97,7 +97,7 @@ func (c *GroupClient) Servers() []string {
 
 // SetServers replaces the addresses to try (the group's membership
 // changed) and takes leader as the leader's address unless it is "".
-func (c *GroupClient) SetServers(servers []string, leader string) {
+func (c *LeaderClient) SetServers(servers []string, leader string) {
 	if len(servers) == 0 {
 		return
 	}
@@ -110,7 +110,7 @@ func (c *GroupClient) SetServers(servers []string, leader string) {
 }
 
 // target returns the address to try next.
-func (c *GroupClient) target() string {
+func (c *LeaderClient) target() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leader != "" {
@@ -121,7 +121,7 @@ func (c *GroupClient) target() string {
 	return addr
 }
 
-func (c *GroupClient) setLeader(addr string) {
+func (c *LeaderClient) setLeader(addr string) {
 	c.mu.Lock()
 	c.leader = addr
 	c.mu.Unlock()
@@ -129,7 +129,7 @@ func (c *GroupClient) setLeader(addr string) {
 
 // forget drops a failed address: its connection, and the leader guess if
 // it was the leader.
-func (c *GroupClient) forget(addr string) {
+func (c *LeaderClient) forget(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if conn := c.conns[addr]; conn != nil {
@@ -142,7 +142,7 @@ func (c *GroupClient) forget(addr string) {
 }
 
 // Conn returns the connection to addr, dialling it if needed.
-func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
+func (c *LeaderClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -183,7 +183,7 @@ func (c *GroupClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 // retriable failures until ctx ends. A leader change costs latency, not an
 // error. An error that is not an *Error, such as ErrTLS, is returned at
 // once.
-func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
+func (c *LeaderClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
 	backoff := 10 * time.Millisecond
 	var last error
 	start := time.Now()
@@ -248,7 +248,7 @@ func (c *GroupClient) Call(ctx context.Context, t Type, payload []byte) ([]byte,
 }
 
 // Close closes every connection; later calls fail.
-func (c *GroupClient) Close() {
+func (c *LeaderClient) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true

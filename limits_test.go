@@ -9,9 +9,9 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testcluster"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 // FuzzApplyAtLimits drives two replicas with the same commands, built from

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 // A message within limits.MaxMessage is stored, immediate or delayed, and

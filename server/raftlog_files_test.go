@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // filesUnder returns how many of the process's descriptors are open on dir
@@ -306,7 +306,7 @@ func TestSealedSegmentFileLifecycle(t *testing.T) {
 		}
 		done <- err
 	}()
-	await.True(t, 10*time.Second, "the read of c waiting for a file", func() bool {
+	poll.Until(t, 10*time.Second, "the read of c waiting for a file", func() bool {
 		files.mu.Lock()
 		defer files.mu.Unlock()
 		return files.waits > 0

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // A compaction's segments are unlinked after raft-wal's write lock is
@@ -66,7 +66,7 @@ func TestWALCompactionDoesNotWaitForUnlinks(t *testing.T) {
 			walFiles("*.wal"), walFiles("*"+reapSuffix))
 	}
 	close(release)
-	await.True(t, 10*time.Second, "renamed segments unlinked", func() bool { return walFiles("*"+reapSuffix) == 0 })
+	poll.Until(t, 10*time.Second, "renamed segments unlinked", func() bool { return walFiles("*"+reapSuffix) == 0 })
 	wantBigEntries(t, s.logs, 451, 505, size)
 }
 
@@ -93,7 +93,7 @@ func TestWALOpenRemovesSegmentsLeftToReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	await.True(t, 10*time.Second, "the renamed segment removed", func() bool {
+	poll.Until(t, 10*time.Second, "the renamed segment removed", func() bool {
 		_, err := os.Stat(left)
 		return os.IsNotExist(err)
 	})

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -54,7 +54,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 
 # The outbox's tests start PostgreSQL and MariaDB servers of their own, on
 # loopback ports in temporary directories, and stop them when they end
-# (internal/testdb); this only installs the programs, without starting
+# (test/testdb); this only installs the programs, without starting
 # the packages' own services.
 DB_PACKAGES := postgresql mariadb-server
 databases: ## install PostgreSQL and MariaDB (Debian's packages) if missing, for the outbox's tests

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testbroker"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/test/testbroker"
 	"github.com/qmqgo/qmq/transport"
 )
 

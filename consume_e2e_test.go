@@ -12,11 +12,11 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -61,7 +61,7 @@ func pullUntil(ctx context.Context, t *testing.T, c *qmq.Puller, last string) []
 func pullN(ctx context.Context, t *testing.T, c *qmq.Puller, n int, what string) []*qmq.Message {
 	t.Helper()
 	var got []*qmq.Message
-	await.True(t, 20*time.Second, what, func() bool {
+	poll.Until(t, 20*time.Second, what, func() bool {
 		msgs, err := c.Pull(ctx, 10, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
@@ -163,7 +163,7 @@ func TestAtMostOnceIsNeverRedelivered(t *testing.T) {
 		t.Fatalf("InProgress of a message pulled at most once (nothing to send): %v", err)
 	}
 	a.Close() // a dies; its session expires
-	await.True(t, 20*time.Second, "the dead consumer reclaimed", func() bool {
+	poll.Until(t, 20*time.Second, "the dead consumer reclaimed", func() bool {
 		return n.FSM().Epoch(fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "a"}) == 0
 	})
 	marker := sendTagged(ctx, t, p, "jobs")
@@ -198,7 +198,7 @@ func TestBroadcastReachesEveryInstance(t *testing.T) {
 		}
 		subs = append(subs, sub)
 	}
-	await.True(t, 20*time.Second, "both broadcast groups on the broker", func() bool {
+	poll.Until(t, 20*time.Second, "both broadcast groups on the broker", func() bool {
 		var groups []transport.ConsumerGroupInfo
 		groupCall(t, n, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: "jobs"}, &groups)
 		for _, g := range groups {
@@ -209,7 +209,7 @@ func TestBroadcastReachesEveryInstance(t *testing.T) {
 		return len(groups) == 2
 	})
 	sent := sendAll(t, p, "jobs", 20)
-	await.True(t, 20*time.Second, "every message at both instances", func() bool {
+	poll.Until(t, 20*time.Second, "every message at both instances", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got["i1"]) >= 20 && len(got["i2"]) >= 20
@@ -261,7 +261,7 @@ func TestStartPositions(t *testing.T) {
 	first := []string{sendTagged(ctx, t, p, "jobs"), sendTagged(ctx, t, p, "jobs")}
 	// A time after the first messages were stored, reached before the next.
 	at := time.UnixMilli(time.Now().UnixMilli() + 1)
-	await.True(t, 5*time.Second, "the clock past the start time", func() bool { return time.Now().After(at) })
+	poll.Until(t, 5*time.Second, "the clock past the start time", func() bool { return time.Now().After(at) })
 	second := []string{sendTagged(ctx, t, p, "jobs"), sendTagged(ctx, t, p, "jobs")}
 
 	latest := newPuller(t, n, "jobs", "latest")

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // brokerAndProducer starts a one-node group (tweaked) with a producer for

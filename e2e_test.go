@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 func TestSendAndSubscribe(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 func sampleToEncode() *Message {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // sendJobs sends n messages of subject "jobs".
@@ -42,7 +42,7 @@ func TestStaleAckIsRefused(t *testing.T) {
 		t.Fatalf("pull: %d messages, %v", len(first), err)
 	}
 	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "workers", Consumer: "c"}
-	await.True(t, 20*time.Second, "the silent consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
+	poll.Until(t, 20*time.Second, "the silent consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 
 	second, err := c.Pull(ctx, 10, time.Second)
 	if err != nil || len(second) != 3 || n.FSM().Epoch(id) < 2 {
@@ -83,7 +83,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 		mu.Unlock()
 		if m.ID() == slow.ID() && times == 1 {
 			// Outlive the session: no pull is under way while every worker is busy.
-			await.True(t, 20*time.Second, "the busy consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
+			poll.Until(t, 20*time.Second, "the busy consumer reclaimed", func() bool { return n.FSM().Epoch(id) == 0 })
 		}
 		return nil
 	}, qmq.WithConsumerName("sub"), qmq.StartAt(qmq.Earliest), qmq.WithWorkers(1), qmq.WithPullWait(200*time.Millisecond))
@@ -98,7 +98,7 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	await.True(t, 20*time.Second, "every message handled and the backlog drained", func() bool {
+	poll.Until(t, 20*time.Second, "every message handled and the backlog drained", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == 6 && seen[slow.ID()] >= 2 && n.FSM().Backlog() == 0

@@ -10,8 +10,8 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testcluster"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/fsm"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/test/poll"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -46,7 +46,7 @@ func TestAtMostOnceDeliversABacklogLargerThanAReply(t *testing.T) {
 			// Everything handed out (at most once: consumed), then every
 			// message pulled handled.
 			id := fsm.ConsumerID{Subject: "blobs", ConsumerGroup: "g", Consumer: s.Consumer()}
-			await.True(t, 20*time.Second, "the backlog handed out", func() bool {
+			poll.Until(t, 20*time.Second, "the backlog handed out", func() bool {
 				return n.FSM().Epoch(id) != 0 && n.FSM().Backlog() == 0
 			})
 			dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -83,7 +83,7 @@ func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := fsm.ConsumerID{Subject: "jobs", ConsumerGroup: "g", Consumer: s.Consumer()}
-	await.True(t, 10*time.Second, "the consumer registered", func() bool { return n.FSM().Epoch(id) != 0 })
+	poll.Until(t, 10*time.Second, "the consumer registered", func() bool { return n.FSM().Epoch(id) != 0 })
 	// Replies (and requests) through the proxy now take 1.5 s; the message
 	// is sent past it, so it is handed out while the drain has begun.
 	proxy.SetLatency(1500 * time.Millisecond)
@@ -98,7 +98,7 @@ func TestAtMostOnceDrainWaitsForAPullUnderWay(t *testing.T) {
 	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	await.True(t, 10*time.Second, "the message handed out", func() bool { return n.FSM().Backlog() == 0 })
+	poll.Until(t, 10*time.Second, "the message handed out", func() bool { return n.FSM().Backlog() == 0 })
 	if err := s.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -118,7 +118,7 @@ func TestHandlerErrorBringsTheMessageBackAfterTheGroupBackoff(t *testing.T) {
 		}
 		return nil
 	}, qmq.WithWorkers(1))
-	await.True(t, 20*time.Second, "the flaky message handled on its second delivery, the fine one on its first, the poison one a third time", func() bool {
+	poll.Until(t, 20*time.Second, "the flaky message handled on its second delivery, the fine one on its first, the poison one a third time", func() bool {
 		return len(log.of(flaky)) == 2 && len(log.of(fine)) == 1 && len(log.of(poison)) >= 3
 	})
 	for i, d := range log.of(flaky) {
@@ -154,7 +154,7 @@ func TestRetryAfterIsNeverEarly(t *testing.T) {
 		nackedAt = time.Now()
 		return fmt.Errorf("downstream busy: %w", qmq.RetryAfter(after))
 	})
-	await.True(t, 20*time.Second, "the message again", func() bool { return len(log.of(id)) == 2 })
+	poll.Until(t, 20*time.Second, "the message again", func() bool { return len(log.of(id)) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if again := log.of(id)[1]; again.at.Before(nackedAt.Add(after)) || again.deliveries != 2 {
@@ -183,7 +183,7 @@ func TestPullerNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := map[string]time.Time{}
-	await.True(t, 20*time.Second, "both messages again", func() bool {
+	poll.Until(t, 20*time.Second, "both messages again", func() bool {
 		more, err := c.Pull(ctx, 10, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestDeadLetterAfterMaxDeliveries(t *testing.T) {
 		log.add(m)
 		return errors.New("always fails")
 	})
-	await.True(t, 20*time.Second, "a dead letter", func() bool { return deadLetters(t, n, "jobs", "workers").Total == 1 })
+	poll.Until(t, 20*time.Second, "a dead letter", func() bool { return deadLetters(t, n, "jobs", "workers").Total == 1 })
 	page := deadLetters(t, n, "jobs", "workers")
 	if l := page.Letters[0]; l.ID != id || l.Deliveries != 2 {
 		t.Fatalf("dead letter %+v, want %s after 2 deliveries", l, id)

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/netproxy"
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/netproxy"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -42,7 +42,7 @@ func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaN
 	t.Cleanup(func() { admin.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
+	poll.Until(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
 		c, err := admin.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
@@ -174,7 +174,7 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	await.True(t, 30*time.Second, "g2 to become readonly", func() bool { return refuses(ctx, conn) })
+	poll.Until(t, 30*time.Second, "g2 to become readonly", func() bool { return refuses(ctx, conn) })
 	heldBefore, _ := drained(groups["g2"], "orders")
 	for id := range sendAll(t, p, "orders", 200) {
 		sent[id] = true
@@ -316,7 +316,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	await.True(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
+	poll.Until(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
 		c, err := admin.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
@@ -339,7 +339,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 		msg.SetID(id)
 		sent <- p.SendMessage(ctx, msg)
 	}()
-	await.True(t, 30*time.Second, "g1 to store the message", func() bool { return holds(g1) })
+	poll.Until(t, 30*time.Second, "g1 to store the message", func() bool { return holds(g1) })
 	if err := admin.SetWritable(ctx, "g1", false); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	await.True(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
+	poll.Until(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
 	// The producer's route says g1 is drained by now; let its retries through.
 	proxy.Drop(nil, false)
 	proxy.Refuse(func(string) bool { return true }) // cut the connections whose replies were lost
@@ -386,7 +386,7 @@ func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 		msg.SetID(id)
 		sent <- p.SendMessage(ctx, msg)
 	}()
-	await.True(t, 10*time.Second, "g1 to store the message", func() bool {
+	poll.Until(t, 10*time.Second, "g1 to store the message", func() bool {
 		held, err := g1.FSM().Holds([]string{id}, time.Now().UnixMilli())
 		return err == nil && held[0]
 	})
@@ -425,7 +425,7 @@ func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, group
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	await.True(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
+	poll.Until(t, 30*time.Second, "g1 to refuse sends", func() bool { return refuses(ctx, conn) })
 	return id
 }
 
@@ -475,7 +475,7 @@ func TestChosenIDResentPastItsWindowIsStoredAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	id := storeThenDrain(t, ctx, m, groups, admin, "report")
-	await.True(t, 30*time.Second, "the id's window to pass in g1", func() bool {
+	poll.Until(t, 30*time.Second, "the id's window to pass in g1", func() bool {
 		held, err := groups["g1"].FSM().Holds([]string{id}, time.Now().UnixMilli())
 		return err == nil && !held[0]
 	})
@@ -524,7 +524,7 @@ func TestCancelledSendIsNotRetried(t *testing.T) {
 	m := p.GenerateMessage("orders")
 	sent := make(chan error, 1)
 	go func() { sent <- p.SendMessage(sctx, m) }()
-	await.True(t, 10*time.Second, "the request to vanish", func() bool { return proxy.Dropped() > 0 })
+	poll.Until(t, 10*time.Second, "the request to vanish", func() bool { return proxy.Dropped() > 0 })
 	scancel()
 	if err := <-sent; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled send: %v", err)
@@ -875,7 +875,7 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	await.True(t, 30*time.Second, "both broker groups available", func() bool {
+	poll.Until(t, 30*time.Second, "both broker groups available", func() bool {
 		c, err := admin.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Available && c.BrokerGroups[1].Available
 	})
@@ -913,14 +913,14 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 	if id := <-handled; id != "via-g1" {
 		t.Fatalf("handled %s", id)
 	}
-	await.True(t, 5*time.Second, "g1's ack to land while g2's hangs", func() bool {
+	poll.Until(t, 5*time.Second, "g1's ack to land while g2's hangs", func() bool {
 		_, unacked := drained(g1, "orders")
 		return unacked == 0
 	})
 	proxy.SetLatency(0) // let g2's ack land, so the subscription stops at once
 	proxy.Refuse(func(string) bool { return true })
 	proxy.Refuse(nil)
-	await.True(t, 10*time.Second, "g2's ack to land once g2 answers", func() bool {
+	poll.Until(t, 10*time.Second, "g2's ack to land once g2 answers", func() bool {
 		_, unacked := drained(g2, "orders")
 		return unacked == 0
 	})

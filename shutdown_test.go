@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // gate is a handler that records what it was given, and holds the first
@@ -70,7 +70,7 @@ func heldSubscription(t *testing.T, n int, g *gate) (*server.Node, *qmq.Subscrip
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Stop)
-	await.True(t, 20*time.Second, "the first message held by its handler", func() bool { return len(g.handled()) == 1 })
+	poll.Until(t, 20*time.Second, "the first message held by its handler", func() bool { return len(g.handled()) == 1 })
 	return node, sub, sent
 }
 
@@ -126,7 +126,7 @@ func TestStopLeavesWhatIsNotHandedOut(t *testing.T) {
 	n, sub, sent := heldSubscription(t, 5, g)
 	stopped := make(chan struct{})
 	go func() { sub.Stop(); close(stopped) }()
-	await.True(t, 20*time.Second, "Stop begun", func() bool { return qmq.Leaving(sub) })
+	poll.Until(t, 20*time.Second, "Stop begun", func() bool { return qmq.Leaving(sub) })
 	select {
 	case <-stopped:
 		t.Fatal("Stop returned while a handler was running")
@@ -174,7 +174,7 @@ func TestDrainGivesUpOnItsHandlers(t *testing.T) {
 	}
 	defer c.Close()
 	deliveries := map[string]int{}
-	await.True(t, 20*time.Second, "every message back", func() bool {
+	poll.Until(t, 20*time.Second, "every message back", func() bool {
 		msgs, err := c.Pull(t.Context(), 10, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	"github.com/qmqgo/qmq/logs"
 )
 
-// maxSubjects is limits.MaxSubjects; tests lower it.
-var maxSubjects = limits.MaxSubjects
+// maxSubjects is limits.MaxSubjectsPerBrokerGroup; tests lower it.
+var maxSubjects = limits.MaxSubjectsPerBrokerGroup
 
 // checkNewSubject refuses a message whose subject would be one more than
 // maxSubjects. The subject counts once a message of it is written (see

@@ -22,9 +22,9 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/qmqgo/qmq/delaywheel"
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // TestCluster runs the FSM under real Raft: three voters on loopback TCP,
@@ -393,7 +393,7 @@ func clusterListen(t *testing.T, bind string, logger hclog.Logger) *raft.Network
 			t.Logf("listen on %s: %v", bind, err)
 		}
 	}()
-	await.True(t, 5*time.Second, "a transport listening on "+bind, func() bool {
+	poll.Until(t, 5*time.Second, "a transport listening on "+bind, func() bool {
 		trans, err = raft.NewTCPTransportWithLogger(bind, nil, 3, 2*time.Second, logger)
 		return err == nil
 	})
@@ -515,7 +515,7 @@ func (c *clusterT) running() []*clusterNode {
 // records it.
 func (c *clusterT) waitLeader(t *testing.T, want *clusterNode) {
 	t.Helper()
-	await.True(t, clusterWaitTimeout, "a leader", func() bool {
+	poll.Until(t, clusterWaitTimeout, "a leader", func() bool {
 		c.leader = nil
 		for _, n := range c.running() {
 			if n.raft.State() == raft.Leader && (want == nil || n == want) {
@@ -566,7 +566,7 @@ func (c *clusterT) waitApplied(t *testing.T, nodes ...*clusterNode) {
 			t.Logf("applied: %s", strings.Join(state, ", "))
 		}
 	}()
-	await.True(t, clusterWaitTimeout, fmt.Sprintf("every node to apply index %d", want), func() bool {
+	poll.Until(t, clusterWaitTimeout, fmt.Sprintf("every node to apply index %d", want), func() bool {
 		state = state[:0]
 		ok := true
 		for _, n := range nodes {

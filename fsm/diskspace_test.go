@@ -15,8 +15,8 @@ import (
 	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
 
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // A replica whose disk lacks room for a batch and the reserve waits before
@@ -97,7 +97,7 @@ func TestInterruptWhileWaitingForSpace(t *testing.T) {
 // waitUntil polls cond until it holds, for up to 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	await.True(t, 10*time.Second, what, cond)
+	poll.Until(t, 10*time.Second, what, cond)
 }
 
 // A write that fails although the space check passed (the disk filled

@@ -12,7 +12,7 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 // FuzzApplyAtLimits drives two replicas with the same commands, built from

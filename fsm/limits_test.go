@@ -8,7 +8,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 // A message within limits.MaxMessage is stored, immediate or delayed, and

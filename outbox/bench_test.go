@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // benchSenders is how many goroutines send at once in BenchmarkSend: the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // gateSender holds every send until open is closed, counting those under
@@ -60,7 +60,7 @@ func TestCommitsQueueBehindBusySenders(t *testing.T) {
 	// starts late takes every commit queued by then, so how many messages
 	// are in flight depends on scheduling; how many senders run does not.
 	var senders, queued int
-	await.True(t, 10*time.Second, "every commit's message in flight or queued", func() bool {
+	poll.Until(t, 10*time.Second, "every commit's message in flight or queued", func() bool {
 		ob.mu.Lock()
 		senders, queued = ob.senders, len(ob.committed)
 		ob.mu.Unlock()
@@ -76,7 +76,7 @@ func TestCommitsQueueBehindBusySenders(t *testing.T) {
 	if left := db.rowsLeft(t); left != 0 {
 		t.Errorf("%d rows left, want 0", left)
 	}
-	await.True(t, 10*time.Second, "the senders to stop once nothing is queued", func() bool {
+	poll.Until(t, 10*time.Second, "the senders to stop once nothing is queued", func() bool {
 		ob.mu.Lock()
 		defer ob.mu.Unlock()
 		return ob.senders == 0

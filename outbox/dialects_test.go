@@ -13,9 +13,9 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testcluster"
-	"github.com/qmqgo/qmq/internal/testdb"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
+	"github.com/qmqgo/qmq/test/testdb"
 )
 
 // TestMain runs the tests through testdb, which stops the PostgreSQL and
@@ -127,7 +127,7 @@ func (db *testDB) rowsLeft(t testing.TB) int { return db.count(t, "SELECT count(
 // created_at would rewrite large rows whole.)
 func (db *testDB) awaitSweepable(t testing.TB, n int, grace time.Duration) {
 	t.Helper()
-	await.True(t, 10*time.Second, fmt.Sprintf("%d rows older than %s", n, grace), func() bool {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%d rows older than %s", n, grace), func() bool {
 		return db.count(t, "SELECT count(*) FROM qmq_outbox WHERE created_at <= ?", time.Now().Add(-grace).UnixMilli()) == n
 	})
 }

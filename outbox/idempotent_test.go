@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // The same message handled twice is applied once; a failed handler
@@ -161,7 +161,7 @@ func TestIdempotentSubscription(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		await.True(t, 20*time.Second, "the second delivery", func() bool { return deliveries.Load() >= 2 })
+		poll.Until(t, 20*time.Second, "the second delivery", func() bool { return deliveries.Load() >= 2 })
 		db.wantTotal(t, 9, "two deliveries")
 	})
 }

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // appEnv is the environment variable that makes TestHelperApp the
@@ -248,7 +248,7 @@ func deliverLeftRows(t *testing.T, db *testDB, broker, subject string, committed
 	rec := newRecorder(newProducer(t, broker))
 	ob := db.newOutbox(t, rec, fastWatchdog)
 	stop := runWatchdog(t, ob)
-	await.True(t, 30*time.Second, "the watchdog to send every row left", func() bool { return db.rowsLeft(t) == 0 })
+	poll.Until(t, 30*time.Second, "the watchdog to send every row left", func() bool { return db.rowsLeft(t) == 0 })
 	stop()
 	got := pullAll(t, broker, subject, "audit", len(committed))
 	for id := range committed {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // A commit sends its messages and deletes their rows; each is stored once

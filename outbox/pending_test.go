@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testmsg"
 )
 
 // messageOfSize returns a message of p's whose encoding is exactly size

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // fastWatchdog is a watchdog config for tests: short periods, a lease
@@ -108,7 +108,7 @@ func TestWatchdogResendsLeftRowsOnce(t *testing.T) {
 		second := newRecorder(newProducer(t, n.ClientAddr()))
 		ob2 := db.newOutbox(t, second, fastWatchdog)
 		runWatchdog(t, ob2)
-		await.True(t, 10*time.Second, "the watchdog to resend every row", func() bool { return db.rowsLeft(t) == 0 })
+		poll.Until(t, 10*time.Second, "the watchdog to resend every row", func() bool { return db.rowsLeft(t) == 0 })
 
 		for _, id := range stored {
 			if s, d := second.sendsOf(id); s != 1 || d != 1 {
@@ -161,7 +161,7 @@ func TestBrokerDownThenBack(t *testing.T) {
 		// once it is back.
 		runWatchdog(t, ob)
 		n = testcluster.StartBroker(t, cfg)
-		await.True(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return db.rowsLeft(t) == 0 })
+		poll.Until(t, 30*time.Second, "the rows to be sent once the broker is back", func() bool { return db.rowsLeft(t) == 0 })
 		got := pullAll(t, n.ClientAddr(), subject, "audit", 2)
 		for _, id := range ids {
 			if got[id] != 1 {
@@ -186,7 +186,7 @@ func TestTwoWatchdogsOneLease(t *testing.T) {
 		stopA, stopB := runWatchdog(t, obA), runWatchdog(t, obB)
 
 		first := sendIn(t, obw, p, "orders", 20)
-		await.True(t, 10*time.Second, "the first rows to be resent", func() bool { return db.rowsLeft(t) == 0 })
+		poll.Until(t, 10*time.Second, "the first rows to be resent", func() bool { return db.rowsLeft(t) == 0 })
 		holder, other := a, b
 		stopHolder, obOther := stopA, obB
 		if a.total() == 0 {
@@ -208,7 +208,7 @@ func TestTwoWatchdogsOneLease(t *testing.T) {
 		// The holder stops, releasing its lease, and the other takes over.
 		stopHolder()
 		second := sendIn(t, obw, p, "orders", 5)
-		await.True(t, 10*time.Second, "the other watchdog to resend", func() bool { return db.rowsLeft(t) == 0 })
+		poll.Until(t, 10*time.Second, "the other watchdog to resend", func() bool { return db.rowsLeft(t) == 0 })
 		for _, id := range second {
 			if s, _ := other.sendsOf(id); s != 1 {
 				t.Errorf("after the holder stopped, %s resent %d times by the other, want once", id, s)
@@ -247,7 +247,7 @@ func TestLeaseExpires(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		await.True(t, 10*time.Second, "the expired lease to be taken", func() bool {
+		poll.Until(t, 10*time.Second, "the expired lease to be taken", func() bool {
 			_, err := ob.Sweep(ctx)
 			return err == nil
 		})
@@ -324,7 +324,7 @@ func TestSweepSkipsBadRows(t *testing.T) {
 		cfg := fastWatchdog
 		cfg.Batch = 1 // the bad row fills a batch of its own
 		ob := db.newOutbox(t, rec, cfg)
-		await.True(t, 10*time.Second, "the good rows to be resent", func() bool {
+		poll.Until(t, 10*time.Second, "the good rows to be resent", func() bool {
 			ob.Sweep(context.Background())
 			return db.rowsLeft(t) == 1
 		})

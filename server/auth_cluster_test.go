@@ -16,8 +16,8 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

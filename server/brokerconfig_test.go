@@ -24,8 +24,8 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -13,6 +13,7 @@ import (
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/server/raftlog"
 )
 
 // Config configures a broker-group node. Start from DefaultConfig.
@@ -51,15 +52,15 @@ type Config struct {
 	// it is refused, not clamped. Default DefaultMaxDelay (two years).
 	MaxDelay time.Duration
 	// RaftLog is the store a new data directory keeps its Raft log and
-	// stable state in: RaftLogWAL (raft-wal, in raft-wal/) or RaftLogBolt
+	// stable state in: raftlog.WAL (raft-wal, in raft-wal/) or raftlog.Bolt
 	// (raft-boltdb, in raft.db). A data directory that already holds one
 	// keeps it, whatever this says: one from an earlier version, with
-	// raft.db, stays on raft-boltdb. Default RaftLogWAL.
-	RaftLog RaftLog
+	// raft.db, stays on raft-boltdb. Default raftlog.WAL.
+	RaftLog raftlog.Kind
 	// RaftLogCache is the bytes of the most recent Raft entries kept in
 	// memory, from which the leader feeds followers that keep up without
 	// reading entries back from the log store. An entry larger than it is
-	// not kept. 0 keeps none. Default DefaultRaftLogCache (16 MiB).
+	// not kept. 0 keeps none. Default raftlog.DefaultCache (16 MiB).
 	RaftLogCache int64
 	// MinFreeDisk is the free space under which the leader refuses sends
 	// (DISK_FULL) while it goes on serving consumers. It should be well
@@ -141,8 +142,8 @@ func DefaultConfig() Config {
 		MaxPullWait:        30 * time.Second,
 		MaxDelay:           DefaultMaxDelay,
 		MinFreeDisk:        512 << 20,
-		RaftLog:            RaftLogWAL,
-		RaftLogCache:       DefaultRaftLogCache,
+		RaftLog:            raftlog.WAL,
+		RaftLogCache:       raftlog.DefaultCache,
 		MetaHeartbeat:      2 * time.Second,
 		RaftTiming: RaftTiming{
 			HeartbeatTimeout:  1000 * time.Millisecond,
@@ -200,7 +201,7 @@ func (c *Config) Validate() error {
 	case c.Now == nil || c.Logger == nil:
 		return errors.New("server: config: Now and Logger must be set")
 	}
-	if _, err := ParseRaftLog(string(c.RaftLog)); err != nil {
+	if _, err := raftlog.Parse(string(c.RaftLog)); err != nil {
 		return fmt.Errorf("server: config: %w", err)
 	}
 	if err := c.checkRetention(); err != nil {

@@ -4,16 +4,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
 
 // filesForRaftAndMore is what a node keeps open besides client
 // connections and the state machine's segment files (fitConns' reserved):
-// its Raft log store, at most walFiles (37: 32 sealed segments, the tail,
+// its Raft log store, at most raftlog.MaxFiles (37: 32 sealed segments, the tail,
 // a tail just cut, the directory fsynced for a new segment, wal-meta.db,
 // the directory's lock; raft-boltdb keeps one, raft.db), and
 // filesForPeersAndMore: 293.
-const filesForRaftAndMore = walFiles + filesForPeersAndMore
+const filesForRaftAndMore = raftlog.MaxFiles + filesForPeersAndMore
 
 // filesForPeersAndMore is the rest of what a node keeps open besides client
 // connections: Raft's peers (a pool of up to 8 connections to each, and

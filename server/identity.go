@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/server/raftlog"
 )
 
 // ErrHistory means a node's state machine data, its Raft store and its
@@ -27,8 +28,8 @@ const rejoin = "to rebuild this node, remove it from its group (qmqctl leave --g
 // raftStoreEmpty reports whether s holds neither a term nor a log entry:
 // a new node's store, or one removed. Its snapshots do not count: a store
 // emptied beside its snapshots has forgotten the node's votes all the same.
-func raftStoreEmpty(s *raftLogStore) (bool, error) {
-	has, err := raft.HasExistingState(s.logs, s.stable, raft.NewInmemSnapshotStore())
+func raftStoreEmpty(s *raftlog.Store) (bool, error) {
+	has, err := raft.HasExistingState(s.Logs(), s.Stable(), raft.NewInmemSnapshotStore())
 	if err != nil {
 		return false, fmt.Errorf("server: check raft state: %w", err)
 	}
@@ -53,7 +54,7 @@ func storedIdentity(stable raft.StableStore) (string, error) {
 func (n *Node) checkIdentity() error {
 	data := n.cfg.DataDir
 	own := n.fsm.Identity()
-	stored, err := storedIdentity(n.raftGroup.store.stable)
+	stored, err := storedIdentity(n.raftGroup.store.Stable())
 	if err != nil {
 		return err
 	}
@@ -104,11 +105,11 @@ func (n *Node) checkHistory(snaps raft.SnapshotStore) error {
 		}
 		return nil
 	}
-	last, err := store.logs.LastIndex()
+	last, err := store.Logs().LastIndex()
 	if err != nil {
 		return fmt.Errorf("server: read the raft log: %w", err)
 	}
-	first, err := store.logs.FirstIndex()
+	first, err := store.Logs().FirstIndex()
 	if err != nil {
 		return fmt.Errorf("server: read the raft log: %w", err)
 	}
@@ -128,7 +129,7 @@ func (n *Node) checkHistory(snaps raft.SnapshotStore) error {
 		return refuseHistory("the raft log starts at index %d with no snapshot before it, and the state machine in %s "+
 			"has applied only %d (entries %d to %d are gone)", first, fsmDir, applied, applied+1, first-1)
 	}
-	stored, err := storedIdentity(store.stable)
+	stored, err := storedIdentity(store.Stable())
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (n *Node) checkHistory(snaps raft.SnapshotStore) error {
 // for a store without one). One that holds another is left as it is and
 // logged: the next start refuses.
 func (n *Node) storeIdentity(id string) {
-	stable := n.raftGroup.store.stable
+	stable := n.raftGroup.store.Stable()
 	stored, err := storedIdentity(stable)
 	switch {
 	case err != nil:

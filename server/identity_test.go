@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/server/raftlog"
 )
 
 // waitIdentity waits until n's state machine and raft store hold the
@@ -20,7 +21,7 @@ func waitIdentity(t *testing.T, n *Node) string {
 	t.Helper()
 	var id string
 	waitFor(t, 10*time.Second, "the group identity", func() bool {
-		stored, err := storedIdentity(n.store.stable)
+		stored, err := storedIdentity(n.store.Stable())
 		id = n.fsm.Identity()
 		return err == nil && id != "" && stored == id
 	})
@@ -78,7 +79,7 @@ func TestNodeRefusesDataOfAnotherHistory(t *testing.T) {
 	t.Run("raft store removed", func(t *testing.T) {
 		cfg := stopped(t, "n1")
 		// Its snapshots stay: the log and the votes are gone all the same.
-		if err := os.RemoveAll(filepath.Join(cfg.DataDir, walDir)); err != nil {
+		if err := os.RemoveAll(filepath.Join(cfg.DataDir, raftlog.WALDir)); err != nil {
 			t.Fatal(err)
 		}
 		wantHistoryRefused(t, cfg, "raft store")
@@ -102,7 +103,7 @@ func TestNodeRefusesDataOfAnotherHistory(t *testing.T) {
 	t.Run("state machine past its raft log", func(t *testing.T) {
 		cfg := stopped(t, "n1")
 		small := stopped(t, "n1") // fewer entries, another identity
-		for _, dir := range []string{walDir, "snapshots"} {
+		for _, dir := range []string{raftlog.WALDir, "snapshots"} {
 			os.RemoveAll(filepath.Join(cfg.DataDir, dir))
 			if out, err := exec.Command("cp", "-a", filepath.Join(small.DataDir, dir), filepath.Join(cfg.DataDir, dir)).CombinedOutput(); err != nil {
 				t.Fatalf("cp: %v: %s", err, out)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/wait"
+	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -74,7 +75,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	// The metaserver's log is small and seldom written: raft-boltdb (see
 	// DESIGN.md, "The Raft log store").
 	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
-		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: RaftLogBolt, logCache: DefaultRaftLogCache,
+		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: raftlog.Bolt, logCache: raftlog.DefaultCache,
 		tls: m.tls.reloader()}); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		})
 	})
 	cfg.warnInsecure(m.log)
-	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", m.store.kind)
+	m.log.Info("started", "client", m.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", m.store.Kind())
 	return m, nil
 }
 

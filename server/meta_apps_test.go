@@ -19,17 +19,17 @@ import (
 // raftLogHolds reports whether any entry of m's Raft log holds s.
 func raftLogHolds(t *testing.T, m *MetaNode, s string) bool {
 	t.Helper()
-	first, err := m.store.logs.FirstIndex()
+	first, err := m.store.Logs().FirstIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := m.store.logs.LastIndex()
+	last, err := m.store.Logs().LastIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := first; i <= last && i > 0; i++ {
 		var l raft.Log
-		if err := m.store.logs.GetLog(i, &l); err != nil {
+		if err := m.store.Logs().GetLog(i, &l); err != nil {
 			t.Fatal(err)
 		}
 		if bytes.Contains(l.Data, []byte(s)) {

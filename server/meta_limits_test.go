@@ -47,10 +47,10 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 		return ok && m.fsm.MemberAddr("m1") != ""
 	})
 
-	// One subject short of MaxSubjects, every consumer group, broker group
+	// One subject short of MaxRoutedSubjects, every consumer group, broker group
 	// and member the limits allow.
 	var cmds []meta.Command
-	for i := range meta.MaxSubjects - 1 {
+	for i := range meta.MaxRoutedSubjects - 1 {
 		cmds = append(cmds, &meta.Assign{Subject: fmt.Sprintf("s%d", i), BrokerGroups: []string{"g1"}})
 	}
 	const perSubject = 4000
@@ -88,9 +88,9 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 	}
 
 	_, err := useSubject(t, m.ClientAddr(), "over")
-	refused("first use of a subject past MaxSubjects", err, "MaxSubjects", meta.MaxSubjects)
+	refused("first use of a subject past MaxRoutedSubjects", err, "MaxSubjects", meta.MaxRoutedSubjects)
 	if _, ok := m.fsm.Route("over"); ok {
-		t.Fatal("a subject past MaxSubjects has a route")
+		t.Fatal("a subject past MaxRoutedSubjects has a route")
 	}
 
 	// A consumer group past MaxTotalConsumerGroups is served its route,

@@ -210,7 +210,7 @@ func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, err
 }
 
 // handleForgetGroup forgets the record of a consumer group of a subject,
-// making room under meta.MaxConsumerGroups (the broker groups forget its
+// making room under meta.MaxConsumerGroupsPerSubject (the broker groups forget its
 // state on their own, through TypeForgetConsumerGroup).
 func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.ForgetConsumerGroupRequest

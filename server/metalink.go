@@ -24,7 +24,7 @@ func (n *Node) startMetaLink() error {
 	if len(n.cfg.Meta) == 0 {
 		return nil
 	}
-	writable, err := storedWritable(n.raftGroup.store.stable)
+	writable, err := storedWritable(n.raftGroup.store.Stable())
 	if err != nil {
 		return err
 	}

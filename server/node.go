@@ -12,6 +12,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -98,7 +99,7 @@ func New(cfg Config) (_ *Node, err error) {
 	// state from an earlier release).
 	bc := n.fsm.BrokerConfig()
 	cfg.warnInsecure(n.log)
-	n.log.Info("started", append([]any{"client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.kind,
+	n.log.Info("started", append([]any{"client", n.clientAddr, "raft", cfg.RaftAddr, "http", cfg.HTTPAddr, "raft-log", n.store.Kind(),
 		"broker-config", bc.Source.String()}, brokerConfigKeys(bc.BrokerConfig)...)...)
 	return n, nil
 }
@@ -107,7 +108,7 @@ func (n *Node) openRaft() error {
 	// The Raft log first: it locks the data directory against a second
 	// process before the state machine's logs are opened (and cut back to
 	// their checkpoint).
-	store, err := openRaftLog(n.cfg.DataDir, n.cfg.RaftLog, n.log)
+	store, err := raftlog.Open(n.cfg.DataDir, n.cfg.RaftLog, n.log)
 	if err != nil {
 		return err
 	}

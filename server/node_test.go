@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testport"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testport"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -60,7 +60,7 @@ func clientOf(t testing.TB, addrs ...string) *transport.LeaderClient {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	await.True(t, timeout, what, cond)
+	poll.Until(t, timeout, what, cond)
 }
 
 func waitLeader(t testing.TB, n *Node) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/internal/wait"
+	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -47,7 +48,7 @@ type raftGroup struct {
 	raft *raft.Raft
 	// raftNode is raft, for goroutines that may run before it is set.
 	raftNode atomic.Pointer[raft.Raft]
-	store    *raftLogStore
+	store    *raftlog.Store
 	trans    *raft.NetworkTransport
 	leaderCh chan bool
 	// leading is what leaderCh said last: whether the node leads. The log
@@ -77,11 +78,11 @@ type raftSetup struct {
 	// advertise is the Raft address handed to the group, if not addr.
 	advertise string
 	// raftLog is the log store a new data directory gets; one that holds
-	// a log keeps its own (see openRaftLog). Unused if the group's store
+	// a log keeps its own (see raftlog.Open). Unused if the group's store
 	// was opened before.
-	raftLog RaftLog
+	raftLog raftlog.Kind
 	// logCache is the bytes of recent entries kept in memory in front of
-	// the log store (see logCache); 0 keeps none.
+	// the log store (see raftlog.NewCache); 0 keeps none.
 	logCache int64
 	// tls makes Raft's connections TLS, between nodes of its CA only;
 	// nil: plaintext.
@@ -92,7 +93,7 @@ func (g *raftGroup) open(s raftSetup) error {
 	var err error
 	g.leaderCh = make(chan bool, 16)
 	if g.store == nil {
-		if g.store, err = openRaftLog(s.dir, s.raftLog, g.log); err != nil {
+		if g.store, err = raftlog.Open(s.dir, s.raftLog, g.log); err != nil {
 			return err
 		}
 	}
@@ -117,7 +118,7 @@ func (g *raftGroup) open(s raftSetup) error {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("server: raft config: %w", err)
 	}
-	has, err := raft.HasExistingState(g.store.logs, g.store.stable, s.snaps)
+	has, err := raft.HasExistingState(g.store.Logs(), g.store.Stable(), s.snaps)
 	if err != nil {
 		return fmt.Errorf("server: check raft state: %w", err)
 	}
@@ -129,7 +130,7 @@ func (g *raftGroup) open(s raftSetup) error {
 	switch {
 	case !has && s.bootstrap:
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
-		if err := raft.BootstrapCluster(rc, g.store.logs, g.store.stable, s.snaps, g.trans, cfg); err != nil {
+		if err := raft.BootstrapCluster(rc, g.store.Logs(), g.store.Stable(), s.snaps, g.trans, cfg); err != nil {
 			return fmt.Errorf("server: bootstrap: %w", err)
 		}
 	case empty:
@@ -145,8 +146,8 @@ func (g *raftGroup) open(s raftSetup) error {
 	// Followers are fed from memory: without a cache the leader reads every
 	// entry back from the store (and decodes it) to replicate it. The cache
 	// is bounded by bytes, since an entry may be a whole batch of sends.
-	logs := newLogCache(g.store.logs, s.logCache, g.leading.Load)
-	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.stable, s.snaps, trans); err != nil {
+	logs := raftlog.NewCache(g.store.Logs(), s.logCache, g.leading.Load)
+	if g.raft, err = raft.NewRaft(rc, s.fsm, logs, g.store.Stable(), s.snaps, trans); err != nil {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	g.raftNode.Store(g.raft)

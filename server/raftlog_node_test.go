@@ -1,18 +1,23 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/server/raftlog"
 )
 
 // sendAcked sends n messages to subject from 8 goroutines through the
@@ -87,15 +92,15 @@ func TestGroupOnTheWALKeepsEveryAckedMessageAcrossRestart(t *testing.T) {
 	var addrs []string
 	for _, n := range nodes {
 		addrs = append(addrs, n.ClientAddr())
-		if n.store.kind != RaftLogWAL {
-			t.Fatalf("%s opened %q on a new data directory", n.cfg.ID, n.store.kind)
+		if n.store.Kind() != raftlog.WAL {
+			t.Fatalf("%s opened %q on a new data directory", n.cfg.ID, n.store.Kind())
 		}
-		segs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, walDir, "*.wal"))
+		segs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, raftlog.WALDir, "*.wal"))
 		if len(segs) == 0 {
-			t.Fatalf("%s: no segment in %s", n.cfg.ID, walDir)
+			t.Fatalf("%s: no segment in %s", n.cfg.ID, raftlog.WALDir)
 		}
-		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, boltFile)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s: %s on a new data directory: %v", n.cfg.ID, boltFile, err)
+		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, raftlog.BoltFile)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: %s on a new data directory: %v", n.cfg.ID, raftlog.BoltFile, err)
 		}
 	}
 	acked := sendAcked(t, addrs, "kept", 2000)
@@ -174,12 +179,12 @@ func (l *lockedBuffer) String() string {
 // node opens raft-boltdb as before, says so once, keeps its state and
 // applies new entries.
 func TestDataDirFromAnEarlierVersionStaysOnBolt(t *testing.T) {
-	n := startNode(t, "n1", true, func(c *Config) { c.RaftLog = RaftLogBolt })
+	n := startNode(t, "n1", true, func(c *Config) { c.RaftLog = raftlog.Bolt })
 	waitLeader(t, n)
 	acked := sendAcked(t, []string{n.ClientAddr()}, "old", 300)
 	n.Close()
-	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, boltFile)); err != nil {
-		t.Fatalf("the first start left no %s: %v", boltFile, err)
+	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, raftlog.BoltFile)); err != nil {
+		t.Fatalf("the first start left no %s: %v", raftlog.BoltFile, err)
 	}
 
 	var logged lockedBuffer
@@ -192,15 +197,15 @@ func TestDataDirFromAnEarlierVersionStaysOnBolt(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Close() })
 	waitLeader(t, r)
-	if r.store.kind != RaftLogBolt {
-		t.Fatalf("reopened on %q", r.store.kind)
+	if r.store.Kind() != raftlog.Bolt {
+		t.Fatalf("reopened on %q", r.store.Kind())
 	}
 	const line = "raft log: raft-boltdb (data directory from an earlier version)"
 	if c := strings.Count(logged.String(), line); c != 1 {
 		t.Fatalf("%q logged %d times, want once:\n%s", line, c, logged.String())
 	}
-	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, walDir)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s created beside %s: %v", walDir, boltFile, err)
+	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, raftlog.WALDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s created beside %s: %v", raftlog.WALDir, raftlog.BoltFile, err)
 	}
 	wantHeld(t, r, "old", acked)
 	for id := range sendAcked(t, []string{r.ClientAddr()}, "old", 50) {
@@ -212,15 +217,15 @@ func TestDataDirFromAnEarlierVersionStaysOnBolt(t *testing.T) {
 // A data directory holding both stores is refused before anything in it
 // is opened.
 func TestDataDirWithBothRaftLogsIsRefused(t *testing.T) {
-	n := startNode(t, "n1", true, func(c *Config) { c.RaftLog = RaftLogBolt })
+	n := startNode(t, "n1", true, func(c *Config) { c.RaftLog = raftlog.Bolt })
 	waitLeader(t, n)
 	n.Close()
-	if err := os.Mkdir(filepath.Join(n.cfg.DataDir, walDir), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(n.cfg.DataDir, raftlog.WALDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	_, err := New(n.cfg)
-	if !errors.Is(err, ErrTwoRaftLogs) || !strings.Contains(err.Error(), n.cfg.DataDir) {
-		t.Fatalf("start: %v, want ErrTwoRaftLogs naming %s", err, n.cfg.DataDir)
+	if !errors.Is(err, raftlog.ErrTwoStores) || !strings.Contains(err.Error(), n.cfg.DataDir) {
+		t.Fatalf("start: %v, want raftlog.ErrTwoStores naming %s", err, n.cfg.DataDir)
 	}
 	t.Log(err)
 }
@@ -236,15 +241,78 @@ func TestSecondNodeOnADataDirIsRefusedAndHarmsNothing(t *testing.T) {
 	acked := sendAcked(t, []string{n.ClientAddr()}, "mine", 200)
 	cfg := n.cfg
 	cfg.ClientAddr, cfg.RaftAddr, cfg.HTTPAddr = "127.0.0.1:0", freeAddr(t), ""
-	if second, err := New(cfg); !errors.Is(err, ErrRaftLogInUse) {
+	if second, err := New(cfg); !errors.Is(err, raftlog.ErrInUse) {
 		if second != nil {
 			second.Close()
 		}
-		t.Fatalf("second node: %v, want ErrRaftLogInUse", err)
+		t.Fatalf("second node: %v, want raftlog.ErrInUse", err)
 	}
 	wantHeld(t, n, "mine", acked)
 	for id := range sendAcked(t, []string{n.ClientAddr()}, "mine", 20) {
 		acked[id] = true
 	}
 	wantHeld(t, n, "mine", acked)
+}
+
+// heapAfterGC is the heap in use once garbage is collected: twice, so
+// that what sync.Pools hold goes too.
+func heapAfterGC() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// nopFSM applies nothing and holds nothing.
+type nopFSM struct{}
+
+func (nopFSM) Apply(*raft.Log) any                 { return nil }
+func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nopSnapshot{}, nil }
+func (nopFSM) Restore(r io.ReadCloser) error       { return r.Close() }
+
+type nopSnapshot struct{}
+
+func (nopSnapshot) Persist(s raft.SnapshotSink) error { return s.Close() }
+func (nopSnapshot) Release()                          {}
+
+// The log cache held 1,024 entries whatever their size: 48 entries of
+// 1 MiB stayed in memory after they were committed, with the proposals'
+// futures. The cache now holds at most its bytes.
+func TestRaftGroupHoldsAtMostItsLogCacheAfterLargeEntries(t *testing.T) {
+	const cache = 8 << 20
+	g := &raftGroup{id: "n1", group: "g1", log: hclog.NewNullLogger(), applyTimeout: 10 * time.Second}
+	timing := DefaultConfig().RaftTiming
+	timing.SetElectionTimeout(200 * time.Millisecond)
+	if err := g.open(raftSetup{dir: t.TempDir(), addr: freeAddr(t), bootstrap: true, timing: timing,
+		fsm: nopFSM{}, snaps: raft.NewInmemSnapshotStore(), raftLog: raftlog.WAL, logCache: cache}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		err := g.shutdown()
+		if err = errors.Join(append(g.closeStores(), err)...); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.watchLeadership(ctx, func() {}, func(context.Context) {})
+	waitFor(t, 10*time.Second, "leadership", g.leading.Load)
+	if err := g.raft.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	before := heapAfterGC()
+	for i := range 48 {
+		data := bytes.Repeat([]byte{byte(i)}, 1<<20)
+		if err := g.raft.Apply(data, 10*time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := heapAfterGC() - before
+	t.Logf("held %.1f MiB", float64(held)/(1<<20))
+	// The cache, the tail segment's buffer (2 MiB for 1 MiB entries), and
+	// 2 MiB for raft's and the store's own.
+	if held > cache+4<<20 {
+		t.Fatalf("the group holds %.1f MiB after 48 entries of 1 MiB, want at most %d MiB", float64(held)/(1<<20), (cache+4<<20)>>20)
+	}
 }

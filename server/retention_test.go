@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testmsg"
 	"github.com/qmqgo/qmq/logs"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

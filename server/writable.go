@@ -33,7 +33,7 @@ func (n *Node) keepWritable(writable bool) {
 	if !writable {
 		v = []byte("0")
 	}
-	if err := n.raftGroup.store.stable.Set(writableKey, v); err != nil {
+	if err := n.raftGroup.store.Stable().Set(writableKey, v); err != nil {
 		n.log.Warn("keeping the writable flag", "writable", writable, "error", err)
 		return
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testmsg"
+	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -50,7 +50,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/netproxy"
+	"github.com/qmqgo/qmq/test/netproxy"
 )
 
 // logTailLines is how much of each node's log a failed test prints.

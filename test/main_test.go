@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/qmqgo/qmq/internal/testdb"
+	"github.com/qmqgo/qmq/test/testdb"
 )
 
 // TestMain runs the tests through testdb.Run, which stops the database

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/testdb"
+	"github.com/qmqgo/qmq/test/testdb"
 )
 
 // The outbox's end-to-end run is configured from the environment:

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // serve runs s on a loopback port (on lis, if given); it stops at cleanup.
@@ -44,7 +44,7 @@ func echo(_ context.Context, _ Type, p []byte) ([]byte, error) { return p, nil }
 // eventually polls cond until it holds, or fails the test after 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	await.True(t, 20*time.Second, what, cond)
+	poll.Until(t, 20*time.Second, what, cond)
 }
 
 // frameHeaderBytes is a frame's header claiming a payload of n bytes.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // secretIn returns the secret printed on a line of its own.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 func TestBodyStamp(t *testing.T) {

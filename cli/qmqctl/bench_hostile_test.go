@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // TestBenchHostile: against a metaserver with TLS and --auth that takes

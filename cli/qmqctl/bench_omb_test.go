@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 const goodWorkload = `

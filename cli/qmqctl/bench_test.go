@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 func TestBenchProduceThenConsume(t *testing.T) {

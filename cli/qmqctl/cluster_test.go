@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/await"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // runCLI runs qmqctl with args and returns what it printed.
@@ -44,7 +44,7 @@ func startCluster(t *testing.T) string {
 			t.Logf("the cluster as last seen: %+v %v", c, err)
 		}
 	}()
-	await.True(t, 20*time.Second, "the broker groups to be available", func() bool {
+	poll.Until(t, 20*time.Second, "the broker groups to be available", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if c, err = a.Cluster(ctx); err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // TestConsumerGroupBadFlags: every bad value is refused with a clear error

@@ -10,7 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/message"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testbroker"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/test/testbroker"
 )
 
 // readCert parses the certificate in path.

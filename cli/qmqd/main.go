@@ -20,6 +20,7 @@ import (
 
 	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -77,7 +78,7 @@ func brokerSettings(c *cli.Context, cfg *server.Config) error {
 	cfg.MaxDelay = c.Duration("max-delay")
 	cfg.MinFreeDisk, cfg.FSM.DiskReserve = c.Int64("min-free-disk")<<20, c.Int64("disk-reserve")<<20
 	cfg.FSM.MaxOpenFiles = c.Int("max-open-files")
-	l, err := server.ParseRaftLog(c.String("raft-log"))
+	l, err := raftlog.Parse(c.String("raft-log"))
 	if err != nil {
 		return fmt.Errorf("%w --raft-log %q: wal or bolt", errInvalidFlag, c.String("raft-log"))
 	}
@@ -121,7 +122,7 @@ func devCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := os.Stat(filepath.Join(c.String("data"), "raft.db")); err == nil {
+			if _, err := os.Stat(filepath.Join(c.String("data"), raftlog.BoltFile)); err == nil {
 				return fmt.Errorf("%s holds a broker's data at its top level, from a qmqd dev before the metaserver; "+
 					"move it to %s to keep it, or use another --data", c.String("data"), filepath.Join(c.String("data"), "broker"))
 			}

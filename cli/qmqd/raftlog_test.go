@@ -5,19 +5,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/server/raftlog"
 )
 
 func TestRaftLogFlag(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		want server.RaftLog
+		want raftlog.Kind
 		err  string // the refusal names this; "" when accepted
 	}{
-		{"default", nil, server.RaftLogWAL, ""},
-		{"wal", []string{"--raft-log", "wal"}, server.RaftLogWAL, ""},
-		{"bolt", []string{"--raft-log", "bolt"}, server.RaftLogBolt, ""},
+		{"default", nil, raftlog.WAL, ""},
+		{"wal", []string{"--raft-log", "wal"}, raftlog.WAL, ""},
+		{"bolt", []string{"--raft-log", "bolt"}, raftlog.Bolt, ""},
 		{"empty", []string{"--raft-log", ""}, "", `--raft-log "": wal or bolt`},
 		{"capitals", []string{"--raft-log", "WAL"}, "", `--raft-log "WAL": wal or bolt`},
 		{"a store's full name", []string{"--raft-log", "raft-boltdb"}, "", `--raft-log "raft-boltdb": wal or bolt`},
@@ -52,7 +52,7 @@ func TestRaftLogCacheFlag(t *testing.T) {
 		want int64
 		err  bool
 	}{
-		{"default", nil, server.DefaultRaftLogCache, false},
+		{"default", nil, raftlog.DefaultCache, false},
 		{"none", []string{"--raft-log-cache", "0"}, 0, false},
 		{"one MiB", []string{"--raft-log-cache", "1"}, 1 << 20, false},
 		{"the largest", []string{"--raft-log-cache", "1048576"}, 1 << 40, false},

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
-	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // testConfig is a run of orders orders against the broker at server, on

@@ -82,7 +82,7 @@ type Consumer struct {
 }
 
 // ForgetConsumer forgets a consumer group of a subject, making room under
-// MaxConsumerGroups and MaxTotalConsumerGroups. Only the metaserver's
+// MaxConsumerGroupsPerSubject and MaxTotalConsumerGroups. Only the metaserver's
 // record goes: the broker groups keep the group's consumption state, and
 // a consumer of the group asking for the route records it again. A group
 // not recorded is a no-op, so a retry succeeds. With Broker it is that

@@ -25,13 +25,13 @@ import (
 //	                   = 256 × 77,704                              = 19,892,224
 //	a subject          "NAME":{"groups":[…],"consumers":[…],"app":"APP","consumer_apps":[…]},
 //	                   232 + 209 (its application) + 19 + its lists
-//	all subjects       40,000 MaxSubjects × 460                    = 18,400,000
+//	all subjects       40,000 MaxRoutedSubjects × 460              = 18,400,000
 //	route entries      "GROUP",  80,000 MaxRoutedGroups × 203      = 16,240,000
 //	consumer groups    "NAME", its application's "APP", and its holders
 //	                   (a uint64: 20 digits and a comma), with each
 //	                   subject's "consumer_holders":[] (22 bytes),
 //	                   80,000 MaxTotalConsumerGroups × 427
-//	                   + 40,000 MaxSubjects × 22                  = 35,040,000
+//	                   + 40,000 MaxRoutedSubjects × 22            = 35,040,000
 //	members            "ID":"ADDR",  32 MaxMembers × 1,736         =     55,552
 //	an application     "CODE":{"code":"CODE","admin":true,"secrets":[…],
 //	                   "consume":[…],"max_subjects":…,"max_groups":…,
@@ -64,18 +64,23 @@ const (
 	// MaxNodesPerBrokerGroup bounds the registered nodes of one broker group. A
 	// node replaced under a new id stays registered until deregistered.
 	MaxNodesPerBrokerGroup = 16
-	// MaxSubjects bounds the subjects with a route. A route is created on
-	// a subject's first use and never removed.
-	MaxSubjects = 40_000
+	// MaxRoutedSubjects bounds the subjects with a route, over all broker
+	// groups: the metaserver's table of routes. A route is created on a
+	// subject's first use and never removed. (What one broker group holds
+	// of them is limits.MaxSubjectsPerBrokerGroup's.) Its errors name it
+	// MaxSubjects, as operators know it (docs/operations.md).
+	MaxRoutedSubjects = 40_000
 	// MaxBrokerGroupsPerSubject bounds one route.
 	MaxBrokerGroupsPerSubject = 64
 	// MaxRoutedBrokerGroups bounds the route entries of all subjects together
 	// (the sum of their groups): two per subject on average, the default
 	// a subject is assigned on first use.
 	MaxRoutedBrokerGroups = 80_000
-	// MaxConsumerGroups bounds the consumer groups recorded per subject:
-	// as many as a broker group keeps.
-	MaxConsumerGroups = limits.MaxConsumerGroupsPerSubject
+	// MaxConsumerGroupsPerSubject bounds the consumer groups recorded for
+	// one subject: as many as a broker group keeps of it. (What a broker
+	// group keeps of all subjects is limits.MaxConsumerGroups.) Its errors
+	// name it MaxConsumerGroups, as operators know it (docs/operations.md).
+	MaxConsumerGroupsPerSubject = limits.MaxConsumerGroupsPerSubject
 	// MaxTotalConsumerGroups bounds the consumer groups recorded of all
 	// subjects together (a group consuming two subjects counts twice).
 	MaxTotalConsumerGroups = 80_000
@@ -138,8 +143,8 @@ func (s *state) limits(cmd Command) error {
 		if n := len(have) + added; n > MaxBrokerGroupsPerSubject {
 			return overLimit("MaxBrokerGroupsPerSubject", MaxBrokerGroupsPerSubject, "subject %s would have %d groups", c.Subject, n)
 		}
-		if old == nil && len(s.Subjects) >= MaxSubjects {
-			return overLimit("MaxSubjects", MaxSubjects, "%d subjects have a route, subject %s would be one more", len(s.Subjects), c.Subject)
+		if old == nil && len(s.Subjects) >= MaxRoutedSubjects {
+			return overLimit("MaxSubjects", MaxRoutedSubjects, "%d subjects have a route, subject %s would be one more", len(s.Subjects), c.Subject)
 		}
 		if s.routed+added > MaxRoutedBrokerGroups {
 			return overLimit("MaxRoutedBrokerGroups", MaxRoutedBrokerGroups, "routes hold %d groups in all, subject %s would add %d", s.routed, c.Subject, added)
@@ -156,8 +161,8 @@ func (s *state) limits(cmd Command) error {
 		if _, found := slices.BinarySearch(r.Consumers, c.ConsumerGroup); found {
 			return nil
 		}
-		if len(r.Consumers) >= MaxConsumerGroups {
-			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "subject %s has %d consumer groups, %s would be one more", c.Subject, len(r.Consumers), c.ConsumerGroup)
+		if len(r.Consumers) >= MaxConsumerGroupsPerSubject {
+			return overLimit("MaxConsumerGroups", MaxConsumerGroupsPerSubject, "subject %s has %d consumer groups, %s would be one more", c.Subject, len(r.Consumers), c.ConsumerGroup)
 		}
 		if s.consumers >= MaxTotalConsumerGroups {
 			return overLimit("MaxTotalConsumerGroups", MaxTotalConsumerGroups, "%d consumer groups are recorded in all, %s of subject %s would be one more", s.consumers, c.ConsumerGroup, c.Subject)

@@ -49,13 +49,13 @@ func largestState(t *testing.T) *state {
 	// each subject writes both of its lists, and each route and consumer
 	// group recorded as an application's.
 	next := 0
-	for i := range MaxSubjects {
+	for i := range MaxRoutedSubjects {
 		r := &Route{App: apps[i%len(apps)].Code}
-		for range share(MaxRoutedBrokerGroups, MaxSubjects, i) {
+		for range share(MaxRoutedBrokerGroups, MaxRoutedSubjects, i) {
 			r.BrokerGroups = append(r.BrokerGroups, groups[next%len(groups)])
 			next++
 		}
-		for j := range share(MaxTotalConsumerGroups, MaxSubjects, i) {
+		for j := range share(MaxTotalConsumerGroups, MaxRoutedSubjects, i) {
 			r.Consumers = append(r.Consumers, longName('c', j, limits.MaxName))
 			r.ConsumerApps = append(r.ConsumerApps, apps[(i+j)%len(apps)].Code)
 			r.ConsumerHolders = append(r.ConsumerHolders, 1<<len(r.BrokerGroups)-1)
@@ -215,10 +215,10 @@ func limitCases() []limitCase {
 			s.BrokerGroups["g0"].Nodes["past"] = Node{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}
 		},
 	}, {
-		name: "MaxSubjects", limit: MaxSubjects,
+		name: "MaxSubjects", limit: MaxRoutedSubjects,
 		build: func(s *state) {
 			addGroups(s, 2)
-			for i := range MaxSubjects - 1 {
+			for i := range MaxRoutedSubjects - 1 {
 				s.Subjects[fmt.Sprintf("s%d", i)] = &Route{BrokerGroups: []string{"g0"}}
 			}
 		},
@@ -268,11 +268,11 @@ func limitCases() []limitCase {
 		still: []Command{&Assign{Subject: "s1", BrokerGroups: []string{"g0", "g1"}}, &Assign{Subject: "s1", BrokerGroups: []string{"g0"}, IfNew: true}},
 		past:  func(s *state) { s.Subjects["past"] = &Route{BrokerGroups: []string{"g0"}} },
 	}, {
-		name: "MaxConsumerGroups", limit: MaxConsumerGroups,
+		name: "MaxConsumerGroups", limit: MaxConsumerGroupsPerSubject,
 		build: func(s *state) {
 			addGroups(s, 1)
 			r := &Route{BrokerGroups: []string{"g0"}}
-			for i := range MaxConsumerGroups - 1 {
+			for i := range MaxConsumerGroupsPerSubject - 1 {
 				r.Consumers = append(r.Consumers, fmt.Sprintf("c%05d", i))
 			}
 			s.Subjects["s"] = r
@@ -290,7 +290,7 @@ func limitCases() []limitCase {
 		build: func(s *state) {
 			addGroups(s, 1)
 			const per = 4000
-			if MaxTotalConsumerGroups%per != 0 || per >= MaxConsumerGroups {
+			if MaxTotalConsumerGroups%per != 0 || per >= MaxConsumerGroupsPerSubject {
 				panic("MaxTotalConsumerGroups does not split in 4000s: rewrite this case")
 			}
 			for i := range MaxTotalConsumerGroups / per {

@@ -95,8 +95,8 @@ func (s *state) check() error {
 			}
 		}
 	}
-	if len(s.Subjects) > MaxSubjects {
-		return overLimit("MaxSubjects", MaxSubjects, "snapshot has %d subjects", len(s.Subjects))
+	if len(s.Subjects) > MaxRoutedSubjects {
+		return overLimit("MaxSubjects", MaxRoutedSubjects, "snapshot has %d subjects", len(s.Subjects))
 	}
 	routed, consumers := 0, 0
 	appSubjects, appGroups := map[string]int{}, map[string]int{}
@@ -116,8 +116,8 @@ func (s *state) check() error {
 				return fmt.Errorf("%w: snapshot routes %s to group %s twice", ErrInvalid, subject, g)
 			}
 		}
-		if len(r.Consumers) > MaxConsumerGroups {
-			return overLimit("MaxConsumerGroups", MaxConsumerGroups, "snapshot has %d consumer groups for %s", len(r.Consumers), subject)
+		if len(r.Consumers) > MaxConsumerGroupsPerSubject {
+			return overLimit("MaxConsumerGroups", MaxConsumerGroupsPerSubject, "snapshot has %d consumer groups for %s", len(r.Consumers), subject)
 		}
 		for i, c := range r.Consumers {
 			if err := checkName("consumer group", c); err != nil {

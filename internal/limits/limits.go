@@ -99,13 +99,16 @@ const (
 // settings, so that every replica decides alike. Each bounds memory a
 // client can make every replica hold.
 const (
-	// MaxSubjects bounds the subjects with messages (a consume log) or
-	// delayed messages pending, per broker group.
-	MaxSubjects = 65536
+	// MaxSubjectsPerBrokerGroup bounds the subjects one broker group
+	// holds: those with messages (a consume log) or delayed messages
+	// pending. (The subjects with a route, over all broker groups, are
+	// bounded by the metaserver: meta.MaxRoutedSubjects.)
+	MaxSubjectsPerBrokerGroup = 65536
 	// MaxConsumerGroupsPerSubject bounds the consumer groups of one
 	// subject (the metaserver records as many).
 	MaxConsumerGroupsPerSubject = 4096
-	// MaxConsumerGroups bounds the consumer groups over all subjects.
+	// MaxConsumerGroups bounds the consumer groups over all subjects of
+	// one broker group.
 	MaxConsumerGroups = 65536
 	// MaxConsumersPerGroup bounds the registered consumers of one group.
 	MaxConsumersPerGroup = 1024

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // testServer accepts TLS connections on loopback; each that completes its
@@ -157,7 +157,7 @@ func TestHandshakeSeesRotatedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := parseLeaf(t, cert).SerialNumber
-	await.True(t, 10*time.Second, "a handshake with the new certificate", func() bool {
+	poll.Until(t, 10*time.Second, "a handshake with the new certificate", func() bool {
 		return serial().Cmp(want) == 0
 	})
 	if want.Cmp(old) == 0 {
@@ -175,7 +175,7 @@ func TestHandshakeSeesRotatedFiles(t *testing.T) {
 		t.Fatal("a node of B was let in before the CA file named B")
 	}
 	writeCA(t, dir, caA, caB)
-	await.True(t, 10*time.Second, "a node of B let in by the reloaded CA", func() bool {
+	poll.Until(t, 10*time.Second, "a node of B let in by the reloaded CA", func() bool {
 		_, clientErr, serverErr := s.dial(t, foreign)
 		return clientErr == nil && serverErr == nil
 	})

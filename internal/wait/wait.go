@@ -1,4 +1,7 @@
-// Package wait holds the one helper for pausing that respects cancellation.
+// Package wait holds the one helper for pausing that respects
+// cancellation: production loops that back off or pace sleep with it, and
+// stop at once when their context ends. (Tests that wait for a condition
+// poll it with test/poll.)
 package wait
 
 import (

@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // every read opens its segment's file again (open(2), a pread of the
 // header, the read, and later a close). The files are in the page cache.
 //
-//	go test ./server -run '^$' -bench WALReadSealedSegment -benchtime 20000x -count 5
+//	go test ./server/raftlog -run '^$' -bench WALReadSealedSegment -benchtime 20000x -count 5
 func BenchmarkWALReadSealedSegment(b *testing.B) {
 	dir := b.TempDir()
 	s, err := openWAL(dir, 64<<10, hclog.NewNullLogger())

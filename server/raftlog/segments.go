@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"sync"
@@ -174,7 +174,7 @@ func (s *tailSegment) writer() types.SegmentWriter {
 
 // release opens the sealed segment read-only, through segmentFiles, and
 // drops w, its writer. If the file cannot be opened the writer stays (its
-// buffer and its descriptor with it, outside walFiles) and reads go on
+// buffer and its descriptor with it, outside MaxFiles) and reads go on
 // through it.
 func (s *tailSegment) release(w types.SegmentWriter, indexStart uint64) {
 	info := s.info

@@ -1,17 +1,12 @@
-package server
+package raftlog
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -60,7 +55,7 @@ func wantBigEntries(t *testing.T, s raft.LogStore, first, last uint64, size int)
 // segment now lets its writer go, and only the tail's buffer stays.
 func TestWALKeepsOnlyTheTailsWriteBuffer(t *testing.T) {
 	dir := t.TempDir()
-	s := mustOpenRaftLog(t, dir, RaftLogWAL)
+	s := mustOpen(t, dir, WAL)
 	defer s.Close()
 	const size, perBatch, batches = 256 << 10, 8, 80 // 2 MiB a batch, 160 MiB
 	before := heapAfterGC()
@@ -76,7 +71,7 @@ func TestWALKeepsOnlyTheTailsWriteBuffer(t *testing.T) {
 	if held > 5<<20 {
 		t.Fatalf("the store holds %.1f MiB after 160 MiB in 2 MiB batches, want at most 5 MiB", float64(held)/(1<<20))
 	}
-	segments, _ := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
+	segments, _ := filepath.Glob(filepath.Join(dir, WALDir, "*.wal"))
 	if len(segments) < 4 {
 		t.Fatalf("%d segment files, want at least 4 (160 MiB in %d MiB segments)", len(segments), walSegmentSize>>20)
 	}
@@ -136,7 +131,7 @@ func TestWALReadsWhileSegmentsSeal(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpenRaftLog(t, dir, RaftLogWAL)
+	s = mustOpen(t, dir, WAL)
 	defer s.Close()
 	wantBigEntries(t, s.logs, 1, last-91, size)
 	if l, _ := s.logs.LastIndex(); l != last-91 {
@@ -160,7 +155,7 @@ func TestWALDeletesSegmentsBelowTheCompaction(t *testing.T) {
 		}
 	}
 	count := func() int {
-		m, _ := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
+		m, _ := filepath.Glob(filepath.Join(dir, WALDir, "*.wal"))
 		return len(m)
 	}
 	before := count()
@@ -175,66 +170,15 @@ func TestWALDeletesSegmentsBelowTheCompaction(t *testing.T) {
 	wantBigEntries(t, s.logs, 451, 500, size)
 }
 
-// nopFSM applies nothing and holds nothing.
-type nopFSM struct{}
-
-func (nopFSM) Apply(*raft.Log) any                 { return nil }
-func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nopSnapshot{}, nil }
-func (nopFSM) Restore(r io.ReadCloser) error       { return r.Close() }
-
-type nopSnapshot struct{}
-
-func (nopSnapshot) Persist(s raft.SnapshotSink) error { return s.Close() }
-func (nopSnapshot) Release()                          {}
-
-// The log cache held 1,024 entries whatever their size: 48 entries of
-// 1 MiB stayed in memory after they were committed, with the proposals'
-// futures. The cache now holds at most its bytes.
-func TestRaftGroupHoldsAtMostItsLogCacheAfterLargeEntries(t *testing.T) {
-	const cache = 8 << 20
-	g := &raftGroup{id: "n1", group: "g1", log: hclog.NewNullLogger(), applyTimeout: 10 * time.Second}
-	timing := DefaultConfig().RaftTiming
-	timing.SetElectionTimeout(200 * time.Millisecond)
-	if err := g.open(raftSetup{dir: t.TempDir(), addr: freeAddr(t), bootstrap: true, timing: timing,
-		fsm: nopFSM{}, snaps: raft.NewInmemSnapshotStore(), raftLog: RaftLogWAL, logCache: cache}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		err := g.shutdown()
-		if err = errors.Join(append(g.closeStores(), err)...); err != nil {
-			t.Error(err)
-		}
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go g.watchLeadership(ctx, func() {}, func(context.Context) {})
-	waitFor(t, 10*time.Second, "leadership", g.leading.Load)
-	if err := g.raft.Barrier(10 * time.Second).Error(); err != nil {
-		t.Fatal(err)
-	}
-	before := heapAfterGC()
-	for i := range 48 {
-		data := bytes.Repeat([]byte{byte(i)}, 1<<20)
-		if err := g.raft.Apply(data, 10*time.Second).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	held := heapAfterGC() - before
-	t.Logf("held %.1f MiB", float64(held)/(1<<20))
-	// The cache, the tail segment's buffer (2 MiB for 1 MiB entries), and
-	// 2 MiB for raft's and the store's own.
-	if held > cache+4<<20 {
-		t.Fatalf("the group holds %.1f MiB after 48 entries of 1 MiB, want at most %d MiB", float64(held)/(1<<20), (cache+4<<20)>>20)
-	}
-}
-
-// The largest entry a batch can make (MaxMaxBatchBytes and one more
-// request) is over three segments: it is written whole into one segment
-// that it seals, and reads back before and after a reopen.
+// The largest entry a broker's batch can make (server.MaxMaxBatchBytes,
+// 32 MiB, and one more request) is over three segments: it is written
+// whole into one segment that it seals, and reads back before and after a
+// reopen. (server's build fails if such an entry could pass what raft-wal
+// reads back.)
 func TestWALTakesAnEntryLargerThanASegment(t *testing.T) {
 	dir := t.TempDir()
-	s := mustOpenRaftLog(t, dir, RaftLogWAL)
-	const big = MaxMaxBatchBytes + limits.MaxFrame
+	s := mustOpen(t, dir, WAL)
+	const big = 32<<20 + limits.MaxFrame
 	if big <= walSegmentSize {
 		t.Fatalf("entry of %d bytes fits a %d-byte segment", big, walSegmentSize)
 	}
@@ -253,7 +197,7 @@ func TestWALTakesAnEntryLargerThanASegment(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpenRaftLog(t, dir, RaftLogWAL)
+	s = mustOpen(t, dir, WAL)
 	defer s.Close()
 	check()
 }

@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"container/list"
@@ -21,7 +21,9 @@ import (
 // log.
 const sealedSegmentFiles = 32
 
-// walFiles is the most descriptors a raft-wal store holds:
+// MaxFiles is the most descriptors a Store holds, what a node keeps room
+// for besides its clients and its state machine: raft-boltdb holds one
+// (raft.db), and raft-wal at most
 //   - sealedSegmentFiles sealed segment files;
 //   - the tail's file (a segment's writer is closed when it is sealed,
 //     before the next one is created);
@@ -31,11 +33,11 @@ const sealedSegmentFiles = 32
 //   - the directory, which raft-wal opens to fsync it after a new
 //     segment's first write (and at open, to list it);
 //   - wal-meta.db (bolt), and the lock on raft-wal/ (lockDir).
-const walFiles = sealedSegmentFiles + 5
+const MaxFiles = sealedSegmentFiles + 5
 
 // errSegmentClosed is returned by a read of a segment raft-wal has closed
 // (it left the log, or the store closed).
-var errSegmentClosed = errors.New("server: raft log: segment closed")
+var errSegmentClosed = errors.New("raftlog: segment closed")
 
 // segmentFiles bounds the sealed segment files of one raft-wal store open
 // at once. raft-wal keeps a reader for every segment in the log, and the

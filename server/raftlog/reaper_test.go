@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // A compaction's segments are unlinked after raft-wal's write lock is
@@ -41,8 +41,8 @@ func TestWALCompactionDoesNotWaitForUnlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	walFiles := func(pattern string) int {
-		m, _ := filepath.Glob(filepath.Join(dir, walDir, pattern))
+	MaxFiles := func(pattern string) int {
+		m, _ := filepath.Glob(filepath.Join(dir, WALDir, pattern))
 		return len(m)
 	}
 	done := make(chan error, 1)
@@ -61,12 +61,12 @@ func TestWALCompactionDoesNotWaitForUnlinks(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the compaction or the next append waited for the unlinks")
 	}
-	if walFiles("*.wal") > 4 || walFiles("*"+reapSuffix) == 0 {
+	if MaxFiles("*.wal") > 4 || MaxFiles("*"+reapSuffix) == 0 {
 		t.Fatalf("%d segments in the log and %d renamed while the unlinks wait; want at most 4 and some",
-			walFiles("*.wal"), walFiles("*"+reapSuffix))
+			MaxFiles("*.wal"), MaxFiles("*"+reapSuffix))
 	}
 	close(release)
-	await.True(t, 10*time.Second, "renamed segments unlinked", func() bool { return walFiles("*"+reapSuffix) == 0 })
+	poll.Until(t, 10*time.Second, "renamed segments unlinked", func() bool { return MaxFiles("*"+reapSuffix) == 0 })
 	wantBigEntries(t, s.logs, 451, 505, size)
 }
 
@@ -84,7 +84,7 @@ func TestWALOpenRemovesSegmentsLeftToReap(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	left := filepath.Join(dir, walDir, "00000000000000000001-0000000000000009.wal"+reapSuffix)
+	left := filepath.Join(dir, WALDir, "00000000000000000001-0000000000000009.wal"+reapSuffix)
 	if err := os.WriteFile(left, []byte("a segment a crash left renamed"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestWALOpenRemovesSegmentsLeftToReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	await.True(t, 10*time.Second, "the renamed segment removed", func() bool {
+	poll.Until(t, 10*time.Second, "the renamed segment removed", func() bool {
 		_, err := os.Stat(left)
 		return os.IsNotExist(err)
 	})

@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"sync"
@@ -6,15 +6,15 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// logCacheOverhead is what one cached entry costs beyond its Data and
+// cacheOverhead is what one cached entry costs beyond its Data and
 // Extensions: the copied raft.Log (about 100 bytes) and its slot.
-const logCacheOverhead = 128
+const cacheOverhead = 128
 
-// DefaultRaftLogCache is the bytes of recent Raft entries a node keeps in
+// DefaultCache is the bytes of recent Raft entries a node keeps in
 // memory unless configured otherwise: 16 MiB.
-const DefaultRaftLogCache = 16 << 20
+const DefaultCache = 16 << 20
 
-// logCache is a raft.LogStore that keeps the most recent entries it stored
+// cache is a raft.LogStore that keeps the most recent entries it stored
 // in memory, up to max bytes, so that the leader feeds followers that keep
 // up without reading entries back from the store and decoding them. A
 // follower caches nothing: it reads entries back only to apply them.
@@ -36,7 +36,7 @@ const DefaultRaftLogCache = 16 << 20
 // from its snapshot goroutine too; one lock guards the run. Entries are
 // cached only once the store has them, and dropped before the store
 // deletes them, so the cache never answers for an entry the store lacks.
-type logCache struct {
+type cache struct {
 	store raft.LogStore
 	max   int64
 	// keep reports whether entries stored now are to be cached: only while
@@ -47,27 +47,28 @@ type logCache struct {
 	mu      sync.RWMutex
 	first   uint64 // index of entries[0]; meaningless while entries is empty
 	entries []*raft.Log
-	bytes   int64 // what the entries cost, by logCacheSize
+	bytes   int64 // what the entries cost, by cacheSize
 }
 
-// newLogCache wraps store with a cache of up to max bytes of the entries
-// stored while keep reports true; max 0 disables it (store is returned as
-// it is).
-func newLogCache(store raft.LogStore, max int64, keep func() bool) raft.LogStore {
+// NewCache puts a cache of the most recent entries stored in front of
+// store (see cache): up to max bytes of them, stored while keep reports
+// true (a node passes whether it leads: a follower feeds no one). max 0
+// disables it: store is returned as it is.
+func NewCache(store raft.LogStore, max int64, keep func() bool) raft.LogStore {
 	if max <= 0 {
 		return store
 	}
-	return &logCache{store: store, max: max, keep: keep}
+	return &cache{store: store, max: max, keep: keep}
 }
 
-// logCacheSize is what caching l costs.
-func logCacheSize(l *raft.Log) int64 {
-	return int64(len(l.Data)+len(l.Extensions)) + logCacheOverhead
+// cacheSize is what caching l costs.
+func cacheSize(l *raft.Log) int64 {
+	return int64(len(l.Data)+len(l.Extensions)) + cacheOverhead
 }
 
 // GetLog implements raft.LogStore: from memory if the entry is cached,
 // else from the store.
-func (c *logCache) GetLog(index uint64, log *raft.Log) error {
+func (c *cache) GetLog(index uint64, log *raft.Log) error {
 	c.mu.RLock()
 	if n := uint64(len(c.entries)); n > 0 && index >= c.first && index-c.first < n {
 		*log = *c.entries[index-c.first]
@@ -79,12 +80,12 @@ func (c *logCache) GetLog(index uint64, log *raft.Log) error {
 }
 
 // StoreLog implements raft.LogStore.
-func (c *logCache) StoreLog(log *raft.Log) error {
+func (c *cache) StoreLog(log *raft.Log) error {
 	return c.StoreLogs([]*raft.Log{log})
 }
 
 // StoreLogs implements raft.LogStore: the store first, then the cache.
-func (c *logCache) StoreLogs(logs []*raft.Log) error {
+func (c *cache) StoreLogs(logs []*raft.Log) error {
 	if err := c.store.StoreLogs(logs); err != nil {
 		return err
 	}
@@ -101,8 +102,8 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 }
 
 // add appends l to the run, or starts a new one; c.mu is held.
-func (c *logCache) add(l *raft.Log) {
-	size := logCacheSize(l)
+func (c *cache) add(l *raft.Log) {
+	size := cacheSize(l)
 	if len(c.entries) > 0 && l.Index != c.first+uint64(len(c.entries)) {
 		c.reset()
 	}
@@ -124,8 +125,8 @@ func (c *logCache) add(l *raft.Log) {
 // dropFirst forgets the oldest entry; c.mu is held and the run is not
 // empty. Its slot is cleared, so the entry is not kept alive by the slice
 // (whose array append replaces as the run moves on: pointers only).
-func (c *logCache) dropFirst() {
-	c.bytes -= logCacheSize(c.entries[0])
+func (c *cache) dropFirst() {
+	c.bytes -= cacheSize(c.entries[0])
 	c.entries[0] = nil
 	c.entries = c.entries[1:]
 	c.first++
@@ -136,22 +137,22 @@ func (c *logCache) dropFirst() {
 
 // dropLast forgets the newest entry; c.mu is held and the run is not
 // empty.
-func (c *logCache) dropLast() {
+func (c *cache) dropLast() {
 	last := len(c.entries) - 1
-	c.bytes -= logCacheSize(c.entries[last])
+	c.bytes -= cacheSize(c.entries[last])
 	c.entries[last] = nil
 	c.entries = c.entries[:last]
 }
 
 // reset empties the run; c.mu is held.
-func (c *logCache) reset() {
+func (c *cache) reset() {
 	clear(c.entries)
 	c.entries, c.bytes = c.entries[:0], 0
 }
 
 // DeleteRange implements raft.LogStore: the entries from min to max
 // (inclusive) leave the cache, then the store.
-func (c *logCache) DeleteRange(min, max uint64) error {
+func (c *cache) DeleteRange(min, max uint64) error {
 	c.mu.Lock()
 	for len(c.entries) > 0 && c.first >= min && c.first <= max {
 		c.dropFirst()
@@ -167,21 +168,21 @@ func (c *logCache) DeleteRange(min, max uint64) error {
 }
 
 // FirstIndex implements raft.LogStore.
-func (c *logCache) FirstIndex() (uint64, error) { return c.store.FirstIndex() }
+func (c *cache) FirstIndex() (uint64, error) { return c.store.FirstIndex() }
 
 // LastIndex implements raft.LogStore.
-func (c *logCache) LastIndex() (uint64, error) { return c.store.LastIndex() }
+func (c *cache) LastIndex() (uint64, error) { return c.store.LastIndex() }
 
 // IsMonotonic implements raft.MonotonicLogStore for a store that does
 // (raft-wal refuses gaps: after installing a snapshot raft must empty such
 // a log instead of leaving a gap).
-func (c *logCache) IsMonotonic() bool {
+func (c *cache) IsMonotonic() bool {
 	m, ok := c.store.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
 // cached reports the run's first index, its length and its bytes.
-func (c *logCache) cached() (first uint64, n int, bytes int64) {
+func (c *cache) cached() (first uint64, n int, bytes int64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.first, len(c.entries), c.bytes

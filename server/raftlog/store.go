@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"errors"
@@ -16,25 +16,25 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// RaftLog names the store that keeps a node's Raft log and its stable state
+// Kind names the store that keeps a node's Raft log and its stable state
 // (current term, vote).
-type RaftLog string
+type Kind string
 
 const (
-	// RaftLogWAL is hashicorp/raft-wal in the data directory's raft-wal/:
+	// WAL is hashicorp/raft-wal in the data directory's raft-wal/:
 	// segment files written in append order, one fsync per batch of entries,
 	// and a small bolt file (wal-meta.db) for the stable state and the list
 	// of segments.
-	RaftLogWAL RaftLog = "wal"
-	// RaftLogBolt is hashicorp/raft-boltdb in the data directory's raft.db:
+	WAL Kind = "wal"
+	// Bolt is hashicorp/raft-boltdb in the data directory's raft.db:
 	// a B+tree, two fdatasyncs per batch of entries.
-	RaftLogBolt RaftLog = "bolt"
+	Bolt Kind = "bolt"
 )
 
 // The names of the two stores in a node's data directory.
 const (
-	boltFile = "raft.db"
-	walDir   = "raft-wal"
+	BoltFile = "raft.db"
+	WALDir   = "raft-wal"
 )
 
 // storeLockTimeout is how long opening a log store waits for another
@@ -42,29 +42,30 @@ const (
 const storeLockTimeout = time.Second
 
 var (
-	// ErrRaftLog is wrapped by the errors about a RaftLog value that names
+	// ErrUnknownKind is wrapped by the errors about a Kind value that names
 	// no store.
-	ErrRaftLog = errors.New("server: raft log")
-	// ErrTwoRaftLogs is returned when a data directory holds both stores: a
+	ErrUnknownKind = errors.New("raftlog: no such store")
+	// ErrTwoStores is returned when a data directory holds both stores: a
 	// node only ever writes one, so which is its log cannot be told.
-	ErrTwoRaftLogs = errors.New("server: raft log: the data directory holds both raft.db (raft-boltdb) and raft-wal/ (raft-wal)")
-	// ErrRaftLogInUse is returned when another process holds the store
+	ErrTwoStores = errors.New("raftlog: the data directory holds both raft.db (raft-boltdb) and raft-wal/ (raft-wal)")
+	// ErrInUse is returned when another process holds the store
 	// open: two nodes on one data directory.
-	ErrRaftLogInUse = errors.New("server: raft log: in use by another process")
+	ErrInUse = errors.New("raftlog: in use by another process")
 )
 
-// ParseRaftLog returns the store s names ("wal" or "bolt").
-func ParseRaftLog(s string) (RaftLog, error) {
-	switch l := RaftLog(s); l {
-	case RaftLogWAL, RaftLogBolt:
+// Parse returns the store s names ("wal" or "bolt").
+func Parse(s string) (Kind, error) {
+	switch l := Kind(s); l {
+	case WAL, Bolt:
 		return l, nil
 	}
-	return "", fmt.Errorf("%w: %q is neither %q nor %q", ErrRaftLog, s, RaftLogWAL, RaftLogBolt)
+	return "", fmt.Errorf("%w: %q is neither %q nor %q", ErrUnknownKind, s, WAL, Bolt)
 }
 
-// raftLogStore is a node's Raft log and stable store, of either kind.
-type raftLogStore struct {
-	kind   RaftLog
+// Store is a node's Raft log and stable store, of either kind, open on
+// its data directory, which it holds locked until Close.
+type Store struct {
+	kind   Kind
 	logs   raft.LogStore
 	stable raft.StableStore
 	reaper *segmentReaper // raft-wal's: unlinks the segments it deleted
@@ -72,68 +73,83 @@ type raftLogStore struct {
 	close  func() error
 }
 
-// Close closes the store's files and releases its lock.
-func (s *raftLogStore) Close() error { return s.close() }
+// Kind returns which store this is: the data directory's, which may not be
+// the one asked for (see Open).
+func (s *Store) Kind() Kind { return s.kind }
 
-// pickRaftLog returns the store dir holds, or want for a directory that
+// Logs returns the Raft log, for raft.NewRaft (through NewCache on a node).
+// Its StoreLogs returns once the batch is durable.
+func (s *Store) Logs() raft.LogStore { return s.logs }
+
+// Stable returns the stable store: raft's term and vote, and what the node
+// keeps beside them (its group's identity, its writable flag).
+func (s *Store) Stable() raft.StableStore { return s.stable }
+
+// Close closes the store's files and releases its lock.
+func (s *Store) Close() error { return s.close() }
+
+// pick returns the store dir holds, or want for a directory that
 // holds none yet; found says whether it holds one. A directory holding
 // both is refused.
-func pickRaftLog(dir string, want RaftLog) (kind RaftLog, found bool, err error) {
-	bolt, err := exists(filepath.Join(dir, boltFile))
+func pick(dir string, want Kind) (kind Kind, found bool, err error) {
+	bolt, err := exists(filepath.Join(dir, BoltFile))
 	if err != nil {
 		return "", false, err
 	}
-	wal, err := exists(filepath.Join(dir, walDir))
+	wal, err := exists(filepath.Join(dir, WALDir))
 	if err != nil {
 		return "", false, err
 	}
 	switch {
 	case bolt && wal:
 		return "", false, fmt.Errorf("%w in %s: a node writes only one; move the other out of the directory before starting it",
-			ErrTwoRaftLogs, dir)
+			ErrTwoStores, dir)
 	case bolt:
-		return RaftLogBolt, true, nil
+		return Bolt, true, nil
 	case wal:
-		return RaftLogWAL, true, nil
+		return WAL, true, nil
 	}
 	return want, false, nil
 }
 
-// openRaftLog opens the Raft log store in dir: the one the directory
-// already holds, else a new one of kind want.
-func openRaftLog(dir string, want RaftLog, log hclog.Logger) (*raftLogStore, error) {
-	if _, err := ParseRaftLog(string(want)); err != nil {
+// Open opens the Raft log store in the data directory dir: the one the
+// directory already holds, else a new one of kind want. A directory
+// holding both is refused (ErrTwoStores), and so is one another process
+// holds open, after a second (ErrInUse). log is the node's: Open says
+// which store it found, and raft-wal logs under it.
+func Open(dir string, want Kind, log hclog.Logger) (*Store, error) {
+	if _, err := Parse(string(want)); err != nil {
 		return nil, err
 	}
-	kind, found, err := pickRaftLog(dir, want)
+	kind, found, err := pick(dir, want)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case found && kind == RaftLogBolt && want == RaftLogWAL:
+	case found && kind == Bolt && want == WAL:
 		log.Info("raft log: raft-boltdb (data directory from an earlier version)")
 	case found && kind != want:
 		log.Info("raft log: the data directory's store, not the one configured for new directories", "raft-log", kind, "configured", want)
 	}
-	if kind == RaftLogBolt {
+	if kind == Bolt {
 		return openBolt(dir)
 	}
 	return openWAL(dir, walSegmentSize, log)
 }
 
-func openBolt(dir string) (*raftLogStore, error) {
+func openBolt(dir string) (*Store, error) {
 	b, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(dir, boltFile),
+		Path: filepath.Join(dir, BoltFile),
 		// Without these, bolt rewrites its whole freelist on every commit.
 		BoltOptions: &bbolt.Options{Timeout: storeLockTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 	})
 	if errors.Is(err, bbolt.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s", ErrRaftLogInUse, filepath.Join(dir, boltFile))
+		return nil, fmt.Errorf("%w: %s", ErrInUse, filepath.Join(dir, BoltFile))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("server: open raft log %s: %w", filepath.Join(dir, boltFile), err)
+		return nil, fmt.Errorf("raftlog: open %s: %w", filepath.Join(dir, BoltFile), err)
 	}
-	return &raftLogStore{kind: RaftLogBolt, logs: b, stable: b, close: b.Close}, nil
+	return &Store{kind: Bolt, logs: b, stable: b, close: b.Close}, nil
 }
 
 // openWAL opens (or creates) the raft-wal store in dir/raft-wal. raft-wal
@@ -143,16 +159,16 @@ func openBolt(dir string) (*raftLogStore, error) {
 // New segment files are segmentSize bytes (walSegmentSize but in tests);
 // a sealed segment drops its write buffer, and at most sealedSegmentFiles
 // sealed segments are open at once (sealedSegments).
-func openWAL(dir string, segmentSize int, log hclog.Logger) (*raftLogStore, error) {
+func openWAL(dir string, segmentSize int, log hclog.Logger) (*Store, error) {
 	return openWALFiles(dir, segmentSize, sealedSegmentFiles, log)
 }
 
 // openWALFiles is openWAL keeping at most sealedFiles sealed segment files
 // open.
-func openWALFiles(dir string, segmentSize, sealedFiles int, log hclog.Logger) (*raftLogStore, error) {
-	path := filepath.Join(dir, walDir)
+func openWALFiles(dir string, segmentSize, sealedFiles int, log hclog.Logger) (*Store, error) {
+	path := filepath.Join(dir, WALDir)
 	if err := makeDir(path); err != nil {
-		return nil, fmt.Errorf("server: open raft log %s: %w", path, err)
+		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
 	}
 	lock, err := lockDir(path, storeLockTimeout)
 	if err != nil {
@@ -167,9 +183,9 @@ func openWALFiles(dir string, segmentSize, sealedFiles int, log hclog.Logger) (*
 	if err != nil {
 		files.closeAll()
 		reaper.close()
-		return nil, errors.Join(fmt.Errorf("server: open raft log %s: %w", path, err), lock.Close())
+		return nil, errors.Join(fmt.Errorf("raftlog: open %s: %w", path, err), lock.Close())
 	}
-	return &raftLogStore{kind: RaftLogWAL, logs: w, stable: w, reaper: reaper, files: files, close: func() error {
+	return &Store{kind: WAL, logs: w, stable: w, reaper: reaper, files: files, close: func() error {
 		err := w.Close()
 		files.closeAll()
 		reaper.close()
@@ -184,7 +200,7 @@ func exists(path string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("server: raft log: %w", err)
+		return false, fmt.Errorf("raftlog: %w", err)
 	}
 	return true, nil
 }

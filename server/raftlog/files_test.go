@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 
-	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // filesUnder returns how many of the process's descriptors are open on dir
@@ -62,7 +62,7 @@ func storeMax(a *atomic.Int64, n int64) {
 // walSegments returns how many segment files dir's raft-wal store holds.
 func walSegments(tb testing.TB, dir string) int {
 	tb.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
+	m, err := filepath.Glob(filepath.Join(dir, WALDir, "*.wal"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -90,9 +90,9 @@ func TestWALHoldsBoundedSegmentFiles(t *testing.T) {
 		}
 		last += 2
 	}
-	walPath := filepath.Join(dir, walDir)
+	walPath := filepath.Join(dir, WALDir)
 	// While nothing is appended or cut: the sealed files, the tail,
-	// wal-meta.db and the lock (walFiles has room for two more).
+	// wal-meta.db and the lock (MaxFiles has room for two more).
 	const quiet = sealedSegmentFiles + 3
 	check := func(when string) {
 		t.Helper()
@@ -207,7 +207,7 @@ func TestWALReadsThroughTwoSegmentFiles(t *testing.T) {
 	if n := most.Load(); n > 2 {
 		t.Fatalf("%d sealed segment files open at once, want at most 2", n)
 	}
-	if n := filesUnder(t, filepath.Join(dir, walDir)); n > 2+3 {
+	if n := filesUnder(t, filepath.Join(dir, WALDir)); n > 2+3 {
 		t.Fatalf("%d descriptors open under raft-wal/, want at most 5 (two sealed files, the tail, wal-meta.db, the lock)", n)
 	}
 }
@@ -306,7 +306,7 @@ func TestSealedSegmentFileLifecycle(t *testing.T) {
 		}
 		done <- err
 	}()
-	await.True(t, 10*time.Second, "the read of c waiting for a file", func() bool {
+	poll.Until(t, 10*time.Second, "the read of c waiting for a file", func() bool {
 		files.mu.Lock()
 		defer files.mu.Unlock()
 		return files.waits > 0

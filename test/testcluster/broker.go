@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // electionTimeout is short, so that a one-node group leads well within a
@@ -39,7 +39,7 @@ func StartBroker(tb testing.TB, cfg server.Config) *server.Node {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { n.Close() })
-	await.True(tb, leadTimeout, "broker "+cfg.BrokerGroup+"/"+cfg.ID+" to lead", func() bool {
+	poll.Until(tb, leadTimeout, "broker "+cfg.BrokerGroup+"/"+cfg.ID+" to lead", func() bool {
 		s := n.Status()
 		return s.State == "Leader" && s.LeaderAddr != ""
 	})

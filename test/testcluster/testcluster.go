@@ -1,7 +1,7 @@
 // Package testcluster is for tests: it starts brokers and metaservers
 // inside the test's process, on loopback addresses, logging through the
 // test, and stops them when the test ends. Every start waits (polling, by
-// package await) until the node leads its one-node Raft group.
+// package poll) until the node leads its one-node Raft group.
 //
 // It is not a _test file because the tests of several packages share it.
 // Nothing outside tests may import it: it links the broker.
@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/qmqgo/qmq/internal/testport"
+	"github.com/qmqgo/qmq/test/testport"
 )
 
 // Addr returns a loopback TCP address that was free a moment ago, for a

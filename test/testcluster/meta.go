@@ -3,8 +3,8 @@ package testcluster
 import (
 	"testing"
 
-	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/server"
+	"github.com/qmqgo/qmq/test/poll"
 )
 
 // Meta starts a one-node metaserver group: node "m1", bootstrapped, with a
@@ -27,7 +27,7 @@ func Meta(tb testing.TB, tweak func(*server.MetaConfig)) *server.MetaNode {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { m.Close() })
-	await.True(tb, leadTimeout, "metaserver "+cfg.ID+" to lead", func() bool {
+	poll.Until(tb, leadTimeout, "metaserver "+cfg.ID+" to lead", func() bool {
 		return m.Status().State == "Leader"
 	})
 	return m

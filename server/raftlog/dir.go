@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"errors"
@@ -32,11 +32,11 @@ type dirLock struct{ f *os.File }
 
 // lockDir locks the directory path, retrying for up to timeout while
 // another open file holds it (another process, or this one opening the
-// store twice); then it gives up with ErrRaftLogInUse.
+// store twice); then it gives up with ErrInUse.
 func lockDir(path string, timeout time.Duration) (*dirLock, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("server: raft log: lock %s: %w", path, err)
+		return nil, fmt.Errorf("raftlog: lock %s: %w", path, err)
 	}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -47,9 +47,9 @@ func lockDir(path string, timeout time.Duration) (*dirLock, error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, fmt.Errorf("%w: %s", ErrRaftLogInUse, path)
+				return nil, fmt.Errorf("%w: %s", ErrInUse, path)
 			}
-			return nil, fmt.Errorf("server: raft log: lock %s: %w", path, err)
+			return nil, fmt.Errorf("raftlog: lock %s: %w", path, err)
 		}
 		time.Sleep(lockRetry)
 	}

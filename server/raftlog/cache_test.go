@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"bytes"
@@ -65,7 +65,7 @@ func always() bool { return true }
 
 // entry returns entry i whose Data makes it cost size bytes in the cache.
 func entry(i uint64, size int64) *raft.Log {
-	data := bytes.Repeat([]byte{byte(i)}, int(size-logCacheOverhead))
+	data := bytes.Repeat([]byte{byte(i)}, int(size-cacheOverhead))
 	return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data}
 }
 
@@ -82,7 +82,7 @@ func storeRange(t *testing.T, c raft.LogStore, first, last uint64, size int64) {
 // wantCached fails unless the cache holds entries first..last and nothing
 // else, answers GetLog for each from memory with the entry stored, and
 // sends every other index in [lo, hi] to the store.
-func wantCached(t *testing.T, c *logCache, store *memLogStore, first, last, lo, hi uint64) {
+func wantCached(t *testing.T, c *cache, store *memLogStore, first, last, lo, hi uint64) {
 	t.Helper()
 	f, n, b := c.cached()
 	switch {
@@ -131,7 +131,7 @@ func TestLogCacheHoldsRecentEntriesUpToItsBytes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemLogStore()
-			c := newLogCache(store, tc.max, always).(*logCache)
+			c := NewCache(store, tc.max, always).(*cache)
 			storeRange(t, c, 1, 10, size)
 			wantCached(t, c, store, tc.first, tc.last, 1, 11)
 		})
@@ -140,7 +140,7 @@ func TestLogCacheHoldsRecentEntriesUpToItsBytes(t *testing.T) {
 
 func TestLogCacheEvictsOldestAsOneBatchArrives(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 4*1000, always).(*logCache)
+	c := NewCache(store, 4*1000, always).(*cache)
 	var batch []*raft.Log
 	for i := uint64(1); i <= 10; i++ {
 		batch = append(batch, entry(i, 1000))
@@ -158,7 +158,7 @@ func TestLogCacheEvictsOldestAsOneBatchArrives(t *testing.T) {
 
 func TestLogCacheNeverHoldsAnEntryOverItsBytes(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 2000, always).(*logCache)
+	c := NewCache(store, 2000, always).(*cache)
 	storeRange(t, c, 1, 2, 1000)
 	// At the bound: held alone.
 	storeRange(t, c, 3, 3, 2000)
@@ -172,7 +172,7 @@ func TestLogCacheNeverHoldsAnEntryOverItsBytes(t *testing.T) {
 
 func TestLogCacheStartsANewRunWhenEntriesDoNotFollow(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000, always).(*logCache)
+	c := NewCache(store, 10*1000, always).(*cache)
 	storeRange(t, c, 1, 5, 1000)
 	// A gap (a snapshot installed, the log restarted after it).
 	storeRange(t, c, 20, 21, 1000)
@@ -211,7 +211,7 @@ func TestLogCacheDropsDeletedEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemLogStore()
-			c := newLogCache(store, 6*1000, always).(*logCache)
+			c := NewCache(store, 6*1000, always).(*cache)
 			storeRange(t, c, 1, 10, 1000)
 			wantCached(t, c, store, 5, 10, 1, 10)
 			if err := c.DeleteRange(tc.min, tc.max); err != nil {
@@ -224,7 +224,7 @@ func TestLogCacheDropsDeletedEntries(t *testing.T) {
 
 func TestLogCacheCachesNothingTheStoreRefused(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000, always).(*logCache)
+	c := NewCache(store, 10*1000, always).(*cache)
 	storeRange(t, c, 1, 2, 1000)
 	store.failStore = errors.New("disk gone")
 	if err := c.StoreLogs([]*raft.Log{entry(3, 1000)}); !errors.Is(err, store.failStore) {
@@ -235,7 +235,7 @@ func TestLogCacheCachesNothingTheStoreRefused(t *testing.T) {
 
 func TestLogCacheKeepsACopyNotTheCallersEntry(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 10*1000, always).(*logCache)
+	c := NewCache(store, 10*1000, always).(*cache)
 	l := entry(1, 1000)
 	if err := c.StoreLogs([]*raft.Log{l}); err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestLogCacheKeepsACopyNotTheCallersEntry(t *testing.T) {
 func TestLogCacheHoldsNothingWhileTheNodeFollows(t *testing.T) {
 	store := newMemLogStore()
 	var leading atomic.Bool
-	c := newLogCache(store, 10*1000, leading.Load).(*logCache)
+	c := NewCache(store, 10*1000, leading.Load).(*cache)
 	storeRange(t, c, 1, 3, 1000)
 	wantCached(t, c, store, 1, 0, 1, 3)
 	leading.Store(true)
@@ -265,21 +265,21 @@ func TestLogCacheHoldsNothingWhileTheNodeFollows(t *testing.T) {
 
 func TestLogCacheOfZeroBytesIsTheStore(t *testing.T) {
 	store := newMemLogStore()
-	if c := newLogCache(store, 0, always); c != raft.LogStore(store) {
-		t.Fatalf("newLogCache(store, 0, always) = %T, want the store itself", c)
+	if c := NewCache(store, 0, always); c != raft.LogStore(store) {
+		t.Fatalf("NewCache(store, 0, always) = %T, want the store itself", c)
 	}
 }
 
 func TestLogCacheIsMonotonicAsItsStore(t *testing.T) {
-	wal := mustOpenRaftLog(t, t.TempDir(), RaftLogWAL)
+	wal := mustOpen(t, t.TempDir(), WAL)
 	defer wal.Close()
-	bolt := mustOpenRaftLog(t, t.TempDir(), RaftLogBolt)
+	bolt := mustOpen(t, t.TempDir(), Bolt)
 	defer bolt.Close()
 	for _, tc := range []struct {
 		store raft.LogStore
 		want  bool
 	}{{wal.logs, true}, {bolt.logs, false}, {newMemLogStore(), false}} {
-		if got := newLogCache(tc.store, 1<<20, always).(raft.MonotonicLogStore).IsMonotonic(); got != tc.want {
+		if got := NewCache(tc.store, 1<<20, always).(raft.MonotonicLogStore).IsMonotonic(); got != tc.want {
 			t.Errorf("%T: IsMonotonic %v, want %v", tc.store, got, tc.want)
 		}
 	}
@@ -290,7 +290,7 @@ func TestLogCacheIsMonotonicAsItsStore(t *testing.T) {
 // replication does: every read gets the entry stored at its index.
 func TestLogCacheUnderConcurrentUse(t *testing.T) {
 	store := newMemLogStore()
-	c := newLogCache(store, 20*500, always).(*logCache)
+	c := NewCache(store, 20*500, always).(*cache)
 	const last = 3000
 	var written, deleted atomic.Uint64 // deleted: the last index a read may find gone
 	var wg sync.WaitGroup

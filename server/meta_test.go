@@ -303,6 +303,7 @@ func TestRestartedNodeOfADrainedGroupRefusesSends(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Close() })
 	waitLeader(t, r)
+	waitSettled(t, r) // before, a refusal answers UNAVAILABLE: the leader cannot look yet
 	ctx := ctxFor(t, 10*time.Second)
 	conn, err := transport.Dial(ctx, r.ClientAddr())
 	if err != nil {

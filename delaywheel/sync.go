@@ -13,6 +13,23 @@ import (
 // checkpoint syncs through.
 var syncfs = disk.Syncfs
 
+// kernelRelease is disk.KernelRelease; tests replace it.
+var kernelRelease = disk.KernelRelease
+
+// syncfsTrusted reports whether one syncfs(2) may stand for the fsyncs of
+// the hours written: the platform has it and the kernel reports write-back
+// errors through it (disk.SyncfsReportsWriteBack: Linux 5.8 on). Before
+// 5.8 a write-back error of an hour file closed since the last sync would
+// be lost, so the hours are fsynced file by file, as the state machine
+// does its logs.
+func syncfsTrusted() bool {
+	if !disk.HasSyncfs {
+		return false
+	}
+	release, err := kernelRelease()
+	return err == nil && disk.SyncfsReportsWriteBack(release)
+}
+
 // syncHours makes the files and directories of the hours written since
 // the last sync durable. Where there is syncfs(2) (Linux), one syncfs of
 // the file system holding the schedule directory dir does it for all of
@@ -21,13 +38,14 @@ var syncfs = disk.Syncfs
 // reports the write-back errors of the file system since its descriptor
 // was opened, so a descriptor opened now would not report an error from
 // before, met while writing back an hour closed since the last sync.
-// Elsewhere each file and directory of those hours is fsynced, and then
-// dir, through the descriptor the schedule keeps open.
+// Elsewhere, and on a kernel whose syncfs reports no write-back errors
+// (syncfsTrusted), each file and directory of those hours is fsynced, and
+// then dir, through the descriptor the schedule keeps open.
 func syncHours(dir *os.File, hours map[int64]bool) error {
 	if dir == nil {
 		return os.ErrClosed
 	}
-	if disk.HasSyncfs {
+	if syncfsTrusted() {
 		return syncfs(dir)
 	}
 	for hour := range hours {

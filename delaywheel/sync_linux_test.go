@@ -99,3 +99,30 @@ func TestSyncUsesScheduleDescriptor(t *testing.T) {
 		t.Fatalf("descriptors %v still open on the schedule directory after Close", now)
 	}
 }
+
+// TestOldKernelSyncsHoursFileByFile: on a kernel whose syncfs reports no
+// write-back errors (before 5.8), a checkpoint does not trust one syncfs
+// but fsyncs the hours it wrote, file by file.
+func TestOldKernelSyncsHoursFileByFile(t *testing.T) {
+	var fail error
+	fds := recordSyncfs(t, &fail)
+	orig := kernelRelease
+	kernelRelease = func() (string, error) { return "5.4.0-150-generic", nil }
+	t.Cleanup(func() { kernelRelease = orig })
+	s, err := OpenSchedule(filepath.Join(t.TempDir(), "schedule"), 2, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 3 {
+		if _, err := s.Append(int64(493_000+i)*HourMillis, msg(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(*fds) != 0 {
+		t.Fatalf("a checkpoint on Linux 5.4 synced through syncfs(2) %d times, want none", len(*fds))
+	}
+}

@@ -21,12 +21,12 @@ import (
 //	a broker node      "ID":{"raft_addr":"…","client_addr":"…","http_addr":"…"},
 //	                   203 + 49 + 3 × 1,530                        =      4,842
 //	a broker group     "NAME":{"readonly":true,"nodes":{…}},   232 + its nodes
-//	all groups         256 MaxBrokerGroups × (232 + 16 MaxNodesPerGroup × 4,842)
+//	all groups         256 MaxBrokerGroups × (232 + 16 MaxNodesPerBrokerGroup × 4,842)
 //	                   = 256 × 77,704                              = 19,892,224
 //	a subject          "NAME":{"groups":[…],"consumers":[…],"app":"APP","consumer_apps":[…]},
 //	                   232 + 209 (its application) + 19 + its lists
 //	all subjects       40,000 MaxRoutedSubjects × 460              = 18,400,000
-//	route entries      "GROUP",  80,000 MaxRoutedGroups × 203      = 16,240,000
+//	route entries      "GROUP",  80,000 MaxRoutedBrokerGroups × 203     = 16,240,000
 //	consumer groups    "NAME", its application's "APP", and its holders
 //	                   (a uint64: 20 digits and a comma), with each
 //	                   subject's "consumer_holders":[] (22 bytes),

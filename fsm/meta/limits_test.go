@@ -260,7 +260,7 @@ func limitCases() []limitCase {
 			r := s.Subjects["s0"]
 			r.BrokerGroups = r.BrokerGroups[:len(r.BrokerGroups)-1]
 			if MaxRoutedBrokerGroups%MaxBrokerGroupsPerSubject != 0 {
-				panic("MaxRoutedGroups is not a multiple of MaxGroupsPerSubject: rewrite this case")
+				panic("MaxRoutedBrokerGroups is not a multiple of MaxBrokerGroupsPerSubject: rewrite this case")
 			}
 		},
 		under: &Assign{Subject: "s0", BrokerGroups: []string{"g0", fmt.Sprintf("g%d", MaxBrokerGroupsPerSubject-1)}},

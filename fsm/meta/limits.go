@@ -26,7 +26,7 @@ import (
 //	a subject          "NAME":{"groups":[…],"consumers":[…],"app":"APP","consumer_apps":[…]},
 //	                   232 + 209 (its application) + 19 + its lists
 //	all subjects       40,000 MaxRoutedSubjects × 460              = 18,400,000
-//	route entries      "GROUP",  80,000 MaxRoutedBrokerGroups × 203     = 16,240,000
+//	route entries      "GROUP",  80,000 MaxRoutedBrokerGroups × 203 = 16,240,000
 //	consumer groups    "NAME", its application's "APP", and its holders
 //	                   (a uint64: 20 digits and a comma), with each
 //	                   subject's "consumer_holders":[] (22 bytes),

@@ -53,7 +53,7 @@ import (
 //	dead-count uvarint | (seq uvarint, deliveries uvarint, at uvarint)…
 //
 // and to each window entry, after acked: deliveries uvarint | deadline uvarint.
-// A group of an earlier version opens with DefaultGroupSettings, its
+// A group of an earlier version opens with DefaultConsumerGroupSettings, its
 // window entries delivered once and without deadline.
 //
 // Version 5 adds removing: 1 in retention's checkpoint, written before it

@@ -65,7 +65,7 @@ type SetConsumerGroup struct {
 	StartAt                int64
 }
 
-// SettingBits names fields of GroupSettings.
+// SettingBits names fields of ConsumerGroupSettings.
 type SettingBits uint8
 
 // Setting bits.

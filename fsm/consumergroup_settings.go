@@ -9,7 +9,7 @@ import (
 
 // ConsumerGroupSettings is how a consumer group consumes. Every replica holds the
 // group's settings in its replicated state: a group is created with
-// DefaultGroupSettings and changed by a SetGroup command, so that every
+// DefaultConsumerGroupSettings and changed by a SetGroup command, so that every
 // replica retries, times out and dead-letters alike.
 type ConsumerGroupSettings struct {
 	// MaxDeliveries is how many times a message is handed to the group

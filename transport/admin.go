@@ -95,7 +95,7 @@ type ForgetConsumerGroupRequest struct {
 	Broker string `json:"broker,omitempty"`
 }
 
-// ForgetConsumerGroupResult answers a ForgetGroupRequest: whether the broker group
+// ForgetConsumerGroupResult answers a ForgetConsumerGroupRequest: whether the broker group
 // knew the consumer group, and how many consumers and unacknowledged
 // messages went with it.
 type ForgetConsumerGroupResult struct {

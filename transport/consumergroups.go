@@ -67,7 +67,7 @@ type ResetConsumerGroupRequest struct {
 	At            time.Time     `json:"at,omitzero"`
 }
 
-// ConsumerGroupResult answers a SetGroupRequest or ResetGroupRequest.
+// ConsumerGroupResult answers a SetConsumerGroupRequest or ResetConsumerGroupRequest.
 type ConsumerGroupResult struct {
 	Created bool `json:"created"`
 }

@@ -14,12 +14,12 @@ import (
 // trusted or not valid for the address dialled, this side's certificate
 // was refused, or the peer does not speak TLS (or speaks it where this
 // side does not). Retrying the same connection cannot help, so it is not
-// an *Error and GroupClient.Call returns it at once.
+// an *Error and LeaderClient.Call returns it at once.
 var ErrTLS = errors.New("transport: tls handshake failed")
 
 // ErrPlaintextSecret refuses to dial, with Credentials and without TLS,
 // an address that is not on loopback: the Hello would carry the secret in
-// the clear. It is not an *Error, so a GroupClient returns it at once.
+// the clear. It is not an *Error, so a LeaderClient returns it at once.
 var ErrPlaintextSecret = errors.New("transport: refusing to send an application's secret without TLS to an address off loopback")
 
 // OnLoopback reports whether addr (HOST:PORT) names a loopback host: an
@@ -56,7 +56,7 @@ type Dialer struct {
 // Dial connects to addr with the zero Dialer: plaintext.
 func Dial(ctx context.Context, addr string) (*Conn, error) { return Dialer{}.Dial(ctx, addr) }
 
-// NewLeaderClient returns a GroupClient of the zero Dialer: plaintext.
+// NewLeaderClient returns a LeaderClient of the zero Dialer: plaintext.
 func NewLeaderClient(servers []string) (*LeaderClient, error) {
 	return Dialer{}.NewLeaderClient(servers)
 }

@@ -68,7 +68,7 @@ const (
 	TypeForgetConsumerGroup Type = 18
 
 	// TypeMetaForgetConsumerGroup asks the metaserver to forget its record of a
-	// consumer group of a subject (ForgetGroupRequest); brokers forward it.
+	// consumer group of a subject (ForgetConsumerGroupRequest); brokers forward it.
 	TypeMetaForgetConsumerGroup Type = 19
 
 	// TypeTime asks a broker node for its wall clock. A new leader asks its
@@ -84,11 +84,11 @@ const (
 	// (ExtendRequest): their ack wait starts again.
 	TypeExtend Type = 22
 	// TypeConsumerGroups asks a broker group's leader for its consumer groups
-	// (GroupsRequest, JSON; answered with []GroupInfo).
+	// (ConsumerGroupsRequest, JSON; answered with []ConsumerGroupInfo).
 	TypeConsumerGroups Type = 23
-	// TypeSetConsumerGroup changes a consumer group's settings (SetGroupRequest, JSON).
+	// TypeSetConsumerGroup changes a consumer group's settings (SetConsumerGroupRequest, JSON).
 	TypeSetConsumerGroup Type = 24
-	// TypeResetConsumerGroup moves a consumer group's position (ResetGroupRequest, JSON).
+	// TypeResetConsumerGroup moves a consumer group's position (ResetConsumerGroupRequest, JSON).
 	TypeResetConsumerGroup Type = 25
 	// TypeDeadLetters lists a consumer group's dead letters, or reads one
 	// (DeadLettersRequest, JSON; answered with DeadLetterPage).

@@ -24,7 +24,7 @@ type RouteRequest struct {
 	// Broker is set by a broker node recording ConsumerGroup for a pull
 	// about to create it in its broker group (the node's group): the
 	// record is provisional, and goes once every broker group holding it
-	// reports it forgotten (ForgetGroupRequest.Broker). Only a node's
+	// reports it forgotten (ForgetConsumerGroupRequest.Broker). Only a node's
 	// stands.
 	Broker string `json:"broker,omitempty"`
 }

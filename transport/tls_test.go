@@ -170,7 +170,7 @@ func TestTLSClientOfPlaintextServer(t *testing.T) {
 	}
 }
 
-// TestTLSGroupClientGivesUpAtOnce: GroupClient.Call returns ErrTLS, not
+// TestTLSGroupClientGivesUpAtOnce: LeaderClient.Call returns ErrTLS, not
 // its context's end after retrying, both for a server it does not trust
 // (the dial fails) and for its own certificate refused (the first read
 // fails).
@@ -195,7 +195,7 @@ func TestTLSGroupClientGivesUpAtOnce(t *testing.T) {
 			}
 		})
 	}
-	// The same GroupClient code with a trusted certificate is served.
+	// The same LeaderClient code with a trusted certificate is served.
 	gc, err := dialerOf(loadTLS(t, caA, caA, tlsconf.Spec{CN: "app"})).NewLeaderClient([]string{addr})
 	if err != nil {
 		t.Fatal(err)

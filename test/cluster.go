@@ -811,7 +811,8 @@ func (c *Cluster) Ctl(args ...string) (string, error) {
 }
 
 // CtlJSON runs qmqctl with args and --json (bounded by 30 s) and decodes
-// what it printed on its standard output into out. With UseTLS it
+// what it printed on its standard output into out (its durations, Go
+// duration strings, included). With UseTLS it
 // connects with the operator's certificate.
 func (c *Cluster) CtlJSON(out any, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -824,7 +825,7 @@ func (c *Cluster) CtlJSON(out any, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("qmqctl %s: %w\n%s%s", strings.Join(args, " "), err, b, stderr.String())
 	}
-	if err := json.Unmarshal(b, out); err != nil {
+	if err := decodeCtlJSON(b, out); err != nil {
 		return fmt.Errorf("qmqctl %s: decoding %q: %w", strings.Join(args, " "), b, err)
 	}
 	return nil

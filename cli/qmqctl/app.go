@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 )
 
 // The application registry: `app create`, `update`, `list`, `rotate`,
@@ -99,7 +100,7 @@ func appCommand() *cli.Command {
 		}, {
 			Name:  "list",
 			Usage: "list the applications: their rights, limits, what they created and their secrets' state",
-			Description: "SUBJECTS and GROUPS are what the application created of its limit. SECRETS is 1, or 2\n" +
+			Description: "SUBJECTS and CONSUMER-GROUPS are what the application created of its limit. SECRETS is 1, or 2\n" +
 				"after a rotation whose old secret still works (until the time shown). No secret, nor\n" +
 				"anything that verifies one, is ever listed.",
 			Flags: []cli.Flag{jsonFlag},
@@ -175,7 +176,7 @@ func appSpec(c *cli.Context, code string) (qmq.AppSpec, error) {
 	for _, g := range c.StringSlice("consume") {
 		subject, group, ok := strings.Cut(g, "/")
 		if !ok || subject == "" || group == "" || strings.Contains(group, "/") {
-			return spec, fmt.Errorf("--consume %q: want SUBJECT/GROUP, two patterns separated by one '/'", g)
+			return spec, cmdline.Usagef(c, "--consume %q: want SUBJECT/GROUP, two patterns separated by one '/'", g)
 		}
 		spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: subject, Group: group})
 	}
@@ -220,7 +221,7 @@ func writeSecret(path, secret string) error {
 // printApps prints the applications as a table.
 func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tGROUPS\tCONSUMERS\tDELAYED\tSECRETS")
+	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tCONSUMER-GROUPS\tCONSUMERS\tDELAYED\tSECRETS")
 	for _, a := range apps {
 		admin := "-"
 		if a.Admin {
@@ -243,7 +244,7 @@ func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d applications\n", len(apps))
+	fmt.Fprintf(w, "%s\n", plural(len(apps), "application"))
 	return nil
 }
 

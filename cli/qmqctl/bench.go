@@ -175,15 +175,18 @@ func runBench(c *cli.Context, run func(context.Context, benchTarget) (*benchSumm
 	sum, err := run(ctx, benchTarget{server: c.String("server"), conn: connOption(c), subjects: subjects,
 		count: count, duration: duration, progress: !c.Bool("no-progress")})
 	if sum != nil {
-		if werr := sum.write(os.Stdout, c.Bool("json")); werr != nil && err == nil {
+		if werr := sum.write(c.App.Writer, c.Bool("json")); werr != nil && err == nil {
 			err = werr
 		}
+	}
+	if ierr := interruption(ctx); ierr != nil {
+		return ierr // the summary says how far it got
 	}
 	if err != nil {
 		return err
 	}
 	if sum.Failed > 0 {
-		fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", sum.Failed, sum.Failed+sum.Messages)
+		fmt.Fprintf(c.App.ErrWriter, "qmqctl: %d of %s failed\n", sum.Failed, plural(sum.Failed+sum.Messages, "message"))
 		return errFailed
 	}
 	return nil

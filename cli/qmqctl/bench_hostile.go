@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -60,9 +57,9 @@ func benchHostileCommand() *cli.Command {
 			}
 			h := &hostile{target: target, tls: cfg, from: from, app: c.String("as")}
 			// An interrupt ends the run early, and its counts are printed.
-			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			sigCtx, stop := signalContext()
 			defer stop()
-			ctx, cancel := context.WithTimeout(ctx, c.Duration("duration"))
+			ctx, cancel := context.WithTimeout(sigCtx, c.Duration("duration"))
 			defer cancel()
 			h.run(ctx, c.Int("loops"), c.Int("idle"), func() {
 				fmt.Fprintf(c.App.ErrWriter, "holding %d connections; %d goroutines saying wrong secrets\n", h.held.Load(), c.Int("loops"))
@@ -72,7 +69,7 @@ func benchHostileCommand() *cli.Command {
 			if err := h.firstFailure.Load(); err != nil {
 				fmt.Fprintf(c.App.Writer, "the first other error: %v\n", *err)
 			}
-			return nil
+			return interruption(sigCtx)
 		},
 	}
 }

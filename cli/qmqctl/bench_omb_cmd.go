@@ -62,6 +62,9 @@ func benchOMBCommand() *cli.Command {
 				duration: duration, warmup: warmup, period: c.Duration("period"), inflight: c.Int("inflight"),
 				batch: c.Int("batch"), requests: c.Int("requests"), timeout: c.Duration("timeout"),
 				progress: os.Stderr})
+			if ierr := interruption(ctx); ierr != nil && err != nil {
+				return ierr
+			}
 			if err != nil {
 				return err
 			}
@@ -81,8 +84,11 @@ func benchOMBCommand() *cli.Command {
 			if err := res.write(os.Stdout, c.Bool("json")); err != nil {
 				return err
 			}
+			if ierr := interruption(ctx); ierr != nil {
+				return ierr // the results say how far it got
+			}
 			if res.PublishErrors > 0 {
-				fmt.Fprintf(os.Stderr, "qmqctl: %d sends failed\n", res.PublishErrors)
+				fmt.Fprintf(c.App.ErrWriter, "qmqctl: %s failed\n", plural(res.PublishErrors, "send"))
 				return errFailed
 			}
 			return nil

@@ -140,7 +140,7 @@ type benchSummary struct {
 	Mode     string   `json:"mode"` // "produce" or "consume"
 	Server   string   `json:"server"`
 	Subjects []string `json:"subjects"`
-	Group    string   `json:"group,omitempty"`
+	Group    string   `json:"consumer_group,omitempty"`
 	Size     int      `json:"size_bytes,omitempty"` // produce: the body size sent
 	Clients  int      `json:"clients"`              // producers, or pullers
 	Inflight int      `json:"inflight,omitempty"`   // produce: the window per producer
@@ -223,9 +223,9 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, "fired        all %d within %.3f s of the first coming due: %.0f msgs/s\n", s.Messages, s.FiredIn, s.FiredPerS)
 		}
 	case "consume":
-		fmt.Fprintf(&b, "consumers    %d pullers in group %s, pulling up to %d at a time, acking every batch\n",
-			s.Clients, s.Group, s.Batch)
-		fmt.Fprintf(&b, "received     %d messages, all acknowledged\n", s.Messages)
+		fmt.Fprintf(&b, "consumers    %s in consumer group %s, pulling up to %d at a time, acking every batch\n",
+			plural(s.Clients, "puller"), s.Group, s.Batch)
+		fmt.Fprintf(&b, "received     %s, all acknowledged\n", plural(s.Messages, "message"))
 		if s.Delayed > 0 || s.Early > 0 {
 			fmt.Fprintf(&b, "delayed      %d of them, %d received before their delivery time\n", s.Delayed, s.Early)
 		}
@@ -235,8 +235,8 @@ func (s *benchSummary) write(w io.Writer, asJSON bool) error {
 	writeLatency(&b, "latency     ", s.Latency)
 	fmt.Fprintf(&b, "measured     %s\n", s.LatencyOf)
 	if s.E2E != nil {
-		fmt.Fprintf(&b, "consumed     %d of the %d acknowledged, by group %s (%d subscriptions a subject); %d older messages skipped\n",
-			s.Received, s.Messages, s.Group, s.Consumers, s.Stale)
+		fmt.Fprintf(&b, "consumed     %d of the %d acknowledged, by consumer group %s (%s a subject); %s skipped\n",
+			s.Received, s.Messages, s.Group, plural(s.Consumers, "subscription"), plural(s.Stale, "older message"))
 		writeLatency(&b, "e2e latency ", *s.E2E)
 		fmt.Fprintf(&b, "e2e measured %s\n", s.E2EOf)
 		fmt.Fprintf(&b, "max stall    %s ms with neither an acknowledgement nor a receipt\n", fmtMs(s.MaxStall))

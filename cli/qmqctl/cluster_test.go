@@ -14,13 +14,24 @@ import (
 	"github.com/qmqgo/qmq/test/testcluster"
 )
 
-// runCLI runs qmqctl with args and returns what it printed.
+// runCLI runs qmqctl with args and returns what it printed, on stdout
+// and stderr.
 func runCLI(args ...string) (string, error) {
 	app := newApp()
 	var out bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &out
-	err := app.Run(append([]string{"qmqctl"}, args...))
+	err := execute(app, append([]string{"qmqctl"}, args...))
 	return out.String(), err
+}
+
+// runCLIStatus runs qmqctl with args as its main does, and returns what
+// it printed on stdout and on stderr and its exit status.
+func runCLIStatus(args ...string) (stdout, stderr string, status int) {
+	app := newApp()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	status = exitStatus(execute(app, append([]string{"qmqctl"}, args...)), &errOut)
+	return out.String(), errOut.String(), status
 }
 
 // startCluster starts a one-node metaserver group and two one-node broker
@@ -79,7 +90,8 @@ func TestUnreachableServerFailsFast(t *testing.T) {
 		{"send", "--subject", "x", "hi"},
 		{"status"},
 		{"subject", "show", "x"},
-		{"group", "list", "--subject", "x"},
+		{"consumer-group", "list", "--subject", "x"},
+		{"status", "--check"},
 	} {
 		start := time.Now()
 		out, err := runCLI(append([]string{"--server", addr}, args...)...)
@@ -105,7 +117,7 @@ func TestForgetGroupAsks(t *testing.T) {
 		t.Fatal(err)
 	}
 	exists := func() bool {
-		out, err := runCLI("--server", meta, "group", "list", "--subject", "jobs")
+		out, err := runCLI("--server", meta, "consumer-group", "list", "--subject", "jobs")
 		return err == nil && strings.Contains(out, "old")
 	}
 	forget := []string{"--server", meta, "subject", "forget-group", "--group", "old", "jobs"}
@@ -121,7 +133,7 @@ func TestForgetGroupAsks(t *testing.T) {
 		t.Fatalf("answered n: %v (the group exists: %v)", err, exists())
 	}
 	confirmIn = strings.NewReader("y\n")
-	if out, err := runCLI(forget...); err != nil || !strings.Contains(out, "drops its 1 live consumers. Go ahead? [y/N]") || exists() {
+	if out, err := runCLI(forget...); err != nil || !strings.Contains(out, "drops its 1 live consumer. Go ahead? [y/N]") || exists() {
 		t.Fatalf("answered y: %v, %q (the group exists: %v)", err, out, exists())
 	}
 	// A group no broker group holds is forgotten too (the metaserver's

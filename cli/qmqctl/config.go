@@ -11,28 +11,28 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // config show and config set: a broker group's configuration, which every
 // node of the group applies by.
 func configCommand() *cli.Command {
-	brokerGroup := &cli.StringFlag{Name: "group", Required: true, Usage: "the broker group's `NAME` (not a consumer group)"}
 	return &cli.Command{
 		Name:  "config",
 		Usage: "show or change a broker group's configuration: retention, dedup window, pull and unacked bounds, segment sizes",
 		Description: "The broker group configuration is replicated: every node of a BROKER group applies by the\n" +
 			"same values, whatever flags it was started with (qmqd's --retention-age, --dedup-window and\n" +
 			"the like only seed a new group, through its first leader). It is not a consumer group's\n" +
-			"settings: those are group set's.",
+			"settings: those are consumer-group set's.",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "show",
 				Usage: "show a broker group's configuration as each of its nodes holds it, its leader's first",
-				Flags: []cli.Flag{brokerGroup, &cli.BoolFlag{Name: "json", Usage: "print each node's answer as JSON"}},
+				Flags: []cli.Flag{brokerGroupFlag(), &cli.BoolFlag{Name: "json", Usage: "print each node's answer as JSON"}},
 				Action: func(c *cli.Context) error {
 					return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-						configs, err := a.BrokerConfigs(ctx, c.String("group"))
+						configs, err := a.BrokerConfigs(ctx, c.String("broker-group"))
 						if len(configs) > 0 {
 							var perr error
 							if c.Bool("json") {
@@ -57,14 +57,14 @@ func configCommand() *cli.Command {
 					"unacked bounds at the next pull, a dedup window at once (a shorter one forgets what it no\n" +
 					"longer covers; a longer one cannot recall what was already forgotten), segment sizes from\n" +
 					"each log's next record (a segment already past a smaller size is sealed by it).",
-				Flags: append([]cli.Flag{brokerGroup, &cli.BoolFlag{Name: "json", Usage: "print the leader's answer as JSON"}}, configFlags()...),
+				Flags: append([]cli.Flag{brokerGroupFlag(), &cli.BoolFlag{Name: "json", Usage: "print the leader's answer as JSON"}}, configFlags()...),
 				Action: func(c *cli.Context) error {
 					ch, err := configChangesFromFlags(c)
 					if err != nil {
-						return err
+						return cmdline.Usagef(c, "%v", err)
 					}
 					return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-						got, err := a.SetBrokerConfig(ctx, c.String("group"), ch)
+						got, err := a.SetBrokerConfig(ctx, c.String("broker-group"), ch)
 						if err != nil {
 							return err
 						}
@@ -155,7 +155,7 @@ func configChangesFromFlags(c *cli.Context) (qmq.BrokerConfigChanges, error) {
 		*s.to = &b
 	}
 	if ch == (qmq.BrokerConfigChanges{}) {
-		return ch, errors.New("config set: give at least one setting to change")
+		return ch, errors.New("give at least one setting to change")
 	}
 	if ch.RetentionAge != nil && ch.DedupWindow != nil && *ch.RetentionAge > 0 && *ch.RetentionAge < *ch.DedupWindow {
 		return ch, fmt.Errorf("--retention-age %s is below --dedup-window %s: a send retried after its message was removed would be stored twice", *ch.RetentionAge, *ch.DedupWindow)

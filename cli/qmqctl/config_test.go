@@ -14,8 +14,8 @@ import (
 func TestConfigCommands(t *testing.T) {
 	server := startCluster(t)
 	var before []qmq.BrokerConfig
-	runJSON(t, &before, "--server", server, "config", "show", "--group", "g1")
-	if len(before) != 1 || before[0].Config.Source != "broker-group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
+	runJSON(t, &before, "--server", server, "config", "show", "--broker-group", "g1")
+	if len(before) != 1 || before[0].Config.Source != "group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
 		t.Fatalf("config show before any change: %+v", before)
 	}
 	out := mustRun(t, "--server", server, "config", "set", "--group", "g1", "--max-pull", "77", "--dedup-window", "5m",
@@ -27,7 +27,7 @@ func TestConfigCommands(t *testing.T) {
 		}
 	}
 	var after []qmq.BrokerConfig
-	runJSON(t, &after, "--server", server, "config", "show", "--group", "g1")
+	runJSON(t, &after, "--server", server, "config", "show", "--broker-group", "g1")
 	if c := after[0].Config; c.MaxPull != 77 || c.DedupWindow != 5*time.Minute || c.SegmentSize != 2<<20 || c.IndexSegmentSize != 128<<10 ||
 		c.RetentionBytes != 8<<20 || c.Index <= before[0].Config.Index {
 		t.Fatalf("config show after the change: %+v", c)
@@ -45,7 +45,7 @@ func TestConfigCommands(t *testing.T) {
 		}
 	}
 	text := mustRun(t, "--server", server, "status")
-	if !strings.Contains(text, "BROKER GROUP") || !strings.Contains(text, "group@") {
+	if !strings.Contains(text, "BROKER-GROUP") || !strings.Contains(text, "group@") {
 		t.Errorf("status shows no configuration:\n%s", text)
 	}
 
@@ -78,7 +78,7 @@ func TestConfigCommands(t *testing.T) {
 		t.Errorf("a retention age under the window: %v", err)
 	}
 	var last []qmq.BrokerConfig
-	runJSON(t, &last, "--server", server, "config", "show", "--group", "g1")
+	runJSON(t, &last, "--server", server, "config", "show", "--broker-group", "g1")
 	if last[0].Config != after[0].Config {
 		t.Fatalf("refused changes changed the configuration: %+v, was %+v", last[0].Config, after[0].Config)
 	}

@@ -11,12 +11,23 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
-// The consumer-group subcommands of `group`: list, show, set, reset.
+// consumer-group: list, show, set, reset.
 
-const consumerGroupsCategory = "consumer groups"
+func consumerGroupCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "consumer-group",
+		Usage: "consumer groups: list, show, set, reset",
+		Description: "A consumer group (consume --group NAME) is a set of consumers that together receive\n" +
+			"every message of a subject once; every consumer group of a subject gets every message.\n" +
+			"Each broker group of the subject holds its own part of it: these commands ask them all.\n" +
+			"Not a broker group: see qmqctl broker-group. Dead letters: qmqctl deadletter.",
+		Subcommands: consumerGroupCommands(),
+	}
+}
 
 // lagHelp explains the figures list and show print.
 const lagHelp = "LAG is what the group still owes: BACKLOG (stored, not handed out yet) + REDELIVER (due\n" +
@@ -28,14 +39,13 @@ const lagHelp = "LAG is what the group still owes: BACKLOG (stored, not handed o
 
 var (
 	subjectFlag       = &cli.StringFlag{Name: "subject", Required: true, Usage: "the `SUBJECT`"}
-	consumerGroupFlag = &cli.StringFlag{Name: "group", Required: true, Usage: "the consumer `GROUP` (not a broker group)"}
+	consumerGroupFlag = &cli.StringFlag{Name: "group", Aliases: []string{"consumer-group"}, Required: true, Usage: "the consumer group's `NAME` (not a broker group)"}
 	jsonFlag          = &cli.BoolFlag{Name: "json", Usage: "print as JSON"}
 )
 
 func consumerGroupCommands() []*cli.Command {
 	return []*cli.Command{{
 		Name:        "list",
-		Category:    consumerGroupsCategory,
 		Usage:       "list consumer groups with their lag: of one subject, or of every subject",
 		Description: "One line per consumer group, its figures summed over the subject's broker groups.\n\n" + lagHelp,
 		Flags:       []cli.Flag{&cli.StringFlag{Name: "subject", Usage: "only the consumer groups of `SUBJECT` (default: every subject)"}, jsonFlag},
@@ -52,7 +62,7 @@ func consumerGroupCommands() []*cli.Command {
 					return err
 				}
 				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "SUBJECT\tGROUP\tLAG\tBACKLOG\tREDELIVER\tRETRYING\tUNACKED\tDEAD\tLOST\tCONSUMERS\tBROKER-GROUPS")
+				fmt.Fprintln(w, "SUBJECT\tCONSUMER-GROUP\tLAG\tBACKLOG\tREDELIVER\tRETRYING\tUNACKED\tDEAD\tLOST\tCONSUMERS\tBROKER-GROUPS")
 				for _, v := range vs {
 					t := v.Total
 					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", v.Subject, v.Group, t.Lag, t.Backlog, t.Redeliver,
@@ -65,9 +75,8 @@ func consumerGroupCommands() []*cli.Command {
 			})
 		},
 	}, {
-		Name:     "show",
-		Category: consumerGroupsCategory,
-		Usage:    "show a consumer group: its lag and the rest per broker group and in total, and its settings",
+		Name:  "show",
+		Usage: "show a consumer group: its lag and the rest per broker group and in total, and its settings",
 		Description: "Asks every broker group of the subject. CURSOR and END are the group's next sequence and\n" +
 			"the subject's next sequence in that broker group (sequences are per broker group).\n\n" + lagHelp,
 		Flags: []cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag},
@@ -90,15 +99,15 @@ func consumerGroupCommands() []*cli.Command {
 			})
 		},
 	}, {
-		Name:     "set",
-		Category: consumerGroupsCategory,
-		Usage:    "change a consumer group's settings (creating it, at the latest message, if it does not exist)",
+		Name:  "set",
+		Usage: "change a consumer group's settings (creating it, at the latest message, if it does not exist)",
 		Description: "Settings not given stay as they are. Each broker group of the subject gets the change; a\n" +
-			fmt.Sprintf("group not known there is created with the defaults (%d deliveries, retries after %s doubling\n",
+			fmt.Sprintf("consumer group not known there is created with the defaults (%d deliveries, retries after %s doubling\n",
 				limits.DefaultMaxDeliveries, shortDuration(limits.DefaultRetryFirst)) +
 			fmt.Sprintf("to %s, ack wait %s), the changes applied, starting at the latest message: it receives what\n",
 				shortDuration(limits.DefaultRetryMax), shortDuration(limits.DefaultAckWait)) +
-			"is sent from then on. Set a group up this way before anything is sent to its subject.\n\n" +
+			"is sent from then on. Set a group up this way before anything is sent to its subject.\n" +
+			"Give at least one setting.\n\n" +
 			"A message whose --max-deliveries-th delivery fails (a nack, an ack wait that runs out, a\n" +
 			"consumer that dies) becomes a dead letter instead. A failed message comes back after\n" +
 			"--retry-first, twice as long each later time, at most --retry-max. A message unacked for\n" +
@@ -107,7 +116,10 @@ func consumerGroupCommands() []*cli.Command {
 		Action: func(c *cli.Context) error {
 			ch, err := changesFromFlags(c)
 			if err != nil {
-				return err
+				return cmdline.Usagef(c, "%v", err)
+			}
+			if ch == (qmq.ConsumerGroupChanges{}) {
+				return cmdline.Usagef(c, "give at least one setting to change: --max-deliveries, --retry-first, --retry-max, --ack-wait, --max-in-flight or --idle-expiry")
 			}
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 				res, err := a.SetConsumerGroup(ctx, c.String("subject"), c.String("group"), ch)
@@ -115,9 +127,8 @@ func consumerGroupCommands() []*cli.Command {
 			})
 		},
 	}, {
-		Name:     "reset",
-		Category: consumerGroupsCategory,
-		Usage:    "move a consumer group: to the earliest message, the latest, or a time",
+		Name:  "reset",
+		Usage: "move a consumer group: to the earliest message, the latest, or a time",
 		Description: "--to earliest delivers again everything each broker group still keeps; --to latest SKIPS\n" +
 			"THE BACKLOG: the group receives only what is sent from now on; --to an RFC 3339 time\n" +
 			"(2026-01-31T09:00:00Z) moves it to the first message stored at or after then. Messages\n" +
@@ -129,7 +140,7 @@ func consumerGroupCommands() []*cli.Command {
 		Action: func(c *cli.Context) error {
 			to, err := parseResetTarget(c.String("to"))
 			if err != nil {
-				return err
+				return cmdline.Usagef(c, "%v", err)
 			}
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 				subject, group := c.String("subject"), c.String("group")
@@ -139,12 +150,12 @@ func consumerGroupCommands() []*cli.Command {
 						return err
 					}
 					effect := map[string]string{"earliest": "delivers again every message each broker group keeps",
-						"latest": fmt.Sprintf("SKIPS its backlog of %d messages", v.Total.Backlog)}[c.String("to")]
+						"latest": fmt.Sprintf("SKIPS its backlog of %s", plural(v.Total.Backlog, "message"))}[c.String("to")]
 					if effect == "" {
 						effect = "skips or delivers again what lies between its position and that time"
 					}
-					if err := confirm(c, fmt.Sprintf("resetting consumer group %s of %s to %s %s and drops %d messages due again or waiting for a retry",
-						group, subject, c.String("to"), effect, v.Total.Redeliver+int(v.Total.Retrying))); err != nil {
+					if err := confirm(c, fmt.Sprintf("resetting consumer group %s of %s to %s %s and drops %s due again or waiting for a retry",
+						group, subject, c.String("to"), effect, plural(v.Total.Redeliver+int(v.Total.Retrying), "message"))); err != nil {
 						return err
 					}
 				}

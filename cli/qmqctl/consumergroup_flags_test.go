@@ -14,8 +14,8 @@ import (
 func TestConsumerGroupBadFlags(t *testing.T) {
 	dead := testcluster.Addr(t)
 	g := []string{"--subject", "orders", "--group", "billing"}
-	set := slices.Clip(append([]string{"group", "set"}, g...))
-	reset := slices.Clip(append([]string{"group", "reset"}, g...))
+	set := slices.Clip(append([]string{"consumer-group", "set"}, g...))
+	reset := slices.Clip(append([]string{"consumer-group", "reset"}, g...))
 	dl := func(cmd string, more ...string) []string {
 		return append(append([]string{"deadletter", cmd}, g...), more...)
 	}
@@ -23,11 +23,13 @@ func TestConsumerGroupBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"group", "show", "--subject", "orders"}, `"group" not set`},
-		{[]string{"group", "show", "--group", "billing"}, `"subject" not set`},
-		{[]string{"group", "show", "--subject", "orders!", "--group", "billing"}, `subject name "orders!"`},
-		{[]string{"group", "show", "--subject", "orders", "--group", strings.Repeat("g", 256)}, "consumer group name length 256"},
-		{[]string{"group", "list", "--subject", "a b"}, `subject name "a b"`},
+		{[]string{"consumer-group", "show", "--subject", "orders"}, `required flag --group not set`},
+		{[]string{"consumer-group", "show", "--group", "billing"}, `required flag --subject not set`},
+		{[]string{"consumer-group", "show", "--subject", "orders!", "--group", "billing"}, `subject name "orders!": byte 6, '!', is not allowed: a name is 1 to 200 of the letters a-z and A-Z, the digits 0-9, '.', '_', '-' and ':', starting with a letter or a digit`},
+		{[]string{"consumer-group", "show", "--subject", ".orders", "--group", "billing"}, `subject name ".orders": the first byte, '.', is not allowed`},
+		{[]string{"consumer-group", "show", "--subject", "orders", "--group", strings.Repeat("g", 256)}, "consumer group name length 256"},
+		{[]string{"consumer-group", "list", "--subject", "a b"}, `subject name "a b"`},
+		{set, "give at least one setting to change"},
 		{append(set, "--max-deliveries", "0"), "--max-deliveries 0: 1..10000"},
 		{append(set, "--max-deliveries", "10001"), "--max-deliveries 10001: 1..10000"},
 		{append(set, "--max-deliveries", "-1"), "--max-deliveries -1"},
@@ -46,15 +48,15 @@ func TestConsumerGroupBadFlags(t *testing.T) {
 		{append(set, "--max-in-flight", "100001"), "--max-in-flight 100001: 0 for the broker's default, or at most 100000"},
 		{append(set, "--idle-expiry", "999ms"), "--idle-expiry 999ms: 0 for never, or 1s..17544h0m0s"},
 		{append(set, "--idle-expiry", "17544h0m0.001s"), "--idle-expiry 17544h0m0.001s"},
-		{reset, `"to" not set`},
+		{reset, `required flag --to not set`},
 		{append(reset, "--to", "yesterday"), `--to "yesterday": earliest, latest, or an RFC 3339 time`},
 		{append(reset, "--to", "2026-01-31 09:00"), `--to "2026-01-31 09:00"`},
 		{append(reset, "--to", "1969-12-31T23:59:59Z"), "before 1970"},
 		{dl("list", "--limit", "0"), "--limit 0: 1..1000"},
 		{dl("list", "--limit", "1001"), "--limit 1001: 1..1000"},
 		{dl("list", "--offset", "-1"), "--offset -1: at least 0"},
-		{dl("show", "--seq", "1"), `"broker-group" not set`},
-		{dl("show", "--broker-group", "g1"), `"seq" not set`},
+		{dl("show", "--seq", "1"), `required flag --broker-group not set`},
+		{dl("show", "--broker-group", "g1"), `required flag --seq not set`},
 		{dl("show", "--broker-group", "g1", "--seq", "-1"), "--seq -1: at least 0"},
 		{dl("show", "--broker-group", "g1", "--seq", "x"), "invalid value"},
 		{dl("resend"), "give --all, or --broker-group with --seq"},
@@ -77,7 +79,7 @@ func TestConsumerGroupBadFlags(t *testing.T) {
 // sent and accepted by the broker.
 func TestConsumerGroupFlagsAtTheirLimits(t *testing.T) {
 	srv := startCluster(t)
-	set := []string{"--server", srv, "group", "set", "--subject", "orders", "--group", "billing"}
+	set := []string{"--server", srv, "consumer-group", "set", "--subject", "orders", "--group", "billing"}
 	for _, args := range [][]string{
 		{"--max-deliveries", "1"}, {"--max-deliveries", "10000"},
 		{"--retry-first", "0s", "--retry-max", "0s"}, {"--retry-max", "17544h", "--retry-first", "17544h"},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -14,11 +13,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
 const deadLetterHelp = "A dead letter is a message whose delivery to its consumer group failed for the group's\n" +
-	"max-deliveries-th time (see `qmqctl group set`). The broker keeps it, per consumer group, until it\n" +
+	"max-deliveries-th time (see `qmqctl consumer-group set`). The broker keeps it, per consumer group, until it\n" +
 	"is resent or purged. SEQUENCES ARE PER BROKER GROUP: a dead letter is named by its broker group\n" +
 	"and its sequence there (both are in `deadletter list`)."
 
@@ -38,10 +38,10 @@ func deadLetterCommand() *cli.Command {
 			},
 			Action: func(c *cli.Context) error {
 				if n := c.Int("offset"); n < 0 {
-					return fmt.Errorf("--offset %d: at least 0", n)
+					return cmdline.Usagef(c, "--offset %d: at least 0", n)
 				}
 				if n := c.Int("limit"); n < 1 || n > limits.MaxDeadLetterPage {
-					return fmt.Errorf("--limit %d: 1..%d", n, limits.MaxDeadLetterPage)
+					return cmdline.Usagef(c, "--limit %d: 1..%d", n, limits.MaxDeadLetterPage)
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					pages, err := a.DeadLetters(ctx, c.String("subject"), c.String("group"), c.Int("offset"), c.Int("limit"))
@@ -70,7 +70,7 @@ func deadLetterCommand() *cli.Command {
 						return ferr
 					}
 					for _, p := range pages {
-						fmt.Fprintf(c.App.Writer, "broker group %s: %d dead letters kept, %d listed\n", p.BrokerGroup, p.Total, len(p.Letters))
+						fmt.Fprintf(c.App.Writer, "broker group %s: %s kept, %d listed\n", p.BrokerGroup, plural(p.Total, "dead letter"), len(p.Letters))
 					}
 					return err
 				})
@@ -83,7 +83,7 @@ func deadLetterCommand() *cli.Command {
 				&cli.Int64Flag{Name: "seq", Required: true, Usage: "the dead letter's sequence `N` in its broker group"}},
 			Action: func(c *cli.Context) error {
 				if n := c.Int64("seq"); n < 0 {
-					return fmt.Errorf("--seq %d: at least 0", n)
+					return cmdline.Usagef(c, "--seq %d: at least 0", n)
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					d, err := a.DeadLetter(ctx, c.String("subject"), c.String("group"), c.String("broker-group"), c.Int64("seq"))
@@ -161,13 +161,13 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 			sel := qmq.DeadLetterSelection{All: c.Bool("all"), BrokerGroup: c.String("broker-group"), Seqs: c.Int64Slice("seq")}
 			switch {
 			case sel.All && (sel.BrokerGroup != "" || len(sel.Seqs) > 0):
-				return errors.New("give --all, or --broker-group with --seq, not both")
+				return cmdline.Usagef(c, "give --all, or --broker-group with --seq, not both")
 			case !sel.All && (sel.BrokerGroup == "" || len(sel.Seqs) == 0):
-				return errors.New("give --all, or --broker-group with --seq")
+				return cmdline.Usagef(c, "give --all, or --broker-group with --seq")
 			}
 			for _, n := range sel.Seqs {
 				if n < 0 {
-					return fmt.Errorf("--seq %d: at least 0", n)
+					return cmdline.Usagef(c, "--seq %d: at least 0", n)
 				}
 			}
 			if name == "purge" {
@@ -193,7 +193,7 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 				}
 				past := map[string]string{"resend": "resent", "purge": "purged"}[name]
 				for _, r := range res {
-					fmt.Fprintf(c.App.Writer, "broker group %s: %d dead letters %s\n", r.BrokerGroup, r.Done, past)
+					fmt.Fprintf(c.App.Writer, "broker group %s: %s %s\n", r.BrokerGroup, plural(r.Done, "dead letter"), past)
 				}
 				return err
 			})

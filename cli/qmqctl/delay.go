@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -26,7 +25,7 @@ func delayCommand() *cli.Command {
 			Description: "Asks one node of every broker group (its leader when it answers) for the delayed messages\n" +
 				"stored and not yet due. Hours are UTC; a message is counted in the hour it is due in.\n" +
 				"An hour in the past still listed is being delivered now.",
-			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each group's answer as JSON"}},
+			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each broker group's answer as JSON"}},
 			Action: func(c *cli.Context) error {
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					groups, err := a.Delays(ctx)
@@ -34,22 +33,22 @@ func delayCommand() *cli.Command {
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(groups)
+						return printJSONTo(c.App.Writer, groups)
 					}
-					return printDelays(os.Stdout, groups)
+					return printDelays(c.App.Writer, groups)
 				})
 			},
 		}},
 	}
 }
 
-// printDelays prints three tables: per group, per hour and per subject,
-// the last two summed over the groups.
+// printDelays prints three tables: per broker group, per hour and per
+// subject, the last two summed over the broker groups.
 func printDelays(out io.Writer, groups []transport.Delays) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	hours, subjects := map[string]int64{}, map[string]int64{}
 	var total int64
-	fmt.Fprintln(w, "GROUP\tNODE\tAPPLIED\tPENDING")
+	fmt.Fprintln(w, "BROKER-GROUP\tNODE\tAPPLIED\tPENDING")
 	for _, g := range groups {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", g.BrokerGroup, g.Node, g.AppliedIndex, g.Pending)
 		total += g.Pending

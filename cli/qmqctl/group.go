@@ -4,67 +4,112 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 )
 
-func groupCommand() *cli.Command {
+// brokerGroupCommands are broker-group's subcommands: a broker group is
+// a Raft group of broker nodes that stores subjects.
+func brokerGroupCommands() []*cli.Command {
+	return []*cli.Command{{
+		Name:  "transfer-leader",
+		Usage: "hand a broker group's (or the metaserver group's) leadership to another voter (before restarting the leader)",
+		Description: "Asks the leader to hand over to --to, or to the most up-to-date voter, and waits until\n" +
+			"it has. Clients follow the new leader after one quick redirect instead of waiting for an\n" +
+			"election timeout. Use it before stopping the leader in a rolling restart.",
+		Flags: []cli.Flag{
+			brokerGroupFlag(),
+			&cli.StringFlag{Name: "to", Usage: "node `ID` to hand leadership to (default: the most up-to-date voter)"},
+		},
+		Action: func(c *cli.Context) error {
+			group := c.String("broker-group")
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				if err := a.TransferLeader(ctx, group, c.String("to")); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "%s: leadership transferred\n", groupPhrase(group))
+				return nil
+			})
+		},
+	}, writableCommand("readonly", false,
+		"drain a broker group: producers stop sending to it, consumers finish what it holds",
+		"Producers move to the subject's other broker groups; the group's leader refuses new sends\n"+
+			"with READONLY from its next heartbeat (within seconds). Consumers keep pulling from it until\n"+
+			"it is empty. A subject whose only broker group is readonly cannot be sent to: assign it\n"+
+			"another first (qmqctl subject assign)."),
+		writableCommand("writable", true, "open a drained broker group to sends again", ""),
+	}
+}
+
+func brokerGroupCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "group",
-		Usage: "consumer groups (list, show, set, reset) and broker groups (transfer-leader, readonly, writable)",
-		Description: "Two kinds of group share this command. A CONSUMER group (list, show, set, reset: --subject\n" +
-			"and --group) is a set of consumers that together receive every message of a subject once.\n" +
-			"A BROKER group (transfer-leader, readonly, writable) is a Raft group of broker nodes that\n" +
-			"stores subjects; there --group, or the argument, names the broker group.",
-		Subcommands: append(consumerGroupCommands(), &cli.Command{
-			Name:     "transfer-leader",
-			Category: "broker groups",
-			Usage:    "hand a broker group's (or the metaserver group's) leadership to another voter (before restarting the leader)",
-			Description: "Asks the leader to hand over to --to, or to the most up-to-date voter, and waits until\n" +
-				"it has. Clients follow the new leader after one quick redirect instead of waiting for an\n" +
-				"election timeout. Use it before stopping the leader in a rolling restart.",
-			Flags: []cli.Flag{
-				groupFlag,
-				&cli.StringFlag{Name: "to", Usage: "node `ID` to hand leadership to (default: the most up-to-date voter)"},
-			},
-			Action: func(c *cli.Context) error {
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-					if err := a.TransferLeader(ctx, c.String("group"), c.String("to")); err != nil {
-						return err
-					}
-					fmt.Printf("group %s: leadership transferred\n", c.String("group"))
-					return nil
-				})
-			},
-		}, writableCommand("readonly", false,
-			"drain a broker group: producers stop sending to it, consumers finish what it holds",
-			"Producers move to the subject's other groups; the group's leader refuses new sends with\n"+
-				"READONLY from its next heartbeat (within seconds). Consumers keep pulling from it until it is\n"+
-				"empty. A subject whose only group is readonly cannot be sent to: assign it another first."),
-			writableCommand("writable", true, "open a drained broker group to sends again", ""),
-		),
+		Name:  "broker-group",
+		Usage: "broker groups: transfer-leader, readonly, writable",
+		Description: "A broker group is a Raft group of broker nodes (qmqd broker --broker-group NAME) that\n" +
+			"stores subjects; a subject lives in one or more of them (qmqctl subject show). Not a consumer\n" +
+			"group: see qmqctl consumer-group. Its members: qmqctl join and leave; its configuration:\n" +
+			"qmqctl config; its nodes' state: qmqctl status.",
+		Subcommands: brokerGroupCommands(),
 	}
 }
 
 func writableCommand(name string, writable bool, usage, description string) *cli.Command {
 	return &cli.Command{
-		Name: name, Usage: usage, Description: description, ArgsUsage: "BROKER-GROUP", Category: "broker groups",
+		Name: name, Usage: usage, Description: description, ArgsUsage: "BROKER-GROUP",
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return fmt.Errorf("group %s takes one argument, the broker group's name", name)
+				return cmdline.Usagef(c, "takes one argument, the broker group's name (got %d)", c.NArg())
 			}
 			group := c.Args().First()
 			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 				if err := a.SetWritable(ctx, group, writable); err != nil {
 					return err
 				}
-				fmt.Printf("group %s is %s\n", group, name)
+				fmt.Fprintf(c.App.Writer, "broker group %s is %s\n", group, name)
 				return nil
 			})
 		},
+	}
+}
+
+// groupCommand is `group`, the old name of two commands: consumer-group
+// (list, show, set, reset) and broker-group (transfer-leader, readonly,
+// writable). It runs them as before, saying on stderr which it ran.
+func groupCommand() *cli.Command {
+	note := func(kind string, s *cli.Command) *cli.Command {
+		before := s.Before
+		s.Before = func(c *cli.Context) error {
+			fmt.Fprintf(c.App.ErrWriter, "qmqctl: note: \"group %s\" is now \"%s %s\" (group is its old name)\n", s.Name, kind, s.Name)
+			if before != nil {
+				return before(c)
+			}
+			return nil
+		}
+		s.Usage = fmt.Sprintf("the old name of `qmqctl %s %s`: %s", kind, s.Name, s.Usage)
+		return s
+	}
+	var subs []*cli.Command
+	for _, s := range consumerGroupCommands() {
+		s.Category = "consumer groups (qmqctl consumer-group)"
+		subs = append(subs, note("consumer-group", s))
+	}
+	for _, s := range brokerGroupCommands() {
+		s.Category = "broker groups (qmqctl broker-group)"
+		subs = append(subs, note("broker-group", s))
+	}
+	return &cli.Command{
+		Name:   "group",
+		Hidden: true,
+		Usage:  "the old name of consumer-group (list, show, set, reset) and broker-group (transfer-leader, readonly, writable)",
+		Description: "group is the old name of two commands, kept for scripts: `qmqctl consumer-group` (list,\n" +
+			"show, set, reset: consumer groups) and `qmqctl broker-group` (transfer-leader, readonly,\n" +
+			"writable: broker groups). It runs them as before and says on stderr which one it ran.",
+		Subcommands: subs,
 	}
 }
 
@@ -93,10 +138,10 @@ func subjectCommand() *cli.Command {
 						}
 					}
 					if c.Bool("json") {
-						return printJSON(routes)
+						return printJSONTo(c.App.Writer, routes)
 					}
 					for _, r := range routes {
-						printRoute(&r)
+						printRoute(c.App.Writer, &r)
 					}
 					return nil
 				})
@@ -105,26 +150,27 @@ func subjectCommand() *cli.Command {
 			Name:      "assign",
 			Usage:     "route a subject to more broker groups",
 			ArgsUsage: "SUBJECT (after the options)",
-			Description: "Adds the --groups named, or as many groups as it takes (least loaded first) for the\n" +
-				"subject to live in --count groups. A route never loses a group: to move a subject off\n" +
-				"a group, assign it elsewhere and drain the group with `qmqctl group readonly`.",
+			Description: "Adds the --broker-groups named, or as many broker groups as it takes (least loaded first)\n" +
+				"for the subject to live in --count broker groups. A route never loses a broker group: to\n" +
+				"move a subject off one, assign it elsewhere and drain the broker group with\n" +
+				"`qmqctl broker-group readonly`.",
 			Flags: []cli.Flag{
-				&cli.StringSliceFlag{Name: "groups", Usage: "broker groups to add, `G1,G2`"},
-				&cli.IntFlag{Name: "count", Usage: "live in `K` groups in all (at most 64; fewer if fewer are writable and available)", DefaultText: "not set"},
+				&cli.StringSliceFlag{Name: "broker-groups", Aliases: []string{"groups"}, Usage: "broker groups to add, `G1,G2` (--groups: the old spelling)"},
+				&cli.IntFlag{Name: "count", Usage: "live in `K` broker groups in all (at most 64; fewer if fewer are writable and available)", DefaultText: "not set"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
-					return fmt.Errorf("subject assign takes one argument, the subject")
+					return cmdline.Usagef(c, "takes one argument, the subject (after the options; got %d)", c.NArg())
 				}
-				if (len(c.StringSlice("groups")) > 0) == (c.Int("count") > 0) {
-					return fmt.Errorf("give either --groups or --count")
+				if (len(c.StringSlice("broker-groups")) > 0) == (c.Int("count") > 0) {
+					return cmdline.Usagef(c, "give either --broker-groups or --count")
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-					r, err := a.Assign(ctx, c.Args().First(), c.StringSlice("groups"), c.Int("count"))
+					r, err := a.Assign(ctx, c.Args().First(), c.StringSlice("broker-groups"), c.Int("count"))
 					if err != nil {
 						return err
 					}
-					printRoute(r)
+					printRoute(c.App.Writer, r)
 					return nil
 				})
 			},
@@ -141,12 +187,12 @@ func subjectCommand() *cli.Command {
 				"its unacknowledged messages) and asks, or goes ahead with --yes. Forgetting a group not\n" +
 				"known is harmless.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "group", Usage: "the consumer `GROUP` to forget", Required: true},
+				&cli.StringFlag{Name: "group", Aliases: []string{"consumer-group"}, Usage: "the consumer `GROUP` to forget", Required: true},
 				yesFlag,
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
-					return fmt.Errorf("subject forget-group takes one argument, the subject")
+					return cmdline.Usagef(c, "takes one argument, the subject (after the options; got %d)", c.NArg())
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
 					subject, group := c.Args().First(), c.String("group")
@@ -155,9 +201,10 @@ func subjectCommand() *cli.Command {
 					switch {
 					case v != nil:
 						t := v.Total
-						what = fmt.Sprintf("forgetting consumer group %s of %s destroys its position in %d broker groups, "+
-							"its backlog of %d messages (skipped if it consumes again) and %d unacknowledged, and drops its %d live consumers",
-							group, subject, len(v.BrokerGroups), t.Backlog+int64(t.Redeliver)+t.Retrying, t.Unacked, t.Consumers)
+						what = fmt.Sprintf("forgetting consumer group %s of %s destroys its position in %s, "+
+							"its backlog of %s (skipped if it consumes again) and %d unacknowledged, and drops its %s",
+							group, subject, plural(len(v.BrokerGroups), "broker group"), plural(t.Backlog+int64(t.Redeliver)+t.Retrying, "message"),
+							t.Unacked, plural(t.Consumers, "live consumer"))
 						if err != nil { // some broker group did not answer
 							what += fmt.Sprintf(" (and whatever the broker groups that did not answer hold: %v)", err)
 						}
@@ -174,8 +221,8 @@ func subjectCommand() *cli.Command {
 					res, err := a.ForgetConsumerGroup(ctx, subject, group)
 					for _, r := range res {
 						if r.Known {
-							fmt.Fprintf(c.App.Writer, "broker group %s: forgot consumer group %s (%d consumers, %d messages unacknowledged)\n",
-								r.BrokerGroup, c.String("group"), r.Consumers, r.Unacked)
+							fmt.Fprintf(c.App.Writer, "broker group %s: forgot consumer group %s (%s, %s unacknowledged)\n",
+								r.BrokerGroup, c.String("group"), plural(r.Consumers, "consumer"), plural(r.Unacked, "message"))
 						} else {
 							fmt.Fprintf(c.App.Writer, "broker group %s: consumer group %s not known\n", r.BrokerGroup, c.String("group"))
 						}
@@ -187,8 +234,8 @@ func subjectCommand() *cli.Command {
 	}
 }
 
-func printRoute(r *qmq.Route) {
-	fmt.Printf("%s\n", r.Subject)
+func printRoute(w io.Writer, r *qmq.Route) {
+	fmt.Fprintf(w, "%s\n", r.Subject)
 	for _, g := range r.BrokerGroups {
 		state := "writable"
 		if !g.Writable {
@@ -197,10 +244,10 @@ func printRoute(r *qmq.Route) {
 		if !g.Available {
 			state += ", unavailable"
 		}
-		fmt.Printf("  group %s (%s) leader %s servers %v\n", g.Name, state, orNone(g.Leader), g.Servers)
+		fmt.Fprintf(w, "  broker group %s (%s) leader %s servers %v\n", g.Name, state, orNone(g.Leader), g.Servers)
 	}
 	if len(r.ConsumerGroups) > 0 {
-		fmt.Printf("  consumer groups %v\n", r.ConsumerGroups)
+		fmt.Fprintf(w, "  consumer groups %v\n", r.ConsumerGroups)
 	}
 }
 

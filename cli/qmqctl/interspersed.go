@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
+	"slices"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 )
 
 // withArg makes a command that takes one argument (a NAME) anywhere among
@@ -26,14 +28,14 @@ func withArg(what string, action func(c *cli.Context, arg string) error) cli.Act
 		}
 		args, err := parseInterspersed(set, c.Args().Slice())
 		if err != nil && !errors.Is(err, flag.ErrHelp) {
-			return fmt.Errorf("%s: %w", c.Command.FullName(), err)
+			return cmdline.FlagError(c, err, append(slices.Clone(c.App.Flags), c.Command.Flags...))
 		}
 		sub := cli.NewContext(c.App, set, c)
 		if err != nil || sub.Bool("help") {
 			return cli.ShowCommandHelp(c.Lineage()[1], c.Command.Name)
 		}
 		if len(args) != 1 {
-			return fmt.Errorf("%s takes one argument, %s (got %d)", c.Command.FullName(), what, len(args))
+			return cmdline.Usagef(c, "takes one argument, %s (got %d)", what, len(args))
 		}
 		return action(sub, args[0])
 	}

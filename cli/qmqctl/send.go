@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -11,38 +12,54 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
+	"github.com/qmqgo/qmq/internal/limits"
 )
+
+// sendStdin is where send reads a body from stdin; tests set it.
+var sendStdin io.Reader = os.Stdin
 
 func sendCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "send",
 		Usage:     "send messages; prints the id of each acknowledged one",
-		ArgsUsage: "[BODY]",
+		ArgsUsage: "[BODY | -]",
 		Description: "Sends --count messages with the same subject, properties, tags and body, and prints one\n" +
 			"message id per line as each is acknowledged (committed on a quorum). Exits 1 if any failed.\n" +
 			"With --delay or --at the messages are delivered no earlier than that time, up to two years\n" +
-			"ahead (the broker's --max-delay); a time already past is delivered at once.",
+			"ahead (the broker's --max-delay); a time already past is delivered at once.\n\n" +
+			"The body is, as in nats pub: BODY; or the bytes of --file PATH; or, with BODY - or with\n" +
+			"no BODY when stdin is not a terminal (a pipe, a file), everything read from stdin until\n" +
+			"its end; else (no BODY on a terminal) it is empty. Bytes are sent as they are (binary\n" +
+			"included); a body from stdin keeps its trailing newline. For example:\n" +
+			"  echo '{\"order\": 42}' | qmqctl send --subject orders\n" +
+			"  qmqctl send --subject images --file photo.jpg",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to send to"},
 			&cli.StringSliceFlag{Name: "property", Aliases: []string{"p"}, Usage: "property `KEY=VALUE` (repeatable)"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "`TAG` (repeatable, at most 10)"},
-			&cli.IntFlag{Name: "count", Value: 1, Usage: "send `N` messages"},
+			&cli.IntFlag{Name: "count", Value: 1, Usage: "send `N` messages (at least 1)"},
+			&cli.StringFlag{Name: "file", Usage: "send the bytes of `PATH` as the body"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a message after `DUR`"},
 			&cli.DurationFlag{Name: "delay", Usage: "deliver `DUR` from now (e.g. 90s, 36h)"},
 			&cli.StringFlag{Name: "at", Usage: "deliver at `TIME` (RFC 3339, e.g. 2027-01-31T09:00:00Z)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
-				return fmt.Errorf("send takes at most one BODY argument, got %d (quote the body)", c.NArg())
+				return cmdline.Usagef(c, "takes at most one BODY argument, got %d (quote the body)", c.NArg())
 			}
 			props, err := parseProperties(c.StringSlice("property"))
 			if err != nil {
-				return err
+				return cmdline.Usagef(c, "%v", err)
 			}
-			if c.Int("count") < 1 {
-				return fmt.Errorf("--count must be at least 1")
+			if n := c.Int("count"); n < 1 {
+				return cmdline.Usagef(c, "--count %d: at least 1", n)
 			}
 			deliverAt, err := deliveryTime(c.Duration("delay"), c.String("at"), c.IsSet("delay"))
+			if err != nil {
+				return cmdline.Usagef(c, "%v", err)
+			}
+			body, err := sendBody(c)
 			if err != nil {
 				return err
 			}
@@ -63,7 +80,7 @@ func sendCommand() *cli.Command {
 				for _, tag := range c.StringSlice("tag") {
 					m.AddTag(tag)
 				}
-				m.SetBody([]byte(c.Args().First()))
+				m.SetBody(body)
 				m.SetDeliverAt(deliverAt)
 				wg.Add(1)
 				p.SendAsync(m, qmq.SendFunc(func(m *qmq.Message, err error) {
@@ -76,10 +93,10 @@ func sendCommand() *cli.Command {
 							unreachable = err
 							return
 						}
-						fmt.Fprintf(os.Stderr, "qmqctl: %v\n", err)
+						fmt.Fprintf(c.App.ErrWriter, "qmqctl: %v\n", err)
 						return
 					}
-					fmt.Println(m.ID())
+					fmt.Fprintln(c.App.Writer, m.ID())
 				}))
 			}
 			wg.Wait()
@@ -87,12 +104,47 @@ func sendCommand() *cli.Command {
 				return plain(unreachable)
 			}
 			if failed > 0 {
-				fmt.Fprintf(os.Stderr, "qmqctl: %d of %d messages failed\n", failed, c.Int("count"))
+				fmt.Fprintf(c.App.ErrWriter, "qmqctl: %d of %s failed\n", failed, plural(c.Int("count"), "message"))
 				return errFailed
 			}
 			return nil
 		},
 	}
+}
+
+// sendBody reads send's body: BODY, --file, or stdin (BODY "-", or no
+// BODY and stdin not a terminal); empty with neither.
+func sendBody(c *cli.Context) ([]byte, error) {
+	arg, file := c.Args().First(), c.String("file")
+	switch {
+	case c.NArg() > 0 && file != "":
+		return nil, cmdline.Usagef(c, "give a BODY or --file, not both")
+	case file != "":
+		return readBody(c, file, func() (io.ReadCloser, error) { return os.Open(file) })
+	case c.NArg() > 0 && arg != "-":
+		return []byte(arg), nil
+	case arg == "-" || c.NArg() == 0 && !stdinIsTerminal():
+		return readBody(c, "stdin", func() (io.ReadCloser, error) { return io.NopCloser(sendStdin), nil })
+	}
+	return nil, nil
+}
+
+// readBody reads a body of at most limits.MaxMessage bytes (what a
+// message holds in all) from what open opens.
+func readBody(c *cli.Context, what string, open func() (io.ReadCloser, error)) ([]byte, error) {
+	r, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("--file: %w", err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, limits.MaxMessage+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the body from %s: %w", what, err)
+	}
+	if len(b) > limits.MaxMessage {
+		return nil, cmdline.Usagef(c, "the body from %s is larger than a message may be (%d bytes)", what, limits.MaxMessage)
+	}
+	return b, nil
 }
 
 // deliveryTime turns --delay or --at into a delivery time; the zero time

@@ -8,6 +8,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/server/raftlog"
@@ -25,10 +27,26 @@ import (
 )
 
 func main() {
-	if err := newApp().Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "qmqd:", err)
-		os.Exit(1)
+	os.Exit(exitStatus(cmdline.Execute(newApp(), os.Args), os.Stderr))
+}
+
+// exitStatus says on stderr how a run that returned err failed, if it
+// did, and returns its exit status: 0; 2 for a usage mistake (a flag or
+// command that does not exist, a value refused before anything started);
+// 1 for the rest.
+func exitStatus(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case cmdline.IsUsage(err):
+		fmt.Fprintln(stderr, err)
+		return cmdline.ExitUsage
+	case errors.Is(err, errInvalidFlag):
+		fmt.Fprintln(stderr, "qmqd:", err)
+		return cmdline.ExitUsage
 	}
+	fmt.Fprintln(stderr, "qmqd:", err)
+	return cmdline.ExitFailure
 }
 
 // newApp is qmqd: its flags and commands.
@@ -41,7 +59,11 @@ func newApp() *cli.App {
 			"a metaserver group (`qmqd meta`, three nodes) and broker groups (`qmqd broker --meta …`,\n" +
 			"three nodes each): bootstrap the first node of each group with --bootstrap, then add the\n" +
 			"others with `qmqctl join`. docs/operations.md walks through it. A node with an address that\n" +
-			"is not on loopback starts only with TLS (--tls-cert, --tls-key, --tls-ca) or --insecure.",
+			"is not on loopback starts only with TLS (--tls-cert, --tls-key, --tls-ca) or --insecure.\n" +
+			"Global options (--log-level) go before or after the command.\n\n" +
+			"Exit status: 0 stopped by SIGINT or SIGTERM, after closing cleanly; 1 failed (it says why\n" +
+			"on stderr); 2 a usage mistake (a flag or command that does not exist, a value out of\n" +
+			"bounds): nothing was started.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "trace, debug, info, warn or error", EnvVars: []string{"QMQ_LOG_LEVEL"}},
 		},
@@ -170,7 +192,7 @@ func metaCommand() *cli.Command {
 		Description: "The metaserver holds the broker groups, their members and the subject routes, in a Raft\n" +
 			"group of its own (three nodes in production). Start the first with --bootstrap; start the\n" +
 			"others without it and add each with\n" +
-			"  qmqctl --server FIRST join --group meta --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+			"  qmqctl --server FIRST join --broker-group meta --id ID --raft HOST:PORT --addr HOST:PORT\n" +
 			"Brokers find it through their --meta flag; clients may use any metaserver address.",
 		Flags: append(nodeFlags("the metaserver group"),
 			&cli.IntFlag{Name: "subject-groups", Value: 2, Usage: "assign a new subject to `K` broker groups (fewer if fewer are available)"},
@@ -200,15 +222,16 @@ func brokerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "broker",
 		Usage: "run one node of a broker group",
-		Description: "Every node of a group gets a unique --id and its own --data. Start the first with\n" +
-			"--bootstrap; start the others without it and add each with\n" +
-			"  qmqctl --server META join --group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
+		Description: "Every node of a broker group (--broker-group NAME) gets a unique --id and its own --data.\n" +
+			"Start the first with --bootstrap; start the others without it and add each with\n" +
+			"  qmqctl --server META join --broker-group NAME --id ID --raft HOST:PORT --addr HOST:PORT\n" +
 			"(--server: a metaserver address, or for a group without one, the first node's).\n" +
 			"With --meta the node registers with the metaserver on start and reports to it every few\n" +
 			"seconds; nothing needs registering by hand. A restarted node needs no flags beyond its\n" +
 			"usual ones: it rejoins from its data.",
-		Flags: append(append(nodeFlags("the group"),
-			&cli.StringFlag{Name: "group", Required: true, Usage: "broker group `NAME`"},
+		Flags: append(append(nodeFlags("the broker group"),
+			&cli.StringFlag{Name: "broker-group", Aliases: []string{"group"}, Required: true,
+				Usage: "the `NAME` of the broker group the node belongs to (--group: the old spelling)"},
 			&cli.StringFlag{Name: "meta", Usage: "metaserver `HOST:PORT[,…]`; without it the group stands alone"},
 			&cli.DurationFlag{Name: "session-timeout", Value: 30 * time.Second, Usage: "reclaim a silent consumer's unacked messages after `DUR`"},
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
@@ -222,7 +245,7 @@ func brokerCommand() *cli.Command {
 			}
 			cfg := server.DefaultConfig()
 			cfg.NodeConfig, cfg.Logger = nodeConfig(c), logger
-			cfg.BrokerGroup, cfg.Meta = c.String("group"), transport.SplitServers(c.String("meta"))
+			cfg.BrokerGroup, cfg.Meta = c.String("broker-group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
 			if err := brokerSettings(c, &cfg); err != nil {
 				return err
@@ -241,7 +264,7 @@ func brokerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "qmqd: node %s of group %s: clients %s, raft %s, http %s\n",
+			fmt.Fprintf(os.Stderr, "qmqd: node %s of broker group %s: clients %s, raft %s, http %s\n",
 				cfg.ID, cfg.BrokerGroup, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
 			waitForSignal(n.Failed())
 			return errors.Join(n.FailedErr(), n.Close())

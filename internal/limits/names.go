@@ -14,17 +14,25 @@ var ErrName = errors.New("limits: bad name")
 // else is allowed. what names the kind of name in the error.
 func CheckName(what, s string) error {
 	if s == "" || len(s) > MaxName {
-		return fmt.Errorf("%w: %s name length %d (1..%d)", ErrName, what, len(s), MaxName)
+		return fmt.Errorf("%w: %s name length %d: %s", ErrName, what, len(s), nameRule)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-' && c != ':')) {
-			return fmt.Errorf("%w: %s name %q: byte %d (%q) not allowed", ErrName, what, s, i, c)
+			at := fmt.Sprintf("byte %d", i)
+			if i == 0 {
+				at = "the first byte"
+			}
+			return fmt.Errorf("%w: %s name %q: %s, %q, is not allowed: %s", ErrName, what, s, at, c, nameRule)
 		}
 	}
 	return nil
 }
+
+// nameRule says what CheckName allows, in its errors.
+var nameRule = fmt.Sprintf("a name is 1 to %d of the letters a-z and A-Z, the digits 0-9, '.', '_', '-' and ':', "+
+	"starting with a letter or a digit", MaxName)
 
 // MetaGroup is the metaserver group's own name, which no broker group may
 // take; operator requests name it to reach the metaserver group.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
 )
 
@@ -33,7 +34,7 @@ func TestCatchUpRestoresNewerSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeStream(sink, snap.(*fsmSnapshot).manifest, snap.(*fsmSnapshot).open); err != nil {
+	if err := snapshot.Write(sink, snap.(*fsmSnapshot).manifest, snap.(*fsmSnapshot).open); err != nil {
 		t.Fatal(err)
 	}
 	if err := sink.Close(); err != nil {
@@ -90,7 +91,7 @@ func TestCatchUpSkipsOwnSnapshotAheadOnlyByBarriers(t *testing.T) {
 
 // persistSnapshotAt takes f's snapshot and persists it into store under
 // Raft index index, as Raft does.
-func persistSnapshotAt(tb testing.TB, f *FSM, store *SnapshotStore, index uint64) {
+func persistSnapshotAt(tb testing.TB, f *FSM, store *snapshot.Store, index uint64) {
 	tb.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -638,29 +639,12 @@ func readCheckpoint(dir string) (*checkpoint, error) {
 	return c, nil
 }
 
-// writeFileAtomic writes data to dir/name durably: a temporary file,
-// fsynced, renamed over the old one, and the directory fsynced.
+// writeFileAtomic writes data to dir/name durably (disk.WriteFileAtomic).
 func writeFileAtomic(dir, name string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("fsm: write %s: %w", name, err)
+	if err := disk.WriteFileAtomic(dir, name, data); err != nil {
+		return fmt.Errorf("fsm: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsm: write %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsm: sync %s: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("fsm: close %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("fsm: rename %s: %w", name, err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // DurableEnds is where a stopped state machine's logs were made durable:

@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/test/poll"
@@ -300,7 +301,7 @@ type clusterNode struct {
 	raft     *raft.Raft
 	fsm      *FSM
 	store    *raftboltdb.BoltStore
-	snaps    *SnapshotStore
+	snaps    *snapshot.Store
 	trans    *raft.NetworkTransport
 }
 

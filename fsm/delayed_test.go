@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
 )
 
@@ -346,18 +347,18 @@ func TestRestoreRefusesMissingScheduleFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := m.files[:0]
-	for _, file := range m.files {
-		if !strings.HasPrefix(file.rel, scheduleDir+"/") {
+	kept := m.Files[:0]
+	for _, file := range m.Files {
+		if !strings.HasPrefix(file.Rel, scheduleDir+"/") {
 			kept = append(kept, file)
 		}
 	}
-	if len(kept) == len(m.files) {
+	if len(kept) == len(m.Files) {
 		t.Fatal("the snapshot carries no schedule files")
 	}
-	m.files = kept
+	m.Files = kept
 	var stream bytes.Buffer
-	err = writeStream(&stream, m, func(rel string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(files[rel])), nil })
+	err = snapshot.Write(&stream, m, func(rel string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(files[rel])), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@
 // applied index, which is persisted in a checkpoint together with the log
 // ends it describes; on open every log is cut back to the checkpoint and
 // Raft replays the rest. Snapshots are the checkpoint plus hard links to the
-// segments (SnapshotStore), streamed to a follower that needs one.
+// segments, kept by package snapshot's store (NewSnapshotStore) and
+// streamed to a follower that needs one.
 //
 // DESIGN.md in this directory explains the choices.
 package fsm

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
@@ -357,6 +359,33 @@ func snapshotStream(tb testing.TB, f *FSM) []byte {
 		tb.Fatalf("Persist left the sink closed=%v canceled=%v", sink.closed, sink.canceled)
 	}
 	return sink.Bytes()
+}
+
+// readStream reads a whole snapshot stream as Restore does, handing each
+// file's bytes to create's writer.
+func readStream(r io.Reader, create func(rel string) (io.WriteCloser, error)) (*snapshot.Manifest, error) {
+	m, err := snapshot.ReadHead(r, checkSnapPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := snapshot.ReadFiles(r, m, create); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkStream asserts that stream is a complete snapshot whose checksums
+// all match, and returns its manifest.
+func checkStream(tb testing.TB, stream []byte) *snapshot.Manifest {
+	tb.Helper()
+	m, err := readStream(bytes.NewReader(stream), func(string) (io.WriteCloser, error) { return nopWriteCloser{io.Discard}, nil })
+	if err != nil {
+		tb.Fatalf("snapshot stream of %d bytes: %v", len(stream), err)
+	}
+	if m.StreamSize() != int64(len(stream)) {
+		tb.Fatalf("stream of %d bytes, its manifest says %d", len(stream), m.StreamSize())
+	}
+	return m
 }
 
 // messagesOf reads every message of subject from sequence from up to the

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
 )
 
@@ -25,14 +26,14 @@ func TestRestoreRefusesSnapshotThatDoesNotOpen(t *testing.T) {
 	}
 	defer snap.Release()
 	fs := snap.(*fsmSnapshot)
-	cp, err := decodeCheckpoint(fs.manifest.checkpoint)
+	cp, err := decodeCheckpoint(fs.manifest.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp.ends.messages += 1000 // past the end of the segment it ships
-	bad := &manifest{checkpoint: cp.encode(), files: fs.manifest.files}
+	bad := &snapshot.Manifest{Checkpoint: cp.encode(), Files: fs.manifest.Files}
 	var stream bytes.Buffer
-	if err := writeStream(&stream, bad, fs.open); err != nil {
+	if err := snapshot.Write(&stream, bad, fs.open); err != nil {
 		t.Fatal(err)
 	}
 

@@ -6,15 +6,67 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/disk"
 )
+
+// The snapshot stream's format and the store that keeps snapshots are
+// package snapshot's. The FSM tells them which files a snapshot may hold
+// (checkSnapPath), and reports the package's errors and reserve as its
+// own.
+var (
+	// ErrBadSnapshot means a snapshot is malformed, fails a checksum, or
+	// holds data that does not open (snapshot.ErrBad).
+	ErrBadSnapshot = snapshot.ErrBad
+	// ErrNoSpace means the disk has too little space free for a snapshot
+	// (snapshot.ErrNoSpace).
+	ErrNoSpace = snapshot.ErrNoSpace
+)
+
+// SpaceReserve is the space a snapshot being received or restored must
+// leave free (snapshot.SpaceReserve), and Config.DiskReserve's default.
+const SpaceReserve = snapshot.SpaceReserve
+
+// NewSnapshotStore opens the store of this FSM's snapshots in dir, keeping
+// the newest retain (at least 1) and those being read (snapshot.NewStore).
+// It must be on the file system of the FSM's directory.
+func NewSnapshotStore(dir string, retain int, logger hclog.Logger, opts ...snapshot.Option) (*snapshot.Store, error) {
+	return snapshot.NewStore(dir, retain, checkSnapPath, logger, opts...)
+}
+
+// checkSnapPath accepts only messages/X.seg, pull/X.seg, journal/X.seg,
+// consume/SUBJECT/X.seg, schedule/HOUR/X.seg and
+// schedule/HOUR/dispatched/X.seg: a stream cannot write anywhere else.
+func checkSnapPath(rel string) error {
+	parts := strings.Split(rel, "/")
+	ok := path.Clean(rel) == rel && strings.HasSuffix(rel, ".seg")
+	switch {
+	case !ok:
+	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir || parts[0] == journalDir):
+	case len(parts) == 3 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]):
+	case len(parts) == 4 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]) && parts[2] == "dispatched":
+	case len(parts) == 3 && parts[0] == consumeDir && CheckName("subject", parts[1]) == nil:
+	default:
+		ok = false
+	}
+	for _, p := range parts {
+		ok = ok && p != "" && p != "." && p != ".."
+	}
+	if !ok {
+		return fmt.Errorf("%w: file path %q", ErrBadSnapshot, rel)
+	}
+	return nil
+}
 
 // Snapshot flushes the logs, takes the checkpoint (the state and the logs'
 // ends) and hard-links every segment into a staging directory: no data is
@@ -33,10 +85,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, err
 	}
 	staging := filepath.Join(f.cfg.Dir, stagingDir, strconv.FormatUint(f.snapshot.Add(1), 10))
-	m := &manifest{checkpoint: pending.encoded}
+	m := &snapshot.Manifest{Checkpoint: pending.encoded}
 	made := map[string]bool{}
 	for _, seg := range files {
-		dst := stagedPath(staging, seg.rel)
+		dst := snapshot.LinkPath(staging, seg.rel)
 		if dir := filepath.Dir(dst); !made[dir] {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				os.RemoveAll(staging)
@@ -48,38 +100,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 			os.RemoveAll(staging)
 			return nil, fmt.Errorf("fsm: snapshot: %w", err)
 		}
-		m.files = append(m.files, snapFile{rel: seg.rel, size: seg.size})
+		m.Files = append(m.Files, snapshot.File{Rel: seg.rel, Size: seg.size})
 	}
-	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.files))
+	f.log.Debug("snapshot", "applied-index", f.st.applied, "files", len(m.Files))
 	return &fsmSnapshot{fsm: f, dir: staging, manifest: m, pending: pending}, nil
-}
-
-// stagedPath is where a snapshot keeps its link to the file rel (a path
-// of the manifest) under root. Schedule files and consume-log files are
-// kept flat, one directory each, with the rest of the path folded into
-// the name (schedule/2026113014@dispatched@X.seg, consume/orders@X.seg;
-// names never hold '@'): a snapshot of thousands of hours or subjects then
-// creates two directories, not one each, and on the apply goroutine,
-// where Snapshot runs, creating a directory costs far more than a link.
-func stagedPath(root, rel string) string {
-	for _, dir := range []string{scheduleDir, consumeDir} {
-		if rest, ok := strings.CutPrefix(rel, dir+"/"); ok {
-			return filepath.Join(root, dir, strings.ReplaceAll(rest, "/", "@"))
-		}
-	}
-	return filepath.Join(root, filepath.FromSlash(rel))
-}
-
-// openStaged opens the link to rel under root: where stagedPath puts it,
-// or, in a snapshot stored before consume logs were kept flat, at rel.
-func openStaged(root, rel string) (*os.File, error) {
-	f, err := os.Open(stagedPath(root, rel))
-	if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(rel, consumeDir+"/") {
-		if nested, nerr := os.Open(filepath.Join(root, filepath.FromSlash(rel))); nerr == nil {
-			return nested, nil
-		}
-	}
-	return f, err
 }
 
 // segmentFile is one segment in a snapshot: its path in the store, its
@@ -133,8 +157,8 @@ func (f *FSM) writeCheckpoint() ([]byte, *logEnds, error) {
 // fsmSnapshot is a snapshot waiting to be persisted.
 type fsmSnapshot struct {
 	fsm      *FSM
-	dir      string // hard links to the segments, by relative path
-	manifest *manifest
+	dir      string // hard links to the segments, each at snapshot.LinkPath
+	manifest *snapshot.Manifest
 	pending  *pendingCheckpoint
 }
 
@@ -143,8 +167,8 @@ type fsmSnapshot struct {
 var ErrSnapshotSuperseded = errors.New("fsm: snapshot superseded by a restore")
 
 // Persist makes the snapshot's checkpoint durable (see pendingCheckpoint),
-// then hands the links to a SnapshotStore sink (no copy), or streams the
-// whole snapshot into any other sink.
+// then hands the links to a snapshot store's sink (no copy), or streams
+// the whole snapshot into any other sink.
 //
 // A snapshot taken before a Restore and persisted after it fails with
 // ErrSnapshotSuperseded (its checkpoint is dropped, as any older one is),
@@ -162,10 +186,10 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		err = ErrSnapshotSuperseded
 	}
 	if err == nil {
-		if ls, ok := sink.(*linkSink); ok {
-			err = ls.adopt(s.dir, s.manifest)
+		if ls, ok := sink.(*snapshot.Sink); ok {
+			err = ls.Adopt(s.dir, s.manifest)
 		} else {
-			err = writeStream(sink, s.manifest, s.open)
+			err = snapshot.Write(sink, s.manifest, s.open)
 		}
 	}
 	if err != nil {
@@ -176,7 +200,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) open(rel string) (io.ReadCloser, error) {
-	f, err := openStaged(s.dir, rel)
+	f, err := os.Open(snapshot.LinkPath(s.dir, rel))
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
@@ -193,7 +217,7 @@ func (s *fsmSnapshot) Release() { os.RemoveAll(s.dir) }
 // files and SpaceReserve.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	m, err := readHead(rc)
+	m, err := snapshot.ReadHead(rc, checkSnapPath)
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
@@ -201,17 +225,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 // restore is Restore once the stream's manifest m has been read from r.
-func (f *FSM) restore(m *manifest, r io.Reader) error {
+func (f *FSM) restore(m *snapshot.Manifest, r io.Reader) error {
 	tmp := filepath.Join(f.cfg.Dir, restoreDir)
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	err := f.checkRestoreSpace(m)
 	if err == nil {
-		err = readFiles(r, m, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
+		err = snapshot.ReadFiles(r, m, func(rel string) (io.WriteCloser, error) { return createSynced(tmp, rel) })
 	}
 	if err == nil {
-		_, err = decodeCheckpoint(m.checkpoint)
+		_, err = decodeCheckpoint(m.Checkpoint)
 	}
 	if err == nil {
 		err = syncTree(tmp)
@@ -219,11 +243,11 @@ func (f *FSM) restore(m *manifest, r io.Reader) error {
 	if err == nil {
 		// Open the restored logs where they are first: a snapshot that cannot
 		// be opened is refused while the current state is still intact.
-		err = f.tryLoad(tmp, m.checkpoint)
+		err = f.tryLoad(tmp, m.Checkpoint)
 	}
 	if err == nil {
 		// The checkpoint is written last: its presence marks the restore complete.
-		err = writeFileAtomic(tmp, checkpointFile, m.checkpoint)
+		err = writeFileAtomic(tmp, checkpointFile, m.Checkpoint)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
@@ -265,16 +289,16 @@ func (f *FSM) restore(m *manifest, r io.Reader) error {
 		return f.swapFailed(fmt.Errorf("reopening restored data: %w", err))
 	}
 	f.ckptIndex = f.st.applied
-	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.files))
+	f.log.Info("restored snapshot", "applied-index", f.st.applied, "files", len(m.Files))
 	return nil
 }
 
 // checkRestoreSpace checks that the FSM's disk can take the files of m
 // beside the live data, and the reserve.
-func (f *FSM) checkRestoreSpace(m *manifest) error {
-	size := filesSize(m)
+func (f *FSM) checkRestoreSpace(m *snapshot.Manifest) error {
+	size := m.FilesSize()
 	what := fmt.Sprintf("restoring a snapshot (its %d bytes of files and a %d-byte reserve)", size, SpaceReserve)
-	return checkFree(f.cfg.DiskFree, f.log, f.cfg.Dir, size+SpaceReserve, what)
+	return snapshot.CheckFree(f.cfg.DiskFree, f.log, f.cfg.Dir, size+SpaceReserve, what)
 }
 
 // syncedFile is a file that is fsynced when closed.
@@ -330,11 +354,11 @@ func (f *FSM) CatchUp(store raft.SnapshotStore) error {
 		return fmt.Errorf("fsm: open snapshot %s: %w", metas[0].ID, err)
 	}
 	defer rc.Close()
-	m, err := readHead(rc)
+	m, err := snapshot.ReadHead(rc, checkSnapPath)
 	if err != nil {
 		return fmt.Errorf("fsm: snapshot %s: %w", meta.ID, err)
 	}
-	c, err := decodeCheckpoint(m.checkpoint)
+	c, err := decodeCheckpoint(m.Checkpoint)
 	if err != nil {
 		return fmt.Errorf("fsm: snapshot %s: %w", meta.ID, err)
 	}

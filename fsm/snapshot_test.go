@@ -2,19 +2,18 @@ package fsm
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/qmqgo/qmq/fsm/snapshot"
 )
 
 // readAll reads a snapshot stream and closes it.
@@ -88,7 +87,7 @@ func TestSnapshotRestoreInmemStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream := readAll(t, rc)
-	if meta.Size != int64(len(stream)) || !bytes.HasPrefix(stream, streamMagic[:]) {
+	if meta.Size != int64(len(stream)) || !bytes.HasPrefix(stream, []byte("QMQSNAP1")) {
 		t.Fatalf("stream of %d bytes, meta size %d", len(stream), meta.Size)
 	}
 
@@ -116,7 +115,8 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 	entries := unitWorkload(160, 25_000)
 	src := unitFSM(t)
 	applyAll(src, entries[:100])
-	store, err := NewSnapshotStore(filepath.Join(t.TempDir(), "snapshots"), 2, hclog.NewNullLogger())
+	storeDir := filepath.Join(t.TempDir(), "snapshots")
+	store, err := NewSnapshotStore(storeDir, 2, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 	snap.Release()
 
 	// The stored files are the live segments, linked, not copied.
-	filesDir := filepath.Join(store.dir, sink.ID(), filesDir)
+	filesDir := filepath.Join(storeDir, sink.ID(), "files")
 	linked := 0
 	err = filepath.WalkDir(filesDir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -148,7 +148,7 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 		}
 		for _, dir := range []string{scheduleDir, consumeDir} {
 			if flat, ok := strings.CutPrefix(rel, dir+string(filepath.Separator)); ok {
-				rel = filepath.Join(dir, strings.ReplaceAll(flat, "@", string(filepath.Separator))) // see stagedPath
+				rel = filepath.Join(dir, strings.ReplaceAll(flat, "@", string(filepath.Separator))) // see snapshot.LinkPath
 			}
 		}
 		live, err := os.Stat(filepath.Join(src.cfg.Dir, dataDir, rel))
@@ -183,7 +183,7 @@ func TestSnapshotRestoreLinkStore(t *testing.T) {
 	if meta.Size != int64(len(stream)) {
 		t.Fatalf("meta size %d, stream of %d bytes", meta.Size, len(stream))
 	}
-	// The consume logs' links lie in one directory (see stagedPath); a
+	// The consume logs' links lie in one directory (see snapshot.LinkPath); a
 	// snapshot stored with them in one directory per subject, as before,
 	// streams the same.
 	flat, err := os.ReadDir(filepath.Join(filesDir, consumeDir))
@@ -230,7 +230,7 @@ func TestRestoreRefusesCorruptStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headLen := len(streamMagic) + 4 + len(m.encode()) + 4
+	headLen := int(m.StreamSize()-m.FilesSize()) - 4*len(m.Files) // all but the files and their checksums
 	flip := func(at int) []byte {
 		b := bytes.Clone(stream)
 		b[at] ^= 0x40
@@ -243,8 +243,8 @@ func TestRestoreRefusesCorruptStream(t *testing.T) {
 		{"file data", flip(len(stream) - 5)},
 		{"first file data", flip(headLen + 20)},
 		{"file checksum", flip(len(stream) - 1)},
-		{"manifest", flip(len(streamMagic) + 4 + 3)},
-		{"manifest length", flip(len(streamMagic))},
+		{"manifest", flip(8 + 4 + 3)}, // past the magic and the manifest's length
+		{"manifest length", flip(8)},
 		{"magic", flip(0)},
 		{"truncated", stream[:len(stream)-1]},
 		{"truncated header", stream[:10]},
@@ -284,7 +284,7 @@ func TestRestoreRefusesCorruptStream(t *testing.T) {
 
 	// A stream whose checksums hold but whose checkpoint does not decode.
 	var b bytes.Buffer
-	if err := writeStream(&b, &manifest{checkpoint: []byte("not a checkpoint")}, nil); err != nil {
+	if err := snapshot.Write(&b, &snapshot.Manifest{Checkpoint: []byte("not a checkpoint")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	g := unitFSM(t)
@@ -319,11 +319,11 @@ func TestStreamRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("stream files %v, want %v", sortedKeys(got), sortedKeys(want))
 	}
-	if cp, err := decodeCheckpoint(m.checkpoint); err != nil || cp.st.applied != src.Applied() {
+	if cp, err := decodeCheckpoint(m.Checkpoint); err != nil || cp.st.applied != src.Applied() {
 		t.Fatalf("stream checkpoint: %v", err)
 	}
-	if streamSize(m) != int64(len(stream)) {
-		t.Fatalf("streamSize %d, stream %d bytes", streamSize(m), len(stream))
+	if m.StreamSize() != int64(len(stream)) {
+		t.Fatalf("StreamSize %d, stream %d bytes", m.StreamSize(), len(stream))
 	}
 }
 
@@ -339,34 +339,43 @@ func (w *captureWriter) Write(p []byte) (int, error) {
 
 func (w *captureWriter) Close() error { return nil }
 
+// snapPathCases are paths a snapshot's manifest may name, or not.
+var snapPathCases = []struct {
+	rel string
+	ok  bool
+}{
+	{"messages/00000000000000000000.seg", true},
+	{"pull/00000000000000000000.seg", true},
+	{"consume/orders.created/00000000000000000000.seg", true},
+	{"messages/x.seg", true},
+	{"checkpoint", false},
+	{"messages/x", false},
+	{"messages/../../x.seg", false},
+	{"../x.seg", false},
+	{"/etc/x.seg", false},
+	{"messages//x.seg", false},
+	{"messages/./x.seg", false},
+	{"messages/sub/x.seg", false},
+	{"consume/../x.seg", false},
+	{"consume/../messages/x.seg", false},
+	{"consume/a/b/x.seg", false},
+	{"consume/.hidden/x.seg", false},
+	{"consume/x.seg", false},
+	{"other/x.seg", false},
+	{"messages/.seg", true}, // a name the logs ignore, inside the store
+	{"messages/..seg", true},
+	{`messages\..\x.seg`, false},
+	{"", false},
+	{"journal/00000000000000000000.seg", true},
+	{"schedule/2026113014/00000000000000000000.seg", true},
+	{"schedule/2026113014/dispatched/00000000000000000000.seg", true},
+	{"schedule/2026113014/other/00000000000000000000.seg", false},
+	{"schedule/20261130/00000000000000000000.seg", false},
+	{"schedule/00000000000000000000.seg", false},
+}
+
 func TestCheckSnapPath(t *testing.T) {
-	for _, tc := range []struct {
-		rel string
-		ok  bool
-	}{
-		{"messages/00000000000000000000.seg", true},
-		{"pull/00000000000000000000.seg", true},
-		{"consume/orders.created/00000000000000000000.seg", true},
-		{"messages/x.seg", true},
-		{"checkpoint", false},
-		{"messages/x", false},
-		{"messages/../../x.seg", false},
-		{"../x.seg", false},
-		{"/etc/x.seg", false},
-		{"messages//x.seg", false},
-		{"messages/./x.seg", false},
-		{"messages/sub/x.seg", false},
-		{"consume/../x.seg", false},
-		{"consume/../messages/x.seg", false},
-		{"consume/a/b/x.seg", false},
-		{"consume/.hidden/x.seg", false},
-		{"consume/x.seg", false},
-		{"other/x.seg", false},
-		{"messages/.seg", true}, // a name the logs ignore, inside the store
-		{"messages/..seg", true},
-		{`messages\..\x.seg`, false},
-		{"", false},
-	} {
+	for _, tc := range snapPathCases {
 		err := checkSnapPath(tc.rel)
 		if (err == nil) != tc.ok {
 			t.Errorf("checkSnapPath(%q) = %v, want ok=%v", tc.rel, err, tc.ok)
@@ -374,149 +383,5 @@ func TestCheckSnapPath(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrBadSnapshot) {
 			t.Errorf("checkSnapPath(%q) = %v, want ErrBadSnapshot", tc.rel, err)
 		}
-	}
-}
-
-func TestSnapshotStore(t *testing.T) {
-	if _, err := NewSnapshotStore(t.TempDir(), 0, hclog.NewNullLogger()); err == nil {
-		t.Fatal("a store retaining no snapshots was accepted")
-	}
-	dir := filepath.Join(t.TempDir(), "snapshots")
-	// An abandoned snapshot is removed when the store opens.
-	if err := os.MkdirAll(filepath.Join(dir, "1-1-1"+tmpSuffix), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	store, err := NewSnapshotStore(dir, 2, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-		t.Fatalf("leftover snapshot kept: %v", entries)
-	}
-	if metas, err := store.List(); err != nil || len(metas) != 0 {
-		t.Fatalf("List of an empty store: %v, %v", metas, err)
-	}
-
-	f := unitFSM(t)
-	streams := map[string][]byte{}
-	var ids []string
-	for i := range 3 {
-		applyAll(f, unitWorkload(10*(i+1), 100)[10*i:])
-		snap, err := f.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sink, err := store.Create(1, f.Applied(), 2, raft.Configuration{}, 1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := snap.Persist(sink); err != nil {
-			t.Fatal(err)
-		}
-		snap.Release()
-		ids = append(ids, sink.ID())
-		streams[sink.ID()] = snapshotStream(t, f)
-	}
-	metas, err := store.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []uint64
-	for _, m := range metas {
-		got = append(got, m.Index)
-	}
-	if !slices.Equal(got, []uint64{30, 20}) || metas[0].ID != ids[2] || metas[1].ID != ids[1] {
-		t.Fatalf("List = indices %v, want [30 20] newest first", got)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
-		t.Fatalf("the store holds %d snapshots, want 2", len(entries))
-	}
-	if _, _, err := store.Open(ids[0]); err == nil {
-		t.Fatal("Open of a reaped snapshot succeeded")
-	}
-	for _, id := range []string{"nope", "..", ".", "../x", `a\b`, ""} {
-		if _, rc, err := store.Open(id); err == nil {
-			rc.Close()
-			t.Fatalf("Open(%q) succeeded", id)
-		}
-	}
-	for _, id := range ids[1:] {
-		_, rc, err := store.Open(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := readAll(t, rc); !bytes.Equal(got, streams[id]) {
-			t.Fatalf("snapshot %s streams %d bytes, want the FSM's %d", id, len(got), len(streams[id]))
-		}
-	}
-
-	// A snapshot received from a leader is kept as the raw stream.
-	sink, err := store.Create(1, 40, 3, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	latest := streams[ids[2]]
-	for chunk := range slices.Chunk(latest, 1000) {
-		if _, err := sink.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	meta, rc, err := store.Open(sink.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, rc); !bytes.Equal(got, latest) || meta.Size != int64(len(latest)) || meta.Term != 3 {
-		t.Fatalf("received snapshot: %d bytes (meta %+v), want %d", len(got), meta, len(latest))
-	}
-	g := restoreInto(t, latest)
-	if g.Applied() != 30 {
-		t.Fatalf("restored the received snapshot at %d, want 30", g.Applied())
-	}
-	if metas, _ := store.List(); len(metas) != 2 || metas[0].ID != sink.ID() {
-		t.Fatalf("after receiving: List %v", metas)
-	}
-
-	// A canceled snapshot leaves nothing.
-	sink, err = store.Create(1, 50, 3, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write([]byte("partial"))
-	if err := sink.Cancel(); err != nil {
-		t.Fatal(err)
-	}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), tmpSuffix) {
-			t.Fatalf("canceled snapshot left %s", e.Name())
-		}
-	}
-	if metas, _ := store.List(); len(metas) != 2 || metas[0].Index != 40 {
-		t.Fatalf("after cancel: List %v", metas)
-	}
-}
-
-func TestReadStreamAllocatesWhatArrives(t *testing.T) {
-	// A header claiming the largest manifest, followed by a few bytes: the
-	// reader must fail without allocating what the header claims.
-	head := append(streamMagic[:], 0, 0, 0, 0)
-	binary.LittleEndian.PutUint32(head[8:], maxManifest)
-	head = append(head, "short"...)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err := readStream(bytes.NewReader(head), func(string) (io.WriteCloser, error) {
-		t.Fatal("create called")
-		return nil, nil
-	})
-	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrBadSnapshot) {
-		t.Fatalf("readStream: %v, want ErrBadSnapshot", err)
-	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
-		t.Fatalf("reading a %d-byte stream allocated %d bytes", len(head), n)
 	}
 }

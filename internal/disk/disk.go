@@ -6,10 +6,12 @@
 // fail halfway; code that checks space takes a Probe, so that tests can
 // pretend the disk is full.
 //
-// SyncDir, SyncTree and Syncfs make writes durable (see sync.go): the one
-// place that knows syncfs(2) and when it can be trusted, and how to walk
-// and fsync where it cannot. Writeback starts writing dirty pages early, so
-// that the fsync that follows has little left to do.
+// SyncDir, SyncTree, Syncfs and WriteFileAtomic make writes durable (see
+// sync.go): the one place that knows syncfs(2) and when it can be trusted,
+// how to walk and fsync where it cannot, and how to replace a file so that
+// a crash leaves the old one or the new one whole. Writeback starts
+// writing dirty pages early, so that the fsync that follows has little
+// left to do.
 package disk
 
 import "math"

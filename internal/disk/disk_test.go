@@ -106,3 +106,57 @@ func TestSyncTree(t *testing.T) {
 		t.Fatalf("SyncTree of a missing root: %v, want ErrNotExist", err)
 	}
 }
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	read := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	leftovers := func() {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 || entries[0].Name() != "f" {
+			t.Fatalf("the directory holds %v, want f alone", entries)
+		}
+	}
+	for _, data := range []string{"first", "second, longer", ""} {
+		synced := recordFsync(t, dir, "")
+		if err := WriteFileAtomic(dir, "f", []byte(data)); err != nil {
+			t.Fatalf("WriteFileAtomic(%q): %v", data, err)
+		}
+		if got := read(); got != data {
+			t.Fatalf("f holds %q, want %q", got, data)
+		}
+		if len(*synced) != 1 || !strings.HasPrefix((*synced)[0], "f.tmp-") {
+			t.Fatalf("fsynced %v, want the temporary file", *synced)
+		}
+		leftovers()
+	}
+
+	// A failed fsync fails the write with its error, naming the file, and
+	// leaves the old file.
+	orig := fsync
+	fsync = func(*os.File) error { return os.ErrPermission }
+	err := WriteFileAtomic(dir, "f", []byte("lost"))
+	fsync = orig
+	if !errors.Is(err, os.ErrPermission) || !strings.Contains(err.Error(), "sync f") {
+		t.Fatalf("WriteFileAtomic with a failing fsync: %v, want its error naming f", err)
+	}
+	if got := read(); got != "" {
+		t.Fatalf("after a failed write f holds %q, want the old \"\"", got)
+	}
+	leftovers()
+
+	missing := filepath.Join(dir, "missing")
+	if err := WriteFileAtomic(missing, "f", nil); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("WriteFileAtomic into a missing directory: %v, want ErrNotExist", err)
+	}
+}

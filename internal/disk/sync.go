@@ -68,5 +68,34 @@ func SyncTree(root string, which Entries) error {
 	})
 }
 
-// fsync is (*os.File).Sync; tests replace it to see what SyncTree syncs.
+// fsync is (*os.File).Sync; tests replace it to see what SyncTree and
+// WriteFileAtomic sync.
 var fsync = (*os.File).Sync
+
+// WriteFileAtomic writes data to dir/name durably: a temporary file beside
+// it, fsynced, renamed over the old one, and dir fsynced (SyncDir), so
+// that a crash leaves either file whole. A failure before the rename
+// leaves the old file in place, and none leaves the temporary file; the
+// error names the step and the file.
+func WriteFileAtomic(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := fsync(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("rename %s: %w", name, err)
+	}
+	return SyncDir(dir)
+}

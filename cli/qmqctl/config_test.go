@@ -15,7 +15,7 @@ func TestConfigCommands(t *testing.T) {
 	server := startCluster(t)
 	var before []qmq.BrokerConfig
 	runJSON(t, &before, "--server", server, "config", "show", "--broker-group", "g1")
-	if len(before) != 1 || before[0].Config.Source != "group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
+	if len(before) != 1 || before[0].Config.Source != "broker-group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
 		t.Fatalf("config show before any change: %+v", before)
 	}
 	out := mustRun(t, "--server", server, "config", "set", "--group", "g1", "--max-pull", "77", "--dedup-window", "5m",

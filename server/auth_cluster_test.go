@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/tlsconf"
@@ -525,7 +523,7 @@ func TestNewAppUsableAtOnce(t *testing.T) {
 		t.Fatalf("a new application's first hello to a broker that had not heard of it: %v", err)
 	}
 	heartbeats := func() float64 {
-		return testutil.ToFloat64(c.meta.requests.WithLabelValues(transport.TypeBrokerHeartbeat.String()))
+		return labeledCounter(t, c.meta.registry, "qmq_meta_requests_total", "type", transport.TypeBrokerHeartbeat.String())
 	}
 	before, start := heartbeats(), time.Now()
 	for range 20 {
@@ -699,7 +697,7 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 		t.Fatalf("a node's status request: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the metaserver's view to say the broker refuses clients", func() bool {
-		g := m.cluster().BrokerGroups
+		g := m.srv.Cluster().BrokerGroups
 		return len(g) == 1 && len(g[0].Nodes) == 1 && strings.Contains(g[0].Nodes[0].Refusing, "metaserver checks no applications")
 	})
 	// The metaserver is restarted checking: the broker serves applications

@@ -14,9 +14,9 @@
 // and forwards clients' metaserver requests.
 //
 // A metaserver node (MetaNode, NewMeta) is a member of the metaserver group
-// over the fsm/meta state machine: it assigns subjects to broker groups,
-// tracks the groups' health from heartbeats, and answers where subjects
-// live.
+// over the fsm/meta state machine, running package metaserver's logic: it
+// assigns subjects to broker groups, tracks the groups' health from
+// heartbeats, keeps the applications, and answers where subjects live.
 //
 // Followers answer NOT_LEADER with the leader's client address. DESIGN.md
 // in this directory explains the choices.

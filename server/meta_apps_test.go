@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/auth"
@@ -217,7 +216,7 @@ func routeFor(t *testing.T, m *MetaNode, app, subject, group string) error {
 	// As a broker forwards it for an application: the claim stands (from
 	// a client that is not a node, the guard replaces it).
 	b, _ := json.Marshal(transport.RouteRequest{Subject: subject, ConsumerGroup: group, App: app})
-	_, err := m.handle(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
+	_, err := m.srv.Handle(ctxFor(t, 10*time.Second), transport.TypeRoute, b)
 	return err
 }
 
@@ -269,7 +268,7 @@ func TestMetaAppLimits(t *testing.T) {
 	}
 	wantInvalid(t, "a group past the limit", routeFor(t, m, "small", "s1", "c-over"), fmt.Sprintf("application small's max groups is %d", n))
 	for limit, want := range map[string]float64{"subjects": 1, "consumer_groups": 1} {
-		if got := testutil.ToFloat64(m.appLimitHits.WithLabelValues(limit)); got != want {
+		if got := labeledCounter(t, m.registry, "qmq_meta_app_limit_refusals_total", "limit", limit); got != want {
 			t.Errorf("qmq_meta_app_limit_refusals_total{limit=%q} = %v, want %v", limit, got, want)
 		}
 	}

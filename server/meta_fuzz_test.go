@@ -48,12 +48,12 @@ func FuzzMetaRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		m.handle(ctx, transport.Type(typ), payload)
+		m.srv.Handle(ctx, transport.Type(typ), payload)
 		b.handle(ctx, transport.Type(typ), payload)
 		if !m.isLeader() {
 			t.Fatal("the metaserver lost leadership")
 		}
-		if _, err := m.handle(ctx, transport.TypeCluster, nil); err != nil {
+		if _, err := m.srv.Handle(ctx, transport.TypeCluster, nil); err != nil {
 			t.Fatalf("the metaserver stopped answering: %v", err)
 		}
 	})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
@@ -91,6 +93,29 @@ func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
 		t.Fatal(err)
 	}
 	return &r, nil
+}
+
+// labeledCounter returns the series of the counter name in reg whose
+// label is value, 0 if it has none yet.
+func labeledCounter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func routeGroups(r *qmq.Route) []string {

@@ -8,5 +8,5 @@
 // commands are a type byte and a JSON body, and a snapshot is the whole
 // state as JSON. What changes every few seconds — which node leads a group,
 // how far each has applied, whether a group is alive — is soft state of the
-// metaserver leader (server/meta_health.go), never a Raft entry.
+// metaserver leader (server/metaserver/health.go), never a Raft entry.
 package meta

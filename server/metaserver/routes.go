@@ -1,4 +1,4 @@
-package server
+package metaserver
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 // handleRoute answers where a subject lives, assigning it to broker groups
 // on its first use and recording the asking consumer group.
-func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.RouteRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (m *MetaNode) handleRoute(ctx context.Context, p []byte) ([]byte, error) {
 // before any is applied): a new group past its application's own limit is
 // refused, INVALID; one the metaserver's own limits cannot record is
 // logged and served.
-func (m *MetaNode) recordConsumer(ctx context.Context, cmd *meta.Consumer) error {
+func (m *Server) recordConsumer(ctx context.Context, cmd *meta.Consumer) error {
 	m.consumerMu.Lock()
 	defer m.consumerMu.Unlock()
 	if err := m.fsm.Check(cmd); errors.Is(err, meta.ErrAppLimit) {
@@ -82,7 +82,7 @@ func (m *MetaNode) recordConsumer(ctx context.Context, cmd *meta.Consumer) error
 // assign routes subject to more groups, chosen by load, until it has
 // count (or every writable, available group). app is the application a
 // new route is created for ("" for none), whose limit it counts towards.
-func (m *MetaNode) assign(ctx context.Context, subject string, count int, app string) error {
+func (m *Server) assign(ctx context.Context, subject string, count int, app string) error {
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
 	r, _ := m.fsm.Route(subject) // again, under the lock: a racing request may have assigned it
@@ -110,7 +110,7 @@ func (m *MetaNode) assign(ctx context.Context, subject string, count int, app st
 // groups whose leader has reported before those only presumed alive (a new
 // metaserver leader's first timeout), then least loaded first: fewest
 // subjects, then fewest message bytes.
-func (m *MetaNode) pickGroups(n int, exclude []string) []string {
+func (m *Server) pickGroups(n int, exclude []string) []string {
 	counts := m.fsm.SubjectCounts()
 	type candidate struct {
 		name     string
@@ -148,7 +148,7 @@ func (m *MetaNode) pickGroups(n int, exclude []string) []string {
 }
 
 // route describes a subject's route with each group's servers and health.
-func (m *MetaNode) route(subject string) transport.Route {
+func (m *Server) route(subject string) transport.Route {
 	r, _ := m.fsm.Route(subject)
 	out := transport.Route{Subject: subject, ConsumerGroups: r.Consumers, BrokerGroups: []transport.BrokerGroupRoute{}}
 	for _, name := range r.BrokerGroups {
@@ -163,7 +163,7 @@ func (m *MetaNode) route(subject string) transport.Route {
 	return out
 }
 
-func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.AssignRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -189,7 +189,7 @@ func (m *MetaNode) handleAssign(ctx context.Context, p []byte) ([]byte, error) {
 	return json.Marshal(m.route(req.Subject))
 }
 
-func (m *MetaNode) handleSubjects() ([]byte, error) {
+func (m *Server) handleSubjects() ([]byte, error) {
 	out := []transport.Route{}
 	for _, s := range m.fsm.Subjects() {
 		out = append(out, m.route(s))
@@ -197,7 +197,7 @@ func (m *MetaNode) handleSubjects() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleSetWritable(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.SetWritableRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ func (m *MetaNode) handleSetWritable(ctx context.Context, p []byte) ([]byte, err
 // handleForgetGroup forgets the record of a consumer group of a subject,
 // making room under meta.MaxConsumerGroupsPerSubject (the broker groups forget its
 // state on their own, through TypeForgetConsumerGroup).
-func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.ForgetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -226,102 +226,21 @@ func (m *MetaNode) handleForgetGroup(ctx context.Context, p []byte) ([]byte, err
 	return nil, nil
 }
 
-func (m *MetaNode) handleRegister(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.RegisterRequest
-	if err := transport.DecodeJSON(p, &req); err != nil {
-		return nil, err
-	}
-	want := meta.Node{RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
-	if g, ok := m.fsm.BrokerGroup(req.BrokerGroup); ok && g.Nodes[req.ID] == want {
-		return nil, nil // a restart with the same addresses: nothing to record
-	}
-	cmd := &meta.Register{BrokerGroup: req.BrokerGroup, ID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr, HTTPAddr: req.HTTPAddr}
-	if err := m.proposeChecked(ctx, cmd); err != nil {
-		return nil, err
-	}
-	m.log.Info("broker node registered", "broker_group", req.BrokerGroup, "id", req.ID, "client", req.ClientAddr)
-	return nil, nil
-}
-
-func (m *MetaNode) handleDeregister(ctx context.Context, p []byte) ([]byte, error) {
-	var req transport.DeregisterRequest
-	if err := transport.DecodeJSON(p, &req); err != nil {
-		return nil, err
-	}
-	if err := m.proposeChecked(ctx, &meta.Deregister{BrokerGroup: req.BrokerGroup, ID: req.ID}); err != nil {
-		return nil, err
-	}
-	m.health.forget(req.BrokerGroup, req.ID)
-	m.log.Info("broker node deregistered", "broker_group", req.BrokerGroup, "id", req.ID)
-	return nil, nil
-}
-
-// handleBrokerHeartbeat records a broker node's report and answers whether
-// its group takes sends, with the applications when the node's are not
-// the metaserver's: an application's change reaches every broker by its
-// next heartbeat (MetaHeartbeat, 2 s by default).
-func (m *MetaNode) handleBrokerHeartbeat(p []byte) ([]byte, error) {
-	var hb transport.BrokerHeartbeat
-	if err := transport.DecodeJSON(p, &hb); err != nil {
-		return nil, err
-	}
-	g, _ := m.fsm.BrokerGroup(hb.Status.Group)
-	if _, ok := g.Nodes[hb.Status.ID]; !ok {
-		// Not a node we know: its report must not make a group look alive.
-		return json.Marshal(transport.HeartbeatReply{Writable: !g.ReadOnly, Unknown: true})
-	}
-	m.health.record(&hb)
-	reply := transport.HeartbeatReply{Writable: !g.ReadOnly, Auth: m.cfg.Auth}
-	if apps := m.fsm.Apps(); apps.Version() != hb.AppsVersion {
-		reply.Apps = &transport.AppTable{Apps: apps.Apps()}
-	}
-	return json.Marshal(reply)
-}
-
-// cluster describes every broker group from registrations and heartbeats.
-func (m *MetaNode) cluster() transport.Cluster {
-	counts := m.fsm.SubjectCounts()
-	c := transport.Cluster{Meta: m.Status(), BrokerGroups: []transport.BrokerGroupStatus{}, Subjects: len(m.fsm.Subjects())}
-	for _, name := range m.fsm.BrokerGroupNames() {
-		g, _ := m.fsm.BrokerGroup(name)
-		h := m.health.group(name)
-		gs := transport.BrokerGroupStatus{Name: name, Writable: !g.ReadOnly, Available: h.available,
-			Leader: h.leader, Term: h.term, Subjects: counts[name], Load: h.load, Nodes: []transport.NodeStatus{}}
-		for _, id := range sortedKeys(g.Nodes) {
-			n := g.Nodes[id]
-			ns := transport.NodeStatus{ID: id, ClientAddr: n.ClientAddr, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr,
-				State: "Unknown", SeenMillis: -1}
-			if hb, ok := h.nodes[id]; ok {
-				ns.State, ns.Term, ns.AppliedIndex, ns.Backlog = hb.status.State, hb.status.Term, hb.status.AppliedIndex, hb.status.Backlog
-				ns.SeenMillis = m.health.age(hb)
-				ns.TLS, ns.Insecure, ns.Refusing = hb.status.TLS, hb.status.Insecure, hb.status.Refusing
-				if h.leader != "" && h.applied > ns.AppliedIndex {
-					ns.Lag = h.applied - ns.AppliedIndex
-				}
-			}
-			gs.Nodes = append(gs.Nodes, ns)
-		}
-		c.BrokerGroups = append(c.BrokerGroups, gs)
-	}
-	return c
-}
-
 // proposeChecked checks a command against the state before proposing it
 // (names, addresses, what it refers to, the state's limits), so a request
 // bound to be refused costs no Raft entry. Apply decides again: a racing
 // command may have taken the last room.
-func (m *MetaNode) proposeChecked(ctx context.Context, cmd meta.Command) error {
+func (m *Server) proposeChecked(ctx context.Context, cmd meta.Command) error {
 	if err := m.fsm.Check(cmd); err != nil {
 		m.countAppLimit(cmd, err)
 		return transport.Errorf(transport.Invalid, "%v", err)
 	}
-	_, err := m.propose(ctx, meta.Encode(cmd))
-	return err
+	return m.group.Propose(ctx, cmd)
 }
 
 // countAppLimit counts a refusal at an application's own limit, by which
 // limit: a new subject (an Assign) or a new consumer group.
-func (m *MetaNode) countAppLimit(cmd meta.Command, err error) {
+func (m *Server) countAppLimit(cmd meta.Command, err error) {
 	if !errors.Is(err, meta.ErrAppLimit) {
 		return
 	}

@@ -1,4 +1,4 @@
-package server
+package metaserver
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // snapshot or follower holds it.
 
 // handleApps lists the applications, without their secrets' records.
-func (m *MetaNode) handleApps() ([]byte, error) {
+func (m *Server) handleApps() ([]byte, error) {
 	out := []transport.AppInfo{}
 	for _, a := range m.fsm.Apps().Apps() {
 		u := m.fsm.Usage(a.Code)
@@ -33,7 +33,7 @@ func (m *MetaNode) handleApps() ([]byte, error) {
 
 // handleAppPut creates an application, answering its secret, or replaces
 // an existing one's rights.
-func (m *MetaNode) handleAppPut(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleAppPut(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.AppRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -61,7 +61,7 @@ func (m *MetaNode) handleAppPut(ctx context.Context, p []byte) ([]byte, error) {
 
 // handleAppRotate gives an application a new secret, answering it; the
 // one it replaces works for the request's grace.
-func (m *MetaNode) handleAppRotate(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleAppRotate(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.AppRotateRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func (m *MetaNode) handleAppRotate(ctx context.Context, p []byte) ([]byte, error
 
 // handleAppDelete forgets an application. An unknown one is no error and
 // costs no Raft entry: the leader has caught up, so it is gone already.
-func (m *MetaNode) handleAppDelete(ctx context.Context, p []byte) ([]byte, error) {
+func (m *Server) handleAppDelete(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.AppDeleteRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 // recordNewGroup made for them stop counting against their application's
 // limit of consumer groups (meta.ForgetConsumer with Broker). The leader
 // reports each once, in the background, retrying for a while; a report
-// lost with the leader leaves the record, which `qmqctl group forget`
+// lost with the leader leaves the record, which `qmqctl subject forget-group`
 // removes.
 //
 // A report must never take the record of a group that exists here again:

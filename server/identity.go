@@ -22,7 +22,7 @@ var ErrHistory = errors.New("server: data directory does not match this group's 
 var identityKey = []byte("qmq-group-identity")
 
 // rejoin is what every ErrHistory tells an operator to do.
-const rejoin = "to rebuild this node, remove it from its group (qmqctl leave --group G --id ID), " +
+const rejoin = "to rebuild this node, remove it from its group (qmqctl leave --broker-group G --id ID), " +
 	"empty its --data directory, start it again and add it with qmqctl join"
 
 // raftStoreEmpty reports whether s holds neither a term nor a log entry:

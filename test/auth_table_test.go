@@ -96,7 +96,7 @@ func TestAuthTableThroughQmqctl(t *testing.T) {
 		{"billing", []string{"send", "--subject", "payments", "two"}, "PERMISSION_DENIED: application billing may neither send to nor consume subject payments"},
 		{"billing", []string{"consume", "--subject", "orders.paid", "--group", "audit", "--count", "1", "--timeout", "2s"}, "PERMISSION_DENIED: application billing may not consume subject orders.paid as consumer group audit"},
 		{"billing", []string{"app", "list"}, "PERMISSION_DENIED: application billing is not an admin"},
-		{"billing", []string{"group", "reset", "--yes", "--subject", "orders.paid", "--group", "audit", "--to", "earliest"}, "PERMISSION_DENIED: application billing may not consume"},
+		{"billing", []string{"consumer-group", "reset", "--yes", "--subject", "orders.paid", "--group", "audit", "--to", "earliest"}, "PERMISSION_DENIED: application billing may not consume"},
 		{"billing", []string{"subject", "assign", "--count", "2", "orders.paid"}, "PERMISSION_DENIED: application billing is not an admin"},
 		{"billing", []string{"status"}, ""},
 		{"reader", []string{"send", "--subject", "orders.paid", "three"}, "PERMISSION_DENIED: application reader may neither send to nor consume"},

@@ -456,7 +456,7 @@ func (c *Cluster) ClientAddrs() string {
 
 // Args returns the node's qmqd command line (without the binary).
 func (n *Node) Args() []string {
-	args := []string{"broker", "--group", n.c.Group}
+	args := []string{"broker", "--broker-group", n.c.Group}
 	if n.c.meta {
 		args = []string{"meta"}
 	}
@@ -840,7 +840,7 @@ func (c *Cluster) Join(via string, n *Node) {
 }
 
 func (c *Cluster) join(via string, n *Node) error {
-	_, err := c.Ctl("--server", via, "join", "--group", c.Group, "--id", n.ID, "--raft", n.RaftAddr, "--addr", n.ClientAddr)
+	_, err := c.Ctl("--server", via, "join", "--broker-group", c.Group, "--id", n.ID, "--raft", n.RaftAddr, "--addr", n.ClientAddr)
 	return err
 }
 

@@ -228,7 +228,7 @@ func TestNineProcessCluster(t *testing.T) {
 	w.sendLoop(2, fresh)
 
 	// Drain g2: sends move to the subjects' other groups.
-	if out, err := meta.Ctl("--server", metaAddrs, "group", "readonly", "g2"); err != nil {
+	if out, err := meta.Ctl("--server", metaAddrs, "broker-group", "readonly", "g2"); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Log(strings.TrimSpace(out))
@@ -270,7 +270,7 @@ func TestNineProcessCluster(t *testing.T) {
 
 	// A node is stopped and removed from its group; the metaserver forgets it.
 	groups["g3"].Node("g3c").Kill()
-	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--yes", "--group", "g3", "--id", "g3c"); err != nil {
+	if _, err := meta.Ctl("--server", metaAddrs, "leave", "--yes", "--broker-group", "g3", "--id", "g3c"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

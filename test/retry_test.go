@@ -110,10 +110,10 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 	groupArgs := []string{"--subject", subject, "--group", group}
 
 	// The group exists, with its retries, before anything is sent.
-	ctl(append([]string{"group", "set", "--max-deliveries", fmt.Sprint(maxDeliveries), "--retry-first", retryFirst.String(),
+	ctl(append([]string{"consumer-group", "set", "--max-deliveries", fmt.Sprint(maxDeliveries), "--retry-first", retryFirst.String(),
 		"--retry-max", retryMax.String(), "--ack-wait", ackWait.String()}, groupArgs...)...)
 	var view qmq.ConsumerGroupView
-	if err := ctlJSON(&view, append([]string{"group", "show"}, groupArgs...)...); err != nil {
+	if err := ctlJSON(&view, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 		t.Fatal(err)
 	}
 	if s := view.Total.Settings; s.MaxDeliveries != maxDeliveries || s.RetryFirst != retryFirst || s.RetryMax != retryMax || s.AckWait != ackWait {
@@ -237,7 +237,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 			return fmt.Errorf("%d of %d acknowledged", n, len(passing))
 		}
 		var v qmq.ConsumerGroupView
-		if err := ctlJSON(&v, append([]string{"group", "show"}, groupArgs...)...); err != nil {
+		if err := ctlJSON(&v, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 			return err
 		}
 		if v.Total.Lag != 0 || v.Total.DeadLetters != len(failing) {
@@ -265,7 +265,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 			return fmt.Errorf("%d of %d resent messages acknowledged", n, len(failing))
 		}
 		var v qmq.ConsumerGroupView
-		if err := ctlJSON(&v, append([]string{"group", "show"}, groupArgs...)...); err != nil {
+		if err := ctlJSON(&v, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 			return err
 		}
 		if v.Total.Lag != 0 || v.Total.DeadLetters != 0 {

@@ -18,7 +18,7 @@ func TestConfigCommands(t *testing.T) {
 	if len(before) != 1 || before[0].Config.Source != "broker-group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
 		t.Fatalf("config show before any change: %+v", before)
 	}
-	out := mustRun(t, "--server", server, "config", "set", "--group", "g1", "--max-pull", "77", "--dedup-window", "5m",
+	out := mustRun(t, "--server", server, "config", "set", "--broker-group", "g1", "--max-pull", "77", "--dedup-window", "5m",
 		"--segment-size", "2", "--index-segment-size", "128", "--retention-size", "8")
 	for _, want := range []string{"broker group g1: configuration set at entry", "max-pull            77", "dedup-window        5m", "segment-size        2MiB",
 		"index-segment-size  128KiB", "retention-size      8MiB", "retention-age       168h"} {
@@ -67,13 +67,13 @@ func TestConfigCommands(t *testing.T) {
 		{[]string{"--retention-size", "1", "--segment-size", "2"}, "below --segment-size"},
 		{nil, "give at least one setting"},
 	} {
-		_, err := runCLI(append([]string{"--server", server, "config", "set", "--group", "g1"}, tc.args...)...)
+		_, err := runCLI(append([]string{"--server", server, "config", "set", "--broker-group", "g1"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config set %v: %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
 	// What the leader refuses: a retention age under the group's window.
-	if _, err := runCLI("--server", server, "config", "set", "--group", "g1", "--retention-age", "4m"); err == nil ||
+	if _, err := runCLI("--server", server, "config", "set", "--broker-group", "g1", "--retention-age", "4m"); err == nil ||
 		!strings.Contains(err.Error(), "INVALID") || !strings.Contains(err.Error(), "below the dedup-window") {
 		t.Errorf("a retention age under the window: %v", err)
 	}

@@ -342,3 +342,15 @@ func (a *Admin) Close() error {
 	a.c.Close()
 	return nil
 }
+
+func (o ConnOption) applyAdmin(a *adminOptions) { o.apply(&a.conn) }
+
+// AdminOption configures NewAdmin: a ConnOption.
+type AdminOption interface {
+	applyAdmin(*adminOptions)
+}
+
+// adminOptions configure an Admin.
+type adminOptions struct {
+	conn connection
+}

@@ -37,20 +37,6 @@ func (f SendFunc) OnSuccess(m *Message) { f(m, nil) }
 // OnFailed calls f(m, err).
 func (f SendFunc) OnFailed(m *Message, err error) { f(m, err) }
 
-type producerOptions struct {
-	maxBatch    int
-	maxInflight int
-	sendTimeout time.Duration
-	maxDelay    time.Duration
-	now         func() time.Time
-	conn        connection
-}
-
-// DefaultMaxDelay is two years (731 days): how far ahead a message may be
-// scheduled unless WithMaxDelay says otherwise. Brokers have the same
-// default (qmqd --max-delay).
-const DefaultMaxDelay = limits.DefaultMaxDelay
-
 // MaxMessageSize is the largest message, in encoded bytes: its id,
 // subject, tags, properties and body with their length prefixes, and
 // about 30 bytes more. A message over it is refused with
@@ -71,43 +57,6 @@ var ErrDelayTooLong = errors.New("qmq: delivery time beyond the maximum delay")
 // breaks the naming rule: 1 to 200 bytes of letters, digits, '.', '_',
 // '-' and ':', starting with a letter or a digit.
 var ErrInvalidName = limits.ErrName
-
-// WithMaxDelay sets how far ahead a message may be scheduled; a send
-// beyond it fails with ErrDelayTooLong before reaching a broker. Brokers
-// enforce their own maximum too. Default DefaultMaxDelay.
-func WithMaxDelay(d time.Duration) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxDelay = d })
-}
-
-// ProducerOption configures a Producer: WithBatchSize, WithMaxInflight,
-// WithSendTimeout, WithMaxDelay, and a ConnOption (WithTLS,
-// WithTLSConfig).
-type ProducerOption interface {
-	applyProducer(*producerOptions)
-}
-
-// producerOption sets what only a Producer has.
-type producerOption func(*producerOptions)
-
-func (f producerOption) applyProducer(o *producerOptions) { f(o) }
-
-// WithBatchSize caps how many messages one send request carries.
-// Default 1,000.
-func WithBatchSize(n int) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxBatch = n })
-}
-
-// WithMaxInflight caps how many send requests may await their answer at
-// once. Default 8.
-func WithMaxInflight(n int) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxInflight = n })
-}
-
-// WithSendTimeout bounds an asynchronous send, retries included, and a
-// synchronous send whose context has no deadline. Default 30 s.
-func WithSendTimeout(d time.Duration) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.sendTimeout = d })
-}
 
 // Producer sends messages. It is safe for concurrent use; concurrent sends
 // are batched into shared requests.

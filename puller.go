@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -557,12 +556,4 @@ func (p *Puller) Close() error {
 	}
 	p.r.close()
 	return nil
-}
-
-func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || limits.CheckName("consumer", host) != nil {
-		host = "host"
-	}
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
 }

@@ -14,9 +14,6 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// DefaultServer is the address `qmqd dev` listens on.
-const DefaultServer = "127.0.0.1:6222"
-
 // Error is an error answered by a server, with its wire code; see
 // transport.Code for the codes and which are retriable.
 type Error = transport.Error

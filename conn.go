@@ -9,6 +9,9 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
+// DefaultServer is the address `qmqd dev` listens on.
+const DefaultServer = "127.0.0.1:6222"
+
 // TLSFiles names the PEM files a client connects with over TLS. CA is
 // required: the certificates of the authority that signed the cluster's
 // nodes. Cert and Key go together: the client's own certificate and its
@@ -123,14 +126,3 @@ func warnTLS(msg string, kv ...any) { slog.Default().Warn("qmq: "+msg, kv...) }
 func (o ConnOption) applyProducer(p *producerOptions)   { o.apply(&p.conn) }
 func (o ConnOption) applyPuller(p *pullerOptions)       { o.apply(&p.conn) }
 func (o ConnOption) applySubscribe(p *subscribeOptions) { o.apply(&p.conn) }
-func (o ConnOption) applyAdmin(a *adminOptions)         { o.apply(&a.conn) }
-
-// AdminOption configures NewAdmin: a ConnOption.
-type AdminOption interface {
-	applyAdmin(*adminOptions)
-}
-
-// adminOptions configure an Admin.
-type adminOptions struct {
-	conn connection
-}

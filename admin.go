@@ -49,7 +49,7 @@ func NewAdmin(servers string, opts ...AdminOption) (*Admin, error) {
 	}
 	c, err := o.conn.dial.NewGroupClient(transport.SplitServers(servers))
 	if err != nil {
-		return nil, err
+		return nil, sdkError(err)
 	}
 	return &Admin{dial: o.conn.dial, c: c}, nil
 }
@@ -68,11 +68,11 @@ func (a *Admin) Status(ctx context.Context, addr string) (*Status, error) {
 func (a *Admin) nodeCall(ctx context.Context, addr string, t transport.Type, out any) error {
 	conn, err := a.c.Conn(ctx, addr)
 	if err != nil {
-		return err
+		return sdkError(err)
 	}
 	body, err := conn.Call(ctx, t, nil)
 	if err != nil {
-		return err
+		return sdkError(err)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s from %s: %w", t, addr, err)
@@ -89,7 +89,7 @@ func (a *Admin) call(ctx context.Context, t transport.Type, req, out any) error 
 	}
 	body, err := a.c.Call(ctx, t, payload)
 	if err != nil || out == nil {
-		return err
+		return sdkError(err)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s: %w", t, err)
@@ -230,17 +230,17 @@ func (a *Admin) groupRequest(ctx context.Context, group string, t transport.Type
 	for {
 		gc, err := a.groupClient(ctx, group)
 		if err != nil {
-			return nil, err
+			return nil, sdkError(err)
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		body, err := gc.Call(actx, t, b)
 		cancel()
 		gc.Close()
 		if err == nil || ctx.Err() != nil || actx.Err() == nil {
-			return body, err
+			return body, sdkError(err)
 		}
 		if code := transport.CodeOf(err); code != transport.NotLeader && code != transport.Unavailable {
-			return nil, err
+			return nil, sdkError(err)
 		}
 	}
 }

@@ -32,17 +32,6 @@ type DeadLetter = transport.DeadLetter
 // letters; its Total counts every one that broker group keeps.
 type DeadLetterPage = transport.DeadLetterPage
 
-var (
-	// ErrNoConsumerGroup means no broker group of the subject knows the
-	// consumer group.
-	ErrNoConsumerGroup = errors.New("qmq: consumer group not known")
-	// ErrNoDeadLetter means the broker group keeps no dead letter of that
-	// sequence for the consumer group.
-	ErrNoDeadLetter = errors.New("qmq: no such dead letter")
-	// ErrNotInRoute means a broker group named is not one of the subject's.
-	ErrNotInRoute = errors.New("qmq: broker group not in the subject's route")
-)
-
 // ConsumerGroupView is a consumer group across the broker groups that
 // hold it: each one's figures, and their sum.
 type ConsumerGroupView struct {
@@ -109,7 +98,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerG
 		}
 	} else {
 		if err := limits.CheckName("subject", subject); err != nil {
-			return nil, fmt.Errorf("qmq: consumer groups: %w", err)
+			return nil, sdkError(fmt.Errorf("qmq: consumer groups: %w", err))
 		}
 		r, err := a.Route(ctx, subject)
 		if err != nil {
@@ -386,10 +375,10 @@ func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op tran
 // as its consumer.
 func (a *Admin) groupRoute(ctx context.Context, subject, group string, lookup bool) (*Route, error) {
 	if err := limits.CheckName("subject", subject); err != nil {
-		return nil, fmt.Errorf("qmq: %w", err)
+		return nil, sdkError(fmt.Errorf("qmq: %w", err))
 	}
 	if err := limits.CheckName("consumer group", group); err != nil {
-		return nil, fmt.Errorf("qmq: %w", err)
+		return nil, sdkError(fmt.Errorf("qmq: %w", err))
 	}
 	if lookup {
 		return a.Route(ctx, subject)
@@ -420,14 +409,14 @@ func (a *Admin) brokerCall(ctx context.Context, g transport.GroupRoute, t transp
 	}
 	gc, err := a.dial.NewGroupClient(g.Servers)
 	if err != nil {
-		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+		return sdkError(fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err))
 	}
 	defer gc.Close()
 	gc.SetServers(g.Servers, g.Leader)
 	b, _ := json.Marshal(req)
 	body, err := gc.Call(ctx, t, b)
 	if err != nil {
-		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+		return sdkError(fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err))
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s answer of broker group %s: %w", t, g.Name, err)

@@ -91,19 +91,6 @@ func WithTLSConfig(config *tls.Config) ConnOption {
 	}}
 }
 
-// Errors of a cluster that checks applications: match them with
-// errors.Is. Neither is retried: the credentials or the permissions must
-// change first.
-var (
-	// ErrUnauthenticated: no application was named, or an unknown one, a
-	// wrong or expired secret, or one rotated out since the connection
-	// was made.
-	ErrUnauthenticated error = &transport.Error{Code: transport.Unauthenticated}
-	// ErrPermissionDenied: the application may not do what it asked; the
-	// error names what.
-	ErrPermissionDenied error = &transport.Error{Code: transport.PermissionDenied}
-)
-
 // WithApp makes every connection work for the application code, proved
 // with its secret (`qmqctl app create` makes both). A cluster that checks
 // applications refuses a client without one, or with a wrong secret, with

@@ -99,7 +99,7 @@ func (m *Message) InProgress(ctx context.Context) error {
 	if m.atMostOnce {
 		return nil
 	}
-	return m.puller.extend(ctx, m)
+	return sdkError(m.puller.extend(ctx, m))
 }
 
 // Body returns the message's body.

@@ -3,7 +3,6 @@ package qmq
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -26,10 +25,6 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-// ErrInvalidID means an id given to SetID breaks the id rules: 1 to
-// logs.MaxIDLen bytes of printable ASCII other than a space.
-var ErrInvalidID = errors.New("qmq: invalid message id")
 
 // checkID reports whether id may be a message's id. The broker accepts
 // any bytes within logs.MaxIDLen; the SDK also holds chosen ids to

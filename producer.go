@@ -17,9 +17,6 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// ErrClosed is returned by a closed Producer or Consumer.
-var ErrClosed = errors.New("qmq: closed")
-
 // SendListener hears the outcome of an asynchronous send (QMQ's
 // MessageSendStateListener). Its methods run on the producer's goroutines:
 // keep them short.
@@ -44,19 +41,6 @@ func (f SendFunc) OnFailed(m *Message, err error) { f(m, err) }
 // its own limit too: a body of at most 8 MiB, 256 properties of at most
 // 64 KiB each.
 const MaxMessageSize = limits.MaxMessage
-
-// ErrMessageTooLarge means a message is over MaxMessageSize, or one of its
-// fields over its own limit.
-var ErrMessageTooLarge = logs.ErrMessageTooLarge
-
-// ErrDelayTooLong means a message's delivery time is further ahead than
-// the maximum delay. The send is refused; the time is never clamped.
-var ErrDelayTooLong = errors.New("qmq: delivery time beyond the maximum delay")
-
-// ErrInvalidName means a subject's (or a group's, a consumer's) name
-// breaks the naming rule: 1 to 200 bytes of letters, digits, '.', '_',
-// '-' and ':', starting with a letter or a digit.
-var ErrInvalidName = limits.ErrName
 
 // Producer sends messages. It is safe for concurrent use; concurrent sends
 // are batched into shared requests.
@@ -154,7 +138,7 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	}
 	r, err := newRouter(servers, o.conn.dial)
 	if err != nil {
-		return nil, err
+		return nil, sdkError(err)
 	}
 	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}
@@ -173,13 +157,13 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 // Check reports whether SendMessage would refuse m before sending it, and
 // why: a subject that breaks the naming rule (ErrInvalidName), a delivery
 // time beyond the maximum delay (ErrDelayTooLong), a message or a field
-// over its limit (ErrMessageTooLarge, or logs.ErrInvalidMessage). A
+// over its limit (ErrMessageTooLarge, or ErrInvalidMessage). A
 // message that passes may still be refused by a broker with lower limits
 // of its own. A transactional outbox checks a message with it before it
 // keeps it to send.
 func (p *Producer) Check(m *Message) error {
 	if _, err := p.check(m); err != nil {
-		return fmt.Errorf("qmq: send %s: %w", m.id, err)
+		return sdkError(fmt.Errorf("qmq: send %s: %w", m.id, err))
 	}
 	return nil
 }
@@ -207,17 +191,17 @@ func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
 	done := make(chan error, 1)
 	q, err := p.enqueue(ctx, m, func(err error) { done <- err })
 	if err != nil {
-		return err
+		return sdkError(err)
 	}
 	select {
 	case err := <-done:
-		return err
+		return sdkError(err)
 	case <-ctx.Done():
 		// The send stops: its request is cancelled once no other caller
 		// waits for it, and it is not sent again (deliver). One under way
 		// may have stored it already, and the error says where.
 		q.abandon()
-		return sendFailed(q, ctx.Err())
+		return sdkError(sendFailed(q, ctx.Err()))
 	}
 }
 
@@ -230,7 +214,7 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 			return
 		}
 		if err != nil {
-			l.OnFailed(m, err)
+			l.OnFailed(m, sdkError(err))
 		} else {
 			l.OnSuccess(m)
 		}
@@ -618,7 +602,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 			if ctx.Err() == nil && notStored(err) {
 				q.refusedBy(group) // a broker's final answer: not stored
 			}
-			q.done(sendFailed(q, err))
+			q.done(sendFailed(q, sizeRefused(err)))
 		case resp.Results[i].Status == transport.SendRejected:
 			if e := transport.ParseRejection(resp.Results[i].Error); e != nil && refusal(e) {
 				refused = append(refused, q)
@@ -678,9 +662,22 @@ const maxRequestBytes = 4 << 20
 
 // rejection is the error of a message the broker rejected: an *Error
 // (errors.Is(err, ErrPermissionDenied), say) when the broker named a code.
+// A rejection without a code (a broker's state machine refused the
+// message) matches the SDK's sentinel of the cause its text quotes.
 func rejection(id, text string) error {
 	if e := transport.ParseRejection(text); e != nil {
-		return fmt.Errorf("qmq: send %s: %w", id, e)
+		return sizeRefused(fmt.Errorf("qmq: send %s: %w", id, e))
 	}
-	return fmt.Errorf("qmq: send %s: rejected: %s", id, text)
+	return withCauses(fmt.Errorf("qmq: send %s: rejected: %s", id, text), quoted(text)...)
+}
+
+// sizeRefused returns err, the answer to a send, matching
+// ErrMessageTooLarge too when its code is TOO_LARGE: what a broker refuses
+// a send for as too large is its messages (a message, a field of one, or
+// the frame carrying them), whatever the text says.
+func sizeRefused(err error) error {
+	if transport.CodeOf(err) == transport.TooLarge {
+		return withCauses(err, ErrMessageTooLarge)
+	}
+	return err
 }

@@ -1,7 +1,6 @@
 package qmq
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,12 +87,6 @@ func WithLogger(l *slog.Logger) ConsumerOption {
 	}
 	return consumerOption(func(o *consumerOptions) { o.logger = l })
 }
-
-// ErrInvalidOption means a consumer option is out of its bounds: too many
-// tags, a tag too long, a broadcast group name too long, an idle expiry
-// out of range. NewPuller and Subscribe refuse it with an error wrapping
-// this one.
-var ErrInvalidOption = errors.New("qmq: invalid consumer option")
 
 // Position is where a consumer group starts when its first pull creates it.
 type Position uint8

@@ -1,0 +1,60 @@
+package qmq_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/internal/await"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/testcluster"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// A name that breaks the naming rule is ErrInvalidName in the Admin too:
+// found by the Admin, or answered by the metaserver, a broker group or a
+// group's leader (then still an INVALID *Error).
+func TestAdminInvalidNamesAreErrInvalidName(t *testing.T) {
+	m := testcluster.Meta(t, nil)
+	testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := qmq.NewAdmin(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	await.True(t, 30*time.Second, "the broker group registered with a leader", func() bool {
+		c, err := a.Cluster(ctx)
+		return err == nil && len(c.Groups) == 1 && c.Groups[0].Leader != ""
+	})
+	if _, err := a.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	bad := "orders created"
+	check := func(what string, err error, answered bool) {
+		t.Helper()
+		if !errors.Is(err, qmq.ErrInvalidName) {
+			t.Errorf("%s: %v, want ErrInvalidName", what, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), limits.ErrName.Error()) {
+			t.Errorf("%s: %q no longer says what the naming rule said", what, err)
+		}
+		if answered && transport.CodeOf(err) != transport.Invalid {
+			t.Errorf("%s: %v, no longer the server's INVALID", what, err)
+		}
+	}
+	_, err = a.Route(ctx, bad)
+	check("Route (the metaserver answers)", err, true)
+	_, err = a.ForgetConsumerGroup(ctx, "orders", bad)
+	check("ForgetConsumerGroup (the broker group answers)", err, true)
+	err = a.Join(ctx, "g1", bad, "127.0.0.1:1", "127.0.0.1:2")
+	check("Join (the group's leader answers)", err, true)
+	_, err = a.ConsumerGroups(ctx, bad)
+	check("ConsumerGroups", err, false)
+	_, err = a.DeadLetters(ctx, "orders", bad, 0, 0)
+	check("DeadLetters", err, false)
+}

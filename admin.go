@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -28,7 +27,7 @@ type Route = transport.Route
 type GroupRoute = transport.GroupRoute
 
 // MetaGroup names the metaserver group in Join, Leave and TransferLeader.
-const MetaGroup = limits.MetaGroup
+const MetaGroup = "meta"
 
 // Admin runs operator requests against a cluster: through any metaserver
 // node, or any broker node (which forwards to its metaserver).

@@ -49,12 +49,12 @@ var (
 	ErrClosed = errors.New("qmq: closed")
 
 	// ErrInvalidName means a subject's (or a group's, a consumer's) name
-	// breaks the naming rule: 1 to 200 bytes of letters, digits, '.', '_',
-	// '-' and ':', starting with a letter or a digit.
+	// breaks the naming rule: 1 to MaxNameLen (200) bytes of letters,
+	// digits, '.', '_', '-' and ':', starting with a letter or a digit.
 	ErrInvalidName = errors.New("qmq: invalid name")
 
 	// ErrInvalidID means an id given to SetID breaks the id rules: 1 to
-	// 128 bytes of printable ASCII other than a space.
+	// MaxIDLen (128) bytes of printable ASCII other than a space.
 	ErrInvalidID = errors.New("qmq: invalid message id")
 
 	// ErrInvalidMessage means a message breaks a limit of its fields (its

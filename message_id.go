@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
 )
 
 // Message ids are unique without coordination: the generation time, a
@@ -27,12 +26,12 @@ func randomHex(n int) string {
 }
 
 // checkID reports whether id may be a message's id. The broker accepts
-// any bytes within logs.MaxIDLen; the SDK also holds chosen ids to
+// any bytes within MaxIDLen; the SDK also holds chosen ids to
 // printable ASCII without spaces, as the ids it makes are, so that an id
 // reads the same in a log, a terminal and JSON.
 func checkID(id string) error {
-	if id == "" || len(id) > logs.MaxIDLen {
-		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), logs.MaxIDLen)
+	if id == "" || len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), MaxIDLen)
 	}
 	if i := limits.FirstUnprintable(id); i >= 0 {
 		return fmt.Errorf("%w: %.40q: byte %d (%q) is not printable ASCII other than a space", ErrInvalidID, id, i, id[i])

@@ -34,14 +34,6 @@ func (f SendFunc) OnSuccess(m *Message) { f(m, nil) }
 // OnFailed calls f(m, err).
 func (f SendFunc) OnFailed(m *Message, err error) { f(m, err) }
 
-// MaxMessageSize is the largest message, in encoded bytes: its id,
-// subject, tags, properties and body with their length prefixes, and
-// about 30 bytes more. A message over it is refused with
-// ErrMessageTooLarge before it is sent (and by the broker). Each field has
-// its own limit too: a body of at most 8 MiB, 256 properties of at most
-// 64 KiB each.
-const MaxMessageSize = limits.MaxMessage
-
 // Producer sends messages. It is safe for concurrent use; concurrent sends
 // are batched into shared requests.
 type Producer struct {

@@ -1,10 +1,6 @@
 package qmq
 
-import (
-	"time"
-
-	"github.com/qmqgo/qmq/internal/limits"
-)
+import "time"
 
 // ProducerOption configures a Producer: WithBatchSize, WithMaxInflight,
 // WithSendTimeout, WithMaxDelay, and a ConnOption (WithTLS,
@@ -49,7 +45,7 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 // DefaultMaxDelay is two years (731 days): how far ahead a message may be
 // scheduled unless WithMaxDelay says otherwise. Brokers have the same
 // default (qmqd --max-delay).
-const DefaultMaxDelay = limits.DefaultMaxDelay
+const DefaultMaxDelay = 731 * 24 * time.Hour
 
 // WithMaxDelay sets how far ahead a message may be scheduled; a send
 // beyond it fails with ErrDelayTooLong before reaching a broker. Brokers

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -121,7 +120,7 @@ func StartAtTime(t time.Time) ConsumerOption {
 }
 
 // WithTags makes the consumer receive only the messages with at least one
-// of tags (at most logs.MaxTags, each 1 to logs.MaxTagLen bytes). The
+// of tags (at most MaxTags, each 1 to MaxTagLen bytes). The
 // broker filters: messages without them count as consumed by the group.
 // It replaces an earlier WithTags or WithAllTags.
 func WithTags(tags ...string) ConsumerOption {
@@ -168,12 +167,12 @@ func WithBroadcast(expiry time.Duration) ConsumerOption {
 // returns the consumer group it pulls as: group, or for a broadcast
 // consumer, a group of its own.
 func (o *consumerOptions) consumeGroup(group string) (string, error) {
-	if len(o.tags) > logs.MaxTags {
-		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), logs.MaxTags)
+	if len(o.tags) > MaxTags {
+		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), MaxTags)
 	}
 	for _, t := range o.tags {
-		if t == "" || len(t) > logs.MaxTagLen {
-			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), logs.MaxTagLen)
+		if t == "" || len(t) > MaxTagLen {
+			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), MaxTagLen)
 		}
 	}
 	if o.start == transport.StartAtTime && o.startAt.UnixMilli() < 0 {

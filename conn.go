@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/qmqgo/qmq/internal/sdk"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -24,11 +25,11 @@ type TLSFiles struct {
 	Key  string
 }
 
-// ConnOption says how a Producer, Puller, Subscription or Admin connects
-// to the cluster's nodes; it is an option of NewProducer, NewPuller,
-// Subscribe and NewAdmin alike. Without one a client connects over
-// plaintext TCP and names no application. WithTLS (or WithTLSConfig) and
-// WithApp combine; of two TLS options, the last given wins.
+// ConnOption says how a Producer, Puller, Subscription or admin.Client
+// connects to the cluster's nodes; it is an option of NewProducer,
+// NewPuller, Subscribe and admin.New alike. Without one a client connects
+// over plaintext TCP and names no application. WithTLS (or WithTLSConfig)
+// and WithApp combine; of two TLS options, the last given wins.
 type ConnOption struct {
 	set func(*connection)
 }
@@ -109,6 +110,17 @@ func WithApp(code, secret string) ConnOption {
 
 // warnTLS reports replaced TLS files that do not load.
 func warnTLS(msg string, kv ...any) { slog.Default().Warn("qmq: "+msg, kv...) }
+
+// admin.New takes ConnOptions too: it reads them through sdk.Dial.
+func init() {
+	sdk.Dial = func(opts any) (transport.Dialer, error) {
+		var c connection
+		for _, o := range opts.([]ConnOption) {
+			o.apply(&c)
+		}
+		return c.dial, c.err
+	}
+}
 
 func (o ConnOption) applyProducer(p *producerOptions)   { o.apply(&p.conn) }
 func (o ConnOption) applyPuller(p *pullerOptions)       { o.apply(&p.conn) }

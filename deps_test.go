@@ -8,27 +8,29 @@ import (
 )
 
 // The SDK links only the client's floor: the wire protocol (transport),
-// the message encoding (logs) and the small shared pieces (internal/...).
-// An application that sends or consumes must not link Raft, bolt or the
-// broker's code.
+// the message encoding (logs) and the small shared pieces (internal/...);
+// package admin links package qmq too. An application that sends,
+// consumes or administers must not link Raft, bolt or the broker's code.
 func TestSDKDependsOnlyOnTheClientFloor(t *testing.T) {
 	const module = "github.com/qmqgo/qmq"
-	out, err := exec.Command("go", "list", "-deps", module).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", module, err, out)
-	}
-	for dep := range strings.FieldsSeq(string(out)) {
-		for _, banned := range []string{"hashicorp/raft", "bbolt", "boltdb", "/fsm", "/server", "/delaywheel"} {
-			if strings.Contains(dep, banned) {
-				t.Errorf("the SDK depends on %s (it must not link anything matching %q)", dep, banned)
+	for _, pkg := range sdkPackages {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for dep := range strings.FieldsSeq(string(out)) {
+			for _, banned := range []string{"hashicorp/raft", "bbolt", "boltdb", "/fsm", "/server", "/delaywheel"} {
+				if strings.Contains(dep, banned) {
+					t.Errorf("%s depends on %s (it must not link anything matching %q)", pkg, dep, banned)
+				}
 			}
-		}
-		own, ok := strings.CutPrefix(dep, module+"/")
-		if !ok {
-			continue
-		}
-		if own != "transport" && own != "logs" && !strings.HasPrefix(own, "internal/") {
-			t.Errorf("the SDK depends on %s: only transport, logs and internal/... of this module are allowed", dep)
+			own, ok := strings.CutPrefix(dep, module+"/")
+			if !ok || dep == pkg {
+				continue
+			}
+			if own != "transport" && own != "logs" && !strings.HasPrefix(own, "internal/") {
+				t.Errorf("%s depends on %s: only transport, logs and internal/... of this module are allowed", pkg, dep)
+			}
 		}
 	}
 }
@@ -44,7 +46,7 @@ func TestSDKDocsNameNoServerPackage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	public := map[string]bool{module: true, module + "/transport": true, module + "/outbox": true}
+	public := map[string]bool{module: true, module + "/admin": true, module + "/transport": true, module + "/outbox": true}
 	hidden := map[string]bool{}
 	for line := range strings.Lines(string(out)) {
 		path, name, _ := strings.Cut(strings.TrimSpace(line), " ")
@@ -76,4 +78,4 @@ func TestSDKDocsNameNoServerPackage(t *testing.T) {
 }
 
 // sdkPackages are the SDK's public packages.
-var sdkPackages = []string{"github.com/qmqgo/qmq"}
+var sdkPackages = []string{"github.com/qmqgo/qmq", "github.com/qmqgo/qmq/admin"}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/sdk"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -87,17 +88,9 @@ var (
 	ErrStaleAck = errors.New("qmq: ack refused: the consumer's session expired and its messages went back to the group")
 )
 
-// Errors of the Admin.
-var (
-	// ErrNoConsumerGroup means no broker group of the subject knows the
-	// consumer group.
-	ErrNoConsumerGroup = errors.New("qmq: consumer group not known")
-	// ErrNoDeadLetter means the broker group keeps no dead letter of that
-	// sequence for the consumer group.
-	ErrNoDeadLetter = errors.New("qmq: no such dead letter")
-	// ErrNotInRoute means a broker group named is not one of the subject's.
-	ErrNotInRoute = errors.New("qmq: broker group not in the subject's route")
-)
+// Package admin returns the same sentinels: it reads them through
+// sdk.Error.
+func init() { sdk.Error = sdkError }
 
 // sdkError returns err so that errors.Is(err, s) holds for the SDK's
 // sentinel s of each of its causes, where the cause was found by an
@@ -157,7 +150,7 @@ func quoted(text string) []error {
 }
 
 // eachAnswer calls f with every server answer (*Error) err holds: one
-// wrapped, or several joined (an Admin asks every broker group).
+// wrapped, or several joined (an admin.Client asks every broker group).
 func eachAnswer(err error, f func(*transport.Error)) {
 	switch e := err.(type) {
 	case nil:

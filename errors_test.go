@@ -34,9 +34,6 @@ var sentinels = map[string]error{
 	"ErrDelayTooLong":     qmq.ErrDelayTooLong,
 	"ErrInvalidOption":    qmq.ErrInvalidOption,
 	"ErrStaleAck":         qmq.ErrStaleAck,
-	"ErrNoConsumerGroup":  qmq.ErrNoConsumerGroup,
-	"ErrNoDeadLetter":     qmq.ErrNoDeadLetter,
-	"ErrNotInRoute":       qmq.ErrNotInRoute,
 }
 
 // Every exported error of the package is declared in errors.go, its text

@@ -53,5 +53,4 @@ var (
 	_ = [1]struct{}{}[MaxIDLen-logs.MaxIDLen]
 	_ = [1]struct{}{}[MaxNameLen-limits.MaxName]
 	_ = [1]struct{}{}[DefaultMaxDelay-limits.DefaultMaxDelay]
-	_ = map[bool]int{false: 0, MetaGroup == limits.MetaGroup: 1} // a duplicate key does not compile
 )

@@ -13,13 +13,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
-// withAdmin runs fn with an Admin for --server (over TLS with the --tls-*
-// flags) and a deadline.
-func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *qmq.Admin) error) error {
-	a, err := qmq.NewAdmin(c.String("server"), connOption(c))
+// withAdmin runs fn with an admin.Client for --server (over TLS with the
+// --tls-* flags) and a deadline.
+func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *admin.Client) error) error {
+	a, err := admin.New(c.String("server"), connOption(c))
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func statusCommand() *cli.Command {
 			"Below, each broker group's configuration, as its leader holds it (see config show).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the cluster view as JSON"}},
 		Action: func(c *cli.Context) error {
-			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 				cl, err := a.Cluster(ctx)
 				if err != nil {
 					return err
@@ -61,8 +61,8 @@ func statusCommand() *cli.Command {
 				if c.Bool("json") {
 					return printJSONTo(c.App.Writer, struct {
 						Meta []memberStatus `json:"meta"`
-						*qmq.Cluster
-						BrokerConfigs []qmq.BrokerConfig `json:"broker_configs"`
+						*admin.Cluster
+						BrokerConfigs []admin.BrokerGroupConfig `json:"broker_configs"`
 					}{metas, cl, configs})
 				}
 				if err := printStatusTable(c.App.Writer, metas, cl); err != nil {
@@ -74,7 +74,7 @@ func statusCommand() *cli.Command {
 	}
 }
 
-func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) error {
+func printStatusTable(out io.Writer, metas []memberStatus, cl *admin.Cluster) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tNODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tTLS\tCLIENT\tRAFT")
 	var leaderApplied uint64
@@ -132,11 +132,11 @@ func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster) erro
 
 // brokerConfigsOf asks each broker group of cl for its configuration, its
 // leader first; a group none of whose nodes answer has none in the list.
-func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.BrokerConfig {
-	var out []qmq.BrokerConfig
+func brokerConfigsOf(ctx context.Context, a *admin.Client, cl *admin.Cluster) []admin.BrokerGroupConfig {
+	var out []admin.BrokerGroupConfig
 	for _, g := range cl.Groups {
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
-		if c, err := a.BrokerConfigOf(gctx, g); err == nil {
+		if c, err := a.BrokerGroupConfigOf(gctx, g); err == nil {
 			out = append(out, *c)
 		}
 		cancel()
@@ -146,7 +146,7 @@ func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.B
 
 // printConfigTable prints each broker group's configuration, a row a
 // group; "-" for a group that did not answer.
-func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig) error {
+func printConfigTable(out io.Writer, cl *admin.Cluster, configs []admin.BrokerGroupConfig) error {
 	if len(cl.Groups) == 0 {
 		return nil
 	}
@@ -158,7 +158,7 @@ func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig
 	fmt.Fprintln(w)
 	for _, g := range cl.Groups {
 		fmt.Fprint(w, g.Name)
-		i := slices.IndexFunc(configs, func(c qmq.BrokerConfig) bool { return c.BrokerGroup == g.Name })
+		i := slices.IndexFunc(configs, func(c admin.BrokerGroupConfig) bool { return c.BrokerGroup == g.Name })
 		for _, col := range brokerConfigColumns {
 			v := "-"
 			if i >= 0 {
@@ -187,7 +187,7 @@ func security(tls, insecure bool) string {
 // fillUnreported asks every broker node the metaserver has no heartbeat
 // from (one just started, or every node but the answering one of a group
 // without a metaserver) for its status directly.
-func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
+func fillUnreported(ctx context.Context, a *admin.Client, cl *admin.Cluster) {
 	for gi := range cl.Groups {
 		g := &cl.Groups[gi]
 		var leaderApplied uint64
@@ -215,7 +215,7 @@ func fillUnreported(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) {
 
 // memberStatus is one metaserver node's status, or why it could not be had.
 type memberStatus struct {
-	qmq.Status
+	admin.Status
 	err string
 }
 
@@ -227,16 +227,16 @@ func (m memberStatus) MarshalJSON() ([]byte, error) {
 }
 
 // metaStatus asks every metaserver node for its own status.
-func metaStatus(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []memberStatus {
+func metaStatus(ctx context.Context, a *admin.Client, cl *admin.Cluster) []memberStatus {
 	var out []memberStatus
 	for _, m := range cl.Meta.Members {
 		if m.ClientAddr == "" {
-			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"})
+			out = append(out, memberStatus{Status: admin.Status{ID: m.ID, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"})
 			continue
 		}
 		s, err := a.Status(ctx, m.ClientAddr)
 		if err != nil {
-			out = append(out, memberStatus{Status: qmq.Status{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: err.Error()})
+			out = append(out, memberStatus{Status: admin.Status{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: err.Error()})
 			continue
 		}
 		out = append(out, memberStatus{Status: *s})
@@ -261,7 +261,7 @@ func joinCommand() *cli.Command {
 			&cli.StringFlag{Name: "addr", Required: true, Usage: "the new node's client `HOST:PORT`"},
 		},
 		Action: func(c *cli.Context) error {
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.Join(ctx, c.String("group"), c.String("id"), c.String("raft"), c.String("addr")); err != nil {
 					return err
 				}
@@ -290,7 +290,7 @@ func leaveCommand() *cli.Command {
 				"to come back it must be wiped and joined again", c.String("id"), c.String("group"))); err != nil {
 				return err
 			}
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.Leave(ctx, c.String("group"), c.String("id")); err != nil {
 					return err
 				}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -28,7 +28,7 @@ func delayCommand() *cli.Command {
 				"An hour in the past still listed is being delivered now.",
 			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each group's answer as JSON"}},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					groups, err := a.Delays(ctx)
 					if err != nil {
 						return err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 func groupCommand() *cli.Command {
@@ -31,7 +31,7 @@ func groupCommand() *cli.Command {
 				&cli.StringFlag{Name: "to", Usage: "node `ID` to hand leadership to (default: the most up-to-date voter)"},
 			},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					if err := a.TransferLeader(ctx, c.String("group"), c.String("to")); err != nil {
 						return err
 					}
@@ -57,7 +57,7 @@ func writableCommand(name string, writable bool, usage, description string) *cli
 				return fmt.Errorf("group %s takes one argument, the broker group's name", name)
 			}
 			group := c.Args().First()
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.SetWritable(ctx, group, writable); err != nil {
 					return err
 				}
@@ -78,14 +78,14 @@ func subjectCommand() *cli.Command {
 			ArgsUsage: "[SUBJECT]",
 			Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-					var routes []qmq.Route
+				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
+					var routes []admin.Route
 					if c.NArg() > 0 {
 						r, err := a.Route(ctx, c.Args().First())
 						if err != nil {
 							return err
 						}
-						routes = []qmq.Route{*r}
+						routes = []admin.Route{*r}
 					} else {
 						var err error
 						if routes, err = a.Subjects(ctx); err != nil {
@@ -119,7 +119,7 @@ func subjectCommand() *cli.Command {
 				if (len(c.StringSlice("groups")) > 0) == (c.Int("count") > 0) {
 					return fmt.Errorf("give either --groups or --count")
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					r, err := a.Assign(ctx, c.Args().First(), c.StringSlice("groups"), c.Int("count"))
 					if err != nil {
 						return err
@@ -148,7 +148,7 @@ func subjectCommand() *cli.Command {
 				if c.NArg() != 1 {
 					return fmt.Errorf("subject forget-group takes one argument, the subject")
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					subject, group := c.Args().First(), c.String("group")
 					v, err := a.ConsumerGroup(ctx, subject, group)
 					var what string
@@ -161,7 +161,7 @@ func subjectCommand() *cli.Command {
 						if err != nil { // some broker group did not answer
 							what += fmt.Sprintf(" (and whatever the broker groups that did not answer hold: %v)", err)
 						}
-					case errors.Is(err, qmq.ErrNoConsumerGroup):
+					case errors.Is(err, admin.ErrNoConsumerGroup):
 						// The metaserver may still record it (it counts toward
 						// the limits): forgetting removes that record.
 						what = fmt.Sprintf("no broker group of %s holds consumer group %s; forgetting it removes the metaserver's record of it", subject, group)
@@ -187,7 +187,7 @@ func subjectCommand() *cli.Command {
 	}
 }
 
-func printRoute(r *qmq.Route) {
+func printRoute(r *admin.Route) {
 	fmt.Printf("%s\n", r.Subject)
 	for _, g := range r.Groups {
 		state := "writable"

@@ -1,28 +1,30 @@
-package qmq_test
+package admin_test
 
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/await"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/testcluster"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// A name that breaks the naming rule is ErrInvalidName in the Admin too:
-// found by the Admin, or answered by the metaserver, a broker group or a
+// A name that breaks the naming rule is qmq.ErrInvalidName in the admin
+// too: found by the Client, or answered by the metaserver, a broker group or a
 // group's leader (then still an INVALID *Error).
-func TestAdminInvalidNamesAreErrInvalidName(t *testing.T) {
+func TestInvalidNamesAreErrInvalidName(t *testing.T) {
 	m := testcluster.Meta(t, nil)
 	testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := qmq.NewAdmin(m.ClientAddr())
+	a, err := admin.New(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,4 +59,25 @@ func TestAdminInvalidNamesAreErrInvalidName(t *testing.T) {
 	check("ConsumerGroups", err, false)
 	_, err = a.DeadLetters(ctx, "orders", bad, 0, 0)
 	check("DeadLetters", err, false)
+}
+
+// A Client that reaches no node says so with qmq.ErrUnreachable.
+func TestUnreachableIsErrUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	a, err := admin.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = a.Cluster(ctx)
+	if !errors.Is(err, qmq.ErrUnreachable) || !strings.Contains(err.Error(), "qmq: cannot reach "+addr) {
+		t.Errorf("Cluster: %v, want ErrUnreachable naming %s", err, addr)
+	}
 }

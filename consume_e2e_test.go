@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
@@ -333,13 +334,13 @@ func TestInProgressHoldsOffTheAckWait(t *testing.T) {
 // 300 ms, ten messages: each is handled once.
 func TestSlowHandlersLetNothingExpire(t *testing.T) {
 	n, p, ctx := brokerAndProducer(t, nil)
-	admin, err := qmq.NewAdmin(n.ClientAddr())
+	adm, err := admin.New(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	ackWait := time.Second
-	if _, err := admin.SetConsumerGroup(ctx, "jobs", "workers", qmq.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest}); err != nil {
+	if _, err := adm.SetConsumerGroup(ctx, "jobs", "workers", admin.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest}); err != nil {
 		t.Fatal(err)
 	}
 	sent := map[string]bool{}

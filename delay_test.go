@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/test/testcluster"
@@ -140,7 +141,7 @@ func TestTwoYearDelayIsAccepted(t *testing.T) {
 	if held := n.FSM().Ends().Consume["anniversary"]; held != 0 {
 		t.Fatal("a message due in two years is already in its subject")
 	}
-	a, err := qmq.NewAdmin(n.ClientAddr())
+	a, err := admin.New(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +149,6 @@ func TestTwoYearDelayIsAccepted(t *testing.T) {
 	groups, err := a.Delays(ctx)
 	if err != nil || len(groups) != 1 || groups[0].Pending != 1 || groups[0].Subjects["anniversary"] != 1 ||
 		groups[0].Hours[0].Hour != m.DeliverAt().UTC().Truncate(time.Hour).Format(time.RFC3339) {
-		t.Fatalf("Admin.Delays = %+v, %v", groups, err)
+		t.Fatalf("Delays = %+v, %v", groups, err)
 	}
 }

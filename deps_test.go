@@ -2,32 +2,80 @@ package qmq_test
 
 import (
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // The SDK links only the client's floor: the wire protocol (transport),
-// the message encoding (logs) and the small shared pieces (internal/...).
-// An application that sends or consumes must not link Raft, bolt or the
-// broker's code.
+// the message encoding (logs) and the small shared pieces (internal/...);
+// package admin links package qmq too. An application that sends,
+// consumes or administers must not link Raft, bolt or the broker's code.
 func TestSDKDependsOnlyOnTheClientFloor(t *testing.T) {
 	const module = "github.com/qmqgo/qmq"
-	out, err := exec.Command("go", "list", "-deps", module).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", module, err, out)
-	}
-	for dep := range strings.FieldsSeq(string(out)) {
-		for _, banned := range []string{"hashicorp/raft", "bbolt", "boltdb", "/fsm", "/server", "/delaywheel"} {
-			if strings.Contains(dep, banned) {
-				t.Errorf("the SDK depends on %s (it must not link anything matching %q)", dep, banned)
+	for _, pkg := range sdkPackages {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for dep := range strings.FieldsSeq(string(out)) {
+			for _, banned := range []string{"hashicorp/raft", "bbolt", "boltdb", "/fsm", "/server", "/delaywheel"} {
+				if strings.Contains(dep, banned) {
+					t.Errorf("%s depends on %s (it must not link anything matching %q)", pkg, dep, banned)
+				}
 			}
-		}
-		own, ok := strings.CutPrefix(dep, module+"/")
-		if !ok {
-			continue
-		}
-		if own != "transport" && own != "logs" && !strings.HasPrefix(own, "internal/") {
-			t.Errorf("the SDK depends on %s: only transport, logs and internal/... of this module are allowed", dep)
+			own, ok := strings.CutPrefix(dep, module+"/")
+			if !ok || dep == pkg {
+				continue
+			}
+			if own != "transport" && own != "logs" && !strings.HasPrefix(own, "internal/") {
+				t.Errorf("%s depends on %s: only transport, logs and internal/... of this module are allowed", pkg, dep)
+			}
 		}
 	}
 }
+
+// The SDK's documentation, exported declarations included, names no
+// package a user cannot import or should not build on (the broker's,
+// the message log's, internal/...): what it says a user needs (a limit, an
+// error) is the SDK's own. It may name transport, the wire protocol, and
+// outbox, a package built on it.
+func TestSDKDocsNameNoServerPackage(t *testing.T) {
+	const module = "github.com/qmqgo/qmq"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Name}}", module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	public := map[string]bool{module: true, module + "/admin": true, module + "/transport": true, module + "/outbox": true}
+	hidden := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		path, name, _ := strings.Cut(strings.TrimSpace(line), " ")
+		own := strings.TrimPrefix(path, module+"/")
+		if public[path] || name == "main" || own == "test" || strings.HasPrefix(own, "test/") {
+			continue
+		}
+		hidden[name] = true
+	}
+	for _, name := range []string{"logs", "limits", "fsm", "server"} {
+		if !hidden[name] {
+			t.Fatalf("package %s is not among the module's packages: the check below would miss it", name)
+		}
+	}
+	ident := regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
+	for _, pkg := range sdkPackages {
+		doc, err := exec.Command("go", "doc", "-all", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go doc %s: %v\n%s", pkg, err, doc)
+		}
+		for i, line := range strings.Split(string(doc), "\n") {
+			for _, m := range ident.FindAllStringSubmatch(line, -1) {
+				if hidden[m[1]] {
+					t.Errorf("go doc -all %s, line %d, names package %s: %s", pkg, i+1, m[1], strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+}
+
+// sdkPackages are the SDK's public packages.
+var sdkPackages = []string{"github.com/qmqgo/qmq", "github.com/qmqgo/qmq/admin"}

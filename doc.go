@@ -1,11 +1,22 @@
-// Package qmq is the Go client of the queue: QMQ's programming model in
+// Package qmq is the Go client of QMQ-on-Raft: QMQ's programming model in
 // idiomatic Go.
+//
+//	p, err := qmq.NewProducer("127.0.0.1:6222")
+//	m := p.GenerateMessage("orders.created")
+//	m.SetString("order", "42")
+//	err = p.SendMessage(ctx, m)
+//
+//	sub, err := qmq.Subscribe("127.0.0.1:6222", "orders.created", "billing",
+//		func(ctx context.Context, m *qmq.Message) error { return bill(ctx, m.String("order")) })
+//	defer sub.Close()
 //
 // Clients take the address of any node of the cluster (a metaserver node,
 // or a broker node, which forwards): they ask where each subject lives,
 // cache the answer, and talk to its broker groups directly. A subject lives
 // in one or more broker groups; producers spread its messages over them,
 // consumers pull from all of them.
+//
+// # Sending
 //
 // A Producer makes messages with GenerateMessage, sets typed properties,
 // tags and a body, and sends them with SendMessage (returns once the broker
@@ -17,7 +28,10 @@
 // stored once too. Message.MarshalBinary and UnmarshalBinary keep a
 // message to send later (package outbox keeps them in the application's
 // database, written in its transactions), and Producer.Check says what a
-// send would refuse.
+// send would refuse. The limits of a message are constants here
+// (MaxMessageSize, MaxBodyLen, MaxTags, ...).
+//
+// # Consuming
 //
 // Subscribe delivers a subject's messages to a Handler as one consumer of a
 // consumer group, returning a Subscription: every group gets every
@@ -42,19 +56,30 @@
 // consumed as they are handed out; with WithBroadcast every instance gets
 // every message, consuming as a group of its own.
 //
-// NewPuller takes PullerOptions and Subscribe SubscribeOptions;
+// # Options
+//
+// Each constructor takes the options of what it makes: NewProducer
+// ProducerOptions, NewPuller PullerOptions and Subscribe SubscribeOptions;
 // ConsumerOptions (WithConsumerName, WithLogger, StartAt, StartAtTime,
 // WithTags, WithAllTags, WithAtMostOnce, WithBroadcast) are both. A
-// ConnOption is an option of NewProducer, NewPuller, Subscribe and
-// NewAdmin alike: WithTLS connects over TLS with PEM files (a CA, and the
+// ConnOption is an option of every one of them, and of the operators'
+// admin.New: WithTLS connects over TLS with PEM files (a CA, and the
 // client's certificate and key), reloaded when they are replaced;
-// WithTLSConfig with a *tls.Config of the caller's. Without one, clients
-// connect over plaintext TCP. The package links only the wire protocol,
-// the message encoding and internal pieces, never the broker's code or
-// Raft.
+// WithTLSConfig with a *tls.Config of the caller's; WithApp names the
+// application the client works for. Without one, clients connect over
+// plaintext TCP.
 //
-//	p, _ := qmq.NewProducer("127.0.0.1:6222")
-//	m := p.GenerateMessage("orders.created")
-//	m.SetString("order", "42")
-//	err := p.SendMessage(ctx, m)
+// # Errors
+//
+// The sentinel errors (ErrInvalidName, ErrMessageTooLarge, ErrStaleAck,
+// ErrUnreachable, ...) are matched with errors.Is, whether the SDK found
+// the cause before sending or a node answered it; a node's answer is also
+// an *Error with its wire code.
+//
+// # Operators
+//
+// Package github.com/qmqgo/qmq/admin is the operator API: broker groups
+// and their nodes, subjects' routes, consumer groups and their dead
+// letters, applications. This package links only the wire protocol, the
+// message encoding and internal pieces, never the broker's code or Raft.
 package qmq

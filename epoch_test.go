@@ -105,45 +105,6 @@ func TestSubscriptionDropsStaleAcks(t *testing.T) {
 	})
 }
 
-// Forgetting a consumer group frees its state on the broker; the group
-// consuming again starts afresh at the oldest retained message.
-func TestForgetConsumerGroup(t *testing.T) {
-	n, p, ctx := brokerAndProducer(t, nil)
-	sendJobs(ctx, t, p, 2)
-	c, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone", qmq.StartAt(qmq.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs, err := c.Pull(ctx, 10, time.Second)
-	if err != nil || len(msgs) != 2 {
-		t.Fatalf("pull: %d, %v", len(msgs), err)
-	}
-	if err := c.Ack(ctx, msgs[0]); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	a, err := qmq.NewAdmin(n.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	res, err := a.ForgetConsumerGroup(ctx, "jobs", "gone")
-	if err != nil || len(res) != 1 || !res[0].Known || res[0].Consumers != 1 || res[0].Unacked != 1 {
-		t.Fatalf("forget: %+v, %v", res, err)
-	}
-	if b := n.FSM().Backlog(); b != 0 {
-		t.Fatalf("backlog %d once the only group is forgotten", b)
-	}
-	again, err := qmq.NewPuller(n.ClientAddr(), "jobs", "gone", qmq.StartAt(qmq.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	if msgs, err := again.Pull(ctx, 10, time.Second); err != nil || len(msgs) != 2 {
-		t.Fatalf("the forgotten group consuming again: %d messages, %v; want both from the start", len(msgs), err)
-	}
-}
-
 // A long poll is a sign of life for as long as it waits: a consumer that
 // holds messages and waits longer than the session timeout for more keeps
 // its session (it used to be refreshed only when the poll began, so the

@@ -38,7 +38,7 @@ type Message struct {
 func (m *Message) ID() string { return m.id }
 
 // SetID gives the message an id of the caller's choosing, in place of the
-// one GenerateMessage made: 1 to 128 bytes (message.MaxIDLen), each a
+// one GenerateMessage made: 1 to MaxIDLen (128) bytes, each a
 // printable ASCII character other than a space ('!' to '~'). Any other id
 // is refused with an error wrapping ErrInvalidID, and the message keeps
 // its id.
@@ -99,7 +99,7 @@ func (m *Message) InProgress(ctx context.Context) error {
 	if m.atMostOnce {
 		return nil
 	}
-	return m.puller.extend(ctx, m)
+	return sdkError(m.puller.extend(ctx, m))
 }
 
 // Body returns the message's body.
@@ -111,7 +111,8 @@ func (m *Message) SetBody(b []byte) { m.body = b }
 // Tags returns the message's tags.
 func (m *Message) Tags() []string { return m.tags }
 
-// AddTag adds a tag (at most 10 per message).
+// AddTag adds a tag (at most MaxTags per message, each 1 to MaxTagLen
+// bytes).
 func (m *Message) AddTag(tag string) { m.tags = append(m.tags, tag) }
 
 // SetString sets a string property, replacing any earlier value.

@@ -17,9 +17,6 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// ErrClosed is returned by a closed Producer or Consumer.
-var ErrClosed = errors.New("qmq: closed")
-
 // SendListener hears the outcome of an asynchronous send (QMQ's
 // MessageSendStateListener). Its methods run on the producer's goroutines:
 // keep them short.
@@ -36,78 +33,6 @@ func (f SendFunc) OnSuccess(m *Message) { f(m, nil) }
 
 // OnFailed calls f(m, err).
 func (f SendFunc) OnFailed(m *Message, err error) { f(m, err) }
-
-type producerOptions struct {
-	maxBatch    int
-	maxInflight int
-	sendTimeout time.Duration
-	maxDelay    time.Duration
-	now         func() time.Time
-	conn        connection
-}
-
-// DefaultMaxDelay is two years (731 days): how far ahead a message may be
-// scheduled unless WithMaxDelay says otherwise. Brokers have the same
-// default (qmqd --max-delay).
-const DefaultMaxDelay = limits.DefaultMaxDelay
-
-// MaxMessageSize is the largest message, in encoded bytes: its id,
-// subject, tags, properties and body with their length prefixes, and
-// about 30 bytes more. A message over it is refused with
-// ErrMessageTooLarge before it is sent (and by the broker). Each field has
-// its own limit too: a body of at most 8 MiB, 256 properties of at most
-// 64 KiB each.
-const MaxMessageSize = limits.MaxMessage
-
-// ErrMessageTooLarge means a message is over MaxMessageSize, or one of its
-// fields over its own limit.
-var ErrMessageTooLarge = message.ErrTooLarge
-
-// ErrDelayTooLong means a message's delivery time is further ahead than
-// the maximum delay. The send is refused; the time is never clamped.
-var ErrDelayTooLong = errors.New("qmq: delivery time beyond the maximum delay")
-
-// ErrInvalidName means a subject's (or a group's, a consumer's) name
-// breaks the naming rule: 1 to 200 bytes of letters, digits, '.', '_',
-// '-' and ':', starting with a letter or a digit.
-var ErrInvalidName = limits.ErrName
-
-// WithMaxDelay sets how far ahead a message may be scheduled; a send
-// beyond it fails with ErrDelayTooLong before reaching a broker. Brokers
-// enforce their own maximum too. Default DefaultMaxDelay.
-func WithMaxDelay(d time.Duration) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxDelay = d })
-}
-
-// ProducerOption configures a Producer: WithBatchSize, WithMaxInflight,
-// WithSendTimeout, WithMaxDelay, and a ConnOption (WithTLS,
-// WithTLSConfig).
-type ProducerOption interface {
-	applyProducer(*producerOptions)
-}
-
-// producerOption sets what only a Producer has.
-type producerOption func(*producerOptions)
-
-func (f producerOption) applyProducer(o *producerOptions) { f(o) }
-
-// WithBatchSize caps how many messages one send request carries.
-// Default 1,000.
-func WithBatchSize(n int) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxBatch = n })
-}
-
-// WithMaxInflight caps how many send requests may await their answer at
-// once. Default 8.
-func WithMaxInflight(n int) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.maxInflight = n })
-}
-
-// WithSendTimeout bounds an asynchronous send, retries included, and a
-// synchronous send whose context has no deadline. Default 30 s.
-func WithSendTimeout(d time.Duration) ProducerOption {
-	return producerOption(func(o *producerOptions) { o.sendTimeout = d })
-}
 
 // Producer sends messages. It is safe for concurrent use; concurrent sends
 // are batched into shared requests.
@@ -205,7 +130,7 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	}
 	r, err := newRouter(servers, o.conn.dial)
 	if err != nil {
-		return nil, err
+		return nil, sdkError(err)
 	}
 	p := &Producer{r: r, opts: o, queue: make(chan *pending, 4*o.maxBatch),
 		slots: make(chan struct{}, o.maxInflight), stop: make(chan struct{})}
@@ -224,13 +149,13 @@ func (p *Producer) GenerateMessage(subject string) *Message {
 // Check reports whether SendMessage would refuse m before sending it, and
 // why: a subject that breaks the naming rule (ErrInvalidName), a delivery
 // time beyond the maximum delay (ErrDelayTooLong), a message or a field
-// over its limit (ErrMessageTooLarge, or message.ErrInvalid). A
+// over its limit (ErrMessageTooLarge, or ErrInvalidMessage). A
 // message that passes may still be refused by a broker with lower limits
 // of its own. A transactional outbox checks a message with it before it
 // keeps it to send.
 func (p *Producer) Check(m *Message) error {
 	if _, err := p.check(m); err != nil {
-		return fmt.Errorf("qmq: send %s: %w", m.id, err)
+		return sdkError(fmt.Errorf("qmq: send %s: %w", m.id, err))
 	}
 	return nil
 }
@@ -258,17 +183,17 @@ func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
 	done := make(chan error, 1)
 	q, err := p.enqueue(ctx, m, func(err error) { done <- err })
 	if err != nil {
-		return err
+		return sdkError(err)
 	}
 	select {
 	case err := <-done:
-		return err
+		return sdkError(err)
 	case <-ctx.Done():
 		// The send stops: its request is cancelled once no other caller
 		// waits for it, and it is not sent again (deliver). One under way
 		// may have stored it already, and the error says where.
 		q.abandon()
-		return sendFailed(q, ctx.Err())
+		return sdkError(sendFailed(q, ctx.Err()))
 	}
 }
 
@@ -281,7 +206,7 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 			return
 		}
 		if err != nil {
-			l.OnFailed(m, err)
+			l.OnFailed(m, sdkError(err))
 		} else {
 			l.OnSuccess(m)
 		}
@@ -669,7 +594,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 			if ctx.Err() == nil && notStored(err) {
 				q.refusedBy(group) // a broker's final answer: not stored
 			}
-			q.done(sendFailed(q, err))
+			q.done(sendFailed(q, sizeRefused(err)))
 		case resp.Results[i].Status == transport.SendRejected:
 			if e := transport.ParseRejection(resp.Results[i].Error); e != nil && refusal(e) {
 				refused = append(refused, q)
@@ -729,9 +654,22 @@ const maxRequestBytes = 4 << 20
 
 // rejection is the error of a message the broker rejected: an *Error
 // (errors.Is(err, ErrPermissionDenied), say) when the broker named a code.
+// A rejection without a code (a broker's state machine refused the
+// message) matches the SDK's sentinel of the cause its text quotes.
 func rejection(id, text string) error {
 	if e := transport.ParseRejection(text); e != nil {
-		return fmt.Errorf("qmq: send %s: %w", id, e)
+		return sizeRefused(fmt.Errorf("qmq: send %s: %w", id, e))
 	}
-	return fmt.Errorf("qmq: send %s: rejected: %s", id, text)
+	return withCauses(fmt.Errorf("qmq: send %s: rejected: %s", id, text), quoted(text)...)
+}
+
+// sizeRefused returns err, the answer to a send, matching
+// ErrMessageTooLarge too when its code is TOO_LARGE: what a broker refuses
+// a send for as too large is its messages (a message, a field of one, or
+// the frame carrying them), whatever the text says.
+func sizeRefused(err error) error {
+	if transport.CodeOf(err) == transport.TooLarge {
+		return withCauses(err, ErrMessageTooLarge)
+	}
+	return err
 }

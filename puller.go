@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -71,7 +70,8 @@ func NewPuller(servers, subject, group string, opts ...PullerOption) (*Puller, e
 	for _, opt := range opts {
 		opt.applyPuller(&o)
 	}
-	return newPuller(servers, subject, group, o)
+	p, err := newPuller(servers, subject, group, o)
+	return p, sdkError(err)
 }
 
 func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error) {
@@ -315,6 +315,11 @@ func (p *Puller) brokerGroups(ctx context.Context) ([]*groupPuller, error) {
 // group's ack wait passes, or to a new Puller with the same consumer name.
 // Call Pull from one goroutine at a time.
 func (p *Puller) Pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
+	msgs, err := p.pull(ctx, limit, wait)
+	return msgs, sdkError(err)
+}
+
+func (p *Puller) pull(ctx context.Context, limit int, wait time.Duration) ([]*Message, error) {
 	if limit <= 0 || limit > limits.MaxPullMessages || wait < 0 || wait > limits.MaxPullWait {
 		return nil, fmt.Errorf("qmq: pull of %d messages (1..%d) waiting %s (at most %s)", limit, limits.MaxPullMessages, wait, limits.MaxPullWait)
 	}
@@ -526,7 +531,7 @@ func (p *Puller) fetch(ctx context.Context, t transport.Type, group string, from
 func (p *Puller) Heartbeat(ctx context.Context) error {
 	groups, err := p.brokerGroups(ctx)
 	if err != nil {
-		return err
+		return sdkError(err)
 	}
 	req := (&transport.HeartbeatRequest{Subject: p.subject, ConsumerGroup: p.group, Consumer: p.consumer}).Encode()
 	errs := make([]error, len(groups))
@@ -541,7 +546,7 @@ func (p *Puller) Heartbeat(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return sdkError(errors.Join(errs...))
 }
 
 // Close stops the pulls under way and closes the Puller's connections.
@@ -557,12 +562,4 @@ func (p *Puller) Close() error {
 	}
 	p.r.close()
 	return nil
-}
-
-func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || limits.CheckName("consumer", host) != nil {
-		host = "host"
-	}
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
 }

@@ -14,21 +14,6 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// DefaultServer is the address `qmqd dev` listens on.
-const DefaultServer = "127.0.0.1:6222"
-
-// Error is an error answered by a server, with its wire code; see
-// transport.Code for the codes and which are retriable.
-type Error = transport.Error
-
-// ErrUnreachable means a client that has never reached any node at the
-// addresses it was given gave up after about two seconds: the address is
-// wrong, or no qmqd runs there ("qmq: cannot reach 127.0.0.1:6999:
-// connection refused: is qmqd running?"). A client that has reached a node
-// once rides out any outage until its context ends, and so do its
-// connections to the broker groups a route names.
-var ErrUnreachable = transport.ErrUnreachable
-
 // routeTTL is how long a route is used before it is asked for again; a
 // failure refreshes it sooner.
 const routeTTL = 30 * time.Second

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/test/netproxy"
@@ -22,8 +23,8 @@ import (
 
 // startTwoGroups starts a metaserver and two one-node broker groups, g1
 // and g2 (configured by tweaks, if any), registered with it and led, and
-// an Admin of the cluster (closed when the test ends).
-func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaNode, map[string]*server.Node, *qmq.Admin) {
+// an admin.Client of the cluster (closed when the test ends).
+func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaNode, map[string]*server.Node, *admin.Client) {
 	t.Helper()
 	m := testcluster.Meta(t, nil)
 	groups := map[string]*server.Node{}
@@ -35,18 +36,18 @@ func startTwoGroups(t *testing.T, tweaks ...func(*server.Config)) (*server.MetaN
 			}
 		})
 	}
-	admin, err := qmq.NewAdmin(m.ClientAddr())
+	adm, err := admin.New(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Close() })
+	t.Cleanup(func() { adm.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	poll.Until(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
-		c, err := admin.Cluster(ctx)
+		c, err := adm.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
-	return m, groups, admin
+	return m, groups, adm
 }
 
 // drained reports how far a broker group's consume log of subject reaches
@@ -149,7 +150,7 @@ var probes atomic.Int64
 // broker of one group gets them all exactly once, a drained group takes no
 // more sends, and its consumers empty it.
 func TestSubjectSpansGroupsAndDrains(t *testing.T) {
-	m, groups, admin := startTwoGroups(t)
+	m, groups, adm := startTwoGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -166,7 +167,7 @@ func TestSubjectSpansGroupsAndDrains(t *testing.T) {
 	}
 
 	// Drain g2; wait until its leader refuses sends, then send more.
-	if err := admin.SetWritable(ctx, "g2", false); err != nil {
+	if err := adm.SetWritable(ctx, "g2", false); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := transport.Dial(ctx, groups["g2"].ClientAddr())
@@ -309,15 +310,15 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 	m := testcluster.Meta(t, nil)
 	g1, proxy, g1Addr := proxiedBroker(t, testcluster.Registered("g1", m.ClientAddr())) // clients reach g1 through the proxy
 	g2 := testcluster.Broker(t, testcluster.Registered("g2", m.ClientAddr()))
-	admin, err := qmq.NewAdmin(m.ClientAddr())
+	adm, err := admin.New(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	poll.Until(t, 30*time.Second, "both broker groups registered with leaders", func() bool {
-		c, err := admin.Cluster(ctx)
+		c, err := adm.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Leader != "" && c.BrokerGroups[1].Leader != ""
 	})
 	p, err := qmq.NewProducer(m.ClientAddr())
@@ -340,7 +341,7 @@ func TestChosenIDStoredOnceWhenItsReplyIsLost(t *testing.T) {
 		sent <- p.SendMessage(ctx, msg)
 	}()
 	poll.Until(t, 30*time.Second, "g1 to store the message", func() bool { return holds(g1) })
-	if err := admin.SetWritable(ctx, "g1", false); err != nil {
+	if err := adm.SetWritable(ctx, "g1", false); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := transport.Dial(ctx, g1Addr)
@@ -403,7 +404,7 @@ func TestChosenIDStaysWithAGroupThatMayHoldIt(t *testing.T) {
 // storeThenDrain stores a message of orders whose id, PREFIX-N, its
 // producer chose and g1 wins over g2, drains g1, and returns the id once
 // g1 refuses sends.
-func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, groups map[string]*server.Node, admin *qmq.Admin, prefix string) string {
+func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, groups map[string]*server.Node, adm *admin.Client, prefix string) string {
 	t.Helper()
 	first, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
@@ -417,7 +418,7 @@ func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, group
 	if err := first.SendMessage(ctx, msg); err != nil || msg.Duplicate() {
 		t.Fatalf("first send: %v (duplicate %v)", err, msg.Duplicate())
 	}
-	if err := admin.SetWritable(ctx, "g1", false); err != nil {
+	if err := adm.SetWritable(ctx, "g1", false); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := transport.Dial(ctx, groups["g1"].ClientAddr())
@@ -434,10 +435,10 @@ func storeThenDrain(t *testing.T, ctx context.Context, m *server.MetaNode, group
 // stored it was drained, is answered as a duplicate by that group instead
 // of being stored in another. (It went to the other group.)
 func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
-	m, groups, admin := startTwoGroups(t)
+	m, groups, adm := startTwoGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	id := storeThenDrain(t, ctx, m, groups, admin, "order")
+	id := storeThenDrain(t, ctx, m, groups, adm, "order")
 	second, err := qmq.NewProducer(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -471,10 +472,10 @@ func TestChosenIDResentAfterItsGroupIsDrained(t *testing.T) {
 // a duplicate, and the message was stored nowhere.
 func TestChosenIDResentPastItsWindowIsStoredAgain(t *testing.T) {
 	const window = 2 * time.Second
-	m, groups, admin := startTwoGroups(t, func(c *server.Config) { c.FSM.DedupWindow = window })
+	m, groups, adm := startTwoGroups(t, func(c *server.Config) { c.FSM.DedupWindow = window })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	id := storeThenDrain(t, ctx, m, groups, admin, "report")
+	id := storeThenDrain(t, ctx, m, groups, adm, "report")
 	poll.Until(t, 30*time.Second, "the id's window to pass in g1", func() bool {
 		held, err := groups["g1"].FSM().Holds([]string{id}, time.Now().UnixMilli())
 		return err == nil && !held[0]
@@ -615,10 +616,10 @@ func TestNewGroupGetsWhatIsSentAfterSubscribe(t *testing.T) {
 // first pull there is not skipped. (Of 20 messages all stored in the
 // added group, none arrived.)
 func TestGroupGetsWhatARouteAddedGroupHeld(t *testing.T) {
-	m, groups, admin := startTwoGroups(t)
+	m, groups, adm := startTwoGroups(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := admin.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
+	if _, err := adm.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	c := newCollector(20)
@@ -627,7 +628,7 @@ func TestGroupGetsWhatARouteAddedGroupHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	if _, err := admin.Assign(ctx, "orders", []string{"g2"}, 0); err != nil {
+	if _, err := adm.Assign(ctx, "orders", []string{"g2"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	p, err := qmq.NewProducer(m.ClientAddr())
@@ -651,31 +652,31 @@ func TestGroupGetsWhatARouteAddedGroupHeld(t *testing.T) {
 // TestRestartedConsumerGetsWhatARouteAddedGroupHeld: the same when no
 // consumer of the group ran while the broker group was added and took
 // messages: a broker group of the route holds the group, so it starts at
-// the earliest message in one where it does not exist yet. The Admin's
+// the earliest message in one where it does not exist yet. The admin's
 // Assign sets the group up there; the metaserver's own assignment sets up
 // nothing, and the consumer's registration finds it missing.
 func TestRestartedConsumerGetsWhatARouteAddedGroupHeld(t *testing.T) {
-	for name, assign := range map[string]func(ctx context.Context, t *testing.T, meta string, admin *qmq.Admin, group string){
-		"Admin.Assign": func(ctx context.Context, t *testing.T, _ string, admin *qmq.Admin, group string) {
-			if _, err := admin.Assign(ctx, "orders", []string{group}, 0); err != nil {
+	for name, assign := range map[string]func(ctx context.Context, t *testing.T, meta string, adm *admin.Client, group string){
+		"admin.Client.Assign": func(ctx context.Context, t *testing.T, _ string, adm *admin.Client, group string) {
+			if _, err := adm.Assign(ctx, "orders", []string{group}, 0); err != nil {
 				t.Fatal(err)
 			}
 		},
-		"the metaserver's assign": func(ctx context.Context, t *testing.T, meta string, _ *qmq.Admin, group string) {
+		"the metaserver's assign": func(ctx context.Context, t *testing.T, meta string, _ *admin.Client, group string) {
 			assignRaw(t, ctx, meta, "orders", group)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			m, _, admin := startTwoGroups(t)
+			m, _, adm := startTwoGroups(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			assign(ctx, t, m.ClientAddr(), admin, "g1")
+			assign(ctx, t, m.ClientAddr(), adm, "g1")
 			first, err := qmq.Subscribe(m.ClientAddr(), "orders", "billing", func(context.Context, *qmq.Message) error { return nil })
 			if err != nil {
 				t.Fatal(err)
 			}
 			first.Close()
-			assign(ctx, t, m.ClientAddr(), admin, "g2")
+			assign(ctx, t, m.ClientAddr(), adm, "g2")
 			p, err := qmq.NewProducer(m.ClientAddr())
 			if err != nil {
 				t.Fatal(err)
@@ -700,7 +701,7 @@ func TestRestartedConsumerGetsWhatARouteAddedGroupHeld(t *testing.T) {
 
 // assignRaw adds groups to subject's route with the metaserver's own
 // request, as the metaserver's automatic assignment does: unlike
-// Admin.Assign, it sets up no consumer group in them.
+// admin.Client.Assign, it sets up no consumer group in them.
 func assignRaw(t *testing.T, ctx context.Context, meta, subject string, groups ...string) {
 	t.Helper()
 	conn, err := transport.Dial(ctx, meta)
@@ -868,18 +869,18 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 	m := testcluster.Meta(t, nil)
 	g1 := testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
 	g2, proxy, _ := proxiedBroker(t, testcluster.Registered("g2", m.ClientAddr()))
-	admin, err := qmq.NewAdmin(m.ClientAddr())
+	adm, err := admin.New(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	poll.Until(t, 30*time.Second, "both broker groups available", func() bool {
-		c, err := admin.Cluster(ctx)
+		c, err := adm.Cluster(ctx)
 		return err == nil && len(c.BrokerGroups) == 2 && c.BrokerGroups[0].Available && c.BrokerGroups[1].Available
 	})
-	if _, err := admin.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
+	if _, err := adm.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	handled := make(chan string, 2)
@@ -924,32 +925,4 @@ func TestHangingAcksHoldBackNoOtherGroup(t *testing.T) {
 		_, unacked := drained(g2, "orders")
 		return unacked == 0
 	})
-}
-
-// TestAssignCarriesGroupSettings: a broker group added to a subject's
-// route gets the settings an operator gave its consumer groups in the
-// earlier ones. (It gave them the defaults.)
-func TestAssignCarriesGroupSettings(t *testing.T) {
-	_, _, admin := startTwoGroups(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := admin.Assign(ctx, "orders", []string{"g1"}, 0); err != nil {
-		t.Fatal(err)
-	}
-	ackWait, deliveries := 7*time.Second, uint32(3)
-	if _, err := admin.SetConsumerGroup(ctx, "orders", "billing", qmq.ConsumerGroupChanges{AckWait: &ackWait, MaxDeliveries: &deliveries}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Assign(ctx, "orders", []string{"g2"}, 0); err != nil {
-		t.Fatal(err)
-	}
-	v, err := admin.ConsumerGroup(ctx, "orders", "billing")
-	if err != nil || len(v.BrokerGroups) != 2 || v.SettingsDiffer {
-		t.Fatalf("after g2 joined: %+v, %v; want billing in both broker groups, with the same settings", v, err)
-	}
-	for _, g := range v.BrokerGroups {
-		if g.Settings.AckWait != ackWait || g.Settings.MaxDeliveries != deliveries || g.Cursor != 0 {
-			t.Errorf("broker group %s: %+v at cursor %d, want ack wait 7s, 3 deliveries, at the start", g.BrokerGroup, g.Settings, g.Cursor)
-		}
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/test/testmsg"
@@ -27,7 +28,7 @@ type secureCluster struct {
 	f       *tlsFixture
 	meta    *MetaNode
 	brokers []*Node
-	admin   *qmq.Admin
+	admin   *admin.Client
 	client  qmq.ConnOption // an application host's certificate, no application
 	secrets map[string]string
 }
@@ -53,7 +54,7 @@ func startSecureCluster(t *testing.T, hb time.Duration, tweak ...func(*Config)) 
 }
 
 // create creates an application and keeps its secret.
-func (c *secureCluster) create(spec qmq.AppSpec) {
+func (c *secureCluster) create(spec admin.AppSpec) {
 	c.t.Helper()
 	secret, err := c.admin.CreateApp(ctxFor(c.t, 30*time.Second), spec)
 	if err != nil {
@@ -141,10 +142,10 @@ func (c *secureCluster) lastIndexes() string {
 // nothing on any node (every node's Raft log ends where it did).
 func TestAuthTable(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
-	c.create(qmq.AppSpec{Code: "ops", Admin: true})
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []qmq.ConsumeGrant{{Subject: "orders.*", Group: "billing"}}})
-	c.create(qmq.AppSpec{Code: "auditor", Consume: []qmq.ConsumeGrant{{Subject: "orders.*", Group: "audit"}}})
-	c.create(qmq.AppSpec{Code: "reader"})
+	c.create(admin.AppSpec{Code: "ops", Admin: true})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []admin.ConsumeGrant{{Subject: "orders.*", ConsumerGroup: "billing"}}})
+	c.create(admin.AppSpec{Code: "auditor", Consume: []admin.ConsumeGrant{{Subject: "orders.*", ConsumerGroup: "audit"}}})
+	c.create(admin.AppSpec{Code: "reader"})
 	version := c.meta.fsm.Apps().Version()
 	waitFor(t, 10*time.Second, "every broker to hold the applications", func() bool {
 		for _, b := range c.brokers {
@@ -178,9 +179,9 @@ func TestAuthTable(t *testing.T) {
 			return err
 		}
 	}
-	admin := func(op func(ctx context.Context, a *qmq.Admin) error) func(ctx context.Context, o qmq.ConnOption) error {
+	adm := func(op func(ctx context.Context, a *admin.Client) error) func(ctx context.Context, o qmq.ConnOption) error {
 		return func(ctx context.Context, o qmq.ConnOption) error {
-			a, err := qmq.NewAdmin(c.servers(), o)
+			a, err := admin.New(c.servers(), o)
 			if err != nil {
 				return err
 			}
@@ -188,9 +189,9 @@ func TestAuthTable(t *testing.T) {
 			return op(ctx, a)
 		}
 	}
-	apps := admin(func(ctx context.Context, a *qmq.Admin) error { _, err := a.Apps(ctx); return err })
-	cluster := admin(func(ctx context.Context, a *qmq.Admin) error { _, err := a.Cluster(ctx); return err })
-	forget := admin(func(ctx context.Context, a *qmq.Admin) error {
+	apps := adm(func(ctx context.Context, a *admin.Client) error { _, err := a.Apps(ctx); return err })
+	cluster := adm(func(ctx context.Context, a *admin.Client) error { _, err := a.Cluster(ctx); return err })
+	forget := adm(func(ctx context.Context, a *admin.Client) error {
 		_, err := a.ForgetConsumerGroup(ctx, "orders.paid", "gone")
 		return err
 	})
@@ -248,7 +249,7 @@ func TestAuthTable(t *testing.T) {
 func TestPermissionChangeReachesBrokers(t *testing.T) {
 	const hb = 200 * time.Millisecond
 	c := startSecureCluster(t, hb)
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders.*"}})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders.*"}})
 	p, err := qmq.NewProducer(c.servers(), c.as("billing"), qmq.WithSendTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +264,7 @@ func TestPermissionChangeReachesBrokers(t *testing.T) {
 	if err := sendOne(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.admin.UpdateApp(ctx, qmq.AppSpec{Code: "billing", Send: []string{"invoices"}}); err != nil {
+	if err := c.admin.UpdateApp(ctx, admin.AppSpec{Code: "billing", Send: []string{"invoices"}}); err != nil {
 		t.Fatal(err)
 	}
 	changed := time.Now()
@@ -290,7 +291,7 @@ func TestPermissionChangeReachesBrokers(t *testing.T) {
 // first, and the pull past the limit is refused without creating it.
 func TestAppGroupLimitOnPull(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders"}, Consume: []qmq.ConsumeGrant{{Subject: "orders", Group: "*"}}, MaxGroups: 1})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders"}, Consume: []admin.ConsumeGrant{{Subject: "orders", ConsumerGroup: "*"}}, MaxConsumerGroups: 1})
 	ctx := ctxFor(t, 30*time.Second)
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
@@ -322,7 +323,7 @@ func TestAppGroupLimitOnPull(t *testing.T) {
 // (by asking for its route) stays counted.
 func TestAppGroupLimitComesBack(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []admin.ConsumeGrant{{Subject: "*", ConsumerGroup: "*"}}, MaxConsumerGroups: 1})
 	ctx := ctxFor(t, 60*time.Second)
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
@@ -382,7 +383,7 @@ func TestAppGroupLimitComesBack(t *testing.T) {
 // group gives the record back, since the group never came to exist.
 func TestRefusedPullGivesItsGroupBack(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond })
-	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 3, MaxConsumers: 1})
+	c.create(admin.AppSpec{Code: "billing", Consume: []admin.ConsumeGrant{{Subject: "*", ConsumerGroup: "*"}}, MaxConsumerGroups: 3, MaxConsumers: 1})
 	ctx := ctxFor(t, 60*time.Second)
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
@@ -417,7 +418,7 @@ func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) {
 		c.SessionTimeout, c.holdForgetReports = 300*time.Millisecond, hold
 	})
-	c.create(qmq.AppSpec{Code: "billing", Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxGroups: 1})
+	c.create(admin.AppSpec{Code: "billing", Consume: []admin.ConsumeGrant{{Subject: "*", ConsumerGroup: "*"}}, MaxConsumerGroups: 1})
 	ctx := ctxFor(t, 60*time.Second)
 	leader := c.leaderHolding(t)
 	conn := c.dialAs(t, ctx, leader, "billing")
@@ -447,8 +448,8 @@ func TestLateForgetReportLeavesARecreatedGroup(t *testing.T) {
 // is not held back.
 func TestAppConsumerAndDelayedLimits(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}, MaxConsumers: 2, MaxDelayed: 2})
-	c.create(qmq.AppSpec{Code: "ops", Send: []string{"*"}, Consume: []qmq.ConsumeGrant{{Subject: "*", Group: "*"}}})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"*"}, Consume: []admin.ConsumeGrant{{Subject: "*", ConsumerGroup: "*"}}, MaxConsumers: 2, MaxDelayed: 2})
+	c.create(admin.AppSpec{Code: "ops", Send: []string{"*"}, Consume: []admin.ConsumeGrant{{Subject: "*", ConsumerGroup: "*"}}})
 	ctx := ctxFor(t, 60*time.Second)
 	leader := c.leaderHolding(t)
 	billing, ops := c.dialAs(t, ctx, leader, "billing"), c.dialAs(t, ctx, leader, "ops")
@@ -510,7 +511,7 @@ func TestNewAppUsableAtOnce(t *testing.T) {
 	c := startSecureCluster(t, time.Hour) // no heartbeat after the first
 	b := c.brokers[1]
 	waitFor(t, 10*time.Second, "the first heartbeat's applications", func() bool { return b.apps.Load() != nil })
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"orders"}})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders"}})
 	ctx := ctxFor(t, 30*time.Second)
 	dial := func(secret string) error {
 		conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: secret}}.Dial(ctx, b.ClientAddr())
@@ -584,7 +585,7 @@ func TestAuthHTTP(t *testing.T) {
 // (INVALID, naming the limit) without being stored.
 func TestAppSubjectLimitOnSend(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"s.*"}, MaxSubjects: 1})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"s.*"}, MaxSubjects: 1})
 	leader := c.brokers[0]
 	ctx := ctxFor(t, 30*time.Second)
 	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
@@ -664,10 +665,10 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 	f := newTLSFixture(t)
 	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.TLS = f.node("m1") })
 	waitFor(t, 10*time.Second, "the metaserver to lead", func() bool { return m.Status().State == "Leader" })
-	admin := newAdmin(t, m.ClientAddr(), f.client("apps"))
+	adm := newAdmin(t, m.ClientAddr(), f.client("apps"))
 	ctx := ctxFor(t, 30*time.Second)
 	// Anyone with a client certificate: the metaserver checks nothing.
-	secret, err := admin.CreateApp(ctx, qmq.AppSpec{Code: "evil", Admin: true})
+	secret, err := adm.CreateApp(ctx, admin.AppSpec{Code: "evil", Admin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,8 +721,8 @@ func TestAuthBrokerUnderOpenMetaserver(t *testing.T) {
 // never answered as duplicates of what the group holds.
 func TestRefusalChecksTheRightToSendFirst(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
-	c.create(qmq.AppSpec{Code: "billing", Send: []string{"invoices"}})
-	c.create(qmq.AppSpec{Code: "ops", Send: []string{"orders"}})
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"invoices"}})
+	c.create(admin.AppSpec{Code: "ops", Send: []string{"orders"}})
 	ctx := ctxFor(t, 60*time.Second)
 	leader := c.leaderHolding(t)
 	ops, billing := c.dialAs(t, ctx, leader, "ops"), c.dialAs(t, ctx, leader, "billing")

@@ -20,7 +20,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
@@ -229,11 +229,11 @@ func httpStatus(t *testing.T, n *Node) transport.Status {
 // proposes nothing and changes nothing on any node.
 func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 	nodes := startGroup(t, differentFlags)
-	admin, err := qmq.NewAdmin(nodes[1].ClientAddr())
+	adm, err := admin.New(nodes[1].ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	seed := nodes[0].cfg.FSM.BrokerConfig()
@@ -246,7 +246,7 @@ func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 	d := func(v time.Duration) *time.Duration { return &v }
 	i := func(v int) *int { return &v }
 	b := func(v int64) *int64 { return &v }
-	got, err := admin.SetBrokerConfig(ctx, "g1", qmq.BrokerConfigChanges{MaxPull: i(250), DedupWindow: d(3 * time.Minute), SegmentSize: b(2 << 20)})
+	got, err := adm.SetBrokerGroupConfig(ctx, "g1", admin.BrokerGroupConfigChanges{MaxPull: i(250), DedupWindow: d(3 * time.Minute), SegmentSize: b(2 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 			t.Fatalf("%s: /status shows %+v, want %+v", n.cfg.ID, *st.BrokerConfig, got.Config)
 		}
 	}
-	all, err := admin.BrokerConfigs(ctx, "g1")
+	all, err := adm.BrokerGroupConfigs(ctx, "g1")
 	if err != nil || len(all) != 3 {
 		t.Fatalf("configs of every node: %v, %v", all, err)
 	}
@@ -280,36 +280,36 @@ func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 	// what it refuses it does not.
 	for _, tc := range []struct {
 		name string
-		ch   qmq.BrokerConfigChanges
+		ch   admin.BrokerGroupConfigChanges
 		ok   bool
 	}{
-		{"max-pull at its bound", qmq.BrokerConfigChanges{MaxPull: i(limits.MaxMaxPull)}, true},
-		{"max-pull over", qmq.BrokerConfigChanges{MaxPull: i(limits.MaxMaxPull + 1)}, false},
-		{"max-pull at 1", qmq.BrokerConfigChanges{MaxPull: i(1)}, true},
-		{"max-pull under", qmq.BrokerConfigChanges{MaxPull: i(0)}, false},
-		{"max-unacked at its bound", qmq.BrokerConfigChanges{MaxUnacked: i(limits.MaxMaxUnacked)}, true},
-		{"max-unacked over", qmq.BrokerConfigChanges{MaxUnacked: i(limits.MaxMaxUnacked + 1)}, false},
-		{"max-unacked under", qmq.BrokerConfigChanges{MaxUnacked: i(0)}, false},
-		{"dedup-window at its bound", qmq.BrokerConfigChanges{DedupWindow: d(limits.MaxDedupWindow)}, true},
-		{"dedup-window over", qmq.BrokerConfigChanges{DedupWindow: d(limits.MaxDedupWindow + time.Millisecond)}, false},
-		{"dedup-window negative", qmq.BrokerConfigChanges{DedupWindow: d(-time.Millisecond)}, false},
-		{"dedup-window of a fraction of a millisecond", qmq.BrokerConfigChanges{DedupWindow: d(1500 * time.Microsecond)}, false},
-		{"dedup-window past the retention age", qmq.BrokerConfigChanges{RetentionAge: d(time.Hour), DedupWindow: d(limits.MaxDedupWindow)}, true},
-		{"retention-age at the dedup window", qmq.BrokerConfigChanges{RetentionAge: d(limits.MaxDedupWindow)}, true},
-		{"retention-age under it", qmq.BrokerConfigChanges{RetentionAge: d(limits.MaxDedupWindow - time.Millisecond)}, false},
-		{"retention-age at its bound", qmq.BrokerConfigChanges{RetentionAge: d(limits.MaxRetentionAge)}, true},
-		{"retention-age over", qmq.BrokerConfigChanges{RetentionAge: d(limits.MaxRetentionAge + time.Millisecond)}, false},
-		{"segment-size at its bound", qmq.BrokerConfigChanges{SegmentSize: b(limits.MinSegmentSize)}, true},
-		{"segment-size under", qmq.BrokerConfigChanges{SegmentSize: b(limits.MinSegmentSize - 1)}, false},
-		{"segment-size over", qmq.BrokerConfigChanges{SegmentSize: b(limits.MaxSegmentSize + 1)}, false},
-		{"segment-size past the retention size", qmq.BrokerConfigChanges{SegmentSize: b(4 << 20)}, false},
-		{"retention-size at a segment", qmq.BrokerConfigChanges{RetentionBytes: b(limits.MinSegmentSize)}, true},
-		{"retention-size under", qmq.BrokerConfigChanges{RetentionBytes: b(limits.MinSegmentSize - 1)}, false},
-		{"retention-size over", qmq.BrokerConfigChanges{RetentionBytes: b(limits.MaxRetentionBytes + 1)}, false},
-		{"index-segment-size at its bounds", qmq.BrokerConfigChanges{IndexSegmentSize: b(limits.MaxIndexSegmentSize)}, true},
-		{"index-segment-size under", qmq.BrokerConfigChanges{IndexSegmentSize: b(limits.MinIndexSegmentSize - 1)}, false},
-		{"index-segment-size over", qmq.BrokerConfigChanges{IndexSegmentSize: b(limits.MaxIndexSegmentSize + 1)}, false},
-		{"nothing", qmq.BrokerConfigChanges{}, false},
+		{"max-pull at its bound", admin.BrokerGroupConfigChanges{MaxPull: i(limits.MaxMaxPull)}, true},
+		{"max-pull over", admin.BrokerGroupConfigChanges{MaxPull: i(limits.MaxMaxPull + 1)}, false},
+		{"max-pull at 1", admin.BrokerGroupConfigChanges{MaxPull: i(1)}, true},
+		{"max-pull under", admin.BrokerGroupConfigChanges{MaxPull: i(0)}, false},
+		{"max-unacked at its bound", admin.BrokerGroupConfigChanges{MaxUnacked: i(limits.MaxMaxUnacked)}, true},
+		{"max-unacked over", admin.BrokerGroupConfigChanges{MaxUnacked: i(limits.MaxMaxUnacked + 1)}, false},
+		{"max-unacked under", admin.BrokerGroupConfigChanges{MaxUnacked: i(0)}, false},
+		{"dedup-window at its bound", admin.BrokerGroupConfigChanges{DedupWindow: d(limits.MaxDedupWindow)}, true},
+		{"dedup-window over", admin.BrokerGroupConfigChanges{DedupWindow: d(limits.MaxDedupWindow + time.Millisecond)}, false},
+		{"dedup-window negative", admin.BrokerGroupConfigChanges{DedupWindow: d(-time.Millisecond)}, false},
+		{"dedup-window of a fraction of a millisecond", admin.BrokerGroupConfigChanges{DedupWindow: d(1500 * time.Microsecond)}, false},
+		{"dedup-window past the retention age", admin.BrokerGroupConfigChanges{RetentionAge: d(time.Hour), DedupWindow: d(limits.MaxDedupWindow)}, true},
+		{"retention-age at the dedup window", admin.BrokerGroupConfigChanges{RetentionAge: d(limits.MaxDedupWindow)}, true},
+		{"retention-age under it", admin.BrokerGroupConfigChanges{RetentionAge: d(limits.MaxDedupWindow - time.Millisecond)}, false},
+		{"retention-age at its bound", admin.BrokerGroupConfigChanges{RetentionAge: d(limits.MaxRetentionAge)}, true},
+		{"retention-age over", admin.BrokerGroupConfigChanges{RetentionAge: d(limits.MaxRetentionAge + time.Millisecond)}, false},
+		{"segment-size at its bound", admin.BrokerGroupConfigChanges{SegmentSize: b(limits.MinSegmentSize)}, true},
+		{"segment-size under", admin.BrokerGroupConfigChanges{SegmentSize: b(limits.MinSegmentSize - 1)}, false},
+		{"segment-size over", admin.BrokerGroupConfigChanges{SegmentSize: b(limits.MaxSegmentSize + 1)}, false},
+		{"segment-size past the retention size", admin.BrokerGroupConfigChanges{SegmentSize: b(4 << 20)}, false},
+		{"retention-size at a segment", admin.BrokerGroupConfigChanges{RetentionBytes: b(limits.MinSegmentSize)}, true},
+		{"retention-size under", admin.BrokerGroupConfigChanges{RetentionBytes: b(limits.MinSegmentSize - 1)}, false},
+		{"retention-size over", admin.BrokerGroupConfigChanges{RetentionBytes: b(limits.MaxRetentionBytes + 1)}, false},
+		{"index-segment-size at its bounds", admin.BrokerGroupConfigChanges{IndexSegmentSize: b(limits.MaxIndexSegmentSize)}, true},
+		{"index-segment-size under", admin.BrokerGroupConfigChanges{IndexSegmentSize: b(limits.MinIndexSegmentSize - 1)}, false},
+		{"index-segment-size over", admin.BrokerGroupConfigChanges{IndexSegmentSize: b(limits.MaxIndexSegmentSize + 1)}, false},
+		{"nothing", admin.BrokerGroupConfigChanges{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leader := leaderOf(nodes)
@@ -323,7 +323,7 @@ func TestSetBrokerConfigReachesEveryReplica(t *testing.T) {
 				return true
 			})
 			index := leader.raft.LastIndex()
-			got, err := admin.SetBrokerConfig(ctx, "g1", tc.ch)
+			got, err := adm.SetBrokerGroupConfig(ctx, "g1", tc.ch)
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -365,21 +365,21 @@ func TestBrokerConfigWaitsForVotersOfAnEarlierRelease(t *testing.T) {
 	if err := leader.votersKnowBrokerConfig(ctx); !errors.Is(err, errEarlierVoter) || !strings.Contains(err.Error(), "n3") {
 		t.Fatalf("the voters' check: %v, want one naming n3 of an earlier release", err)
 	}
-	admin, err := qmq.NewAdmin(leader.ClientAddr())
+	adm, err := admin.New(leader.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	before, index := leader.fsm.BrokerConfig(), leader.raft.LastIndex()
 	pull := 5
-	if _, err := admin.SetBrokerConfig(ctx, "g1", qmq.BrokerConfigChanges{MaxPull: &pull}); transport.CodeOf(err) != transport.Invalid ||
+	if _, err := adm.SetBrokerGroupConfig(ctx, "g1", admin.BrokerGroupConfigChanges{MaxPull: &pull}); transport.CodeOf(err) != transport.Invalid ||
 		!strings.Contains(err.Error(), "earlier release") {
 		t.Fatalf("a change with an old voter: %v, want INVALID naming it", err)
 	}
 	if leader.fsm.BrokerConfig() != before || leader.raft.LastIndex() != index {
 		t.Fatal("the refused change was proposed")
 	}
-	if err := admin.Join(ctx, "g1", "n4", oldRaft, old); err == nil || !strings.Contains(err.Error(), "earlier release") {
+	if err := adm.Join(ctx, "g1", "n4", oldRaft, old); err == nil || !strings.Contains(err.Error(), "earlier release") {
 		t.Fatalf("joining a node of an earlier release: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -30,15 +31,15 @@ func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	n1 := startNode(t, "n1", true, config("n1"))
 	waitLeader(t, n1)
 	nodes := []*Node{n1}
-	admin, err := qmq.NewAdmin(n1.ClientAddr(), connOf(n1.cfg.TLS))
+	adm, err := admin.New(n1.ClientAddr(), connOf(n1.cfg.TLS))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	for _, id := range []string{"n2", "n3"} {
 		n := startNode(t, id, false, config(id))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := admin.Join(ctx, n1.cfg.BrokerGroup, id, n.cfg.RaftAddr, n.ClientAddr())
+		err := adm.Join(ctx, n1.cfg.BrokerGroup, id, n.cfg.RaftAddr, n.ClientAddr())
 		cancel()
 		if err != nil {
 			t.Fatalf("join %s: %v", id, err)
@@ -215,12 +216,12 @@ func TestBadFramesDoNotHurtTheNode(t *testing.T) {
 		}
 		c.Close()
 	}
-	admin, err := qmq.NewAdmin(n.ClientAddr())
+	adm, err := admin.New(n.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	if st, err := admin.Status(context.Background(), n.ClientAddr()); err != nil || st.State != "Leader" {
+	defer adm.Close()
+	if st, err := adm.Status(context.Background(), n.ClientAddr()); err != nil || st.State != "Leader" {
 		t.Fatalf("after bad input: status %+v, %v", st, err)
 	}
 }
@@ -235,18 +236,18 @@ func TestTransferLeader(t *testing.T) {
 			break
 		}
 	}
-	admin, err := qmq.NewAdmin(old.ClientAddr())
+	adm, err := admin.New(old.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := admin.TransferLeader(ctx, target.cfg.BrokerGroup, target.cfg.ID); err != nil {
+	if err := adm.TransferLeader(ctx, target.cfg.BrokerGroup, target.cfg.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the target to lead", func() bool { return target.isLeader() })
-	if err := admin.TransferLeader(ctx, target.cfg.BrokerGroup, "nobody"); transport.CodeOf(err) != transport.Invalid {
+	if err := adm.TransferLeader(ctx, target.cfg.BrokerGroup, "nobody"); transport.CodeOf(err) != transport.Invalid {
 		t.Fatalf("transfer to a non-member: %v, want INVALID", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -85,7 +85,7 @@ func TestMetaApps(t *testing.T) {
 	a := newAdmin(t, b.ClientAddr())
 	ctx := ctxFor(t, 30*time.Second)
 
-	spec := qmq.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []qmq.ConsumeGrant{{Subject: "payments", Group: "billing"}}, MaxGroups: 7}
+	spec := admin.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []admin.ConsumeGrant{{Subject: "payments", ConsumerGroup: "billing"}}, MaxConsumerGroups: 7}
 	secret, err := a.CreateApp(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestMetaApps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := qmq.AppInfo{Code: "billing", Send: spec.Send, Consume: spec.Consume, MaxSubjects: auth.DefaultMaxSubjects, MaxGroups: 7,
+	want := admin.AppInfo{Code: "billing", Send: spec.Send, Consume: spec.Consume, MaxSubjects: auth.DefaultMaxSubjects, MaxConsumerGroups: 7,
 		MaxConsumers: auth.DefaultMaxConsumers, MaxDelayed: auth.DefaultMaxDelayed, Secrets: 1}
 	if len(infos) != 1 || fmt.Sprint(infos[0]) != fmt.Sprint(want) {
 		t.Fatalf("apps: %+v, want %+v", infos, want)
@@ -117,18 +117,18 @@ func TestMetaApps(t *testing.T) {
 
 	// A second creation is refused, and costs no Raft entry.
 	last := m.raft.LastIndex()
-	_, err = a.CreateApp(ctx, qmq.AppSpec{Code: "billing", Admin: true})
+	_, err = a.CreateApp(ctx, admin.AppSpec{Code: "billing", Admin: true})
 	wantInvalid(t, "a second creation", err, "application billing exists")
 	if m.raft.LastIndex() != last {
 		t.Fatal("a refused creation took a Raft entry")
 	}
-	err = a.UpdateApp(ctx, qmq.AppSpec{Code: "nobody"})
+	err = a.UpdateApp(ctx, admin.AppSpec{Code: "nobody"})
 	wantInvalid(t, "an update of an unknown application", err, "no application nobody")
-	_, err = a.CreateApp(ctx, qmq.AppSpec{Code: "bad", Send: []string{"*x"}})
+	_, err = a.CreateApp(ctx, admin.AppSpec{Code: "bad", Send: []string{"*x"}})
 	wantInvalid(t, "a bad pattern", err, "pattern")
 
 	// An update replaces the rights and keeps the secret.
-	if err := a.UpdateApp(ctx, qmq.AppSpec{Code: "billing", Admin: true}); err != nil {
+	if err := a.UpdateApp(ctx, admin.AppSpec{Code: "billing", Admin: true}); err != nil {
 		t.Fatal(err)
 	}
 	if s := m.fsm.Apps().App("billing"); !s.Admin || len(s.Send) != 0 || len(s.Secrets) != 1 || s.Secrets[0] != first {
@@ -221,9 +221,9 @@ func routeFor(t *testing.T, m *MetaNode, app, subject, group string) error {
 }
 
 // startAppsMeta starts a metaserver and a broker group g1 registered
-// with it, and returns the metaserver and an Admin of it once g1 is
+// with it, and returns the metaserver and an admin.Client of it once g1 is
 // available and the metaserver leads with its address recorded.
-func startAppsMeta(t *testing.T) (*MetaNode, *qmq.Admin) {
+func startAppsMeta(t *testing.T) (*MetaNode, *admin.Client) {
 	t.Helper()
 	m := startMeta(t, "m1", true)
 	startMetaBroker(t, "g1", m)
@@ -240,7 +240,7 @@ func TestMetaAppLimits(t *testing.T) {
 	m, a := startAppsMeta(t)
 	ctx := ctxFor(t, 30*time.Second)
 	const n = 2
-	for _, spec := range []qmq.AppSpec{{Code: "small", MaxSubjects: n, MaxGroups: n}, {Code: "other"}} {
+	for _, spec := range []admin.AppSpec{{Code: "small", MaxSubjects: n, MaxConsumerGroups: n}, {Code: "other"}} {
 		if _, err := a.CreateApp(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
@@ -283,8 +283,8 @@ func TestMetaAppLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, i := range infos {
-		if i.Code == "small" && (i.Subjects != n || i.Groups != n) || i.Code == "other" && (i.Subjects != 1 || i.Groups != 1) {
-			t.Errorf("%s created %d subjects and %d groups", i.Code, i.Subjects, i.Groups)
+		if i.Code == "small" && (i.Subjects != n || i.ConsumerGroups != n) || i.Code == "other" && (i.Subjects != 1 || i.ConsumerGroups != 1) {
+			t.Errorf("%s created %d subjects and %d groups", i.Code, i.Subjects, i.ConsumerGroups)
 		}
 	}
 	wantInvalid(t, "a route for a bad application code", routeFor(t, m, "-x", "s0", ""), "application")
@@ -296,7 +296,7 @@ func TestMetaAppLimits(t *testing.T) {
 func TestMetaAppGroupLimitUnderRacingRequests(t *testing.T) {
 	m, a := startAppsMeta(t)
 	const limit, racers = 2, 20
-	if _, err := a.CreateApp(ctxFor(t, 30*time.Second), qmq.AppSpec{Code: "small", MaxGroups: limit}); err != nil {
+	if _, err := a.CreateApp(ctxFor(t, 30*time.Second), admin.AppSpec{Code: "small", MaxConsumerGroups: limit}); err != nil {
 		t.Fatal(err)
 	}
 	if err := routeFor(t, m, "small", "s0", ""); err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -96,7 +96,7 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 	// A consumer group past MaxTotalConsumerGroups is served its route,
 	// unrecorded.
 	body, err := metaCall(t, m.ClientAddr(), transport.TypeRoute, transport.RouteRequest{Subject: "s0", ConsumerGroup: "late"})
-	var r qmq.Route
+	var r admin.Route
 	if err != nil || json.Unmarshal(body, &r) != nil || len(r.BrokerGroups) != 1 {
 		t.Fatalf("route for a consumer group past MaxTotalConsumerGroups: %v %s", err, body)
 	}
@@ -109,7 +109,7 @@ func TestMetaLimitsCostNoRaftEntry(t *testing.T) {
 		transport.RegisterRequest{BrokerGroup: "over", ID: "n", RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"})
 	refused("registering a broker group past MaxBrokerGroups", err, "MaxBrokerGroups", meta.MaxBrokerGroups)
 
-	err = a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, "over", freeAddr(t), freeAddr(t))
+	err = a.Join(ctxFor(t, 10*time.Second), admin.MetaGroup, "over", freeAddr(t), freeAddr(t))
 	refused("joining a metaserver node past MaxMembers", err, "MaxMembers", meta.MaxMembers)
 	if n := len(m.Status().Members); n != 1 {
 		t.Fatalf("the metaserver group has %d members after a refused join", n)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -48,9 +49,9 @@ func startMetaBroker(t testing.TB, group string, metas ...*MetaNode) *Node {
 	})
 }
 
-func newAdmin(t *testing.T, addr string, opts ...qmq.AdminOption) *qmq.Admin {
+func newAdmin(t *testing.T, addr string, opts ...qmq.ConnOption) *admin.Client {
 	t.Helper()
-	a, err := qmq.NewAdmin(addr, opts...)
+	a, err := admin.New(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 // groupAvailable reports what the metaserver says of a group's health.
-func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known bool) {
+func groupAvailable(t *testing.T, a *admin.Client, name string) (available, known bool) {
 	c, err := a.Cluster(ctxFor(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +81,7 @@ func groupAvailable(t *testing.T, a *qmq.Admin, name string) (available, known b
 
 // useSubject asks for a subject's route as a producer does, assigning it on
 // first use.
-func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
+func useSubject(t *testing.T, addr, subject string) (*admin.Route, error) {
 	t.Helper()
 	c := clientOf(t, addr)
 	b, _ := json.Marshal(transport.RouteRequest{Subject: subject})
@@ -88,7 +89,7 @@ func useSubject(t *testing.T, addr, subject string) (*qmq.Route, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r qmq.Route
+	var r admin.Route
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func labeledCounter(t *testing.T, reg *prometheus.Registry, name, label, value s
 	return 0
 }
 
-func routeGroups(r *qmq.Route) []string {
+func routeGroups(r *admin.Route) []string {
 	var out []string
 	for _, g := range r.BrokerGroups {
 		out = append(out, g.Name)
@@ -234,7 +235,7 @@ func TestMetaGroupSurvivesLeaderLoss(t *testing.T) {
 	a := newAdmin(t, m1.ClientAddr())
 	for _, id := range []string{"m2", "m3"} {
 		m := startMeta(t, id, false)
-		if err := a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, id, m.cfg.RaftAddr, m.ClientAddr()); err != nil {
+		if err := a.Join(ctxFor(t, 10*time.Second), admin.MetaGroup, id, m.cfg.RaftAddr, m.ClientAddr()); err != nil {
 			t.Fatalf("join %s: %v", id, err)
 		}
 		metas = append(metas, m)
@@ -280,8 +281,8 @@ func TestJoinRefusesNodesThatAreNotWhatTheyClaim(t *testing.T) {
 	spare := startMeta(t, "m2", false)
 	for name, req := range map[string][3]string{ // group, id, raft address; the client address is spare's
 		"unreachable":     {"g1", "n9", freeAddr(t)},
-		"wrong id":        {qmq.MetaGroup, "m9", spare.cfg.RaftAddr},
-		"wrong raft":      {qmq.MetaGroup, "m2", freeAddr(t)},
+		"wrong id":        {admin.MetaGroup, "m9", spare.cfg.RaftAddr},
+		"wrong raft":      {admin.MetaGroup, "m2", freeAddr(t)},
 		"another group's": {"g1", "m2", spare.cfg.RaftAddr},
 	} {
 		client := spare.ClientAddr()
@@ -300,7 +301,7 @@ func TestJoinRefusesNodesThatAreNotWhatTheyClaim(t *testing.T) {
 		t.Fatalf("broker group has %d members (leader %v) after refused joins", n, b.isLeader())
 	}
 	// The real thing joins.
-	if err := a.Join(ctxFor(t, 10*time.Second), qmq.MetaGroup, "m2", spare.cfg.RaftAddr, spare.ClientAddr()); err != nil {
+	if err := a.Join(ctxFor(t, 10*time.Second), admin.MetaGroup, "m2", spare.cfg.RaftAddr, spare.ClientAddr()); err != nil {
 		t.Fatal(err)
 	}
 }

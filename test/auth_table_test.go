@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // TestAuthTableThroughQmqctl checks (application, operation, subject)
@@ -29,19 +29,19 @@ func TestAuthTableThroughQmqctl(t *testing.T) {
 	g1.UseTLS(sec)
 	g1.Form(meta.ClientAddrs(), "a", "b", "c")
 
-	admin, err := qmq.NewAdmin(meta.ClientAddrs(), sec.OperatorConnOption())
+	adm, err := admin.New(meta.ClientAddrs(), sec.OperatorConnOption())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	dir := t.TempDir()
-	for _, spec := range []qmq.AppSpec{
+	for _, spec := range []admin.AppSpec{
 		{Code: "ops", Admin: true},
-		{Code: "billing", Send: []string{"orders.*"}, Consume: []qmq.ConsumeGrant{{Subject: "orders.*", Group: "billing"}}},
+		{Code: "billing", Send: []string{"orders.*"}, Consume: []admin.ConsumeGrant{{Subject: "orders.*", ConsumerGroup: "billing"}}},
 		{Code: "reader"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		secret, err := admin.CreateApp(ctx, spec)
+		secret, err := adm.CreateApp(ctx, spec)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

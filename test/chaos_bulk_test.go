@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // The chaos run's backlogs of large messages, drained at most once: every
@@ -41,7 +42,7 @@ const (
 // was in flight from the subscription's start until the backlog was
 // drained. The group must exist at the earliest message before the first
 // burst. Clients connect with conn; admin reads the group's backlog.
-func drainBacklogs(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, servers string, conn qmq.ConnOption, seed uint64, stop chan struct{}) {
+func drainBacklogs(t *testing.T, h *History, ch *Chaos, adm *admin.Client, servers string, conn qmq.ConnOption, seed uint64, stop chan struct{}) {
 	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(30*time.Second))
 	if err != nil {
 		t.Error(err)
@@ -69,7 +70,7 @@ func drainBacklogs(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, server
 			t.Errorf("draining a backlog of %s: %v", bulkSubject, err)
 			return false
 		}
-		if err := awaitDrained(h, admin, ids, within); err != nil {
+		if err := awaitDrained(h, adm, ids, within); err != nil {
 			t.Logf("chaos: a backlog of %d messages of %s not drained: %v", len(ids), bulkSubject, err)
 		}
 		to := time.Now()
@@ -108,7 +109,7 @@ func bursts(ch *Chaos, rng *rand.Rand, hold time.Duration, stop chan struct{}, b
 // awaitDrained waits up to within until every acknowledged send of ids
 // reached bulkGroup, or the group owes nothing in any broker group and
 // nothing arrived for 2 s (what a fault made it miss never comes).
-func awaitDrained(h *History, admin *qmq.Admin, ids []string, within time.Duration) error {
+func awaitDrained(h *History, adm *admin.Client, ids []string, within time.Duration) error {
 	last, lastAt := -1, time.Now()
 	return Poll(within, func() error {
 		got, want := h.deliveredOf(bulkGroup, ids)
@@ -120,11 +121,11 @@ func awaitDrained(h *History, admin *qmq.Admin, ids []string, within time.Durati
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r, err := admin.Route(ctx, bulkSubject)
+		r, err := adm.Route(ctx, bulkSubject)
 		if err != nil {
 			return err
 		}
-		v, err := admin.ConsumerGroup(ctx, bulkSubject, bulkGroup)
+		v, err := adm.ConsumerGroup(ctx, bulkSubject, bulkGroup)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -165,15 +165,15 @@ func (ch *Chaos) wrongClockLeader(c *Cluster) string {
 	if err := Poll(10*time.Second, func() error { return clockAhead(f, ahead) }); err != nil {
 		ch.t.Fatalf("%s's clock offset: %v", f.ID, err)
 	}
-	admin, err := qmq.NewAdmin(c.ClientAddrs(), c.Security().OperatorConnOption())
+	adm, err := admin.New(c.ClientAddrs(), c.Security().OperatorConnOption())
 	if err != nil {
 		ch.t.Fatalf("transfer-leader in %s: %v", c.Group, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	at := time.Now()
-	err = admin.TransferLeader(ctx, c.Group, f.ID)
+	err = adm.TransferLeader(ctx, c.Group, f.ID)
 	cancel()
-	admin.Close()
+	adm.Close()
 	if err != nil {
 		return fmt.Sprintf("%s's clock set %s ahead; the transfer of leadership from %s failed: %v", f.ID, ahead, l.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // The chaos run's messages with ids of their own, on routes that grow
@@ -37,14 +38,14 @@ const (
 
 // narrowRoutes routes each of ledgerSubjects to one of groups in turn,
 // before anything is sent, and returns the routes for the route fault.
-func narrowRoutes(t *testing.T, admin *qmq.Admin, groups []*Cluster) []NarrowRoute {
+func narrowRoutes(t *testing.T, adm *admin.Client, groups []*Cluster) []NarrowRoute {
 	var out []NarrowRoute
 	for i, s := range ledgerSubjects {
 		c := groups[i%len(groups)]
 		err := Poll(30*time.Second, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			r, err := admin.Assign(ctx, s, []string{c.Group}, 0)
+			r, err := adm.Assign(ctx, s, []string{c.Group}, 0)
 			if err == nil && len(r.BrokerGroups) != 1 {
 				err = fmt.Errorf("%s routed to %d broker groups, want 1", s, len(r.BrokerGroups))
 			}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -48,10 +48,10 @@ import (
 // restoring anything and rejoin before the next goes. Then the caps, the
 // cuts and the drain are undone.
 func (ch *Chaos) quietRestart(c *Cluster) string {
-	admin := ch.admin(c)
-	defer admin.Close()
+	adm := ch.admin(c)
+	defer adm.Close()
 	nodes := c.Nodes()
-	ch.setWritable(admin, c, false)
+	ch.setWritable(adm, c, false)
 	c.WaitFor(30*time.Second, c.Group+": every node knows it is drained", func() error {
 		for _, n := range nodes {
 			st, err := n.Status()
@@ -67,7 +67,7 @@ func (ch *Chaos) quietRestart(c *Cluster) string {
 	c.WaitFor(time.Minute, c.Group+": no delayed message or retry pending", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ds, err := admin.Delays(ctx)
+		ds, err := adm.Delays(ctx)
 		if err != nil {
 			return err
 		}
@@ -155,7 +155,7 @@ func (ch *Chaos) quietRestart(c *Cluster) string {
 		n.CapDiskFree(-1)
 		n.ClientProxy.Refuse(nil)
 	}
-	ch.setWritable(admin, c, true)
+	ch.setWritable(adm, c, true)
 	c.WaitFor(30*time.Second, c.Group+": every node knows it is writable again", func() error {
 		for _, n := range nodes {
 			st, err := n.Status()
@@ -255,12 +255,12 @@ func (ch *Chaos) transferQuietly(c *Cluster, from, to *Node) {
 
 // setWritable drains broker group c at the metaserver (false) or opens it
 // again, trying again for up to 30 s.
-func (ch *Chaos) setWritable(admin *qmq.Admin, c *Cluster, writable bool) {
+func (ch *Chaos) setWritable(adm *admin.Client, c *Cluster, writable bool) {
 	ch.t.Helper()
 	err := Poll(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return admin.SetWritable(ctx, c.Group, writable)
+		return adm.SetWritable(ctx, c.Group, writable)
 	})
 	if err != nil {
 		ch.t.Fatalf("setting %s writable %t: %v", c.Group, writable, err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -29,7 +29,7 @@ import (
 //     producer before retentionLead ago is owed any more (Chaos.Owed):
 //     every such send has an outcome, and each acknowledged one reached
 //     every at-least-once group (acknowledged by its handler, or a dead
-//     letter read with the Admin, which the history keeps: a dead letter
+//     letter read with the admin, which the history keeps: a dead letter
 //     retention later removes is still counted as arrived) and the
 //     broadcast group if it had joined. At-most-once groups are owed
 //     nothing.
@@ -79,9 +79,9 @@ func (ch *Chaos) retentionRestart(c *Cluster) string {
 	if err != nil {
 		ch.t.Fatalf("retention fault on %s: %v", c.Group, err)
 	}
-	admin := ch.admin(c)
-	defer admin.Close()
-	ch.setRetentionAge(admin, c, age, 20*time.Second)
+	adm := ch.admin(c)
+	defer adm.Close()
+	ch.setRetentionAge(adm, c, age, 20*time.Second)
 	lowered := time.Now()
 	var to int64
 	removed := Poll(time.Until(deadline)-30*time.Second, func() error {
@@ -104,7 +104,7 @@ func (ch *Chaos) retentionRestart(c *Cluster) string {
 			redone = "it finished the removal on open"
 		}
 	}
-	ch.setRetentionAge(admin, c, cfg.RetentionAge, time.Until(deadline))
+	ch.setRetentionAge(adm, c, cfg.RetentionAge, time.Until(deadline))
 	if back := time.Now(); back.After(deadline) {
 		ch.t.Fatalf("%s's retention age was %s from %s to %s, past its deadline %s: messages not yet proved delivered may be gone",
 			c.Group, age, lowered.Format("15:04:05.000"), back.Format("15:04:05.000"), deadline.Format("15:04:05.000"))
@@ -213,14 +213,14 @@ func groupConfig(c *Cluster) (*transport.BrokerConfig, error) {
 	return nil, fmt.Errorf("no node of %s shows its configuration: %s", c.Group, strings.Join(errs, "; "))
 }
 
-// admin returns an Admin of the cluster, as an operator (a node
+// admin returns an admin.Client of the cluster, as an operator (a node
 // certificate); close it.
-func (ch *Chaos) admin(c *Cluster) *qmq.Admin {
+func (ch *Chaos) admin(c *Cluster) *admin.Client {
 	servers := c.ClientAddrs()
 	if ch.meta != nil {
 		servers = ch.meta.ClientAddrs()
 	}
-	a, err := qmq.NewAdmin(servers, c.Security().OperatorConnOption())
+	a, err := admin.New(servers, c.Security().OperatorConnOption())
 	if err != nil {
 		ch.t.Fatalf("admin of %s: %v", c.Group, err)
 	}
@@ -230,12 +230,12 @@ func (ch *Chaos) admin(c *Cluster) *qmq.Admin {
 // setRetentionAge sets broker group c's retention age through its leader
 // (qmqctl config set --retention-age), trying again for up to within
 // while the group has no leader or a voter does not answer.
-func (ch *Chaos) setRetentionAge(admin *qmq.Admin, c *Cluster, age, within time.Duration) {
+func (ch *Chaos) setRetentionAge(adm *admin.Client, c *Cluster, age, within time.Duration) {
 	ch.t.Helper()
 	err := Poll(within, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		got, err := admin.SetBrokerConfig(ctx, c.Group, qmq.BrokerConfigChanges{RetentionAge: &age})
+		got, err := adm.SetBrokerGroupConfig(ctx, c.Group, admin.BrokerGroupConfigChanges{RetentionAge: &age})
 		if err == nil && got.Config.RetentionAge != age {
 			err = fmt.Errorf("the leader holds a retention age of %s", got.Config.RetentionAge)
 		}

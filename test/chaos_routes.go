@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // NarrowRoute is a subject routed to one broker group (On) when the run
@@ -43,7 +43,7 @@ func (ch *Chaos) pickWiden() *Cluster {
 // widenRoute adds broker group c to the route of the next narrow route's
 // subject (Chaos.Narrow), while producers send it messages with ids of
 // their own and a consumer group at the latest message consumes it: the
-// SDK's Admin sets the subject's consumer groups up in c at the earliest
+// SDK's admin.Client sets the subject's consumer groups up in c at the earliest
 // message, so what c stores before a group's first pull there reaches
 // the group, and the producers' rendezvous hash moves about half the
 // subject's ids to c (each still stored in one group). Then it makes the
@@ -58,13 +58,13 @@ func (ch *Chaos) widenRoute(c *Cluster) string {
 	r := ch.Narrow[ch.widened]
 	ch.widened++
 	ch.mu.Unlock()
-	admin := ch.admin(c)
-	defer admin.Close()
+	adm := ch.admin(c)
+	defer adm.Close()
 	err := Poll(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		rt, err := admin.Assign(ctx, r.Subject, []string{c.Group}, 0)
-		if err == nil && !slices.ContainsFunc(rt.BrokerGroups, func(g qmq.GroupRoute) bool { return g.Name == c.Group }) {
+		rt, err := adm.Assign(ctx, r.Subject, []string{c.Group}, 0)
+		if err == nil && !slices.ContainsFunc(rt.BrokerGroups, func(g admin.BrokerGroupRoute) bool { return g.Name == c.Group }) {
 			err = fmt.Errorf("route of %s: %v", r.Subject, rt.BrokerGroups)
 		}
 		return err
@@ -73,7 +73,7 @@ func (ch *Chaos) widenRoute(c *Cluster) string {
 		ch.t.Fatalf("adding %s to the route of %s: %v", c.Group, r.Subject, err)
 	}
 	d := time.Duration(6000+ch.rng.IntN(2000)) * time.Millisecond
-	took := ch.unavailable(admin, r.On, func() {
+	took := ch.unavailable(adm, r.On, func() {
 		ch.loseAnswers(r.On, true)
 		sleepFor(d)
 		ch.loseAnswers(r.On, false)
@@ -104,31 +104,31 @@ func (ch *Chaos) loseAnswers(c *Cluster, lose bool) {
 // unavailable cuts every node of broker group c from the metaserver until
 // the metaserver calls c unavailable, runs meanwhile, and restores it,
 // waiting until c is available again; it returns how long c was cut.
-func (ch *Chaos) unavailable(admin *qmq.Admin, c *Cluster, meanwhile func()) time.Duration {
+func (ch *Chaos) unavailable(adm *admin.Client, c *Cluster, meanwhile func()) time.Duration {
 	ch.t.Helper()
 	at := time.Now()
 	ch.cutFromMeta(c, true)
-	ch.meta.WaitFor(30*time.Second, c.Group+" unavailable at the metaserver", availability(admin, false, c.Group))
+	ch.meta.WaitFor(30*time.Second, c.Group+" unavailable at the metaserver", availability(adm, false, c.Group))
 	meanwhile()
 	ch.cutFromMeta(c, false)
 	took := time.Since(at)
-	ch.meta.WaitFor(30*time.Second, c.Group+" available again at the metaserver", availability(admin, true, c.Group))
+	ch.meta.WaitFor(30*time.Second, c.Group+" available again at the metaserver", availability(adm, true, c.Group))
 	return took
 }
 
 // availability returns a check that the metaserver (asked through admin)
 // calls each of the broker groups names available (and led), or with
 // available false unavailable.
-func availability(admin *qmq.Admin, available bool, names ...string) func() error {
+func availability(adm *admin.Client, available bool, names ...string) func() error {
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cl, err := admin.Cluster(ctx)
+		cl, err := adm.Cluster(ctx)
 		if err != nil {
 			return err
 		}
 		for _, name := range names {
-			i := slices.IndexFunc(cl.BrokerGroups, func(g qmq.GroupStatus) bool { return g.Name == name })
+			i := slices.IndexFunc(cl.BrokerGroups, func(g admin.BrokerGroupStatus) bool { return g.Name == name })
 			if i < 0 || cl.BrokerGroups[i].Available != available || (available && cl.BrokerGroups[i].Leader == "") {
 				return fmt.Errorf("broker group %s: available %t, want %t: %+v", name, !available, available, cl.BrokerGroups)
 			}

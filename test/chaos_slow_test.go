@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // The chaos run's slow consumer: slowGroup's two workers take slowHandler
@@ -54,7 +55,7 @@ func slowHandlerOf(h *History) qmq.Handler {
 // ack applied), recording each in h (History.Paced), clean if ch says no
 // fault was in flight from its first send until then. admin reads the
 // group's figures.
-func paceBursts(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, servers string, conn qmq.ConnOption, seed uint64, stop chan struct{}) {
+func paceBursts(t *testing.T, h *History, ch *Chaos, adm *admin.Client, servers string, conn qmq.ConnOption, seed uint64, stop chan struct{}) {
 	p, err := qmq.NewProducer(servers, conn, qmq.WithSendTimeout(30*time.Second))
 	if err != nil {
 		t.Error(err)
@@ -79,7 +80,7 @@ func paceBursts(t *testing.T, h *History, ch *Chaos, admin *qmq.Admin, servers s
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			v, err := admin.ConsumerGroup(ctx, slowSubject, slowGroup)
+			v, err := adm.ConsumerGroup(ctx, slowSubject, slowGroup)
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -177,31 +178,31 @@ func TestChaos(t *testing.T) {
 	}
 	// Producers and consumers connect as an application that may send to
 	// and consume the run's subjects (with the client certificate), the
-	// Admin as the operator (a node certificate).
-	admin, err := qmq.NewAdmin(servers, sec.OperatorConnOption())
+	// admin.Client as the operator (a node certificate).
+	adm, err := admin.New(servers, sec.OperatorConnOption())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer adm.Close()
 	if sec != nil {
-		spec := qmq.AppSpec{Code: "chaos", Send: slices.Concat(subjects, []string{bulkSubject, slowSubject}, ledgerSubjects)}
+		spec := admin.AppSpec{Code: "chaos", Send: slices.Concat(subjects, []string{bulkSubject, slowSubject}, ledgerSubjects)}
 		for _, s := range spec.Send {
-			spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: s, Group: "*"})
+			spec.Consume = append(spec.Consume, admin.ConsumeGrant{Subject: s, ConsumerGroup: "*"})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		sec.CreateApp(ctx, admin, spec)
+		sec.CreateApp(ctx, adm, spec)
 		cancel()
 	}
 	conn := sec.ConnOption()
-	setUpRetryingGroup(t, meta, admin, subjects)
-	setUpGroup(t, meta, admin, bulkSubject, bulkGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+	setUpRetryingGroup(t, meta, adm, subjects)
+	setUpGroup(t, meta, adm, bulkSubject, bulkGroup, admin.ConsumerGroupChanges{Start: transport.StartEarliest})
 	ackWait := slowAckWait
-	setUpGroup(t, meta, admin, slowSubject, slowGroup, qmq.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest})
-	narrow := narrowRoutes(t, admin, groups)
+	setUpGroup(t, meta, adm, slowSubject, slowGroup, admin.ConsumerGroupChanges{AckWait: &ackWait, Start: transport.StartEarliest})
+	narrow := narrowRoutes(t, adm, groups)
 	// A consumer group that never consumes: retention removes what it has
 	// not read, and every replica must move its cursor alike (the replica
 	// comparison compares the backlog each node counts). It is owed nothing.
-	setUpGroup(t, meta, admin, subjects[0], laggardGroup, qmq.ConsumerGroupChanges{Start: transport.StartEarliest})
+	setUpGroup(t, meta, adm, subjects[0], laggardGroup, admin.ConsumerGroupChanges{Start: transport.StartEarliest})
 
 	ch := NewChaos(t, seed, meta, groups...)
 	if only := os.Getenv("QMQ_CHAOS_ONLY"); only != "" {
@@ -218,7 +219,7 @@ func TestChaos(t *testing.T) {
 	ch.Owed = func(before time.Time) error {
 		if time.Since(deadRead) > time.Second {
 			deadRead = time.Now()
-			readDeadLetters(t, h, admin, subjects, retryingGroup, false)
+			readDeadLetters(t, h, adm, subjects, retryingGroup, false)
 		}
 		if n, pending := h.UndeliveredBefore(e, before); n+pending > 0 {
 			return fmt.Errorf("%d acknowledged sends not delivered everywhere, %d with no outcome yet", n, pending)
@@ -315,11 +316,11 @@ func TestChaos(t *testing.T) {
 	}()
 	go func() {
 		defer senders.Done()
-		drainBacklogs(t, h, ch, admin, servers, conn, uint64(seed)+98, stop)
+		drainBacklogs(t, h, ch, adm, servers, conn, uint64(seed)+98, stop)
 	}()
 	go func() {
 		defer senders.Done()
-		paceBursts(t, h, ch, admin, servers, conn, uint64(seed)+97, stop)
+		paceBursts(t, h, ch, adm, servers, conn, uint64(seed)+97, stop)
 	}()
 	// The broadcast consumer joins once the first thousand sends are
 	// acknowledged; its group is named after it.
@@ -352,7 +353,7 @@ func TestChaos(t *testing.T) {
 				t.Errorf("the broadcast consumer consumes as %q, want %q", sub.Group(), broadcastGroup)
 				return
 			}
-			joinBroadcast(t, h, admin, s, broadcastGroup)
+			joinBroadcast(t, h, adm, s, broadcastGroup)
 		}
 	}()
 
@@ -367,7 +368,7 @@ func TestChaos(t *testing.T) {
 	err = Poll(2*time.Minute, func() error {
 		if time.Since(lastDead) > 2*time.Second {
 			lastDead = time.Now()
-			readDeadLetters(t, h, admin, subjects, retryingGroup, false)
+			readDeadLetters(t, h, adm, subjects, retryingGroup, false)
 		}
 		if n := h.Undelivered(e); n > 0 {
 			return fmt.Errorf("%d acknowledged messages not delivered everywhere", n)
@@ -378,7 +379,7 @@ func TestChaos(t *testing.T) {
 		t.Logf("chaos: after waiting two minutes: %v", err)
 	}
 	closeSubs()
-	readDeadLetters(t, h, admin, subjects, retryingGroup, true)
+	readDeadLetters(t, h, adm, subjects, retryingGroup, true)
 	report := h.Check(e)
 	t.Logf("chaos: seed %d: %s", seed, ch.Summary())
 	t.Logf("chaos: fault schedule:\n%s", strings.Join(ch.Schedule, "\n"))
@@ -510,21 +511,21 @@ func failsOnce(id string) bool {
 // setUpRetryingGroup creates the retrying group of every subject before
 // anything is sent: at the earliest message, 3 deliveries at most, the
 // first retry after 1 s and the next after 2 s.
-func setUpRetryingGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subjects []string) {
+func setUpRetryingGroup(t *testing.T, meta *Cluster, adm *admin.Client, subjects []string) {
 	maxDeliveries, first, most := uint32(3), time.Second, 2*time.Second
 	for _, s := range subjects {
-		setUpGroup(t, meta, admin, s, retryingGroup, qmq.ConsumerGroupChanges{MaxDeliveries: &maxDeliveries,
+		setUpGroup(t, meta, adm, s, retryingGroup, admin.ConsumerGroupChanges{MaxDeliveries: &maxDeliveries,
 			RetryFirst: &first, RetryMax: &most, Start: transport.StartEarliest})
 	}
 }
 
-// setUpGroup creates consumer group group of subject with the Admin, as
+// setUpGroup creates consumer group group of subject with the admin, as
 // changes says, before anything is sent.
-func setUpGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subject, group string, changes qmq.ConsumerGroupChanges) {
+func setUpGroup(t *testing.T, meta *Cluster, adm *admin.Client, subject, group string, changes admin.ConsumerGroupChanges) {
 	meta.WaitFor(30*time.Second, "consumer group "+group+" of "+subject+" set up", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := admin.SetConsumerGroup(ctx, subject, group, changes)
+		_, err := adm.SetConsumerGroup(ctx, subject, group, changes)
 		return err
 	})
 }
@@ -532,15 +533,15 @@ func setUpGroup(t *testing.T, meta *Cluster, admin *qmq.Admin, subject, group st
 // joinBroadcast waits until broadcast group exists in every broker group
 // of subject (its first pulls created it there), and records that moment
 // as its join: what is sent from then on must reach it.
-func joinBroadcast(t *testing.T, h *History, admin *qmq.Admin, subject, group string) {
+func joinBroadcast(t *testing.T, h *History, adm *admin.Client, subject, group string) {
 	err := Poll(2*time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r, err := admin.Route(ctx, subject)
+		r, err := adm.Route(ctx, subject)
 		if err != nil {
 			return err
 		}
-		v, err := admin.ConsumerGroup(ctx, subject, group)
+		v, err := adm.ConsumerGroup(ctx, subject, group)
 		if err != nil {
 			return err
 		}
@@ -559,11 +560,11 @@ func joinBroadcast(t *testing.T, h *History, admin *qmq.Admin, subject, group st
 
 // readDeadLetters records group's dead letters of every subject in h; with
 // final, a failure to read them fails the test.
-func readDeadLetters(t *testing.T, h *History, admin *qmq.Admin, subjects []string, group string, final bool) {
+func readDeadLetters(t *testing.T, h *History, adm *admin.Client, subjects []string, group string, final bool) {
 	for _, s := range subjects {
 		for offset := 0; ; offset += 1000 {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			pages, err := admin.DeadLetters(ctx, s, group, offset, 1000)
+			pages, err := adm.DeadLetters(ctx, s, group, offset, 1000)
 			cancel()
 			if err != nil {
 				if final {

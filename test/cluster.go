@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/netproxy"
 )
 
@@ -297,7 +298,7 @@ func NewCluster(t testing.TB, group string, flags ...string) *Cluster {
 // node's command line.
 func NewMetaGroup(t testing.TB, flags ...string) *Cluster {
 	t.Helper()
-	c := NewCluster(t, qmq.MetaGroup, flags...)
+	c := NewCluster(t, admin.MetaGroup, flags...)
 	c.meta = true
 	return c
 }
@@ -692,7 +693,7 @@ func (n *Node) unexpectedExit() error {
 }
 
 // Status fetches the node's /status over HTTP (https with UseTLS).
-func (n *Node) Status() (*qmq.Status, error) {
+func (n *Node) Status() (*admin.Status, error) {
 	resp, err := n.c.http.Get(n.c.sec.scheme() + "://" + n.HTTPAddr + "/status")
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.ID, err)
@@ -701,7 +702,7 @@ func (n *Node) Status() (*qmq.Status, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("node %s: /status answered %s", n.ID, resp.Status)
 	}
-	var st qmq.Status
+	var st admin.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return nil, fmt.Errorf("node %s: decoding /status: %w", n.ID, err)
 	}
@@ -710,8 +711,8 @@ func (n *Node) Status() (*qmq.Status, error) {
 
 // Statuses fetches the status of every running node, by id; it fails if any
 // running node does not answer.
-func (c *Cluster) Statuses() (map[string]*qmq.Status, error) {
-	out := map[string]*qmq.Status{}
+func (c *Cluster) Statuses() (map[string]*admin.Status, error) {
+	out := map[string]*admin.Status{}
 	for _, n := range c.Nodes() {
 		if !n.Running() {
 			continue
@@ -727,9 +728,9 @@ func (c *Cluster) Statuses() (map[string]*qmq.Status, error) {
 
 // Leader returns the running node that reports itself leader with the
 // highest term, or an error if none does.
-func (c *Cluster) Leader() (*Node, *qmq.Status, error) {
+func (c *Cluster) Leader() (*Node, *admin.Status, error) {
 	var best *Node
-	var bestSt *qmq.Status
+	var bestSt *admin.Status
 	var errs []error
 	for _, n := range c.Nodes() {
 		if !n.Running() {
@@ -756,7 +757,7 @@ func (c *Cluster) Leader() (*Node, *qmq.Status, error) {
 // Converged checks that every running node answers, all name the same
 // leader, that leader is running and says so itself, and all report the
 // same applied index; it returns the statuses.
-func (c *Cluster) Converged() (map[string]*qmq.Status, error) {
+func (c *Cluster) Converged() (map[string]*admin.Status, error) {
 	sts, err := c.Statuses()
 	if err != nil {
 		return nil, err
@@ -782,7 +783,7 @@ func (c *Cluster) Converged() (map[string]*qmq.Status, error) {
 }
 
 // Describe summarises statuses on one line, sorted by id.
-func Describe(sts map[string]*qmq.Status) string {
+func Describe(sts map[string]*admin.Status) string {
 	ids := make([]string, 0, len(sts))
 	for id := range sts {
 		ids = append(ids, id)

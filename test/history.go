@@ -179,7 +179,7 @@ func addTime(m map[string]map[string][]time.Time, group, id string, at time.Time
 }
 
 // DeadLetters records that consumer group keeps the messages ids as dead
-// letters (read with the Admin).
+// letters (read with the admin).
 func (h *History) DeadLetters(group string, ids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

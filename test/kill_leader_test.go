@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // TestKillLeaderWhileSending runs a three-node group as real processes,
@@ -214,7 +215,7 @@ func TestKillLeaderWhileSending(t *testing.T) {
 	}
 
 	// Every node, the restarted one included, converges.
-	var final map[string]*qmq.Status
+	var final map[string]*admin.Status
 	c.WaitFor(30*time.Second, "all three nodes (the restarted one included) report the same leader and applied index", func() error {
 		sts, err := c.Converged()
 		if err != nil {

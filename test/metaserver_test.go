@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // workload sends to many subjects from several goroutines and consumes
@@ -180,12 +181,12 @@ func TestNineProcessCluster(t *testing.T) {
 	for _, g := range []string{"g1", "g2"} {
 		groups[g].Form(metaAddrs, g+"a", g+"b", g+"c")
 	}
-	admin, err := qmq.NewAdmin(metaAddrs)
+	adm, err := admin.New(metaAddrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Close() })
-	meta.WaitFor(20*time.Second, "the metaserver sees g1 and g2 available", availability(admin, true, "g1", "g2"))
+	t.Cleanup(func() { adm.Close() })
+	meta.WaitFor(20*time.Second, "the metaserver sees g1 and g2 available", availability(adm, true, "g1", "g2"))
 
 	var subjects []string
 	for i := range 20 {
@@ -205,7 +206,7 @@ func TestNineProcessCluster(t *testing.T) {
 
 	// A third group added at run time takes new subjects: it holds none.
 	groups["g3"].Form(metaAddrs, "g3a", "g3b", "g3c")
-	meta.WaitFor(20*time.Second, "the metaserver sees g3 available", availability(admin, true, "g3"))
+	meta.WaitFor(20*time.Second, "the metaserver sees g3 available", availability(adm, true, "g3"))
 	var fresh []string
 	for i := range 4 {
 		s := fmt.Sprintf("new%02d", i)
@@ -214,12 +215,12 @@ func TestNineProcessCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := admin.Route(ctx, s)
+		r, err := adm.Route(ctx, s)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(r.BrokerGroups, func(g qmq.GroupRoute) bool { return g.Name == "g3" }) {
+		if !slices.ContainsFunc(r.BrokerGroups, func(g admin.BrokerGroupRoute) bool { return g.Name == "g3" }) {
 			t.Fatalf("new subject %s routed to %+v, not to the new, empty g3", s, r.BrokerGroups)
 		}
 		fresh = append(fresh, s)
@@ -275,7 +276,7 @@ func TestNineProcessCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := admin.Cluster(ctx)
+	cl, err := adm.Cluster(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

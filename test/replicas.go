@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // fsmFiles reads a broker node's state-machine logs (everything under
@@ -72,7 +72,7 @@ func (c *Cluster) SameReplicas(timeout time.Duration) {
 }
 
 // sameBacklog reports nodes that count different backlogs, or nil.
-func sameBacklog(sts map[string]*qmq.Status) error {
+func sameBacklog(sts map[string]*admin.Status) error {
 	var first string
 	for id := range sts {
 		if first == "" || id < first {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // seenDelivery is one delivery a handler saw: when, the broker's delivery
@@ -112,7 +113,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 	// The group exists, with its retries, before anything is sent.
 	ctl(append([]string{"consumer-group", "set", "--max-deliveries", fmt.Sprint(maxDeliveries), "--retry-first", retryFirst.String(),
 		"--retry-max", retryMax.String(), "--ack-wait", ackWait.String()}, groupArgs...)...)
-	var view qmq.ConsumerGroupView
+	var view admin.ConsumerGroupView
 	if err := ctlJSON(&view, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 	// delivery; every other message is acknowledged; nothing is left to
 	// deliver.
 	deadIDs := func() (map[string]uint32, error) {
-		var pages []qmq.DeadLetterPage
+		var pages []admin.DeadLetterPage
 		if err := ctlJSON(&pages, append([]string{"deadletter", "list"}, groupArgs...)...); err != nil {
 			return nil, err
 		}
@@ -236,7 +237,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 		if n := book.count(passing, func(d seenDelivery) bool { return d.failedAt.IsZero() }); n < len(passing) {
 			return fmt.Errorf("%d of %d acknowledged", n, len(passing))
 		}
-		var v qmq.ConsumerGroupView
+		var v admin.ConsumerGroupView
 		if err := ctlJSON(&v, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 			return err
 		}
@@ -249,7 +250,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 	// The handler recovers; the dead letters are resent and consumed.
 	stopFailing.Store(true)
 	resent.Store(true)
-	var results []qmq.DeadLetterResult
+	var results []admin.DeadLetterResult
 	if err := ctlJSON(&results, append([]string{"deadletter", "resend", "--all"}, groupArgs...)...); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestRetriesAndDeadLettersAcrossLeaderKill(t *testing.T) {
 		if n := book.count(failing, func(d seenDelivery) bool { return d.life == 2 && d.failedAt.IsZero() }); n < len(failing) {
 			return fmt.Errorf("%d of %d resent messages acknowledged", n, len(failing))
 		}
-		var v qmq.ConsumerGroupView
+		var v admin.ConsumerGroupView
 		if err := ctlJSON(&v, append([]string{"consumer-group", "show"}, groupArgs...)...); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -61,9 +62,9 @@ func (s *Security) UseAuth() *Security {
 
 // CreateApp creates an application with admin (which must connect as the
 // operator) and makes ConnOption's clients work as it.
-func (s *Security) CreateApp(ctx context.Context, admin *qmq.Admin, spec qmq.AppSpec) {
+func (s *Security) CreateApp(ctx context.Context, adm *admin.Client, spec admin.AppSpec) {
 	s.t.Helper()
-	secret, err := admin.CreateApp(ctx, spec)
+	secret, err := adm.CreateApp(ctx, spec)
 	if err != nil {
 		s.t.Fatalf("security: creating application %s: %v", spec.Code, err)
 	}
@@ -168,7 +169,7 @@ func (s *Security) ConnOption() qmq.ConnOption {
 	return o
 }
 
-// OperatorConnOption is how the test's Admin connects: over TLS with the
+// OperatorConnOption is how the test's admin.Client connects: over TLS with the
 // operator's node certificate.
 func (s *Security) OperatorConnOption() qmq.ConnOption {
 	if s == nil {

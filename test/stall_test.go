@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // TestSendStaysOnAStalledGroup: a broker group that cannot commit for
@@ -26,15 +27,15 @@ func TestSendStaysOnAStalledGroup(t *testing.T) {
 	g2.flags = append(g2.flags, "--meta", metaAddr)
 	g1.Form(metaAddr, "g1a")
 	g2.Form(metaAddr, "g2a", "g2b", "g2c")
-	admin, err := qmq.NewAdmin(metaAddr)
+	adm, err := admin.New(metaAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Close() })
+	t.Cleanup(func() { adm.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	meta.WaitFor(20*time.Second, "both groups reported", func() error {
-		cl, err := admin.Cluster(ctx)
+		cl, err := adm.Cluster(ctx)
 		if err != nil {
 			return err
 		}
@@ -45,7 +46,7 @@ func TestSendStaysOnAStalledGroup(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := admin.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
+	if _, err := adm.Assign(ctx, "orders", []string{"g1", "g2"}, 0); err != nil {
 		t.Fatal(err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -236,7 +237,7 @@ func servesTLSOnly(t *testing.T, sec *Security, n *Node) {
 	if err != nil {
 		t.Fatalf("%s over TLS: %v", n.ID, err)
 	}
-	var st qmq.Status
+	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("%s's status: %v", n.ID, err)
 	}

@@ -14,14 +14,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// withAdmin runs fn with an Admin for --server (over TLS with the --tls-*
-// flags) and a deadline.
-func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *qmq.Admin) error) error {
-	a, err := qmq.NewAdmin(c.String("server"), connOption(c))
+// withAdmin runs fn with an admin.Client for --server (over TLS with the
+// --tls-* flags) and a deadline.
+func withAdmin(c *cli.Context, timeout time.Duration, fn func(context.Context, *admin.Client) error) error {
+	a, err := admin.New(c.String("server"), connOption(c))
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func statusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "check", Usage: "exit 1 if a node is DOWN, or a broker group or the metaserver group has no leader"},
 		},
 		Action: func(c *cli.Context) error {
-			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 				cl, err := a.Cluster(ctx)
 				if err != nil {
 					return err
@@ -68,9 +68,9 @@ func statusCommand() *cli.Command {
 					}
 					if err := printJSONTo(c.App.Writer, struct {
 						Meta []memberStatus `json:"meta"`
-						*qmq.Cluster
-						BrokerConfigs []qmq.BrokerConfig `json:"broker_configs"`
-						Problems      []string           `json:"problems"`
+						*admin.Cluster
+						BrokerConfigs []admin.BrokerGroupConfig `json:"broker_configs"`
+						Problems      []string                  `json:"problems"`
 					}{metas, cl, configs, problems}); err != nil {
 						return err
 					}
@@ -106,9 +106,9 @@ const probeTimeout = time.Second
 // are from their last heartbeat), and marks DOWN those that do not
 // answer; it returns why each DOWN node did not, by node ID within its
 // group.
-func probeBrokers(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) map[[2]string]string {
+func probeBrokers(ctx context.Context, a *admin.Client, cl *admin.Cluster) map[[2]string]string {
 	type answer struct {
-		st  *qmq.Status
+		st  *admin.Status
 		err error
 	}
 	answers := make([][]answer, len(cl.BrokerGroups))
@@ -177,7 +177,7 @@ func downReason(addr string, err error) string {
 
 // clusterProblems are what status --check fails on: each node DOWN, each
 // group with no leader, in the order status prints them.
-func clusterProblems(metas []memberStatus, cl *qmq.Cluster, down map[[2]string]string) []string {
+func clusterProblems(metas []memberStatus, cl *admin.Cluster, down map[[2]string]string) []string {
 	var out []string
 	metaLeader := false
 	for _, m := range metas {
@@ -205,7 +205,7 @@ func clusterProblems(metas []memberStatus, cl *qmq.Cluster, down map[[2]string]s
 	return out
 }
 
-func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster, down map[[2]string]string) error {
+func printStatusTable(out io.Writer, metas []memberStatus, cl *admin.Cluster, down map[[2]string]string) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	const columns = "NODE\tSTATE\tTERM\tAPPLIED\tLAG\tBACKLOG\tSEEN\tTLS\tCLIENT\tRAFT"
 	if len(metas) > 0 {
@@ -276,11 +276,11 @@ func printStatusTable(out io.Writer, metas []memberStatus, cl *qmq.Cluster, down
 
 // brokerConfigsOf asks each broker group of cl for its configuration, its
 // leader first; a group none of whose nodes answer has none in the list.
-func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.BrokerConfig {
-	var out []qmq.BrokerConfig
+func brokerConfigsOf(ctx context.Context, a *admin.Client, cl *admin.Cluster) []admin.BrokerGroupConfig {
+	var out []admin.BrokerGroupConfig
 	for _, g := range cl.BrokerGroups {
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
-		if c, err := a.BrokerConfigOf(gctx, g); err == nil {
+		if c, err := a.BrokerGroupConfigOf(gctx, g); err == nil {
 			out = append(out, *c)
 		}
 		cancel()
@@ -290,7 +290,7 @@ func brokerConfigsOf(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []qmq.B
 
 // printConfigTable prints each broker group's configuration, a row a
 // group; "-" for a group that did not answer.
-func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig) error {
+func printConfigTable(out io.Writer, cl *admin.Cluster, configs []admin.BrokerGroupConfig) error {
 	if len(cl.BrokerGroups) == 0 {
 		return nil
 	}
@@ -302,7 +302,7 @@ func printConfigTable(out io.Writer, cl *qmq.Cluster, configs []qmq.BrokerConfig
 	fmt.Fprintln(w)
 	for _, g := range cl.BrokerGroups {
 		fmt.Fprint(w, g.Name)
-		i := slices.IndexFunc(configs, func(c qmq.BrokerConfig) bool { return c.BrokerGroup == g.Name })
+		i := slices.IndexFunc(configs, func(c admin.BrokerGroupConfig) bool { return c.BrokerGroup == g.Name })
 		for _, col := range brokerConfigColumns {
 			v := "-"
 			if i >= 0 {
@@ -330,7 +330,7 @@ func security(tls, insecure bool) string {
 
 // memberStatus is one metaserver node's status, or why it could not be had.
 type memberStatus struct {
-	qmq.Status
+	admin.Status
 	err string
 }
 
@@ -343,12 +343,12 @@ func (m memberStatus) MarshalJSON() ([]byte, error) {
 }
 
 // metaStatus asks every metaserver node for its own status, all at once.
-func metaStatus(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []memberStatus {
+func metaStatus(ctx context.Context, a *admin.Client, cl *admin.Cluster) []memberStatus {
 	out := make([]memberStatus, len(cl.Meta.Members))
 	var wg sync.WaitGroup
 	for i, m := range cl.Meta.Members {
 		if m.ClientAddr == "" {
-			out[i] = memberStatus{Status: qmq.Status{ID: m.ID, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"}
+			out[i] = memberStatus{Status: admin.Status{ID: m.ID, RaftAddr: m.RaftAddr}, err: "client address not yet recorded"}
 			continue
 		}
 		wg.Add(1)
@@ -358,7 +358,7 @@ func metaStatus(ctx context.Context, a *qmq.Admin, cl *qmq.Cluster) []memberStat
 			defer cancel()
 			s, err := a.Status(sctx, m.ClientAddr)
 			if err != nil {
-				out[i] = memberStatus{Status: qmq.Status{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: downReason(m.ClientAddr, err)}
+				out[i] = memberStatus{Status: admin.Status{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr}, err: downReason(m.ClientAddr, err)}
 				return
 			}
 			out[i] = memberStatus{Status: *s}
@@ -377,7 +377,7 @@ func brokerGroupFlag() *cli.StringFlag {
 
 // groupPhrase names a broker group, or the metaserver group, in a sentence.
 func groupPhrase(group string) string {
-	if group == qmq.MetaGroup {
+	if group == admin.MetaGroup {
 		return "the metaserver group"
 	}
 	return "broker group " + group
@@ -400,7 +400,7 @@ func joinCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			group := c.String("broker-group")
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.Join(ctx, group, c.String("id"), c.String("raft"), c.String("addr")); err != nil {
 					return err
 				}
@@ -427,7 +427,7 @@ func leaveCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			group, id := c.String("broker-group"), c.String("id")
-			err := withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			err := withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 				ids, err := groupMembers(ctx, a, group)
 				if err != nil {
 					return err
@@ -444,7 +444,7 @@ func leaveCommand() *cli.Command {
 				"to come back it must be wiped and joined again", id, groupPhrase(group))); err != nil {
 				return err
 			}
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.Leave(ctx, group, id); err != nil {
 					return err
 				}
@@ -459,12 +459,12 @@ func leaveCommand() *cli.Command {
 // broker group, or the metaserver group), as the metaserver leader holds
 // it or, for a broker group, as the first of its nodes to answer holds it
 // (its leader first).
-func groupMembers(ctx context.Context, a *qmq.Admin, group string) ([]string, error) {
+func groupMembers(ctx context.Context, a *admin.Client, group string) ([]string, error) {
 	cl, err := a.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if group == qmq.MetaGroup {
+	if group == admin.MetaGroup {
 		if cl.Meta.ID == "" {
 			return nil, fmt.Errorf("%s answers without a metaserver: there is no metaserver group", c0(a))
 		}
@@ -500,7 +500,7 @@ func groupMembers(ctx context.Context, a *qmq.Admin, group string) ([]string, er
 }
 
 // c0 names the first server qmqctl asks.
-func c0(a *qmq.Admin) string {
+func c0(a *admin.Client) string {
 	if s := a.Servers(); len(s) > 0 {
 		return s[0]
 	}

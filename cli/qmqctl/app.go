@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 )
 
@@ -67,7 +67,7 @@ func appCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					secret, err := a.CreateApp(ctx, spec)
 					if err != nil {
 						return err
@@ -89,7 +89,7 @@ func appCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					if err := a.UpdateApp(ctx, spec); err != nil {
 						return err
 					}
@@ -105,7 +105,7 @@ func appCommand() *cli.Command {
 				"anything that verifies one, is ever listed.",
 			Flags: []cli.Flag{jsonFlag},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 					apps, err := a.Apps(ctx)
 					if err != nil {
 						return err
@@ -130,7 +130,7 @@ func appCommand() *cli.Command {
 			SkipFlagParsing: true,
 			Action: withArg("the application's CODE", func(c *cli.Context, code string) error {
 				grace := c.Duration("grace")
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					secret, err := a.RotateApp(ctx, code, grace)
 					if err != nil {
 						return err
@@ -157,7 +157,7 @@ func appCommand() *cli.Command {
 				if err := confirm(c, fmt.Sprintf("deleting application %s makes its secrets stop working at once: its clients are refused from their next request", code)); err != nil {
 					return err
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					if err := a.DeleteApp(ctx, code); err != nil {
 						return err
 					}
@@ -170,15 +170,15 @@ func appCommand() *cli.Command {
 }
 
 // appSpec reads create's and update's flags.
-func appSpec(c *cli.Context, code string) (qmq.AppSpec, error) {
-	spec := qmq.AppSpec{Code: code, Admin: c.Bool("admin"), Send: c.StringSlice("send"),
-		MaxSubjects: c.Int("max-subjects"), MaxGroups: c.Int("max-groups"), MaxConsumers: c.Int("max-consumers"), MaxDelayed: c.Int("max-delayed")}
+func appSpec(c *cli.Context, code string) (admin.AppSpec, error) {
+	spec := admin.AppSpec{Code: code, Admin: c.Bool("admin"), Send: c.StringSlice("send"),
+		MaxSubjects: c.Int("max-subjects"), MaxConsumerGroups: c.Int("max-groups"), MaxConsumers: c.Int("max-consumers"), MaxDelayed: c.Int("max-delayed")}
 	for _, g := range c.StringSlice("consume") {
 		subject, group, ok := strings.Cut(g, "/")
 		if !ok || subject == "" || group == "" || strings.Contains(group, "/") {
 			return spec, cmdline.Usagef(c, "--consume %q: want SUBJECT/GROUP, two patterns separated by one '/'", g)
 		}
-		spec.Consume = append(spec.Consume, qmq.ConsumeGrant{Subject: subject, Group: group})
+		spec.Consume = append(spec.Consume, admin.ConsumeGrant{Subject: subject, ConsumerGroup: group})
 	}
 	return spec, nil
 }
@@ -219,17 +219,17 @@ func writeSecret(path, secret string) error {
 }
 
 // printApps prints the applications as a table.
-func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
+func printApps(w io.Writer, apps []admin.AppInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CODE\tADMIN\tSEND\tCONSUME\tSUBJECTS\tCONSUMER-GROUPS\tCONSUMERS\tDELAYED\tSECRETS")
 	for _, a := range apps {
-		admin := "-"
+		isAdmin := "-"
 		if a.Admin {
-			admin = "yes"
+			isAdmin = "yes"
 		}
 		var consume []string
 		for _, g := range a.Consume {
-			consume = append(consume, g.Subject+"/"+g.Group)
+			consume = append(consume, g.Subject+"/"+g.ConsumerGroup)
 		}
 		secrets := "1"
 		if a.Secrets > 1 {
@@ -238,8 +238,8 @@ func printApps(w io.Writer, apps []qmq.AppInfo, now time.Time) error {
 				secrets = fmt.Sprintf("%d (old one expired)", a.Secrets)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%d\t%s\n", a.Code, admin, orDash(strings.Join(a.Send, ",")),
-			orDash(strings.Join(consume, ",")), a.Subjects, a.MaxSubjects, a.Groups, a.MaxGroups, a.MaxConsumers, a.MaxDelayed, secrets)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%d\t%s\n", a.Code, isAdmin, orDash(strings.Join(a.Send, ",")),
+			orDash(strings.Join(consume, ",")), a.Subjects, a.MaxSubjects, a.ConsumerGroups, a.MaxConsumerGroups, a.MaxConsumers, a.MaxDelayed, secrets)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/testcluster"
 )
 
@@ -29,8 +29,8 @@ func TestAppCommands(t *testing.T) {
 	m := testcluster.Meta(t, nil)
 	s := []string{"--server", m.ClientAddr()}
 	run := func(args ...string) string { return mustRun(t, append(s, args...)...) }
-	list := func() []qmq.AppInfo {
-		var apps []qmq.AppInfo
+	list := func() []admin.AppInfo {
+		var apps []admin.AppInfo
 		runJSON(t, &apps, append(s, "app", "list")...)
 		return apps
 	}
@@ -52,8 +52,8 @@ func TestAppCommands(t *testing.T) {
 		t.Fatalf("app list: %+v", apps)
 	}
 	b := apps[0]
-	if strings.Join(b.Send, ",") != "orders.*,invoices" || len(b.Consume) != 1 || b.Consume[0] != (qmq.ConsumeGrant{Subject: "payments.*", Group: "billing-*"}) ||
-		b.MaxSubjects != 5 || b.MaxGroups != 1000 || b.Secrets != 1 || b.Admin {
+	if strings.Join(b.Send, ",") != "orders.*,invoices" || len(b.Consume) != 1 || b.Consume[0] != (admin.ConsumeGrant{Subject: "payments.*", ConsumerGroup: "billing-*"}) ||
+		b.MaxSubjects != 5 || b.MaxConsumerGroups != 1000 || b.Secrets != 1 || b.Admin {
 		t.Fatalf("billing as listed: %+v", b)
 	}
 	out = run("app", "list")

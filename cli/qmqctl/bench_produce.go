@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 func benchProduceCommand() *cli.Command {
@@ -327,7 +328,7 @@ func runProduce(ctx context.Context, cfg produceConfig) (*benchSummary, error) {
 // subjects has a message pending, and records how long firing took from
 // the moment the first message fell due.
 func awaitFired(ctx context.Context, cfg produceConfig, start time.Time, sum *benchSummary) error {
-	a, err := qmq.NewAdmin(cfg.server, cfg.conn)
+	a, err := admin.New(cfg.server, cfg.conn)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/poll"
 	"github.com/qmqgo/qmq/test/testcluster"
 )
@@ -43,12 +43,12 @@ func startCluster(t *testing.T) string {
 	for _, g := range []string{"g1", "g2"} {
 		testcluster.Broker(t, testcluster.Registered(g, m.ClientAddr()))
 	}
-	a, err := qmq.NewAdmin(m.ClientAddr())
+	a, err := admin.New(m.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	var c *qmq.Cluster
+	var c *admin.Cluster
 	done := false
 	defer func() { // the last answer, when the wait below failed
 		if !done {

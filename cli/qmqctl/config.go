@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -31,8 +31,8 @@ func configCommand() *cli.Command {
 				Usage: "show a broker group's configuration as each of its nodes holds it, its leader's first",
 				Flags: []cli.Flag{brokerGroupFlag(), &cli.BoolFlag{Name: "json", Usage: "print each node's answer as JSON"}},
 				Action: func(c *cli.Context) error {
-					return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-						configs, err := a.BrokerConfigs(ctx, c.String("broker-group"))
+					return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
+						configs, err := a.BrokerGroupConfigs(ctx, c.String("broker-group"))
 						if len(configs) > 0 {
 							var perr error
 							if c.Bool("json") {
@@ -63,8 +63,8 @@ func configCommand() *cli.Command {
 					if err != nil {
 						return cmdline.Usagef(c, "%v", err)
 					}
-					return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-						got, err := a.SetBrokerConfig(ctx, c.String("broker-group"), ch)
+					return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
+						got, err := a.SetBrokerGroupConfig(ctx, c.String("broker-group"), ch)
 						if err != nil {
 							return err
 						}
@@ -72,7 +72,7 @@ func configCommand() *cli.Command {
 							return printJSONTo(c.App.Writer, got)
 						}
 						fmt.Fprintf(c.App.Writer, "broker group %s: configuration set at entry %d\n", got.BrokerGroup, got.Config.Index)
-						return printBrokerConfigs(c.App.Writer, []qmq.BrokerConfig{*got})
+						return printBrokerConfigs(c.App.Writer, []admin.BrokerGroupConfig{*got})
 					})
 				},
 			},
@@ -103,8 +103,8 @@ func configFlags() []cli.Flag {
 // values agree with the rest of the configuration (a retention age not
 // below the dedup window, a size not below a segment) is checked here when
 // both are given, and by the leader in any case.
-func configChangesFromFlags(c *cli.Context) (qmq.BrokerConfigChanges, error) {
-	var ch qmq.BrokerConfigChanges
+func configChangesFromFlags(c *cli.Context) (admin.BrokerGroupConfigChanges, error) {
+	var ch admin.BrokerGroupConfigChanges
 	for _, d := range []struct {
 		name string
 		to   **time.Duration
@@ -154,7 +154,7 @@ func configChangesFromFlags(c *cli.Context) (qmq.BrokerConfigChanges, error) {
 		b := v << s.shift
 		*s.to = &b
 	}
-	if ch == (qmq.BrokerConfigChanges{}) {
+	if ch == (admin.BrokerGroupConfigChanges{}) {
 		return ch, errors.New("give at least one setting to change")
 	}
 	if ch.RetentionAge != nil && ch.DedupWindow != nil && *ch.RetentionAge > 0 && *ch.RetentionAge < *ch.DedupWindow {
@@ -167,20 +167,20 @@ func configChangesFromFlags(c *cli.Context) (qmq.BrokerConfigChanges, error) {
 }
 
 // printBrokerConfigs prints configurations side by side, a column a node.
-func printBrokerConfigs(out io.Writer, configs []qmq.BrokerConfig) error {
+func printBrokerConfigs(out io.Writer, configs []admin.BrokerGroupConfig) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	row := func(name string, value func(qmq.BrokerConfig) string) {
+	row := func(name string, value func(admin.BrokerGroupConfig) string) {
 		fmt.Fprint(w, name)
 		for _, c := range configs {
 			fmt.Fprint(w, "\t", value(c))
 		}
 		fmt.Fprintln(w)
 	}
-	row("NODE", func(c qmq.BrokerConfig) string { return c.Node })
+	row("NODE", func(c admin.BrokerGroupConfig) string { return c.Node })
 	for _, s := range brokerConfigColumns {
 		row(s.name, s.value)
 	}
-	row("applied", func(c qmq.BrokerConfig) string { return fmt.Sprint(c.AppliedIndex) })
+	row("applied", func(c admin.BrokerGroupConfig) string { return fmt.Sprint(c.AppliedIndex) })
 	return w.Flush()
 }
 
@@ -188,16 +188,16 @@ func printBrokerConfigs(out io.Writer, configs []qmq.BrokerConfig) error {
 // them.
 var brokerConfigColumns = []struct {
 	name  string
-	value func(qmq.BrokerConfig) string
+	value func(admin.BrokerGroupConfig) string
 }{
-	{"retention-age", func(c qmq.BrokerConfig) string { return shortDuration(c.Config.RetentionAge) }},
-	{"retention-size", func(c qmq.BrokerConfig) string { return byteSize(c.Config.RetentionBytes) }},
-	{"dedup-window", func(c qmq.BrokerConfig) string { return shortDuration(c.Config.DedupWindow) }},
-	{"max-pull", func(c qmq.BrokerConfig) string { return fmt.Sprint(c.Config.MaxPull) }},
-	{"max-unacked", func(c qmq.BrokerConfig) string { return fmt.Sprint(c.Config.MaxUnacked) }},
-	{"segment-size", func(c qmq.BrokerConfig) string { return byteSize(c.Config.SegmentSize) }},
-	{"index-segment-size", func(c qmq.BrokerConfig) string { return byteSize(c.Config.IndexSegmentSize) }},
-	{"source", func(c qmq.BrokerConfig) string {
+	{"retention-age", func(c admin.BrokerGroupConfig) string { return shortDuration(c.Config.RetentionAge) }},
+	{"retention-size", func(c admin.BrokerGroupConfig) string { return byteSize(c.Config.RetentionBytes) }},
+	{"dedup-window", func(c admin.BrokerGroupConfig) string { return shortDuration(c.Config.DedupWindow) }},
+	{"max-pull", func(c admin.BrokerGroupConfig) string { return fmt.Sprint(c.Config.MaxPull) }},
+	{"max-unacked", func(c admin.BrokerGroupConfig) string { return fmt.Sprint(c.Config.MaxUnacked) }},
+	{"segment-size", func(c admin.BrokerGroupConfig) string { return byteSize(c.Config.SegmentSize) }},
+	{"index-segment-size", func(c admin.BrokerGroupConfig) string { return byteSize(c.Config.IndexSegmentSize) }},
+	{"source", func(c admin.BrokerGroupConfig) string {
 		if c.Config.Source == "broker-group" {
 			return fmt.Sprintf("group@%d", c.Config.Index)
 		}

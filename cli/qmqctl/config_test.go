@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // config show, config set and status on a cluster: a change reaches the
@@ -13,7 +13,7 @@ import (
 // before anything is sent, naming the flag.
 func TestConfigCommands(t *testing.T) {
 	server := startCluster(t)
-	var before []qmq.BrokerConfig
+	var before []admin.BrokerGroupConfig
 	runJSON(t, &before, "--server", server, "config", "show", "--broker-group", "g1")
 	if len(before) != 1 || before[0].Config.Source != "broker-group" || before[0].Config.RetentionAge != 7*24*time.Hour || before[0].Config.MaxPull != 1000 {
 		t.Fatalf("config show before any change: %+v", before)
@@ -26,14 +26,14 @@ func TestConfigCommands(t *testing.T) {
 			t.Errorf("config set printed\n%s\nwithout %q", out, want)
 		}
 	}
-	var after []qmq.BrokerConfig
+	var after []admin.BrokerGroupConfig
 	runJSON(t, &after, "--server", server, "config", "show", "--broker-group", "g1")
 	if c := after[0].Config; c.MaxPull != 77 || c.DedupWindow != 5*time.Minute || c.SegmentSize != 2<<20 || c.IndexSegmentSize != 128<<10 ||
 		c.RetentionBytes != 8<<20 || c.Index <= before[0].Config.Index {
 		t.Fatalf("config show after the change: %+v", c)
 	}
 	var st struct {
-		BrokerConfigs []qmq.BrokerConfig `json:"broker_configs"`
+		BrokerConfigs []admin.BrokerGroupConfig `json:"broker_configs"`
 	}
 	runJSON(t, &st, "--server", server, "status")
 	if len(st.BrokerConfigs) != 2 {
@@ -77,7 +77,7 @@ func TestConfigCommands(t *testing.T) {
 		!strings.Contains(err.Error(), "INVALID") || !strings.Contains(err.Error(), "below the dedup-window") {
 		t.Errorf("a retention age under the window: %v", err)
 	}
-	var last []qmq.BrokerConfig
+	var last []admin.BrokerGroupConfig
 	runJSON(t, &last, "--server", server, "config", "show", "--broker-group", "g1")
 	if last[0].Config != after[0].Config {
 		t.Fatalf("refused changes changed the configuration: %+v, was %+v", last[0].Config, after[0].Config)

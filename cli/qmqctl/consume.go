@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -190,7 +191,7 @@ func consumeCommand() *cli.Command {
 // the route cannot be had.
 func routeGroups(c *cli.Context) int {
 	n := 1
-	_ = withAdmin(c, 5*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+	_ = withAdmin(c, 5*time.Second, func(ctx context.Context, a *admin.Client) error {
 		r, err := a.Route(ctx, c.String("subject"))
 		if err == nil && len(r.BrokerGroups) > 0 {
 			n = len(r.BrokerGroups)

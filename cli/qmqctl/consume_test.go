@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/poll"
 )
 
@@ -40,7 +41,7 @@ func TestConsumeExitStatus(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		a, err := qmq.NewAdmin(srv)
+		a, err := admin.New(srv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +72,7 @@ func TestConsumeGetsADelayedMessageWhenDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	a, err := qmq.NewAdmin(srv)
+	a, err := admin.New(srv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -50,11 +50,11 @@ func consumerGroupCommands() []*cli.Command {
 		Description: "One line per consumer group, its figures summed over the subject's broker groups.\n\n" + lagHelp,
 		Flags:       []cli.Flag{&cli.StringFlag{Name: "subject", Usage: "only the consumer groups of `SUBJECT` (default: every subject)"}, jsonFlag},
 		Action: func(c *cli.Context) error {
-			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 				vs, err := a.ConsumerGroups(ctx, c.String("subject"))
 				if c.Bool("json") {
 					if vs == nil {
-						vs = []qmq.ConsumerGroupView{}
+						vs = []admin.ConsumerGroupView{}
 					}
 					if perr := printJSONTo(c.App.Writer, vs); perr != nil {
 						return perr
@@ -81,7 +81,7 @@ func consumerGroupCommands() []*cli.Command {
 			"the subject's next sequence in that broker group (sequences are per broker group).\n\n" + lagHelp,
 		Flags: []cli.Flag{subjectFlag, consumerGroupFlag, jsonFlag},
 		Action: func(c *cli.Context) error {
-			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
 				v, err := a.ConsumerGroup(ctx, c.String("subject"), c.String("group"))
 				if v == nil {
 					return err
@@ -118,10 +118,10 @@ func consumerGroupCommands() []*cli.Command {
 			if err != nil {
 				return cmdline.Usagef(c, "%v", err)
 			}
-			if ch == (qmq.ConsumerGroupChanges{}) {
+			if ch == (admin.ConsumerGroupChanges{}) {
 				return cmdline.Usagef(c, "give at least one setting to change: --max-deliveries, --retry-first, --retry-max, --ack-wait, --max-in-flight or --idle-expiry")
 			}
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				res, err := a.SetConsumerGroup(ctx, c.String("subject"), c.String("group"), ch)
 				return printChanges(c, res, err, "settings changed")
 			})
@@ -142,7 +142,7 @@ func consumerGroupCommands() []*cli.Command {
 			if err != nil {
 				return cmdline.Usagef(c, "%v", err)
 			}
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				subject, group := c.String("subject"), c.String("group")
 				if !c.Bool("yes") {
 					v, err := a.ConsumerGroup(ctx, subject, group)
@@ -167,28 +167,28 @@ func consumerGroupCommands() []*cli.Command {
 }
 
 // parseResetTarget reads --to.
-func parseResetTarget(s string) (qmq.ResetTarget, error) {
+func parseResetTarget(s string) (admin.ResetTarget, error) {
 	switch s {
 	case "earliest":
-		return qmq.ResetToEarliest, nil
+		return admin.ResetToEarliest, nil
 	case "latest":
-		return qmq.ResetToLatest, nil
+		return admin.ResetToLatest, nil
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return qmq.ResetTarget{}, fmt.Errorf("--to %q: earliest, latest, or an RFC 3339 time such as 2026-01-31T09:00:00Z", s)
+		return admin.ResetTarget{}, fmt.Errorf("--to %q: earliest, latest, or an RFC 3339 time such as 2026-01-31T09:00:00Z", s)
 	}
 	if t.Before(time.UnixMilli(0)) {
-		return qmq.ResetTarget{}, fmt.Errorf("--to %q: before 1970", s)
+		return admin.ResetTarget{}, fmt.Errorf("--to %q: before 1970", s)
 	}
-	return qmq.ResetToTime(t), nil
+	return admin.ResetToTime(t), nil
 }
 
 // printChanges reports what a set or reset did in each broker group.
-func printChanges(c *cli.Context, res []qmq.ConsumerGroupResult, err error, what string) error {
+func printChanges(c *cli.Context, res []admin.ConsumerGroupResult, err error, what string) error {
 	if c.Bool("json") {
 		if res == nil {
-			res = []qmq.ConsumerGroupResult{}
+			res = []admin.ConsumerGroupResult{}
 		}
 		if perr := printJSONTo(c.App.Writer, res); perr != nil {
 			return perr
@@ -205,11 +205,11 @@ func printChanges(c *cli.Context, res []qmq.ConsumerGroupResult, err error, what
 	return err
 }
 
-func printGroupView(out io.Writer, v *qmq.ConsumerGroupView) error {
+func printGroupView(out io.Writer, v *admin.ConsumerGroupView) error {
 	fmt.Fprintf(out, "consumer group %s of %s\n", v.Group, v.Subject)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "BROKER-GROUP\tLAG\tBACKLOG\tREDELIVER\tRETRYING\tUNACKED\tDEAD\tDROPPED\tLOST\tCONSUMERS\tCURSOR\tEND")
-	row := func(name string, g qmq.ConsumerGroupInfo, seqs bool) {
+	row := func(name string, g admin.ConsumerGroupInfo, seqs bool) {
 		cursor, end := "-", "-"
 		if seqs {
 			cursor, end = fmt.Sprint(g.Cursor), fmt.Sprint(g.End)

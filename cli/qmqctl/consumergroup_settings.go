@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/limits"
 )
 
@@ -38,8 +38,8 @@ func shortDuration(d time.Duration) string {
 }
 
 // changesFromFlags reads and checks the setting flags given.
-func changesFromFlags(c *cli.Context) (qmq.ConsumerGroupChanges, error) {
-	var ch qmq.ConsumerGroupChanges
+func changesFromFlags(c *cli.Context) (admin.ConsumerGroupChanges, error) {
+	var ch admin.ConsumerGroupChanges
 	if c.IsSet("max-deliveries") {
 		n := c.Int64("max-deliveries")
 		if n < 1 || n > limits.MaxDeliveries {

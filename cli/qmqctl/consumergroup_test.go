@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/test/testcluster"
 	"github.com/qmqgo/qmq/transport"
@@ -38,9 +39,9 @@ func runJSON(t *testing.T, v any, args ...string) {
 }
 
 // showGroup returns `consumer-group show` of orders/billing.
-func showGroup(t *testing.T, server string) qmq.ConsumerGroupView {
+func showGroup(t *testing.T, server string) admin.ConsumerGroupView {
 	t.Helper()
-	var v qmq.ConsumerGroupView
+	var v admin.ConsumerGroupView
 	runJSON(t, &v, "--server", server, "consumer-group", "show", "--subject", "orders", "--group", "billing")
 	return v
 }
@@ -51,7 +52,7 @@ func pullAndNack(t *testing.T, server, subject, group string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := qmq.NewAdmin(server)
+	a, err := admin.New(server)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	if strings.Count(out, "(created)") != 2 {
 		t.Fatalf("group set of a new group:\n%s", out)
 	}
-	var res []qmq.ConsumerGroupResult
+	var res []admin.ConsumerGroupResult
 	runJSON(t, &res, append(s, append([]string{"consumer-group", "set"}, append(g, "--ack-wait", "0", "--max-in-flight", "100000", "--idle-expiry", "0")...)...)...)
 	if len(res) != 2 || res[0].Created || res[1].Created {
 		t.Fatalf("group set of a known group: %+v", res)
@@ -130,7 +131,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	}
 
 	v := showGroup(t, srv)
-	want := qmq.ConsumerGroupSettings{MaxDeliveries: 1, RetryFirst: 0, RetryMax: time.Second, AckWait: 0, MaxInFlight: 100000}
+	want := admin.ConsumerGroupSettings{MaxDeliveries: 1, RetryFirst: 0, RetryMax: time.Second, AckWait: 0, MaxInFlight: 100000}
 	if len(v.BrokerGroups) != 2 || v.Total.Backlog != sent || v.Total.Lag != sent || v.Total.Settings != want || v.SettingsDiffer {
 		t.Fatalf("group show after %d sends: %+v", sent, v)
 	}
@@ -149,7 +150,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	if !strings.Contains(out, "orders") || !strings.Contains(out, "billing") || !strings.Contains(out, "LAG") {
 		t.Errorf("group list:\n%s", out)
 	}
-	var views []qmq.ConsumerGroupView
+	var views []admin.ConsumerGroupView
 	runJSON(t, &views, append(s, "consumer-group", "list", "--subject", "orders")...)
 	if len(views) != 1 || views[0].Group != "billing" || views[0].Total.Lag != sent {
 		t.Errorf("group list --subject orders: %+v", views)
@@ -162,7 +163,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	if v := showGroup(t, srv); v.Total.DeadLetters != sent || v.Total.Lag != 0 {
 		t.Fatalf("group show after the nacks: %+v", v.Total)
 	}
-	var pages []qmq.DeadLetterPage
+	var pages []admin.DeadLetterPage
 	runJSON(t, &pages, append(s, append([]string{"deadletter", "list"}, g...)...)...)
 	total := 0
 	for _, pg := range pages {
@@ -176,7 +177,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	if len(pages) != 2 || total != sent {
 		t.Fatalf("deadletter list: %+v", pages)
 	}
-	var one []qmq.DeadLetterPage
+	var one []admin.DeadLetterPage
 	runJSON(t, &one, append(s, append([]string{"deadletter", "list"}, append(g, "--offset", "1", "--limit", "1")...)...)...)
 	if len(one) != 2 || len(one[0].Letters) != 1 || one[0].Letters[0].Seq != pages[0].Letters[1].Seq {
 		t.Errorf("deadletter list --offset 1 --limit 1: %+v", one)
@@ -187,7 +188,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	}
 
 	bg, seq := pages[0].BrokerGroup, fmt.Sprint(pages[0].Letters[0].Seq)
-	var d qmq.DeadLetter
+	var d admin.DeadLetter
 	runJSON(t, &d, append(s, append([]string{"deadletter", "show"}, append(g, "--broker-group", bg, "--seq", seq)...)...)...)
 	if !strings.HasPrefix(string(d.Body), "order-") || d.ID == "" {
 		t.Errorf("deadletter show: %+v", d)
@@ -210,7 +211,7 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 	if v := showGroup(t, srv); v.Total.DeadLetters != sent-1 || v.Total.Lag != 1 {
 		t.Errorf("group show after a resend: %+v", v.Total)
 	}
-	var done []qmq.DeadLetterResult
+	var done []admin.DeadLetterResult
 	runJSON(t, &done, append(s, append([]string{"deadletter", "purge", "--yes"}, append(g, "--all")...)...)...)
 	if len(done) != 2 || done[0].Done+done[1].Done != sent-1 {
 		t.Errorf("deadletter purge --all: %+v", done)
@@ -253,13 +254,13 @@ func TestConsumerGroupAndDeadLetterCommands(t *testing.T) {
 func TestConsumerGroupCommandsOnAStandaloneBroker(t *testing.T) {
 	addr := testcluster.Broker(t, nil).ClientAddr()
 	mustRun(t, "--server", addr, "consumer-group", "set", "--subject", "orders", "--group", "billing", "--max-deliveries", "3")
-	var views []qmq.ConsumerGroupView
+	var views []admin.ConsumerGroupView
 	runJSON(t, &views, "--server", addr, "consumer-group", "list")
 	if len(views) != 1 || views[0].Subject != "orders" || views[0].Group != "billing" ||
 		len(views[0].BrokerGroups) != 1 || views[0].Total.Settings.MaxDeliveries != 3 {
 		t.Fatalf("group list of a standalone broker: %+v", views)
 	}
-	var pages []qmq.DeadLetterPage
+	var pages []admin.DeadLetterPage
 	runJSON(t, &pages, "--server", addr, "deadletter", "list", "--subject", "orders", "--group", "billing")
 	if len(pages) != 1 || pages[0].BrokerGroup != "g1" || pages[0].Total != 0 {
 		t.Fatalf("deadletter list of a standalone broker: %+v", pages)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/limits"
 )
@@ -43,11 +43,11 @@ func deadLetterCommand() *cli.Command {
 				if n := c.Int("limit"); n < 1 || n > limits.MaxDeadLetterPage {
 					return cmdline.Usagef(c, "--limit %d: 1..%d", n, limits.MaxDeadLetterPage)
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					pages, err := a.DeadLetters(ctx, c.String("subject"), c.String("group"), c.Int("offset"), c.Int("limit"))
 					if c.Bool("json") {
 						if pages == nil {
-							pages = []qmq.DeadLetterPage{}
+							pages = []admin.DeadLetterPage{}
 						}
 						if perr := printJSONTo(c.App.Writer, pages); perr != nil {
 							return perr
@@ -85,7 +85,7 @@ func deadLetterCommand() *cli.Command {
 				if n := c.Int64("seq"); n < 0 {
 					return cmdline.Usagef(c, "--seq %d: at least 0", n)
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					d, err := a.DeadLetter(ctx, c.String("subject"), c.String("group"), c.String("broker-group"), c.Int64("seq"))
 					if err != nil {
 						return err
@@ -99,11 +99,11 @@ func deadLetterCommand() *cli.Command {
 			},
 		},
 			deadLetterOpCommand("resend", "give dead letters back to their consumer group, each with its delivery count afresh", brokerGroup,
-				func(ctx context.Context, a *qmq.Admin, subject, group string, sel qmq.DeadLetterSelection) ([]qmq.DeadLetterResult, error) {
+				func(ctx context.Context, a *admin.Client, subject, group string, sel admin.DeadLetterSelection) ([]admin.DeadLetterResult, error) {
 					return a.ResendDeadLetters(ctx, subject, group, sel)
 				}),
 			deadLetterOpCommand("purge", "forget dead letters for good", brokerGroup,
-				func(ctx context.Context, a *qmq.Admin, subject, group string, sel qmq.DeadLetterSelection) ([]qmq.DeadLetterResult, error) {
+				func(ctx context.Context, a *admin.Client, subject, group string, sel admin.DeadLetterSelection) ([]admin.DeadLetterResult, error) {
 					return a.PurgeDeadLetters(ctx, subject, group, sel)
 				}),
 		},
@@ -117,7 +117,7 @@ func required(f *cli.StringFlag) *cli.StringFlag {
 	return &r
 }
 
-func printDeadLetter(c *cli.Context, d *qmq.DeadLetter) {
+func printDeadLetter(c *cli.Context, d *admin.DeadLetter) {
 	out := c.App.Writer
 	fmt.Fprintf(out, "dead letter %d of consumer group %s of %s in broker group %s\n", d.Seq, c.String("group"), c.String("subject"), c.String("broker-group"))
 	fmt.Fprintf(out, "  deliveries  %d\n  died        %s\n", d.Deliveries, d.At.Format(time.RFC3339))
@@ -144,7 +144,7 @@ func printDeadLetter(c *cli.Context, d *qmq.DeadLetter) {
 	}
 }
 
-type deadLetterOp func(ctx context.Context, a *qmq.Admin, subject, group string, sel qmq.DeadLetterSelection) ([]qmq.DeadLetterResult, error)
+type deadLetterOp func(ctx context.Context, a *admin.Client, subject, group string, sel admin.DeadLetterSelection) ([]admin.DeadLetterResult, error)
 
 func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op deadLetterOp) *cli.Command {
 	return &cli.Command{
@@ -158,7 +158,7 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 			yesFlag,
 		},
 		Action: func(c *cli.Context) error {
-			sel := qmq.DeadLetterSelection{All: c.Bool("all"), BrokerGroup: c.String("broker-group"), Seqs: c.Int64Slice("seq")}
+			sel := admin.DeadLetterSelection{All: c.Bool("all"), BrokerGroup: c.String("broker-group"), Seqs: c.Int64Slice("seq")}
 			switch {
 			case sel.All && (sel.BrokerGroup != "" || len(sel.Seqs) > 0):
 				return cmdline.Usagef(c, "give --all, or --broker-group with --seq, not both")
@@ -180,11 +180,11 @@ func deadLetterOpCommand(name, usage string, brokerGroup *cli.StringFlag, op dea
 					return err
 				}
 			}
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				res, err := op(ctx, a, c.String("subject"), c.String("group"), sel)
 				if c.Bool("json") {
 					if res == nil {
-						res = []qmq.DeadLetterResult{}
+						res = []admin.DeadLetterResult{}
 					}
 					if perr := printJSONTo(c.App.Writer, res); perr != nil {
 						return perr

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -27,7 +27,7 @@ func delayCommand() *cli.Command {
 				"An hour in the past still listed is being delivered now.",
 			Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print each broker group's answer as JSON"}},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					groups, err := a.Delays(ctx)
 					if err != nil {
 						return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 )
 
@@ -28,7 +28,7 @@ func brokerGroupCommands() []*cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			group := c.String("broker-group")
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.TransferLeader(ctx, group, c.String("to")); err != nil {
 					return err
 				}
@@ -66,7 +66,7 @@ func writableCommand(name string, writable bool, usage, description string) *cli
 				return cmdline.Usagef(c, "takes one argument, the broker group's name (got %d)", c.NArg())
 			}
 			group := c.Args().First()
-			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+			return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 				if err := a.SetWritable(ctx, group, writable); err != nil {
 					return err
 				}
@@ -123,14 +123,14 @@ func subjectCommand() *cli.Command {
 			ArgsUsage: "[SUBJECT]",
 			Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
 			Action: func(c *cli.Context) error {
-				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *qmq.Admin) error {
-					var routes []qmq.Route
+				return withAdmin(c, 10*time.Second, func(ctx context.Context, a *admin.Client) error {
+					var routes []admin.Route
 					if c.NArg() > 0 {
 						r, err := a.Route(ctx, c.Args().First())
 						if err != nil {
 							return err
 						}
-						routes = []qmq.Route{*r}
+						routes = []admin.Route{*r}
 					} else {
 						var err error
 						if routes, err = a.Subjects(ctx); err != nil {
@@ -165,7 +165,7 @@ func subjectCommand() *cli.Command {
 				if (len(c.StringSlice("broker-groups")) > 0) == (c.Int("count") > 0) {
 					return cmdline.Usagef(c, "give either --broker-groups or --count")
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					r, err := a.Assign(ctx, c.Args().First(), c.StringSlice("broker-groups"), c.Int("count"))
 					if err != nil {
 						return err
@@ -194,7 +194,7 @@ func subjectCommand() *cli.Command {
 				if c.NArg() != 1 {
 					return cmdline.Usagef(c, "takes one argument, the subject (after the options; got %d)", c.NArg())
 				}
-				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *qmq.Admin) error {
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
 					subject, group := c.Args().First(), c.String("group")
 					v, err := a.ConsumerGroup(ctx, subject, group)
 					var what string
@@ -208,7 +208,7 @@ func subjectCommand() *cli.Command {
 						if err != nil { // some broker group did not answer
 							what += fmt.Sprintf(" (and whatever the broker groups that did not answer hold: %v)", err)
 						}
-					case errors.Is(err, qmq.ErrNoConsumerGroup):
+					case errors.Is(err, admin.ErrNoConsumerGroup):
 						// The metaserver may still record it (it counts toward
 						// the limits): forgetting removes that record.
 						what = fmt.Sprintf("no broker group of %s holds consumer group %s; forgetting it removes the metaserver's record of it", subject, group)
@@ -234,7 +234,7 @@ func subjectCommand() *cli.Command {
 	}
 }
 
-func printRoute(w io.Writer, r *qmq.Route) {
+func printRoute(w io.Writer, r *admin.Route) {
 	fmt.Fprintf(w, "%s\n", r.Subject)
 	for _, g := range r.BrokerGroups {
 		state := "writable"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // `group` still runs what it ran, saying on stderr which new command it
@@ -37,7 +37,7 @@ func TestOldNames(t *testing.T) {
 		t.Errorf("qmqctl --help lists:\n%s", top)
 	}
 	for _, flag := range []string{"--group", "--broker-group"} {
-		var configs []qmq.BrokerConfig
+		var configs []admin.BrokerGroupConfig
 		runJSON(t, &configs, append(s, "config", "show", flag, "g2")...)
 		if len(configs) != 1 || configs[0].BrokerGroup != "g2" {
 			t.Errorf("config show %s g2: %+v", flag, configs)

@@ -15,6 +15,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/cli/internal/cmdline"
 	"github.com/qmqgo/qmq/internal/version"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // errFailed makes qmqctl exit 1 after a command already said what failed.
@@ -28,8 +29,8 @@ func plain(err error) error {
 	if !errors.Is(err, qmq.ErrUnreachable) {
 		return err
 	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "qmq: "+qmq.ErrUnreachable.Error()); i > 0 {
+	msg := err.Error() // the sentence begins "qmq: cannot reach"
+	if i := strings.LastIndex(msg, "qmq: "+transport.ErrUnreachable.Error()); i > 0 {
 		return errors.New(msg[i:])
 	}
 	return err

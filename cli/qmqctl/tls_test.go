@@ -271,7 +271,8 @@ func TestTLSSendAndConsume(t *testing.T) {
 }
 
 // TestEverySDKClientConnectsWithTheTLSFlags: every call in qmqctl that
-// makes an SDK client (NewProducer, NewPuller, Subscribe, NewAdmin) is
+// makes an SDK client (qmq.NewProducer, qmq.NewPuller, qmq.Subscribe,
+// admin.New) is
 // given the connection option: connOption(c), or a config's conn field
 // that carries it.
 func TestEverySDKClientConnectsWithTheTLSFlags(t *testing.T) {
@@ -310,8 +311,8 @@ func TestEverySDKClientConnectsWithTheTLSFlags(t *testing.T) {
 				if !ok {
 					return true
 				}
-				if x, isIdent := sel.X.(*ast.Ident); !isIdent || x.Name != "qmq" ||
-					!slices.Contains([]string{"NewProducer", "NewPuller", "Subscribe", "NewAdmin"}, sel.Sel.Name) {
+				x, isIdent := sel.X.(*ast.Ident)
+				if !isIdent || !slices.Contains(sdkClients[x.Name], sel.Sel.Name) {
 					return true
 				}
 				calls++
@@ -319,7 +320,7 @@ func TestEverySDKClientConnectsWithTheTLSFlags(t *testing.T) {
 					id, ok := a.(*ast.Ident)
 					return carriesConn(a) || ok && withConn[id.Name]
 				}) {
-					t.Errorf("%s: qmq.%s is not given the connection option", fset.Position(call.Pos()), sel.Sel.Name)
+					t.Errorf("%s: %s.%s is not given the connection option", fset.Position(call.Pos()), x.Name, sel.Sel.Name)
 				}
 				return true
 			})
@@ -330,6 +331,9 @@ func TestEverySDKClientConnectsWithTheTLSFlags(t *testing.T) {
 		t.Fatalf("found %d SDK client calls; the check no longer sees them", calls)
 	}
 }
+
+// sdkClients are the SDK's functions that make a client, by package.
+var sdkClients = map[string][]string{"qmq": {"NewProducer", "NewPuller", "Subscribe"}, "admin": {"New"}}
 
 // carriesConn reports whether e is connOption(…), a .conn field, or an
 // option list or append that holds one.

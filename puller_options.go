@@ -1,20 +1,91 @@
 package qmq
 
 import (
-	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
-// ErrInvalidOption means a consumer option is out of its bounds: too many
-// tags, a tag too long, a broadcast group name too long, an idle expiry
-// out of range. NewPuller and Subscribe refuse it with an error wrapping
-// this one.
-var ErrInvalidOption = errors.New("qmq: invalid consumer option")
+// PullerOption configures NewPuller. The options that configure a Puller
+// are ConsumerOptions: WithConsumerName, WithLogger, StartAt, StartAtTime,
+// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast; and a
+// ConnOption (WithTLS, WithTLSConfig).
+type PullerOption interface {
+	applyPuller(*pullerOptions)
+}
+
+// ConsumerOption configures both NewPuller and Subscribe.
+type ConsumerOption interface {
+	PullerOption
+	SubscribeOption
+}
+
+// consumerOptions are what a Puller and a Subscription both have.
+type consumerOptions struct {
+	name       string
+	logger     *slog.Logger
+	start      transport.StartPosition // where a group this consumer creates starts
+	startAt    time.Time               // with transport.StartAtTime
+	tags       []string                // only messages with any of them (every one, with tagsAll)
+	tagsAll    bool
+	atMostOnce bool
+	broadcast  bool          // a consumer group of its own
+	idleExpiry time.Duration // a broadcast group is forgotten after this long without its consumer
+	conn       connection    // how it connects (ConnOptions)
+}
+
+// pullerOptions configure a Puller.
+type pullerOptions struct {
+	consumerOptions
+}
+
+func defaultConsumerOptions() consumerOptions {
+	return consumerOptions{name: defaultConsumerName(), logger: slog.Default()}
+}
+
+// defaultConsumerName is a name unique to a Puller or a Subscription: its
+// host, process id and a random suffix.
+func defaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || limits.CheckName("consumer", host) != nil {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
+}
+
+func defaultPullerOptions() pullerOptions {
+	return pullerOptions{consumerOptions: defaultConsumerOptions()}
+}
+
+// consumerOption sets what a Puller and a Subscription share.
+type consumerOption func(*consumerOptions)
+
+func (f consumerOption) applyPuller(o *pullerOptions)       { f(&o.consumerOptions) }
+func (f consumerOption) applySubscribe(o *subscribeOptions) { f(&o.consumerOptions) }
+
+// WithConsumerName sets the consumer's name within its group. Default: a
+// name unique to the Puller or subscription (host, process id, random
+// suffix). A restarted process that reuses its name takes over what its
+// earlier life left unacknowledged.
+func WithConsumerName(name string) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.name = name })
+}
+
+// WithLogger sets where the Puller or subscription reports what its caller
+// is not returned: a broker group whose pulls started failing (and when
+// they work again), pulled messages a Close leaves to come again, and for a
+// subscription, handler and ack failures. Default slog.Default(); nil
+// discards.
+func WithLogger(l *slog.Logger) ConsumerOption {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return consumerOption(func(o *consumerOptions) { o.logger = l })
+}
 
 // Position is where a consumer group starts when its first pull creates it.
 type Position uint8
@@ -49,7 +120,7 @@ func StartAtTime(t time.Time) ConsumerOption {
 }
 
 // WithTags makes the consumer receive only the messages with at least one
-// of tags (at most message.MaxTags, each 1 to message.MaxTagLen bytes). The
+// of tags (at most MaxTags, each 1 to MaxTagLen bytes). The
 // broker filters: messages without them count as consumed by the group.
 // It replaces an earlier WithTags or WithAllTags.
 func WithTags(tags ...string) ConsumerOption {
@@ -96,12 +167,12 @@ func WithBroadcast(expiry time.Duration) ConsumerOption {
 // returns the consumer group it pulls as: group, or for a broadcast
 // consumer, a group of its own.
 func (o *consumerOptions) consumeGroup(group string) (string, error) {
-	if len(o.tags) > message.MaxTags {
-		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), message.MaxTags)
+	if len(o.tags) > MaxTags {
+		return "", fmt.Errorf("%w: %d tags (at most %d)", ErrInvalidOption, len(o.tags), MaxTags)
 	}
 	for _, t := range o.tags {
-		if t == "" || len(t) > message.MaxTagLen {
-			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), message.MaxTagLen)
+		if t == "" || len(t) > MaxTagLen {
+			return "", fmt.Errorf("%w: tag length %d (1..%d)", ErrInvalidOption, len(t), MaxTagLen)
 		}
 	}
 	if o.start == transport.StartAtTime && o.startAt.UnixMilli() < 0 {

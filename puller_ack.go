@@ -12,18 +12,12 @@ import (
 	"github.com/qmqgo/qmq/transport"
 )
 
-// ErrStaleAck means an acknowledgement (or a nack, or an extension) came
-// too late: the consumer's session expired before it, so the broker gave
-// the messages back to the consumer group (they are delivered again, maybe
-// to another consumer) and refused it.
-var ErrStaleAck = errors.New("qmq: ack refused: the consumer's session expired and its messages went back to the group")
-
 // Ack acknowledges messages this Puller pulled, in any order. Messages
 // whose acknowledgement came after the consumer's session expired are not
 // acknowledged: the error wraps ErrStaleAck, and they come again. The ack
 // of a message already nacked, or pulled at most once, changes nothing.
 func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
-	return p.settleAll(ctx, "ack", settlement{}, msgs)
+	return sdkError(p.settleAll(ctx, "ack", settlement{}, msgs))
 }
 
 // Nack says this Puller failed to process messages it pulled: each comes
@@ -34,7 +28,7 @@ func (p *Puller) Ack(ctx context.Context, msgs ...*Message) error {
 // session expired is refused with an error wrapping ErrStaleAck (the
 // messages come again anyway). Messages pulled at most once are left out.
 func (p *Puller) Nack(ctx context.Context, retry *RetryError, msgs ...*Message) error {
-	return p.settleAll(ctx, "nack", nackSettlement(retry, time.Now()), msgs)
+	return sdkError(p.settleAll(ctx, "nack", nackSettlement(retry, time.Now()), msgs))
 }
 
 // settleAll sends one settlement for msgs, grouped by where they came from.

@@ -3,14 +3,12 @@ package qmq
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
-	"github.com/qmqgo/qmq/internal/message"
 )
 
 // Message ids are unique without coordination: the generation time, a
@@ -27,17 +25,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// ErrInvalidID means an id given to SetID breaks the id rules: 1 to
-// message.MaxIDLen bytes of printable ASCII other than a space.
-var ErrInvalidID = errors.New("qmq: invalid message id")
-
 // checkID reports whether id may be a message's id. The broker accepts
-// any bytes within message.MaxIDLen; the SDK also holds chosen ids to
+// any bytes within MaxIDLen; the SDK also holds chosen ids to
 // printable ASCII without spaces, as the ids it makes are, so that an id
 // reads the same in a log, a terminal and JSON.
 func checkID(id string) error {
-	if id == "" || len(id) > message.MaxIDLen {
-		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), message.MaxIDLen)
+	if id == "" || len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %d bytes (1..%d)", ErrInvalidID, len(id), MaxIDLen)
 	}
 	if i := limits.FirstUnprintable(id); i >= 0 {
 		return fmt.Errorf("%w: %.40q: byte %d (%q) is not printable ASCII other than a space", ErrInvalidID, id, i, id[i])

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/test/testbroker"
 	"github.com/qmqgo/qmq/transport"
@@ -22,7 +23,6 @@ var (
 	_ qmq.ProducerOption  = qmq.WithTLS(qmq.TLSFiles{})
 	_ qmq.PullerOption    = qmq.WithTLS(qmq.TLSFiles{})
 	_ qmq.SubscribeOption = qmq.WithTLSConfig(nil)
-	_ qmq.AdminOption     = qmq.WithTLSConfig(nil)
 	_ qmq.ConsumerOption  = qmq.ConnOption{}
 )
 
@@ -89,8 +89,8 @@ var constructors = map[string]func(servers string, opt qmq.ConnOption) error{
 		}
 		return err
 	},
-	"NewAdmin": func(s string, opt qmq.ConnOption) error {
-		a, err := qmq.NewAdmin(s, opt)
+	"admin.New": func(s string, opt qmq.ConnOption) error {
+		a, err := admin.New(s, opt)
 		if err == nil {
 			a.Close()
 		}
@@ -99,7 +99,7 @@ var constructors = map[string]func(servers string, opt qmq.ConnOption) error{
 }
 
 // TestWithTLSBadFilesFailEveryConstructor: files that do not load fail
-// NewProducer, NewPuller, Subscribe and NewAdmin, with the reason.
+// NewProducer, NewPuller, Subscribe and admin.New, with the reason.
 func TestWithTLSBadFilesFailEveryConstructor(t *testing.T) {
 	d := newTLSDir(t)
 	corrupt := filepath.Join(d.dir, "corrupt.pem")
@@ -147,7 +147,7 @@ func startTLSBroker(t *testing.T, d tlsDir) *testbroker.Broker {
 }
 
 // TestWithTLSEndToEnd: over TLS a Producer sends, a Puller and a
-// Subscription receive, and an Admin asks for a status; a client without
+// Subscription receive, and an admin.Client asks for a status; a client without
 // TLS, or with another CA's files, is refused.
 func TestWithTLSEndToEnd(t *testing.T) {
 	d := newTLSDir(t)
@@ -201,7 +201,7 @@ func TestWithTLSEndToEnd(t *testing.T) {
 		t.Fatal("the subscription received nothing over TLS")
 	}
 
-	a, err := qmq.NewAdmin(b.Addr, conn)
+	a, err := admin.New(b.Addr, conn)
 	if err != nil {
 		t.Fatal(err)
 	}

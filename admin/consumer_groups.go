@@ -1,4 +1,4 @@
-package qmq
+package admin
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/sdk"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -31,17 +32,6 @@ type DeadLetter = transport.DeadLetter
 // DeadLetterPage is a broker group's page of a consumer group's dead
 // letters; its Total counts every one that broker group keeps.
 type DeadLetterPage = transport.DeadLetterPage
-
-var (
-	// ErrNoConsumerGroup means no broker group of the subject knows the
-	// consumer group.
-	ErrNoConsumerGroup = errors.New("qmq: consumer group not known")
-	// ErrNoDeadLetter means the broker group keeps no dead letter of that
-	// sequence for the consumer group.
-	ErrNoDeadLetter = errors.New("qmq: no such dead letter")
-	// ErrNotInRoute means a broker group named is not one of the subject's.
-	ErrNotInRoute = errors.New("qmq: broker group not in the subject's route")
-)
 
 // ConsumerGroupView is a consumer group across the broker groups that
 // hold it: each one's figures, and their sum.
@@ -90,15 +80,15 @@ func newView(infos []ConsumerGroupInfo) ConsumerGroupView {
 // with its figures per broker group and summed, ordered by subject and
 // group. A broker group that does not answer is named in the error; the
 // others' groups are returned all the same.
-func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerGroupView, error) {
-	var brokers []transport.BrokerGroupRoute
+func (a *Client) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerGroupView, error) {
+	var brokers []BrokerGroupRoute
 	if subject == "" {
 		c, err := a.Cluster(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, g := range c.BrokerGroups {
-			r := transport.BrokerGroupRoute{Name: g.Name}
+			r := BrokerGroupRoute{Name: g.Name}
 			for _, n := range g.Nodes {
 				r.Servers = append(r.Servers, n.ClientAddr)
 				if n.ID == g.Leader {
@@ -109,7 +99,7 @@ func (a *Admin) ConsumerGroups(ctx context.Context, subject string) ([]ConsumerG
 		}
 	} else {
 		if err := limits.CheckName("subject", subject); err != nil {
-			return nil, fmt.Errorf("qmq: consumer groups: %w", err)
+			return nil, sdk.Error(fmt.Errorf("qmq: consumer groups: %w", err))
 		}
 		r, err := a.Route(ctx, subject)
 		if err != nil {
@@ -150,12 +140,13 @@ func views(infos []ConsumerGroupInfo) []ConsumerGroupView {
 	return out
 }
 
-// ConsumerGroup returns group of subject in every broker group of the
-// subject, and their sum. A group no broker group knows is
+// ConsumerGroup returns consumerGroup of subject in every broker group of
+// the subject, and their sum. A consumer group no broker group knows is
 // ErrNoConsumerGroup, said only when every broker group answered: with
-// one that did not, the error names it, and the group may be there.
-func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*ConsumerGroupView, error) {
-	r, err := a.groupRoute(ctx, subject, group, true)
+// one that did not, the error names it, and the consumer group may be
+// there.
+func (a *Client) ConsumerGroup(ctx context.Context, subject, consumerGroup string) (*ConsumerGroupView, error) {
+	r, err := a.subjectRoute(ctx, subject, consumerGroup, true)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +154,7 @@ func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*Cons
 	var errs []error
 	for _, g := range r.BrokerGroups {
 		var got []ConsumerGroupInfo
-		if err := a.brokerCall(ctx, g, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: subject, ConsumerGroup: group}, &got); err != nil {
+		if err := a.brokerCall(ctx, g, transport.TypeConsumerGroups, transport.ConsumerGroupsRequest{Subject: subject, ConsumerGroup: consumerGroup}, &got); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -173,7 +164,7 @@ func (a *Admin) ConsumerGroup(ctx context.Context, subject, group string) (*Cons
 		if len(errs) > 0 {
 			return nil, errors.Join(errs...)
 		}
-		return nil, fmt.Errorf("%w: %s of %s", ErrNoConsumerGroup, group, subject)
+		return nil, fmt.Errorf("%w: %s of %s", ErrNoConsumerGroup, consumerGroup, subject)
 	}
 	v := newView(infos)
 	return &v, errors.Join(errs...)
@@ -201,16 +192,16 @@ type ConsumerGroupResult struct {
 	Created bool `json:"created"`
 }
 
-// SetConsumerGroup changes group's settings in every broker group of
-// subject, creating the group where it is not known (and the subject's
+// SetConsumerGroup changes consumerGroup's settings in every broker group
+// of subject, creating it where it is not known (and the subject's
 // route, for a subject not used yet: a group can be set up before anything
 // is sent). The broker checks the settings' bounds; a refusal by one broker
 // group stops before the next.
-func (a *Admin) SetConsumerGroup(ctx context.Context, subject, group string, ch ConsumerGroupChanges) ([]ConsumerGroupResult, error) {
-	req := transport.SetConsumerGroupRequest{Subject: subject, ConsumerGroup: group, MaxDeliveries: ch.MaxDeliveries,
+func (a *Client) SetConsumerGroup(ctx context.Context, subject, consumerGroup string, ch ConsumerGroupChanges) ([]ConsumerGroupResult, error) {
+	req := transport.SetConsumerGroupRequest{Subject: subject, ConsumerGroup: consumerGroup, MaxDeliveries: ch.MaxDeliveries,
 		RetryFirst: ch.RetryFirst, RetryMax: ch.RetryMax, AckWait: ch.AckWait, MaxInFlight: ch.MaxInFlight,
 		IdleExpiry: ch.IdleExpiry, Start: ch.Start, StartAt: ch.StartAt}
-	return a.changeGroup(ctx, subject, group, transport.TypeSetConsumerGroup, req)
+	return a.changeGroup(ctx, subject, consumerGroup, transport.TypeSetConsumerGroup, req)
 }
 
 // ResetTarget is where ResetConsumerGroup moves a consumer group.
@@ -232,21 +223,21 @@ var (
 // ResetToTime moves a group to the first message stored at or after t.
 func ResetToTime(t time.Time) ResetTarget { return ResetTarget{To: transport.StartAtTime, At: t} }
 
-// ResetConsumerGroup moves group's cursor in every broker group of subject
-// (creating the group where it is not known). Messages due again or
+// ResetConsumerGroup moves consumerGroup's cursor in every broker group of
+// subject (creating it where it is not known). Messages due again or
 // waiting for a retry are dropped; those handed out and not finished stay
 // with their consumers. Dead letters stay.
-func (a *Admin) ResetConsumerGroup(ctx context.Context, subject, group string, to ResetTarget) ([]ConsumerGroupResult, error) {
+func (a *Client) ResetConsumerGroup(ctx context.Context, subject, consumerGroup string, to ResetTarget) ([]ConsumerGroupResult, error) {
 	if to.To == transport.StartAtTime && to.At.Before(time.UnixMilli(0)) {
 		return nil, fmt.Errorf("qmq: reset to %s: before 1970", to.At.Format(time.RFC3339))
 	}
-	req := transport.ResetConsumerGroupRequest{Subject: subject, ConsumerGroup: group, To: to.To, At: to.At}
-	return a.changeGroup(ctx, subject, group, transport.TypeResetConsumerGroup, req)
+	req := transport.ResetConsumerGroupRequest{Subject: subject, ConsumerGroup: consumerGroup, To: to.To, At: to.At}
+	return a.changeGroup(ctx, subject, consumerGroup, transport.TypeResetConsumerGroup, req)
 }
 
 // changeGroup sends a set or reset to every broker group of the subject.
-func (a *Admin) changeGroup(ctx context.Context, subject, group string, t transport.Type, req any) ([]ConsumerGroupResult, error) {
-	r, err := a.groupRoute(ctx, subject, group, false)
+func (a *Client) changeGroup(ctx context.Context, subject, consumerGroup string, t transport.Type, req any) ([]ConsumerGroupResult, error) {
+	r, err := a.subjectRoute(ctx, subject, consumerGroup, false)
 	if err != nil {
 		return nil, err
 	}
@@ -261,19 +252,53 @@ func (a *Admin) changeGroup(ctx context.Context, subject, group string, t transp
 	return out, nil
 }
 
-// DeadLetters lists group's dead letters in every broker group of subject:
-// from the offset-th, at most limit of each (the broker answers at most
-// 1,000; limit <= 0 asks for as many), oldest first. A broker group that
-// does not answer is named in the error; the others' pages are returned.
-func (a *Admin) DeadLetters(ctx context.Context, subject, group string, offset, limit int) ([]DeadLetterPage, error) {
-	if offset < 0 {
-		return nil, fmt.Errorf("qmq: dead letters from offset %d (at least 0)", offset)
-	}
-	r, err := a.groupRoute(ctx, subject, group, true)
+// ConsumerGroupForgetResult is what forgetting a consumer group removed
+// from one broker group: whether it knew the group, and the consumers and
+// unacknowledged messages it dropped.
+type ConsumerGroupForgetResult struct {
+	BrokerGroup string
+	transport.ForgetConsumerGroupResult
+}
+
+// ForgetConsumerGroup removes consumerGroup of subject from the state of
+// every broker group of the subject: its position, its queue of messages
+// to deliver again, and its consumers with what they held unacknowledged.
+// For a group that is gone for good; if it consumes again it starts
+// afresh, where its first pull asks (the latest message by default).
+func (a *Client) ForgetConsumerGroup(ctx context.Context, subject, consumerGroup string) ([]ConsumerGroupForgetResult, error) {
+	r, err := a.Route(ctx, subject)
 	if err != nil {
 		return nil, err
 	}
-	req := transport.DeadLettersRequest{Subject: subject, ConsumerGroup: group, Offset: offset, Limit: max(limit, 0)}
+	req := transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: consumerGroup}
+	var out []ConsumerGroupForgetResult
+	for _, g := range r.BrokerGroups {
+		res := ConsumerGroupForgetResult{BrokerGroup: g.Name}
+		if err := a.brokerCall(ctx, g, transport.TypeForgetConsumerGroup, req, &res.ForgetConsumerGroupResult); err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	if err := a.call(ctx, transport.TypeMetaForgetConsumerGroup, transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: consumerGroup}, nil); err != nil {
+		return out, fmt.Errorf("qmq: forget %s of %s in the metaserver: %w", consumerGroup, subject, err)
+	}
+	return out, nil
+}
+
+// DeadLetters lists consumerGroup's dead letters in every broker group of
+// subject: from the offset-th, at most limit of each (the broker answers
+// at most 1,000; limit <= 0 asks for as many), oldest first. A broker
+// group that does not answer is named in the error; the others' pages are
+// returned.
+func (a *Client) DeadLetters(ctx context.Context, subject, consumerGroup string, offset, limit int) ([]DeadLetterPage, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("qmq: dead letters from offset %d (at least 0)", offset)
+	}
+	r, err := a.subjectRoute(ctx, subject, consumerGroup, true)
+	if err != nil {
+		return nil, err
+	}
+	req := transport.DeadLettersRequest{Subject: subject, ConsumerGroup: consumerGroup, Offset: offset, Limit: max(limit, 0)}
 	var out []DeadLetterPage
 	var errs []error
 	for _, g := range r.BrokerGroups {
@@ -290,11 +315,11 @@ func (a *Admin) DeadLetters(ctx context.Context, subject, group string, offset, 
 // DeadLetter reads one dead letter whole (its properties and body too):
 // seq, in brokerGroup (dead-letter sequences are per broker group). One
 // the broker group does not keep is ErrNoDeadLetter.
-func (a *Admin) DeadLetter(ctx context.Context, subject, group, brokerGroup string, seq int64) (*DeadLetter, error) {
+func (a *Client) DeadLetter(ctx context.Context, subject, consumerGroup, brokerGroup string, seq int64) (*DeadLetter, error) {
 	if seq < 0 {
 		return nil, fmt.Errorf("qmq: dead letter %d: sequences are at least 0", seq)
 	}
-	r, err := a.groupRoute(ctx, subject, group, true)
+	r, err := a.subjectRoute(ctx, subject, consumerGroup, true)
 	if err != nil {
 		return nil, err
 	}
@@ -303,11 +328,11 @@ func (a *Admin) DeadLetter(ctx context.Context, subject, group, brokerGroup stri
 		return nil, err
 	}
 	var page DeadLetterPage
-	if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, ConsumerGroup: group, Seq: &seq}, &page); err != nil {
+	if err := a.brokerCall(ctx, g, transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: subject, ConsumerGroup: consumerGroup, Seq: &seq}, &page); err != nil {
 		return nil, err
 	}
 	if len(page.Letters) == 0 {
-		return nil, fmt.Errorf("%w: %d of %s of %s in broker group %s", ErrNoDeadLetter, seq, group, subject, brokerGroup)
+		return nil, fmt.Errorf("%w: %d of %s of %s in broker group %s", ErrNoDeadLetter, seq, consumerGroup, subject, brokerGroup)
 	}
 	return &page.Letters[0], nil
 }
@@ -344,20 +369,20 @@ type DeadLetterResult struct {
 
 // ResendDeadLetters gives the selected dead letters back to their consumer
 // group, each with its delivery count afresh.
-func (a *Admin) ResendDeadLetters(ctx context.Context, subject, group string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
-	return a.deadLetterOp(ctx, subject, group, transport.DeadLetterResend, sel)
+func (a *Client) ResendDeadLetters(ctx context.Context, subject, consumerGroup string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+	return a.deadLetterOp(ctx, subject, consumerGroup, transport.DeadLetterResend, sel)
 }
 
 // PurgeDeadLetters forgets the selected dead letters for good.
-func (a *Admin) PurgeDeadLetters(ctx context.Context, subject, group string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
-	return a.deadLetterOp(ctx, subject, group, transport.DeadLetterPurge, sel)
+func (a *Client) PurgeDeadLetters(ctx context.Context, subject, consumerGroup string, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+	return a.deadLetterOp(ctx, subject, consumerGroup, transport.DeadLetterPurge, sel)
 }
 
-func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op transport.DeadLetterOp, sel DeadLetterSelection) ([]DeadLetterResult, error) {
+func (a *Client) deadLetterOp(ctx context.Context, subject, consumerGroup string, op transport.DeadLetterOp, sel DeadLetterSelection) ([]DeadLetterResult, error) {
 	if err := sel.check(); err != nil {
 		return nil, err
 	}
-	r, err := a.groupRoute(ctx, subject, group, true)
+	r, err := a.subjectRoute(ctx, subject, consumerGroup, true)
 	if err != nil {
 		return nil, err
 	}
@@ -367,9 +392,9 @@ func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op tran
 		if err != nil {
 			return nil, err
 		}
-		brokers = []transport.BrokerGroupRoute{g}
+		brokers = []BrokerGroupRoute{g}
 	}
-	req := transport.DeadLetterOpRequest{Subject: subject, ConsumerGroup: group, Op: op, All: sel.All, Seqs: sel.Seqs}
+	req := transport.DeadLetterOpRequest{Subject: subject, ConsumerGroup: consumerGroup, Op: op, All: sel.All, Seqs: sel.Seqs}
 	var out []DeadLetterResult
 	for _, g := range brokers {
 		var res transport.DeadLetterOpResult
@@ -381,25 +406,25 @@ func (a *Admin) deadLetterOp(ctx context.Context, subject, group string, op tran
 	return out, nil
 }
 
-// groupRoute checks the names and returns subject's route: looked up only
-// (lookup), or created if the subject has none yet, with group recorded
-// as its consumer.
-func (a *Admin) groupRoute(ctx context.Context, subject, group string, lookup bool) (*Route, error) {
+// subjectRoute checks the names and returns subject's route: looked up
+// only (lookup), or created if the subject has none yet, with
+// consumerGroup recorded as its consumer.
+func (a *Client) subjectRoute(ctx context.Context, subject, consumerGroup string, lookup bool) (*Route, error) {
 	if err := limits.CheckName("subject", subject); err != nil {
-		return nil, fmt.Errorf("qmq: %w", err)
+		return nil, sdk.Error(fmt.Errorf("qmq: %w", err))
 	}
-	if err := limits.CheckName("consumer group", group); err != nil {
-		return nil, fmt.Errorf("qmq: %w", err)
+	if err := limits.CheckName("consumer group", consumerGroup); err != nil {
+		return nil, sdk.Error(fmt.Errorf("qmq: %w", err))
 	}
 	if lookup {
 		return a.Route(ctx, subject)
 	}
 	var r Route
-	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject, ConsumerGroup: group}, &r)
+	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject, ConsumerGroup: consumerGroup}, &r)
 }
 
 // brokerOf returns the broker group name of route r.
-func brokerOf(r *Route, name string) (transport.BrokerGroupRoute, error) {
+func brokerOf(r *Route, name string) (BrokerGroupRoute, error) {
 	for _, g := range r.BrokerGroups {
 		if g.Name == name {
 			return g, nil
@@ -409,25 +434,25 @@ func brokerOf(r *Route, name string) (transport.BrokerGroupRoute, error) {
 	for _, g := range r.BrokerGroups {
 		names = append(names, g.Name)
 	}
-	return transport.BrokerGroupRoute{}, fmt.Errorf("%w: %q (the route of %s has %v)", ErrNotInRoute, name, r.Subject, names)
+	return BrokerGroupRoute{}, fmt.Errorf("%w: %q (the route of %s has %v)", ErrNotInRoute, name, r.Subject, names)
 }
 
 // brokerCall sends a JSON request to broker group g's leader and decodes
 // the JSON answer into out.
-func (a *Admin) brokerCall(ctx context.Context, g transport.BrokerGroupRoute, t transport.Type, req, out any) error {
+func (a *Client) brokerCall(ctx context.Context, g BrokerGroupRoute, t transport.Type, req, out any) error {
 	if len(g.Servers) == 0 {
 		return fmt.Errorf("qmq: %s in broker group %s: no node to ask", t, g.Name)
 	}
 	gc, err := a.dial.NewLeaderClient(g.Servers)
 	if err != nil {
-		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+		return sdk.Error(fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err))
 	}
 	defer gc.Close()
 	gc.SetServers(g.Servers, g.Leader)
 	b, _ := json.Marshal(req)
 	body, err := gc.Call(ctx, t, b)
 	if err != nil {
-		return fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err)
+		return sdk.Error(fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err))
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s answer of broker group %s: %w", t, g.Name, err)

@@ -1,4 +1,4 @@
-package qmq
+package admin
 
 import (
 	"context"
@@ -26,10 +26,10 @@ const MaxAppGrace = transport.MaxAppGrace
 // rights and limits. For example, an application that sends orders and
 // consumes payments as its own consumer groups:
 //
-//	qmq.AppSpec{
+//	admin.AppSpec{
 //		Code:    "billing",
 //		Send:    []string{"orders.*"},
-//		Consume: []qmq.ConsumeGrant{{Subject: "payments.*", Group: "billing-*"}},
+//		Consume: []admin.ConsumeGrant{{Subject: "payments.*", ConsumerGroup: "billing-*"}},
 //	}
 type AppSpec struct {
 	// Code names the application: 1 to 200 letters, digits, '.', '_',
@@ -41,11 +41,11 @@ type AppSpec struct {
 	Send []string
 	// Consume are the consumer groups of subjects it may consume as.
 	Consume []ConsumeGrant
-	// MaxSubjects and MaxGroups bound the subjects (routes created on
-	// first use) and the consumer groups it may create; 0 means the
-	// defaults (1,000 each), and either may be at most 1,048,576.
-	MaxSubjects int
-	MaxGroups   int
+	// MaxSubjects and MaxConsumerGroups bound the subjects (routes
+	// created on first use) and the consumer groups it may create; 0 means
+	// the defaults (1,000 each), and either may be at most 1,048,576.
+	MaxSubjects       int
+	MaxConsumerGroups int
 	// MaxConsumers bounds its consumers registered at once in one broker
 	// group (0: 1,024; at most 16,384, a broker group's own bound), and
 	// MaxDelayed its delayed messages pending in one broker group (0:
@@ -55,11 +55,11 @@ type AppSpec struct {
 }
 
 // ConsumeGrant lets an application consume subjects matching Subject as
-// consumer groups matching Group (both patterns). Send and Consume hold
-// at most 32 rules together.
+// consumer groups matching ConsumerGroup (both patterns). Send and
+// Consume hold at most 32 rules together.
 type ConsumeGrant struct {
-	Subject string `json:"subject"`
-	Group   string `json:"group"`
+	Subject       string `json:"subject"`
+	ConsumerGroup string `json:"group"`
 }
 
 // AppInfo is an application as Apps lists it: never its secret, nor
@@ -69,17 +69,17 @@ type AppInfo struct {
 	Admin   bool           `json:"admin,omitempty"`
 	Send    []string       `json:"send,omitempty"`
 	Consume []ConsumeGrant `json:"consume,omitempty"`
-	// MaxSubjects, MaxGroups, MaxConsumers and MaxDelayed are its limits,
-	// defaults applied.
-	MaxSubjects  int `json:"max_subjects"`
-	MaxGroups    int `json:"max_groups"`
-	MaxConsumers int `json:"max_consumers"`
-	MaxDelayed   int `json:"max_delayed"`
-	// Subjects and Groups are how many subjects and consumer groups it
-	// created (an application deleted and created again starts from
-	// nothing).
-	Subjects int `json:"subjects"`
-	Groups   int `json:"groups"`
+	// MaxSubjects, MaxConsumerGroups, MaxConsumers and MaxDelayed are its
+	// limits, defaults applied.
+	MaxSubjects       int `json:"max_subjects"`
+	MaxConsumerGroups int `json:"max_groups"`
+	MaxConsumers      int `json:"max_consumers"`
+	MaxDelayed        int `json:"max_delayed"`
+	// Subjects and ConsumerGroups are how many subjects and consumer
+	// groups it created (an application deleted and created again starts
+	// from nothing).
+	Subjects       int `json:"subjects"`
+	ConsumerGroups int `json:"groups"`
 	// Secrets is 1, or 2 after a rotation with a grace: the old secret
 	// then works until OldSecretExpires (which may be past).
 	Secrets          int       `json:"secrets"`
@@ -87,7 +87,7 @@ type AppInfo struct {
 }
 
 // Apps returns every application, ordered by code.
-func (a *Admin) Apps(ctx context.Context) ([]AppInfo, error) {
+func (a *Client) Apps(ctx context.Context) ([]AppInfo, error) {
 	var infos []transport.AppInfo
 	if err := a.call(ctx, transport.TypeApps, nil, &infos); err != nil {
 		return nil, err
@@ -95,8 +95,8 @@ func (a *Admin) Apps(ctx context.Context) ([]AppInfo, error) {
 	out := make([]AppInfo, 0, len(infos))
 	for _, i := range infos {
 		info := AppInfo{Code: i.Code, Admin: i.Admin, Send: i.Send, Consume: fromGrants(i.Consume),
-			MaxSubjects: i.MaxSubjects, MaxGroups: i.MaxConsumerGroups, MaxConsumers: i.MaxConsumers, MaxDelayed: i.MaxDelayed,
-			Subjects: i.Subjects, Groups: i.ConsumerGroups, Secrets: i.Secrets}
+			MaxSubjects: i.MaxSubjects, MaxConsumerGroups: i.MaxConsumerGroups, MaxConsumers: i.MaxConsumers, MaxDelayed: i.MaxDelayed,
+			Subjects: i.Subjects, ConsumerGroups: i.ConsumerGroups, Secrets: i.Secrets}
 		if i.OldSecretExpires != 0 {
 			info.OldSecretExpires = time.UnixMilli(i.OldSecretExpires)
 		}
@@ -109,7 +109,7 @@ func (a *Admin) Apps(ctx context.Context) ([]AppInfo, error) {
 // the secret is shown. A code that exists is refused (INVALID). Should the
 // call fail for want of an answer (a timeout), the application may exist
 // all the same: RotateApp then gives it a secret to use.
-func (a *Admin) CreateApp(ctx context.Context, spec AppSpec) (secret string, err error) {
+func (a *Client) CreateApp(ctx context.Context, spec AppSpec) (secret string, err error) {
 	var s transport.AppSecret
 	if err := a.call(ctx, transport.TypeAppPut, spec.request(true), &s); err != nil {
 		return "", err
@@ -120,7 +120,7 @@ func (a *Admin) CreateApp(ctx context.Context, spec AppSpec) (secret string, err
 // UpdateApp replaces an existing application's rights, admin flag and
 // limits with spec's; its secrets stay. Lowering a limit below what the
 // application created refuses it more, and removes nothing.
-func (a *Admin) UpdateApp(ctx context.Context, spec AppSpec) error {
+func (a *Client) UpdateApp(ctx context.Context, spec AppSpec) error {
 	return a.call(ctx, transport.TypeAppPut, spec.request(false), nil)
 }
 
@@ -129,7 +129,7 @@ func (a *Admin) UpdateApp(ctx context.Context, spec AppSpec) error {
 // MaxAppGrace, rounded up to a millisecond), so the application's
 // instances can move to the new one; a secret replaced before that one
 // stops at once.
-func (a *Admin) RotateApp(ctx context.Context, code string, grace time.Duration) (string, error) {
+func (a *Client) RotateApp(ctx context.Context, code string, grace time.Duration) (string, error) {
 	if grace < 0 || grace > MaxAppGrace {
 		return "", fmt.Errorf("qmq: rotate %s: grace %s outside 0..%s", code, grace, MaxAppGrace)
 	}
@@ -144,15 +144,15 @@ func (a *Admin) RotateApp(ctx context.Context, code string, grace time.Duration)
 // DeleteApp deletes an application: its secrets stop working at once.
 // Deleting one that does not exist succeeds. The subjects and consumer
 // groups it created stay.
-func (a *Admin) DeleteApp(ctx context.Context, code string) error {
+func (a *Client) DeleteApp(ctx context.Context, code string) error {
 	return a.call(ctx, transport.TypeAppDelete, transport.AppDeleteRequest{Code: code}, nil)
 }
 
 func (s AppSpec) request(create bool) transport.AppRequest {
-	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxConsumerGroups: s.MaxGroups,
+	r := transport.AppRequest{Code: s.Code, Admin: s.Admin, Send: s.Send, MaxSubjects: s.MaxSubjects, MaxConsumerGroups: s.MaxConsumerGroups,
 		MaxConsumers: s.MaxConsumers, MaxDelayed: s.MaxDelayed, Create: create}
 	for _, g := range s.Consume {
-		r.Consume = append(r.Consume, auth.Grant{Subject: g.Subject, Group: g.Group})
+		r.Consume = append(r.Consume, auth.Grant{Subject: g.Subject, Group: g.ConsumerGroup})
 	}
 	return r
 }
@@ -160,7 +160,7 @@ func (s AppSpec) request(create bool) transport.AppRequest {
 func fromGrants(gs []auth.Grant) []ConsumeGrant {
 	var out []ConsumeGrant
 	for _, g := range gs {
-		out = append(out, ConsumeGrant{Subject: g.Subject, Group: g.Group})
+		out = append(out, ConsumeGrant{Subject: g.Subject, ConsumerGroup: g.Group})
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package qmq
+package admin
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/sdk"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -18,61 +20,71 @@ type Status = transport.Status
 // Cluster is the metaserver's view of every broker group.
 type Cluster = transport.Cluster
 
-// GroupStatus is one broker group in a Cluster.
-type GroupStatus = transport.BrokerGroupStatus
+// BrokerGroupStatus is one broker group in a Cluster: its nodes, its
+// leader, whether it takes sends.
+type BrokerGroupStatus = transport.BrokerGroupStatus
 
 // Route is where a subject lives.
 type Route = transport.Route
 
-// GroupRoute is one broker group of a Route.
-type GroupRoute = transport.BrokerGroupRoute
+// BrokerGroupRoute is one broker group of a Route.
+type BrokerGroupRoute = transport.BrokerGroupRoute
 
-// MetaGroup names the metaserver group in Join, Leave and TransferLeader.
-const MetaGroup = limits.MetaGroup
+// BrokerGroupDelays is one broker group's pending delayed messages, by
+// hour of delivery and by subject.
+type BrokerGroupDelays = transport.Delays
 
-// Admin runs operator requests against a cluster: through any metaserver
+// MetaGroup names the metaserver's own Raft group in Join, Leave and
+// TransferLeader, where a broker group's name goes otherwise.
+const MetaGroup = "meta"
+
+// MetaGroup is the brokers' name for it: the build fails if it differs
+// (a duplicate key does not compile).
+var _ = map[bool]int{false: 0, MetaGroup == limits.MetaGroup: 1}
+
+// Client runs operator requests against a cluster: through any metaserver
 // node, or any broker node (which forwards to its metaserver).
-type Admin struct {
+type Client struct {
 	dial transport.Dialer // for the metaserver and every group it names
 	c    *transport.LeaderClient
 }
 
-// NewAdmin returns an Admin for the cluster at servers. Its options are a
-// ConnOption (WithTLS, WithTLSConfig).
-func NewAdmin(servers string, opts ...AdminOption) (*Admin, error) {
-	var o adminOptions
-	for _, opt := range opts {
-		opt.applyAdmin(&o)
-	}
-	if o.conn.err != nil {
-		return nil, o.conn.err
-	}
-	c, err := o.conn.dial.NewLeaderClient(transport.SplitServers(servers))
+// New returns a Client for the cluster at servers: a comma-separated
+// HOST:PORT list of metaserver or broker nodes (any one will do), as
+// qmq.NewProducer takes. Its options say how to connect, as they do for
+// the data-plane clients: qmq.WithTLS or qmq.WithTLSConfig, and
+// qmq.WithApp (an admin application's, for most requests).
+func New(servers string, opts ...qmq.ConnOption) (*Client, error) {
+	dial, err := sdk.Dial(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{dial: o.conn.dial, c: c}, nil
+	c, err := dial.NewLeaderClient(transport.SplitServers(servers))
+	if err != nil {
+		return nil, sdk.Error(err)
+	}
+	return &Client{dial: dial, c: c}, nil
 }
 
-// Servers returns the addresses the Admin was given.
-func (a *Admin) Servers() []string { return a.c.Servers() }
+// Servers returns the addresses the Client was given.
+func (a *Client) Servers() []string { return a.c.Servers() }
 
 // Status asks the node at addr for its status (no redirect to the leader).
-func (a *Admin) Status(ctx context.Context, addr string) (*Status, error) {
+func (a *Client) Status(ctx context.Context, addr string) (*Status, error) {
 	var st Status
 	return &st, a.nodeCall(ctx, addr, transport.TypeStatus, &st)
 }
 
 // nodeCall sends a request without payload to the node at addr (no
 // redirect) and decodes its JSON answer into out.
-func (a *Admin) nodeCall(ctx context.Context, addr string, t transport.Type, out any) error {
+func (a *Client) nodeCall(ctx context.Context, addr string, t transport.Type, out any) error {
 	conn, err := a.c.Conn(ctx, addr)
 	if err != nil {
-		return err
+		return sdk.Error(err)
 	}
 	body, err := conn.Call(ctx, t, nil)
 	if err != nil {
-		return err
+		return sdk.Error(err)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s from %s: %w", t, addr, err)
@@ -82,14 +94,14 @@ func (a *Admin) nodeCall(ctx context.Context, addr string, t transport.Type, out
 
 // call sends a JSON request through the metaserver and decodes the JSON
 // answer into out, unless out is nil.
-func (a *Admin) call(ctx context.Context, t transport.Type, req, out any) error {
+func (a *Client) call(ctx context.Context, t transport.Type, req, out any) error {
 	var payload []byte
 	if req != nil {
 		payload, _ = json.Marshal(req)
 	}
 	body, err := a.c.Call(ctx, t, payload)
 	if err != nil || out == nil {
-		return err
+		return sdk.Error(err)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("qmq: %s: %w", t, err)
@@ -98,20 +110,20 @@ func (a *Admin) call(ctx context.Context, t transport.Type, req, out any) error 
 }
 
 // Cluster returns the metaserver's view of the cluster.
-func (a *Admin) Cluster(ctx context.Context) (*Cluster, error) {
+func (a *Client) Cluster(ctx context.Context) (*Cluster, error) {
 	var c Cluster
 	return &c, a.call(ctx, transport.TypeCluster, nil, &c)
 }
 
 // Route returns where subject lives; a subject nothing was sent to or
 // consumed from has no route, which is INVALID.
-func (a *Admin) Route(ctx context.Context, subject string) (*Route, error) {
+func (a *Client) Route(ctx context.Context, subject string) (*Route, error) {
 	var r Route
 	return &r, a.call(ctx, transport.TypeRoute, transport.RouteRequest{Subject: subject, Lookup: true}, &r)
 }
 
 // Subjects returns every subject's route.
-func (a *Admin) Subjects(ctx context.Context) ([]Route, error) {
+func (a *Client) Subjects(ctx context.Context) ([]Route, error) {
 	var rs []Route
 	return rs, a.call(ctx, transport.TypeSubjects, nil, &rs)
 }
@@ -123,7 +135,7 @@ func (a *Admin) Subjects(ctx context.Context) ([]Route, error) {
 // added, with the settings the earlier broker groups hold (an operator's
 // `group set` reached only those), at the earliest message: everything a
 // new broker group stores came after they existed.
-func (a *Admin) Assign(ctx context.Context, subject string, groups []string, count int) (*Route, error) {
+func (a *Client) Assign(ctx context.Context, subject string, brokerGroups []string, count int) (*Route, error) {
 	before, err := a.Route(ctx, subject)
 	switch {
 	case transport.CodeOf(err) == transport.Invalid:
@@ -132,7 +144,7 @@ func (a *Admin) Assign(ctx context.Context, subject string, groups []string, cou
 		return nil, err
 	}
 	var r Route
-	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, BrokerGroups: groups, Count: count}, &r); err != nil {
+	if err := a.call(ctx, transport.TypeAssign, transport.AssignRequest{Subject: subject, BrokerGroups: brokerGroups, Count: count}, &r); err != nil {
 		return &r, err
 	}
 	if err := a.carrySettings(ctx, before, &r); err != nil {
@@ -144,7 +156,7 @@ func (a *Admin) Assign(ctx context.Context, subject string, groups []string, cou
 
 // carrySettings sets each consumer group of after, as an earlier broker
 // group of before holds it, in the broker groups after adds.
-func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
+func (a *Client) carrySettings(ctx context.Context, before, after *Route) error {
 	if before == nil || len(after.BrokerGroups) == len(before.BrokerGroups) {
 		return nil
 	}
@@ -152,8 +164,8 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 	for _, g := range before.BrokerGroups {
 		old[g.Name] = true
 	}
-	for _, group := range after.ConsumerGroups {
-		v, err := a.ConsumerGroup(ctx, after.Subject, group)
+	for _, consumerGroup := range after.ConsumerGroups {
+		v, err := a.ConsumerGroup(ctx, after.Subject, consumerGroup)
 		if errors.Is(err, ErrNoConsumerGroup) {
 			continue // recorded, but no broker group holds it: nothing to carry
 		}
@@ -165,7 +177,7 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 			continue // no earlier broker group knows it: nothing to carry
 		}
 		s := v.BrokerGroups[i].Settings
-		req := transport.SetConsumerGroupRequest{Subject: after.Subject, ConsumerGroup: group, MaxDeliveries: &s.MaxDeliveries,
+		req := transport.SetConsumerGroupRequest{Subject: after.Subject, ConsumerGroup: consumerGroup, MaxDeliveries: &s.MaxDeliveries,
 			RetryFirst: &s.RetryFirst, RetryMax: &s.RetryMax, AckWait: &s.AckWait, MaxInFlight: &s.MaxInFlight,
 			IdleExpiry: &s.IdleExpiry, Start: transport.StartEarliest}
 		for _, g := range after.BrokerGroups {
@@ -181,21 +193,21 @@ func (a *Admin) carrySettings(ctx context.Context, before, after *Route) error {
 	return nil
 }
 
-// SetWritable drains a broker group (false: producers stop sending to it,
+// SetWritable drains brokerGroup (false: producers stop sending to it,
 // consumers finish what it holds) or opens it again (true).
-func (a *Admin) SetWritable(ctx context.Context, group string, writable bool) error {
-	return a.call(ctx, transport.TypeSetWritable, transport.SetWritableRequest{BrokerGroup: group, Writable: writable}, nil)
+func (a *Client) SetWritable(ctx context.Context, brokerGroup string, writable bool) error {
+	return a.call(ctx, transport.TypeSetWritable, transport.SetWritableRequest{BrokerGroup: brokerGroup, Writable: writable}, nil)
 }
 
-// groupClient returns a client for the nodes of group (MetaGroup for the
-// metaserver group), found through the metaserver.
-func (a *Admin) groupClient(ctx context.Context, group string) (*transport.LeaderClient, error) {
+// groupClient returns a client for the nodes of brokerGroup (MetaGroup for
+// the metaserver group), found through the metaserver.
+func (a *Client) groupClient(ctx context.Context, brokerGroup string) (*transport.LeaderClient, error) {
 	c, err := a.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var servers []string
-	if group == MetaGroup {
+	if brokerGroup == MetaGroup {
 		for _, m := range c.Meta.Members {
 			if m.ClientAddr != "" {
 				servers = append(servers, m.ClientAddr)
@@ -203,85 +215,86 @@ func (a *Admin) groupClient(ctx context.Context, group string) (*transport.Leade
 		}
 	}
 	for _, g := range c.BrokerGroups {
-		if g.Name == group {
+		if g.Name == brokerGroup {
 			for _, n := range g.Nodes {
 				servers = append(servers, n.ClientAddr)
 			}
 		}
 	}
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("qmq: no group %q is known to the metaserver: start its first node with --bootstrap (and --meta), then join the others", group)
+		return nil, fmt.Errorf("qmq: no group %q is known to the metaserver: start its first node with --bootstrap (and --meta), then join the others", brokerGroup)
 	}
 	return a.dial.NewLeaderClient(servers)
 }
 
-// groupCall sends a membership request to group's leader. While no node
+// groupCall sends a request to brokerGroup's leader. While no node
 // it knows of leads (a group whose first node has only just started may
 // not have every node registered yet), it asks the metaserver for the
 // group's nodes again; a request that reached a leader is never repeated.
-func (a *Admin) groupCall(ctx context.Context, group string, t transport.Type, req any) error {
-	_, err := a.groupRequest(ctx, group, t, req)
+func (a *Client) groupCall(ctx context.Context, brokerGroup string, t transport.Type, req any) error {
+	_, err := a.groupRequest(ctx, brokerGroup, t, req)
 	return err
 }
 
 // groupRequest is groupCall, returning the leader's answer.
-func (a *Admin) groupRequest(ctx context.Context, group string, t transport.Type, req any) ([]byte, error) {
+func (a *Client) groupRequest(ctx context.Context, brokerGroup string, t transport.Type, req any) ([]byte, error) {
 	b, _ := json.Marshal(req)
 	for {
-		gc, err := a.groupClient(ctx, group)
+		gc, err := a.groupClient(ctx, brokerGroup)
 		if err != nil {
-			return nil, err
+			return nil, sdk.Error(err)
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		body, err := gc.Call(actx, t, b)
 		cancel()
 		gc.Close()
 		if err == nil || ctx.Err() != nil || actx.Err() == nil {
-			return body, err
+			return body, sdk.Error(err)
 		}
 		if code := transport.CodeOf(err); code != transport.NotLeader && code != transport.Unavailable {
-			return nil, err
+			return nil, sdk.Error(err)
 		}
 	}
 }
 
-// Join adds a node to group (a broker group, or MetaGroup) as a voter,
-// through the group's leader.
-func (a *Admin) Join(ctx context.Context, group, id, raftAddr, clientAddr string) error {
-	return a.groupCall(ctx, group, transport.TypeJoin, transport.JoinRequest{ID: id, RaftAddr: raftAddr, ClientAddr: clientAddr})
+// Join adds a node to brokerGroup (or to MetaGroup, the metaserver's) as
+// a voter, through the group's leader.
+func (a *Client) Join(ctx context.Context, brokerGroup, id, raftAddr, clientAddr string) error {
+	return a.groupCall(ctx, brokerGroup, transport.TypeJoin, transport.JoinRequest{ID: id, RaftAddr: raftAddr, ClientAddr: clientAddr})
 }
 
-// Leave removes a node from group, through the group's leader; a broker
-// node is then forgotten by the metaserver too.
-func (a *Admin) Leave(ctx context.Context, group, id string) error {
-	if err := a.groupCall(ctx, group, transport.TypeLeave, transport.LeaveRequest{ID: id}); err != nil {
+// Leave removes a node from brokerGroup (or MetaGroup), through the
+// group's leader; a broker node is then forgotten by the metaserver too.
+func (a *Client) Leave(ctx context.Context, brokerGroup, id string) error {
+	if err := a.groupCall(ctx, brokerGroup, transport.TypeLeave, transport.LeaveRequest{ID: id}); err != nil {
 		return err
 	}
 	c, err := a.Cluster(ctx)
 	if err != nil {
 		return err
 	}
-	if group == MetaGroup || c.Meta.ID == "" { // the metaserver group, or a group without one
+	if brokerGroup == MetaGroup || c.Meta.ID == "" { // the metaserver group, or a group without one
 		return nil
 	}
-	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{BrokerGroup: group, ID: id}, nil)
+	return a.call(ctx, transport.TypeDeregister, transport.DeregisterRequest{BrokerGroup: brokerGroup, ID: id}, nil)
 }
 
-// TransferLeader asks group's leader to hand leadership to node id, or to
-// the most up-to-date voter when id is "", and waits until it is done.
-func (a *Admin) TransferLeader(ctx context.Context, group, id string) error {
-	return a.groupCall(ctx, group, transport.TypeTransfer, transport.TransferRequest{ID: id})
+// TransferLeader asks the leader of brokerGroup (or MetaGroup) to hand
+// leadership to node id, or to the most up-to-date voter when id is "",
+// and waits until it is done.
+func (a *Client) TransferLeader(ctx context.Context, brokerGroup, id string) error {
+	return a.groupCall(ctx, brokerGroup, transport.TypeTransfer, transport.TransferRequest{ID: id})
 }
 
 // Delays returns every broker group's pending delayed messages, by hour of
 // delivery and by subject, each from one node of the group (its leader
 // when it answers).
-func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
+func (a *Client) Delays(ctx context.Context) ([]BrokerGroupDelays, error) {
 	c, err := a.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []transport.Delays
+	var out []BrokerGroupDelays
 	for _, g := range c.BrokerGroups {
 		nodes := slices.Clone(g.Nodes)
 		if i := slices.IndexFunc(nodes, func(n transport.NodeStatus) bool { return n.ID == g.Leader }); i > 0 {
@@ -289,7 +302,7 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 		}
 		var errs []error
 		for _, n := range nodes {
-			var d transport.Delays
+			var d BrokerGroupDelays
 			if err := a.nodeCall(ctx, n.ClientAddr, transport.TypeDelays, &d); err != nil {
 				errs = append(errs, err)
 				continue
@@ -305,40 +318,8 @@ func (a *Admin) Delays(ctx context.Context) ([]transport.Delays, error) {
 	return out, nil
 }
 
-// ForgetGroupResult is what forgetting a consumer group removed from one
-// broker group.
-type ForgetGroupResult struct {
-	BrokerGroup string
-	transport.ForgetConsumerGroupResult
-}
-
-// ForgetConsumerGroup removes consumer group of subject from the state of
-// every broker group of the subject: its position, its queue of messages
-// to deliver again, and its consumers with what they held unacknowledged.
-// For a group that is gone for good; if it consumes again it starts
-// afresh, where its first pull asks (the latest message by default).
-func (a *Admin) ForgetConsumerGroup(ctx context.Context, subject, group string) ([]ForgetGroupResult, error) {
-	r, err := a.Route(ctx, subject)
-	if err != nil {
-		return nil, err
-	}
-	req := transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: group}
-	var out []ForgetGroupResult
-	for _, g := range r.BrokerGroups {
-		res := ForgetGroupResult{BrokerGroup: g.Name}
-		if err := a.brokerCall(ctx, g, transport.TypeForgetConsumerGroup, req, &res.ForgetConsumerGroupResult); err != nil {
-			return out, err
-		}
-		out = append(out, res)
-	}
-	if err := a.call(ctx, transport.TypeMetaForgetConsumerGroup, transport.ForgetConsumerGroupRequest{Subject: subject, ConsumerGroup: group}, nil); err != nil {
-		return out, fmt.Errorf("qmq: forget %s of %s in the metaserver: %w", group, subject, err)
-	}
-	return out, nil
-}
-
-// Close closes the Admin's connections.
-func (a *Admin) Close() error {
+// Close closes the Client's connections.
+func (a *Client) Close() error {
 	a.c.Close()
 	return nil
 }

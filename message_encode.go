@@ -8,11 +8,11 @@ import (
 )
 
 // MarshalBinary encodes m as a message to send: its id, subject, creation
-// time, delivery time, tags, properties and body, in the message log's
-// encoding (message.Message, with index and append time zero). It is for
+// time, delivery time, tags, properties and body, in the encoding brokers
+// store messages in (with no index and no append time). It is for
 // keeping a message to send later, from this process or another (a
 // transactional outbox keeps it in a database row). A message over a
-// limit is refused with an error wrapping message.ErrInvalid
+// limit is refused with an error wrapping ErrInvalidMessage
 // (ErrMessageTooLarge when too large); the subject's name and the delay
 // are checked by Producer.Check and at the send.
 func (m *Message) MarshalBinary() ([]byte, error) {
@@ -22,7 +22,7 @@ func (m *Message) MarshalBinary() ([]byte, error) {
 		w.DeliverAt = m.deliverAt.UnixMilli()
 	}
 	if err := w.Check(); err != nil {
-		return nil, fmt.Errorf("qmq: encode %s: %w", m.id, err)
+		return nil, sdkError(fmt.Errorf("qmq: encode %s: %w", m.id, err))
 	}
 	return w.AppendEncoded(make([]byte, 0, w.EncodedSize())), nil
 }
@@ -34,19 +34,19 @@ func (m *Message) MarshalBinary() ([]byte, error) {
 // resend within the dedup window is stored once. p must be exactly one
 // such encoding: a malformed one, one with an index or an append time (a
 // stored message, not one to send), or one whose id breaks SetID's rules
-// is refused with an error wrapping message.ErrInvalid or
-// ErrInvalidID, and m is left as it was.
+// is refused with an error wrapping ErrInvalidMessage or ErrInvalidID,
+// and m is left as it was.
 func (m *Message) UnmarshalBinary(p []byte) error {
 	w, err := message.Decode(p)
 	if err != nil {
-		return fmt.Errorf("qmq: decode message: %w", err)
+		return sdkError(fmt.Errorf("qmq: decode message: %w", err))
 	}
 	if w.Index != 0 || w.AppendedAt != 0 {
-		return fmt.Errorf("qmq: decode message %.40q: %w: index %d and append time %d of a stored message",
-			w.ID, message.ErrInvalid, w.Index, w.AppendedAt)
+		return sdkError(fmt.Errorf("qmq: decode message %.40q: %w: index %d and append time %d of a stored message",
+			w.ID, message.ErrInvalid, w.Index, w.AppendedAt))
 	}
 	if err := checkID(w.ID); err != nil {
-		return fmt.Errorf("qmq: decode message: %w", err)
+		return sdkError(fmt.Errorf("qmq: decode message: %w", err))
 	}
 	var deliverAt time.Time
 	if w.DeliverAt != 0 {

@@ -73,7 +73,7 @@ func Subscribe(servers, subject, group string, h Handler, opts ...SubscribeOptio
 	}
 	p, err := newPuller(servers, subject, group, pullerOptions{o.consumerOptions})
 	if err != nil {
-		return nil, err
+		return nil, sdkError(err)
 	}
 	s := &Subscription{p: p, opts: o, h: h, closeTimeout: closeTimeout, work: make(chan *Message), freed: make(chan struct{}, 1), toAck: map[settlement][]int64{},
 		flying: map[string]bool{}, ackKick: make(chan struct{}, 1), ackRetry: make(chan struct{}, 1), ackDone: make(chan struct{}),

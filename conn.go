@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/qmqgo/qmq/internal/sdk"
 	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
+
+// DefaultServer is the address `qmqd dev` listens on.
+const DefaultServer = "127.0.0.1:6222"
 
 // TLSFiles names the PEM files a client connects with over TLS. CA is
 // required: the certificates of the authority that signed the cluster's
@@ -21,11 +25,11 @@ type TLSFiles struct {
 	Key  string
 }
 
-// ConnOption says how a Producer, Puller, Subscription or Admin connects
-// to the cluster's nodes; it is an option of NewProducer, NewPuller,
-// Subscribe and NewAdmin alike. Without one a client connects over
-// plaintext TCP and names no application. WithTLS (or WithTLSConfig) and
-// WithApp combine; of two TLS options, the last given wins.
+// ConnOption says how a Producer, Puller, Subscription or admin.Client
+// connects to the cluster's nodes; it is an option of NewProducer,
+// NewPuller, Subscribe and admin.New alike. Without one a client connects
+// over plaintext TCP and names no application. WithTLS (or WithTLSConfig)
+// and WithApp combine; of two TLS options, the last given wins.
 type ConnOption struct {
 	set func(*connection)
 }
@@ -88,19 +92,6 @@ func WithTLSConfig(config *tls.Config) ConnOption {
 	}}
 }
 
-// Errors of a cluster that checks applications: match them with
-// errors.Is. Neither is retried: the credentials or the permissions must
-// change first.
-var (
-	// ErrUnauthenticated: no application was named, or an unknown one, a
-	// wrong or expired secret, or one rotated out since the connection
-	// was made.
-	ErrUnauthenticated error = &transport.Error{Code: transport.Unauthenticated}
-	// ErrPermissionDenied: the application may not do what it asked; the
-	// error names what.
-	ErrPermissionDenied error = &transport.Error{Code: transport.PermissionDenied}
-)
-
 // WithApp makes every connection work for the application code, proved
 // with its secret (`qmqctl app create` makes both). A cluster that checks
 // applications refuses a client without one, or with a wrong secret, with
@@ -120,17 +111,17 @@ func WithApp(code, secret string) ConnOption {
 // warnTLS reports replaced TLS files that do not load.
 func warnTLS(msg string, kv ...any) { slog.Default().Warn("qmq: "+msg, kv...) }
 
+// admin.New takes ConnOptions too: it reads them through sdk.Dial.
+func init() {
+	sdk.Dial = func(opts any) (transport.Dialer, error) {
+		var c connection
+		for _, o := range opts.([]ConnOption) {
+			o.apply(&c)
+		}
+		return c.dial, c.err
+	}
+}
+
 func (o ConnOption) applyProducer(p *producerOptions)   { o.apply(&p.conn) }
 func (o ConnOption) applyPuller(p *pullerOptions)       { o.apply(&p.conn) }
 func (o ConnOption) applySubscribe(p *subscribeOptions) { o.apply(&p.conn) }
-func (o ConnOption) applyAdmin(a *adminOptions)         { o.apply(&a.conn) }
-
-// AdminOption configures NewAdmin: a ConnOption.
-type AdminOption interface {
-	applyAdmin(*adminOptions)
-}
-
-// adminOptions configure an Admin.
-type adminOptions struct {
-	conn connection
-}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,4 +318,44 @@ func TestUnreachableIsErrUnreachable(t *testing.T) {
 		pl.Close()
 	}
 	check("NewPuller", err)
+}
+
+// A broker that refuses a whole send request with a final answer (INVALID,
+// TOO_LARGE) is reported at once, with its answer: not retried until the
+// caller's deadline and reported as a timeout.
+func TestAWholeRequestRefusedIsReportedAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		code transport.Code
+		want error
+	}{
+		{transport.Invalid, nil},
+		{transport.TooLarge, qmq.ErrMessageTooLarge},
+	} {
+		calls := 0
+		var mu sync.Mutex
+		addr := refusingNode(t, func(*transport.SendRequest) ([]byte, error) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			return nil, transport.Errorf(c.code, "the broker refuses this request")
+		})
+		p, err := qmq.NewProducer(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = p.SendMessage(ctx, p.GenerateMessage("orders"))
+		late := ctx.Err()
+		cancel()
+		p.Close()
+		var e *transport.Error
+		if late != nil || !errors.As(err, &e) || e.Code != c.code || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("a send refused whole with %s: %v (the deadline passed: %v), want the broker's answer at once", c.code, err, late)
+		}
+		mu.Lock()
+		if calls != 1 {
+			t.Errorf("a send refused whole with %s was sent %d times, want once", c.code, calls)
+		}
+		mu.Unlock()
+	}
 }

@@ -568,6 +568,10 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 	leave := join(qs, cancel) // cancelled once no caller waits
 	body, err := p.r.group(group).Call(actx, transport.TypeSend, req.Encode())
 	leave()
+	// Read before cancel, which ends actx: an attempt that ran out of its
+	// time (or that no caller waits for any more) is tried again, while a
+	// broker's final answer is reported as it came.
+	attemptOver := actx.Err() != nil
 	cancel()
 	var resp *transport.SendResponse
 	if err == nil {
@@ -584,7 +588,7 @@ func (p *Producer) sendTo(ctx context.Context, group string, qs []*pending) (out
 			// the subject if it has one (the same group else, after a
 			// backoff: a full disk is freed, a drained group reopened).
 			return moveOn, nil, nil
-		case errors.As(err, &e) && e.Retriable(), actx.Err() != nil:
+		case errors.As(err, &e) && e.Retriable(), attemptOver:
 			return tryAgain, nil, nil
 		}
 	}

@@ -183,7 +183,7 @@ func (p *Puller) register(ctx context.Context) error {
 	if len(failed)+len(declined) > 0 {
 		p.log.Warn("qmq: a broker group did not take the consumer's registration (it did not answer, is of an earlier release, "+
 			"or does not know the application yet); a new group starts there by this host's clock",
-			"subject", p.subject, "group", p.group, "error", errors.Join(append(failed, declined...)...))
+			"subject", p.subject, "consumer_group", p.group, "error", errors.Join(append(failed, declined...)...))
 	}
 	return nil
 }
@@ -469,14 +469,14 @@ func (p *Puller) pullGroup(ctx context.Context, t transport.Type, g *groupPuller
 	p.changed = make(chan struct{})
 	if err != nil {
 		if g.err == nil && p.ctx.Err() == nil {
-			p.log.Warn("qmq: pulls from a broker group failing", "subject", p.subject, "group", p.group,
-				"broker-group", g.name, "error", err)
+			p.log.Warn("qmq: pulls from a broker group failing", "subject", p.subject, "consumer_group", p.group,
+				"broker_group", g.name, "error", err)
 		}
 		g.err, g.empty = fmt.Errorf("group %s: %w", g.name, err), true
 		return
 	}
 	if g.err != nil && g.joined {
-		p.log.Info("qmq: pulls from a broker group work again", "subject", p.subject, "group", p.group, "broker-group", g.name)
+		p.log.Info("qmq: pulls from a broker group work again", "subject", p.subject, "consumer_group", p.group, "broker_group", g.name)
 	}
 	g.err, g.joined = nil, true
 	if t == transport.TypePull { // a registration brings nothing by design
@@ -558,7 +558,7 @@ func (p *Puller) Close() error {
 	p.cancel()
 	if left := p.drain(p.ctx); len(left) > 0 {
 		p.log.Info("qmq: closed with pulled messages not returned; they come again once the consumer's session expires",
-			"subject", p.subject, "group", p.group, "messages", len(left))
+			"subject", p.subject, "consumer_group", p.group, "messages", len(left))
 	}
 	p.r.close()
 	return nil

@@ -121,7 +121,7 @@ func (s *Subscription) pullLoop() {
 			if s.pullCtx.Err() != nil {
 				return
 			}
-			s.opts.logger.Warn("qmq: pull failed", "subject", s.p.subject, "group", s.p.group, "error", err)
+			s.opts.logger.Warn("qmq: pull failed", "subject", s.p.subject, "consumer_group", s.p.group, "error", err)
 			wait.Sleep(s.pullCtx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
@@ -168,7 +168,7 @@ func (s *Subscription) heartbeatLoop() {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(s.beatCtx, s.opts.heartbeat)
 			if err := s.p.Heartbeat(ctx); err != nil && s.beatCtx.Err() == nil {
-				s.opts.logger.Warn("qmq: heartbeat failed", "subject", s.p.subject, "group", s.p.group, "error", err)
+				s.opts.logger.Warn("qmq: heartbeat failed", "subject", s.p.subject, "consumer_group", s.p.group, "error", err)
 			}
 			cancel()
 		}
@@ -360,12 +360,12 @@ func (s *Subscription) send(ctx context.Context, timeout time.Duration, pending 
 			case err == nil:
 			case errors.Is(err, ErrStaleAck):
 				s.opts.logger.Info("qmq: "+what+" dropped: the consumer's session had expired; the messages come again",
-					"subject", s.p.subject, "broker-group", k.group, "messages", len(seqs))
+					"subject", s.p.subject, "broker_group", k.group, "messages", len(seqs))
 			case !retriable(err):
 				s.opts.logger.Warn("qmq: "+what+" dropped: the broker refused them", "subject", s.p.subject,
-					"broker-group", k.group, "messages", len(seqs), "error", err)
+					"broker_group", k.group, "messages", len(seqs), "error", err)
 			default:
-				s.opts.logger.Warn("qmq: "+what+" failed", "subject", s.p.subject, "broker-group", k.group, "messages", len(seqs), "error", err)
+				s.opts.logger.Warn("qmq: "+what+" failed", "subject", s.p.subject, "broker_group", k.group, "messages", len(seqs), "error", err)
 				s.ackMu.Lock()
 				s.toAck[k] = append(s.toAck[k], seqs...)
 				s.ackMu.Unlock()

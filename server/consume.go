@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -73,4 +75,67 @@ func (n *Node) handleExtend(ctx context.Context, p []byte) ([]byte, error) {
 	defer cancel()
 	_, err = n.propose(ctx, cmd.Encode())
 	return nil, err
+}
+
+func (n *Node) handleHeartbeat(ctx context.Context, p []byte) ([]byte, error) {
+	req, err := transport.DecodeHeartbeatRequest(p)
+	if err != nil {
+		return nil, err
+	}
+	_, err = n.consumerRequest(ctx, transport.TypeHeartbeat, req.Subject, req.ConsumerGroup, req.Consumer)
+	return nil, err
+}
+
+// consumerRequest checks the names of a consumer's request of type t,
+// that its application may consume the subject as the group, that this
+// node leads (with its clock anchored), and touches the consumer's
+// session: every pull, ack and heartbeat is a sign of life.
+func (n *Node) consumerRequest(ctx context.Context, t transport.Type, subject, group, consumer string) (fsm.ConsumerID, error) {
+	id := fsm.ConsumerID{Subject: subject, ConsumerGroup: group, Consumer: consumer}
+	if err := id.Check(); err != nil {
+		return id, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := accessOf(ctx).consume(t, subject, group); err != nil {
+		return id, err
+	}
+	if !n.isLeader() {
+		return id, n.notLeader()
+	}
+	if err := n.clockReady(n.ctx); err != nil {
+		return id, err
+	}
+	n.sessions.touch(id)
+	return id, nil
+}
+
+// ackGone acknowledges, on the consumer's behalf, entries whose messages
+// retention removed before they could be delivered: nobody can process
+// them, and left unacked they would hold the consumer's ack position back.
+func (n *Node) ackGone(subject string, id fsm.ConsumerID, epoch uint64, seqs []int64) {
+	for _, cmd := range goneAcks(n.clock.now().UnixMilli(), id, epoch, seqs) {
+		ctx, cancel := n.requestContext(n.ctx)
+		_, err := n.propose(ctx, cmd.Encode())
+		cancel()
+		if err != nil {
+			n.log.Warn("acknowledging messages removed by retention", "subject", subject, "consumer", id.Consumer, "error", err)
+			return
+		}
+	}
+}
+
+// goneAcks are the Acks of pull sequences seqs of consumer id: their
+// ranges merged, at most limits.MaxAckRanges an Ack.
+func goneAcks(now int64, id fsm.ConsumerID, epoch uint64, seqs []int64) []*fsm.Ack {
+	ranges := make([]message.AckRange, 0, len(seqs))
+	for _, s := range seqs {
+		ranges = append(ranges, message.AckRange{First: s, Last: s})
+	}
+	ranges = fsm.MergeRanges(ranges)
+	var out []*fsm.Ack
+	for len(ranges) > 0 {
+		part := ranges[:min(len(ranges), limits.MaxAckRanges)]
+		ranges = ranges[len(part):]
+		out = append(out, &fsm.Ack{Now: now, Subject: id.Subject, ConsumerGroup: id.ConsumerGroup, Consumer: id.Consumer, Epoch: epoch, Ranges: part})
+	}
+	return out
 }

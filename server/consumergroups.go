@@ -17,8 +17,8 @@ import (
 // settings, move them, and see, resend or purge their dead letters. Reads
 // answer from this node's replica; changes are proposed by the leader.
 
-// handleGroups lists consumer groups: all, a subject's, or one.
-func (n *Node) handleGroups(p []byte) ([]byte, error) {
+// handleConsumerGroups lists consumer groups: all, a subject's, or one.
+func (n *Node) handleConsumerGroups(p []byte) ([]byte, error) {
 	var req transport.ConsumerGroupsRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func (n *Node) handleGroups(p []byte) ([]byte, error) {
 	// listing too large for a frame stops at the bound.
 	out := append(make([]byte, 0, 64<<10), '[')
 	for i, g := range infos {
-		b, err := json.Marshal(n.groupInfo(g))
+		b, err := json.Marshal(n.consumerGroupInfo(g))
 		if err != nil {
 			return nil, err
 		}
@@ -60,7 +60,7 @@ func (n *Node) handleGroups(p []byte) ([]byte, error) {
 // longest names, take about 3 MiB.
 const maxGroupsReply = transport.DefaultMaxFrame / 2
 
-func (n *Node) groupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGroupInfo {
+func (n *Node) consumerGroupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGroupInfo {
 	s := g.Settings
 	info := transport.ConsumerGroupInfo{BrokerGroup: n.cfg.BrokerGroup, Subject: g.Subject, ConsumerGroup: g.ConsumerGroup,
 		Settings: transport.ConsumerGroupSettings{MaxDeliveries: s.MaxDeliveries, RetryFirst: millis(s.RetryFirst),
@@ -75,8 +75,8 @@ func (n *Node) groupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGroupInfo {
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
-// handleSetGroup changes a group's settings.
-func (n *Node) handleSetGroup(ctx context.Context, p []byte) ([]byte, error) {
+// handleSetConsumerGroup changes a group's settings.
+func (n *Node) handleSetConsumerGroup(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.SetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -101,11 +101,11 @@ func (n *Node) handleSetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	if req.MaxInFlight != nil {
 		cmd.Set, cmd.Settings.MaxInFlight = cmd.Set|fsm.SetMaxInFlight, *req.MaxInFlight
 	}
-	return n.proposeGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group settings changed")
+	return n.proposeConsumerGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group settings changed")
 }
 
-// handleResetGroup moves a group's cursor.
-func (n *Node) handleResetGroup(ctx context.Context, p []byte) ([]byte, error) {
+// handleResetConsumerGroup moves a group's cursor.
+func (n *Node) handleResetConsumerGroup(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.ResetConsumerGroupRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
@@ -114,12 +114,12 @@ func (n *Node) handleResetGroup(ctx context.Context, p []byte) ([]byte, error) {
 	if req.To == transport.StartAtTime {
 		cmd.At = req.At.UnixMilli()
 	}
-	return n.proposeGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group reset")
+	return n.proposeConsumerGroupChange(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() }, req.Subject, "consumer group reset")
 }
 
-// proposeGroupChange proposes an operator's change to a group; apply
+// proposeConsumerGroupChange proposes an operator's change to a group; apply
 // checks the content.
-func (n *Node) proposeGroupChange(ctx context.Context, encode func(now int64) []byte, subject, what string) ([]byte, error) {
+func (n *Node) proposeConsumerGroupChange(ctx context.Context, encode func(now int64) []byte, subject, what string) ([]byte, error) {
 	resp, err := n.proposeAsLeader(ctx, encode)
 	if err != nil {
 		return nil, err
@@ -270,4 +270,28 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 		n.notify.kick(req.Subject)
 	}
 	return json.Marshal(transport.DeadLetterOpResult{Done: r.Done})
+}
+
+// handleForgetConsumerGroup removes a consumer group from the group's state.
+func (n *Node) handleForgetConsumerGroup(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.ForgetConsumerGroupRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	cmd := &fsm.Forget{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup}
+	if err := fsm.CheckName("subject", req.Subject); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if err := fsm.CheckName("consumer group", req.ConsumerGroup); err != nil {
+		return nil, transport.Errorf(transport.Invalid, "%v", err)
+	}
+	resp, err := n.proposeAsLeader(ctx, func(now int64) []byte { cmd.Now = now; return cmd.Encode() })
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*fsm.ForgetResult)
+	if r.Known {
+		n.log.Info("consumer group forgotten", "subject", req.Subject, "consumer-group", req.ConsumerGroup, "consumers", r.Consumers, "unacked", r.Unacked)
+	}
+	return json.Marshal(transport.ForgetConsumerGroupResult{Known: r.Known, Consumers: r.Consumers, Unacked: r.Unacked})
 }

@@ -10,7 +10,7 @@
 //
 //	a, err := admin.New("127.0.0.1:6222", qmq.WithTLS(files), qmq.WithApp("ops", secret))
 //	c, err := a.Cluster(ctx)
-//	for _, g := range c.Groups {
+//	for _, g := range c.BrokerGroups {
 //		fmt.Println(g.Name, g.Leader, g.Writable)
 //	}
 //

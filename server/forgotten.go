@@ -75,7 +75,7 @@ func (f *forgottenGroups) report(subject, group string) {
 	default:
 		if ok, held := f.dropped.Allow(); ok {
 			f.log.Warn("too many forgotten consumer groups to tell the metaserver of; their records stay counted",
-				"subject", subject, "consumer-group", group, "suppressed", held)
+				"subject", subject, "consumer_group", group, "suppressed", held)
 		}
 	}
 }
@@ -151,7 +151,7 @@ func (f *forgottenGroups) run(ctx context.Context, broker string, send func(cont
 			}
 			if try == forgottenTries {
 				f.log.Warn("telling the metaserver of a forgotten consumer group; its record stays counted",
-					"subject", req.Subject, "consumer-group", req.ConsumerGroup, "error", err)
+					"subject", req.Subject, "consumer_group", req.ConsumerGroup, "error", err)
 				break
 			}
 			if !wait.Sleep(ctx, backoff) {

@@ -47,7 +47,7 @@ func (n *Node) runUpkeep(ctx context.Context) {
 				continue
 			}
 			if r, ok := resp.(*fsm.ForgetResult); ok && r.Known {
-				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer-group", g.ConsumerGroup, "idle-for", millis(g.IdleFor))
+				n.log.Info("idle consumer group forgotten", "subject", g.Subject, "consumer_group", g.ConsumerGroup, "idle-for", millis(g.IdleFor))
 				n.forgotten.report(g.Subject, g.ConsumerGroup)
 			}
 		}

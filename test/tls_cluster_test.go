@@ -190,7 +190,7 @@ func allTLSOn(t *testing.T, meta *Cluster) {
 				TLS   bool   `json:"tls"`
 				Error string `json:"error"`
 			} `json:"meta"`
-			Groups []transport.BrokerGroupStatus `json:"broker_groups"`
+			Groups []transport.BrokerGroupStatus `json:"groups"`
 		}
 		if err := meta.CtlJSON(&st, "--server", meta.ClientAddrs(), "status"); err != nil {
 			return err

@@ -86,7 +86,7 @@ type Member struct {
 // subject: its position, its redelivery queue and its consumers.
 type ForgetConsumerGroupRequest struct {
 	Subject       string `json:"subject"`
-	ConsumerGroup string `json:"consumer_group"`
+	ConsumerGroup string `json:"group"`
 	// Broker, sent to the metaserver by a broker group's leader, says
 	// that broker group forgot the group by itself (idle, or gone with its
 	// last consumer before the subject had a message): the metaserver's
@@ -107,7 +107,7 @@ type ForgetConsumerGroupResult struct {
 // Delays answers TypeDelays: a broker group's pending delayed messages as
 // one replica holds them.
 type Delays struct {
-	BrokerGroup  string           `json:"broker_group"`
+	BrokerGroup  string           `json:"group"`
 	Node         string           `json:"node"`
 	AppliedIndex uint64           `json:"applied_index"`
 	Pending      int64            `json:"pending"`

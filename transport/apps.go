@@ -73,7 +73,7 @@ type AppInfo struct {
 	// Subjects and Groups are the routes and consumer groups recorded as
 	// created by the application.
 	Subjects       int `json:"subjects"`
-	ConsumerGroups int `json:"consumer_groups"`
+	ConsumerGroups int `json:"groups"`
 	// Secrets is 1, or 2 after a rotation with a grace: then
 	// OldSecretExpires is when the old one stops working (Unix
 	// milliseconds), which may be past.

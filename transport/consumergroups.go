@@ -10,7 +10,7 @@ import "time"
 // those of Subject, or the one named by Subject and Group.
 type ConsumerGroupsRequest struct {
 	Subject       string `json:"subject,omitempty"`
-	ConsumerGroup string `json:"consumer_group,omitempty"`
+	ConsumerGroup string `json:"group,omitempty"`
 }
 
 // ConsumerGroupSettings is how a consumer group consumes (see the state machine's
@@ -28,7 +28,7 @@ type ConsumerGroupSettings struct {
 type ConsumerGroupInfo struct {
 	BrokerGroup   string                `json:"broker_group"`
 	Subject       string                `json:"subject"`
-	ConsumerGroup string                `json:"consumer_group"`
+	ConsumerGroup string                `json:"group"`
 	Settings      ConsumerGroupSettings `json:"settings"`
 	Cursor        int64                 `json:"cursor"`       // the next sequence to hand out
 	End           int64                 `json:"end"`          // the subject's next sequence
@@ -48,7 +48,7 @@ type ConsumerGroupInfo struct {
 // group at Start if it does not exist.
 type SetConsumerGroupRequest struct {
 	Subject       string         `json:"subject"`
-	ConsumerGroup string         `json:"consumer_group"`
+	ConsumerGroup string         `json:"group"`
 	MaxDeliveries *uint32        `json:"max_deliveries,omitempty"`
 	RetryFirst    *time.Duration `json:"retry_first,omitempty"`
 	RetryMax      *time.Duration `json:"retry_max,omitempty"`
@@ -62,7 +62,7 @@ type SetConsumerGroupRequest struct {
 // ResetConsumerGroupRequest moves a consumer group to To (StartAt for StartAtTime).
 type ResetConsumerGroupRequest struct {
 	Subject       string        `json:"subject"`
-	ConsumerGroup string        `json:"consumer_group"`
+	ConsumerGroup string        `json:"group"`
 	To            StartPosition `json:"to"`
 	At            time.Time     `json:"at,omitzero"`
 }
@@ -77,7 +77,7 @@ type ConsumerGroupResult struct {
 // id and size; or, with Seq set, reads that one dead letter whole.
 type DeadLettersRequest struct {
 	Subject       string `json:"subject"`
-	ConsumerGroup string `json:"consumer_group"`
+	ConsumerGroup string `json:"group"`
 	Offset        int    `json:"offset,omitempty"`
 	Limit         int    `json:"limit,omitempty"`
 	Seq           *int64 `json:"seq,omitempty"`
@@ -120,7 +120,7 @@ const (
 // purges the dead letters named by Seqs, or with All every one.
 type DeadLetterOpRequest struct {
 	Subject       string       `json:"subject"`
-	ConsumerGroup string       `json:"consumer_group"`
+	ConsumerGroup string       `json:"group"`
 	Op            DeadLetterOp `json:"op"`
 	All           bool         `json:"all,omitempty"`
 	Seqs          []int64      `json:"seqs,omitempty"`

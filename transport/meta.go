@@ -33,7 +33,7 @@ type RouteRequest struct {
 // consumers pull from all of them.
 type Route struct {
 	Subject        string             `json:"subject"`
-	BrokerGroups   []BrokerGroupRoute `json:"broker_groups"`
+	BrokerGroups   []BrokerGroupRoute `json:"groups"`
 	ConsumerGroups []string           `json:"consumer_groups,omitempty"`
 	// ConsumerKnown says the consumer group the request named was
 	// recorded before it: a hint only, since any lookup naming a group
@@ -60,7 +60,7 @@ type BrokerGroupRoute struct {
 // RegisterRequest announces a broker node to the metaserver. Nodes send it
 // on every start; it is idempotent.
 type RegisterRequest struct {
-	BrokerGroup string `json:"broker_group"`
+	BrokerGroup string `json:"group"`
 	ID          string `json:"id"`
 	RaftAddr    string `json:"raft_addr"`
 	ClientAddr  string `json:"client_addr"`
@@ -69,7 +69,7 @@ type RegisterRequest struct {
 
 // DeregisterRequest makes the metaserver forget a broker node.
 type DeregisterRequest struct {
-	BrokerGroup string `json:"broker_group"`
+	BrokerGroup string `json:"group"`
 	ID          string `json:"id"`
 }
 
@@ -119,14 +119,14 @@ type HeartbeatReply struct {
 // group with SetWritableRequest instead.
 type AssignRequest struct {
 	Subject      string   `json:"subject"`
-	BrokerGroups []string `json:"broker_groups,omitempty"`
+	BrokerGroups []string `json:"groups,omitempty"`
 	Count        int      `json:"count,omitempty"`
 }
 
 // SetWritableRequest drains a broker group (Writable false: no new sends,
 // consumers finish what it holds) or opens it again.
 type SetWritableRequest struct {
-	BrokerGroup string `json:"broker_group"`
+	BrokerGroup string `json:"group"`
 	Writable    bool   `json:"writable"`
 }
 
@@ -135,7 +135,7 @@ type Cluster struct {
 	// Meta is the answering metaserver leader's own status; its Members are
 	// the metaserver group.
 	Meta         Status              `json:"meta"`
-	BrokerGroups []BrokerGroupStatus `json:"broker_groups"`
+	BrokerGroups []BrokerGroupStatus `json:"groups"`
 	// Subjects is how many subjects have routes.
 	Subjects int `json:"subjects"`
 }

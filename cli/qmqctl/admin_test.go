@@ -36,7 +36,7 @@ func TestLeaveOfANonMember(t *testing.T) {
 			Nodes []struct {
 				ID string `json:"id"`
 			} `json:"nodes"`
-		} `json:"broker_groups"`
+		} `json:"groups"`
 	}
 	runJSON(t, &st, "--server", srv, "status")
 	if len(st.Groups) != 2 || len(st.Groups[0].Nodes) != 1 || len(st.Groups[1].Nodes) != 1 {
@@ -83,7 +83,7 @@ func TestStatusDownAndCheck(t *testing.T) {
 			Nodes []struct {
 				State string `json:"state"`
 			} `json:"nodes"`
-		} `json:"broker_groups"`
+		} `json:"groups"`
 	}
 	b, _, status := runCLIStatus("--server", srv, "status", "--check", "--json")
 	if err := json.Unmarshal([]byte(b), &st); err != nil || status != 1 || len(st.Problems) != 2 || st.Groups[1].Nodes[0].State != "DOWN" {

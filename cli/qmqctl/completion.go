@@ -66,7 +66,10 @@ _PROG_complete() {
   local cur="${COMP_WORDS[COMP_CWORD]}"
   local words=("${COMP_WORDS[@]:0:COMP_CWORD}")
   local IFS=$'\n'
-  local opts
+  local opts w
+  # After "--" only arguments follow, and PROG would run the command
+  # rather than complete it: leave those words to bash.
+  for w in "${words[@]}"; do [[ "$w" == "--" ]] && return 0; done
   if [[ "$cur" == -* ]]; then
     opts=$("${words[@]}" "$cur" --generate-bash-completion 2>/dev/null)
   else
@@ -85,6 +88,12 @@ const zshCompletion = `#compdef PROG
 _PROG() {
   local -a opts
   local cur="${words[CURRENT]}"
+  # After "--" only arguments follow, and PROG would run the command
+  # rather than complete it: complete file names instead.
+  if (( ${words[(I)--]} && ${words[(I)--]} < CURRENT )); then
+    _files
+    return
+  fi
   if [[ "$cur" == -* ]]; then
     opts=("${(@f)$("${(@)words[1,CURRENT-1]}" "$cur" --generate-bash-completion 2>/dev/null)}")
   else

@@ -72,6 +72,16 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("completing %q: %q, want %q", c.words, got, c.want)
 		}
 	}
+	// After "--" only arguments follow: nothing is offered, and the command
+	// is not run (urfave/cli would take the completion flag for an
+	// argument and send, ack or purge for real).
+	if got := complete("qmqctl", "send", "--server", "127.0.0.1:1", "--subject", "x", "--", ""); len(got) != 0 {
+		t.Errorf("completing after --: %q, want nothing", got)
+	}
+	out, stderr, status := runCLIStatus("send", "--server", "127.0.0.1:1", "--subject", "x", "--", "--generate-bash-completion")
+	if status != 0 || out != "" || stderr != "" {
+		t.Errorf("a completion request after --: exit status %d, stdout %q, stderr %q; want 0 and nothing (the command not run)", status, out, stderr)
+	}
 	// The old name `group` is not offered.
 	if got := complete("qmqctl", "gro"); len(got) != 0 {
 		t.Errorf("completing gro: %q, want nothing (group is a hidden old name)", got)

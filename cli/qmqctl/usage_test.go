@@ -28,6 +28,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"consumer-group", "lst"}, "qmqctl consumer-group: unknown command lst (did you mean list?)"},
 		{[]string{"broker-group", "read-only", "g1"}, "qmqctl broker-group: unknown command read-only (did you mean readonly?)"},
 		{[]string{"frobnicate"}, "qmqctl: unknown command frobnicate"},
+		{[]string{"consumer-group"}, "qmqctl consumer-group: missing command (one of list, show, set, reset; --help says what each does)"},
+		{[]string{"broker-group"}, "qmqctl broker-group: missing command (one of transfer-leader, readonly, writable; --help says what each does)"},
 		{[]string{"help", "sendd"}, "qmqctl: unknown command sendd (did you mean send?)"},
 		{[]string{"status", "--sever", "x"}, "qmqctl status: unknown flag --sever (did you mean --server?)"},
 		{[]string{"--sever", "x", "status"}, "qmqctl: unknown flag --sever (did you mean --server?)"},
@@ -54,7 +56,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("qmqctl %s: exit status %d, stderr %q, stdout %q; want 2, %q and nothing", strings.Join(c.args, " "), status, stderr, out, c.want)
 		}
 	}
-	for _, args := range [][]string{{"--help"}, {"send", "--help"}, {"help", "consumer-group", "set"}, {"consumer-group"}, {}} {
+	for _, args := range [][]string{{"--help"}, {"send", "--help"}, {"help", "consumer-group", "set"}, {"consumer-group", "--help"}, {}} {
 		out, stderr, status := runCLIStatus(args...)
 		if status != 0 || stderr != "" || !strings.Contains(out, "USAGE") {
 			t.Errorf("qmqctl %s: exit status %d, stderr %q, stdout %q; want the help", strings.Join(args, " "), status, stderr, out)

@@ -221,7 +221,7 @@ func (m *Server) handleForgetGroup(ctx context.Context, p []byte) ([]byte, error
 		return nil, err
 	}
 	if req.Broker == "" {
-		m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer-group", req.ConsumerGroup)
+		m.log.Info("consumer group record forgotten", "subject", req.Subject, "consumer_group", req.ConsumerGroup)
 	}
 	return nil, nil
 }

@@ -75,6 +75,12 @@ const argsKey = "cmdline.args"
 // set it up, with the global flags found after the command moved before
 // it.
 func Execute(app *cli.App, args []string) error {
+	if n := len(args); n > 0 && args[n-1] == completionFlag && slices.Contains(args[:n-1], "--") {
+		// A completion script asking about words after "--": urfave/cli
+		// would take the flag for an argument and run the command. Words
+		// after "--" are arguments, with nothing to offer.
+		return nil
+	}
 	Prepare(app)
 	args = MoveGlobalFlags(app, args)
 	if app.Metadata == nil {
@@ -234,7 +240,9 @@ func parentAction(c *cli.Context) error {
 	if c.Command.Name == c.App.Name || c.Command.Name == "" {
 		return cli.ShowAppHelp(c)
 	}
-	return cli.ShowSubcommandHelp(c)
+	// A script that builds the subcommand from an empty variable must not
+	// read help on stdout and exit 0 as a success.
+	return Usagef(c, "missing command (one of %s; --help says what each does)", strings.Join(commandNames(c.Command.Subcommands), ", "))
 }
 
 // commandNames are the names and aliases of the visible commands.

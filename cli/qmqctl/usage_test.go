@@ -28,6 +28,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"consumer-group", "lst"}, "qmqctl consumer-group: unknown command lst (did you mean list?)"},
 		{[]string{"broker-group", "read-only", "g1"}, "qmqctl broker-group: unknown command read-only (did you mean readonly?)"},
 		{[]string{"frobnicate"}, "qmqctl: unknown command frobnicate"},
+		{[]string{"status", "extra"}, `qmqctl status: takes no arguments, got ["extra"]`},
 		{[]string{"consumer-group"}, "qmqctl consumer-group: missing command (one of list, show, set, reset; --help says what each does)"},
 		{[]string{"broker-group"}, "qmqctl broker-group: missing command (one of transfer-leader, readonly, writable; --help says what each does)"},
 		{[]string{"help", "sendd"}, "qmqctl: unknown command sendd (did you mean send?)"},

@@ -180,6 +180,16 @@ func prepare(app *cli.App, c *cli.Command) {
 	if len(c.Subcommands) > 0 && c.Action == nil {
 		c.Action = parentAction
 	}
+	if action := c.Action; len(c.Subcommands) == 0 && action != nil && c.ArgsUsage == "" && !c.SkipFlagParsing && c.Name != "help" {
+		// A command that takes no argument refuses one rather than ignore
+		// it: `status extra` is a mistake, not a status.
+		c.Action = func(ctx *cli.Context) error {
+			if ctx.NArg() > 0 {
+				return Usagef(ctx, "takes no arguments, got %q", ctx.Args().Slice())
+			}
+			return action(ctx)
+		}
+	}
 	for _, s := range c.Subcommands {
 		prepare(app, s)
 	}

@@ -51,6 +51,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/test/ctljson"
 	"github.com/qmqgo/qmq/test/netproxy"
 )
 
@@ -826,7 +827,7 @@ func (c *Cluster) CtlJSON(out any, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("qmqctl %s: %w\n%s%s", strings.Join(args, " "), err, b, stderr.String())
 	}
-	if err := decodeCtlJSON(b, out); err != nil {
+	if err := ctljson.Decode(b, out); err != nil {
 		return fmt.Errorf("qmqctl %s: decoding %q: %w", strings.Join(args, " "), b, err)
 	}
 	return nil

@@ -1,4 +1,7 @@
-package test
+// Package ctljson decodes qmqctl's --json output in tests: as
+// encoding/json does, but for each time.Duration, which qmqctl writes as
+// a Go duration string ("1.5s").
+package ctljson
 
 import (
 	"bytes"
@@ -8,10 +11,10 @@ import (
 	"time"
 )
 
-// decodeCtlJSON decodes qmqctl's --json output into out: what
-// encoding/json decodes, but for each time.Duration of out's type, which
-// qmqctl writes as a Go duration string ("1.5s").
-func decodeCtlJSON(b []byte, out any) error {
+// Decode decodes qmqctl's --json output into out: what encoding/json
+// decodes, but for each time.Duration of out's type, which qmqctl writes
+// as a Go duration string ("1.5s").
+func Decode(b []byte, out any) error {
 	var x any
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

@@ -199,7 +199,7 @@ var brokerConfigColumns = []struct {
 	{"index-segment-size", func(c admin.BrokerGroupConfig) string { return byteSize(c.Config.IndexSegmentSize) }},
 	{"source", func(c admin.BrokerGroupConfig) string {
 		if c.Config.Source == "broker-group" {
-			return fmt.Sprintf("group@%d", c.Config.Index)
+			return fmt.Sprintf("broker-group@%d", c.Config.Index)
 		}
 		return c.Config.Source
 	}},

@@ -45,7 +45,7 @@ func TestConfigCommands(t *testing.T) {
 		}
 	}
 	text := mustRun(t, "--server", server, "status")
-	if !strings.Contains(text, "BROKER-GROUP") || !strings.Contains(text, "group@") {
+	if !strings.Contains(text, "BROKER-GROUP") || !strings.Contains(text, "broker-group@") {
 		t.Errorf("status shows no configuration:\n%s", text)
 	}
 

@@ -73,6 +73,9 @@ type Schedule struct {
 	// since the last checkpoint), and the checkpoint would call lost data
 	// durable. One descriptor open for the schedule's life sees them all.
 	dirFile *os.File
+	// syncfs says Sync may trust one syncfs(2) (syncfsTrusted), asked once
+	// when the schedule opens: the kernel does not change under it.
+	syncfs bool
 
 	mu      sync.Mutex
 	open    map[int64]*hourLog
@@ -148,7 +151,7 @@ func OpenSchedule(dir string, maxOpen int, known map[int64]HourEnds, files *logs
 	if err != nil {
 		return nil, fmt.Errorf("delaywheel: open schedule directory: %w", err)
 	}
-	s := &Schedule{dir: dir, maxOpen: maxOpen, files: files, dirFile: dirFile,
+	s := &Schedule{dir: dir, maxOpen: maxOpen, files: files, dirFile: dirFile, syncfs: syncfsTrusted(),
 		open: map[int64]*hourLog{}, closed: map[int64]*closedHour{}, written: map[int64]bool{}}
 	for hour, e := range known {
 		s.closed[hour] = &closedHour{ends: e, fresh: true}
@@ -661,7 +664,7 @@ func (s *Schedule) Sync() error {
 	if len(s.written) == 0 {
 		return nil
 	}
-	if err := syncHours(s.dirFile, s.written); err != nil {
+	if err := syncHours(s.dirFile, s.written, s.syncfs); err != nil {
 		return fmt.Errorf("delaywheel: sync schedule: %w", err)
 	}
 	clear(s.written)

@@ -31,21 +31,22 @@ func syncfsTrusted() bool {
 }
 
 // syncHours makes the files and directories of the hours written since
-// the last sync durable. Where there is syncfs(2) (Linux), one syncfs of
+// the last sync durable. With trustSyncfs (syncfsTrusted, asked once when
+// the schedule opens), one syncfs(2) of
 // the file system holding the schedule directory dir does it for all of
 // them at once, however many hours they are. dir must be the descriptor
 // the schedule opened when it opened (see Schedule.dirFile): syncfs
 // reports the write-back errors of the file system since its descriptor
 // was opened, so a descriptor opened now would not report an error from
 // before, met while writing back an hour closed since the last sync.
-// Elsewhere, and on a kernel whose syncfs reports no write-back errors
-// (syncfsTrusted), each file and directory of those hours is fsynced, and
-// then dir, through the descriptor the schedule keeps open.
-func syncHours(dir *os.File, hours map[int64]bool) error {
+// Without it (no syncfs, or a kernel whose syncfs reports no write-back
+// errors) each file and directory of those hours is fsynced, and then
+// dir, through the descriptor the schedule keeps open.
+func syncHours(dir *os.File, hours map[int64]bool, trustSyncfs bool) error {
 	if dir == nil {
 		return os.ErrClosed
 	}
-	if syncfsTrusted() {
+	if trustSyncfs {
 		return syncfs(dir)
 	}
 	for hour := range hours {

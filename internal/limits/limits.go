@@ -128,3 +128,13 @@ const (
 	// pending in a broker group (auth.App.MaxDelayed).
 	MaxDelayed = 1 << 30
 )
+
+// Message queries (lookup by id, listing and browsing a subject) are
+// bounded: a query returns at most MaxQueryResults messages and reads at
+// most its scan budget of consume-log entries (DefaultScanBudget unless it
+// names one, at most MaxScanBudget), then says it was truncated.
+const (
+	MaxQueryResults   = 1000
+	DefaultScanBudget = 100_000
+	MaxScanBudget     = 1_000_000
+)

@@ -23,6 +23,11 @@ const (
 	MaxBodyLen     = 8 << 20
 )
 
+// KeyProperty is the property that holds a message's business key (an
+// order number, an account): a query can select a subject's messages by
+// it. The SDK sets it with Message.SetKey.
+const KeyProperty = "qmq.key"
+
 // The first byte of every encoded message: version 2 adds a delivery time
 // and is used only for messages that have one, so that every message has
 // exactly one encoding.

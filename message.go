@@ -135,6 +135,14 @@ func (m *Message) SetBool(key string, v bool) { m.SetString(key, strconv.FormatB
 // SetTime sets a time property (RFC 3339 with nanoseconds).
 func (m *Message) SetTime(key string, v time.Time) { m.SetString(key, v.Format(time.RFC3339Nano)) }
 
+// SetKey sets the message's business key (an order number, an account):
+// the property message.KeyProperty ("qmq.key"), by which a query selects a
+// subject's messages (at most MaxPropertyValueLen bytes, like any property).
+func (m *Message) SetKey(key string) { m.SetString(message.KeyProperty, key) }
+
+// Key returns the message's business key (SetKey), or "" if it has none.
+func (m *Message) Key() string { return m.String(message.KeyProperty) }
+
 // Property returns a property's value and whether it is set.
 func (m *Message) Property(key string) (string, bool) {
 	for _, p := range m.props {

@@ -46,6 +46,26 @@ func TestTypedProperties(t *testing.T) {
 	}
 }
 
+func TestKeyIsTheKeyProperty(t *testing.T) {
+	m := &Message{}
+	if m.Key() != "" {
+		t.Fatalf("Key of a message without one = %q", m.Key())
+	}
+	m.SetKey("order-1")
+	m.SetKey("order-2")
+	if got := m.Key(); got != "order-2" {
+		t.Fatalf("Key = %q, want order-2", got)
+	}
+	// It is the property queries select by, stored once, and it travels.
+	if got := m.Properties(); len(got) != 1 || got[message.KeyProperty] != "order-2" {
+		t.Fatalf("Properties = %v, want only %s=order-2", got, message.KeyProperty)
+	}
+	back := fromLog(m.toLog(time.UnixMilli(1700000000000)), 0, 1, "g1")
+	if got := back.Key(); got != "order-2" {
+		t.Fatalf("Key after the wire = %q", got)
+	}
+}
+
 func TestMessageSurvivesTheWire(t *testing.T) {
 	m := &Message{id: "id", subject: "s", createdAt: time.UnixMilli(1700000000123), body: []byte("b")}
 	m.SetInt("n", 7)

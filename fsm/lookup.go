@@ -27,6 +27,10 @@ type MessageQuery struct {
 	Key     string // only messages whose message.KeyProperty is Key; "" for any
 	Limit   int    // messages to return: 1..limits.MaxQueryResults
 	Budget  int    // consume-log entries to read at most: 0 for limits.DefaultScanBudget, at most limits.MaxScanBudget
+	// MaxBytes, when above 0, bounds the record sizes of the messages
+	// returned: the query stops before a message that would pass it
+	// (returning at least one), and Next continues from there.
+	MaxBytes int
 }
 
 // MessageQueryResult is a query's answer.

@@ -88,6 +88,7 @@ type queryScan struct {
 	q      *MessageQuery
 	filter *tagFilter // nil for any tag
 	budget int
+	bytes  int // record sizes of the messages found
 	res    *MessageQueryResult
 }
 
@@ -185,6 +186,11 @@ func (s *queryScan) run(seq int64) (int64, bool, error) {
 		if !ok {
 			continue
 		}
+		if q.MaxBytes > 0 && len(res.Messages) > 0 && s.bytes+sm.Size > q.MaxBytes {
+			res.Next = sm.Seq // the rest on the next page
+			return sm.Seq, true, nil
+		}
+		s.bytes += sm.Size
 		res.Messages = append(res.Messages, sm)
 		if len(res.Messages) == q.Limit {
 			// The window may hold more unless it ends here: at the log's

@@ -500,3 +500,33 @@ func BenchmarkQueryRareTag(b *testing.B) {
 	}
 	b.ReportMetric(float64(scanned)/b.Elapsed().Seconds(), "entries/s")
 }
+
+// MaxBytes ends a page before the message that would pass it (a page
+// holds at least one), and Next goes on from that message: paging with a
+// byte bound sees every message once.
+func TestQueryMaxBytesPagesLoseNothing(t *testing.T) {
+	f := unitFSM(t)
+	var times []int64
+	for i := range int64(20) {
+		times = append(times, 1000+i)
+	}
+	appendTimed(t, f, 0, times...)
+	size := mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: 0, Limit: 1}).Messages[0].Size
+	for _, maxBytes := range []int{1, size, 3*size - 1, 3 * size} {
+		var seen []int64
+		for from, pages := int64(0), 0; from >= 0; pages++ {
+			if pages > 25 {
+				t.Fatalf("max bytes %d: no end", maxBytes)
+			}
+			res := mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: from, Limit: 100, MaxBytes: maxBytes})
+			if len(res.Messages) == 0 || len(res.Messages) > max(1, maxBytes/size) {
+				t.Fatalf("max bytes %d (messages of %d): a page of %d", maxBytes, size, len(res.Messages))
+			}
+			seen = append(seen, resultSeqs(t, res)...)
+			from = res.Next
+		}
+		if !slices.Equal(seen, seqRange(0, 20)) {
+			t.Fatalf("max bytes %d: pages saw %v", maxBytes, seen)
+		}
+	}
+}

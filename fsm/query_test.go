@@ -137,6 +137,9 @@ func TestQueryBrowsePagesSeeEveryMessageOnce(t *testing.T) {
 		if !slices.Equal(seen, seqRange(0, 53)) {
 			t.Fatalf("limit %d: pages saw %v", limit, seen)
 		}
+		if want := (53 + limit - 1) / limit; pages != want {
+			t.Fatalf("limit %d: %d pages, want %d (a page ending with the log says Next -1)", limit, pages, want)
+		}
 	}
 	// A sequence past the end is an empty page, the end of the browse.
 	if res := mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: 1000, Limit: 5}); len(res.Messages) != 0 || res.Next != -1 {
@@ -433,7 +436,11 @@ func TestQueryWhileApplying(t *testing.T) {
 				default:
 				}
 				var seen []int64
-				for from := int64(0); from >= 0; {
+				for from, pages := int64(0), 0; from >= 0; pages++ {
+					if pages > total/7+1 {
+						errs <- fmt.Errorf("a browse has no end after %d pages", pages)
+						return
+					}
 					res, err := f.QueryMessages(MessageQuery{Subject: "s", FromSeq: from, Limit: 7})
 					if err != nil {
 						errs <- err

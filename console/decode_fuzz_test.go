@@ -1,0 +1,104 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The decoders refuse what they should, never panic, and whatever they
+// accept stays within the API's bounds.
+
+func FuzzParsePage(f *testing.F) {
+	for _, s := range []string{"", "offset=0&limit=1", "limit=1000", "limit=1001", "offset=-1", "q=orders.", "limit=1&limit=2", "offset=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		p, err := parsePage(q)
+		if err != nil {
+			return
+		}
+		if p.Offset < 0 || p.Limit < 1 || p.Limit > MaxLimit || len(p.Prefix) > 200 {
+			t.Fatalf("%q accepted as %+v", raw, p)
+		}
+	})
+}
+
+func FuzzDecodeBodies(f *testing.F) {
+	for _, s := range []string{`{"all":true}`, `{"broker_group":"g1","seqs":[1,2]}`, `{"to":"earliest"}`, `{"to":"time","at":"2026-01-01T00:00:00Z"}`,
+		`{"max_deliveries":3,"ack_wait":"30s"}`, `{"code":"ops","secret":"x"}`, `{"start":"time"}`, `[`, `{"seqs":[-1]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if sel, err := decodeDeadLetterOp(b); err == nil {
+			if sel.All == (len(sel.Seqs) > 0) || len(sel.Seqs) > MaxSeqs {
+				t.Fatalf("%q accepted as %+v", b, sel)
+			}
+			for _, s := range sel.Seqs {
+				if s < 0 {
+					t.Fatalf("%q: sequence %d", b, s)
+				}
+			}
+		}
+		if to, err := decodeReset(b); err == nil && to.At.Before(time.UnixMilli(0)) && !to.At.IsZero() {
+			t.Fatalf("%q accepted as %+v", b, to)
+		}
+		decodeSet(b)
+		if l, err := decodeLogin(b); err == nil && (l.Secret == "" || len(l.Secret) > 1024 || checkCode(l.Code) != nil) {
+			t.Fatalf("%q accepted as %+v", b, l)
+		}
+	})
+}
+
+func FuzzCheckCSRF(f *testing.F) {
+	f.Add("1", "http://127.0.0.1:1", "same-origin", "127.0.0.1:1", "")
+	f.Add("", "", "", "h", "tok")
+	f.Fuzz(func(t *testing.T, tok, origin, site, host, csrf string) {
+		r, _ := http.NewRequest("POST", "http://x/", nil)
+		r.Host = host
+		r.Header.Set(CSRFHeader, tok)
+		r.Header.Set("Origin", origin)
+		r.Header.Set("Sec-Fetch-Site", site)
+		code, _ := checkCSRF(r, caller{csrf: csrf, session: csrf != ""})
+		if code != "" {
+			return
+		}
+		if r.Header.Get(CSRFHeader) == "" || csrf != "" && tok != csrf {
+			t.Fatalf("accepted without its token: %q, session %q", tok, csrf)
+		}
+		if o := r.Header.Get("Origin"); o != "" && !strings.HasSuffix(strings.ToLower(o), "//"+strings.ToLower(host)) {
+			t.Fatalf("accepted from origin %q for host %q", o, host)
+		}
+	})
+}
+
+// Sessions are bounded, and expire.
+func TestSessionsBoundedAndExpire(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	s := &sessions{m: map[string]*session{}, now: func() time.Time { return now }}
+	first := s.add("a", "x")
+	for range MaxSessions + 10 {
+		s.add("a", "x")
+		now = now.Add(time.Millisecond)
+	}
+	if s.len() != MaxSessions {
+		t.Fatalf("%d sessions, want at most %d", s.len(), MaxSessions)
+	}
+	if s.get(first.id) != nil {
+		t.Error("the oldest session was not evicted")
+	}
+	last := s.add("b", "y")
+	if s.get(last.id) == nil {
+		t.Fatal("a new session is not found")
+	}
+	now = now.Add(SessionExpiry + time.Second)
+	if s.get(last.id) != nil {
+		t.Error("a session past its expiry is still found")
+	}
+}

@@ -156,7 +156,6 @@ func (h *handler) api(f apiFunc) http.HandlerFunc {
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		}
-		h.history.viewed()
 		a, err := h.clients.get(c.code, c.secret)
 		if err != nil {
 			writeErr(w, err)

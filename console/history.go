@@ -45,9 +45,6 @@ type history struct {
 
 func newHistory(h *handler) *history { return &history{h: h, ring: make([]Point, HistoryPoints)} }
 
-// viewed notes a request of the console, and starts the sampler.
-func (s *history) viewed() {}
-
 // look notes c looking, and starts the sampler if it is not running.
 func (s *history) look(c caller) {
 	s.mu.Lock()

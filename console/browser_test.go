@@ -77,11 +77,14 @@ func TestBrowser(t *testing.T) {
 		var text string
 		err := chromedp.Run(ctx,
 			chromedp.Evaluate(fmt.Sprintf("location.hash = %q", hash), nil),
-			chromedp.WaitVisible(fmt.Sprintf(`//h2[contains(., %q)]`, heading), chromedp.BySearch),
+			chromedp.WaitVisible(fmt.Sprintf(`//h2[contains(., %q)] | //*[@id="error"]`, heading), chromedp.BySearch),
 			chromedp.Text("#main", &text, chromedp.ByQuery),
 			shot(name))
 		if err != nil {
 			t.Fatalf("page %s: %v", hash, err)
+		}
+		if !strings.Contains(text, heading) {
+			t.Fatalf("page %s shows an error: %s", hash, text)
 		}
 		for _, w := range want {
 			if !strings.Contains(text, w) {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // The decoders refuse what they should, never panic, and whatever they
@@ -128,5 +131,29 @@ func TestSubjectsPageOf10000(t *testing.T) {
 	}
 	if p := pageSubjects(rs, page{Limit: 1, Prefix: "t"}); p.Total != 0 || len(p.Subjects) != 0 {
 		t.Errorf("no match: %+v", p)
+	}
+}
+
+// Errors of qmq and admin map to their HTTP statuses.
+func TestStatusOf(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("x: %w", qmq.ErrUnauthenticated), 401},
+		{fmt.Errorf("x: %w", qmq.ErrPermissionDenied), 403},
+		{fmt.Errorf("x: %w", admin.ErrNoConsumerGroup), 404},
+		{fmt.Errorf("x: %w", admin.ErrNoDeadLetter), 404},
+		{fmt.Errorf("x: %w", admin.ErrNotInRoute), 404},
+		{fmt.Errorf("x: %w", qmq.ErrInvalidName), 400},
+		{&transport.Error{Code: transport.Invalid}, 400},
+		{fmt.Errorf("x: %w", qmq.ErrUnreachable), 503},
+		{&http.MaxBytesError{Limit: 1}, 413},
+		{badf("bad"), 400},
+		{errors.New("other"), 500},
+	} {
+		if st, code := statusOf(c.err); st != c.status || code == "" {
+			t.Errorf("%v: %d %q, want %d", c.err, st, code, c.status)
+		}
 	}
 }

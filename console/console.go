@@ -494,5 +494,7 @@ func (c *clients) evict(e *list.Element) {
 	ce := e.Value.(*clientEntry)
 	c.lru.Remove(e)
 	delete(c.m, ce.key)
-	ce.a.Close()
+	// A request that took it before may still use it: its context ends
+	// within requestTimeout.
+	time.AfterFunc(requestTimeout, func() { ce.a.Close() })
 }

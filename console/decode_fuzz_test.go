@@ -1,6 +1,7 @@
 package console
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"net/http"
@@ -155,5 +156,48 @@ func TestStatusOf(t *testing.T) {
 		if st, code := statusOf(c.err); st != c.status || code == "" {
 			t.Errorf("%v: %d %q, want %d", c.err, st, code, c.status)
 		}
+	}
+}
+
+// The history ring keeps the last HistoryPoints points, oldest first.
+func TestHistoryRing(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	t0 := time.Unix(0, 0)
+	for i := range HistoryPoints + 40 {
+		h.add(Point{At: t0.Add(time.Duration(i) * time.Second)})
+	}
+	ps := h.points()
+	if len(ps) != HistoryPoints || !ps[0].At.Equal(t0.Add(40*time.Second)) || !ps[len(ps)-1].At.Equal(t0.Add(time.Duration(HistoryPoints+39)*time.Second)) {
+		t.Fatalf("%d points, from %v to %v", len(ps), ps[0].At, ps[len(ps)-1].At)
+	}
+}
+
+// Admin clients are kept per application and secret, at most MaxClients,
+// and dropped when idle.
+func TestClientsBounded(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	opened := 0
+	c := &clients{now: func() time.Time { return now }, m: map[string]*list.Element{}, lru: list.New(),
+		open: func(code, secret string) (*admin.Client, error) { opened++; return admin.New("127.0.0.1:1") }}
+	a1, err := c.get("a", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := c.get("a", "x"); again != a1 || opened != 1 {
+		t.Fatalf("the same application and secret: a new client (%d opened)", opened)
+	}
+	if other, _ := c.get("a", "y"); other == a1 {
+		t.Fatal("another secret shares the client")
+	}
+	for i := range MaxClients + 10 {
+		c.get(fmt.Sprint("app", i), "s")
+	}
+	if n := c.lru.Len(); n > MaxClients || len(c.m) != n {
+		t.Fatalf("%d clients kept (%d in the map), at most %d", n, len(c.m), MaxClients)
+	}
+	now = now.Add(ClientIdle + time.Second)
+	c.get("fresh", "s")
+	if c.lru.Len() != 1 {
+		t.Fatalf("%d clients after the others went idle", c.lru.Len())
 	}
 }

@@ -95,7 +95,7 @@ func TestBrowser(t *testing.T) {
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
-	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1")
+	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1", "g1-n2", "g1-n3", "Follower")
 	page("#subjects", "Subjects", "subjects", "orders", "billing")
 	page("#groups?subject=orders", "Consumer groups of orders", "groups", "billing")
 	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)")

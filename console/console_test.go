@@ -15,6 +15,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/console"
+	"github.com/qmqgo/qmq/server"
 	"github.com/qmqgo/qmq/test/poll"
 	"github.com/qmqgo/qmq/test/testcluster"
 )
@@ -39,6 +40,35 @@ func start(t *testing.T, auth bool) *fixture {
 	poll.Until(t, 30*time.Second, "g1 registered with a leader", func() bool {
 		c, err := a.Cluster(context.Background())
 		return err == nil && len(c.BrokerGroups) == 1 && c.BrokerGroups[0].Leader != ""
+	})
+	// Two more nodes join g1: a three-node broker group.
+	for _, id := range []string{"g1-n2", "g1-n3"} {
+		cfg := testcluster.BrokerConfig(t)
+		testcluster.Registered("g1", m.ClientAddr())(&cfg)
+		cfg.ID, cfg.Bootstrap = id, false
+		n, err := server.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = a.Join(ctx, "g1", id, cfg.RaftAddr, n.ClientAddr())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 30*time.Second, "g1's three nodes registered and following", func() bool {
+		c, err := a.Cluster(context.Background())
+		if err != nil || len(c.BrokerGroups) != 1 || c.BrokerGroups[0].Leader == "" || len(c.BrokerGroups[0].Nodes) != 3 {
+			return false
+		}
+		for _, n := range c.BrokerGroups[0].Nodes {
+			if n.State != "Leader" && n.State != "Follower" {
+				return false
+			}
+		}
+		return true
 	})
 	h, err := console.New(console.Config{Servers: []string{b.ClientAddr(), m.ClientAddr()}, Auth: auth, Logger: testcluster.Logger(t)})
 	if err != nil {
@@ -145,7 +175,7 @@ func TestReadEndpointsEqualAdmin(t *testing.T) {
 	var c console.ClusterView
 	f.get(t, "/api/v1/cluster", &c)
 	if len(c.BrokerGroups) != 1 || c.BrokerGroups[0].Name != "g1" || c.BrokerGroups[0].Leader == "" ||
-		len(c.BrokerGroups[0].NodeStatus) != 1 || c.BrokerGroups[0].NodeStatus[0].Status == nil || c.Meta == nil || len(c.MetaNodes) == 0 {
+		len(c.BrokerGroups[0].NodeStatus) != 3 || c.BrokerGroups[0].NodeStatus[2].Status == nil || c.Meta == nil || len(c.MetaNodes) == 0 {
 		t.Errorf("cluster: %+v", c)
 	}
 

@@ -201,3 +201,19 @@ func TestClientsBounded(t *testing.T) {
 		t.Fatalf("%d clients after the others went idle", c.lru.Len())
 	}
 }
+
+// Samples taken with one application's rights are not shown to another.
+func TestHistoryPerApplication(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	h.running = true // no sampler: the test adds the points
+	h.look(caller{code: "a", secret: "x"})
+	h.add(Point{At: time.Now()})
+	h.look(caller{code: "a", secret: "x"})
+	if len(h.points()) != 1 {
+		t.Fatal("the same application lost its samples")
+	}
+	h.look(caller{code: "b", secret: "y"})
+	if n := len(h.points()); n != 0 {
+		t.Fatalf("another application sees %d samples of the first", n)
+	}
+}

@@ -39,7 +39,7 @@ type history struct {
 	full     bool
 	lastView time.Time
 	running  bool
-	code     string // the application of the latest viewer, sampled as
+	code     string // the application of the latest viewer, sampled as; the ring holds only its samples
 	secret   string
 }
 
@@ -50,6 +50,12 @@ func (s *history) look(c caller) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastView = s.h.now()
+	if c.code != s.code || c.secret != s.secret {
+		// Another application looks: what was sampled with the rights of
+		// the last is not shown to it.
+		clear(s.ring)
+		s.next, s.full = 0, false
+	}
 	s.code, s.secret = c.code, c.secret
 	if !s.running {
 		s.running = true
@@ -70,13 +76,23 @@ func (s *history) run() {
 		if a, err := s.h.clients.get(code, secret); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), HistoryEvery)
 			if p, err := sample(ctx, a, s.h.now()); err == nil {
-				s.add(p)
+				s.addAs(p, code, secret)
 			} else {
 				s.h.log.Debug("console: history sample", "error", err)
 			}
 			cancel()
 		}
 		time.Sleep(HistoryEvery)
+	}
+}
+
+// addAs adds p, sampled as the application code, unless another looked since.
+func (s *history) addAs(p Point, code, secret string) {
+	s.mu.Lock()
+	same := s.code == code && s.secret == secret
+	s.mu.Unlock()
+	if same {
+		s.add(p)
 	}
 }
 
@@ -130,7 +146,7 @@ func (h *handler) historyGet(r *http.Request, c caller, a *admin.Client) (any, e
 	h.history.look(c)
 	if len(h.history.points()) == 0 { // the first look: a point at once
 		if p, err := sample(r.Context(), a, h.now()); err == nil {
-			h.history.add(p)
+			h.history.addAs(p, c.code, c.secret)
 		}
 	}
 	return map[string]any{"every": HistoryEvery.String(), "points": h.history.points()}, nil

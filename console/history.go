@@ -89,16 +89,19 @@ func (s *history) run() {
 // addAs adds p, sampled as the application code, unless another looked since.
 func (s *history) addAs(p Point, code, secret string) {
 	s.mu.Lock()
-	same := s.code == code && s.secret == secret
-	s.mu.Unlock()
-	if same {
-		s.add(p)
+	defer s.mu.Unlock()
+	if s.code == code && s.secret == secret {
+		s.put(p)
 	}
 }
 
 func (s *history) add(p Point) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.put(p)
+}
+
+func (s *history) put(p Point) {
 	s.ring[s.next] = p
 	s.next = (s.next + 1) % len(s.ring)
 	s.full = s.full || s.next == 0

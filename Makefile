@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases
+.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases chromium
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
 # for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
@@ -25,7 +25,7 @@ build: ## compile every package, and qmqd and qmqctl into bin/
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev
 
-test: databases ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
+test: databases chromium ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
 	$(GO) test -count=1 $(PKGS)
 
 ci: lint databases ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
@@ -67,6 +67,15 @@ databases: ## install PostgreSQL and MariaDB (Debian's packages) if missing, for
 	noservice=; if [ ! -e /usr/sbin/policy-rc.d ]; then noservice=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DB_PACKAGES) >/dev/null; \
 	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
+
+chromium: ## install Chromium (Debian's package) if missing, for the console's browser test
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: the console's browser test needs Chromium; install it (Debian: sudo apt-get install chromium), or run make as root to let it"; \
+	  exit 1; \
+	fi; \
+	echo "make: installing chromium for the console's browser test"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 lint: ## go vet (also of test/benchcompare, a module of its own), and fail if gofmt would change a file
 	$(GO) vet $(PKGS)

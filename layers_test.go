@@ -22,7 +22,7 @@ var floors = []struct {
 	{"", 3}, // the SDK
 	{"fsm", 3},
 	{"admin", 4}, {"outbox", 4}, {"fsm/meta", 4},
-	{"server/metaserver", 5},
+	{"server/metaserver", 5}, {"console", 5},
 	{"server", 6},
 	{"cli/", 9}, {"examples/", 9}, {"test/", 9}, {"test", 9},
 }

@@ -1,0 +1,219 @@
+package console
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// The decoders refuse what they should, never panic, and whatever they
+// accept stays within the API's bounds.
+
+func FuzzParsePage(f *testing.F) {
+	for _, s := range []string{"", "offset=0&limit=1", "limit=1000", "limit=1001", "offset=-1", "q=orders.", "limit=1&limit=2", "offset=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		p, err := parsePage(q)
+		if err != nil {
+			return
+		}
+		if p.Offset < 0 || p.Limit < 1 || p.Limit > MaxLimit || len(p.Prefix) > 200 {
+			t.Fatalf("%q accepted as %+v", raw, p)
+		}
+	})
+}
+
+func FuzzDecodeBodies(f *testing.F) {
+	for _, s := range []string{`{"all":true}`, `{"broker_group":"g1","seqs":[1,2]}`, `{"to":"earliest"}`, `{"to":"time","at":"2026-01-01T00:00:00Z"}`,
+		`{"max_deliveries":3,"ack_wait":"30s"}`, `{"code":"ops","secret":"x"}`, `{"start":"time"}`, `[`, `{"seqs":[-1]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if sel, err := decodeDeadLetterOp(b); err == nil {
+			if sel.All == (len(sel.Seqs) > 0) || len(sel.Seqs) > MaxSeqs {
+				t.Fatalf("%q accepted as %+v", b, sel)
+			}
+			for _, s := range sel.Seqs {
+				if s < 0 {
+					t.Fatalf("%q: sequence %d", b, s)
+				}
+			}
+		}
+		if to, err := decodeReset(b); err == nil && to.At.Before(time.UnixMilli(0)) && !to.At.IsZero() {
+			t.Fatalf("%q accepted as %+v", b, to)
+		}
+		decodeSet(b)
+		if l, err := decodeLogin(b); err == nil && (l.Secret == "" || len(l.Secret) > 1024 || checkCode(l.Code) != nil) {
+			t.Fatalf("%q accepted as %+v", b, l)
+		}
+	})
+}
+
+func FuzzCheckCSRF(f *testing.F) {
+	f.Add("1", "http://127.0.0.1:1", "same-origin", "127.0.0.1:1", "")
+	f.Add("", "", "", "h", "tok")
+	f.Fuzz(func(t *testing.T, tok, origin, site, host, csrf string) {
+		r, _ := http.NewRequest("POST", "http://x/", nil)
+		r.Host = host
+		r.Header.Set(CSRFHeader, tok)
+		r.Header.Set("Origin", origin)
+		r.Header.Set("Sec-Fetch-Site", site)
+		code, _ := checkCSRF(r, caller{csrf: csrf, session: csrf != ""})
+		if code != "" {
+			return
+		}
+		if r.Header.Get(CSRFHeader) == "" || csrf != "" && tok != csrf {
+			t.Fatalf("accepted without its token: %q, session %q", tok, csrf)
+		}
+		if o := r.Header.Get("Origin"); o != "" && !strings.HasSuffix(strings.ToLower(o), "//"+strings.ToLower(host)) {
+			t.Fatalf("accepted from origin %q for host %q", o, host)
+		}
+	})
+}
+
+// Sessions are bounded, and expire.
+func TestSessionsBoundedAndExpire(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	s := &sessions{m: map[string]*session{}, now: func() time.Time { return now }}
+	first := s.add("a", "x")
+	for range MaxSessions + 10 {
+		s.add("a", "x")
+		now = now.Add(time.Millisecond)
+	}
+	if s.len() != MaxSessions {
+		t.Fatalf("%d sessions, want at most %d", s.len(), MaxSessions)
+	}
+	if s.get(first.id) != nil {
+		t.Error("the oldest session was not evicted")
+	}
+	last := s.add("b", "y")
+	if s.get(last.id) == nil {
+		t.Fatal("a new session is not found")
+	}
+	now = now.Add(SessionExpiry + time.Second)
+	if s.get(last.id) != nil {
+		t.Error("a session past its expiry is still found")
+	}
+}
+
+// A page of 10,000 subjects is cut fast: sorted once, found by binary search.
+func TestSubjectsPageOf10000(t *testing.T) {
+	rs := make([]admin.Route, 10_000)
+	for i := range rs {
+		rs[i].Subject = fmt.Sprintf("s%05d", (i*7919)%10_000)
+	}
+	start := time.Now()
+	p := pageSubjects(rs, page{Offset: 10, Limit: 5, Prefix: "s01"})
+	if p.Total != 1000 || len(p.Subjects) != 5 || p.Subjects[0].Subject != "s01010" {
+		t.Fatalf("page: total %d, %+v", p.Total, p.Subjects)
+	}
+	for range 100 {
+		pageSubjects(rs, page{Offset: 9990, Limit: MaxLimit})
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("101 pages of 10,000 subjects took %v", d)
+	}
+	if p := pageSubjects(rs, page{Offset: 9990, Limit: MaxLimit}); p.Total != 10_000 || len(p.Subjects) != 10 {
+		t.Errorf("last page: %d of %d", len(p.Subjects), p.Total)
+	}
+	if p := pageSubjects(rs, page{Limit: 1, Prefix: "t"}); p.Total != 0 || len(p.Subjects) != 0 {
+		t.Errorf("no match: %+v", p)
+	}
+}
+
+// Errors of qmq and admin map to their HTTP statuses.
+func TestStatusOf(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("x: %w", qmq.ErrUnauthenticated), 401},
+		{fmt.Errorf("x: %w", qmq.ErrPermissionDenied), 403},
+		{fmt.Errorf("x: %w", admin.ErrNoConsumerGroup), 404},
+		{fmt.Errorf("x: %w", admin.ErrNoDeadLetter), 404},
+		{fmt.Errorf("x: %w", admin.ErrNotInRoute), 404},
+		{fmt.Errorf("x: %w", qmq.ErrInvalidName), 400},
+		{&transport.Error{Code: transport.Invalid}, 400},
+		{fmt.Errorf("x: %w", qmq.ErrUnreachable), 503},
+		{&http.MaxBytesError{Limit: 1}, 413},
+		{badf("bad"), 400},
+		{errors.New("other"), 500},
+	} {
+		if st, code := statusOf(c.err); st != c.status || code == "" {
+			t.Errorf("%v: %d %q, want %d", c.err, st, code, c.status)
+		}
+	}
+}
+
+// The history ring keeps the last HistoryPoints points, oldest first.
+func TestHistoryRing(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	t0 := time.Unix(0, 0)
+	for i := range HistoryPoints + 40 {
+		h.add(Point{At: t0.Add(time.Duration(i) * time.Second)})
+	}
+	ps := h.points()
+	if len(ps) != HistoryPoints || !ps[0].At.Equal(t0.Add(40*time.Second)) || !ps[len(ps)-1].At.Equal(t0.Add(time.Duration(HistoryPoints+39)*time.Second)) {
+		t.Fatalf("%d points, from %v to %v", len(ps), ps[0].At, ps[len(ps)-1].At)
+	}
+}
+
+// Admin clients are kept per application and secret, at most MaxClients,
+// and dropped when idle.
+func TestClientsBounded(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	opened := 0
+	c := &clients{now: func() time.Time { return now }, m: map[string]*list.Element{}, lru: list.New(),
+		open: func(code, secret string) (*admin.Client, error) { opened++; return admin.New("127.0.0.1:1") }}
+	a1, err := c.get("a", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := c.get("a", "x"); again != a1 || opened != 1 {
+		t.Fatalf("the same application and secret: a new client (%d opened)", opened)
+	}
+	if other, _ := c.get("a", "y"); other == a1 {
+		t.Fatal("another secret shares the client")
+	}
+	for i := range MaxClients + 10 {
+		c.get(fmt.Sprint("app", i), "s")
+	}
+	if n := c.lru.Len(); n > MaxClients || len(c.m) != n {
+		t.Fatalf("%d clients kept (%d in the map), at most %d", n, len(c.m), MaxClients)
+	}
+	now = now.Add(ClientIdle + time.Second)
+	c.get("fresh", "s")
+	if c.lru.Len() != 1 {
+		t.Fatalf("%d clients after the others went idle", c.lru.Len())
+	}
+}
+
+// Samples taken with one application's rights are not shown to another.
+func TestHistoryPerApplication(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	h.running = true // no sampler: the test adds the points
+	h.look(caller{code: "a", secret: "x"})
+	h.add(Point{At: time.Now()})
+	h.look(caller{code: "a", secret: "x"})
+	if len(h.points()) != 1 {
+		t.Fatal("the same application lost its samples")
+	}
+	h.look(caller{code: "b", secret: "y"})
+	if n := len(h.points()); n != 0 {
+		t.Fatalf("another application sees %d samples of the first", n)
+	}
+}

@@ -1,0 +1,156 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/qmqgo/qmq/admin"
+)
+
+// Live charts: while a console was opened in the last HistoryIdle, a
+// sampler takes, every HistoryEvery, each broker group's backlog (from
+// the metaserver's heartbeats) and the lag of the TopN consumer groups
+// that owe most, into a ring of HistoryPoints points. Nobody looking,
+// nothing sampled.
+const (
+	HistoryPoints = 360
+	HistoryEvery  = 10 * time.Second
+	HistoryIdle   = 10 * time.Minute
+	TopN          = 10
+)
+
+// Point is one sample.
+type Point struct {
+	At           time.Time        `json:"at"`
+	BrokerGroups map[string]int64 `json:"broker_groups"`   // backlog by broker group
+	Groups       map[string]int64 `json:"consumer_groups"` // lag by "subject/group", the TopN
+	TotalLag     int64            `json:"total_lag"`
+}
+
+type history struct {
+	h        *handler
+	mu       sync.Mutex
+	ring     []Point
+	next     int
+	full     bool
+	lastView time.Time
+	running  bool
+	code     string // the application of the latest viewer, sampled as; the ring holds only its samples
+	secret   string
+}
+
+func newHistory(h *handler) *history { return &history{h: h, ring: make([]Point, HistoryPoints)} }
+
+// look notes c looking, and starts the sampler if it is not running.
+func (s *history) look(c caller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastView = s.h.now()
+	if c.code != s.code || c.secret != s.secret {
+		// Another application looks: what was sampled with the rights of
+		// the last is not shown to it.
+		clear(s.ring)
+		s.next, s.full = 0, false
+	}
+	s.code, s.secret = c.code, c.secret
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+}
+
+func (s *history) run() {
+	for {
+		s.mu.Lock()
+		if s.h.now().Sub(s.lastView) > HistoryIdle {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		code, secret := s.code, s.secret
+		s.mu.Unlock()
+		if a, err := s.h.clients.get(code, secret); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), HistoryEvery)
+			if p, err := sample(ctx, a, s.h.now()); err == nil {
+				s.addAs(p, code, secret)
+			} else {
+				s.h.log.Debug("console: history sample", "error", err)
+			}
+			cancel()
+		}
+		time.Sleep(HistoryEvery)
+	}
+}
+
+// addAs adds p, sampled as the application code, unless another looked since.
+func (s *history) addAs(p Point, code, secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.code == code && s.secret == secret {
+		s.put(p)
+	}
+}
+
+func (s *history) add(p Point) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(p)
+}
+
+func (s *history) put(p Point) {
+	s.ring[s.next] = p
+	s.next = (s.next + 1) % len(s.ring)
+	s.full = s.full || s.next == 0
+}
+
+// points returns the ring, oldest first.
+func (s *history) points() []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.full {
+		return slices.Clone(s.ring[:s.next])
+	}
+	return append(slices.Clone(s.ring[s.next:]), s.ring[:s.next]...)
+}
+
+// sample takes one point: backlogs from one Cluster call, lags from one
+// call per broker group.
+func sample(ctx context.Context, a *admin.Client, now time.Time) (Point, error) {
+	p := Point{At: now, BrokerGroups: map[string]int64{}, Groups: map[string]int64{}}
+	c, err := a.Cluster(ctx)
+	if err != nil {
+		return p, err
+	}
+	for _, g := range c.BrokerGroups {
+		var b int64
+		for _, n := range g.Nodes {
+			if n.ID == g.Leader || b == 0 {
+				b = n.Backlog
+			}
+		}
+		p.BrokerGroups[g.Name] = b
+	}
+	vs, _ := a.ConsumerGroups(ctx, "")
+	slices.SortFunc(vs, func(x, y admin.ConsumerGroupView) int { return cmp.Compare(y.Total.Lag, x.Total.Lag) })
+	for i, v := range vs {
+		p.TotalLag += v.Total.Lag
+		if i < TopN {
+			p.Groups[v.Subject+"/"+v.Group] = v.Total.Lag
+		}
+	}
+	return p, nil
+}
+
+func (h *handler) historyGet(r *http.Request, c caller, a *admin.Client) (any, error) {
+	h.history.look(c)
+	if len(h.history.points()) == 0 { // the first look: a point at once
+		if p, err := sample(r.Context(), a, h.now()); err == nil {
+			h.history.addAs(p, c.code, c.secret)
+		}
+	}
+	return map[string]any{"every": HistoryEvery.String(), "points": h.history.points()}, nil
+}

@@ -1,0 +1,220 @@
+// The QMQ console: plain JavaScript, no library. Everything the cluster
+// says is rendered with textContent, never as HTML.
+"use strict";
+
+let csrf = "";
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "onclick" || k === "onsubmit") e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+async function api(method, path, body) {
+  const opts = { method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
+  if (method === "POST") {
+    opts.headers["X-QMQ-CSRF"] = csrf || "none";
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body || {});
+  }
+  const r = await fetch("api/v1/" + path, opts);
+  const data = await r.json().catch(() => ({ error: "answer is not JSON", code: "internal" }));
+  if (r.status === 401) { showLogin(); }
+  if (!r.ok) { const e = new Error(data.error || r.statusText); e.code = data.code; throw e; }
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+function table(headers, rows) {
+  return el("table", {}, el("tr", {}, ...headers.map(h => el("th", {}, h))),
+    ...rows.map(r => el("tr", {}, ...r.map(c => el("td", {}, c)))));
+}
+
+function main(...children) {
+  const m = document.getElementById("main");
+  m.replaceChildren(...children);
+}
+
+function errorBox(e) { return el("p", { class: "error", id: "error" }, String(e.message || e)); }
+
+function sparkline(values) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "spark"); svg.setAttribute("width", "120"); svg.setAttribute("height", "24");
+  const max = Math.max(1, ...values);
+  const pts = values.map((v, i) => `${values.length < 2 ? 0 : (i * 118 / (values.length - 1)) + 1},${23 - (v * 22 / max)}`);
+  const pl = document.createElementNS(ns, "polyline");
+  pl.setAttribute("points", pts.join(" "));
+  svg.append(pl);
+  return svg;
+}
+
+async function pageCluster() {
+  const [c, h] = await Promise.all([api("GET", "cluster"), api("GET", "history")]);
+  const series = (f) => h.points.map(f);
+  const parts = [el("h2", {}, "Cluster health"),
+    el("p", {}, `Metaserver leader ${c.meta.leader || "?"}, term ${c.meta.term}, commit ${c.meta.commit_index}, applied ${c.meta.applied_index}; ${c.subjects} subjects; TLS ${c.meta.tls ? "on" : "off"}${c.meta.insecure ? " (insecure)" : ""}`),
+    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", h.points.length ? h.points[h.points.length - 1].total_lag : 0),
+    el("h3", {}, "Metaserver group"),
+    table(["Node", "Address", "State", "Term", "Commit", "Applied", "Error"],
+      c.meta_nodes.map(n => [n.id, n.addr, n.status ? n.status.state : "", n.status ? n.status.term : "", n.status ? n.status.commit_index : "", n.status ? n.status.applied_index : "", n.error || ""]))];
+  for (const g of c.broker_groups) {
+    parts.push(el("h3", {}, `Broker group ${g.name}`),
+      el("p", {}, `leader ${g.leader || "none"}, term ${g.term}, ${g.writable ? "writable" : "drained"}, ${g.available ? "available" : "unavailable"}, ${g.subjects} subjects, backlog `,
+        sparkline(series(p => p.broker_groups[g.name] || 0))),
+      table(["Node", "Address", "State", "Term", "Commit", "Applied", "Lag", "Backlog", "Disk free", "TLS", "Error"],
+        g.nodes.map((n, i) => { const s = (g.node_status[i] || {}).status || {};
+          return [n.id, n.client_addr, n.state, n.term, s.commit_index ?? "", n.applied_index, n.lag, n.backlog, s.disk_free ?? "", n.tls ? "yes" : (n.insecure ? "insecure" : "no"), (g.node_status[i] || {}).error || ""]; })));
+  }
+  main(...parts);
+}
+
+async function pageSubjects(params) {
+  const q = params.get("q") || "", offset = Number(params.get("offset") || 0), limit = 100;
+  const s = await api("GET", `subjects?q=${enc(q)}&offset=${offset}&limit=${limit}`);
+  const form = el("form", { id: "subject-search", onsubmit: (ev) => { ev.preventDefault(); location.hash = "subjects?q=" + enc(form.q.value); } },
+    el("input", { name: "q", placeholder: "prefix", value: q }), el("button", { type: "submit" }, "Search"));
+  const rows = s.subjects.map(r => [el("a", { href: "#groups?subject=" + enc(r.subject) }, r.subject),
+    (r.groups || []).map(g => g.name).join(", "), (r.consumer_groups || []).join(", ")]);
+  const nav = el("p", {}, `${s.total} subjects; showing ${s.offset + 1}–${s.offset + s.subjects.length} `,
+    offset > 0 ? el("a", { href: `#subjects?q=${enc(q)}&offset=${Math.max(0, offset - limit)}` }, "previous") : null, " ",
+    offset + limit < s.total ? el("a", { href: `#subjects?q=${enc(q)}&offset=${offset + limit}` }, "next") : null);
+  main(el("h2", {}, "Subjects"), form, nav, table(["Subject", "Broker groups", "Consumer groups"], rows));
+}
+
+function confirmed(what) { return window.confirm(what); }
+
+async function pageGroups(params) {
+  const subject = params.get("subject");
+  const gs = await api("GET", `subjects/${enc(subject)}/consumer-groups`);
+  const rows = gs.consumer_groups.map(v => [el("a", { href: `#group?subject=${enc(subject)}&group=${enc(v.group)}` }, v.group),
+    v.total.lag, v.total.backlog, v.total.unacked, v.total.retrying, v.total.dead_letters, v.total.consumers]);
+  main(el("h2", {}, `Consumer groups of ${subject}`), gs.error ? el("p", { class: "error" }, gs.error) : null,
+    table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows));
+}
+
+async function pageGroup(params) {
+  const subject = params.get("subject"), group = params.get("group");
+  const path = `subjects/${enc(subject)}/consumer-groups/${enc(group)}`;
+  const v = await api("GET", path);
+  const st = el("p", { id: "action-result" });
+  const act = async (what, sub, body) => {
+    if (!confirmed(what)) return;
+    try { const r = await api("POST", path + sub, body); st.className = "ok"; st.textContent = "Done: " + JSON.stringify(r); }
+    catch (e) { st.className = "error"; st.textContent = e.message; }
+  };
+  const reset = el("form", { id: "reset-form", onsubmit: (ev) => { ev.preventDefault();
+      const to = reset.to.value, body = { to }; if (to === "time") body.at = new Date(reset.at.value).toISOString();
+      act(`Reset ${group} of ${subject} to ${to}?`, "/reset", body); } },
+    el("select", { name: "to" }, el("option", {}, "latest"), el("option", {}, "earliest"), el("option", {}, "time")),
+    el("input", { name: "at", type: "datetime-local" }), el("button", { type: "submit" }, "Reset"));
+  const s = v.total.settings;
+  const set = el("form", { id: "set-form", onsubmit: (ev) => { ev.preventDefault();
+      const body = {}; const md = set.max_deliveries.value; if (md) body.max_deliveries = Number(md);
+      for (const k of ["ack_wait", "retry_first", "retry_max", "idle_expiry"]) if (set[k].value) body[k] = set[k].value;
+      act(`Change the settings of ${group} of ${subject}?`, "/set", body); } },
+    el("label", {}, "max deliveries ", el("input", { name: "max_deliveries", placeholder: String(s.max_deliveries) })),
+    ...["ack_wait", "retry_first", "retry_max", "idle_expiry"].map(k => el("label", {}, k.replace("_", " ") + " ", el("input", { name: k, placeholder: (s[k] / 1e9) + "s" }))),
+    el("button", { type: "submit" }, "Set"));
+  main(el("h2", {}, `${group} of ${subject}`),
+    el("p", {}, el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}` }, `Dead letters (${v.total.dead_letters})`)),
+    v.settings_differ ? el("p", { class: "error" }, "The broker groups hold different settings: set them again.") : null,
+    table(["Broker group", "Lag", "Backlog", "In flight", "Due again", "Retrying", "Dead letters", "Consumers", "Cursor", "End", "Max deliveries", "Ack wait"],
+      [...v.broker_groups, v.total].map(g => [g.broker_group || "total", g.lag, g.backlog, g.unacked, g.redeliver, g.retrying, g.dead_letters, g.consumers, g.cursor, g.end, g.settings.max_deliveries, (g.settings.ack_wait / 1e9) + "s"])),
+    el("h3", {}, "Reset"), reset, el("h3", {}, "Settings"), set, st);
+}
+
+async function pageDead(params) {
+  const subject = params.get("subject"), group = params.get("group"), offset = Number(params.get("offset") || 0);
+  const path = `subjects/${enc(subject)}/consumer-groups/${enc(group)}/dead-letters`;
+  const d = await api("GET", `${path}?offset=${offset}&limit=100`);
+  const st = el("p", { id: "action-result" });
+  const act = async (what, op, body) => {
+    if (!confirmed(what)) return;
+    try { const r = await api("POST", `${path}/${op}`, body); st.className = "ok"; st.textContent = "Done: " + r.broker_groups.map(x => `${x.broker_group}: ${x.done}`).join(", "); }
+    catch (e) { st.className = "error"; st.textContent = e.message; }
+  };
+  const parts = [el("h2", {}, `Dead letters of ${group} of ${subject}`), d.error ? el("p", { class: "error" }, d.error) : null,
+    el("p", {}, el("button", { id: "resend-all", onclick: () => act(`Resend every dead letter of ${group}?`, "resend", { all: true }) }, "Resend all"), " ",
+      el("button", { id: "purge-all", onclick: () => act(`Purge every dead letter of ${group} for good?`, "purge", { all: true }) }, "Purge all"))];
+  for (const p of d.broker_groups) {
+    const boxes = [];
+    const rows = p.letters.map(l => { const b = el("input", { type: "checkbox", value: String(l.seq) }); boxes.push(b);
+      return [b, l.seq, l.id || "", l.deliveries, l.at, l.size, (l.tags || []).join(", "), l.removed ? "removed" : "",
+        el("button", { class: "resend-one", onclick: () => act(`Resend dead letter ${l.seq}?`, "resend", { broker_group: p.broker_group, seqs: [l.seq] }) }, "Resend")]; });
+    const sel = () => boxes.filter(b => b.checked).map(b => Number(b.value));
+    parts.push(el("h3", {}, `Broker group ${p.broker_group}: ${p.total}`),
+      table(["", "Seq", "Message", "Deliveries", "Died", "Size", "Tags", "", ""], rows),
+      el("p", {}, el("button", { onclick: () => { const s = sel(); if (s.length) act(`Resend ${s.length} dead letters?`, "resend", { broker_group: p.broker_group, seqs: s }); } }, "Resend selected"), " ",
+        el("button", { onclick: () => { const s = sel(); if (s.length) act(`Purge ${s.length} dead letters for good?`, "purge", { broker_group: p.broker_group, seqs: s }); } }, "Purge selected")));
+  }
+  parts.push(el("p", {}, offset > 0 ? el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${Math.max(0, offset - 100)}` }, "previous") : null, " ",
+    el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${offset + 100}` }, "next")), st);
+  main(...parts);
+}
+
+async function pageDelays() {
+  const d = await api("GET", "delays");
+  const parts = [el("h2", {}, "Delayed messages")];
+  for (const g of d.broker_groups) {
+    parts.push(el("h3", {}, `Broker group ${g.group}: ${g.pending} pending (node ${g.node})`),
+      table(["Hour (UTC)", "Pending"], (g.hours || []).map(h => [h.hour, h.pending])),
+      table(["Subject", "Pending"], Object.entries(g.subjects || {}).map(([s, n]) => [s, n])));
+  }
+  main(...parts);
+}
+
+async function pageMessages(params) {
+  const id = params.get("id") || "";
+  const out = el("div", { id: "message-result" });
+  const form = el("form", { id: "message-form", onsubmit: async (ev) => { ev.preventDefault();
+      try { const m = await api("GET", "messages/" + enc(form.id.value)); out.replaceChildren(el("pre", {}, JSON.stringify(m, null, 2))); }
+      catch (e) { out.replaceChildren(errorBox(e)); } } },
+    el("input", { name: "id", placeholder: "message id", value: id }), el("button", { type: "submit" }, "Look up"));
+  main(el("h2", {}, "Messages"), el("p", {}, "Message lookup, query and timeline come with the message endpoints."), form, out);
+}
+
+const pages = { cluster: pageCluster, subjects: pageSubjects, groups: pageGroups, group: pageGroup, dead: pageDead, delays: pageDelays, messages: pageMessages };
+
+async function route() {
+  const [name, query] = (location.hash.slice(1) || "cluster").split("?");
+  const page = pages[name] || pageCluster;
+  document.getElementById("login").hidden = true;
+  try { await page(new URLSearchParams(query || "")); }
+  catch (e) { if (e.code !== "unauthenticated") main(errorBox(e)); }
+}
+
+function showLogin() {
+  main();
+  document.getElementById("login").hidden = false;
+}
+
+async function start() {
+  window.addEventListener("hashchange", route);
+  document.getElementById("login-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = ev.target;
+    try {
+      const s = await api("POST", "login", { code: f.code.value, secret: f.secret.value });
+      csrf = s.csrf; f.secret.value = "";
+      document.getElementById("who").textContent = s.app;
+      route();
+    } catch (e) { document.getElementById("login-error").textContent = e.message; }
+  });
+  try {
+    const s = await api("GET", "session");
+    csrf = s.csrf || "none";
+    document.getElementById("who").textContent = s.app || "";
+  } catch (e) { return; }
+  route();
+}
+
+start();

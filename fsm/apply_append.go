@@ -69,6 +69,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		m.Index, m.AppendedAt = index, now
 		off, size, err := f.store.messages.AppendWire(c.wire(i), index, now)
 		must(0, err)
+		f.store.index.Add(off, h)
 		seq := must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: off, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
 		f.dedup.AddHash(h, now, off)
 		f.useSubject(m.Subject)

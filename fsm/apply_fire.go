@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"github.com/qmqgo/qmq/fsm/dedup"
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/message"
@@ -58,6 +59,7 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 		}
 		m.Index, m.AppendedAt = index, now
 		moff, size := must2(f.store.messages.Append(m))
+		f.store.index.Add(moff, dedup.HashID(m.ID))
 		must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: moff, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
 		must(0, f.store.sched.Dispatch(ref))
 		fired[off] = struct{}{}

@@ -42,6 +42,7 @@ func (f *FSM) retain(now int64) {
 func (f *FSM) removeBefore(keep int64) {
 	ml := f.store.messages
 	removed := must(ml.Log().RemoveBefore(keep))
+	must(0, f.store.index.Retain())
 	f.dedup.ForgetBefore(ml.Log().Start())
 	clear(f.firstLive)
 	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())

@@ -9,13 +9,16 @@ import (
 	"sync"
 
 	"github.com/qmqgo/qmq/delaywheel"
+	"github.com/qmqgo/qmq/fsm/dedup"
 	"github.com/qmqgo/qmq/internal/disk"
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
 
 // Directory layout of a store:
 //
 //	messages/            the message log
+//	index/               the message log's index by message id, a sidecar per sealed segment
 //	consume/<subject>/   one consume log per subject
 //	pull/                every consumer's pull log, merged
 //	schedule/<hour>/     delayed messages by hour of delivery (package delaywheel)
@@ -23,6 +26,7 @@ import (
 //	checkpoint           the state made durable at the last snapshot
 const (
 	messagesDir    = "messages"
+	indexDir       = "index"
 	consumeDir     = "consume"
 	pullDir        = "pull"
 	scheduleDir    = "schedule"
@@ -42,6 +46,7 @@ type store struct {
 	files    *logs.Files  // the open segment files of every log below
 	opts     logs.Options // for consume and pull logs
 	messages *logs.MessageLog
+	index    *logs.KeyIndex // the message log's records by dedup.HashID of their id
 	pulls    *logs.PullLog
 	sched    *delaywheel.Schedule
 	journal  *delaywheel.Journal
@@ -111,6 +116,11 @@ func openStore(dir string, cfg Config, ends *logEnds, deferSyncs bool) (*store, 
 		return nil, err
 	}
 	if err := s.truncate(ends); err != nil {
+		s.close()
+		return nil, err
+	}
+	// After the cut: the index covers the log as it now ends.
+	if s.index, err = logs.OpenKeyIndex(s.messages.Log(), filepath.Join(dir, indexDir), messageKeys); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -289,6 +299,9 @@ func syncDir(dir string) error {
 
 func (s *store) close() error {
 	var errs []error
+	if s.index != nil {
+		s.index.Close() // before the log it reads
+	}
 	if s.messages != nil {
 		errs = append(errs, s.messages.Log().Close())
 	}
@@ -307,4 +320,12 @@ func (s *store) close() error {
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// messageKeys gives the key index a message-log record's key: the hash of
+// its message's id. A record that does not decode has none.
+func messageKeys(p []byte, add func(uint64)) {
+	if m, err := message.Decode(p); err == nil {
+		add(dedup.HashID(m.ID))
+	}
 }

@@ -143,3 +143,21 @@ func (c *ConsumeLog) Search(from int64, ok func(ConsumeEntry) bool) (int64, erro
 	}
 	return lo, nil
 }
+
+// SeqOf returns the sequence of the entry pointing at message-log offset
+// off, found by binary search (entries point at increasing offsets), or -1
+// if no retained entry does.
+func (c *ConsumeLog) SeqOf(off int64) (int64, error) {
+	seq, err := c.SeqAtOrAfter(off)
+	if err != nil || seq >= c.EndSeq() {
+		return -1, err
+	}
+	e, err := c.Get(seq)
+	if err != nil {
+		return -1, err
+	}
+	if e.Offset != off {
+		return -1, nil
+	}
+	return seq, nil
+}

@@ -51,7 +51,7 @@ func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
 
 // adminRead reports whether an admin request type only reads.
 func adminRead(t transport.Type) bool {
-	return t == transport.TypeApps || t == transport.TypeDeadLetters
+	return t == transport.TypeApps || t == transport.TypeDeadLetters || t == transport.TypeMessages
 }
 
 // refused records a refused request.

@@ -14,6 +14,7 @@ import (
 //	pull.go            pull, register-consumer: long polls and the consumer's registration
 //	consume.go         ack, nack, extend, heartbeat: what a consumer settles and its session
 //	consumergroups.go  consumer-groups, set-, reset-, forget-consumer-group, dead letters
+//	lookup.go          messages: by id, or a subject's by time or sequence
 //	brokerconfig.go    broker-config, set-broker-config
 //	delays.go          delays
 //	membership.go      join, leave, transfer-leader (raftgroup's, the metaserver's too)
@@ -49,6 +50,8 @@ func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleDeadLetters(ctx, p)
 	case transport.TypeDeadLetterOp:
 		return n.handleDeadLetterOp(ctx, p)
+	case transport.TypeMessages:
+		return n.handleMessages(ctx, p)
 	case transport.TypeHeartbeat:
 		return n.handleHeartbeat(ctx, p)
 	case transport.TypeStatus:

@@ -130,6 +130,10 @@ const (
 	// every broker group of the subject before they return, so that a new
 	// group starting at the latest message gets what is sent after.
 	TypeRegisterConsumer Type = 35
+	// TypeMessages finds messages in a broker group by id, or lists a
+	// subject's by time or from a sequence, without consuming them
+	// (MessagesRequest, JSON; answered with MessagesPage).
+	TypeMessages Type = 36
 )
 
 func (t Type) String() string {
@@ -204,6 +208,8 @@ func (t Type) String() string {
 		return "register-consumer"
 	case TypeSetBrokerConfig:
 		return "set-broker-config"
+	case TypeMessages:
+		return "messages"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

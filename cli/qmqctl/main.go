@@ -88,7 +88,7 @@ func newApp() *cli.App {
 		}, tlsFlags()...),
 		Before: checkCredentials,
 		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(),
-			consumerGroupCommand(), brokerGroupCommand(), groupCommand(), configCommand(), deadLetterCommand(), subjectCommand(),
+			consumerGroupCommand(), brokerGroupCommand(), groupCommand(), configCommand(), deadLetterCommand(), messageCommand(), subjectCommand(),
 			appCommand(), delayCommand(), benchCommand(), tlsCommand(), completionCommand()},
 	}
 }

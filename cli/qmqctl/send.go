@@ -38,6 +38,7 @@ func sendCommand() *cli.Command {
 			&cli.StringFlag{Name: "subject", Required: true, Usage: "`SUBJECT` to send to"},
 			&cli.StringSliceFlag{Name: "property", Aliases: []string{"p"}, Usage: "property `KEY=VALUE` (repeatable)"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "`TAG` (repeatable, at most 10)"},
+			&cli.StringFlag{Name: "key", Usage: "the messages' business `KEY` (an order number: `message list --key` finds them by it)"},
 			&cli.IntFlag{Name: "count", Value: 1, Usage: "send `N` messages (at least 1)"},
 			&cli.StringFlag{Name: "file", Usage: "send the bytes of `PATH` as the body"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a message after `DUR`"},
@@ -79,6 +80,9 @@ func sendCommand() *cli.Command {
 				}
 				for _, tag := range c.StringSlice("tag") {
 					m.AddTag(tag)
+				}
+				if c.IsSet("key") {
+					m.SetKey(c.String("key"))
 				}
 				m.SetBody(body)
 				m.SetDeliverAt(deliverAt)

@@ -1,0 +1,141 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/sdk"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// StoredMessage is one message as its broker group stores it: where, when,
+// and what it holds (properties and body only when asked for).
+type StoredMessage = transport.StoredMessage
+
+// MessagePage is one broker group's answer to a listing: its messages,
+// where the listing continues (Next, -1 at the window's end) and whether
+// the scan budget cut it short (Truncated: narrow the window).
+type MessagePage = transport.MessagesPage
+
+// MessageQuery selects messages of Subject without consuming them: those
+// appended from Since until Until (zero: no end), or, browsing, from
+// consume sequence FromSeq of BrokerGroup on (sequences are per broker
+// group); with Tag, only those carrying it; with Key, only those whose key
+// (qmq.Message.SetKey) is Key. Limit bounds the messages each broker group
+// answers (0: 100, at most 1,000), Budget the consume-log entries each
+// reads (0: the broker's default of 100,000, at most 1,000,000). Body
+// asks for properties and bodies too.
+type MessageQuery struct {
+	Subject      string
+	Since, Until time.Time
+	BrokerGroup  string
+	FromSeq      *int64
+	Tag, Key     string
+	Limit        int
+	Budget       int
+	Body         bool
+}
+
+func (q MessageQuery) check() error {
+	if err := limits.CheckName("subject", q.Subject); err != nil {
+		return sdk.Error(fmt.Errorf("qmq: %w", err))
+	}
+	switch {
+	case q.FromSeq == nil && q.Since.IsZero():
+		return errors.New("qmq: messages: give a start, a time (since) or a sequence")
+	case q.FromSeq != nil && *q.FromSeq < 0:
+		return fmt.Errorf("qmq: messages from sequence %d: sequences are at least 0", *q.FromSeq)
+	case !q.Until.IsZero() && !q.Until.After(q.Since):
+		return fmt.Errorf("qmq: messages until %s: not after since %s", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
+	case q.Limit < 0 || q.Limit > limits.MaxQueryResults:
+		return fmt.Errorf("qmq: messages: limit %d (1 to %d, 0 for the default)", q.Limit, limits.MaxQueryResults)
+	case q.Budget < 0 || q.Budget > limits.MaxScanBudget:
+		return fmt.Errorf("qmq: messages: scan budget %d (1 to %d, 0 for the default)", q.Budget, limits.MaxScanBudget)
+	case len(q.Key) > message.MaxPropertyVal:
+		return fmt.Errorf("qmq: messages: key of %d bytes (at most %d)", len(q.Key), message.MaxPropertyVal)
+	case q.Tag != "" && len(q.Tag) > message.MaxTagLen:
+		return fmt.Errorf("qmq: messages: tag of %d bytes (at most %d)", len(q.Tag), message.MaxTagLen)
+	}
+	return nil
+}
+
+// Messages lists the messages q selects in every broker group of the
+// subject's route (or in q.BrokerGroup alone), one page each. A broker
+// group that does not answer is named in the error; the others' pages
+// are returned.
+func (a *Client) Messages(ctx context.Context, q MessageQuery) ([]MessagePage, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	r, err := a.Route(ctx, q.Subject)
+	if err != nil {
+		return nil, err
+	}
+	groups := r.BrokerGroups
+	switch {
+	case q.BrokerGroup != "":
+		g, err := brokerOf(r, q.BrokerGroup)
+		if err != nil {
+			return nil, err
+		}
+		groups = []BrokerGroupRoute{g}
+	case q.FromSeq != nil && len(groups) > 1:
+		return nil, fmt.Errorf("qmq: messages of %s from sequence %d: the subject lives in %d broker groups, whose sequences differ: name one", q.Subject, *q.FromSeq, len(groups))
+	}
+	req := transport.MessagesRequest{Subject: q.Subject, Since: q.Since, Until: q.Until, FromSeq: q.FromSeq,
+		Tag: q.Tag, Key: q.Key, Limit: q.Limit, Budget: q.Budget, Body: q.Body}
+	var out []MessagePage
+	var errs []error
+	for _, g := range groups {
+		var page MessagePage
+		if err := a.brokerCall(ctx, g, transport.TypeMessages, req, &page); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, page)
+	}
+	return out, errors.Join(errs...)
+}
+
+// FindMessage finds every retained message whose id is id, in every
+// broker group of the cluster (an id is unique within a broker group's
+// dedup window only), newest first in each. None found is an empty
+// answer, not an error; a broker group that does not answer is named in
+// the error, with what the others found.
+func (a *Client) FindMessage(ctx context.Context, id string, body bool) ([]StoredMessage, error) {
+	if id == "" || len(id) > message.MaxIDLen {
+		return nil, fmt.Errorf("qmq: message id of %d bytes (1 to %d)", len(id), message.MaxIDLen)
+	}
+	c, err := a.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []StoredMessage{}
+	var errs []error
+	for _, g := range c.BrokerGroups {
+		var page MessagePage
+		if err := a.brokerCall(ctx, routeOf(g), transport.TypeMessages, transport.MessagesRequest{ID: id, Body: body}, &page); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, page.Messages...)
+	}
+	return out, errors.Join(errs...)
+}
+
+// routeOf is broker group g as a route names it: its nodes' client
+// addresses and its leader's.
+func routeOf(g BrokerGroupStatus) BrokerGroupRoute {
+	r := BrokerGroupRoute{Name: g.Name, Writable: g.Writable, Available: g.Available}
+	for _, n := range g.Nodes {
+		r.Servers = append(r.Servers, n.ClientAddr)
+		if n.ID == g.Leader {
+			r.Leader = n.ClientAddr
+		}
+	}
+	return r
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/cli/internal/cmdline"
+	"github.com/qmqgo/qmq/internal/limits"
+)
+
+const messageHelp = "Messages are read where they are stored, for as long as their broker group retains them, and\n" +
+	"never consumed: no consumer group is created and nothing is handed out. `show` finds a message by\n" +
+	"its id in every broker group; `list` and `browse` read one subject, by append time or from a\n" +
+	"sequence (SEQUENCES ARE PER BROKER GROUP). A listing reads at most --budget entries of each\n" +
+	"broker group and then says it was truncated: narrow the window, or continue from where it says.\n" +
+	"Reading messages needs an admin application when the cluster checks applications."
+
+// errNoMessage is the exit of a show that found nothing.
+var errNoMessage = errors.New("no retained message has this id")
+
+func messageCommand() *cli.Command {
+	bodyFlag := &cli.StringFlag{Name: "body", Value: "text", Usage: "print the body as `text` (base64 when it is not UTF-8) or base64"}
+	tagFlag := &cli.StringFlag{Name: "tag", Usage: "only messages carrying `TAG`"}
+	keyFlag := &cli.StringFlag{Name: "key", Usage: "only messages whose key (the qmq.key property, Message.SetKey) is `KEY`"}
+	limitFlag := &cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("at most `N` messages of each broker group (1..%d)", limits.MaxQueryResults)}
+	budgetFlag := &cli.IntFlag{Name: "budget", Usage: fmt.Sprintf("read at most `N` entries of each broker group (default %d, at most %d)", limits.DefaultScanBudget, limits.MaxScanBudget)}
+	sinceFlag := &cli.StringFlag{Name: "since", Usage: "appended at or after `TIME`: RFC 3339 (2026-01-31T09:00:00Z) or a duration ago (90m)"}
+	untilFlag := &cli.StringFlag{Name: "until", Usage: "appended before `TIME`: RFC 3339 or a duration ago"}
+	return &cli.Command{
+		Name:        "message",
+		Usage:       "find a message by id, list or browse a subject's messages, without consuming them",
+		Description: messageHelp,
+		Subcommands: []*cli.Command{{
+			Name:            "show",
+			Usage:           "show every retained message with an id: where it is stored, its properties and body",
+			ArgsUsage:       "ID",
+			Description:     messageHelp,
+			Flags:           []cli.Flag{jsonFlag, bodyFlag},
+			SkipFlagParsing: true,
+			Action: withArg("the message's ID", func(c *cli.Context, id string) error {
+				if err := checkBodyMode(c.String("body")); err != nil {
+					return cmdline.Usagef(c, "%v", err)
+				}
+				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
+					found, err := a.FindMessage(ctx, id, true)
+					if c.Bool("json") {
+						if perr := printJSONTo(c.App.Writer, found); perr != nil {
+							return perr
+						}
+					} else {
+						for i := range found {
+							printMessage(c.App.Writer, &found[i], c.String("body"))
+						}
+					}
+					if err == nil && len(found) == 0 {
+						return fmt.Errorf("%w: %q", errNoMessage, id)
+					}
+					return err
+				})
+			}),
+		}, {
+			Name:        "list",
+			Usage:       "list a subject's messages appended in a time window, newest last",
+			Description: messageHelp,
+			Flags: []cli.Flag{subjectFlag, required(sinceFlag), untilFlag, tagFlag, keyFlag, limitFlag, budgetFlag, jsonFlag,
+				&cli.StringFlag{Name: "broker-group", Usage: "only the subject's messages in `BROKER-GROUP`"}},
+			Action: func(c *cli.Context) error {
+				q, err := messageQuery(c, time.Now())
+				if err != nil {
+					return err
+				}
+				return withAdmin(c, 60*time.Second, func(ctx context.Context, a *admin.Client) error {
+					pages, err := a.Messages(ctx, q)
+					if c.Bool("json") {
+						if perr := printJSONTo(c.App.Writer, nonNil(pages)); perr != nil {
+							return perr
+						}
+						return err
+					}
+					w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "BROKER-GROUP\tSEQ\tAPPENDED\tID\tTAGS\tKEY\tSIZE")
+					for _, p := range pages {
+						for _, m := range p.Messages {
+							fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%d\n", p.BrokerGroup, m.Seq, m.AppendedAt.Format(time.RFC3339Nano),
+								m.ID, strings.Join(m.Tags, ","), m.Key, m.Size)
+						}
+					}
+					if ferr := w.Flush(); ferr != nil {
+						return ferr
+					}
+					printPageEnds(c.App.Writer, pages)
+					return err
+				})
+			},
+		}, {
+			Name:        "browse",
+			Usage:       "read a subject's messages whole, from a sequence or a time, a page at a time",
+			Description: messageHelp,
+			Flags: []cli.Flag{subjectFlag, sinceFlag, untilFlag, tagFlag, keyFlag, limitFlag, budgetFlag, jsonFlag, bodyFlag,
+				&cli.StringFlag{Name: "broker-group", Usage: "the `BROKER-GROUP` to browse (needed with --from-seq when the subject lives in several)"},
+				&cli.Int64Flag{Name: "from-seq", Value: -1, Usage: "start at sequence `N` of the broker group (default: the first retained, or --since)"}},
+			Action: func(c *cli.Context) error {
+				if err := checkBodyMode(c.String("body")); err != nil {
+					return cmdline.Usagef(c, "%v", err)
+				}
+				q, err := messageQuery(c, time.Now())
+				if err != nil {
+					return err
+				}
+				q.Body = true
+				return withAdmin(c, 60*time.Second, func(ctx context.Context, a *admin.Client) error {
+					pages, err := a.Messages(ctx, q)
+					if c.Bool("json") {
+						if perr := printJSONTo(c.App.Writer, nonNil(pages)); perr != nil {
+							return perr
+						}
+						return err
+					}
+					for _, p := range pages {
+						for i := range p.Messages {
+							printMessage(c.App.Writer, &p.Messages[i], c.String("body"))
+						}
+					}
+					printPageEnds(c.App.Writer, pages)
+					return err
+				})
+			},
+		}},
+	}
+}
+
+func nonNil(pages []admin.MessagePage) []admin.MessagePage {
+	if pages == nil {
+		return []admin.MessagePage{}
+	}
+	return pages
+}
+
+// messageQuery reads the flags of list and browse.
+func messageQuery(c *cli.Context, now time.Time) (admin.MessageQuery, error) {
+	q := admin.MessageQuery{Subject: c.String("subject"), BrokerGroup: c.String("broker-group"),
+		Tag: c.String("tag"), Key: c.String("key"), Limit: c.Int("limit"), Budget: c.Int("budget")}
+	var err error
+	if q.Since, err = parseWhen(c.String("since"), now); err != nil {
+		return q, cmdline.Usagef(c, "--since %v", err)
+	}
+	if q.Until, err = parseWhen(c.String("until"), now); err != nil {
+		return q, cmdline.Usagef(c, "--until %v", err)
+	}
+	if c.IsSet("from-seq") {
+		if !q.Since.IsZero() {
+			return q, cmdline.Usagef(c, "give --from-seq or --since, not both")
+		}
+		seq := c.Int64("from-seq")
+		if seq < 0 {
+			return q, cmdline.Usagef(c, "--from-seq %d: at least 0", seq)
+		}
+		q.FromSeq = &seq
+	} else if q.Since.IsZero() {
+		first := int64(0) // browse from the first retained message
+		q.FromSeq = &first
+	}
+	switch {
+	case q.Limit < 1 || q.Limit > limits.MaxQueryResults:
+		return q, cmdline.Usagef(c, "--limit %d: 1..%d", q.Limit, limits.MaxQueryResults)
+	case q.Budget < 0 || q.Budget > limits.MaxScanBudget:
+		return q, cmdline.Usagef(c, "--budget %d: 1..%d", q.Budget, limits.MaxScanBudget)
+	case !q.Until.IsZero() && !q.Until.After(q.Since):
+		return q, cmdline.Usagef(c, "--until must be after --since")
+	}
+	return q, nil
+}
+
+// parseWhen reads a time flag: RFC 3339, or a duration before now; the
+// zero time for "".
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration ago is positive", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: an RFC 3339 time such as 2026-01-31T09:00:00Z, or a duration ago such as 90m", s)
+	}
+	if t.Before(time.UnixMilli(0)) {
+		return time.Time{}, fmt.Errorf("%q: before 1970", s)
+	}
+	return t, nil
+}
+
+func checkBodyMode(mode string) error {
+	if mode != "text" && mode != "base64" {
+		return fmt.Errorf("--body %q: text or base64", mode)
+	}
+	return nil
+}
+
+// printPageEnds says, per broker group, how much was read and where the
+// listing goes on.
+func printPageEnds(w io.Writer, pages []admin.MessagePage) {
+	for _, p := range pages {
+		fmt.Fprintf(w, "broker group %s: %s, %s read", p.BrokerGroup, plural(len(p.Messages), "message"), plural(p.Scanned, "entry"))
+		switch {
+		case p.Truncated:
+			fmt.Fprintf(w, "; truncated: narrow the window, or continue with --broker-group %s --from-seq %d", p.BrokerGroup, p.Next)
+		case p.Next >= 0:
+			fmt.Fprintf(w, "; more from --broker-group %s --from-seq %d", p.BrokerGroup, p.Next)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// printMessage prints one stored message for people.
+func printMessage(out io.Writer, m *admin.StoredMessage, bodyMode string) {
+	fmt.Fprintf(out, "message %s of %s\n", m.ID, m.Subject)
+	fmt.Fprintf(out, "  stored      broker group %s, sequence %d, offset %d, %d bytes, Raft index %d\n", m.BrokerGroup, m.Seq, m.Offset, m.Size, m.RaftIndex)
+	fmt.Fprintf(out, "  created     %s\n  appended    %s\n", m.CreatedAt.Format(time.RFC3339Nano), m.AppendedAt.Format(time.RFC3339Nano))
+	if len(m.Tags) > 0 {
+		fmt.Fprintf(out, "  tags        %s\n", strings.Join(m.Tags, ","))
+	}
+	if m.Key != "" {
+		fmt.Fprintf(out, "  key         %s\n", m.Key)
+	}
+	for _, p := range m.Properties {
+		fmt.Fprintf(out, "  property    %s=%s\n", p.Key, p.Value)
+	}
+	switch {
+	case m.BodyOmitted:
+		fmt.Fprintf(out, "  body        (%d bytes, left out: the answer had no room; show it by its id)\n", m.BodySize)
+	case bodyMode == "text" && utf8.Valid(m.Body):
+		fmt.Fprintf(out, "  body        %s\n", m.Body)
+	default:
+		fmt.Fprintf(out, "  body (base64) %s\n", base64.StdEncoding.EncodeToString(m.Body))
+	}
+}

@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// lookupNode starts a one-node group holding n messages of subject "s",
+// the i-th with id "m<i>", and every third tagged "t".
+func lookupNode(t testing.TB, n int) *Node {
+	t.Helper()
+	node := startNode(t, "n1", true, nil)
+	waitLeader(t, node)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &transport.SendRequest{}
+	for i := range n {
+		m := &message.Message{ID: fmt.Sprintf("m%d", i), Subject: "s", CreatedAt: 1, Body: []byte(strings.Repeat("b", i))}
+		if i%3 == 0 {
+			m.Tags = []string{"t"}
+		}
+		req.Messages = append(req.Messages, m)
+	}
+	if _, err := clientOf(t, node.ClientAddr()).Call(ctx, transport.TypeSend, req.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+func messagesCall(t testing.TB, n *Node, req transport.MessagesRequest) (*transport.MessagesPage, error) {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	out, err := n.handleMessages(context.Background(), b)
+	if err != nil {
+		return nil, err
+	}
+	var page transport.MessagesPage
+	if err := json.Unmarshal(out, &page); err != nil {
+		t.Fatalf("answer %q: %v", out, err)
+	}
+	return &page, nil
+}
+
+// A lookup by id finds the message with its place and, asked, its body;
+// a listing pages through a subject and filters by tag; requests past
+// their bounds are refused as INVALID and answer nothing.
+func TestMessagesRequest(t *testing.T) {
+	n := lookupNode(t, 30)
+	page, err := messagesCall(t, n, transport.MessagesRequest{ID: "m7", Body: true})
+	if err != nil || len(page.Messages) != 1 {
+		t.Fatalf("lookup of m7: %+v, %v", page, err)
+	}
+	if m := page.Messages[0]; m.ID != "m7" || m.Seq != 7 || string(m.Body) != strings.Repeat("b", 7) || m.BrokerGroup != "g1" || m.RaftIndex == 0 {
+		t.Errorf("lookup of m7 answered %+v", m)
+	}
+	if page, err := messagesCall(t, n, transport.MessagesRequest{ID: "m7"}); err != nil || len(page.Messages) != 1 || page.Messages[0].Body != nil {
+		t.Errorf("lookup without bodies: %+v, %v", page, err)
+	}
+	if page, err := messagesCall(t, n, transport.MessagesRequest{ID: "nope"}); err != nil || len(page.Messages) != 0 {
+		t.Errorf("lookup of a missing id: %+v, %v (want an empty answer)", page, err)
+	}
+
+	seen := 0
+	from := int64(0)
+	for from >= 0 {
+		page, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &from, Limit: 4, Tag: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range page.Messages {
+			if m.Seq%3 != 0 {
+				t.Errorf("tag filter answered seq %d", m.Seq)
+			}
+		}
+		seen += len(page.Messages)
+		from = page.Next
+	}
+	if seen != 10 {
+		t.Errorf("paging with the tag filter saw %d messages, want 10", seen)
+	}
+
+	zero := int64(0)
+	for _, bad := range []transport.MessagesRequest{
+		{ID: strings.Repeat("x", message.MaxIDLen+1)},
+		{ID: "m1", Subject: "s"},
+		{Subject: "s"},                // no start
+		{Subject: "", FromSeq: &zero}, // no subject
+		{Subject: "s", FromSeq: &zero, Limit: limits.MaxQueryResults + 1},
+		{Subject: "s", FromSeq: &zero, Budget: limits.MaxScanBudget + 1},
+		{Subject: "s", Since: time.UnixMilli(5), Until: time.UnixMilli(5)},
+	} {
+		if _, err := messagesCall(t, n, bad); transport.CodeOf(err) != transport.Invalid {
+			t.Errorf("%+v: %v, want INVALID", bad, err)
+		}
+	}
+	if page, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &zero, Limit: limits.MaxQueryResults}); err != nil || len(page.Messages) != 30 {
+		t.Errorf("a listing at the limit: %v, %v", page, err)
+	}
+}
+
+// FuzzMessagesRequest: any payload is answered or refused, never a crash,
+// and an answer never holds more than the limit it names.
+func FuzzMessagesRequest(f *testing.F) {
+	seed := func(v transport.MessagesRequest) { b, _ := json.Marshal(v); f.Add(b) }
+	zero, big := int64(0), int64(1<<62)
+	seed(transport.MessagesRequest{ID: "m1", Body: true})
+	seed(transport.MessagesRequest{Subject: "s", FromSeq: &zero, Limit: 3, Tag: "t", Body: true})
+	seed(transport.MessagesRequest{Subject: "s", FromSeq: &big})
+	seed(transport.MessagesRequest{Subject: "s", Since: time.UnixMilli(1), Until: time.UnixMilli(1 << 50), Key: "k", Budget: 1})
+	f.Add([]byte(`{"subject":"s","since":"-0001-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"subject":"s","from_seq":-1}`))
+	f.Add([]byte("{"))
+	n := lookupNode(quietTB{f}, 10)
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		out, err := n.handleMessages(context.Background(), payload)
+		if err != nil {
+			if transport.CodeOf(err) == transport.Internal {
+				t.Fatalf("%q: an internal error: %v", payload, err)
+			}
+			return
+		}
+		var req transport.MessagesRequest
+		var page transport.MessagesPage
+		if json.Unmarshal(payload, &req) != nil || json.Unmarshal(out, &page) != nil {
+			t.Fatalf("%q answered %q", payload, out)
+		}
+		limit := req.Limit
+		if limit == 0 {
+			limit = max(defaultLookupLimit, maxLookupByID)
+		}
+		if len(page.Messages) > limit {
+			t.Fatalf("%q answered %d messages", payload, len(page.Messages))
+		}
+	})
+}

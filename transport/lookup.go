@@ -1,0 +1,73 @@
+package transport
+
+import "time"
+
+// Message lookups, for operators: JSON requests any node of a broker group
+// answers from its replica, reading the logs and changing nothing (no
+// consumer group is created, nothing is handed out). A tool asks every
+// broker group for an id, or every broker group of a subject's route for
+// a listing, and puts the answers together.
+
+// MessagesRequest finds messages in one broker group: with ID every
+// retained message of that id (lookup by id, through the group's index);
+// otherwise the messages of Subject appended in [Since, Until) (a zero
+// Until: no end), or with FromSeq from that consume sequence on
+// (browsing), those carrying Tag and whose key (the qmq.key property) is
+// Key, at most Limit of them, reading at most Budget consume-log entries
+// (0 for the broker's default). Body asks for each message's body and
+// properties too.
+type MessagesRequest struct {
+	ID      string    `json:"id,omitempty"`
+	Subject string    `json:"subject,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	Until   time.Time `json:"until,omitzero"`
+	FromSeq *int64    `json:"from_seq,omitempty"`
+	Tag     string    `json:"tag,omitempty"`
+	Key     string    `json:"key,omitempty"`
+	Limit   int       `json:"limit,omitempty"`
+	Budget  int       `json:"budget,omitempty"`
+	Body    bool      `json:"body,omitempty"`
+}
+
+// StoredMessage is one message as a broker group stores it: where (its
+// broker group, its consume sequence in its subject, its offset in the
+// message log and its record's size, the Raft index that appended it),
+// when it was created and appended, and what it holds. Properties and
+// Body are there only when the request asked for bodies; BodyOmitted says
+// the message was left out of a reply that had no room for it.
+type StoredMessage struct {
+	BrokerGroup string     `json:"broker_group"`
+	Subject     string     `json:"subject"`
+	ID          string     `json:"id"`
+	Seq         int64      `json:"seq"`
+	Offset      int64      `json:"offset"`
+	Size        int        `json:"size"`
+	RaftIndex   uint64     `json:"raft_index"`
+	CreatedAt   time.Time  `json:"created_at"`
+	AppendedAt  time.Time  `json:"appended_at"`
+	Tags        []string   `json:"tags,omitempty"`
+	Key         string     `json:"key,omitempty"`
+	BodySize    int        `json:"body_size"`
+	Properties  []Property `json:"properties,omitempty"`
+	Body        []byte     `json:"body,omitempty"`
+	BodyOmitted bool       `json:"body_omitted,omitempty"`
+}
+
+// Property is one property of a stored message, in the order the
+// producer set them.
+type Property struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// MessagesPage answers a MessagesRequest. Next is the consume sequence a
+// listing continues from (a MessagesRequest's FromSeq), -1 when the
+// window holds nothing more; Truncated says the scan budget ran out
+// before the window did (narrow the window, or continue from Next).
+type MessagesPage struct {
+	BrokerGroup string          `json:"broker_group"`
+	Messages    []StoredMessage `json:"messages"`
+	Next        int64           `json:"next"`
+	Scanned     int             `json:"scanned"`
+	Truncated   bool            `json:"truncated,omitempty"`
+}

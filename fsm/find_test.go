@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"github.com/qmqgo/qmq/logs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -125,6 +126,29 @@ func TestFindMessageIndexIdenticalOnReplicas(t *testing.T) {
 		other, err := os.ReadFile(filepath.Join(idx, e.Name()))
 		if err != nil || !bytes.Equal(other, data) {
 			t.Fatalf("%s differs between replicas (%v)", e.Name(), err)
+		}
+	}
+}
+
+// Retention removes the sidecars of the segments it removes; their
+// messages are no longer found, the others still are.
+func TestFindMessageAfterRetention(t *testing.T) {
+	f := unitFSM(t, func(c *Config) { c.Retention = logs.Retention{MaxBytes: 2 << 20} })
+	appendMany(t, f, 1, 1200)
+	ml := f.store.messages.Log()
+	if ml.Start() == 0 {
+		t.Fatal("retention removed nothing")
+	}
+	waitIndexed(t, f)
+	wantFound(t, f, "msg-0", 0)
+	wantFound(t, f, "msg-1199", 1)
+	entries, err := os.ReadDir(filepath.Join(f.cfg.Dir, dataDir, indexDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() < fmt.Sprintf("%020d", ml.Start()) {
+			t.Fatalf("sidecar %s of a removed segment (start %d)", e.Name(), ml.Start())
 		}
 	}
 }

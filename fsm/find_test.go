@@ -152,3 +152,15 @@ func TestFindMessageAfterRetention(t *testing.T) {
 		}
 	}
 }
+
+// A delayed message is found once its fire delivers it to its subject.
+func TestFindMessageFired(t *testing.T) {
+	f := unitFSM(t)
+	due := unitNow + 5000
+	res := appendAt(t, f, 1, unitNow, delayedMsg("later", "s", due))
+	wantFound(t, f, "later", 0)
+	if r := fireAt(t, f, 2, due+20, res.Messages[0].Ref); r.Fired != 1 {
+		t.Fatalf("fire: %+v", r)
+	}
+	wantFound(t, f, "later", 1)
+}

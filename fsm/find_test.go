@@ -164,3 +164,39 @@ func TestFindMessageFired(t *testing.T) {
 	}
 	wantFound(t, f, "later", 1)
 }
+
+// FindMessage runs on other goroutines while apply appends and rolls
+// segments (run with -race); every answer is confirmed.
+func TestFindMessageDuringApply(t *testing.T) {
+	f := unitFSM(t)
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			id := fmt.Sprintf("msg-%d", i%800)
+			got, err := f.FindMessage(id)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, sm := range got {
+				if sm.Message.ID != id {
+					errs <- fmt.Errorf("FindMessage(%s) returned %s", id, sm.Message.ID)
+					return
+				}
+			}
+		}
+	}()
+	appendMany(t, f, 1, 800)
+	close(done)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	wantFound(t, f, "msg-400", 1)
+}

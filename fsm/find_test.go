@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"github.com/qmqgo/qmq/logs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -127,4 +128,75 @@ func TestFindMessageIndexIdenticalOnReplicas(t *testing.T) {
 			t.Fatalf("%s differs between replicas (%v)", e.Name(), err)
 		}
 	}
+}
+
+// Retention removes the sidecars of the segments it removes; their
+// messages are no longer found, the others still are.
+func TestFindMessageAfterRetention(t *testing.T) {
+	f := unitFSM(t, func(c *Config) { c.Retention = logs.Retention{MaxBytes: 2 << 20} })
+	appendMany(t, f, 1, 1200)
+	ml := f.store.messages.Log()
+	if ml.Start() == 0 {
+		t.Fatal("retention removed nothing")
+	}
+	waitIndexed(t, f)
+	wantFound(t, f, "msg-0", 0)
+	wantFound(t, f, "msg-1199", 1)
+	entries, err := os.ReadDir(filepath.Join(f.cfg.Dir, dataDir, indexDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() < fmt.Sprintf("%020d", ml.Start()) {
+			t.Fatalf("sidecar %s of a removed segment (start %d)", e.Name(), ml.Start())
+		}
+	}
+}
+
+// A delayed message is found once its fire delivers it to its subject.
+func TestFindMessageFired(t *testing.T) {
+	f := unitFSM(t)
+	due := unitNow + 5000
+	res := appendAt(t, f, 1, unitNow, delayedMsg("later", "s", due))
+	wantFound(t, f, "later", 0)
+	if r := fireAt(t, f, 2, due+20, res.Messages[0].Ref); r.Fired != 1 {
+		t.Fatalf("fire: %+v", r)
+	}
+	wantFound(t, f, "later", 1)
+}
+
+// FindMessage runs on other goroutines while apply appends and rolls
+// segments (run with -race); every answer is confirmed.
+func TestFindMessageDuringApply(t *testing.T) {
+	f := unitFSM(t)
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			id := fmt.Sprintf("msg-%d", i%800)
+			got, err := f.FindMessage(id)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, sm := range got {
+				if sm.Message.ID != id {
+					errs <- fmt.Errorf("FindMessage(%s) returned %s", id, sm.Message.ID)
+					return
+				}
+			}
+		}
+	}()
+	appendMany(t, f, 1, 800)
+	close(done)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	wantFound(t, f, "msg-400", 1)
 }

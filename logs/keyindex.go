@@ -222,6 +222,7 @@ func (ki *KeyIndex) run() {
 // A failure leaves the segment unindexed: its lookups keep failing.
 func (ki *KeyIndex) build(si *sealedIndex) {
 	path := filepath.Join(ki.dir, indexName(si.base))
+	entries := si.entries // set before si was queued; cleared only by publish, here
 	if si.verify {
 		if b, err := os.ReadFile(path); err == nil {
 			if fan, err := decodeKeyIndex(b, si.base, si.size); err == nil {
@@ -229,13 +230,12 @@ func (ki *KeyIndex) build(si *sealedIndex) {
 				return
 			}
 		}
-		entries, err := ki.rebuild(si)
-		if err != nil {
+		var err error
+		if entries, err = ki.rebuild(si); err != nil {
 			return
 		}
-		si.entries = entries
 	}
-	b := encodeKeyIndex(si.base, si.size, si.entries)
+	b := encodeKeyIndex(si.base, si.size, entries)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		os.Remove(tmp)

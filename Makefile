@@ -28,7 +28,7 @@ run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-dat
 test: databases chromium ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint databases ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
+ci: lint databases chromium ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
 chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims it at kinds of fault; prints the seed, the faults and the findings

@@ -100,7 +100,8 @@ func New(cfg Config) (http.Handler, error) {
 	m.HandleFunc("POST /api/v1/subjects/{subject}/consumer-groups/{group}/dead-letters/purge", h.api(h.deadLetterOp(false)))
 	m.HandleFunc("GET /api/v1/delays", h.api(h.delays))
 	m.HandleFunc("GET /api/v1/history", h.api(h.historyGet))
-	// The message endpoints (lookup, query, timeline) go under /api/v1/messages/.
+	m.HandleFunc("GET /api/v1/messages/{id}", h.api(h.messageByID))
+	m.HandleFunc("GET /api/v1/subjects/{subject}/messages", h.api(h.subjectMessages))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
 	})

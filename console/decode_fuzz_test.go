@@ -217,3 +217,37 @@ func TestHistoryPerApplication(t *testing.T) {
 		t.Fatalf("another application sees %d samples of the first", n)
 	}
 }
+
+func FuzzParseMessageQuery(f *testing.F) {
+	for _, s := range []string{"", "since=1h", "since=2026-01-31T09:00:00Z&until=1m", "from_seq=0&broker_group=g1&limit=1000",
+		"from_seq=-1", "limit=1001", "budget=1000001", "body=1&tag=t&key=k", "since=-5m", "since=1h&from_seq=3"} {
+		f.Add(s)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		mq, err := parseMessageQuery(q, now)
+		if err != nil {
+			var br badRequest
+			if !errors.As(err, &br) {
+				t.Fatalf("%q: an error that is not a bad request: %v", raw, err)
+			}
+			return
+		}
+		switch {
+		case mq.FromSeq == nil && mq.Since.IsZero():
+			t.Fatalf("%q: no start", raw)
+		case mq.FromSeq != nil && (*mq.FromSeq < 0 || !mq.Since.IsZero()):
+			t.Fatalf("%q: from %v and since %v", raw, *mq.FromSeq, mq.Since)
+		case mq.Limit < 0 || mq.Limit > 1000 || mq.Budget < 0 || mq.Budget > 1_000_000:
+			t.Fatalf("%q: limit %d, budget %d", raw, mq.Limit, mq.Budget)
+		case !mq.Until.IsZero() && !mq.Until.After(mq.Since):
+			t.Fatalf("%q: until %v not after since %v", raw, mq.Until, mq.Since)
+		case mq.Since.After(now):
+			t.Fatalf("%q: since %v after now", raw, mq.Since)
+		}
+	})
+}

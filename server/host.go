@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/qmqgo/qmq/console"
 	"net"
 	"net/http"
 	"os"
@@ -66,8 +67,8 @@ func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) err
 	return nil
 }
 
-// serve answers client requests with handler behind g, and /status and
-// /metrics at httpAddr unless it is "": both over TLS, with the one
+// serve answers client requests with handler behind g, and /status,
+// /metrics, the console and its API at httpAddr unless it is "": both over TLS, with the one
 // certificate, when the node has TLS files. The HTTP port asks what the
 // client port asks of clients' certificates, but with the guard on it
 // requires one, unless openHTTP.
@@ -88,8 +89,15 @@ func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, h
 	if httpAddr == "" {
 		return nil
 	}
-	var err error
-	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.httpServer(g.on, openHTTP), status, reg, h.hlog, h.goLoop)
+	// The console and its API talk to the cluster through this node's
+	// client port as the caller's application, never as the node: they
+	// present no node certificate (consoleConn).
+	ui, err := console.New(console.Config{Servers: []string{h.clientAddr}, ConnOptions: h.tls.consoleConn(),
+		Auth: g.on, TLS: h.tls != nil, Logger: h.hlog.Named("console")})
+	if err != nil {
+		return err
+	}
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.httpServer(g.on, openHTTP), status, reg, ui, h.hlog, h.goLoop)
 	return err
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +142,29 @@ func FuzzMessagesRequest(f *testing.F) {
 			t.Fatalf("%q answered %d messages", payload, len(page.Messages))
 		}
 	})
+}
+
+// The node's HTTP port serves the console at / and its API beside
+// /status and /metrics: a message looked up there is the one stored.
+func TestHTTPPortServesTheConsole(t *testing.T) {
+	n := lookupNode(t, 3)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + n.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, body := get("/"); st != 200 || !strings.Contains(body, "<script") {
+		t.Errorf("GET /: %d %.200s", st, body)
+	}
+	if st, body := get("/api/v1/messages/m2?body=1"); st != 200 || !strings.Contains(body, `"id":"m2"`) || !strings.Contains(body, `"seq":2`) {
+		t.Errorf("GET /api/v1/messages/m2: %d %.300s", st, body)
+	}
+	if st, body := get("/status"); st != 200 || !strings.Contains(body, `"state"`) {
+		t.Errorf("GET /status: %d %.200s", st, body)
+	}
 }

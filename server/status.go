@@ -81,11 +81,12 @@ var defaultHTTPLimits = httpLimits{
 	maxHeaderBytes: 64 << 10,
 }
 
-// serveHTTP serves /status (status's answer as JSON) and /metrics at addr,
+// serveHTTP serves /status (status's answer as JSON), /metrics and, unless
+// ui is nil, the console and its API (everything else) at addr,
 // over TLS with tlsConfig unless it is nil. net/http bounds a handshake by
 // the least of limits' timeouts, and answers a plaintext request to a TLS
 // port with 400.
-func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status func() any, reg *prometheus.Registry, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
+func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status func() any, reg *prometheus.Registry, ui http.Handler, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: listen for http: %w", err)
@@ -98,6 +99,9 @@ func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status fun
 		enc.Encode(status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if ui != nil {
+		mux.Handle("/", ui) // the console and its API (package console)
+	}
 	srv := &http.Server{Handler: mux,
 		ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read, WriteTimeout: limits.write,
 		IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes,

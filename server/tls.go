@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/qmqgo/qmq"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/tlsconf"
@@ -135,4 +136,17 @@ func (t *nodeTLS) dialer() transport.Dialer {
 		return transport.Dialer{}
 	}
 	return transport.Dialer{TLS: t.files.Client}
+}
+
+// consoleConn is how the console reaches the cluster through the node's
+// client port: checking the node's certificate against the CA, and
+// presenting none of its own, so that a caller of the console has its
+// application's rights and never the node's. Nil options for plaintext.
+func (t *nodeTLS) consoleConn() []qmq.ConnOption {
+	if t == nil {
+		return nil
+	}
+	c := t.files.Client()
+	c.Certificates = nil
+	return []qmq.ConnOption{qmq.WithTLSConfig(c)}
 }

@@ -175,11 +175,24 @@ async function pageDelays() {
 async function pageMessages(params) {
   const id = params.get("id") || "";
   const out = el("div", { id: "message-result" });
-  const form = el("form", { id: "message-form", onsubmit: async (ev) => { ev.preventDefault();
-      try { const m = await api("GET", "messages/" + enc(form.id.value)); out.replaceChildren(el("pre", {}, JSON.stringify(m, null, 2))); }
-      catch (e) { out.replaceChildren(errorBox(e)); } } },
+  const show = async (path) => {
+    try { const m = await api("GET", path); out.replaceChildren(el("pre", {}, JSON.stringify(m, null, 2))); }
+    catch (e) { out.replaceChildren(errorBox(e)); }
+  };
+  const form = el("form", { id: "message-form", onsubmit: (ev) => { ev.preventDefault(); show("messages/" + enc(form.id.value) + "?body=1"); } },
     el("input", { name: "id", placeholder: "message id", value: id }), el("button", { type: "submit" }, "Look up"));
-  main(el("h2", {}, "Messages"), el("p", {}, "Message lookup, query and timeline come with the message endpoints."), form, out);
+  const browse = el("form", { id: "browse-form", onsubmit: (ev) => { ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const k of ["since", "tag", "key", "limit"]) { if (browse[k].value) q.set(k, browse[k].value); }
+      show("subjects/" + enc(browse.subject.value) + "/messages?" + q.toString()); } },
+    el("input", { name: "subject", placeholder: "subject", value: params.get("subject") || "" }),
+    el("input", { name: "since", placeholder: "since (90m or RFC 3339; empty: the first)" }),
+    el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }),
+    el("input", { name: "limit", placeholder: "limit (100)" }), el("button", { type: "submit" }, "Browse"));
+  main(el("h2", {}, "Messages"),
+    el("p", {}, "Read where they are stored, never consumed: a message by id in every broker group, or a subject's by time, tag and key."),
+    form, browse, out);
+  if (id) show("messages/" + enc(id) + "?body=1");
 }
 
 const pages = { cluster: pageCluster, subjects: pageSubjects, groups: pageGroups, group: pageGroup, dead: pageDead, delays: pageDelays, messages: pageMessages };

@@ -13,8 +13,12 @@ import (
 // with its sequence in its subject's consume log (-1 if it has none). Not
 // found is an empty slice and a nil error; while the index of a segment
 // is still being built after open the error wraps logs.ErrIndexBuilding.
+// It stops after maxResults messages (0: no bound), and before a message
+// that would take the record sizes of those found past maxBytes (0: no
+// bound; the first is always returned), so that an id a producer reused
+// for many large messages costs a bounded read.
 // Safe on any goroutine; it sees what was applied.
-func (f *FSM) FindMessage(id string) ([]StoredMessage, error) {
+func (f *FSM) FindMessage(id string, maxResults, maxBytes int) ([]StoredMessage, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
@@ -23,6 +27,7 @@ func (f *FSM) FindMessage(id string) ([]StoredMessage, error) {
 	ml := f.store.messages.Log()
 	out := []StoredMessage{}
 	var rerr error
+	read := 0
 	err := f.store.index.Lookup(dedup.HashID(id), func(off int64) bool {
 		if off >= ml.End() {
 			return true // appended by the batch being applied: not visible yet
@@ -33,6 +38,9 @@ func (f *FSM) FindMessage(id string) ([]StoredMessage, error) {
 		}
 		if err != nil {
 			rerr = err
+			return false
+		}
+		if maxBytes > 0 && len(out) > 0 && read+logs.RecordSize(len(p)) > maxBytes {
 			return false
 		}
 		m, err := message.Decode(p)
@@ -51,7 +59,8 @@ func (f *FSM) FindMessage(id string) ([]StoredMessage, error) {
 			}
 		}
 		out = append(out, StoredMessage{Offset: off, Size: logs.RecordSize(len(p)), Seq: seq, Message: m})
-		return true
+		read += logs.RecordSize(len(p))
+		return maxResults <= 0 || len(out) < maxResults
 	})
 	if err := errors.Join(err, rerr); err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func waitIndexed(t *testing.T, f *FSM) {
 // newest first, each at the sequence its consume log gives it.
 func wantFound(t *testing.T, f *FSM, id string, n int) {
 	t.Helper()
-	got, err := f.FindMessage(id)
+	got, err := f.FindMessage(id, 0, 0)
 	if err != nil {
 		t.Fatalf("FindMessage(%s): %v", id, err)
 	}
@@ -75,6 +75,12 @@ func TestFindMessageAcrossSegmentsAndReopen(t *testing.T) {
 	// Outside the dedup window, the same id again is a second message.
 	appendAt(t, f, next, 1000+int64(next)+2*maxDedupWindow, unitMsg("msg-5", "s9", 10))
 	wantFound(t, f, "msg-5", 2)
+	// Bounded: by count, and by bytes (the first always comes back).
+	for _, b := range []struct{ max, bytes, want int }{{1, 0, 1}, {0, 1, 1}, {2, 1 << 20, 2}, {0, 0, 2}} {
+		if got, err := f.FindMessage("msg-5", b.max, b.bytes); err != nil || len(got) != b.want || got[0].Message.Subject != "s9" {
+			t.Fatalf("FindMessage(msg-5, %d, %d): %d messages, %v (want %d, the newest first)", b.max, b.bytes, len(got), err, b.want)
+		}
+	}
 	checkpointNow(t, f)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
@@ -180,7 +186,7 @@ func TestFindMessageDuringApply(t *testing.T) {
 			default:
 			}
 			id := fmt.Sprintf("msg-%d", i%800)
-			got, err := f.FindMessage(id)
+			got, err := f.FindMessage(id, 0, 0)
 			if err != nil {
 				errs <- err
 				return

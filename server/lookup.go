@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/logs"
 	"time"
 
 	"github.com/qmqgo/qmq/fsm"
@@ -14,9 +16,8 @@ import (
 // Message lookups for operators: by id, or a subject's messages by time
 // or from a sequence. They read this node's replica and change nothing.
 
-// maxLookupRead bounds the message bytes one lookup reads into its reply
-// (it answers at least one message): the reply is JSON, whose base64
-// bodies and escaped properties grow, and must fit a frame.
+// maxLookupRead bounds the message bytes one lookup reads (the record
+// sizes of what it found; it reads at least one message).
 const maxLookupRead = 4 << 20
 
 // maxLookupByID bounds the messages one lookup by id answers: an id is
@@ -32,7 +33,7 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	// The bytes the reply may read are taken from the client listener's
 	// memory budget while it is built and written.
-	if err := transport.Reserve(ctx, maxLookupRead); err != nil {
+	if err := transport.Reserve(ctx, maxLookupRead+limits.MaxFrame); err != nil {
 		return nil, err
 	}
 	page := &transport.MessagesPage{BrokerGroup: n.cfg.BrokerGroup, Messages: []transport.StoredMessage{}, Next: -1}
@@ -45,11 +46,8 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 			return nil, transport.Errorf(transport.Invalid, "a lookup by id takes no subject, window, tag or key")
 		}
 		var err error
-		if found, err = n.fsm.FindMessage(req.ID); err != nil {
+		if found, err = n.fsm.FindMessage(req.ID, maxLookupByID, maxLookupRead); err != nil {
 			return nil, lookupError(err)
-		}
-		if len(found) > maxLookupByID {
-			found = found[:maxLookupByID] // newest first
 		}
 	} else {
 		q, err := messageQuery(req)
@@ -62,29 +60,49 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		}
 		found, page.Next, page.Scanned, page.Truncated = res.Messages, res.Next, res.Scanned, res.Truncated
 	}
-	read := 0
-	for i, m := range found {
+	// Each message is encoded on its own, so that the reply is bounded by
+	// what it will take on the wire (base64 bodies and escaped strings
+	// grow), not by its records' sizes.
+	var msgs []json.RawMessage
+	total := 0
+	for _, m := range found {
 		out := storedMessage(n.cfg.BrokerGroup, m)
 		if req.Body {
-			if read > 0 && read+m.Size > maxLookupRead {
-				if req.ID == "" {
-					// The rest on the next page.
-					page.Next, page.Truncated = found[i].Seq, false
-					break
-				}
-				out.BodyOmitted = true
-			} else {
-				read += m.Size
-				out.Body = m.Message.Body
-				for _, p := range m.Message.Properties {
-					out.Properties = append(out.Properties, transport.Property{Key: p.Key, Value: p.Value})
-				}
+			out.Body = m.Message.Body
+			for _, p := range m.Message.Properties {
+				out.Properties = append(out.Properties, transport.Property{Key: p.Key, Value: p.Value})
 			}
 		}
-		page.Messages = append(page.Messages, out)
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, transport.Errorf(transport.Internal, "message lookup: %v", err)
+		}
+		if total+len(b) > maxLookupReply {
+			if req.ID == "" && len(msgs) > 0 {
+				page.Next, page.Truncated = m.Seq, false // the rest on the next page
+				break
+			}
+			// Alone it does not fit: described without its body.
+			out.Body, out.Properties, out.BodyOmitted = nil, nil, true
+			if b, err = json.Marshal(out); err != nil {
+				return nil, transport.Errorf(transport.Internal, "message lookup: %v", err)
+			}
+			if total+len(b) > maxLookupReply {
+				break
+			}
+		}
+		total += len(b)
+		msgs = append(msgs, b)
 	}
-	return json.Marshal(page)
+	return json.Marshal(struct {
+		*transport.MessagesPage
+		Messages []json.RawMessage `json:"messages"`
+	}{page, append([]json.RawMessage{}, msgs...)})
 }
+
+// maxLookupReply bounds a lookup's reply: a frame, less its envelope and
+// room for the page's own fields.
+const maxLookupReply = limits.MaxFrame - limits.Envelope - 1<<10
 
 // messageQuery turns a listing request into the state machine's query,
 // checking what the state machine does not.
@@ -119,10 +137,14 @@ func messageQuery(req transport.MessagesRequest) (fsm.MessageQuery, error) {
 const defaultLookupLimit = 100
 
 // lookupError is a lookup's failure as the client sees it: a bad request
-// is INVALID, anything else the node's fault.
+// is INVALID, an index still being built after the node started
+// UNAVAILABLE (ask again, or another node), anything else the node's fault.
 func lookupError(err error) error {
 	if errors.Is(err, fsm.ErrInvalid) {
 		return transport.Errorf(transport.Invalid, "%v", err)
+	}
+	if errors.Is(err, logs.ErrIndexBuilding) {
+		return transport.Errorf(transport.Unavailable, "%v", err)
 	}
 	return transport.Errorf(transport.Internal, "message lookup: %v", err)
 }

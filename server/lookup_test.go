@@ -168,3 +168,39 @@ func TestHTTPPortServesTheConsole(t *testing.T) {
 		t.Errorf("GET /status: %d %.200s", st, body)
 	}
 }
+
+// A message whose JSON would not fit a frame (its properties all '<',
+// which JSON escapes to six bytes each) is answered without its body and
+// properties, said so, rather than in a reply the client would refuse.
+func TestMessagesReplyFitsAFrame(t *testing.T) {
+	n := lookupNode(t, 1)
+	big := &message.Message{ID: "big", Subject: "s", CreatedAt: 1, Body: []byte("b")}
+	for i := range 100 {
+		big.Properties = append(big.Properties, message.Property{Key: fmt.Sprint("p", i), Value: strings.Repeat("<", 60<<10)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := clientOf(t, n.ClientAddr()).Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: []*message.Message{big}}).Encode()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(transport.MessagesRequest{ID: "big", Body: true})
+	out, err := n.handleMessages(context.Background(), b)
+	if err != nil || len(out) > limits.MaxFrame-limits.Envelope {
+		t.Fatalf("lookup: %d bytes, %v", len(out), err)
+	}
+	var page transport.MessagesPage
+	if err := json.Unmarshal(out, &page); err != nil || len(page.Messages) != 1 || !page.Messages[0].BodyOmitted || page.Messages[0].Body != nil {
+		t.Fatalf("lookup of a message too large for a reply: %+v, %v", page.Messages, err)
+	}
+	// A listing with bodies: the small message, then the large one alone
+	// on its page without its body.
+	zero := int64(0)
+	p1, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &zero, Body: true})
+	if err != nil || len(p1.Messages) != 1 || p1.Messages[0].ID != "m0" || p1.Next != 1 {
+		t.Fatalf("first page: %+v, %v", p1, err)
+	}
+	p2, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &p1.Next, Body: true})
+	if err != nil || len(p2.Messages) != 1 || !p2.Messages[0].BodyOmitted || p2.Next != -1 {
+		t.Fatalf("second page: %+v, %v", p2, err)
+	}
+}

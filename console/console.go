@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -129,7 +130,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method", "no cross-origin requests")
 		return
 	}
+	if !h.cfg.Auth && !literalHost(r.Host) {
+		// Without authentication, a name another site controls could be
+		// made to resolve to this node (DNS rebinding) and its pages would
+		// be same-origin: only an address or localhost is answered.
+		writeError(w, http.StatusMisdirectedRequest, "host",
+			"without --auth the console answers requests to an IP address or localhost only, not "+fmt.Sprintf("%.100q", r.Host))
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// literalHost reports whether host (HOST[:PORT]) is an IP address or
+// localhost, names no other site can make resolve to this node.
+func literalHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return net.ParseIP(host) != nil || strings.EqualFold(host, "localhost")
 }
 
 // caller is who an API request acts as.
@@ -166,6 +185,11 @@ func (h *handler) api(f apiFunc) http.HandlerFunc {
 		defer cancel()
 		out, err := f(r.WithContext(ctx), c, a)
 		if err != nil {
+			if errors.Is(err, qmq.ErrUnauthenticated) {
+				// Credentials the cluster refused keep no client: random
+				// secrets must not fill the cache with connections.
+				h.clients.drop(c.code, c.secret)
+			}
 			writeErr(w, err)
 			return
 		}

@@ -216,6 +216,16 @@ func TestHistoryPerApplication(t *testing.T) {
 	if n := len(h.points()); n != 0 {
 		t.Fatalf("another application sees %d samples of the first", n)
 	}
+	// a looks again after b (the ring is a's again, with a's sample), and
+	// b, which looked before, asks for the points: it sees none of a's.
+	h.look(caller{code: "a", secret: "x"})
+	h.addAs(Point{At: time.Now()}, "a", "x")
+	if n := len(h.pointsOf(caller{code: "b", secret: "y"})); n != 0 {
+		t.Fatalf("an application that looked before another sees %d of its samples", n)
+	}
+	if n := len(h.pointsOf(caller{code: "a", secret: "x"})); n != 1 {
+		t.Fatalf("the application looking sees %d of its samples, want 1", n)
+	}
 }
 
 func FuzzParseMessageQuery(f *testing.F) {

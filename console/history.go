@@ -111,6 +111,21 @@ func (s *history) put(p Point) {
 func (s *history) points() []Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pointsLocked()
+}
+
+// pointsOf is points for caller c: none unless c is the application the
+// ring was sampled as (another may have looked since c did).
+func (s *history) pointsOf(c caller) []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.code != s.code || c.secret != s.secret {
+		return []Point{}
+	}
+	return s.pointsLocked()
+}
+
+func (s *history) pointsLocked() []Point {
 	if !s.full {
 		return slices.Clone(s.ring[:s.next])
 	}
@@ -147,10 +162,10 @@ func sample(ctx context.Context, a *admin.Client, now time.Time) (Point, error) 
 
 func (h *handler) historyGet(r *http.Request, c caller, a *admin.Client) (any, error) {
 	h.history.look(c)
-	if len(h.history.points()) == 0 { // the first look: a point at once
+	if len(h.history.pointsOf(c)) == 0 { // the first look: a point at once
 		if p, err := sample(r.Context(), a, h.now()); err == nil {
 			h.history.addAs(p, c.code, c.secret)
 		}
 	}
-	return map[string]any{"every": HistoryEvery.String(), "points": h.history.points()}, nil
+	return map[string]any{"every": HistoryEvery.String(), "points": h.history.pointsOf(c)}, nil
 }

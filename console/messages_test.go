@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -98,5 +99,26 @@ func TestMessageEndpoints(t *testing.T) {
 	}
 	if st, _ := f.do(t, nil, "GET", "/api/v1/subjects/orders/messages?limit=1000", "", nil); st != 200 {
 		t.Errorf("a listing at the limit: %d", st)
+	}
+}
+
+// Without authentication the console answers requests to an address or
+// localhost only: a name another site controls (DNS rebinding) is refused.
+func TestNoAuthAnswersLiteralHostsOnly(t *testing.T) {
+	f := start(t, false)
+	for host, want := range map[string]int{"attacker.example": 421, "attacker.example:6280": 421, "localhost:6280": 200, "127.0.0.1": 200, "[::1]:80": 200} {
+		req, err := http.NewRequest("GET", f.srv.URL+"/api/v1/session", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
 	}
 }

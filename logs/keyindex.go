@@ -129,8 +129,8 @@ func (ki *KeyIndex) removeStale(keep map[int64]bool) error {
 	}
 	for _, e := range entries {
 		base, ok := parseIndexName(e.Name())
-		if ok && keep[base] {
-			continue
+		if ok && keep[base] || e.IsDir() {
+			continue // a directory is nobody's sidecar: left alone, never a reason not to open
 		}
 		if err := os.Remove(filepath.Join(ki.dir, e.Name())); err != nil {
 			return fmt.Errorf("logs: remove stale index: %w", err)

@@ -257,3 +257,20 @@ func FuzzKeyIndexDecode(f *testing.F) {
 		}
 	})
 }
+
+// A directory in the index's directory is not a sidecar: it is left
+// alone, and the index opens (it failed to, trying to remove it).
+func TestKeyIndexOpensBesideADirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "index", "lost+found", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, ki := openKeyed(t, dir, Options{})
+	offs := writeKeyed(t, l, ki, 0, 3)
+	if got := lookupAll(t, l, ki, keyOf(1)); !slicesEqual(got, wantOffsets(offs, keyOf(1), 0)) {
+		t.Fatalf("lookup beside a directory: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "index", "lost+found", "x")); err != nil {
+		t.Fatalf("the directory went: %v", err)
+	}
+}

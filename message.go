@@ -136,7 +136,7 @@ func (m *Message) SetBool(key string, v bool) { m.SetString(key, strconv.FormatB
 func (m *Message) SetTime(key string, v time.Time) { m.SetString(key, v.Format(time.RFC3339Nano)) }
 
 // SetKey sets the message's business key (an order number, an account):
-// the property message.KeyProperty ("qmq.key"), by which a query selects a
+// the property "qmq.key", by which a query selects a
 // subject's messages (at most MaxPropertyValueLen bytes, like any property).
 func (m *Message) SetKey(key string) { m.SetString(message.KeyProperty, key) }
 

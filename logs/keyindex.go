@@ -80,7 +80,7 @@ func sortEntries(es []indexEntry) {
 type sealedIndex struct {
 	base, size int64
 	fanout     *[256]uint32 // nil until the sidecar is written or verified
-	entries    []indexEntry // sorted, until written
+	entries    []indexEntry // in offset order, until written
 	verify     bool         // the sidecar is to be verified (rebuilt if bad)
 	gone       bool         // retention removed the segment
 }
@@ -176,7 +176,8 @@ func (ki *KeyIndex) seal(newBase int64) {
 	for i, k := range ki.akeys {
 		si.entries[i] = indexEntry{k >> 24, ki.arels[i]}
 	}
-	sortEntries(si.entries)
+	// In offset order: the background writer sorts its own copy, so that
+	// the apply goroutine that seals never pays for the sort.
 	ki.mu.Lock()
 	ki.sealed = append(ki.sealed, si)
 	ki.queue = append(ki.queue, si)
@@ -222,7 +223,10 @@ func (ki *KeyIndex) run() {
 // A failure leaves the segment unindexed: its lookups keep failing.
 func (ki *KeyIndex) build(si *sealedIndex) {
 	path := filepath.Join(ki.dir, indexName(si.base))
-	entries := si.entries // set before si was queued; cleared only by publish, here
+	// Set before si was queued, in offset order, and read by lookups
+	// until publish clears it: the sidecar is written from a sorted copy.
+	entries := slices.Clone(si.entries)
+	sortEntries(entries)
 	if si.verify {
 		if b, err := os.ReadFile(path); err == nil {
 			if fan, err := decodeKeyIndex(b, si.base, si.size); err == nil {
@@ -356,10 +360,11 @@ func (ki *KeyIndex) Lookup(key uint64, fn func(off int64) bool) error {
 			if rels, err = ki.readBucket(v.base, v.size, v.fanout, key); err != nil {
 				return err
 			}
-		case v.entries != nil:
-			lo, _ := slices.BinarySearchFunc(v.entries, want, func(e indexEntry, w uint64) int { return cmp.Compare(e.hi, w) })
-			for j := lo; j < len(v.entries) && v.entries[j].hi == want; j++ {
-				rels = append(rels, v.entries[j].rel)
+		case v.entries != nil: // sealed, its sidecar not written yet: in offset order
+			for _, e := range v.entries {
+				if e.hi == want {
+					rels = append(rels, e.rel)
+				}
 			}
 		default:
 			return fmt.Errorf("%w: segment %d", ErrIndexBuilding, v.base)

@@ -36,7 +36,7 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 	if err := transport.Reserve(ctx, maxLookupRead+limits.MaxFrame); err != nil {
 		return nil, err
 	}
-	page := &transport.MessagesPage{BrokerGroup: n.cfg.BrokerGroup, Messages: []transport.StoredMessage{}, Next: -1}
+	page := &transport.MessagesPage{BrokerGroup: n.cfg.BrokerGroup, Next: -1} // its messages are encoded one by one, below
 	var found []fsm.StoredMessage
 	if req.ID != "" {
 		if len(req.ID) > message.MaxIDLen {

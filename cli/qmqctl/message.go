@@ -79,14 +79,7 @@ func messageCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				return withAdmin(c, 60*time.Second, func(ctx context.Context, a *admin.Client) error {
-					pages, err := a.Messages(ctx, q)
-					if c.Bool("json") {
-						if perr := printJSONTo(c.App.Writer, nonNil(pages)); perr != nil {
-							return perr
-						}
-						return err
-					}
+				return listMessages(c, q, func(pages []admin.MessagePage) error {
 					w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(w, "BROKER-GROUP\tSEQ\tAPPENDED\tID\tTAGS\tKEY\tSIZE")
 					for _, p := range pages {
@@ -95,11 +88,7 @@ func messageCommand() *cli.Command {
 								m.ID, strings.Join(m.Tags, ","), m.Key, m.Size)
 						}
 					}
-					if ferr := w.Flush(); ferr != nil {
-						return ferr
-					}
-					printPageEnds(c.App.Writer, pages)
-					return err
+					return w.Flush()
 				})
 			},
 		}, {
@@ -118,32 +107,40 @@ func messageCommand() *cli.Command {
 					return err
 				}
 				q.Body = true
-				return withAdmin(c, 60*time.Second, func(ctx context.Context, a *admin.Client) error {
-					pages, err := a.Messages(ctx, q)
-					if c.Bool("json") {
-						if perr := printJSONTo(c.App.Writer, nonNil(pages)); perr != nil {
-							return perr
-						}
-						return err
-					}
+				return listMessages(c, q, func(pages []admin.MessagePage) error {
 					for _, p := range pages {
 						for i := range p.Messages {
 							printMessage(c.App.Writer, &p.Messages[i], c.String("body"))
 						}
 					}
-					printPageEnds(c.App.Writer, pages)
-					return err
+					return nil
 				})
 			},
 		}},
 	}
 }
 
-func nonNil(pages []admin.MessagePage) []admin.MessagePage {
-	if pages == nil {
-		return []admin.MessagePage{}
-	}
-	return pages
+// listMessages runs q and prints its pages: as JSON with --json, else
+// with print and where each broker group's listing goes on. A broker
+// group that did not answer is the error, after the others' pages.
+func listMessages(c *cli.Context, q admin.MessageQuery, print func([]admin.MessagePage) error) error {
+	return withAdmin(c, 60*time.Second, func(ctx context.Context, a *admin.Client) error {
+		pages, err := a.Messages(ctx, q)
+		if c.Bool("json") {
+			if pages == nil {
+				pages = []admin.MessagePage{}
+			}
+			if perr := printJSONTo(c.App.Writer, pages); perr != nil {
+				return perr
+			}
+			return err
+		}
+		if perr := print(pages); perr != nil {
+			return perr
+		}
+		printPageEnds(c.App.Writer, pages)
+		return err
+	})
 }
 
 // messageQuery reads the flags of list and browse.

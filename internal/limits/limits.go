@@ -137,4 +137,7 @@ const (
 	MaxQueryResults   = 1000
 	DefaultScanBudget = 100_000
 	MaxScanBudget     = 1_000_000
+	// MaxTimelineEvents bounds the events of one message's timeline a
+	// lookup returns; it says when there are more.
+	MaxTimelineEvents = 1000
 )

@@ -20,8 +20,12 @@ func (f *FSM) applyAck(c *Ack) any {
 	}
 	// Stamped only once the ack is known to be valid: a refused command
 	// changes nothing, not even the state's clock.
-	f.st.stamp(c.Now)
-	eachOpen(cs, c.Ranges, func(seq int64) { cs.finish(seq) })
+	f.tl.on(f.st.stamp(c.Now), c.Subject, c.ConsumerGroup, c.Consumer, "")
+	eachOpen(cs, c.Ranges, func(seq int64) {
+		if p, open := cs.finish(seq); open {
+			f.tl.add(EventAcked, p.consumeSeq, p.deliveries, 0)
+		}
+	})
 	cs.advance()
 	return &AckResult{AckPos: cs.ackPos}
 }

@@ -43,6 +43,10 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 	// before the window grew, before its floor.
 	scheduleAfter := max(c.Now, now-f.st.config.DedupWindow, f.st.config.dedupFloor)
 	res := &AppendResult{Messages: make([]MessageResult, len(c.Messages))}
+	var sent *sentRecord // who sent what, for the timeline: only when the Append says
+	if c.Senders != nil {
+		sent = &sentRecord{senders: c.Apps}
+	}
 	for i, m := range c.Messages {
 		if err := CheckMessage(m); err != nil {
 			res.Messages[i] = MessageResult{Status: Rejected, Offset: -1, Seq: -1, Err: err}
@@ -63,6 +67,9 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		}
 		if m.DeliverAt > scheduleAfter {
 			res.Messages[i] = f.schedule(index, now, m, h, c.sender(i))
+			if sent != nil && res.Messages[i].Status == Scheduled {
+				sent.sched = append(sent.sched, sentSched{sender: c.Senders[i], ref: res.Messages[i].Ref})
+			}
 			continue
 		}
 		m.DeliverAt = 0 // due already: delivered at once, like any message
@@ -74,6 +81,12 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 		f.dedup.AddHash(h, now, off)
 		f.useSubject(m.Subject)
 		res.Messages[i] = MessageResult{Status: Appended, Offset: off, Seq: seq}
+		if sent != nil {
+			sent.appended(c.Senders[i], off)
+		}
+	}
+	if sent != nil && (len(sent.runs) > 0 || len(sent.sched) > 0) {
+		f.tlBuf = sent.write(f.store, index, now, f.tlBuf)
 	}
 	return res // ApplyBatch runs retention next
 }

@@ -21,6 +21,7 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 	res := &FireResult{}
 	must(0, f.store.sched.Flush())
 	subjects := map[string]bool{}
+	var appended []firedEntry // for the timeline
 	for _, ref := range c.Refs {
 		hour, off := delaywheel.SplitRef(ref)
 		hs := f.st.hours[hour]
@@ -57,8 +58,10 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 			res.Fired++
 			continue
 		}
+		sentIndex, sentAt := m.Index, m.AppendedAt
 		m.Index, m.AppendedAt = index, now
 		moff, size := must2(f.store.messages.Append(m))
+		appended = append(appended, firedEntry{offset: moff, ref: ref, sentIndex: sentIndex, sentAt: sentAt, due: at, app: rec.App})
 		f.store.index.Add(moff, dedup.HashID(m.ID))
 		must(f.store.appendConsume(m.Subject, logs.ConsumeEntry{Offset: moff, Size: size, AppendedAt: now, TagMask: message.TagMask(m.Tags)}))
 		must(0, f.store.sched.Dispatch(ref))
@@ -73,6 +76,9 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 			res.Subjects = append(res.Subjects, m.Subject)
 		}
 		res.Fired++
+	}
+	if len(appended) > 0 {
+		f.tlBuf = writeFired(f.store, index, now, appended, f.tlBuf)
 	}
 	return res
 }

@@ -55,6 +55,7 @@ func (f *FSM) applyNack(c *Nack) any {
 		return fmt.Errorf("%w: retry time %d is not within %s of now", ErrInvalid, c.RetryAt, millis(maxRetryDelay))
 	}
 	now := f.st.stamp(c.Now)
+	f.tl.on(now, c.Subject, c.ConsumerGroup, c.Consumer, "")
 	k := groupKey{c.Subject, c.ConsumerGroup}
 	res := &NackResult{}
 	queued := len(g.redeliver) // giveBack only appends to it
@@ -64,6 +65,7 @@ func (f *FSM) applyNack(c *Nack) any {
 			if at == 0 {
 				at = now + g.settings.retryDelay(p.deliveries)
 			}
+			f.tl.add(EventNacked, p.consumeSeq, p.deliveries, max(at, now))
 			if f.giveBack(k, g, p, at, now) {
 				res.Dead++
 			} else {
@@ -82,6 +84,7 @@ func (f *FSM) applyNack(c *Nack) any {
 // reports whether it became a dead letter.
 func (f *FSM) giveBack(k groupKey, g *group, p pulled, at, now int64) bool {
 	if p.deliveries >= g.settings.MaxDeliveries {
+		f.tl.add(EventDeadLettered, p.consumeSeq, p.deliveries, 0)
 		f.addDead(g, deadLetter{seq: p.consumeSeq, deliveries: p.deliveries, at: now})
 		return true
 	}
@@ -125,11 +128,13 @@ func (f *FSM) applyExpire(c *Expire) any {
 		return err
 	}
 	now := f.st.stamp(c.Now)
+	f.tl.on(now, c.Subject, c.ConsumerGroup, c.Consumer, "")
 	k := groupKey{c.Subject, c.ConsumerGroup}
 	res := &ExpireResult{}
 	eachOpen(cs, c.Ranges, func(seq int64) {
 		if p := cs.window[seq-cs.ackPos]; !p.acked && p.deadline != 0 && p.deadline <= now {
 			cs.finish(seq)
+			f.tl.add(EventExpired, p.consumeSeq, p.deliveries, 0)
 			if f.giveBack(k, g, p, now, now) {
 				res.Dead++
 			} else {

@@ -75,6 +75,7 @@ func (f *FSM) applyPull(c *Pull) any {
 		return b.result(res)
 	}
 	h := handing{cs: cs, now: now, ackWait: g.settings.AckWait, atMostOnce: c.AtMostOnce}
+	f.tl.on(now, c.Subject, c.ConsumerGroup, c.Consumer, "")
 	n += len(res.Entries)
 	filter := newTagFilter(c.Tags, c.TagsAll)
 	if filter != nil {
@@ -359,6 +360,7 @@ func (f *FSM) hand(h handing, r redelivery, e logs.ConsumeEntry) Pulled {
 		}
 	}
 	cs.window = append(cs.window, p)
+	f.tl.add(EventHandedOut, r.seq, p.deliveries, 0)
 	out := Pulled{PullSeq: cs.next, ConsumeSeq: r.seq, Deliveries: p.deliveries, At: MessageAt{Offset: e.Offset, Size: e.Size}}
 	cs.next++
 	return out

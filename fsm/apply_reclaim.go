@@ -17,9 +17,11 @@ func (f *FSM) applyReclaim(c *Reclaim) any {
 	}
 	k := groupKey{c.Subject, c.ConsumerGroup}
 	g := f.st.groups[k]
+	f.tl.on(f.st.now, c.Subject, c.ConsumerGroup, c.Consumer, "")
 	n := 0
 	for _, p := range cs.window {
 		if !p.acked {
+			f.tl.add(EventReclaimed, p.consumeSeq, p.deliveries, 0)
 			// A message that brought down its consumer each time it was
 			// handed out ends as a dead letter too.
 			f.giveBack(k, g, p, f.st.now, f.st.now)

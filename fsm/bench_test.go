@@ -20,13 +20,28 @@ func benchAppendEntry(index uint64, now int64, n, size int) *raft.Log {
 	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: (&Append{Now: now, Messages: msgs}).Encode()}
 }
 
-func benchmarkApplyAppend(b *testing.B, size int) {
+func benchmarkApplyAppend(b *testing.B, size int) { benchmarkApplyAppendFrom(b, size, 0) }
+
+// benchmarkApplyAppendFrom appends batches of 1,000 from clients
+// senders (0: none named, as a node's own appends), each sending its
+// share of the batch in one run, as a leader batches their requests.
+func benchmarkApplyAppendFrom(b *testing.B, size, clients int) {
 	f := unitOpen(b, DefaultConfig(b.TempDir()))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer() // encoding is the leader's work, not the FSM's
 		e := benchAppendEntry(uint64(i+1), int64(i), 1000, size)
+		if clients > 0 {
+			cmd := must(Decode(e.Data)).(*Append)
+			for c := range clients {
+				cmd.Apps = append(cmd.Apps, Sender{App: "bench", MaxDelayed: 1000, Addr: fmt.Sprintf("127.0.0.1:%d", 40000+c)})
+			}
+			for m := range cmd.Messages {
+				cmd.Senders = append(cmd.Senders, 1+m*clients/len(cmd.Messages))
+			}
+			e.Data = cmd.Encode()
+		}
 		b.StartTimer()
 		r := f.Apply(e).(*AppendResult)
 		if r.Messages[999].Status != Appended {
@@ -38,6 +53,13 @@ func benchmarkApplyAppend(b *testing.B, size int) {
 
 // BenchmarkApplyAppend1000: one Append of 1,000 messages of 128 B per op.
 func BenchmarkApplyAppend1000(b *testing.B) { benchmarkApplyAppend(b, 128) }
+
+// BenchmarkApplyAppend1000Senders: as BenchmarkApplyAppend1000, the batch
+// gathered from 50 clients' requests, each named with its address (the
+// timeline's sent record).
+//
+//	go test ./fsm -run '^$' -bench 'ApplyAppend1000$|ApplyAppend1000Senders' -count 5
+func BenchmarkApplyAppend1000Senders(b *testing.B) { benchmarkApplyAppendFrom(b, 128, 50) }
 
 // BenchmarkApplyAppend1000_1KiB: one Append of 1,000 messages of 1 KiB per op.
 func BenchmarkApplyAppend1000_1KiB(b *testing.B) { benchmarkApplyAppend(b, 1<<10) }

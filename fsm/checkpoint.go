@@ -44,6 +44,7 @@ import (
 //	  config-index uvarint | retention-age uvarint | retention-bytes uvarint |
 //	  dedup-window uvarint | max-pull uvarint | max-unacked uvarint | segment-size uvarint |
 //	  index-segment-size uvarint | dedup-floor i64
+//	timeline-end u64                                                  (version 6 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -76,7 +77,11 @@ import (
 // until the group records its identity and its configuration, a snapshot
 // may go to one of them.
 //
-// Versions 1 to 4 still open. Before version 3 consumers had no epochs:
+// Version 6 adds where the timeline log ended (timeline_record.go); a
+// checkpoint is written in it once the timeline holds anything, and an
+// earlier version opens with an empty timeline.
+//
+// Versions 1 to 5 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
 // opens as epoch i+1. Version 1 (before delayed messages) ends at
@@ -87,7 +92,7 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 5
+const checkpointVersion = 6
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -106,10 +111,13 @@ func (f *FSM) currentCheckpoint() *checkpoint {
 
 // encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
+	if c.ends.timeline != 0 {
+		return c.encodeVersion(checkpointVersion)
+	}
 	if !c.needsVersion5() {
 		return c.encodeVersion(4)
 	}
-	return c.encodeVersion(checkpointVersion)
+	return c.encodeVersion(5)
 }
 
 // needsVersion5 reports whether c holds anything version 4 cannot:
@@ -218,6 +226,9 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 			b = binenc.AppendUint64(b, uint64(st.config.dedupFloor))
 		}
 		b = appendApps(b, st)
+	}
+	if version >= 6 {
+		b = binenc.AppendUint64(b, uint64(c.ends.timeline))
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -474,6 +485,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		if err := readApps(r, st); err != nil {
 			return nil, err
 		}
+		if version >= 6 {
+			c.ends.timeline = r.Int64()
+		}
 	} else {
 		// Before version 5 an hour's delayed messages were not counted:
 		// its pending and dispatched records (retries too) bound them.
@@ -497,8 +511,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	// And a state has one: version 5 only for a state version 4 cannot
 	// hold, which encode() writes so.
-	if version == checkpointVersion && !c.needsVersion5() {
+	if version == 5 && !c.needsVersion5() {
 		return nil, fmt.Errorf("%w: version %d holding nothing version 4 cannot", ErrBadCheckpoint, version)
+	}
+	if version == 6 && c.ends.timeline == 0 {
+		return nil, fmt.Errorf("%w: version %d holding no timeline", ErrBadCheckpoint, version)
 	}
 	return c, nil
 }
@@ -529,6 +546,9 @@ func (c *checkpoint) check() error {
 		if CheckName("subject", s) != nil || end < 0 {
 			return fmt.Errorf("%w: consume log %q ends at %d", ErrBadCheckpoint, s, end)
 		}
+	}
+	if c.ends.timeline < 0 {
+		return fmt.Errorf("%w: timeline ends at %d", ErrBadCheckpoint, c.ends.timeline)
 	}
 	if c.ends.journal < 0 || c.ends.journal%delaywheel.JournalRecordSize != 0 {
 		return fmt.Errorf("%w: journal ends at %d", ErrBadCheckpoint, c.ends.journal)

@@ -293,6 +293,8 @@ type rawCheckpoint struct {
 	identity                   string       // version 5
 	config                     *groupConfig // version 5; default initialGroupConfig
 	apps                       []byte       // version 5: the applications' lists; default none
+	timelineEnd                uint64       // version 6; default 64
+	timelineZero               bool         // version 6: a timeline end of 0
 }
 
 type rawDelayed struct {
@@ -385,9 +387,17 @@ func (r rawCheckpoint) body() []byte {
 		b = binenc.AppendUint64(b, uint64(config.dedupFloor))
 	}
 	if r.apps != nil {
-		return append(b, r.apps...)
+		b = append(b, r.apps...)
+	} else {
+		b = append(b, 0, 0, 0, 0) // no group, consumer or delayed message of an application, no hour's count
 	}
-	return append(b, 0, 0, 0, 0) // no group, consumer or delayed message of an application, no hour's count
+	if version < 6 {
+		return b
+	}
+	if r.timelineZero {
+		return binenc.AppendUint64(b, 0)
+	}
+	return binenc.AppendUint64(b, cmp.Or(r.timelineEnd, 64))
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -590,7 +600,14 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		})},
 		// States no apply writes, each of which decoded: a state has one
 		// encoding, the one encode() writes.
+		{"version 6 holding no timeline (written as version 5)", mutate(func(r *rawCheckpoint) {
+			r.timelineZero = true
+		})},
+		{"a timeline ending before its start", mutate(func(r *rawCheckpoint) {
+			r.timelineEnd = 1 << 63
+		})},
 		{"version 5 holding nothing of version 5 (written as version 4)", mutate(func(r *rawCheckpoint) {
+			r.version = 5
 			r.config = &groupConfig{source: ConfigNode}
 			r.apps = rawHourCounts([]any{493_000, 2}, []any{493_001, 2}) // what version 4 derives
 		})},

@@ -73,7 +73,9 @@ func (t CommandType) String() string {
 // at-most-once) and where a new group starts, version 4 the bytes it may
 // hand out and the tag check of redeliveries; Forget version 2 adds the
 // idle condition; Append version 2 names the applications sending (it is
-// written only when one does). Every earlier version is still read, since
+// written only when one does), version 3 the clients' addresses too (only
+// when one is known); DeadLetters version 2 names who asked (only when
+// someone did). Every earlier version is still read, since
 // a Raft log may hold it.
 const (
 	commandVersion           = 1
@@ -81,6 +83,8 @@ const (
 	commandVersionPull3      = 3
 	commandVersionPull4      = 4
 	commandVersionAppendApps = 2
+	commandVersionAppendAddr = 3
+	commandVersionDeadBy     = 2
 )
 
 // versionOf returns the version a command type is written in.
@@ -91,10 +95,16 @@ func versionOf(t CommandType) byte {
 	case CmdAck, CmdReclaim, CmdForget:
 		return commandVersionEpoch
 	case CmdAppend:
-		return commandVersionAppendApps
+		return commandVersionAppendAddr
+	case CmdDeadLetters:
+		return commandVersionDeadBy
 	}
 	return commandVersion
 }
+
+// MaxBy bounds who a command says asked for it ("app:" or "node:" and a
+// name); a longer name is cut.
+const MaxBy = limits.MaxName + 8
 
 // ErrBadCommand means a command's bytes do not decode. Apply refuses such
 // a command alike on every replica (the bytes are the same everywhere).
@@ -121,6 +131,11 @@ var ErrUnknownCommand = fmt.Errorf("%w: unknown type or version", ErrBadCommand)
 // pending, and each message's by its place among them:
 //
 //	apps uvarint | (code string | max-delayed uvarint)… | count uvarint | (sender uvarint | message)…
+//
+// Version 3, written when any sender has an address, adds after each
+// application's max-delayed the client's address (a string): a sender is
+// then an application at an address, and one application may be named
+// once per address.
 type Append struct {
 	Now      int64
 	Messages []*message.Message
@@ -143,14 +158,21 @@ type Append struct {
 type Sender struct {
 	App        string
 	MaxDelayed int64
+	// Addr is the client's address as the leader saw it, for the
+	// message's timeline ("" if unknown). Version 3 on.
+	Addr string
 }
 
-// sender returns message i's application, nil for none.
+// sender returns message i's application, nil for none (a sender of
+// version 3 may be an address alone).
 func (c *Append) sender(i int) *Sender {
 	if c.Senders == nil || c.Senders[i] == 0 {
 		return nil
 	}
-	return &c.Apps[c.Senders[i]-1]
+	if s := &c.Apps[c.Senders[i]-1]; s.App != "" || s.Addr == "" {
+		return s
+	}
+	return nil
 }
 
 // wire returns message i's encoding: as it arrived, or encoded now.
@@ -303,6 +325,16 @@ func appendNames(b []byte, subject, group, consumer string) []byte {
 	return binenc.AppendString(b, consumer)
 }
 
+// hasAddr reports whether any sender names an address (version 3).
+func (c *Append) hasAddr() bool {
+	for _, a := range c.Apps {
+		if a.Addr != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Encode returns the command's bytes.
 func (c *Append) Encode() []byte {
 	var b []byte
@@ -310,10 +342,17 @@ func (c *Append) Encode() []byte {
 		b = append(b, byte(CmdAppend), commandVersion)
 		b = binenc.AppendUint64(b, uint64(c.Now))
 	} else {
-		b = appendHeader(nil, CmdAppend, c.Now)
+		v := byte(commandVersionAppendApps)
+		if c.hasAddr() {
+			v = commandVersionAppendAddr
+		}
+		b = appendHeaderVersion(nil, CmdAppend, v, c.Now)
 		b = binenc.AppendUvarint(b, uint64(len(c.Apps)))
 		for _, a := range c.Apps {
 			b = binenc.AppendUvarint(binenc.AppendString(b, a.App), uint64(a.MaxDelayed))
+			if v >= commandVersionAppendAddr {
+				b = binenc.AppendString(b, a.Addr)
+			}
 		}
 	}
 	b = binenc.AppendUvarint(b, uint64(len(c.Messages)))
@@ -431,6 +470,13 @@ func Decode(b []byte) (any, error) {
 					return nil, fmt.Errorf("%w: append: application %d's max delayed %d over %d", ErrBadCommand, i, most, limits.MaxDelayed)
 				}
 				c.Apps[i] = Sender{App: app, MaxDelayed: int64(most)}
+				if v >= commandVersionAppendAddr {
+					c.Apps[i].Addr = r.String(limits.MaxAddr)
+				}
+			}
+			if v >= commandVersionAppendAddr && r.Err() == nil && !c.hasAddr() {
+				// Version 2 holds it: a command has one encoding.
+				return nil, fmt.Errorf("%w: append version 3 naming no address", ErrBadCommand)
 			}
 		}
 		n := r.Count(limits.MaxBatchMessages)
@@ -520,6 +566,12 @@ func Decode(b []byte) (any, error) {
 			return nil, err
 		}
 		if ok {
+			if dl, isDead := c.(*DeadLetters); isDead && v >= commandVersionDeadBy {
+				if dl.By = r.String(MaxBy); r.Err() == nil && dl.By == "" {
+					// Version 1 holds it: a command has one encoding.
+					return nil, fmt.Errorf("%w: dead-letters version 2 naming nobody", ErrBadCommand)
+				}
+			}
 			cmd = c
 			break
 		}

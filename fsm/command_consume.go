@@ -140,6 +140,10 @@ type DeadLetters struct {
 	Op                     DeadLetterOp
 	All                    bool
 	Seqs                   []int64
+	// By is who asked, for the messages' timelines: "app:CODE" or
+	// "node:ID", "" for none (authentication off). Version 2 on, written
+	// only when set.
+	By string
 }
 
 // MaxDeadLetterSeqs bounds the sequences one DeadLetters command names.
@@ -207,7 +211,11 @@ func (c *ResetConsumerGroup) Encode() []byte {
 
 // Encode returns the command's bytes.
 func (c *DeadLetters) Encode() []byte {
-	b := binenc.AppendString(appendHeader(nil, CmdDeadLetters, c.Now), c.Subject)
+	v := byte(commandVersion)
+	if c.By != "" {
+		v = commandVersionDeadBy
+	}
+	b := binenc.AppendString(appendHeaderVersion(nil, CmdDeadLetters, v, c.Now), c.Subject)
 	b = binenc.AppendString(b, c.ConsumerGroup)
 	all := byte(0)
 	if c.All {
@@ -217,6 +225,9 @@ func (c *DeadLetters) Encode() []byte {
 	b = binenc.AppendUvarint(b, uint64(len(c.Seqs)))
 	for _, s := range c.Seqs {
 		b = binenc.AppendUvarint(b, uint64(s))
+	}
+	if c.By != "" {
+		b = binenc.AppendString(b, c.By)
 	}
 	return b
 }

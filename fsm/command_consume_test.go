@@ -54,6 +54,8 @@ func sampleConsumeCommands() map[string]encoder {
 		"dead-letters all":      &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadPurge, All: true, Seqs: []int64{}},
 		"dead-letters max":      &DeadLetters{Now: 5, Subject: long, ConsumerGroup: long, Op: 0xff, Seqs: seqs(MaxDeadLetterSeqs)},
 		"dead-letters under":    &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadPurge, Seqs: seqs(MaxDeadLetterSeqs - 1)},
+		"dead-letters by":       &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadResend, Seqs: []int64{1}, By: "app:ops"},
+		"dead-letters by max":   &DeadLetters{Now: 5, Subject: "s", ConsumerGroup: "g", Op: DeadResend, Seqs: []int64{1}, By: strings.Repeat("b", MaxBy)},
 		"pull v1":               &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Resend: true, From: 3, Start: StartEarliest, version: commandVersion},
 		"pull v2":               &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Epoch: 5, Start: StartEarliest, version: commandVersionEpoch},
 		"pull v3": &Pull{Now: 6, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 10, Epoch: 2, AtMostOnce: true, Tags: []string{"a"},
@@ -96,6 +98,11 @@ func overLimitConsumeCommands() map[string][]byte {
 		"expire name":          (&Expire{Subject: long, ConsumerGroup: "g", Consumer: "c"}).Encode(),
 		"dead-letters seqs":    (&DeadLetters{Subject: "s", ConsumerGroup: "g", Seqs: make([]int64, MaxDeadLetterSeqs+1)}).Encode(),
 		"dead-letters name":    (&DeadLetters{Subject: "s", ConsumerGroup: long}).Encode(),
+		"dead-letters by long": (&DeadLetters{Subject: "s", ConsumerGroup: "g", By: strings.Repeat("b", MaxBy+1)}).Encode(),
+		"dead-letters by none": func() []byte { // version 2 naming nobody
+			b := (&DeadLetters{Subject: "s", ConsumerGroup: "g", By: "x"}).Encode()
+			return append(b[:len(b)-2], 0)
+		}(),
 		"set-group name":       (&SetConsumerGroup{Subject: long, ConsumerGroup: "g"}).Encode(),
 		"reset-group name":     (&ResetConsumerGroup{Subject: "s", ConsumerGroup: long}).Encode(),
 		"forget name":          (&Forget{Subject: long, ConsumerGroup: "g", IdleFor: 1}).Encode(),
@@ -135,7 +142,7 @@ func pullFlags(v byte) []byte {
 
 // deadLettersAll returns a DeadLetters command whose all byte is v.
 func deadLettersAll(v byte) []byte {
-	b := binenc.AppendString(binenc.AppendString(appendHeader(nil, CmdDeadLetters, 1), "s"), "g")
+	b := binenc.AppendString(binenc.AppendString(appendHeaderVersion(nil, CmdDeadLetters, commandVersion, 1), "s"), "g")
 	return binenc.AppendUvarint(append(b, byte(DeadPurge), v), 0)
 }
 

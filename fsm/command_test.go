@@ -93,7 +93,17 @@ func TestCommandTypeValues(t *testing.T) {
 func TestDecodeRejects(t *testing.T) {
 	pull := (&Pull{Start: StartEarliest, Now: 1, Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 1}).Encode()
 	app := (&Append{Now: 1, Messages: []*message.Message{unitMsg("a", "s", 3)}}).Encode()
-	header := func(t CommandType) []byte { return appendHeader(nil, t, 1) }
+	header := func(t CommandType) []byte {
+		if t == CmdAppend {
+			return appendHeaderVersion(nil, t, commandVersionAppendApps, 1)
+		}
+		return appendHeader(nil, t, 1)
+	}
+	// Version 3 of an Append: an application at an address.
+	addrApp := func(addr string) []byte {
+		b := binenc.AppendUvarint(appendHeaderVersion(nil, CmdAppend, commandVersionAppendAddr, 1), 1)
+		return binenc.AppendUvarint(binenc.AppendString(binenc.AppendUvarint(binenc.AppendString(b, "a"), 0), addr), 0)
+	}
 	nonMinimal := func(b []byte, v byte) []byte { return append(b, v|0x80, 0x00) } // v as a 2-byte uvarint
 	tooMany := binenc.AppendUvarint(header(CmdAppend), limits.MaxBatchMessages+1)
 	longName := binenc.AppendUvarint(appendNames(header(CmdReclaim), strings.Repeat("s", limits.MaxName+1), "g", "c"), 0)
@@ -129,6 +139,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ranges", tooManyRanges},
 		{"invalid message", badMessage},
 		{"non-minimal count", nonMinimal(header(CmdAppend), 0)},
+		{"append version 3 naming no address", addrApp("")},
+		{"append's address too long", addrApp(strings.Repeat("a", limits.MaxAddr+1))},
 		{"append's max delayed over its bound", binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendString(binenc.AppendUvarint(header(CmdAppend), 1), "a"), limits.MaxDelayed+1), 0)},
 		{"non-minimal max", append(nonMinimal(appendNames(header(CmdPull), "s", "g", "c"), 1), 0, 0)},
 		{"non-minimal epoch", nonMinimal(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 3)},
@@ -150,6 +162,7 @@ func TestDecodeRejects(t *testing.T) {
 	// The non-minimal samples above are well-formed apart from the varint.
 	for _, b := range [][]byte{
 		binenc.AppendUvarint(binenc.AppendUvarint(header(CmdAppend), 0), 0), // no application, no message
+		addrApp(strings.Repeat("a", limits.MaxAddr)),
 		append(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(appendNames(header(CmdPull), "s", "g", "c"), 1), 0), 0),
 			0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // flags, tags, start, start-at, idle expiry, max bytes, app, max consumers
 		binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(ranges, 1), 0), 0),

@@ -47,7 +47,7 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 			return fmt.Errorf("%w: dead letter sequence %d", ErrInvalid, s)
 		}
 	}
-	f.st.stamp(c.Now)
+	f.tl.on(f.st.stamp(c.Now), c.Subject, c.ConsumerGroup, "", c.By)
 	res := &DeadLettersResult{}
 	g := f.st.groups[groupKey{c.Subject, c.ConsumerGroup}]
 	if g == nil {
@@ -71,7 +71,10 @@ func (f *FSM) applyDeadLetters(c *DeadLetters) any {
 				g.lost++ // retention removed it
 				continue
 			}
+			f.tl.add(EventResent, d.seq, d.deliveries, 0)
 			g.redeliver = append(g.redeliver, redelivery{seq: d.seq})
+		} else {
+			f.tl.add(EventPurged, d.seq, d.deliveries, 0)
 		}
 	}
 	clear(g.dead[len(kept):])

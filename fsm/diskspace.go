@@ -57,15 +57,41 @@ func (f *FSM) entryWrites(e *raft.Log) int64 {
 	if e.Type != raft.LogCommand || len(e.Data) == 0 {
 		return 0
 	}
-	switch CommandType(e.Data[0]) {
+	t := CommandType(e.Data[0])
+	tl := f.timelineWrites(t, e.Data)
+	switch t {
 	case CmdFire:
-		return min(int64(len(e.Data)/8)*maxRecordBytes, fireWriteBound) + entryOverhead
+		return min(int64(len(e.Data)/8)*maxRecordBytes, fireWriteBound) + entryOverhead + tl
 	case CmdNack:
-		return 2*int64(len(e.Data)) + entryOverhead + f.nackWrites(e.Data)
+		return 2*int64(len(e.Data)) + entryOverhead + f.nackWrites(e.Data) + tl
 	case CmdAppend:
-		return 2*int64(len(e.Data)) + entryOverhead + senderWrites(e.Data)
+		return 2*int64(len(e.Data)) + entryOverhead + senderWrites(e.Data) + tl
 	}
-	return 2*int64(len(e.Data)) + entryOverhead
+	return 2*int64(len(e.Data)) + entryOverhead + tl
+}
+
+// timelineWrites bounds the timeline records applying a command of type t
+// writes (timeline_record.go): an Append's sent record names its senders
+// and a run or a reference per message, less than its bytes; a Fire's, an
+// entry per reference; a consumer command's, a run per sequence it hands
+// out (a pull, at most limits.MaxPullMessages) or finishes (at most a
+// window, twice: its own event and a dead letter's), each with a header
+// within entryOverhead; a dead-letter operation's, a run per dead letter
+// of the group.
+func (f *FSM) timelineWrites(t CommandType, data []byte) int64 {
+	switch t {
+	case CmdAppend:
+		return int64(len(data))
+	case CmdFire:
+		return int64(len(data)/8) * maxFiredBytes
+	case CmdPull:
+		return limits.MaxPullMessages * maxRunBytes
+	case CmdAck, CmdNack, CmdExpire, CmdReclaim:
+		return 2 * int64(f.windowBound) * maxRunBytes
+	case CmdDeadLetters:
+		return int64(maxDeadPerGroup) * maxRunBytes
+	}
+	return 0
 }
 
 // senderWrites bounds what an Append's applications add to its records
@@ -83,6 +109,9 @@ func senderWrites(data []byte) int64 {
 	for range r.Count(limits.MaxBatchMessages) {
 		longest = max(longest, len(r.Bytes(limits.MaxName)))
 		r.Uvarint()
+		if data[1] >= commandVersionAppendAddr {
+			r.Bytes(limits.MaxAddr)
+		}
 	}
 	n := r.Count(limits.MaxBatchMessages)
 	if r.Err() != nil {

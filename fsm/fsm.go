@@ -185,6 +185,10 @@ type FSM struct {
 	onSchedule atomic.Pointer[func(delaywheel.Entry)]
 	// firstLive caches firstRetained per subject; retention clears it.
 	firstLive map[string]int64
+	// tl gathers the timeline records of the command being applied.
+	tl timelineWriter
+	// tlBuf is the buffer sent and fired records are encoded in.
+	tlBuf []byte
 	// subjects are those with messages or delayed messages pending
 	// (derived from the logs and the state; never shrinks).
 	subjects map[string]struct{}
@@ -477,6 +481,8 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		// The same bytes fail alike on every replica: refused, nothing changed.
 		return fmt.Errorf("%w: entry %d: %w", ErrInvalid, e.Index, err)
 	}
+	f.tl.begin(e.Index)
+	defer f.tl.commit(f.store) // what the command recorded of consumers' events
 	switch c := cmd.(type) {
 	case *Append:
 		return f.applyAppend(e.Index, c)

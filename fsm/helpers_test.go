@@ -159,8 +159,8 @@ func wantStateUnchanged(tb testing.TB, f *FSM, before []byte) {
 }
 
 // dataFiles reads every file of the FSM directory dir's data (the logs),
-// except the checkpoint and the message index (derived from the message
-// log, and written in the background), by slash-separated relative path.
+// except the checkpoint and the key indexes (derived from the message log
+// and the timeline, and written in the background), by slash-separated relative path.
 func dataFiles(tb testing.TB, dir string) map[string][]byte {
 	tb.Helper()
 	root := filepath.Join(dir, dataDir)
@@ -170,7 +170,7 @@ func dataFiles(tb testing.TB, dir string) map[string][]byte {
 			return err
 		}
 		if d.IsDir() {
-			if path == filepath.Join(root, indexDir) {
+			if path == filepath.Join(root, indexDir) || path == filepath.Join(root, tlIndexDir) {
 				return filepath.SkipDir
 			}
 			return nil

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/qmqgo/qmq/logs"
@@ -43,6 +44,7 @@ func (f *FSM) removeBefore(keep int64) {
 	ml := f.store.messages
 	removed := must(ml.Log().RemoveBefore(keep))
 	must(0, f.store.index.Retain())
+	f.retainTimeline()
 	f.dedup.ForgetBefore(ml.Log().Start())
 	clear(f.firstLive)
 	f.log.Debug("retention removed message-log segments", "segments", removed, "start", ml.Log().Start())
@@ -125,5 +127,34 @@ func (f *FSM) countRemoved() {
 			return false
 		})
 		f.st.recountDead(g, before, false)
+	}
+}
+
+// retainTimeline removes the timeline's segments that hold events of
+// removed messages only. Every event of a message is recorded at or after
+// its append time, so a segment whose successor starts before the first
+// retained message was appended holds only events of earlier messages,
+// all removed: a retained message's timeline is kept whole (but a delayed
+// message's sent record, written when it was scheduled, may go before it
+// fires; its timeline then says who sent it from the fired record, without
+// the address). It depends only on the logs, like the rest of removeBefore.
+func (f *FSM) retainTimeline() {
+	ml, tl := f.store.messages.Log(), f.store.timeline
+	since := int64(math.MaxInt64) // no message left: every record is older than the next one
+	if start := ml.Start(); start < ml.End() {
+		since = must(f.store.messages.ReadAt(start)).AppendedAt
+	}
+	segs := tl.Segments()
+	cut := segs[0].Base
+	for i := 1; i < len(segs) && segs[i].Base < tl.End(); i++ {
+		rec, err := decodeTimelineRecord(must(tl.Read(segs[i].Base)))
+		if err != nil || rec.at >= since {
+			break // an unreadable record keeps what follows: never remove by mistake
+		}
+		cut = segs[i].Base
+	}
+	if cut > segs[0].Base {
+		must(tl.RemoveBefore(cut))
+		must(0, f.store.tlIndex.Retain())
 	}
 }

@@ -44,7 +44,7 @@ func NewSnapshotStore(dir string, retain int, logger hclog.Logger, opts ...snaps
 	return snapshot.NewStore(dir, retain, checkSnapPath, logger, opts...)
 }
 
-// checkSnapPath accepts only messages/X.seg, pull/X.seg, journal/X.seg,
+// checkSnapPath accepts only messages/X.seg, pull/X.seg, journal/X.seg, timeline/X.seg,
 // consume/SUBJECT/X.seg, schedule/HOUR/X.seg and
 // schedule/HOUR/dispatched/X.seg: a stream cannot write anywhere else.
 func checkSnapPath(rel string) error {
@@ -52,7 +52,7 @@ func checkSnapPath(rel string) error {
 	ok := path.Clean(rel) == rel && strings.HasSuffix(rel, ".seg")
 	switch {
 	case !ok:
-	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir || parts[0] == journalDir):
+	case len(parts) == 2 && (parts[0] == messagesDir || parts[0] == pullDir || parts[0] == journalDir || parts[0] == timelineDir):
 	case len(parts) == 3 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]):
 	case len(parts) == 4 && parts[0] == scheduleDir && delaywheel.IsHourName(parts[1]) && parts[2] == "dispatched":
 	case len(parts) == 3 && parts[0] == consumeDir && CheckName("subject", parts[1]) == nil:

@@ -23,6 +23,8 @@ import (
 //	pull/                every consumer's pull log, merged
 //	schedule/<hour>/     delayed messages by hour of delivery (package delaywheel)
 //	journal/             delayed appends in order, for the dedup window
+//	timeline/            what commands did to messages (timeline_record.go)
+//	timeline-index/      the timeline's index, a sidecar per sealed segment
 //	checkpoint           the state made durable at the last snapshot
 const (
 	messagesDir    = "messages"
@@ -31,6 +33,8 @@ const (
 	pullDir        = "pull"
 	scheduleDir    = "schedule"
 	journalDir     = "journal"
+	timelineDir    = "timeline"
+	tlIndexDir     = "timeline-index"
 	checkpointFile = "checkpoint"
 )
 
@@ -50,6 +54,8 @@ type store struct {
 	pulls    *logs.PullLog
 	sched    *delaywheel.Schedule
 	journal  *delaywheel.Journal
+	timeline *logs.Log      // timeline records (timeline_record.go)
+	tlIndex  *logs.KeyIndex // the timeline's records by message (indexKey, blockKey)
 
 	mu      sync.RWMutex
 	consume map[string]*logs.ConsumeLog
@@ -64,6 +70,7 @@ type logEnds struct {
 	consume  map[string]int64 // by subject
 	journal  int64
 	hours    map[int64]delaywheel.HourEnds // the hours holding delayed messages
+	timeline int64
 }
 
 // openStore opens the logs in dir. It treats everything below ends (from the
@@ -115,12 +122,22 @@ func openStore(dir string, cfg Config, ends *logEnds, deferSyncs bool) (*store, 
 		s.close()
 		return nil, err
 	}
+	timelineOpts := s.opts
+	timelineOpts.DurableEnd = ends.timeline
+	if s.timeline, err = logs.Open(filepath.Join(dir, timelineDir), logs.KindTimeline, timelineOpts); err != nil {
+		s.close()
+		return nil, err
+	}
 	if err := s.truncate(ends); err != nil {
 		s.close()
 		return nil, err
 	}
-	// After the cut: the index covers the log as it now ends.
+	// After the cut: the indexes cover the logs as they now end.
 	if s.index, err = logs.OpenKeyIndex(s.messages.Log(), filepath.Join(dir, indexDir), messageKeys); err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.tlIndex, err = logs.OpenKeyIndex(s.timeline, filepath.Join(dir, tlIndexDir), timelineKeys); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -167,6 +184,9 @@ func (s *store) truncate(ends *logEnds) error {
 			return err
 		}
 	}
+	if err := s.timeline.TruncateTo(ends.timeline); err != nil {
+		return err
+	}
 	// Schedule hours are cut back when first opened (see OpenSchedule).
 	return s.journal.Log().TruncateTo(ends.journal)
 }
@@ -179,6 +199,7 @@ func (s *store) setSegmentSizes(segment, index int64) {
 	s.messages.Log().SetSegmentSize(segment)
 	s.pulls.Log().SetSegmentSize(index)
 	s.journal.Log().SetSegmentSize(index)
+	s.timeline.SetSegmentSize(index)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, cl := range s.consume { // a map: no order needed
@@ -225,7 +246,7 @@ func (s *store) subjects() []string {
 // all returns every log with its path relative to the store's directory,
 // in a fixed order.
 func (s *store) all() []namedLog {
-	out := []namedLog{{messagesDir, s.messages.Log()}, {pullDir, s.pulls.Log()}, {journalDir, s.journal.Log()}}
+	out := []namedLog{{messagesDir, s.messages.Log()}, {pullDir, s.pulls.Log()}, {journalDir, s.journal.Log()}, {timelineDir, s.timeline}}
 	for _, subject := range s.subjects() {
 		out = append(out, namedLog{filepath.Join(consumeDir, subject), s.consumeLog(subject).Log()})
 	}
@@ -240,7 +261,7 @@ type namedLog struct {
 // ends returns where every log ends now, the schedule's for hours.
 func (s *store) ends(hours map[int64]*hourState) *logEnds {
 	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{},
-		journal: s.journal.Log().End(), hours: map[int64]delaywheel.HourEnds{}}
+		journal: s.journal.Log().End(), hours: map[int64]delaywheel.HourEnds{}, timeline: s.timeline.End()}
 	s.mu.RLock()
 	for subject, cl := range s.consume { // a map: no order needed
 		e.consume[subject] = cl.Log().End()
@@ -261,6 +282,9 @@ func (s *store) flush() error {
 		return err
 	}
 	if err := s.pulls.Log().Flush(); err != nil {
+		return err
+	}
+	if err := s.timeline.Flush(); err != nil {
 		return err
 	}
 	for cl := range s.touched {
@@ -301,6 +325,12 @@ func (s *store) close() error {
 	var errs []error
 	if s.index != nil {
 		s.index.Close() // before the log it reads
+	}
+	if s.tlIndex != nil {
+		s.tlIndex.Close()
+	}
+	if s.timeline != nil {
+		errs = append(errs, s.timeline.Close())
 	}
 	if s.messages != nil {
 		errs = append(errs, s.messages.Log().Close())

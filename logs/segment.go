@@ -60,6 +60,7 @@ const (
 	KindSchedule Kind = 4 // delaywheel: delayed messages of one hour of delivery time
 	KindDispatch Kind = 5 // delaywheel: which of an hour's entries were fired
 	KindJournal  Kind = 6 // delaywheel: delayed appends by time, for the dedup window
+	KindTimeline Kind = 7 // fsm: what commands did to messages, for their timelines
 )
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, fileSuffix) }

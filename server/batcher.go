@@ -113,21 +113,21 @@ func (b *batcher) run() {
 	}
 }
 
-// senders names in cmd the applications sending calls' messages, each
-// once, when any does; a batch of no application's stays as it was
-// written before applications (version 1).
+// senders names in cmd who sends calls' messages (an application, the
+// client's address), each once, when any call says; a batch of none
+// stays as it was written before applications (version 1).
 func senders(cmd *fsm.Append, calls []*sendCall) {
-	var index map[string]int
+	var index map[fsm.Sender]int
 	for _, c := range calls {
 		if c.from == nil {
 			continue
 		}
 		if index == nil {
-			index, cmd.Senders = map[string]int{}, make([]int, 0, len(cmd.Messages))
+			index, cmd.Senders = map[fsm.Sender]int{}, make([]int, 0, len(cmd.Messages))
 		}
-		if _, ok := index[c.from.App]; !ok {
+		if _, ok := index[*c.from]; !ok {
 			cmd.Apps = append(cmd.Apps, *c.from)
-			index[c.from.App] = len(cmd.Apps)
+			index[*c.from] = len(cmd.Apps)
 		}
 	}
 	if index == nil {
@@ -136,7 +136,7 @@ func senders(cmd *fsm.Append, calls []*sendCall) {
 	for _, c := range calls {
 		i := 0
 		if c.from != nil {
-			i = index[c.from.App]
+			i = index[*c.from]
 		}
 		for range c.msgs {
 			cmd.Senders = append(cmd.Senders, i)

@@ -249,6 +249,9 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 		return nil, err
 	}
 	cmd := &fsm.DeadLetters{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, All: req.All, Seqs: req.Seqs}
+	if acc := accessOf(ctx); acc != nil {
+		cmd.By = acc.who[:min(len(acc.who), fsm.MaxBy)] // for the messages' timelines
+	}
 	switch req.Op {
 	case transport.DeadLetterResend:
 		cmd.Op = fsm.DeadResend

@@ -64,7 +64,7 @@ func (n *Node) handleSend(ctx context.Context, p []byte) ([]byte, error) {
 	if len(accepted) > 0 {
 		ctx, cancel := n.requestContext(ctx)
 		defer cancel()
-		results, err := n.batcher.send(ctx, accepted, wire, size, acc.sender())
+		results, err := n.batcher.send(ctx, accepted, wire, size, senderOf(ctx, acc))
 		if r, ok := err.(*refusedSend); ok {
 			refused, err := n.refuseSend(ctx, accepted, r.refusal)
 			if err != nil {
@@ -104,4 +104,18 @@ func errString(err error) string {
 		return "rejected"
 	}
 	return err.Error()
+}
+
+// senderOf is who sends a request's messages, for their timelines: the
+// application (with its limit of delayed messages), if any, and the
+// client's address; nil for a call from inside the node.
+func senderOf(ctx context.Context, acc *access) *fsm.Sender {
+	s := acc.sender()
+	if peer := transport.PeerOf(ctx); peer != nil {
+		if s == nil {
+			s = &fsm.Sender{}
+		}
+		s.Addr = peer.Addr
+	}
+	return s
 }

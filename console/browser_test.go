@@ -13,8 +13,46 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/test/poll"
 )
+
+// sendPullAck sends a message with the body "paid" to subject, has a
+// consumer of group pull it and ack it, and returns its id.
+func sendPullAck(t *testing.T, f *fixture, subject, group string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := qmq.NewPuller(f.meta, subject, group, qmq.StartAt(qmq.Earliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := qmq.NewProducer(f.meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := p.GenerateMessage(subject)
+	m.SetBody([]byte("paid"))
+	if err := p.SendMessage(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var got []*qmq.Message
+	for len(got) == 0 {
+		if got, err = c.Pull(ctx, 1, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || got[0].ID() != m.ID() {
+		t.Fatalf("pulled %v, want %s", got, m.ID())
+	}
+	if err := c.Ack(ctx, got...); err != nil {
+		t.Fatal(err)
+	}
+	return m.ID()
+}
 
 // TestBrowser drives the console in headless Chromium against a test
 // cluster: every page loads without a console error and shows what the
@@ -115,6 +153,48 @@ func TestBrowser(t *testing.T) {
 		v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
 		return err == nil && v.Total.DeadLetters == 1
 	})
+
+	// A message sent, pulled and acked: its page shows where it is
+	// stored and its timeline, ending with the ack.
+	id := sendPullAck(t, f, "invoices", "accounts")
+	var text string
+	err = chromedp.Run(ctx,
+		chromedp.Evaluate(fmt.Sprintf("location.hash = %q", "#messages?id="+id), nil),
+		chromedp.WaitVisible(`//*[@id="message-result"]/*`, chromedp.BySearch),
+		chromedp.Text("#message-result", &text, chromedp.ByQuery),
+		shot("message"))
+	if err != nil {
+		t.Fatalf("the message's page: %v", err)
+	}
+	for _, want := range []string{"Message " + id + " of invoices", "Timeline", "Raft index", "paid"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the message's page does not show %q:\n%s", want, text)
+		}
+	}
+	// The timeline table as the page draws it, from an answer of the
+	// API's shape: a row an event, with what each says besides its kind.
+	var drawn []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`(() => {
+		const s = storedMessage({id: "x", subject: "s", body: "cGFpZA==", timeline_more: true, timeline: [
+			{kind: "sent", at: "2026-01-31T09:00:00Z", raft_index: 3, app: "billing", client_address: "127.0.0.1:9", due: "2026-01-31T10:00:00Z"},
+			{kind: "nacked", at: "2026-01-31T10:00:01Z", raft_index: 5, consumer_group: "g", consumer: "c", due: "2026-01-31T10:05:00Z"},
+			{kind: "dead-lettered", at: "2026-01-31T10:05:01Z", raft_index: 8, consumer_group: "g", consumer: "c", delivery: 2}]});
+		return Array.from(s.querySelectorAll("h4 + table tr")).slice(1).map(r => Array.from(r.cells).map(c => c.textContent).join("|"))
+			.concat([s.textContent.includes("More events after these") ? "more" : "", s.textContent.includes("paid") ? "paid" : ""]);
+	})()`, &drawn)); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"2026-01-31T09:00:00Z|sent||||3|app billing, from 127.0.0.1:9, deliver at 2026-01-31T10:00:00Z",
+		"2026-01-31T10:00:01Z|nacked|g|c||5|retry at 2026-01-31T10:05:00Z", "2026-01-31T10:05:01Z|dead-lettered|g|c|2|8|", "more", "paid"}; strings.Join(drawn, "\n") != strings.Join(want, "\n") {
+		t.Errorf("a timeline drawn as\n%s\nwant\n%s", strings.Join(drawn, "\n"), strings.Join(want, "\n"))
+	}
+	var events []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#message-result h4 + table tr")).slice(1).map(r => r.cells[1].textContent + "/" + r.cells[2].textContent)`, &events)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(events, ",") != "sent/,handed-out/accounts,acked/accounts" {
+		t.Errorf("the message's timeline shows %v, want sent, then handed out to accounts and acked by accounts:\n%s", events, text)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {

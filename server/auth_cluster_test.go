@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -803,5 +804,71 @@ func TestMessagesReadRights(t *testing.T) {
 		if found, err := c.admin.FindMessage(ctx, id, false); err != nil || len(found) != 1 {
 			t.Errorf("an admin looks up %s: %+v, %v", id, found, err)
 		}
+	}
+}
+
+// TestConsoleAsAnApplication: an application that is not an admin logged
+// in to a node's console (HTTP port, TLS, authentication on) reads the
+// cluster, its subject's consumer groups and messages; another subject's
+// messages are refused, PERMISSION_DENIED naming it, or not found by id;
+// an action is refused as an admin's.
+func TestConsoleAsAnApplication(t *testing.T) {
+	// The console reaches the cluster without a client certificate.
+	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.TLS.ClientAuth = "request" })
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []admin.ConsumeGrant{{Subject: "orders.*", ConsumerGroup: "billing"}}})
+	c.create(admin.AppSpec{Code: "shipping", Send: []string{"parcels"}})
+	c.leaderHolding(t)
+	ctx := ctxFor(t, 60*time.Second)
+	for app, subject := range map[string]string{"billing": "orders.paid", "shipping": "parcels"} {
+		p, err := qmq.NewProducer(c.servers(), c.as(app), qmq.WithSendTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := p.GenerateMessage(subject)
+		m.SetID(subject + "-1")
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatalf("%s sends to %s: %v", app, subject, err)
+		}
+		p.Close()
+	}
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: c.clientTLS(t)()}}
+	t.Cleanup(hc.CloseIdleConnections)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, "https://"+c.brokers[1].HTTPAddr()+path, strings.NewReader(`{"to":"latest"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("billing", c.secrets["billing"])
+		req.Header.Set("X-QMQ-CSRF", "1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := io.Copy(&b, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b.String()
+	}
+	for path, want := range map[string]string{
+		"/api/v1/cluster":                              `"broker_groups"`,
+		"/api/v1/subjects/orders.paid/consumer-groups": `"subject":"orders.paid"`,
+		"/api/v1/subjects/orders.paid/messages":        `"id":"orders.paid-1"`,
+		"/api/v1/messages/orders.paid-1":               `"id":"orders.paid-1"`,
+		"/api/v1/messages/parcels-1":                   `"messages":[]`,
+	} {
+		if st, body := call("GET", path); st != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s as billing: %d %.300s; want 200 with %s", path, st, body, want)
+		}
+	}
+	if st, body := call("GET", "/api/v1/subjects/parcels/messages"); st != http.StatusForbidden ||
+		!strings.Contains(body, `"code":"permission_denied"`) || !strings.Contains(body, "application billing may neither send to nor consume subject parcels") {
+		t.Errorf("GET parcels' messages as billing: %d %s; want 403 permission_denied saying why", st, body)
+	}
+	if st, body := call("POST", "/api/v1/subjects/orders.paid/consumer-groups/billing/reset"); st != http.StatusForbidden ||
+		!strings.Contains(body, `"code":"permission_denied"`) || !strings.Contains(body, "application billing is not an admin") {
+		t.Errorf("a reset as billing: %d %s; want 403 permission_denied saying billing is not an admin", st, body)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,10 +60,6 @@ func sendPullAck(t *testing.T, f *fixture, subject, group string) string {
 // cluster holds, and a resend from the page takes effect. Screenshots go
 // to $QMQ_ARTIFACTS (a temporary directory by default).
 func TestBrowser(t *testing.T) {
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("no chromium on PATH: `make test` installs it (make chromium), or apt-get install chromium")
-	}
 	artifacts := os.Getenv("QMQ_ARTIFACTS")
 	if artifacts == "" {
 		artifacts = t.TempDir()
@@ -72,35 +69,7 @@ func TestBrowser(t *testing.T) {
 	f := start(t, false)
 	deadLetters(t, f, "orders", "billing", 2)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	var mu sync.Mutex
-	var problems []string
-	listen := func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, "exception: "+ev.ExceptionDetails.Error())
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeWarning {
-				var args []string
-				for _, a := range ev.Args {
-					args = append(args, string(a.Value)+a.Description)
-				}
-				problems = append(problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
-			}
-		}
-	}
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
-	chromedp.ListenTarget(ctx, listen)
-
+	ctx, problems := browser(t)
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
 			var buf []byte
@@ -141,7 +110,7 @@ func TestBrowser(t *testing.T) {
 	page("#messages", "Messages", "messages")
 	page("#dead?subject=orders&group=billing", "Dead letters of billing", "dead", "Broker group g1: 2")
 
-	err = chromedp.Run(ctx,
+	err := chromedp.Run(ctx,
 		chromedp.Evaluate(`window.confirm = () => true`, nil),
 		chromedp.Click(".resend-one", chromedp.ByQuery),
 		chromedp.WaitVisible(`#action-result.ok`, chromedp.ByQuery),
@@ -195,10 +164,51 @@ func TestBrowser(t *testing.T) {
 	if strings.Join(events, ",") != "sent/,handed-out/accounts,acked/accounts" {
 		t.Errorf("the message's timeline shows %v, want sent, then handed out to accounts and acked by accounts:\n%s", events, text)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
+	for _, p := range problems() {
 		t.Errorf("browser: %s", p)
 	}
 	t.Logf("screenshots in %s", artifacts)
+}
+
+// browser starts headless Chromium for the test, with a 90 s deadline; problems
+// returns the exceptions and console errors and warnings it saw.
+func browser(t *testing.T) (ctx context.Context, problems func() []string) {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("no chromium on PATH: `make test` installs it (make chromium), or apt-get install chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	var mu sync.Mutex
+	var seen []string
+	listen := func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			seen = append(seen, "exception: "+ev.ExceptionDetails.Error())
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError || ev.Type == runtime.APITypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				seen = append(seen, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+			}
+		}
+	}
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelT)
+	chromedp.ListenTarget(ctx, listen)
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }

@@ -209,7 +209,7 @@ function storedMessage(m) {
   rows.push(["Body", m.body_omitted ? `(${m.body_size} bytes, left out: the answer had no room)` : bodyText(m.body)]);
   const tl = m.timeline || [];
   return el("section", { class: "message" }, el("h3", {}, `Message ${m.id} of ${m.subject}`),
-    table(["", ""], rows),
+    table(["Field", "Value"], rows),
     el("h4", {}, "Timeline"),
     tl.length ? table(["Time", "Event", "Group", "Consumer", "Delivery", "Raft index", "Detail"],
       tl.map(e => [e.at, e.kind, e.consumer_group || "", e.consumer || "", e.delivery || "", e.raft_index, eventDetail(e)])) :

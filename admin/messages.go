@@ -66,7 +66,8 @@ func (q MessageQuery) check() error {
 // Messages lists the messages q selects in every broker group of the
 // subject's route (or in q.BrokerGroup alone), one page each. A broker
 // group that does not answer is named in the error; the others' pages
-// are returned.
+// are returned. With authentication on, an application that is not an
+// admin lists only subjects it may send to or consume.
 func (a *Client) Messages(ctx context.Context, q MessageQuery) ([]MessagePage, error) {
 	if err := q.check(); err != nil {
 		return nil, err
@@ -101,12 +102,28 @@ func (a *Client) Messages(ctx context.Context, q MessageQuery) ([]MessagePage, e
 	return out, errors.Join(errs...)
 }
 
+// FindOption is an option of FindMessage.
+type FindOption func(*transport.MessagesRequest)
+
+// WithTimeline has FindMessage answer each message's timeline too (what
+// happened to it, oldest first: StoredMessage.Timeline; TimelineMore
+// says it has more than the reply holds).
+func WithTimeline() FindOption {
+	return func(r *transport.MessagesRequest) { r.Timeline = true }
+}
+
+// Event is one step of a message's timeline: sent, handed out, acked...
+type Event = transport.Event
+
 // FindMessage finds every retained message whose id is id, in every
 // broker group of the cluster (an id is unique within a broker group's
-// dedup window only), newest first in each. None found is an empty
-// answer, not an error; a broker group that does not answer is named in
-// the error, with what the others found.
-func (a *Client) FindMessage(ctx context.Context, id string, body bool) ([]StoredMessage, error) {
+// dedup window only), newest first in each; body asks for their
+// properties and bodies too. None found is an empty answer, not an
+// error; a broker group that does not answer is named in the error,
+// with what the others found. With authentication on, an application
+// that is not an admin finds only the messages of subjects it may send
+// to or consume.
+func (a *Client) FindMessage(ctx context.Context, id string, body bool, opts ...FindOption) ([]StoredMessage, error) {
 	if id == "" || len(id) > message.MaxIDLen {
 		return nil, fmt.Errorf("qmq: message id of %d bytes (1 to %d)", len(id), message.MaxIDLen)
 	}
@@ -114,11 +131,15 @@ func (a *Client) FindMessage(ctx context.Context, id string, body bool) ([]Store
 	if err != nil {
 		return nil, err
 	}
+	req := transport.MessagesRequest{ID: id, Body: body}
+	for _, o := range opts {
+		o(&req)
+	}
 	out := []StoredMessage{}
 	var errs []error
 	for _, g := range c.BrokerGroups {
 		var page MessagePage
-		if err := a.brokerCall(ctx, routeOf(g), transport.TypeMessages, transport.MessagesRequest{ID: id, Body: body}, &page); err != nil {
+		if err := a.brokerCall(ctx, routeOf(g), transport.TypeMessages, req, &page); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -215,7 +215,13 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (caller, 
 			return caller{code: s.code, secret: s.secret, csrf: s.csrf, session: true}, true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Basic realm="qmq"`)
+	// A browser asked by a challenge prompts for a password over the
+	// console's own login form, and holds the page's request until the
+	// prompt is answered: the challenge goes to everyone but a script's
+	// request in a browser (Sec-Fetch-Mode other than navigate).
+	if m := r.Header.Get("Sec-Fetch-Mode"); m == "" || m == "navigate" {
+		w.Header().Set("WWW-Authenticate", `Basic realm="qmq"`)
+	}
 	writeError(w, http.StatusUnauthorized, "unauthenticated", "log in, or give an application's code and secret (HTTP Basic)")
 	return caller{}, false
 }

@@ -358,6 +358,23 @@ func TestAuthSessions(t *testing.T) {
 	if st, b := f.do(t, nil, "GET", "/api/v1/cluster", "", nil); st != 401 {
 		t.Fatalf("no credentials: %d %s", st, b)
 	}
+	// A challenge for curl and a page opened by hand, none for the
+	// console's own requests, which a browser would hold behind a
+	// password prompt over the login form.
+	for mode, want := range map[string]string{"": `Basic realm="qmq"`, "navigate": `Basic realm="qmq"`, "cors": "", "same-origin": ""} {
+		req, _ := http.NewRequest("GET", f.srv.URL+"/api/v1/session", nil)
+		if mode != "" {
+			req.Header.Set("Sec-Fetch-Mode", mode)
+		}
+		res, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 401 || res.Header.Get("WWW-Authenticate") != want {
+			t.Errorf("no credentials, Sec-Fetch-Mode %q: %d, WWW-Authenticate %q; want 401, %q", mode, res.StatusCode, res.Header.Get("WWW-Authenticate"), want)
+		}
+	}
 	basic := func(r map[string]string) map[string]string { return r }
 	_ = basic
 	req, _ := http.NewRequest("GET", f.srv.URL+"/api/v1/cluster", nil)

@@ -13,9 +13,11 @@ import (
 
 // Messages, read where they are stored and never consumed: by id in every
 // broker group, or a subject's by time or from a sequence. The cluster
-// decides who may (an admin application, with --auth) and audits it.
+// decides who may (with --auth, an application reads the subjects it may
+// send to or consume; an admin, all) and audits it.
 
-// messageByID answers GET /api/v1/messages/{id}[?body=1].
+// messageByID answers GET /api/v1/messages/{id}[?body=1]: each message
+// with its timeline.
 func (h *handler) messageByID(r *http.Request, c caller, a *admin.Client) (any, error) {
 	id := r.PathValue("id")
 	if id == "" || len(id) > message.MaxIDLen {
@@ -27,7 +29,7 @@ func (h *handler) messageByID(r *http.Request, c caller, a *admin.Client) (any, 
 			return nil, badf("parameter %.40q: a lookup by id takes body=1 alone, once", k)
 		}
 	}
-	found, err := a.FindMessage(r.Context(), id, q.Get("body") == "1")
+	found, err := a.FindMessage(r.Context(), id, q.Get("body") == "1", admin.WithTimeline())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,26 @@ func TestNoAuthAnswersLiteralHostsOnly(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
 		}
+	}
+}
+
+// GET /api/v1/messages/{id} answers each message's timeline: sent, handed
+// out to the group's consumer, acked.
+func TestMessageTimelineEndpoint(t *testing.T) {
+	f := start(t, false)
+	id := sendPullAck(t, f, "invoices", "accounts")
+	var byID struct {
+		Messages []admin.StoredMessage `json:"messages"`
+	}
+	f.get(t, "/api/v1/messages/"+id, &byID)
+	if len(byID.Messages) != 1 {
+		t.Fatalf("message by id: %+v", byID)
+	}
+	var got []string
+	for _, e := range byID.Messages[0].Timeline {
+		got = append(got, e.Kind+"/"+e.ConsumerGroup)
+	}
+	if strings.Join(got, ",") != "sent/,handed-out/accounts,acked/accounts" || byID.Messages[0].TimelineMore {
+		t.Errorf("timeline %v (more %v), want sent, handed-out and acked by accounts", got, byID.Messages[0].TimelineMore)
 	}
 }

@@ -11,12 +11,14 @@ import (
 
 // auditLog records, in the node's log under the name "audit", every admin
 // operation (who, from where, the request) and every refused request
-// (who, from where, what was refused and why). An admin operation that
+// (who, from where, what was refused and why), and every read of stored
+// messages (who, from where, the request). An admin operation that
 // changes something is always written: it costs a Raft entry anyway, and
 // a flood of reads must not hide it. Admin reads (listing applications or
-// dead letters) are limited to auditAdminRate lines a second after a
-// burst of as many, and refusals to one a second, so that a client
-// cannot fill the disk; a line says how many were held back before it.
+// dead letters) and reads of stored messages are limited to
+// auditAdminRate lines a second after a burst of as many, and refusals
+// to one a second, so that a client cannot fill the disk; a line says
+// how many were held back before it.
 type auditLog struct {
 	log            hclog.Logger
 	admins, denied *lograte.Limiter
@@ -49,9 +51,23 @@ func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
 	l.log.Info("admin operation", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
 }
 
+// read records a read of stored messages (a lookup by any application,
+// whose handler keeps to the subjects it may use), limited as admin reads
+// are. Its payload is the request's JSON.
+func (l *auditLog) read(who, remote string, t transport.Type, p []byte) {
+	ok, suppressed := l.admins.Allow()
+	if !ok {
+		return
+	}
+	if len(p) > auditRequestBytes {
+		p = p[:auditRequestBytes]
+	}
+	l.log.Info("read", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
+}
+
 // adminRead reports whether an admin request type only reads.
 func adminRead(t transport.Type) bool {
-	return t == transport.TypeApps || t == transport.TypeDeadLetters || t == transport.TypeMessages
+	return t == transport.TypeApps || t == transport.TypeDeadLetters
 }
 
 // refused records a refused request.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -745,5 +746,129 @@ func TestRefusalChecksTheRightToSendFirst(t *testing.T) {
 	}
 	if resp, err := send(ops, "orders"); err != nil || resp.Results[0].Status != transport.SendDuplicate {
 		t.Fatalf("ops's own resend to the drained group: %+v, %v; want a duplicate", resp, err)
+	}
+}
+
+// TestMessagesReadRights: with authentication on, an application reads
+// the stored messages of the subjects it may use and no other: it lists
+// its own subject, is refused another's (PERMISSION_DENIED, saying why,
+// through admin and asking a broker directly), and looking up another
+// subject's message by id finds nothing; an admin finds both.
+func TestMessagesReadRights(t *testing.T) {
+	c := startSecureCluster(t, 100*time.Millisecond)
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders.*"}})
+	c.create(admin.AppSpec{Code: "shipping", Send: []string{"parcels"}})
+	leader := c.leaderHolding(t)
+	ctx := ctxFor(t, 60*time.Second)
+	send := func(app, subject, id string) {
+		t.Helper()
+		p, err := qmq.NewProducer(c.servers(), c.as(app), qmq.WithSendTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		m := p.GenerateMessage(subject)
+		if err := m.SetID(id); err != nil {
+			t.Fatal(err)
+		}
+		m.SetBody([]byte("x"))
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatalf("%s sends to %s: %v", app, subject, err)
+		}
+	}
+	send("billing", "orders.paid", "o1")
+	send("shipping", "parcels", "p1")
+
+	billing := newAdmin(t, c.servers(), c.as("billing"))
+	zero := int64(0)
+	pages, err := billing.Messages(ctx, admin.MessageQuery{Subject: "orders.paid", FromSeq: &zero})
+	if err != nil || len(pages) != 1 || len(pages[0].Messages) != 1 || pages[0].Messages[0].ID != "o1" {
+		t.Fatalf("billing lists orders.paid: %+v, %v", pages, err)
+	}
+	if _, err := billing.Messages(ctx, admin.MessageQuery{Subject: "parcels", FromSeq: &zero}); !errors.Is(err, qmq.ErrPermissionDenied) || !strings.Contains(err.Error(), "billing") {
+		t.Errorf("billing lists parcels: %v, want PERMISSION_DENIED naming billing", err)
+	}
+	// Asking the broker directly, past the route's check.
+	b, _ := json.Marshal(transport.MessagesRequest{Subject: "parcels", FromSeq: &zero})
+	if _, err := c.dialAs(t, ctx, leader, "billing").Call(ctx, transport.TypeMessages, b); transport.CodeOf(err) != transport.PermissionDenied ||
+		!strings.Contains(err.Error(), "application billing may neither send to nor consume subject parcels: it may not read its messages") {
+		t.Errorf("billing lists parcels at the broker: %v, want PERMISSION_DENIED saying why", err)
+	}
+	if found, err := billing.FindMessage(ctx, "o1", true); err != nil || len(found) != 1 || string(found[0].Body) != "x" {
+		t.Errorf("billing looks up o1: %+v, %v", found, err)
+	}
+	if found, err := billing.FindMessage(ctx, "p1", true); err != nil || len(found) != 0 {
+		t.Errorf("billing looks up parcels' p1: %+v, %v; want nothing found", found, err)
+	}
+	for _, id := range []string{"o1", "p1"} {
+		if found, err := c.admin.FindMessage(ctx, id, false); err != nil || len(found) != 1 {
+			t.Errorf("an admin looks up %s: %+v, %v", id, found, err)
+		}
+	}
+}
+
+// TestConsoleAsAnApplication: an application that is not an admin logged
+// in to a node's console (HTTP port, TLS, authentication on) reads the
+// cluster, its subject's consumer groups and messages; another subject's
+// messages are refused, PERMISSION_DENIED naming it, or not found by id;
+// an action is refused as an admin's.
+func TestConsoleAsAnApplication(t *testing.T) {
+	// The console reaches the cluster without a client certificate.
+	c := startSecureCluster(t, 100*time.Millisecond, func(c *Config) { c.TLS.ClientAuth = "request" })
+	c.create(admin.AppSpec{Code: "billing", Send: []string{"orders.*"}, Consume: []admin.ConsumeGrant{{Subject: "orders.*", ConsumerGroup: "billing"}}})
+	c.create(admin.AppSpec{Code: "shipping", Send: []string{"parcels"}})
+	c.leaderHolding(t)
+	ctx := ctxFor(t, 60*time.Second)
+	for app, subject := range map[string]string{"billing": "orders.paid", "shipping": "parcels"} {
+		p, err := qmq.NewProducer(c.servers(), c.as(app), qmq.WithSendTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := p.GenerateMessage(subject)
+		m.SetID(subject + "-1")
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatalf("%s sends to %s: %v", app, subject, err)
+		}
+		p.Close()
+	}
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: c.clientTLS(t)()}}
+	t.Cleanup(hc.CloseIdleConnections)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, "https://"+c.brokers[1].HTTPAddr()+path, strings.NewReader(`{"to":"latest"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("billing", c.secrets["billing"])
+		req.Header.Set("X-QMQ-CSRF", "1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := io.Copy(&b, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b.String()
+	}
+	for path, want := range map[string]string{
+		"/api/v1/cluster":                              `"broker_groups"`,
+		"/api/v1/subjects/orders.paid/consumer-groups": `"subject":"orders.paid"`,
+		"/api/v1/subjects/orders.paid/messages":        `"id":"orders.paid-1"`,
+		"/api/v1/messages/orders.paid-1":               `"id":"orders.paid-1"`,
+		"/api/v1/messages/parcels-1":                   `"messages":[]`,
+	} {
+		if st, body := call("GET", path); st != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s as billing: %d %.300s; want 200 with %s", path, st, body, want)
+		}
+	}
+	if st, body := call("GET", "/api/v1/subjects/parcels/messages"); st != http.StatusForbidden ||
+		!strings.Contains(body, `"code":"permission_denied"`) || !strings.Contains(body, "application billing may neither send to nor consume subject parcels") {
+		t.Errorf("GET parcels' messages as billing: %d %s; want 403 permission_denied saying why", st, body)
+	}
+	if st, body := call("POST", "/api/v1/subjects/orders.paid/consumer-groups/billing/reset"); st != http.StatusForbidden ||
+		!strings.Contains(body, `"code":"permission_denied"`) || !strings.Contains(body, "application billing is not an admin") {
+		t.Errorf("a reset as billing: %d %s; want 403 permission_denied saying billing is not an admin", st, body)
 	}
 }

@@ -30,8 +30,10 @@ import (
 // Each request type has a class: node-only (registration, heartbeats,
 // clocks), admin (membership, routing, consumer-group and dead-letter
 // operations, applications), read (status and listings: any application),
-// and the rest, whose subjects and consumer groups the handlers check
-// against the application's rights (access). An application's rights are
+// lookup (stored messages: an application reads those of the subjects it
+// may use, the handler keeps to them; audited as reads), and the rest,
+// whose subjects and consumer groups the handlers check against the
+// application's rights (access). An application's rights are
 // looked up on every request, so a permission changed, a secret rotated
 // out or an application deleted takes effect on open connections too.
 type guard struct {
@@ -71,6 +73,9 @@ const (
 	classRead               // any application
 	classAdmin              // an admin application
 	classNode               // a node
+	// classLookup: an application, reading stored messages; the handler
+	// keeps to the subjects it may use (access.read). Audited as a read.
+	classLookup
 )
 
 func classOf(t transport.Type) class {
@@ -79,6 +84,8 @@ func classOf(t transport.Type) class {
 		return classRead
 	case transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime:
 		return classNode
+	case transport.TypeMessages:
+		return classLookup
 	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeNack, transport.TypeExtend,
 		transport.TypeHeartbeat, transport.TypeRoute, transport.TypeRegisterConsumer:
 		return classApp
@@ -122,8 +129,12 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 	}
 	if isNode(peer) {
 		acc := &access{g: g, peer: peer, who: "node:" + peer.Certificate.Subject.CommonName}
-		if t != transport.TypeHello && classOf(t) == classAdmin {
+		switch {
+		case t == transport.TypeHello:
+		case classOf(t) == classAdmin:
 			g.audit.admin(acc.who, peer.Addr, t, p)
+		case classOf(t) == classLookup:
+			g.audit.read(acc.who, peer.Addr, t, p)
 		}
 		return acc, p, nil
 	}
@@ -152,6 +163,8 @@ func (g *guard) admit(ctx context.Context, t transport.Type, p []byte) (*access,
 			return nil, nil, acc.deny(t, fmt.Sprintf("application %s is not an admin: %s is an admin operation", id.App, t))
 		}
 		g.audit.admin(acc.who, peer.Addr, t, p)
+	case classLookup:
+		g.audit.read(acc.who, peer.Addr, t, p)
 	case classApp:
 		if t == transport.TypeRoute {
 			var err error
@@ -291,6 +304,22 @@ func (a *access) consume(t transport.Type, subject, group string) error {
 		return nil
 	}
 	return a.deny(t, fmt.Sprintf("application %s may not consume subject %s as consumer group %s", a.app(), subject, group))
+}
+
+// mayRead reports whether the application may read the stored messages
+// of subject: those of a subject it may send to or consume (an admin's:
+// every subject).
+func (a *access) mayRead(subject string) bool {
+	return a == nil || a.rights == nil || a.rights.MayUse(subject)
+}
+
+// read refuses a listing of subject's stored messages the application may
+// not read.
+func (a *access) read(subject string) error {
+	if a.mayRead(subject) {
+		return nil
+	}
+	return a.deny(transport.TypeMessages, fmt.Sprintf("application %s may neither send to nor consume subject %s: it may not read its messages", a.app(), subject))
 }
 
 // route checks a route request: a consumer's (it names its consumer

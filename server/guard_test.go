@@ -162,6 +162,56 @@ func TestGuardClasses(t *testing.T) {
 	}
 }
 
+// TestGuardLookup: reading stored messages is open to every application,
+// the handler keeping to the subjects each may use (sent to or
+// consumed; an admin's and a node's: all), and audited for every caller,
+// admin or not, node or application.
+func TestGuardLookup(t *testing.T) {
+	f := newGuardFixture(t)
+	node := &transport.Peer{Addr: "127.0.0.2:1", Certificate: issueCert(t, true)}
+	req := []byte(`{"id":"m1"}`)
+	if err := f.call(&transport.Peer{Addr: "127.0.0.9:1"}, transport.TypeMessages, req); codeOf(err) != transport.Unauthenticated {
+		t.Errorf("messages without hello: %v, want UNAUTHENTICATED", err)
+	}
+	for _, c := range []struct {
+		who      string
+		peer     *transport.Peer
+		may, not []string // subjects it may read, may not
+	}{
+		{"app:ops", f.app("ops"), []string{"orders.paid", "payments", "refunds"}, nil},
+		{"app:billing", f.app("billing"), []string{"orders.paid", "payments"}, []string{"refunds", "orders"}},
+		{"app:reader", f.app("reader"), nil, []string{"orders.paid", "payments"}},
+		{"node:", node, []string{"orders.paid", "refunds"}, nil},
+	} {
+		if err := f.call(c.peer, transport.TypeMessages, req); err != nil || !f.got.reached {
+			t.Fatalf("messages by %s: %v", c.who, err)
+		}
+		if n := strings.Count(f.log.String(), "read: who="+c.who); n != 1 {
+			t.Errorf("%d audit lines of a read by %s, want 1:\n%s", n, c.who, f.log)
+		}
+		acc := f.got.acc
+		for _, s := range c.may {
+			if !acc.mayRead(s) || acc.read(s) != nil {
+				t.Errorf("%s may not read %s", c.who, s)
+			}
+		}
+		for _, s := range c.not {
+			err := acc.read(s)
+			if acc.mayRead(s) || codeOf(err) != transport.PermissionDenied ||
+				!strings.Contains(err.Error(), "may neither send to nor consume subject "+s+": it may not read its messages") {
+				t.Errorf("%s reading %s: %v, want PERMISSION_DENIED saying why", c.who, s, err)
+			}
+		}
+	}
+	if n := strings.Count(f.log.String(), "admin operation"); n != 0 {
+		t.Errorf("reads audited as admin operations:\n%s", f.log)
+	}
+	var none *access // authentication off, or a call from inside the node
+	if !none.mayRead("refunds") || none.read("refunds") != nil {
+		t.Error("a nil access may not read")
+	}
+}
+
 // TestGuardRoute: a route request is checked against the subject (and the
 // consumer group, a consumer's), and reaches the handler naming the
 // application asking, whatever the client claimed; a node's claim stands.

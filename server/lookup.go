@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sort"
+	"time"
+
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/logs"
-	"time"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/message"
@@ -25,12 +27,16 @@ const maxLookupRead = 4 << 20
 // have many messages of one.
 const maxLookupByID = 100
 
-// handleMessages answers a MessagesRequest from this node's replica.
+// handleMessages answers a MessagesRequest from this node's replica. An
+// application reads the messages of the subjects it may use (send to or
+// consume): a listing of another subject is refused, and a lookup by id
+// leaves another subject's messages out, as if not found.
 func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.MessagesRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
 		return nil, err
 	}
+	acc := accessOf(ctx)
 	// The bytes the reply may read are taken from the client listener's
 	// memory budget while it is built and written.
 	if err := transport.Reserve(ctx, maxLookupRead+limits.MaxFrame); err != nil {
@@ -45,13 +51,24 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		if req.Subject != "" || req.FromSeq != nil || !req.Since.IsZero() || !req.Until.IsZero() || req.Tag != "" || req.Key != "" {
 			return nil, transport.Errorf(transport.Invalid, "a lookup by id takes no subject, window, tag or key")
 		}
-		var err error
-		if found, err = n.fsm.FindMessage(req.ID, maxLookupByID, maxLookupRead); err != nil {
+		all, err := n.fsm.FindMessage(req.ID, maxLookupByID, maxLookupRead)
+		if err != nil {
 			return nil, lookupError(err)
 		}
+		for _, m := range all {
+			if acc.mayRead(m.Message.Subject) {
+				found = append(found, m)
+			}
+		}
 	} else {
+		if req.Timeline {
+			return nil, transport.Errorf(transport.Invalid, "a listing has no timelines: look a message up by id for its timeline")
+		}
 		q, err := messageQuery(req)
 		if err != nil {
+			return nil, err
+		}
+		if err := acc.read(req.Subject); err != nil {
 			return nil, err
 		}
 		res, err := n.fsm.QueryMessages(q)
@@ -73,6 +90,13 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 				out.Properties = append(out.Properties, transport.Property{Key: p.Key, Value: p.Value})
 			}
 		}
+		if req.Timeline {
+			events, more, err := n.fsm.Timeline(m, limits.MaxTimelineEvents)
+			if err != nil {
+				return nil, lookupError(err)
+			}
+			out.Timeline, out.TimelineMore = timelineEvents(events), more
+		}
 		b, err := json.Marshal(out)
 		if err != nil {
 			return nil, transport.Errorf(transport.Internal, "message lookup: %v", err)
@@ -82,12 +106,8 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 				page.Next, page.Truncated = m.Seq, false // the rest on the next page
 				break
 			}
-			// Alone it does not fit: described without its body.
-			out.Body, out.Properties, out.BodyOmitted = nil, nil, true
-			if b, err = json.Marshal(out); err != nil {
-				return nil, transport.Errorf(transport.Internal, "message lookup: %v", err)
-			}
-			if total+len(b) > maxLookupReply {
+			var ok bool
+			if b, ok = fitMessage(out, maxLookupReply-total); !ok {
 				break
 			}
 		}
@@ -98,6 +118,60 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		*transport.MessagesPage
 		Messages []json.RawMessage `json:"messages"`
 	}{page, append([]json.RawMessage{}, msgs...)})
+}
+
+// fitMessage encodes a message that does not fit a reply's room as it
+// fits: without its body and properties (BodyOmitted, if it had them);
+// if it still does not fit, with the oldest events of its timeline that
+// fit (TimelineMore). ok is false when it does not fit even so.
+func fitMessage(out transport.StoredMessage, room int) (b []byte, ok bool) {
+	if out.Body != nil || out.Properties != nil {
+		out.Body, out.Properties, out.BodyOmitted = nil, nil, true
+	}
+	encode := func(m transport.StoredMessage) []byte {
+		b, err := json.Marshal(m)
+		if err != nil { // not for these types; counted as not fitting
+			return nil
+		}
+		return b
+	}
+	if b = encode(out); b != nil && len(b) <= room {
+		return b, true
+	}
+	// A longer prefix of the timeline never encodes shorter: the first
+	// that does not fit is found by bisection.
+	events := out.Timeline
+	fits := func(k int) bool {
+		m := out
+		m.Timeline, m.TimelineMore = events[:k], true
+		b := encode(m)
+		return b != nil && len(b) <= room
+	}
+	k := sort.Search(len(events)+1, func(k int) bool { return !fits(k) })
+	if k == 0 {
+		return nil, false
+	}
+	out.Timeline, out.TimelineMore = events[:k-1], true
+	if b = encode(out); b == nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// timelineEvents is a timeline as the wire carries it.
+func timelineEvents(events []fsm.Event) []transport.Event {
+	if events == nil {
+		return nil
+	}
+	out := make([]transport.Event, len(events))
+	for i, e := range events {
+		out[i] = transport.Event{Kind: e.Kind.String(), At: time.UnixMilli(e.At).UTC(), RaftIndex: e.Index,
+			App: e.App, ClientAddress: e.Addr, ConsumerGroup: e.Group, Consumer: e.Consumer, Delivery: e.Delivery}
+		if e.Due != 0 {
+			out[i].Due = time.UnixMilli(e.Due).UTC()
+		}
+	}
+	return out
 }
 
 // maxLookupReply bounds a lookup's reply: a frame, less its envelope and

@@ -114,6 +114,8 @@ func FuzzMessagesRequest(f *testing.F) {
 	seed := func(v transport.MessagesRequest) { b, _ := json.Marshal(v); f.Add(b) }
 	zero, big := int64(0), int64(1<<62)
 	seed(transport.MessagesRequest{ID: "m1", Body: true})
+	seed(transport.MessagesRequest{ID: "m1", Timeline: true})
+	seed(transport.MessagesRequest{Subject: "s", FromSeq: &zero, Timeline: true})
 	seed(transport.MessagesRequest{Subject: "s", FromSeq: &zero, Limit: 3, Tag: "t", Body: true})
 	seed(transport.MessagesRequest{Subject: "s", FromSeq: &big})
 	seed(transport.MessagesRequest{Subject: "s", Since: time.UnixMilli(1), Until: time.UnixMilli(1 << 50), Key: "k", Budget: 1})
@@ -140,6 +142,17 @@ func FuzzMessagesRequest(f *testing.F) {
 		}
 		if len(page.Messages) > limit {
 			t.Fatalf("%q answered %d messages", payload, len(page.Messages))
+		}
+		if req.ID == "" && req.Timeline {
+			t.Fatalf("%q: a listing with timelines answered %q", payload, out)
+		}
+		for _, m := range page.Messages {
+			if m.Timeline != nil && !req.Timeline || len(m.Timeline) > limits.MaxTimelineEvents {
+				t.Fatalf("%q answered a timeline of %d events", payload, len(m.Timeline))
+			}
+		}
+		if len(out) > maxLookupReply+1<<10 {
+			t.Fatalf("%q answered %d bytes", payload, len(out))
 		}
 	})
 }
@@ -202,5 +215,109 @@ func TestMessagesReplyFitsAFrame(t *testing.T) {
 	p2, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &p1.Next, Body: true})
 	if err != nil || len(p2.Messages) != 1 || !p2.Messages[0].BodyOmitted || p2.Next != -1 {
 		t.Fatalf("second page: %+v, %v", p2, err)
+	}
+}
+
+// A lookup by id asked for its timeline answers what happened to the
+// message: sent, then handed out to the consumer of its group, then
+// acked, oldest first, with the group and consumer of each consumer's
+// event and the raft index of each; without asking, none. A listing
+// cannot ask for timelines.
+func TestMessagesTimeline(t *testing.T) {
+	n := lookupNode(t, 3)
+	gc := clientOf(t, n.ClientAddr())
+	if got := pullOnce(t, gc, "billing", 1, 1); got != 1 {
+		t.Fatalf("pulled %d messages, want 1", got)
+	}
+	zero := int64(0)
+	if _, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &zero, Timeline: true}); transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), "by id") {
+		t.Errorf("a listing with timelines: %v, want INVALID saying to look up by id", err)
+	}
+	if page, err := messagesCall(t, n, transport.MessagesRequest{ID: "m0"}); err != nil || len(page.Messages) != 1 || page.Messages[0].Timeline != nil {
+		t.Fatalf("lookup without a timeline: %+v, %v", page, err)
+	}
+	page, err := messagesCall(t, n, transport.MessagesRequest{ID: "m0", Timeline: true})
+	if err != nil || len(page.Messages) != 1 {
+		t.Fatalf("lookup with its timeline: %+v, %v", page, err)
+	}
+	m := page.Messages[0]
+	var kinds []string
+	for _, e := range m.Timeline {
+		kinds = append(kinds, e.Kind)
+	}
+	if strings.Join(kinds, ",") != "sent,handed-out,acked" || m.TimelineMore {
+		t.Fatalf("timeline of m0: %+v (more %v), want sent, handed-out, acked", m.Timeline, m.TimelineMore)
+	}
+	sent, out, acked := m.Timeline[0], m.Timeline[1], m.Timeline[2]
+	if sent.RaftIndex != m.RaftIndex || sent.ConsumerGroup != "" || sent.At.Sub(m.AppendedAt).Abs() > time.Minute {
+		t.Errorf("sent: %+v (the message's raft index %d)", sent, m.RaftIndex)
+	}
+	if out.ConsumerGroup != "billing" || out.Consumer != "c" || out.Delivery != 1 || out.RaftIndex <= sent.RaftIndex {
+		t.Errorf("handed out: %+v", out)
+	}
+	if acked.ConsumerGroup != "billing" || acked.Consumer != "c" || acked.RaftIndex <= out.RaftIndex || acked.At.Before(sent.At) {
+		t.Errorf("acked: %+v", acked)
+	}
+}
+
+// fitMessage keeps what fits a reply's room: the whole message, else
+// without its body, else with the oldest events of its timeline that
+// fit (perhaps none), saying there are more; never more than the room.
+func TestFitMessageTrimsTheTimeline(t *testing.T) {
+	m := transport.StoredMessage{BrokerGroup: "g1", Subject: "s", ID: "m", Body: []byte(strings.Repeat("b", 4000)),
+		Properties: []transport.Property{{Key: "k", Value: "v"}}}
+	for i := range 200 {
+		m.Timeline = append(m.Timeline, transport.Event{Kind: "handed-out", At: time.UnixMilli(int64(i)).UTC(),
+			RaftIndex: uint64(i + 1), ConsumerGroup: strings.Repeat("g", 50), Consumer: "c", Delivery: i + 1})
+	}
+	whole, _ := json.Marshal(m)
+	noBody := m
+	noBody.Body, noBody.Properties, noBody.BodyOmitted = nil, nil, true
+	bare, _ := json.Marshal(noBody)
+	first := noBody
+	first.Timeline, first.TimelineMore = m.Timeline[:1], true
+	one, _ := json.Marshal(first)
+
+	if b, ok := fitMessage(m, len(whole)); !ok || len(b) > len(whole) {
+		t.Errorf("room for it whole: %d bytes, %v", len(b), ok)
+	}
+	if b, ok := fitMessage(m, len(bare)); !ok || string(b) != string(bare) {
+		t.Errorf("room without its body: %.200s, %v", b, ok)
+	}
+	for _, room := range []int{len(one), len(one) + 1, len(bare) / 2, len(bare) - 1} {
+		b, ok := fitMessage(m, room)
+		var got transport.StoredMessage
+		if !ok || len(b) > room || json.Unmarshal(b, &got) != nil {
+			t.Fatalf("room %d: %d bytes, %v", room, len(b), ok)
+		}
+		if len(got.Timeline) == 0 || len(got.Timeline) == len(m.Timeline) || !got.TimelineMore || !got.BodyOmitted || got.Body != nil {
+			t.Fatalf("room %d: %d events, more %v, body omitted %v", room, len(got.Timeline), got.TimelineMore, got.BodyOmitted)
+		}
+		if got.Timeline[0].RaftIndex != 1 {
+			t.Errorf("room %d: starts at event %d, want the oldest", room, got.Timeline[0].RaftIndex)
+		}
+		// The longest prefix that fits: one event more would not.
+		next := got
+		next.Timeline = m.Timeline[:len(got.Timeline)+1]
+		if b2, _ := json.Marshal(next); len(b2) <= room {
+			t.Errorf("room %d: kept %d events, but %d fit", room, len(got.Timeline), len(next.Timeline))
+		}
+	}
+	// Room for the message but no event: described, its timeline left
+	// out and said to have more; less room, not answered.
+	none := noBody
+	none.Timeline, none.TimelineMore = nil, true
+	zero, _ := json.Marshal(none)
+	if b, ok := fitMessage(m, len(one)-1); !ok || string(b) != string(zero) {
+		t.Errorf("room for no event: %s, %v; want %s", b, ok, zero)
+	}
+	if b, ok := fitMessage(m, len(zero)-1); ok {
+		t.Errorf("room for less than the message: answered %d bytes", len(b))
+	}
+	// Without a timeline, a message that does not fit without its body is
+	// not answered.
+	m.Timeline = nil
+	if b, ok := fitMessage(m, 50); ok {
+		t.Errorf("a message without its timeline in 50 bytes: %s", b)
 	}
 }

@@ -23,7 +23,9 @@ const messageHelp = "Messages are read where they are stored, for as long as the
 	"its id in every broker group; `list` and `browse` read one subject, by append time or from a\n" +
 	"sequence (SEQUENCES ARE PER BROKER GROUP). A listing reads at most --budget entries of each\n" +
 	"broker group and then says it was truncated: narrow the window, or continue from where it says.\n" +
-	"Reading messages needs an admin application when the cluster checks applications."
+	"`show` prints each message's timeline too: when it was sent, handed out, acked, nacked, dead\n" +
+	"lettered... When the cluster checks applications, an application reads the messages of the\n" +
+	"subjects it may send to or consume (an admin: every subject)."
 
 // errNoMessage is the exit of a show that found nothing.
 var errNoMessage = errors.New("no retained message has this id")
@@ -42,17 +44,21 @@ func messageCommand() *cli.Command {
 		Description: messageHelp,
 		Subcommands: []*cli.Command{{
 			Name:            "show",
-			Usage:           "show every retained message with an id: where it is stored, its properties and body",
+			Usage:           "show every retained message with an id: where it is stored, its properties, body and timeline",
 			ArgsUsage:       "ID",
 			Description:     messageHelp,
-			Flags:           []cli.Flag{jsonFlag, bodyFlag},
+			Flags:           []cli.Flag{jsonFlag, bodyFlag, &cli.BoolFlag{Name: "no-timeline", Usage: "leave out what happened to each message"}},
 			SkipFlagParsing: true,
 			Action: withArg("the message's ID", func(c *cli.Context, id string) error {
 				if err := checkBodyMode(c.String("body")); err != nil {
 					return cmdline.Usagef(c, "%v", err)
 				}
 				return withAdmin(c, 30*time.Second, func(ctx context.Context, a *admin.Client) error {
-					found, err := a.FindMessage(ctx, id, true)
+					var opts []admin.FindOption
+					if !c.Bool("no-timeline") {
+						opts = append(opts, admin.WithTimeline())
+					}
+					found, err := a.FindMessage(ctx, id, true, opts...)
 					if c.Bool("json") {
 						if perr := printJSONTo(c.App.Writer, found); perr != nil {
 							return perr
@@ -60,6 +66,11 @@ func messageCommand() *cli.Command {
 					} else {
 						for i := range found {
 							printMessage(c.App.Writer, &found[i], c.String("body"))
+							if !c.Bool("no-timeline") {
+								if perr := printTimeline(c.App.Writer, &found[i]); perr != nil {
+									return perr
+								}
+							}
 						}
 					}
 					if err == nil && len(found) == 0 {
@@ -244,4 +255,55 @@ func printMessage(out io.Writer, m *admin.StoredMessage, bodyMode string) {
 	default:
 		fmt.Fprintf(out, "  body (base64) %s\n", base64.StdEncoding.EncodeToString(m.Body))
 	}
+}
+
+// printTimeline prints what happened to a message, oldest first, as a
+// table under it.
+func printTimeline(out io.Writer, m *admin.StoredMessage) error {
+	if len(m.Timeline) == 0 && !m.TimelineMore {
+		_, err := fmt.Fprintln(out, "  timeline    no events recorded")
+		return err
+	}
+	fmt.Fprintln(out, "  timeline")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "    TIME\tEVENT\tGROUP\tCONSUMER\tDELIVERY\tRAFT-INDEX\tDETAIL")
+	for _, e := range m.Timeline {
+		delivery := ""
+		if e.Delivery > 0 {
+			delivery = fmt.Sprint(e.Delivery)
+		}
+		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.At.Format(time.RFC3339Nano), e.Kind, e.ConsumerGroup, e.Consumer,
+			delivery, e.RaftIndex, eventDetail(e))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if m.TimelineMore {
+		_, err := fmt.Fprintf(out, "    … more events after these (a lookup answers at most %d, and fewer when its reply is full)\n", limits.MaxTimelineEvents)
+		return err
+	}
+	return nil
+}
+
+// eventDetail is what a timeline event says besides its kind, group,
+// consumer and delivery: who sent or acted, from where, when it is due.
+func eventDetail(e admin.Event) string {
+	var parts []string
+	if e.App != "" {
+		parts = append(parts, "app "+e.App)
+	}
+	if e.ClientAddress != "" {
+		parts = append(parts, "from "+e.ClientAddress)
+	}
+	if !e.Due.IsZero() {
+		when := "due "
+		switch e.Kind {
+		case "sent":
+			when = "deliver at "
+		case "nacked":
+			when = "retry at "
+		}
+		parts = append(parts, when+e.Due.Format(time.RFC3339Nano))
+	}
+	return strings.Join(parts, ", ")
 }

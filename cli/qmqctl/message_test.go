@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qmqgo/qmq/admin"
 )
@@ -129,5 +131,88 @@ func TestMessageShowListBrowse(t *testing.T) {
 		if _, stderr, status := runCLIStatus(append([]string{"--server", server}, bad...)...); status != 2 {
 			t.Errorf("%v: status %d (want 2, a usage error), stderr %q", bad, status, stderr)
 		}
+	}
+
+	// Consumed: the keyed message's timeline under it says it was sent,
+	// handed out to billing and acked by billing, in that order.
+	if out, err := runCLI("--server", server, "consume", "--subject", "orders", "--group", "billing", "--start", "earliest",
+		"--consumer", "c1", "--count", "7"); err != nil {
+		t.Fatalf("consume: %v\n%s", err, out)
+	}
+	if out, err = runCLI("--server", server, "message", "show", keyed[0]); err != nil {
+		t.Fatalf("message show: %v\n%s", err, out)
+	}
+	rows := timelineRows(t, out)
+	var kinds []string
+	for _, f := range rows {
+		kinds = append(kinds, f[1])
+		if (f[1] == "handed-out" || f[1] == "acked") && (len(f) < 4 || f[2] != "billing" || f[3] != "c1") {
+			t.Errorf("timeline row %q does not name group billing and consumer c1", f)
+		}
+	}
+	if strings.Join(kinds, ",") != "sent,handed-out,acked" {
+		t.Errorf("timeline events %v, want sent, handed-out, acked:\n%s", kinds, out)
+	}
+	if out, err = runCLI("--server", server, "message", "show", keyed[0], "--json"); err != nil {
+		t.Fatalf("message show --json: %v\n%s", err, out)
+	}
+	var found []admin.StoredMessage
+	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found) != 1 || len(found[0].Timeline) != 3 || found[0].Timeline[2].Kind != "acked" {
+		t.Errorf("message show --json: %+v, %v; want the timeline ending acked", found, err)
+	}
+	if out, err = runCLI("--server", server, "message", "show", keyed[0], "--no-timeline"); err != nil || strings.Contains(out, "timeline") {
+		t.Errorf("message show --no-timeline: %v\n%s", err, out)
+	}
+}
+
+// timelineRows is the timeline table message show printed under a
+// message, each row's fields.
+func timelineRows(t *testing.T, out string) [][]string {
+	t.Helper()
+	_, timeline, ok := strings.Cut(out, "\n  timeline\n")
+	lines := strings.Split(strings.TrimRight(timeline, "\n"), "\n")
+	if !ok || len(strings.Fields(lines[0])) != 7 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "TIME  ") {
+		t.Fatalf("message show prints no timeline table:\n%s", out)
+	}
+	var rows [][]string
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.HasPrefix(line, "    ") {
+			t.Fatalf("timeline row %q:\n%s", line, out)
+		}
+		rows = append(rows, f)
+	}
+	return rows
+}
+
+// The timeline table: a row an event, oldest first, with its group,
+// consumer, delivery, Raft index and what else it says; a timeline cut
+// short says so; an empty one says there is none.
+func TestMessageTimelineTable(t *testing.T) {
+	at := time.Date(2026, 1, 31, 9, 0, 0, 0, time.UTC)
+	m := admin.StoredMessage{ID: "m1", Subject: "orders", Timeline: []admin.Event{
+		{Kind: "sent", At: at, RaftIndex: 7, App: "billing", ClientAddress: "127.0.0.1:5000", Due: at.Add(time.Hour)},
+		{Kind: "handed-out", At: at.Add(time.Hour), RaftIndex: 9, ConsumerGroup: "billing", Consumer: "c1", Delivery: 1},
+		{Kind: "nacked", At: at.Add(time.Hour), RaftIndex: 10, ConsumerGroup: "billing", Consumer: "c1", Due: at.Add(2 * time.Hour)},
+	}, TimelineMore: true}
+	var b strings.Builder
+	printMessage(&b, &m, "text")
+	if err := printTimeline(&b, &m); err != nil {
+		t.Fatal(err)
+	}
+	rows := timelineRows(t, b.String())
+	want := [][]string{
+		{"2026-01-31T09:00:00Z", "sent", "7", "app", "billing,", "from", "127.0.0.1:5000,", "deliver", "at", "2026-01-31T10:00:00Z"},
+		{"2026-01-31T10:00:00Z", "handed-out", "billing", "c1", "1", "9"},
+		{"2026-01-31T10:00:00Z", "nacked", "billing", "c1", "10", "retry", "at", "2026-01-31T11:00:00Z"},
+		{"…", "more", "events", "after", "these", "(a", "lookup", "answers", "at", "most", "1000,", "and", "fewer", "when", "its", "reply", "is", "full)"},
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Errorf("timeline rows:\n%v\nwant\n%v\n%s", rows, want, b.String())
+	}
+	b.Reset()
+	m.Timeline, m.TimelineMore = nil, false
+	if err := printTimeline(&b, &m); err != nil || b.String() != "  timeline    no events recorded\n" {
+		t.Errorf("an empty timeline: %q, %v", b.String(), err)
 	}
 }

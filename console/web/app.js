@@ -43,7 +43,15 @@ function main(...children) {
   m.replaceChildren(...children);
 }
 
-function errorBox(e) { return el("p", { class: "error", id: "error" }, String(e.message || e)); }
+// refusal is an error as the page says it: a permission refused names
+// what the application lacks (the cluster's words) and that it is a
+// matter of rights.
+function refusal(e) {
+  const msg = String(e.message || e);
+  return e.code === "permission_denied" ? "Not allowed for this application: " + msg : msg;
+}
+
+function errorBox(e) { return el("p", { class: "error", id: "error" }, refusal(e)); }
 
 function sparkline(values) {
   const ns = "http://www.w3.org/2000/svg";
@@ -109,7 +117,7 @@ async function pageGroup(params) {
   const act = async (what, sub, body) => {
     if (!confirmed(what)) return;
     try { const r = await api("POST", path + sub, body); st.className = "ok"; st.textContent = "Done: " + JSON.stringify(r); }
-    catch (e) { st.className = "error"; st.textContent = e.message; }
+    catch (e) { st.className = "error"; st.textContent = refusal(e); }
   };
   const reset = el("form", { id: "reset-form", onsubmit: (ev) => { ev.preventDefault();
       const to = reset.to.value, body = { to }; if (to === "time") body.at = new Date(reset.at.value).toISOString();
@@ -140,7 +148,7 @@ async function pageDead(params) {
   const act = async (what, op, body) => {
     if (!confirmed(what)) return;
     try { const r = await api("POST", `${path}/${op}`, body); st.className = "ok"; st.textContent = "Done: " + r.broker_groups.map(x => `${x.broker_group}: ${x.done}`).join(", "); }
-    catch (e) { st.className = "error"; st.textContent = e.message; }
+    catch (e) { st.className = "error"; st.textContent = refusal(e); }
   };
   const parts = [el("h2", {}, `Dead letters of ${group} of ${subject}`), d.error ? el("p", { class: "error" }, d.error) : null,
     el("p", {}, el("button", { id: "resend-all", onclick: () => act(`Resend every dead letter of ${group}?`, "resend", { all: true }) }, "Resend all"), " ",
@@ -172,6 +180,43 @@ async function pageDelays() {
   main(...parts);
 }
 
+// bodyText is a stored body (base64 in the API) as text when it is UTF-8.
+function bodyText(b64) {
+  const bin = atob(b64 || "");
+  const bytes = Uint8Array.from(bin, c => c.charCodeAt(0));
+  try { return new TextDecoder("utf-8", { fatal: true }).decode(bytes); }
+  catch (e) { return "(base64) " + (b64 || ""); }
+}
+
+// eventDetail is what a timeline event says besides its kind, group,
+// consumer and delivery: who sent or acted, from where, when it is due.
+function eventDetail(e) {
+  const parts = [];
+  if (e.app) parts.push("app " + e.app);
+  if (e.client_address) parts.push("from " + e.client_address);
+  if (e.due) parts.push((e.kind === "sent" ? "deliver at " : e.kind === "nacked" ? "retry at " : "due ") + e.due);
+  return parts.join(", ");
+}
+
+// storedMessage shows one message found by id: where it is stored, its
+// properties and body, and its timeline.
+function storedMessage(m) {
+  const rows = [["Broker group", m.broker_group], ["Subject", m.subject], ["Sequence", m.seq], ["Offset", m.offset],
+    ["Size", m.size], ["Raft index", m.raft_index], ["Created", m.created_at], ["Appended", m.appended_at]];
+  if (m.tags && m.tags.length) rows.push(["Tags", m.tags.join(", ")]);
+  if (m.key) rows.push(["Key", m.key]);
+  for (const p of m.properties || []) rows.push(["Property " + p.key, p.value]);
+  rows.push(["Body", m.body_omitted ? `(${m.body_size} bytes, left out: the answer had no room)` : bodyText(m.body)]);
+  const tl = m.timeline || [];
+  return el("section", { class: "message" }, el("h3", {}, `Message ${m.id} of ${m.subject}`),
+    table(["Field", "Value"], rows),
+    el("h4", {}, "Timeline"),
+    tl.length ? table(["Time", "Event", "Group", "Consumer", "Delivery", "Raft index", "Detail"],
+      tl.map(e => [e.at, e.kind, e.consumer_group || "", e.consumer || "", e.delivery || "", e.raft_index, eventDetail(e)])) :
+      el("p", {}, "No events recorded."),
+    m.timeline_more ? el("p", {}, "More events after these: a lookup answers at most 1,000, and fewer when its reply is full.") : null);
+}
+
 async function pageMessages(params) {
   const id = params.get("id") || "";
   const out = el("div", { id: "message-result" });
@@ -179,7 +224,15 @@ async function pageMessages(params) {
     try { const m = await api("GET", path); out.replaceChildren(el("pre", {}, JSON.stringify(m, null, 2))); }
     catch (e) { out.replaceChildren(errorBox(e)); }
   };
-  const form = el("form", { id: "message-form", onsubmit: (ev) => { ev.preventDefault(); show("messages/" + enc(form.id.value) + "?body=1"); } },
+  const lookup = async (id) => {
+    try {
+      const r = await api("GET", "messages/" + enc(id) + "?body=1");
+      out.replaceChildren(...(r.messages.length ? r.messages.map(storedMessage) : [el("p", { id: "not-found" }, `No retained message has the id ${id}.`)]));
+    } catch (e) { out.replaceChildren(errorBox(e)); }
+  };
+  const form = el("form", { id: "message-form", onsubmit: (ev) => { ev.preventDefault();
+      const h = "messages?id=" + enc(form.id.value);
+      if (location.hash.slice(1) === h) lookup(form.id.value); else location.hash = h; } },
     el("input", { name: "id", placeholder: "message id", value: id }), el("button", { type: "submit" }, "Look up"));
   const browse = el("form", { id: "browse-form", onsubmit: (ev) => { ev.preventDefault();
       const q = new URLSearchParams();
@@ -190,9 +243,9 @@ async function pageMessages(params) {
     el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }),
     el("input", { name: "limit", placeholder: "limit (100)" }), el("button", { type: "submit" }, "Browse"));
   main(el("h2", {}, "Messages"),
-    el("p", {}, "Read where they are stored, never consumed: a message by id in every broker group, or a subject's by time, tag and key."),
+    el("p", {}, "Read where they are stored, never consumed: a message by id in every broker group, with what happened to it, or a subject's by time, tag and key."),
     form, browse, out);
-  if (id) show("messages/" + enc(id) + "?body=1");
+  if (id) await lookup(id);
 }
 
 const pages = { cluster: pageCluster, subjects: pageSubjects, groups: pageGroups, group: pageGroup, dead: pageDead, delays: pageDelays, messages: pageMessages };

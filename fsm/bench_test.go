@@ -106,6 +106,7 @@ func benchmarkPullAck(b *testing.B, maxBytes int64) {
 		}
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "entries/s")
+	reportTimeline(b, f, b.N*100)
 }
 
 // BenchmarkAppendPull: per op, one batch of an Append of 100 messages, a
@@ -144,6 +145,18 @@ func benchmarkAppendPull(b *testing.B, maxBytes int64) {
 		next += 100
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "msgs/s")
+	reportTimeline(b, f, b.N*100)
+}
+
+// reportTimeline reports the timeline's bytes per message handled: its
+// records (tl-B/msg) and the index entries of its sealed segments
+// (tlidx-B/msg, written in the background).
+func reportTimeline(b *testing.B, f *FSM, msgs int) {
+	b.StopTimer()
+	must(0, f.store.flush())
+	b.ReportMetric(float64(f.store.timeline.End())/float64(msgs), "tl-B/msg")
+	st := f.store.tlIndex.Stats()
+	b.ReportMetric(float64(st.DiskBytes)/float64(msgs), "tlidx-B/msg")
 }
 
 // BenchmarkApplyFire1000: per op, one Fire of 1,000 due entries (128 B

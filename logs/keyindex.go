@@ -83,6 +83,7 @@ type sealedIndex struct {
 	entries    []indexEntry // in offset order, until written
 	verify     bool         // the sidecar is to be verified (rebuilt if bad)
 	gone       bool         // retention removed the segment
+	err        error        // why its rebuild failed: its lookups fail with it until the log is opened again
 }
 
 // OpenKeyIndex opens the key index of l in dir, after the owner has cut l
@@ -220,7 +221,10 @@ func (ki *KeyIndex) run() {
 }
 
 // build verifies si's sidecar or (re)writes it, then publishes its fan-out.
-// A failure leaves the segment unindexed: its lookups keep failing.
+// A sidecar that cannot be written leaves a new segment's entries in
+// memory, where lookups find them; a segment that cannot be rebuilt is
+// marked failed, and its lookups say why (not ErrIndexBuilding) until the
+// log is opened again.
 func (ki *KeyIndex) build(si *sealedIndex) {
 	path := filepath.Join(ki.dir, indexName(si.base))
 	// Set before si was queued, in offset order, and read by lookups
@@ -236,6 +240,11 @@ func (ki *KeyIndex) build(si *sealedIndex) {
 		}
 		var err error
 		if entries, err = ki.rebuild(si); err != nil {
+			if !errors.Is(err, errIndexStop) && !errors.Is(err, ErrRetained) {
+				ki.mu.Lock()
+				si.err = err
+				ki.mu.Unlock()
+			}
 			return
 		}
 	}
@@ -243,6 +252,7 @@ func (ki *KeyIndex) build(si *sealedIndex) {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		os.Remove(tmp)
+		ki.keepInMemory(si, entries, err)
 		return
 	}
 	fan, _ := decodeKeyIndex(b, si.base, si.size)
@@ -263,11 +273,35 @@ func (ki *KeyIndex) publish(si *sealedIndex, fan *[256]uint32, size int64, tmp s
 	if tmp != "" {
 		if err := os.Rename(tmp, path); err != nil {
 			os.Remove(tmp)
+			ki.keepLocked(si, nil, err)
 			return
 		}
 	}
 	si.fanout, si.entries = fan, nil
 	ki.diskBytes += size
+}
+
+// keepInMemory keeps si's entries in memory when its sidecar could not be
+// written (a rebuilt segment has none there yet: it is given them), so its
+// lookups go on.
+func (ki *KeyIndex) keepInMemory(si *sealedIndex, entries []indexEntry, err error) {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	ki.keepLocked(si, entries, err)
+}
+
+func (ki *KeyIndex) keepLocked(si *sealedIndex, entries []indexEntry, err error) {
+	if si.entries != nil || si.gone {
+		return // a new segment's, in offset order: lookups read them
+	}
+	if entries == nil {
+		si.err = err
+		return
+	}
+	// Lookups read entries in offset order.
+	byOffset := slices.Clone(entries)
+	slices.SortFunc(byOffset, func(a, b indexEntry) int { return cmp.Compare(a.rel, b.rel) })
+	si.entries = byOffset
 }
 
 var errIndexStop = errors.New("logs: key index closing")
@@ -339,10 +373,11 @@ func (ki *KeyIndex) Lookup(key uint64, fn func(off int64) bool) error {
 		base, size int64
 		fanout     *[256]uint32
 		entries    []indexEntry
+		err        error
 	}
 	sealed := make([]view, len(ki.sealed))
 	for i, si := range ki.sealed {
-		sealed[i] = view{si.base, si.size, si.fanout, si.entries}
+		sealed[i] = view{si.base, si.size, si.fanout, si.entries, si.err}
 	}
 	ki.mu.RUnlock()
 	for _, off := range active {
@@ -366,6 +401,8 @@ func (ki *KeyIndex) Lookup(key uint64, fn func(off int64) bool) error {
 					rels = append(rels, e.rel)
 				}
 			}
+		case v.err != nil:
+			return fmt.Errorf("logs: the index of segment %d could not be rebuilt (it is tried again when the node restarts): %w", v.base, v.err)
 		default:
 			return fmt.Errorf("%w: segment %d", ErrIndexBuilding, v.base)
 		}
@@ -420,6 +457,7 @@ type KeyIndexStats struct {
 	MemoryBytes   int64 // active entries (12 bytes each), fan-outs, sidecars not yet written
 	DiskBytes     int64 // sidecar files
 	Segments      int   // sealed segments indexed or being indexed
+	Failed        int   // sealed segments whose index could not be rebuilt (see Lookup)
 }
 
 // Stats describes the index now.
@@ -432,6 +470,9 @@ func (ki *KeyIndex) Stats() KeyIndexStats {
 		st.MemoryBytes += 64 + int64(cap(si.entries))*16
 		if si.fanout != nil {
 			st.MemoryBytes += indexFanoutSize
+		}
+		if si.err != nil {
+			st.Failed++
 		}
 	}
 	return st

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -272,5 +273,43 @@ func TestKeyIndexOpensBesideADirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "index", "lost+found", "x")); err != nil {
 		t.Fatalf("the directory went: %v", err)
+	}
+}
+
+// A segment whose index cannot be rebuilt (its records do not read) is
+// not "building" for ever: its lookups say why, and the others still
+// answer until they reach it.
+func TestKeyIndexFailedRebuildSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 1000}
+	l, ki := openKeyed(t, dir, opts)
+	writeKeyed(t, l, ki, 0, 200)
+	waitReady(t, ki)
+	segs := l.Segments()
+	ki.Close()
+	l.Close()
+	os.Remove(ki.Path(segs[0].Base))
+	b, err := os.ReadFile(segs[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff // a record's bytes: its checksum fails
+	if err := os.WriteFile(segs[0].Path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, ki = openKeyed(t, dir, opts)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err = ki.Lookup(keyOf(1), func(int64) bool { return true })
+		if !errors.Is(err, ErrIndexBuilding) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err == nil || errors.Is(err, ErrIndexBuilding) || !strings.Contains(err.Error(), "could not be rebuilt") {
+		t.Fatalf("lookup through the damaged segment: %v", err)
+	}
+	if st := ki.Stats(); st.Failed != 1 {
+		t.Fatalf("stats %+v, want one failed segment", st)
 	}
 }

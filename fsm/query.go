@@ -156,6 +156,13 @@ func (s *queryScan) run(seq int64) (int64, bool, error) {
 		return seq, true, nil // the log's end: nothing more
 	}
 	if res.Scanned >= s.budget {
+		// Out of budget: truncated, unless the next entry is past the
+		// window (then the window was read whole; one more read says so).
+		if q.Until != 0 {
+			if es, err := cl.GetRange(seq, 1); err == nil && len(es) == 1 && es[0].AppendedAt >= q.Until {
+				return seq, true, nil
+			}
+		}
 		res.Next, res.Truncated = seq, true
 		return seq, true, nil
 	}

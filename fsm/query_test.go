@@ -249,6 +249,17 @@ func TestQueryBudgetTruncatesAndNextLosesNothing(t *testing.T) {
 	if res.Truncated || res.Next != -1 || res.Scanned != 12 {
 		t.Fatalf("budget ending at the log's end: %+v", res)
 	}
+	// Nor is one that ends with the window: the next entry is past Until.
+	g := unitFSM(t)
+	appendTimed(t, g, 0, 1000, 2000, 3000, 4000, 5000)
+	res = mustQuery(t, g, MessageQuery{Subject: "s", FromSeq: -1, Since: 2000, Until: 4000, Limit: 100, Budget: 2})
+	if got := resultSeqs(t, res); !slices.Equal(got, []int64{1, 2}) || res.Truncated || res.Next != -1 {
+		t.Fatalf("budget ending with the window: %v %+v", got, res)
+	}
+	res = mustQuery(t, g, MessageQuery{Subject: "s", FromSeq: -1, Since: 2000, Until: 4001, Limit: 100, Budget: 2})
+	if !res.Truncated || res.Next != 3 {
+		t.Fatalf("budget ending inside the window: %+v", res)
+	}
 	// The default budget is DefaultScanBudget, more than this subject holds.
 	res = mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: -1, Tag: "rare", Limit: 100})
 	if got := resultSeqs(t, res); !slices.Equal(got, want) || res.Truncated || res.Scanned != 95 {

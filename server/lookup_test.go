@@ -321,3 +321,75 @@ func TestFitMessageTrimsTheTimeline(t *testing.T) {
 		t.Errorf("a message without its timeline in 50 bytes: %s", b)
 	}
 }
+
+// Every replica tells a message's timeline alike, byte for byte, from its
+// own copy of the replicated record: who sent it and from where, the
+// hand-outs, the nack with its retry time, the ack.
+func TestTimelineSameOnEveryReplica(t *testing.T) {
+	nodes := startGroup(t)
+	gc := clientOf(t, clientAddrs(nodes)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := &transport.SendRequest{Messages: []*message.Message{{ID: "m0", Subject: "s", CreatedAt: 1}}}
+	if _, err := gc.Call(ctx, transport.TypeSend, send.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	pull := func() *transport.PullResponse {
+		t.Helper()
+		req := &transport.PullRequest{Subject: "s", ConsumerGroup: "billing", Consumer: "c", Max: 1, Wait: time.Second, Start: transport.StartEarliest}
+		body, err := gc.Call(ctx, transport.TypePull, req.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := transport.DecodePullResponse(body)
+		if err != nil || len(resp.Messages) != 1 {
+			t.Fatalf("pull: %+v, %v", resp, err)
+		}
+		return resp
+	}
+	first := pull()
+	ranges := []message.AckRange{{First: first.Messages[0].PullSeq, Last: first.Messages[0].PullSeq}}
+	nack := &transport.NackRequest{Subject: "s", ConsumerGroup: "billing", Consumer: "c", Epoch: first.Epoch, Ranges: ranges, RetryAt: time.Now()}
+	if _, err := gc.Call(ctx, transport.TypeNack, nack.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	second := pull()
+	ranges = []message.AckRange{{First: second.Messages[0].PullSeq, Last: second.Messages[0].PullSeq}}
+	ack := &transport.AckRequest{Subject: "s", ConsumerGroup: "billing", Consumer: "c", Epoch: second.Epoch, Ranges: ranges}
+	if _, err := gc.Call(ctx, transport.TypeAck, ack.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	leader := leaderOf(nodes)
+	waitFor(t, 10*time.Second, "every replica to apply the ack", func() bool {
+		for _, n := range nodes {
+			if n.fsm.Applied() != leader.fsm.Applied() {
+				return false
+			}
+		}
+		return true
+	})
+	var want []byte
+	for _, n := range nodes {
+		page, err := messagesCall(t, n, transport.MessagesRequest{ID: "m0", Timeline: true})
+		if err != nil || len(page.Messages) != 1 {
+			t.Fatalf("%s: %+v, %v", n.cfg.ID, page, err)
+		}
+		tl := page.Messages[0].Timeline
+		var kinds []string
+		for _, e := range tl {
+			kinds = append(kinds, e.Kind)
+		}
+		if strings.Join(kinds, ",") != "sent,handed-out,nacked,handed-out,acked" {
+			t.Fatalf("%s: timeline %+v", n.cfg.ID, tl)
+		}
+		if !strings.HasPrefix(tl[0].ClientAddress, "127.0.0.1:") || tl[2].Due.IsZero() || tl[3].Delivery != 2 {
+			t.Fatalf("%s: sent %+v, nacked %+v, second hand-out %+v", n.cfg.ID, tl[0], tl[2], tl[3])
+		}
+		got, _ := json.Marshal(tl)
+		if want == nil {
+			want = got
+		} else if string(got) != string(want) {
+			t.Fatalf("%s tells another timeline:\n%s\nwant\n%s", n.cfg.ID, got, want)
+		}
+	}
+}

@@ -25,7 +25,8 @@ type MessagePage = transport.MessagesPage
 // appended from Since until Until (zero: no end), or, browsing, from
 // consume sequence FromSeq of BrokerGroup on (sequences are per broker
 // group); with Tag, only those carrying it; with Key, only those whose key
-// (qmq.Message.SetKey) is Key. Limit bounds the messages each broker group
+// (qmq.Message.SetKey) is Key; with Property, only those that have the
+// property Property with the value PropertyValue. Limit bounds the messages each broker group
 // answers (0: 100, at most 1,000), Budget the consume-log entries each
 // reads (0: the broker's default of 100,000, at most 1,000,000). Body
 // asks for properties and bodies too.
@@ -35,9 +36,12 @@ type MessageQuery struct {
 	BrokerGroup  string
 	FromSeq      *int64
 	Tag, Key     string
-	Limit        int
-	Budget       int
-	Body         bool
+	Property     string
+	// PropertyValue is the value Property must have.
+	PropertyValue string
+	Limit         int
+	Budget        int
+	Body          bool
 }
 
 func (q MessageQuery) check() error {
@@ -57,6 +61,10 @@ func (q MessageQuery) check() error {
 		return fmt.Errorf("qmq: messages: scan budget %d (1 to %d, 0 for the default)", q.Budget, limits.MaxScanBudget)
 	case len(q.Key) > message.MaxPropertyVal:
 		return fmt.Errorf("qmq: messages: key of %d bytes (at most %d)", len(q.Key), message.MaxPropertyVal)
+	case len(q.Property) > message.MaxPropertyKey || len(q.PropertyValue) > message.MaxPropertyVal:
+		return fmt.Errorf("qmq: messages: property %.40q: names at most %d bytes, values %d", q.Property, message.MaxPropertyKey, message.MaxPropertyVal)
+	case q.Property == "" && q.PropertyValue != "":
+		return errors.New("qmq: messages: a property value without a property name")
 	case q.Tag != "" && len(q.Tag) > message.MaxTagLen:
 		return fmt.Errorf("qmq: messages: tag of %d bytes (at most %d)", len(q.Tag), message.MaxTagLen)
 	}
@@ -89,6 +97,9 @@ func (a *Client) Messages(ctx context.Context, q MessageQuery) ([]MessagePage, e
 	}
 	req := transport.MessagesRequest{Subject: q.Subject, Since: q.Since, Until: q.Until, FromSeq: q.FromSeq,
 		Tag: q.Tag, Key: q.Key, Limit: q.Limit, Budget: q.Budget, Body: q.Body}
+	if q.Property != "" {
+		req.Property = &transport.Property{Key: q.Property, Value: q.PropertyValue}
+	}
 	var out []MessagePage
 	var errs []error
 	for _, g := range groups {

@@ -25,6 +25,9 @@ type MessageQuery struct {
 	FromSeq int64
 	Tag     string // only messages carrying this tag; "" for any
 	Key     string // only messages whose message.KeyProperty is Key; "" for any
+	// Property, when not "", selects only messages that have a property
+	// of that name whose value (the first's, as for Key) is PropertyValue.
+	Property, PropertyValue string
 	Limit   int    // messages to return: 1..limits.MaxQueryResults
 	Budget  int    // consume-log entries to read at most: 0 for limits.DefaultScanBudget, at most limits.MaxScanBudget
 	// MaxBytes, when above 0, bounds the record sizes of the messages

@@ -36,6 +36,12 @@ func checkQuery(q *MessageQuery) error {
 		return fmt.Errorf("%w: query tag length %d (1..%d)", ErrInvalid, len(q.Tag), message.MaxTagLen)
 	case len(q.Key) > message.MaxPropertyVal:
 		return fmt.Errorf("%w: query key length %d (at most %d)", ErrInvalid, len(q.Key), message.MaxPropertyVal)
+	case len(q.Property) > message.MaxPropertyKey:
+		return fmt.Errorf("%w: query property name length %d (at most %d)", ErrInvalid, len(q.Property), message.MaxPropertyKey)
+	case len(q.PropertyValue) > message.MaxPropertyVal:
+		return fmt.Errorf("%w: query property value length %d (at most %d)", ErrInvalid, len(q.PropertyValue), message.MaxPropertyVal)
+	case q.Property == "" && q.PropertyValue != "":
+		return fmt.Errorf("%w: a query property value without a property name", ErrInvalid)
 	}
 	return nil
 }
@@ -232,19 +238,26 @@ func (s *queryScan) match(e logs.ConsumeEntry, seq int64) (StoredMessage, bool, 
 	if s.filter != nil && !slices.Contains(m.Tags, s.q.Tag) {
 		return StoredMessage{}, false, nil // another tag sharing the bit
 	}
-	if s.q.Key != "" && keyOf(m) != s.q.Key {
-		return StoredMessage{}, false, nil
+	if s.q.Key != "" {
+		if v, _ := propertyOf(m, message.KeyProperty); v != s.q.Key {
+			return StoredMessage{}, false, nil
+		}
+	}
+	if s.q.Property != "" {
+		if v, ok := propertyOf(m, s.q.Property); !ok || v != s.q.PropertyValue {
+			return StoredMessage{}, false, nil
+		}
 	}
 	return StoredMessage{Offset: e.Offset, Size: e.Size, Seq: seq, Message: m}, true, nil
 }
 
-// keyOf returns m's message.KeyProperty, or "" if it has none (the first,
-// as the SDK's Message.Property reads it).
-func keyOf(m *message.Message) string {
+// propertyOf returns the value of m's property name (the first, as the
+// SDK's Message.Property reads it) and whether it has one.
+func propertyOf(m *message.Message, name string) (string, bool) {
 	for _, p := range m.Properties {
-		if p.Key == message.KeyProperty {
-			return p.Value
+		if p.Key == name {
+			return p.Value, true
 		}
 	}
-	return ""
+	return "", false
 }

@@ -207,8 +207,31 @@ func TestQueryKeyFilter(t *testing.T) {
 	if got := resultSeqs(t, res); !slices.Equal(got, []int64{0}) {
 		t.Fatalf("key A and tag red: %v, want 0", got)
 	}
-	if k := keyOf(res.Messages[0].Message); k != "A" {
+	if k, _ := propertyOf(res.Messages[0].Message, message.KeyProperty); k != "A" {
 		t.Fatalf("key of the result %q", k)
+	}
+	// Any property: its value must match, and a message without it does
+	// not, even for an empty value.
+	res = mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: -1, Property: "order", PropertyValue: "A", Limit: 100})
+	if got := resultSeqs(t, res); !slices.Equal(got, []int64{3}) {
+		t.Fatalf("property order=A: %v, want 3", got)
+	}
+	res = mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: -1, Property: "order", Limit: 100})
+	if got := resultSeqs(t, res); len(got) != 0 {
+		t.Fatalf("property order=\"\": %v, want none", got)
+	}
+	res = mustQuery(t, f, MessageQuery{Subject: "s", FromSeq: -1, Property: message.KeyProperty, PropertyValue: "B", Limit: 100})
+	if got := resultSeqs(t, res); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("property qmq.key=B: %v, want 1", got)
+	}
+	for _, q := range []MessageQuery{
+		{Subject: "s", FromSeq: -1, PropertyValue: "A", Limit: 1},
+		{Subject: "s", FromSeq: -1, Property: strings.Repeat("p", message.MaxPropertyKey+1), Limit: 1},
+		{Subject: "s", FromSeq: -1, Property: "p", PropertyValue: strings.Repeat("v", message.MaxPropertyVal+1), Limit: 1},
+	} {
+		if _, err := f.QueryMessages(q); !errors.Is(err, ErrInvalid) {
+			t.Errorf("property %.20q=%.20q: %v, want ErrInvalid", q.Property, q.PropertyValue, err)
+		}
 	}
 }
 

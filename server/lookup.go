@@ -48,8 +48,8 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		if len(req.ID) > message.MaxIDLen {
 			return nil, transport.Errorf(transport.Invalid, "message id of %d bytes (at most %d)", len(req.ID), message.MaxIDLen)
 		}
-		if req.Subject != "" || req.FromSeq != nil || !req.Since.IsZero() || !req.Until.IsZero() || req.Tag != "" || req.Key != "" {
-			return nil, transport.Errorf(transport.Invalid, "a lookup by id takes no subject, window, tag or key")
+		if req.Subject != "" || req.FromSeq != nil || !req.Since.IsZero() || !req.Until.IsZero() || req.Tag != "" || req.Key != "" || req.Property != nil {
+			return nil, transport.Errorf(transport.Invalid, "a lookup by id takes no subject, window, tag, key or property")
 		}
 		all, err := n.fsm.FindMessage(req.ID, maxLookupByID, maxLookupRead)
 		if err != nil {
@@ -186,6 +186,12 @@ func messageQuery(req transport.MessagesRequest) (fsm.MessageQuery, error) {
 	}
 	q := fsm.MessageQuery{Subject: req.Subject, FromSeq: -1, Tag: req.Tag, Key: req.Key,
 		Limit: req.Limit, Budget: req.Budget, MaxBytes: maxLookupRead}
+	if p := req.Property; p != nil {
+		if p.Key == "" {
+			return q, transport.Errorf(transport.Invalid, "a property filter names its property (key)")
+		}
+		q.Property, q.PropertyValue = p.Key, p.Value
+	}
 	if q.Limit == 0 {
 		q.Limit = defaultLookupLimit
 	}

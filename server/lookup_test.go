@@ -98,6 +98,9 @@ func TestMessagesRequest(t *testing.T) {
 		{Subject: "s", FromSeq: &zero, Limit: limits.MaxQueryResults + 1},
 		{Subject: "s", FromSeq: &zero, Budget: limits.MaxScanBudget + 1},
 		{Subject: "s", Since: time.UnixMilli(5), Until: time.UnixMilli(5)},
+		{Subject: "s", FromSeq: &zero, Property: &transport.Property{Value: "v"}},                    // no property name
+		{Subject: "s", FromSeq: &zero, Property: &transport.Property{Key: strings.Repeat("p", 257)}}, // over its length
+		{ID: "m1", Property: &transport.Property{Key: "p", Value: "v"}},                              // not by id
 	} {
 		if _, err := messagesCall(t, n, bad); transport.CodeOf(err) != transport.Invalid {
 			t.Errorf("%+v: %v, want INVALID", bad, err)
@@ -119,6 +122,7 @@ func FuzzMessagesRequest(f *testing.F) {
 	seed(transport.MessagesRequest{Subject: "s", FromSeq: &zero, Limit: 3, Tag: "t", Body: true})
 	seed(transport.MessagesRequest{Subject: "s", FromSeq: &big})
 	seed(transport.MessagesRequest{Subject: "s", Since: time.UnixMilli(1), Until: time.UnixMilli(1 << 50), Key: "k", Budget: 1})
+	seed(transport.MessagesRequest{Subject: "s", FromSeq: &zero, Property: &transport.Property{Key: "p", Value: "v"}})
 	f.Add([]byte(`{"subject":"s","since":"-0001-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"subject":"s","from_seq":-1}`))
 	f.Add([]byte("{"))

@@ -12,8 +12,8 @@ import "time"
 // retained message of that id (lookup by id, through the group's index);
 // otherwise the messages of Subject appended in [Since, Until) (a zero
 // Until: no end), or with FromSeq from that consume sequence on
-// (browsing), those carrying Tag and whose key (the qmq.key property) is
-// Key, at most Limit of them, reading at most Budget consume-log entries
+// (browsing), those carrying Tag, whose key (the qmq.key property) is
+// Key and that have Property (its Key, with its Value), at most Limit of them, reading at most Budget consume-log entries
 // (0 for the broker's default). Body asks for each message's body and
 // properties too; Timeline, valid with ID only, for each message's
 // timeline (what happened to it: StoredMessage.Timeline).
@@ -25,6 +25,7 @@ type MessagesRequest struct {
 	FromSeq  *int64    `json:"from_seq,omitempty"`
 	Tag      string    `json:"tag,omitempty"`
 	Key      string    `json:"key,omitempty"`
+	Property *Property `json:"property,omitempty"`
 	Limit    int       `json:"limit,omitempty"`
 	Budget   int       `json:"budget,omitempty"`
 	Body     bool      `json:"body,omitempty"`

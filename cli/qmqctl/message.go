@@ -34,6 +34,7 @@ func messageCommand() *cli.Command {
 	bodyFlag := &cli.StringFlag{Name: "body", Value: "text", Usage: "print the body as `text` (base64 when it is not UTF-8) or base64"}
 	tagFlag := &cli.StringFlag{Name: "tag", Usage: "only messages carrying `TAG`"}
 	keyFlag := &cli.StringFlag{Name: "key", Usage: "only messages whose key (the qmq.key property, Message.SetKey) is `KEY`"}
+	propertyFlag := &cli.StringFlag{Name: "property", Usage: "only messages that have the property `NAME=VALUE`"}
 	limitFlag := &cli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("at most `N` messages of each broker group (1..%d)", limits.MaxQueryResults)}
 	budgetFlag := &cli.IntFlag{Name: "budget", Usage: fmt.Sprintf("read at most `N` entries of each broker group (default %d, at most %d)", limits.DefaultScanBudget, limits.MaxScanBudget)}
 	sinceFlag := &cli.StringFlag{Name: "since", Usage: "appended at or after `TIME`: RFC 3339 (2026-01-31T09:00:00Z) or a duration ago (90m)"}
@@ -83,7 +84,7 @@ func messageCommand() *cli.Command {
 			Name:        "list",
 			Usage:       "list a subject's messages appended in a time window, newest last",
 			Description: messageHelp,
-			Flags: []cli.Flag{subjectFlag, required(sinceFlag), untilFlag, tagFlag, keyFlag, limitFlag, budgetFlag, jsonFlag,
+			Flags: []cli.Flag{subjectFlag, required(sinceFlag), untilFlag, tagFlag, keyFlag, propertyFlag, limitFlag, budgetFlag, jsonFlag,
 				&cli.StringFlag{Name: "broker-group", Usage: "only the subject's messages in `BROKER-GROUP`"}},
 			Action: func(c *cli.Context) error {
 				q, err := messageQuery(c, time.Now())
@@ -106,7 +107,7 @@ func messageCommand() *cli.Command {
 			Name:        "browse",
 			Usage:       "read a subject's messages whole, from a sequence or a time, a page at a time",
 			Description: messageHelp,
-			Flags: []cli.Flag{subjectFlag, sinceFlag, untilFlag, tagFlag, keyFlag, limitFlag, budgetFlag, jsonFlag, bodyFlag,
+			Flags: []cli.Flag{subjectFlag, sinceFlag, untilFlag, tagFlag, keyFlag, propertyFlag, limitFlag, budgetFlag, jsonFlag, bodyFlag,
 				&cli.StringFlag{Name: "broker-group", Usage: "the `BROKER-GROUP` to browse (needed with --from-seq when the subject lives in several)"},
 				&cli.Int64Flag{Name: "from-seq", Value: -1, Usage: "start at sequence `N` of the broker group (default: the first retained, or --since)"}},
 			Action: func(c *cli.Context) error {
@@ -158,6 +159,13 @@ func listMessages(c *cli.Context, q admin.MessageQuery, print func([]admin.Messa
 func messageQuery(c *cli.Context, now time.Time) (admin.MessageQuery, error) {
 	q := admin.MessageQuery{Subject: c.String("subject"), BrokerGroup: c.String("broker-group"),
 		Tag: c.String("tag"), Key: c.String("key"), Limit: c.Int("limit"), Budget: c.Int("budget")}
+	if p := c.String("property"); p != "" {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok || name == "" {
+			return q, cmdline.Usagef(c, "--property %q: NAME=VALUE", p)
+		}
+		q.Property, q.PropertyValue = name, value
+	}
 	var err error
 	if q.Since, err = parseWhen(c.String("since"), now); err != nil {
 		return q, cmdline.Usagef(c, "--since %v", err)

@@ -70,6 +70,12 @@ func TestMessageShowListBrowse(t *testing.T) {
 	if got := ids(list("--key", "order-42")); len(got) != 1 || !got[keyed[0]] {
 		t.Errorf("message list --key: %v, want only %s", got, keyed[0])
 	}
+	if got := ids(list("--property", "region=eu")); len(got) != 1 || !got[keyed[0]] {
+		t.Errorf("message list --property region=eu: %v, want only %s", got, keyed[0])
+	}
+	if got := ids(list("--property", "region=us")); len(got) != 0 {
+		t.Errorf("message list --property region=us: %v, want none", got)
+	}
 	if got := ids(list("--tag", "blue")); len(got) != 6 || got[keyed[0]] {
 		t.Errorf("message list --tag blue: %v, want the 6 tagged", got)
 	}
@@ -125,6 +131,8 @@ func TestMessageShowListBrowse(t *testing.T) {
 		{"message", "list", "--subject", "orders", "--since", "1h", "--limit", "1001"},
 		{"message", "list", "--subject", "orders", "--since", "1h", "--budget", "1000001"},
 		{"message", "browse", "--subject", "orders", "--from-seq", "0", "--since", "1h"},
+		{"message", "list", "--subject", "orders", "--since", "1h", "--property", "region"},
+		{"message", "list", "--subject", "orders", "--since", "1h", "--property", "=eu"},
 		{"message", "show"},
 		{"message", "show", "--body", "raw", "x"},
 	} {

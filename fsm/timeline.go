@@ -117,19 +117,24 @@ func (f *FSM) Timeline(sm StoredMessage, max int) (events []Event, more bool, er
 	}
 	// What consumer groups did with it.
 	if sm.Seq >= 0 {
-		err = t.records(blockKey(dedup.HashID(m.Subject), sm.Seq>>timelineBlockBits), func(off int64, rec *tlRecord) {
-			if rec.typ != recConsumer || rec.subject != m.Subject {
-				return
-			}
-			for _, r := range rec.seqs {
-				if sm.Seq >= r.first && sm.Seq < r.first+r.count {
-					found = append(found, placed{off, Event{Kind: rec.kind, At: rec.at, Index: rec.index,
-						App: rec.by, Group: rec.group, Consumer: rec.consumer, Delivery: int(r.delivery), Due: r.due}})
+		h := dedup.HashID(m.Subject)
+		seen := map[int64]bool{} // a record under both keys: a short run and a long one
+		for _, key := range []uint64{seqKey(h, sm.Seq), blockKey(h, sm.Seq>>timelineBlockBits)} {
+			err = t.records(key, func(off int64, rec *tlRecord) {
+				if rec.typ != recConsumer || rec.subject != m.Subject || seen[off] {
+					return
 				}
+				seen[off] = true
+				for _, r := range rec.seqs {
+					if sm.Seq >= r.first && sm.Seq < r.first+r.count {
+						found = append(found, placed{off, Event{Kind: rec.kind, At: rec.at, Index: rec.index,
+							App: rec.by, Group: rec.group, Consumer: rec.consumer, Delivery: int(r.delivery), Due: r.due}})
+					}
+				}
+			})
+			if err != nil {
+				return nil, false, err
 			}
-		})
-		if err != nil {
-			return nil, false, err
 		}
 	}
 	// Records are in apply order; within one, events in the order written.

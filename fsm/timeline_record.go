@@ -35,8 +35,11 @@ import (
 //
 // The log's key index (a logs.KeyIndex) finds them: a sent or fired record
 // by its command's Raft index (which the message's record holds), a
-// consumer record by its subject and each block of timelineBlock
-// sequences it touches. Keys are hashes: a lookup confirms each candidate
+// consumer record by its subject and each sequence of its short runs
+// (under shortRun sequences) and each block of 2^timelineBlockBits
+// sequences its longer runs touch: a record costs at most a few keys a
+// run, and a lookup reads the records naming its sequence and those of
+// long runs of its block. Keys are hashes: a lookup confirms each candidate
 // by decoding it.
 const (
 	recSent     = 1
@@ -71,9 +74,27 @@ func mixKey(x uint64) uint64 {
 // Raft index i.
 func indexKey(i uint64) uint64 { return mixKey(i<<1 | 1) }
 
-// blockKey is the key of consumer records touching block b of subject
-// (hashed as h).
+// blockKey is the key of consumer records whose long runs touch block b
+// of subject (hashed as h), seqKey of those whose short runs hold seq.
 func blockKey(h uint64, b int64) uint64 { return mixKey(h ^ mixKey(uint64(b)<<1)) }
+func seqKey(h uint64, seq int64) uint64 { return mixKey(h ^ mixKey(uint64(seq)<<1|1)) }
+
+// shortRun: a run of fewer sequences is keyed by each of them.
+const shortRun = 16
+
+// runKeys appends r's keys to keys.
+func runKeys(keys []uint64, h uint64, r tlRun) []uint64 {
+	if r.count < shortRun {
+		for seq := r.first; seq < r.first+r.count; seq++ {
+			keys = append(keys, seqKey(h, seq))
+		}
+		return keys
+	}
+	for blk := r.first >> timelineBlockBits; blk <= (r.first+r.count-1)>>timelineBlockBits; blk++ {
+		keys = append(keys, blockKey(h, blk))
+	}
+	return keys
+}
 
 // tlRun is consume sequences first..first+count-1, delivered the
 // delivery-th time, with due (a retry time, or 0).
@@ -169,9 +190,7 @@ func (w *timelineWriter) commit(s *store) {
 			b = binenc.AppendUvarint(b, uint64(r.count))
 			b = binenc.AppendUvarint(b, uint64(r.delivery))
 			b = binenc.AppendUint64(b, uint64(r.due))
-			for blk := r.first >> timelineBlockBits; blk <= (r.first+r.count-1)>>timelineBlockBits; blk++ {
-				keys = append(keys, blockKey(h, blk))
-			}
+			keys = runKeys(keys, h, r)
 		}
 		w.buf = b
 		off := must(s.timeline.Append(b))
@@ -348,9 +367,7 @@ func timelineKeys(p []byte, add func(uint64)) {
 		h := dedup.HashID(rec.subject)
 		var keys []uint64
 		for _, r := range rec.seqs {
-			for blk := r.first >> timelineBlockBits; blk <= (r.first+r.count-1)>>timelineBlockBits; blk++ {
-				keys = append(keys, blockKey(h, blk))
-			}
+			keys = runKeys(keys, h, r)
 		}
 		slices.Sort(keys)
 		for _, k := range slices.Compact(keys) {

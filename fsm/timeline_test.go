@@ -265,3 +265,46 @@ func FuzzDecodeTimelineRecord(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkTimeline: the timeline of one message among 20,000, each
+// handed out and acked one at a time by each of 4 groups (the worst case
+// for the index: every record of a block of sequences is read to find a
+// message's), so 160,000 consumer records.
+//
+//	go test ./fsm -run '^$' -bench Timeline -count 5
+func BenchmarkTimeline(b *testing.B) {
+	cfg := DefaultConfig(b.TempDir()) // the segment sizes of a broker group's defaults
+	cfg.DedupWindow = 0
+	f := unitOpen(b, cfg)
+	idx, now := uint64(0), int64(1_800_000_000_000)
+	apply := func(c encoder) any { idx++; return applyAt(f, idx, c) }
+	const n, groups = 20_000, 4
+	for i := 0; i < n; i += 1000 {
+		var msgs []*message.Message
+		for j := i; j < i+1000; j++ {
+			msgs = append(msgs, unitMsg(fmt.Sprint("m", j), "s", 16))
+		}
+		apply(&Append{Now: now, Messages: msgs, Apps: []Sender{{Addr: "127.0.0.1:1"}}, Senders: slices.Repeat([]int{1}, len(msgs))})
+	}
+	for g := range groups {
+		group := fmt.Sprint("g", g)
+		for i := range n {
+			now++
+			apply(&Pull{Now: now, Subject: "s", ConsumerGroup: group, Consumer: "c", Max: 1, Start: StartEarliest})
+			apply(&Ack{Now: now, Subject: "s", ConsumerGroup: group, Consumer: "c", Ranges: []message.AckRange{{First: int64(i), Last: int64(i)}}})
+		}
+	}
+	must(0, f.store.flush())
+	found, err := f.FindMessage("m12345", 0, 0)
+	if err != nil || len(found) != 1 {
+		b.Fatal(found, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		events, _, err := f.Timeline(found[0], 0)
+		if err != nil || len(events) != 1+2*groups {
+			b.Fatalf("%d events, %v", len(events), err)
+		}
+	}
+}

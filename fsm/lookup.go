@@ -28,8 +28,8 @@ type MessageQuery struct {
 	// Property, when not "", selects only messages that have a property
 	// of that name whose value (the first's, as for Key) is PropertyValue.
 	Property, PropertyValue string
-	Limit   int    // messages to return: 1..limits.MaxQueryResults
-	Budget  int    // consume-log entries to read at most: 0 for limits.DefaultScanBudget, at most limits.MaxScanBudget
+	Limit                   int // messages to return: 1..limits.MaxQueryResults
+	Budget                  int // consume-log entries to read at most: 0 for limits.DefaultScanBudget, at most limits.MaxScanBudget
 	// MaxBytes, when above 0, bounds the record sizes of the messages
 	// returned: the query stops before a message that would pass it
 	// (returning at least one), and Next continues from there.

@@ -482,7 +482,15 @@ func (f *FSM) applyCommand(e *raft.Log) any {
 		return fmt.Errorf("%w: entry %d: %w", ErrInvalid, e.Index, err)
 	}
 	f.tl.begin(e.Index)
-	defer f.tl.commit(f.store) // what the command recorded of consumers' events
+	res := f.dispatch(e, cmd)
+	// What the command recorded of consumers' events, once it is wholly
+	// applied: a storage failure (a panic) writes nothing more.
+	f.tl.commit(f.store)
+	return res
+}
+
+// dispatch applies a decoded command.
+func (f *FSM) dispatch(e *raft.Log, cmd any) any {
 	switch c := cmd.(type) {
 	case *Append:
 		return f.applyAppend(e.Index, c)

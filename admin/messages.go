@@ -171,3 +171,26 @@ func routeOf(g BrokerGroupStatus) BrokerGroupRoute {
 	}
 	return r
 }
+
+// ParseTime reads a time as the tools take one for a listing's window:
+// RFC 3339 (2026-01-31T09:00:00Z), or a duration before now (90m); the
+// zero time for "". The error says which forms it takes.
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%.40q: a duration ago is positive", s)
+		}
+		if t := now.Add(-d); !t.Before(time.UnixMilli(0)) {
+			return t, nil
+		}
+		return time.Time{}, fmt.Errorf("%.40q ago is before 1970", s)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Before(time.UnixMilli(0)) {
+		return time.Time{}, fmt.Errorf("%.40q: an RFC 3339 time after 1970 such as 2026-01-31T09:00:00Z, or a duration ago such as 90m", s)
+	}
+	return t, nil
+}

@@ -167,10 +167,10 @@ func messageQuery(c *cli.Context, now time.Time) (admin.MessageQuery, error) {
 		q.Property, q.PropertyValue = name, value
 	}
 	var err error
-	if q.Since, err = parseWhen(c.String("since"), now); err != nil {
+	if q.Since, err = admin.ParseTime(c.String("since"), now); err != nil {
 		return q, cmdline.Usagef(c, "--since %v", err)
 	}
-	if q.Until, err = parseWhen(c.String("until"), now); err != nil {
+	if q.Until, err = admin.ParseTime(c.String("until"), now); err != nil {
 		return q, cmdline.Usagef(c, "--until %v", err)
 	}
 	if c.IsSet("from-seq") {
@@ -195,28 +195,6 @@ func messageQuery(c *cli.Context, now time.Time) (admin.MessageQuery, error) {
 		return q, cmdline.Usagef(c, "--until must be after --since")
 	}
 	return q, nil
-}
-
-// parseWhen reads a time flag: RFC 3339, or a duration before now; the
-// zero time for "".
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, fmt.Errorf("%q: a duration ago is positive", s)
-		}
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q: an RFC 3339 time such as 2026-01-31T09:00:00Z, or a duration ago such as 90m", s)
-	}
-	if t.Before(time.UnixMilli(0)) {
-		return time.Time{}, fmt.Errorf("%q: before 1970", s)
-	}
-	return t, nil
 }
 
 func checkBodyMode(mode string) error {

@@ -216,7 +216,8 @@ const rendered = `document.addEventListener("DOMContentLoaded", () => {
 // history has no point yet: its answer samples every consumer group of the
 // cluster; later looks return the points kept (sampled every 10 s, on the
 // console's own goroutine). api/* GETs the JSON endpoint behind each page
-// over plain HTTP; api/history/first a new console's first history. Only
+// over plain HTTP (api/groups/all: every group of the subject, unpaged);
+// api/history/first a new console's first history. Only
 // under -bench:
 //
 //	go test ./console -run '^$' -bench PageLoad -benchtime 5x -timeout 60m
@@ -306,7 +307,7 @@ func BenchmarkPageLoad(b *testing.B) {
 	pages := []struct{ name, hash, api string }{
 		{"cluster", "#cluster", "cluster"},
 		{"subjects", "#subjects", "subjects?offset=0&limit=100"},
-		{"groups", "#groups?subject=" + hot(1), "subjects/" + hot(1) + "/consumer-groups"},
+		{"groups", "#groups?subject=" + hot(1), "subjects/" + hot(1) + "/consumer-groups?q=&offset=0&limit=100"},
 		{"dead", "#dead?subject=hot-0&group=dlq", "subjects/hot-0/consumer-groups/dlq/dead-letters?offset=0&limit=100"},
 		{"delays", "#delays", "delays"},
 	}
@@ -340,7 +341,9 @@ func BenchmarkPageLoad(b *testing.B) {
 		}
 		return d, len(body)
 	}
-	for _, p := range append(pages, struct{ name, hash, api string }{"history", "", "history"}) {
+	apis := append(pages, struct{ name, hash, api string }{"groups/all", "", "subjects/" + hot(1) + "/consumer-groups"},
+		struct{ name, hash, api string }{"history", "", "history"})
+	for _, p := range apis {
 		b.Run("api/"+p.name, func(b *testing.B) {
 			var size int
 			var samples []time.Duration

@@ -168,9 +168,9 @@ func reportLatencies(b *testing.B, samples []time.Duration) {
 // (built once, before the sub-benchmarks; its build rate is logged). An op
 // is one set of measurements, so run it with -benchtime 1x:
 //
-//	QMQ_BENCH_MESSAGES=10000000 go test ./fsm -run '^$' -bench MessageIndex -benchtime 1x -timeout 60m -v
+//	QMQ_BENCH_MESSAGES=10000000 QMQ_BENCH_LOOKUPS=100000 go test ./fsm -run '^$' -bench MessageIndex -benchtime 1x -timeout 60m -v
 //
-// find/*: FindMessage of QMQ_BENCH_LOOKUPS (default 100,000) random ids
+// find/*: FindMessage of QMQ_BENCH_LOOKUPS (default 20,000) random ids
 // present and as many absent, page cache warm; find/*/cold: 1,000 of each,
 // the store's files evicted from the page cache before each (not timed).
 // query/*: the first page (Limit 100, the default budget) of a one-hour
@@ -191,7 +191,7 @@ func BenchmarkMessageIndex(b *testing.B) {
 		n, dirBytes(filepath.Join(dataPath, messagesDir))>>20, f.store.messages.Log().SegmentCount(),
 		st.DiskBytes, float64(st.DiskBytes)/float64(n-st.ActiveEntries), st.MemoryBytes, st.ActiveEntries)
 
-	lookups := 100_000
+	lookups := 20_000
 	if s := os.Getenv("QMQ_BENCH_LOOKUPS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {

@@ -195,6 +195,18 @@ func TestReadEndpointsEqualAdmin(t *testing.T) {
 	if len(gs.ConsumerGroups) != 1 || gs.ConsumerGroups[0].Group != "billing" {
 		t.Errorf("consumer groups: %+v", gs)
 	}
+	// Given offset, limit or q, a page of them by name prefix, with its total.
+	for q, want := range map[string][2]int{"?q=bil&offset=0&limit=100": {1, 1}, "?q=x": {0, 0}, "?offset=1": {1, 0}} {
+		var page struct {
+			Total          int                       `json:"total"`
+			Limit          int                       `json:"limit"`
+			ConsumerGroups []admin.ConsumerGroupView `json:"consumer_groups"`
+		}
+		f.get(t, "/api/v1/subjects/orders/consumer-groups"+q, &page)
+		if page.Total != want[0] || len(page.ConsumerGroups) != want[1] || page.Limit != console.DefaultLimit {
+			t.Errorf("consumer groups%s: total %d, %d groups, limit %d; want %v", q, page.Total, len(page.ConsumerGroups), page.Limit, want)
+		}
+	}
 	var dl console.DeadLettersView
 	f.get(t, "/api/v1/subjects/orders/consumer-groups/billing/dead-letters?limit=2", &dl)
 	if len(dl.Pages) != 1 || dl.Pages[0].Total != 3 || len(dl.Pages[0].Letters) != 2 {

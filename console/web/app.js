@@ -101,11 +101,17 @@ async function pageSubjects(params) {
 function confirmed(what) { return window.confirm(what); }
 
 async function pageGroups(params) {
-  const subject = params.get("subject");
-  const gs = await api("GET", `subjects/${enc(subject)}/consumer-groups`);
+  const subject = params.get("subject"), q = params.get("q") || "", offset = Number(params.get("offset") || 0), limit = 100;
+  const gs = await api("GET", `subjects/${enc(subject)}/consumer-groups?q=${enc(q)}&offset=${offset}&limit=${limit}`);
+  const here = `#groups?subject=${enc(subject)}&q=${enc(q)}`;
+  const form = el("form", { id: "group-search", onsubmit: (ev) => { ev.preventDefault(); location.hash = `groups?subject=${enc(subject)}&q=` + enc(form.q.value); } },
+    el("input", { name: "q", placeholder: "prefix", value: q }), el("button", { type: "submit" }, "Search"));
   const rows = gs.consumer_groups.map(v => [el("a", { href: `#group?subject=${enc(subject)}&group=${enc(v.group)}` }, v.group),
     v.total.lag, v.total.backlog, v.total.unacked, v.total.retrying, v.total.dead_letters, v.total.consumers]);
-  main(el("h2", {}, `Consumer groups of ${subject}`), gs.error ? el("p", { class: "error" }, gs.error) : null,
+  const nav = el("p", {}, `${gs.total} consumer groups; showing ${gs.consumer_groups.length ? gs.offset + 1 : 0}–${gs.offset + gs.consumer_groups.length} `,
+    offset > 0 ? el("a", { href: `${here}&offset=${Math.max(0, offset - limit)}` }, "previous") : null, " ",
+    offset + limit < gs.total ? el("a", { href: `${here}&offset=${offset + limit}` }, "next") : null);
+  main(el("h2", {}, `Consumer groups of ${subject}`), gs.error ? el("p", { class: "error" }, gs.error) : null, form, nav,
     table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows));
 }
 

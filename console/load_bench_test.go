@@ -228,7 +228,7 @@ const rendered = `document.addEventListener("DOMContentLoaded", () => {
 func BenchmarkPageLoad(b *testing.B) {
 	path, err := exec.LookPath("chromium")
 	if err != nil {
-		b.Skip("no chromium on PATH")
+		b.Fatal("chromium is not on PATH: make chromium installs it")
 	}
 	newConsole := loadCluster(b)
 	srv := newConsole()

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -336,6 +337,9 @@ func loadNode(t *testing.T, name, inst, root string, set map[string]string) node
 	if err != nil {
 		t.Fatalf("%s: TimeoutStopSec=%s: want seconds", name, u.one(t, "TimeoutStopSec"))
 	}
+	if sec <= 0 {
+		t.Fatalf("%s: TimeoutStopSec=%d: want a bound (0 waits for ever)", name, sec)
+	}
 	n.stopWait = time.Duration(sec) * time.Second
 	if s := u.one(t, "KillSignal"); s != "SIGTERM" {
 		t.Fatalf("%s: KillSignal=%s: qmqd closes cleanly on SIGTERM (or SIGINT)", name, s)
@@ -382,31 +386,32 @@ type started struct {
 	exited chan struct{}
 }
 
-// start runs n's command line, under its file limit.
+// start runs n's command line under its file limit, soft and hard, as
+// systemd's LimitNOFILE sets them (through util-linux's prlimit, which
+// execs the command: the process is qmqd's).
 func start(t *testing.T, n node) *started {
 	t.Helper()
-	// The children inherit the test's file limit: give it the unit's.
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatal("prlimit (util-linux) is missing: it gives the nodes the units' LimitNOFILE")
+	}
+	// LimitNOFILE, or as much of it as the test's hard limit allows (a
+	// container's may be lower), if that is still what the command line
+	// needs.
+	var own syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &own); err != nil {
 		t.Fatal(err)
 	}
-	// LimitNOFILE, or as much of it as the test's hard limit allows
-	// (a container's may be lower), if that is still what the command
-	// line needs.
-	lim := syscall.Rlimit{Cur: min(n.nofile, old.Max), Max: old.Max}
-	if lim.Cur < n.nofile && lim.Cur < uint64(n.need) {
-		t.Fatalf("%s: the test's hard file limit %d is below the %d the command line needs: raise it (ulimit -Hn)", n.name, old.Max, n.need)
+	limit := min(n.nofile, own.Max)
+	if limit < n.nofile && limit < uint64(n.need) {
+		t.Fatalf("%s: the test's hard file limit %d is below the %d the command line needs: raise it (ulimit -Hn)", n.name, own.Max, n.need)
 	}
-	if lim.Cur < n.nofile {
-		t.Logf("%s: running under a file limit of %d, the test's hard limit, not LimitNOFILE=%d", n.name, lim.Cur, n.nofile)
+	if limit < n.nofile {
+		t.Logf("%s: running under a file limit of %d, the test's hard limit, not LimitNOFILE=%d", n.name, limit, n.nofile)
 	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatalf("setting the file limit to %d: %v", lim.Cur, err)
-	}
-	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
 
 	s := &started{node: n, out: &syncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(n.args[0], n.args[1:]...)
+	s.cmd = exec.Command(prlimit, append([]string{fmt.Sprintf("--nofile=%d:%d", limit, limit), "--"}, n.args...)...)
 	s.cmd.Env, s.cmd.Dir, s.cmd.Stdout, s.cmd.Stderr = n.env, n.dir, s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("%s: %q: %v", n.name, n.args, err)
@@ -436,7 +441,7 @@ func (s *started) stopNode(t *testing.T) {
 	select {
 	case <-s.exited:
 	case <-time.After(s.stopWait):
-		t.Fatalf("%s: still running %v after %v (TimeoutStopSec): systemd would kill it", s.name, s.stopWait, s.stop)
+		t.Fatalf("%s: still running %v after %v (TimeoutStopSec): systemd would kill it", s.name, s.stopWait, s.stop.String())
 	}
 	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("%s: exit status %d after %v, want 0 (a clean stop)", s.name, code, s.stop)

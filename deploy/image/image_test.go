@@ -35,6 +35,10 @@ func TestImage(t *testing.T) {
 	if err := run(options{out: out, tag: "qmq:test", arch: runtime.GOARCH, version: "v9.8.7", revision: "abc123", bin: bin}); err != nil {
 		t.Fatal(err)
 	}
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(out) })
+	if err != nil || len(m) != 1 || !slices.Equal(m[0].RepoTags, []string{"qmq:test"}) {
+		t.Fatalf("the tarball's manifest.json: %+v, %v: want one image, tagged qmq:test (docker load names it so)", m, err)
+	}
 	img, err := tarball.ImageFromPath(out, nil)
 	if err != nil {
 		t.Fatal(err)

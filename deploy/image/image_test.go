@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // TestImage builds the image as `make image` does, reads the tarball back
@@ -42,6 +43,11 @@ func TestImage(t *testing.T) {
 	img, err := tarball.ImageFromPath(out, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Digests, diff ids, sizes and the manifest agree, as a registry or
+	// docker load checks them.
+	if err := validate.Image(img); err != nil {
+		t.Fatalf("the image is not consistent: %v", err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

@@ -291,7 +291,8 @@ type node struct {
 
 // loadNode reads the unit name (as instance inst) and the example
 // environment files it names, with the host paths replaced by the test's
-// under root and the variables of set replaced.
+// under root, the variables of set replaced and --bootstrap added to
+// QMQ_ARGS (the node is its group's first).
 func loadNode(t *testing.T, name, inst, root string, set map[string]string) node {
 	t.Helper()
 	paths := hostPaths(root)
@@ -312,6 +313,11 @@ func loadNode(t *testing.T, name, inst, root string, set map[string]string) node
 		}
 		env[k] = v
 	}
+	// The group's first node, as the example's comment says.
+	if _, ok := env["QMQ_ARGS"]; !ok {
+		t.Fatalf("%s: its environment files do not set QMQ_ARGS", name)
+	}
+	env["QMQ_ARGS"] += " --bootstrap"
 	for _, e := range u["Environment"] {
 		for _, kv := range strings.Fields(e) {
 			k, v, _ := strings.Cut(kv, "=")
@@ -451,7 +457,8 @@ func (s *started) stopNode(t *testing.T) {
 // TestUnitsStartNodes runs the units' ExecStart command lines as systemd
 // would, with the example environment files (TLS files, made here, in the
 // directory qmq.env names) and the units' file limit, only the addresses
-// moved to loopback ports and the host's paths to the test's: the
+// moved to loopback ports, the host's paths to the test's and --bootstrap
+// added, as on a group's first node: the
 // metaserver and the broker come up and form a cluster qmqctl status finds
 // healthy, neither lowers --max-conns, and each stops cleanly on SIGTERM.
 func TestUnitsStartNodes(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
@@ -192,5 +193,37 @@ func checkStatic(t *testing.T, name string, data []byte) {
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("%s: needs %v", name, libs)
+	}
+}
+
+// TestReproducible: with SOURCE_DATE_EPOCH, two builds of the same
+// binaries are the same image, byte for byte, dated then.
+func TestReproducible(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bin")
+	if err := buildBinaries(bin, runtime.GOARCH); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
+	var digests []string
+	for range 2 {
+		img, err := assemble(bin, runtime.GOARCH, defaultVersion, defaultRevision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, d.String())
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cf.Created.Equal(time.Unix(1700000000, 0)) {
+			t.Errorf("created %v, want SOURCE_DATE_EPOCH's %v", cf.Created.Time, time.Unix(1700000000, 0).UTC())
+		}
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("two builds: %s and %s", digests[0], digests[1])
 	}
 }

@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases chromium
+.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases chromium systemd image
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
 # for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
@@ -25,10 +25,10 @@ build: ## compile every package, and qmqd and qmqctl into bin/
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev
 
-test: databases chromium ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
+test: databases chromium systemd ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint databases chromium ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
+ci: lint databases chromium systemd ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
 chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims it at kinds of fault; prints the seed, the faults and the findings
@@ -76,6 +76,27 @@ chromium: ## install Chromium (Debian's package) if missing, for the console's b
 	fi; \
 	echo "make: installing chromium for the console's browser test"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+# deploy/systemd's test checks the units with systemd-analyze (verify, and
+# security --offline) and runs their command lines under prlimit (util-linux).
+systemd: ## install systemd (Debian's package, for systemd-analyze) if missing, for the units' test
+	@if command -v systemd-analyze >/dev/null && command -v prlimit >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: the systemd units' test needs systemd-analyze and prlimit; install them (Debian: sudo apt-get install systemd util-linux), or run make as root to let it"; \
+	  exit 1; \
+	fi; \
+	echo "make: installing systemd for the units' test"; \
+	noservice=; if [ ! -e /usr/sbin/policy-rc.d ]; then noservice=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd util-linux >/dev/null; \
+	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
+
+# The container image, assembled without a container engine (deploy/image);
+# `docker build -f deploy/Dockerfile .` makes the same with one.
+IMAGE_TAG     ?= qmq:devel
+IMAGE_VERSION ?= devel
+image: ## build the container image into bin/qmq-image.tar without a container engine (docker load -i it); IMAGE_TAG, IMAGE_VERSION
+	$(GO) run ./deploy/image --out bin/qmq-image.tar --tag '$(IMAGE_TAG)' --version '$(IMAGE_VERSION)' \
+	  --revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 
 lint: ## go vet (also of test/benchcompare, a module of its own), and fail if gofmt would change a file
 	$(GO) vet $(PKGS)

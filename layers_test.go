@@ -24,7 +24,7 @@ var floors = []struct {
 	{"admin", 4}, {"outbox", 4}, {"fsm/meta", 4},
 	{"server/metaserver", 5}, {"console", 5},
 	{"server", 6},
-	{"cli/", 9}, {"examples/", 9}, {"test/", 9}, {"test", 9},
+	{"cli/", 9}, {"examples/", 9}, {"test/", 9}, {"test", 9}, {"deploy/", 9},
 }
 
 func floorOf(pkg string) (int, bool) {

@@ -853,7 +853,7 @@ func TestConsoleAsAnApplication(t *testing.T) {
 		return resp.StatusCode, b.String()
 	}
 	for path, want := range map[string]string{
-		"/api/v1/cluster":                              `"broker_groups"`,
+		"/api/v1/cluster": `"broker_groups"`,
 		"/api/v1/subjects/orders.paid/consumer-groups": `"subject":"orders.paid"`,
 		"/api/v1/subjects/orders.paid/messages":        `"id":"orders.paid-1"`,
 		"/api/v1/messages/orders.paid-1":               `"id":"orders.paid-1"`,

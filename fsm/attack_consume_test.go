@@ -49,11 +49,13 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 		name    string
 		retryAt func(now int64) int64
 		expire  bool
+		ack     bool
 	}{
 		{name: "nack-in-an-hour", retryAt: func(now int64) int64 { return now + time.Hour.Milliseconds() }},
 		{name: "nack-in-two-years", retryAt: func(now int64) int64 { return now + maxRetryDelay }},
 		{name: "nack-with-backoff", retryAt: func(int64) int64 { return 0 }},
 		{name: "expire", expire: true},
+		{name: "ack", ack: true}, // its timeline record: a run per sequence at worst
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := unitFSM(t)
@@ -83,6 +85,9 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 				now += DefaultConsumerGroupSettings().AckWait + 1
 				cmd = &Expire{Now: now, Subject: s, ConsumerGroup: g, Consumer: c, Ranges: ranges}
 			}
+			if tc.ack {
+				cmd = &Ack{Now: now, Subject: s, ConsumerGroup: g, Consumer: c, Ranges: ranges}
+			}
 			idx++
 			e := unitEntry(idx, cmd)
 			before := diskBytes(t, f)
@@ -94,6 +99,10 @@ func TestNackOfAWholeWindowWritesWithinItsBound(t *testing.T) {
 			case *ExpireResult:
 				if r.Expired != window {
 					t.Fatalf("expire: %+v, want %d expired", r, window)
+				}
+			case *AckResult:
+				if r.AckPos != int64(window) {
+					t.Fatalf("ack: %+v, want the ack position at %d", r, window)
 				}
 			default:
 				t.Fatalf("apply: %v", describe(r))

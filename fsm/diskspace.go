@@ -10,6 +10,7 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/message"
 )
 
 // A replica and its disk. Before it applies entries, a replica makes sure
@@ -71,27 +72,63 @@ func (f *FSM) entryWrites(e *raft.Log) int64 {
 }
 
 // timelineWrites bounds the timeline records applying a command of type t
-// writes (timeline_record.go): an Append's sent record names its senders
-// and a run or a reference per message, less than its bytes; a Fire's, an
-// entry per reference; a consumer command's, a run per sequence it hands
-// out (a pull, at most limits.MaxPullMessages) or finishes (at most a
-// window, twice: its own event and a dead letter's), each with a header
-// within entryOverhead; a dead-letter operation's, a run per dead letter
-// of the group.
+// writes (timeline_record.go), each record's header within
+// entryOverhead: an Append's sent record names its senders and a run or a
+// reference per message, less than its bytes; a Fire's, an entry per
+// reference; a consumer command's, a run per sequence it hands out (a
+// pull, at most its Max) or finishes (no more than its ranges name nor
+// than a window holds; a nack's and an expiry's twice, their own event and
+// a dead letter's; a reclaim's twice a window); a dead-letter operation's,
+// a run per sequence it names, or per dead letter of the group for all. A
+// command that does not decode writes nothing.
 func (f *FSM) timelineWrites(t CommandType, data []byte) int64 {
 	switch t {
 	case CmdAppend:
 		return int64(len(data))
 	case CmdFire:
 		return int64(len(data)/8) * maxFiredBytes
-	case CmdPull:
-		return limits.MaxPullMessages * maxRunBytes
-	case CmdAck, CmdNack, CmdExpire, CmdReclaim:
+	case CmdReclaim:
 		return 2 * int64(f.windowBound) * maxRunBytes
-	case CmdDeadLetters:
-		return int64(maxDeadPerGroup) * maxRunBytes
+	case CmdPull, CmdAck, CmdNack, CmdExpire, CmdDeadLetters:
+	default:
+		return 0
+	}
+	cmd, err := Decode(data)
+	if err != nil {
+		return 0
+	}
+	switch c := cmd.(type) {
+	case *Pull:
+		return int64(min(max(c.Max, 0), limits.MaxPullMessages)) * maxRunBytes
+	case *Ack:
+		return f.rangeBound(c.Ranges) * maxRunBytes
+	case *Nack:
+		return 2 * f.rangeBound(c.Ranges) * maxRunBytes
+	case *Expire:
+		return 2 * f.rangeBound(c.Ranges) * maxRunBytes
+	case *DeadLetters:
+		if c.All {
+			return int64(maxDeadPerGroup) * maxRunBytes
+		}
+		return int64(len(c.Seqs)) * maxRunBytes
 	}
 	return 0
+}
+
+// rangeBound bounds the sequences ranges name that one consumer holds:
+// no more than they name nor than a window (windowBound).
+func (f *FSM) rangeBound(ranges []message.AckRange) int64 {
+	window := int64(f.windowBound)
+	n := int64(0)
+	for _, r := range ranges {
+		if r.First >= 0 && r.Last >= r.First {
+			n += min(r.Last-r.First, window) + 1
+		}
+		if n >= window {
+			return window
+		}
+	}
+	return n
 }
 
 // senderWrites bounds what an Append's applications add to its records
@@ -131,18 +168,7 @@ func (f *FSM) nackWrites(data []byte) int64 {
 	if err != nil || !ok {
 		return 0
 	}
-	window := int64(f.windowBound)
-	n := int64(0)
-	for _, r := range c.Ranges {
-		if r.First >= 0 && r.Last >= r.First {
-			n += min(r.Last-r.First, window) + 1
-		}
-		if n >= window {
-			n = window
-			break
-		}
-	}
-	return n * maxRetryRecordBytes
+	return f.rangeBound(c.Ranges) * maxRetryRecordBytes
 }
 
 // awaitSpace returns how many of entries (at least one) the disk has room

@@ -147,9 +147,12 @@ func (f *FSM) retainTimeline() {
 	segs := tl.Segments()
 	cut := segs[0].Base
 	for i := 1; i < len(segs) && segs[i].Base < tl.End(); i++ {
+		// A read that fails stops the replica, as for every log; a record
+		// that reads but does not decode (none apply writes) keeps what
+		// follows: never removed by mistake.
 		rec, err := decodeTimelineRecord(must(tl.Read(segs[i].Base)))
 		if err != nil || rec.at >= since {
-			break // an unreadable record keeps what follows: never remove by mistake
+			break
 		}
 		cut = segs[i].Base
 	}

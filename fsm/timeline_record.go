@@ -325,13 +325,14 @@ func decodeTimelineRecord(p []byte) (*tlRecord, error) {
 	case recConsumer:
 		rec.kind = EventKind(r.Byte())
 		rec.index, rec.at = r.Uvarint(), r.Int64()
-		rec.subject, rec.group, rec.consumer, rec.by = r.String(limits.MaxName), r.String(limits.MaxName), r.String(limits.MaxName), r.String(limits.MaxName)
+		rec.subject, rec.group, rec.consumer, rec.by = r.String(limits.MaxName), r.String(limits.MaxName), r.String(limits.MaxName), r.String(MaxBy)
 		n := r.Count(maxTimelineRuns)
+		total := int64(0)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			run := tlRun{first: int64(min(r.Uvarint(), 1<<62)), count: int64(min(r.Uvarint(), 1<<62))}
 			run.delivery, run.due = uint32(min(r.Uvarint(), 1<<32-1)), r.Int64()
-			if run.count < 1 || run.count > maxRunSeqs {
-				return nil, fmt.Errorf("%w: timeline run of %d sequences", logs.ErrCorrupt, run.count)
+			if total += run.count; run.count < 1 || total > maxRecordSeqs {
+				return nil, fmt.Errorf("%w: timeline runs of more than %d sequences", logs.ErrCorrupt, maxRecordSeqs)
 			}
 			rec.seqs = append(rec.seqs, run)
 		}
@@ -344,14 +345,16 @@ func decodeTimelineRecord(p []byte) (*tlRecord, error) {
 	return rec, nil
 }
 
-// maxTimelineRuns bounds the runs a consumer record may hold: one per
-// sequence a command may name at most (a dead-letter operation's, the
-// largest).
-const maxTimelineRuns = 1 << 20
-
-// maxRunSeqs bounds the sequences of one run: no command names more (an
-// ack's ranges are bounded by the consumer's window).
-const maxRunSeqs = 1 << 24
+// maxTimelineRuns bounds the runs a consumer record may hold, and
+// maxRecordSeqs the sequences of all its runs: no command writes more (a
+// dead-letter operation names at most a group's dead letters,
+// maxDeadPerGroup; an ack at most a consumer's window,
+// limits.MaxMaxUnacked), so that a damaged record costs its reader, and
+// the index's rebuild, a bounded time.
+const (
+	maxTimelineRuns = 1 << 18
+	maxRecordSeqs   = 1 << 21
+)
 
 // timelineKeys gives the timeline's key index a record's keys (to rebuild
 // a segment's index): those commit and write added.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/binenc"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/logs"
 )
@@ -233,12 +235,26 @@ func TestTimelineRetention(t *testing.T) {
 
 // A damaged record is refused, never read as events.
 func TestDecodeTimelineRecordRejects(t *testing.T) {
+	runs := func(counts ...uint64) []byte {
+		b := binenc.AppendUint64([]byte{recConsumer, byte(EventAcked), 1}, 0)
+		b = append(b, 0, 0, 0, 0) // subject, group, consumer, by
+		b = binenc.AppendUvarint(b, uint64(len(counts)))
+		for _, c := range counts {
+			b = binenc.AppendUint64(binenc.AppendUvarint(binenc.AppendUvarint(binenc.AppendUvarint(b, 0), c), 1), 0)
+		}
+		return b
+	}
+	if _, err := decodeTimelineRecord(runs(maxRecordSeqs-1, 1)); err != nil {
+		t.Fatalf("runs of maxRecordSeqs in all: %v", err)
+	}
 	for name, b := range map[string][]byte{
-		"empty":        nil,
-		"unknown type": {9},
-		"truncated":    {recConsumer, byte(EventAcked), 1},
-		"zero run":     append(append([]byte{recConsumer, byte(EventAcked), 1}, make([]byte, 8)...), 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-		"trailing":     append(append([]byte{recFired, 1}, make([]byte, 8)...), 0, 0),
+		"runs past maxRecordSeqs": runs(maxRecordSeqs, 1),
+		"too many runs":           binenc.AppendUvarint(append(binenc.AppendUint64([]byte{recConsumer, byte(EventAcked), 1}, 0), 0, 0, 0, 0), maxTimelineRuns+1),
+		"empty":                   nil,
+		"unknown type":            {9},
+		"truncated":               {recConsumer, byte(EventAcked), 1},
+		"zero run":                append(append([]byte{recConsumer, byte(EventAcked), 1}, make([]byte, 8)...), 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		"trailing":                append(append([]byte{recFired, 1}, make([]byte, 8)...), 0, 0),
 	} {
 		if _, err := decodeTimelineRecord(b); !errors.Is(err, logs.ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
@@ -306,5 +322,37 @@ func BenchmarkTimeline(b *testing.B) {
 		if err != nil || len(events) != 1+2*groups {
 			b.Fatalf("%d events, %v", len(events), err)
 		}
+	}
+}
+
+// Records at the limits of every name they hold (a subject, a group and a
+// consumer of limits.MaxName, who asked of MaxBy, an address of
+// limits.MaxAddr) read back: a record apply writes always decodes, so
+// that a rebuilt index holds the keys apply gave it.
+func TestTimelineRecordsAtTheirLimits(t *testing.T) {
+	r := newGroupRig(t)
+	s, g, c := strings.Repeat("s", limits.MaxName), strings.Repeat("g", limits.MaxName), strings.Repeat("c", limits.MaxName)
+	resultAs[*AppendResult](t, r.apply(&Append{Now: r.now, Messages: []*message.Message{unitMsg("m", s, 8)},
+		Apps: []Sender{{App: strings.Repeat("a", limits.MaxName), MaxDelayed: 1, Addr: strings.Repeat("1", limits.MaxAddr)}}, Senders: []int{1}}))
+	resultAs[*ConsumerGroupResult](t, r.apply(&SetConsumerGroup{Now: r.now, Subject: s, ConsumerGroup: g, Set: SetMaxDeliveries,
+		Settings: ConsumerGroupSettings{MaxDeliveries: 1}, Start: StartEarliest}))
+	resultAs[*PullResult](t, r.apply(&Pull{Now: r.now, Subject: s, ConsumerGroup: g, Consumer: c, Max: 1, Start: StartEarliest}))
+	resultAs[*NackResult](t, r.apply(&Nack{Now: r.now, Subject: s, ConsumerGroup: g, Consumer: c, Ranges: []message.AckRange{{First: 0, Last: 0}}}))
+	by := strings.Repeat("b", MaxBy)
+	resultAs[*DeadLettersResult](t, r.apply(&DeadLetters{Now: r.now, Subject: s, ConsumerGroup: g, Op: DeadResend, All: true, By: by}))
+	lines, events := timelineOf(t, r.f, "m")
+	want := "handed-out " + g + "/" + c + " #1"
+	if len(lines) != 5 || lines[1] != want || events[4].Kind != EventResent || events[4].App != by || events[0].Addr != strings.Repeat("1", limits.MaxAddr) {
+		t.Fatalf("timeline at the limits: %q", lines)
+	}
+	must(0, r.f.store.flush())
+	err := r.f.store.timeline.Scan(0, func(off int64, p []byte) error {
+		if _, err := decodeTimelineRecord(p); err != nil {
+			return fmt.Errorf("record at %d: %w", off, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

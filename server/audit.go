@@ -15,13 +15,14 @@ import (
 // messages (who, from where, the request). An admin operation that
 // changes something is always written: it costs a Raft entry anyway, and
 // a flood of reads must not hide it. Admin reads (listing applications or
-// dead letters) and reads of stored messages are limited to
-// auditAdminRate lines a second after a burst of as many, and refusals
-// to one a second, so that a client cannot fill the disk; a line says
-// how many were held back before it.
+// dead letters) and reads of stored messages are each limited to
+// auditAdminRate lines a second after a burst of as many (apart: any
+// application may read messages, and its reads must not crowd out an
+// admin's), and refusals to one a second, so that a client cannot fill
+// the disk; a line says how many were held back before it.
 type auditLog struct {
-	log            hclog.Logger
-	admins, denied *lograte.Limiter
+	log                   hclog.Logger
+	admins, reads, denied *lograte.Limiter
 }
 
 const (
@@ -32,7 +33,8 @@ const (
 
 func newAuditLog(log hclog.Logger) *auditLog {
 	return &auditLog{log: log.Named("audit"),
-		admins: lograte.NewBurst(time.Second/auditAdminRate, auditAdminRate), denied: lograte.New(time.Second)}
+		admins: lograte.NewBurst(time.Second/auditAdminRate, auditAdminRate),
+		reads:  lograte.NewBurst(time.Second/auditAdminRate, auditAdminRate), denied: lograte.New(time.Second)}
 }
 
 // admin records an admin operation about to run. Its payload is the
@@ -52,10 +54,10 @@ func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
 }
 
 // read records a read of stored messages (a lookup by any application,
-// whose handler keeps to the subjects it may use), limited as admin reads
-// are. Its payload is the request's JSON.
+// whose handler keeps to the subjects it may read), limited as admin reads
+// are, apart from them. Its payload is the request's JSON.
 func (l *auditLog) read(who, remote string, t transport.Type, p []byte) {
-	ok, suppressed := l.admins.Allow()
+	ok, suppressed := l.reads.Allow()
 	if !ok {
 		return
 	}

@@ -307,10 +307,11 @@ func (a *access) consume(t transport.Type, subject, group string) error {
 }
 
 // mayRead reports whether the application may read the stored messages
-// of subject: those of a subject it may send to or consume (an admin's:
-// every subject).
+// of subject: those of a subject it may consume (an admin's: every
+// subject). Sending is not reading: producers sharing a subject do not
+// see each other's messages.
 func (a *access) mayRead(subject string) bool {
-	return a == nil || a.rights == nil || a.rights.MayUse(subject)
+	return a == nil || a.rights == nil || a.rights.MayRead(subject)
 }
 
 // read refuses a listing of subject's stored messages the application may
@@ -319,7 +320,7 @@ func (a *access) read(subject string) error {
 	if a.mayRead(subject) {
 		return nil
 	}
-	return a.deny(transport.TypeMessages, fmt.Sprintf("application %s may neither send to nor consume subject %s: it may not read its messages", a.app(), subject))
+	return a.deny(transport.TypeMessages, fmt.Sprintf("application %s may not consume subject %s: it may not read its messages", a.app(), subject))
 }
 
 // route checks a route request: a consumer's (it names its consumer

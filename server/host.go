@@ -68,11 +68,11 @@ func (h *host) listen(dataDir, clientAddr, advertise string, tlsc TLSConfig) err
 }
 
 // serve answers client requests with handler behind g, and /status,
-// /metrics, the console and its API at httpAddr unless it is "": both over TLS, with the one
+// /metrics, /healthz, /readyz (ready), the console and its API at httpAddr unless it is "": both over TLS, with the one
 // certificate, when the node has TLS files. The HTTP port asks what the
 // client port asks of clients' certificates, but with the guard on it
 // requires one, unless openHTTP.
-func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, httpAddr string, openHTTP bool, status func() any, reg *prometheus.Registry) error {
+func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, httpAddr string, openHTTP bool, status func() any, ready func() error, reg *prometheus.Registry) error {
 	limits.Conns = fitConns(limits.Conns, h.filesReserved, h.hlog)
 	h.client = &transport.Server{Handler: g.wrap(handler), Logger: h.hlog.Named("client"),
 		MaxInFlightBytes: limits.Memory, MaxConnsPerAddr: limits.ConnsPerAddr, MaxConns: limits.Conns, MaxInFlight: limits.RequestsPerConn,
@@ -97,7 +97,7 @@ func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, h
 	if err != nil {
 		return err
 	}
-	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.httpServer(g.on, openHTTP), status, reg, ui, h.hlog, h.goLoop)
+	h.httpSrv, h.httpLis, err = serveHTTP(httpAddr, defaultHTTPLimits, h.tls.httpServer(g.on, openHTTP), status, ready, reg, ui, h.hlog, h.goLoop)
 	return err
 }
 

@@ -39,7 +39,7 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 	acc := accessOf(ctx)
 	// The bytes the reply may read are taken from the client listener's
 	// memory budget while it is built and written.
-	if err := transport.Reserve(ctx, maxLookupRead+limits.MaxFrame); err != nil {
+	if err := transport.Reserve(ctx, maxLookupReserve); err != nil {
 		return nil, err
 	}
 	page := &transport.MessagesPage{BrokerGroup: n.cfg.BrokerGroup, Next: -1} // its messages are encoded one by one, below
@@ -91,11 +91,13 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 			}
 		}
 		if req.Timeline {
-			events, more, err := n.fsm.Timeline(m, limits.MaxTimelineEvents)
-			if err != nil {
-				return nil, lookupError(err)
+			// A timeline that cannot be read costs the message its
+			// timeline, not the lookup.
+			if events, more, err := n.fsm.Timeline(m, limits.MaxTimelineEvents); err != nil {
+				out.TimelineError = err.Error()
+			} else {
+				out.Timeline, out.TimelineMore = timelineEvents(events), more
 			}
-			out.Timeline, out.TimelineMore = timelineEvents(events), more
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
@@ -114,11 +116,18 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		total += len(b)
 		msgs = append(msgs, b)
 	}
-	return json.Marshal(struct {
+	reply, err := json.Marshal(struct {
 		*transport.MessagesPage
 		Messages []json.RawMessage `json:"messages"`
 	}{page, append([]json.RawMessage{}, msgs...)})
+	// Built: only the reply stays until it is written.
+	transport.Release(ctx, maxLookupReserve-int64(len(reply)))
+	return reply, err
 }
+
+// maxLookupReserve is what a lookup takes of the listener's memory while
+// it builds its reply: what it may read, and the reply.
+const maxLookupReserve = maxLookupRead + limits.MaxFrame
 
 // fitMessage encodes a message that does not fit a reply's room as it
 // fits: without its body and properties (BodyOmitted, if it had them);

@@ -74,7 +74,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	m.registry.MustRegister(m.srv.Collectors()...)
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.guard = newGuard(cfg.Auth, m.fsm.Apps, newAuditLog(m.log), m.registry)
-	if err := m.serve(m.srv.Handle, m.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return m.Status() }, m.registry); err != nil {
+	if err := m.serve(m.srv.Handle, m.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return m.Status() }, m.ready, m.registry); err != nil {
 		return nil, err
 	}
 	m.goLoop(func() {

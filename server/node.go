@@ -85,7 +85,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.guard = newGuard(cfg.Auth, n.apps.Load, newAuditLog(n.log), n.metrics.registry)
 	n.guard.refresh = n.refreshApps
 	n.guard.closed = n.refusal
-	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.metrics.registry); err != nil {
+	if err := n.serve(n.handle, n.guard, cfg.ClientLimits, cfg.HTTPAddr, cfg.OpenHTTP, func() any { return n.Status() }, n.ready, n.metrics.registry); err != nil {
 		return nil, err
 	}
 	if err := n.startMetaLink(); err != nil {

@@ -86,7 +86,7 @@ var defaultHTTPLimits = httpLimits{
 // over TLS with tlsConfig unless it is nil. net/http bounds a handshake by
 // the least of limits' timeouts, and answers a plaintext request to a TLS
 // port with 400.
-func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status func() any, reg *prometheus.Registry, ui http.Handler, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
+func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status func() any, ready func() error, reg *prometheus.Registry, ui http.Handler, log hclog.Logger, goLoop func(func())) (*http.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: listen for http: %w", err)
@@ -99,6 +99,7 @@ func serveHTTP(addr string, limits httpLimits, tlsConfig *tls.Config, status fun
 		enc.Encode(status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	healthHandlers(mux, ready)
 	if ui != nil {
 		mux.Handle("/", ui) // the console and its API (package console)
 	}

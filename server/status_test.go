@@ -26,7 +26,7 @@ func startHTTP(t *testing.T, limits httpLimits, reg *prometheus.Registry) string
 	}
 	var wg sync.WaitGroup
 	srv, lis, err := serveHTTP("127.0.0.1:0", limits, nil, func() any { return map[string]string{"state": "Leader"} },
-		reg, nil, testLogger(t, "http"), func(fn func()) { wg.Go(fn) })
+		func() error { return nil }, reg, nil, testLogger(t, "http"), func(fn func()) { wg.Go(fn) })
 	if err != nil {
 		t.Fatal(err)
 	}

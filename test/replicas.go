@@ -26,7 +26,9 @@ func fsmFiles(n *Node) (map[string][]byte, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() || rel == "checkpoint" || strings.Contains(rel, ".tmp-") {
+		// Left out: a key index's sidecar being written (X.idx.tmp), and
+		// snapshot staging (.tmp-).
+		if d.IsDir() || rel == "checkpoint" || strings.Contains(rel, ".tmp-") || strings.HasSuffix(rel, ".tmp") {
 			return nil
 		}
 		b, err := os.ReadFile(path)

@@ -41,25 +41,28 @@ type MessagesRequest struct {
 // there only when a lookup by id asked for it: what happened to the
 // message, oldest first; TimelineMore says the message has events after
 // the last one shown (the broker answers at most 1,000, and fewer when
-// the reply has no room for them all).
+// the reply has no room for them all); TimelineError, that the timeline
+// could not be read (its index is being built after a restart, or the
+// disk failed) though the message could.
 type StoredMessage struct {
-	BrokerGroup  string     `json:"broker_group"`
-	Subject      string     `json:"subject"`
-	ID           string     `json:"id"`
-	Seq          int64      `json:"seq"`
-	Offset       int64      `json:"offset"`
-	Size         int        `json:"size"`
-	RaftIndex    uint64     `json:"raft_index"`
-	CreatedAt    time.Time  `json:"created_at"`
-	AppendedAt   time.Time  `json:"appended_at"`
-	Tags         []string   `json:"tags,omitempty"`
-	Key          string     `json:"key,omitempty"`
-	BodySize     int        `json:"body_size"`
-	Properties   []Property `json:"properties,omitempty"`
-	Body         []byte     `json:"body,omitempty"`
-	BodyOmitted  bool       `json:"body_omitted,omitempty"`
-	Timeline     []Event    `json:"timeline,omitempty"`
-	TimelineMore bool       `json:"timeline_more,omitempty"`
+	BrokerGroup   string     `json:"broker_group"`
+	Subject       string     `json:"subject"`
+	ID            string     `json:"id"`
+	Seq           int64      `json:"seq"`
+	Offset        int64      `json:"offset"`
+	Size          int        `json:"size"`
+	RaftIndex     uint64     `json:"raft_index"`
+	CreatedAt     time.Time  `json:"created_at"`
+	AppendedAt    time.Time  `json:"appended_at"`
+	Tags          []string   `json:"tags,omitempty"`
+	Key           string     `json:"key,omitempty"`
+	BodySize      int        `json:"body_size"`
+	Properties    []Property `json:"properties,omitempty"`
+	Body          []byte     `json:"body,omitempty"`
+	BodyOmitted   bool       `json:"body_omitted,omitempty"`
+	Timeline      []Event    `json:"timeline,omitempty"`
+	TimelineMore  bool       `json:"timeline_more,omitempty"`
+	TimelineError string     `json:"timeline_error,omitempty"`
 }
 
 // Event is one step of a message's timeline, as the replicated command

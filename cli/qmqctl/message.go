@@ -246,6 +246,10 @@ func printMessage(out io.Writer, m *admin.StoredMessage, bodyMode string) {
 // printTimeline prints what happened to a message, oldest first, as a
 // table under it.
 func printTimeline(out io.Writer, m *admin.StoredMessage) error {
+	if m.TimelineError != "" {
+		_, err := fmt.Fprintf(out, "  timeline    could not be read: %s\n", m.TimelineError)
+		return err
+	}
 	if len(m.Timeline) == 0 && !m.TimelineMore {
 		_, err := fmt.Fprintln(out, "  timeline    no events recorded")
 		return err

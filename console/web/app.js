@@ -220,7 +220,8 @@ function storedMessage(m) {
     tl.length ? table(["Time", "Event", "Group", "Consumer", "Delivery", "Raft index", "Detail"],
       tl.map(e => [e.at, e.kind, e.consumer_group || "", e.consumer || "", e.delivery || "", e.raft_index, eventDetail(e)])) :
       el("p", {}, "No events recorded."),
-    m.timeline_more ? el("p", {}, "More events after these: a lookup answers at most 1,000, and fewer when its reply is full.") : null);
+    m.timeline_more ? el("p", {}, "More events after these: a lookup answers at most 1,000, and fewer when its reply is full.") : null,
+    m.timeline_error ? el("p", {class: "error"}, "The timeline could not be read: " + m.timeline_error) : null);
 }
 
 async function pageMessages(params) {

@@ -182,6 +182,10 @@ func TestTable(t *testing.T) {
 		{"use payments.in", r.MayUse("payments.in"), true},
 		{"use orders.x", r.MayUse("orders.x"), true},
 		{"use secrets", r.MayUse("secrets"), false},
+		{"read payments.in", r.MayRead("payments.in"), true},
+		{"read refunds", r.MayRead("refunds"), true},
+		{"read orders.paid (it only sends there)", r.MayRead("orders.paid"), false},
+		{"read secrets", r.MayRead("secrets"), false},
 		{"admin", r.Admin(), false},
 	} {
 		if c.got != c.want {
@@ -190,7 +194,7 @@ func TestTable(t *testing.T) {
 	}
 	opsID, _ := tab.Authenticate("ops", opsSecret, now)
 	or, _ := tab.Rights(opsID, now)
-	if !or.Admin() || !or.MaySend("anything") || !or.MayConsume("a", "b") {
+	if !or.Admin() || !or.MaySend("anything") || !or.MayConsume("a", "b") || !or.MayRead("a") {
 		t.Fatal("an admin application may not do everything")
 	}
 

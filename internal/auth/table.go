@@ -190,6 +190,21 @@ func (r *Rights) MayConsume(subject, group string) bool {
 	return false
 }
 
+// MayRead reports whether the application may consume subject as some
+// group: then it may read the subject's stored messages (they are what it
+// may consume) and their timelines.
+func (r *Rights) MayRead(subject string) bool {
+	if r.app.Admin {
+		return true
+	}
+	for i := range r.consume {
+		if r.consume[i].subjects.match(subject) {
+			return true
+		}
+	}
+	return false
+}
+
 // MayUse reports whether the application may send to subject or consume
 // it as some group: enough to look up its route.
 func (r *Rights) MayUse(subject string) bool { return r.app.Admin || r.use.match(subject) }

@@ -89,7 +89,34 @@ func (f *FSM) timelineWrites(t CommandType, data []byte) int64 {
 		return int64(len(data)/8) * maxFiredBytes
 	case CmdReclaim:
 		return 2 * int64(f.windowBound) * maxRunBytes
-	case CmdPull, CmdAck, CmdNack, CmdExpire, CmdDeadLetters:
+	case CmdPull, CmdAck, CmdNack, CmdExpire:
+		// Read no further than the fields the bound needs: every entry
+		// is bounded before it is applied, and a pull's or an ack's
+		// decoding is most of its cost.
+		r := binenc.NewReader(data)
+		r.Raw(2 + 8) // type, version, now
+		readNames(r)
+		if t == CmdPull {
+			if n := r.Uvarint(); r.Err() == nil {
+				return int64(min(n, limits.MaxPullMessages)) * maxRunBytes
+			}
+			return 0
+		}
+		if t != CmdAck || data[1] >= commandVersionEpoch {
+			r.Uvarint() // the epoch
+		}
+		if t == CmdNack {
+			r.Int64() // the retry time
+		}
+		ranges := f.rangeRead(r)
+		if r.Err() != nil {
+			return 0
+		}
+		if t != CmdAck {
+			ranges *= 2 // and a dead letter's each
+		}
+		return ranges * maxRunBytes
+	case CmdDeadLetters:
 	default:
 		return 0
 	}
@@ -98,14 +125,6 @@ func (f *FSM) timelineWrites(t CommandType, data []byte) int64 {
 		return 0
 	}
 	switch c := cmd.(type) {
-	case *Pull:
-		return int64(min(max(c.Max, 0), limits.MaxPullMessages)) * maxRunBytes
-	case *Ack:
-		return f.rangeBound(c.Ranges) * maxRunBytes
-	case *Nack:
-		return 2 * f.rangeBound(c.Ranges) * maxRunBytes
-	case *Expire:
-		return 2 * f.rangeBound(c.Ranges) * maxRunBytes
 	case *DeadLetters:
 		if c.All {
 			return int64(maxDeadPerGroup) * maxRunBytes
@@ -113,6 +132,22 @@ func (f *FSM) timelineWrites(t CommandType, data []byte) int64 {
 		return int64(len(c.Seqs)) * maxRunBytes
 	}
 	return 0
+}
+
+// rangeRead is rangeBound of the ranges r holds next, read in place.
+func (f *FSM) rangeRead(r *binenc.Reader) int64 {
+	window := int64(f.windowBound)
+	n := int64(0)
+	for range r.Count(limits.MaxAckRanges) {
+		first, last := int64(r.Uvarint()), int64(r.Uvarint())
+		if first >= 0 && last >= first {
+			n += min(last-first, window) + 1
+		}
+		if n >= window {
+			return window
+		}
+	}
+	return n
 }
 
 // rangeBound bounds the sequences ranges name that one consumer holds:

@@ -356,3 +356,35 @@ func TestTimelineRecordsAtTheirLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// What an entry may write to the timeline follows what it names: a pull
+// its Max, an ack a run per sequence it names, a nack or an expiry two (a
+// dead letter's too), each no more than a window; a malformed one nothing.
+func TestTimelineWritesBound(t *testing.T) {
+	f := unitFSM(t)
+	one := []message.AckRange{{First: 4, Last: 4}}
+	huge := []message.AckRange{{First: 0, Last: 1 << 40}}
+	window := int64(f.windowBound)
+	for _, c := range []struct {
+		cmd  encoder
+		want int64
+	}{
+		{&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 7, Start: StartEarliest}, 7 * maxRunBytes},
+		{&Pull{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: limits.MaxPullMessages + 1, Start: StartEarliest}, limits.MaxPullMessages * maxRunBytes},
+		{&Ack{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, Ranges: one}, maxRunBytes},
+		{&Ack{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: append(one, message.AckRange{First: 9, Last: 10})}, 3 * maxRunBytes},
+		{&Ack{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: huge}, window * maxRunBytes},
+		{&Nack{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 1, RetryAt: 5, Ranges: one}, 2 * maxRunBytes},
+		{&Expire{Subject: "s", ConsumerGroup: "g", Consumer: "c", Ranges: huge}, 2 * window * maxRunBytes},
+		{&DeadLetters{Subject: "s", ConsumerGroup: "g", Seqs: []int64{1, 2}}, 2 * maxRunBytes},
+		{&DeadLetters{Subject: "s", ConsumerGroup: "g", All: true}, int64(maxDeadPerGroup) * maxRunBytes},
+	} {
+		b := c.cmd.Encode()
+		if got := f.timelineWrites(CommandType(b[0]), b); got != c.want {
+			t.Errorf("%T %+v: bound %d, want %d", c.cmd, c.cmd, got, c.want)
+		}
+		if got := f.timelineWrites(CommandType(b[0]), b[:12]); got != 0 {
+			t.Errorf("%T cut short: bound %d, want 0", c.cmd, got)
+		}
+	}
+}

@@ -261,3 +261,27 @@ func FuzzParseMessageQuery(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseExportQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=10000", "limit=10001", "limit=0", "limit=1&limit=2", "since=1h&limit=5", "from_seq=3&broker_group=g1", "nope=1"} {
+		f.Add(s)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		mq, n, err := parseExportQuery(q, now)
+		if err != nil {
+			var br badRequest
+			if !errors.As(err, &br) {
+				t.Fatalf("%q: an error that is not a bad request: %v", raw, err)
+			}
+			return
+		}
+		if n < 1 || n > MaxExportMessages || mq.Limit != 0 || (mq.FromSeq == nil && mq.Since.IsZero()) {
+			t.Fatalf("%q: an export of %d, listing limit %d, from %v since %v", raw, n, mq.Limit, mq.FromSeq, mq.Since)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/qmqgo/qmq/admin"
@@ -75,4 +76,69 @@ func ages(ctx context.Context, a *admin.Client, v *admin.ConsumerGroupView, now 
 		out = append(out, ga)
 	}
 	return out
+}
+
+// RateWindow is the window a subject's rate is counted over, and
+// MaxRateCount the most messages counted in it (one listing each broker
+// group, without bodies).
+const (
+	RateWindow   = time.Minute
+	MaxRateCount = 1000
+)
+
+// SubjectView answers GET /api/v1/subjects/{subject}: its route, and in
+// each of its broker groups its rate and retention horizon.
+type SubjectView struct {
+	Route        *admin.Route       `json:"route"`
+	BrokerGroups []SubjectGroupView `json:"broker_groups"`
+	RateWindow   string             `json:"rate_window"`
+}
+
+// SubjectGroupView is a subject in one broker group.
+type SubjectGroupView struct {
+	BrokerGroup string `json:"broker_group"`
+	Writable    bool   `json:"writable"`
+	Available   bool   `json:"available"`
+	// LastWindow is how many messages were appended in the last
+	// RateWindow; AtLeast says there were more than MaxRateCount (or more
+	// than a listing's budget reads), so it is a floor.
+	LastWindow int     `json:"last_window"`
+	AtLeast    bool    `json:"at_least,omitempty"`
+	PerSecond  float64 `json:"per_second"` // LastWindow over RateWindow
+	// RetainedSince is when the first retained message was appended: the
+	// retention horizon (zero: none retained).
+	RetainedSince time.Time `json:"retained_since,omitzero"`
+	Error         string    `json:"error,omitempty"`
+}
+
+func (h *handler) subject(r *http.Request, c caller, a *admin.Client) (any, error) {
+	subject, _, err := pathNames(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.URL.Query()) > 0 {
+		return nil, badf("a subject's view takes no parameter")
+	}
+	rt, err := a.Route(r.Context(), subject)
+	if err != nil {
+		return nil, err
+	}
+	now := h.now()
+	v := SubjectView{Route: rt, BrokerGroups: []SubjectGroupView{}, RateWindow: RateWindow.String()}
+	for _, g := range rt.BrokerGroups {
+		sg := SubjectGroupView{BrokerGroup: g.Name, Writable: g.Writable, Available: g.Available}
+		pages, err := a.Messages(r.Context(), admin.MessageQuery{Subject: subject, BrokerGroup: g.Name, Since: now.Add(-RateWindow),
+			Limit: MaxRateCount, Budget: MaxRateCount + 1})
+		if err == nil && len(pages) == 1 {
+			sg.LastWindow = len(pages[0].Messages)
+			sg.AtLeast = pages[0].Truncated || pages[0].Next >= 0
+			sg.PerSecond = float64(sg.LastWindow) / RateWindow.Seconds()
+			_, sg.RetainedSince, err = firstFrom(r.Context(), a, subject, g.Name, 0)
+		}
+		if err != nil {
+			sg.Error = err.Error()
+		}
+		v.BrokerGroups = append(v.BrokerGroups, sg)
+	}
+	return v, nil
 }

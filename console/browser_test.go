@@ -169,6 +169,12 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	sameLag("#groups-table", "billing", 1)
+	// The subject's rate and retention horizon: the five messages sent
+	// in the last minute, the first of them retained.
+	if row := cells(t, ctx, "#subject-table", "g1"); len(row) != 7 || row[1] != "yes" || row[3] != "5" || row[4] != fmt.Sprintf("%.2f", 5.0/60) ||
+		!strings.HasPrefix(row[5], "20") || row[6] != "" {
+		t.Errorf("orders in g1: %q, want 5 appended in the last minute and a retention horizon", row)
+	}
 	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)", "Backlog by age and retention")
 	sameLag("#group-table", "total", 1)
 	sameLag("#group-table", "g1", 1)

@@ -92,6 +92,7 @@ func New(cfg Config) (http.Handler, error) {
 	m.HandleFunc("GET /api/v1/session", h.api(h.session))
 	m.HandleFunc("GET /api/v1/cluster", h.api(h.cluster))
 	m.HandleFunc("GET /api/v1/subjects", h.api(h.subjects))
+	m.HandleFunc("GET /api/v1/subjects/{subject}", h.api(h.subject))
 	m.HandleFunc("GET /api/v1/subjects/{subject}/consumer-groups", h.api(h.consumerGroups))
 	m.HandleFunc("GET /api/v1/subjects/{subject}/consumer-groups/{group}", h.api(h.consumerGroup))
 	m.HandleFunc("POST /api/v1/subjects/{subject}/consumer-groups/{group}/set", h.api(h.setGroup))

@@ -132,10 +132,15 @@ function age(ms) {
 
 async function pageGroups(params) {
   const subject = params.get("subject");
-  const gs = await api("GET", `subjects/${enc(subject)}/consumer-groups`);
+  const [sv, gs] = await Promise.all([api("GET", `subjects/${enc(subject)}`), api("GET", `subjects/${enc(subject)}/consumer-groups`)]);
   const rows = gs.consumer_groups.map(v => [el("a", { href: `#group?subject=${enc(subject)}&group=${enc(v.group)}` }, v.group),
     v.total.lag, v.total.backlog, v.total.unacked, v.total.retrying, v.total.dead_letters, v.total.consumers]);
-  main(el("h2", {}, `Consumer groups of ${subject}`), gs.error ? el("p", { class: "error" }, gs.error) : null,
+  main(el("h2", {}, `Consumer groups of ${subject}`),
+    el("p", {}, el("a", { href: `#messages?subject=${enc(subject)}` }, "Browse its messages")),
+    table(["Broker group", "Writable", "Available", `Appended in the last ${sv.rate_window}`, "Per second", "Retained since", "Error"],
+      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", (g.at_least ? "at least " : "") + g.last_window,
+        g.per_second.toFixed(2), g.retained_since || "nothing retained", g.error || ""]), { id: "subject-table" }),
+    gs.error ? el("p", { class: "error" }, gs.error) : null,
     table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows, { id: "groups-table" }));
 }
 

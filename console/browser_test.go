@@ -133,7 +133,7 @@ func TestBrowser(t *testing.T) {
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
-	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1", "g1-n2", "g1-n3", "Follower", "Last snapshot", "Disk free")
+	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1", "g1-n2", "g1-n3", "Follower", "Last snapshot", "Disk free", "sends a second")
 	// The metaserver node's row: its term, indexes and snapshot as its
 	// status says, and disk free and TLS.
 	metaRow := cells(t, ctx, "#meta-nodes", "m1")

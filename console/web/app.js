@@ -85,10 +85,14 @@ function tlsState(tls, insecure) { return tls ? "yes" : (insecure ? "insecure" :
 async function pageCluster() {
   const [c, h] = await Promise.all([api("GET", "cluster"), api("GET", "history")]);
   const series = (f) => h.points.map(f);
+  const last = h.points.length ? h.points[h.points.length - 1] : null, rates = (last && last.rates) || {};
   const metaLeader = c.meta_nodes.map(n => n.status).find(s => s && s.state === "Leader");
   const parts = [el("h2", {}, "Cluster health"),
     el("p", {}, `Metaserver leader ${c.meta.leader || "?"}, term ${c.meta.term}, commit ${c.meta.commit_index}, applied ${c.meta.applied_index}; ${c.subjects} subjects; TLS ${c.meta.tls ? "on" : "off"}${c.meta.insecure ? " (insecure)" : ""}`),
-    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", h.points.length ? h.points[h.points.length - 1].total_lag : 0),
+    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", last ? last.total_lag : 0, "; sends a second ",
+      sparkline(series(p => p.total_rate || 0)), " ", last ? (last.total_rate || 0).toFixed(1) : "0", ` (sampled every ${h.every}, the last hour)`),
+    Object.keys(rates).length ? table(["Subject", "Sends a second", ""], Object.entries(rates).sort((x, y) => y[1] - x[1]).map(([sub, r]) =>
+      [el("a", { href: "#groups?subject=" + enc(sub) }, sub), sparkline(series(p => (p.rates || {})[sub] || 0)), r.toFixed(1)]), { id: "rates-table" }) : null,
     el("h3", {}, "Metaserver group"),
     table(["Node", "Address", "State", "Term", "Commit", "Applied", "Lag", "Last snapshot", "Disk free", "TLS", "Error"],
       c.meta_nodes.map(n => { const s = n.status;

@@ -350,8 +350,21 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 	if err != nil {
 		t.Fatal("no chromium on PATH: `make test` installs it (make chromium), or apt-get install chromium")
 	}
+	// The profile is not a t.TempDir: Chromium's helper processes may
+	// still write to it when the browser is gone, which fails the test's
+	// own removal of its temporary directories.
+	profile, err := os.MkdirTemp("", "qmq-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true),
+		chromedp.UserDataDir(profile), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
@@ -373,9 +386,9 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 			}
 		}
 	}
-	ctx, cancel := chromedp.NewContext(actx)
+	bctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
 	t.Cleanup(cancelT)
 	chromedp.ListenTarget(ctx, listen)
 	return ctx, func() []string {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -123,6 +124,12 @@ func TestBrowser(t *testing.T) {
 		}
 		if !strings.Contains(text, heading) {
 			t.Fatalf("page %s shows an error: %s", hash, text)
+		}
+		// A value the page lacked shows as such, never as JavaScript's.
+		for _, word := range strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) }) {
+			if word == "null" || word == "undefined" || word == "NaN" {
+				t.Errorf("page %s shows %q:\n%s", hash, word, text)
+			}
 		}
 		for _, w := range want {
 			if !strings.Contains(text, w) {

@@ -40,7 +40,7 @@ function table(headers, rows, attrs) {
 
 function main(...children) {
   const m = document.getElementById("main");
-  m.replaceChildren(...children);
+  m.replaceChildren(...children.filter(c => c !== null && c !== undefined));
 }
 
 // refusal is an error as the page says it: a permission refused names

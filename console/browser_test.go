@@ -239,7 +239,7 @@ func TestBrowser(t *testing.T) {
 	})
 	// The group's page shows the resent letter owed again, as the Admin
 	// API does.
-	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (1)")
+	page("#group?subject=orders&group=billing", "billing of orders", "group-resent", "Dead letters (1)")
 	sameLag("#group-table", "total", 1)
 
 	// The rest selected at once and resent after a confirmation naming

@@ -185,6 +185,23 @@ func TestBrowser(t *testing.T) {
 	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)", "Backlog by age and retention")
 	sameLag("#group-table", "total", 1)
 	sameLag("#group-table", "g1", 1)
+	// Its consumers as the Admin API lists them, the one holding a
+	// message in flight said to.
+	v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+	if err != nil || len(v.BrokerGroups) != 1 {
+		t.Fatalf("billing: %+v, %v", v, err)
+	}
+	var members []string
+	for _, m := range v.BrokerGroups[0].Members {
+		members = append(members, fmt.Sprintf("g1|%s|%v", m.Name, map[bool]string{true: "yes", false: "no"}[m.HoldsInFlight]))
+	}
+	var shownMembers []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#consumers-table tr")).slice(1).map(r => Array.from(r.cells).slice(0, 3).map(c => c.textContent).join("|"))`, &shownMembers)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(shownMembers, ",") != strings.Join(members, ",") || !slices.ContainsFunc(members, func(m string) bool { return strings.HasSuffix(m, "|yes") }) {
+		t.Errorf("billing's consumers shown %q; the Admin API's %q, one holding a message in flight", shownMembers, members)
+	}
 	if row := cells(t, ctx, "#ages-table", "g1"); len(row) != 5 || row[1] == "none" || row[3] == "nothing retained" || row[4] != "" {
 		t.Errorf("billing's ages %q, want an oldest message not handed out and a retention horizon", row)
 	}

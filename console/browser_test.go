@@ -11,11 +11,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/poll"
 )
 
@@ -68,6 +70,35 @@ func TestBrowser(t *testing.T) {
 	}
 	f := start(t, false)
 	deadLetters(t, f, "orders", "billing", 2)
+	// Three messages billing owes, one of them pulled and not acked: a
+	// lag (3) the pages must show, unlike its backlog (2).
+	sendN(t, f, "orders", 3)
+	holder, err := qmq.NewPuller(f.meta, "orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	for held := 0; held == 0; {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		msgs, err := holder.Pull(ctx, 1, time.Second)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = len(msgs)
+	}
+	poll.Until(t, 10*time.Second, "billing owes the three, one in flight", func() bool {
+		v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+		return err == nil && v.Total.Lag == 3 && v.Total.Backlog == 2
+	})
+	// A snapshot of the metaserver node: the cluster page shows its index.
+	if err := f.metaNode.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	metaSt, err := f.a.Status(context.Background(), f.meta)
+	if err != nil || metaSt.LastSnapshotIndex == 0 {
+		t.Fatalf("the metaserver's status after a snapshot: %+v, %v", metaSt, err)
+	}
 
 	ctx, problems := browser(t)
 	shot := func(name string) chromedp.Action {
@@ -83,8 +114,9 @@ func TestBrowser(t *testing.T) {
 		t.Helper()
 		var text string
 		err := chromedp.Run(ctx,
-			chromedp.Evaluate(fmt.Sprintf("location.hash = %q", hash), nil),
-			chromedp.WaitVisible(fmt.Sprintf(`//h2[contains(., %q)] | //*[@id="error"]`, heading), chromedp.BySearch),
+			// The last page goes first: its heading may hold this one's.
+			chromedp.Evaluate(fmt.Sprintf(`document.getElementById("main").replaceChildren(); location.hash = %q`, hash), nil),
+			chromedp.WaitVisible(fmt.Sprintf(`//h2[starts-with(., %q)] | //*[@id="error"]`, heading), chromedp.BySearch),
 			chromedp.Text("#main", &text, chromedp.ByQuery),
 			shot(name))
 		if err != nil {
@@ -92,6 +124,12 @@ func TestBrowser(t *testing.T) {
 		}
 		if !strings.Contains(text, heading) {
 			t.Fatalf("page %s shows an error: %s", hash, text)
+		}
+		// A value the page lacked shows as such, never as JavaScript's.
+		for _, word := range strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) }) {
+			if word == "null" || word == "undefined" || word == "NaN" {
+				t.Errorf("page %s shows %q:\n%s", hash, word, text)
+			}
 		}
 		for _, w := range want {
 			if !strings.Contains(text, w) {
@@ -102,15 +140,109 @@ func TestBrowser(t *testing.T) {
 	if err := chromedp.Run(ctx, chromedp.Navigate(f.srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
-	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1", "g1-n2", "g1-n3", "Follower")
+	page("#cluster", "Cluster health", "cluster", "Broker group g1", "g1-n1", "g1-n2", "g1-n3", "Follower", "Last snapshot", "Disk free", "sends a second")
+	// The metaserver node's row: its term, indexes and snapshot as its
+	// status says, and disk free and TLS.
+	metaRow := cells(t, ctx, "#meta-nodes", "m1")
+	if len(metaRow) != 11 || metaRow[2] != "Leader" || metaRow[3] != fmt.Sprint(metaSt.Term) || metaRow[6] != "0" ||
+		!strings.HasPrefix(metaRow[7], fmt.Sprintf("%d (term %d) ", metaSt.LastSnapshotIndex, metaSt.LastSnapshotTerm)) ||
+		!strings.HasSuffix(metaRow[8], "B") || metaRow[9] != "no" {
+		t.Errorf("the metaserver node's row %q; its status %+v", metaRow, metaSt)
+	}
+	for _, id := range []string{"g1-n1", "g1-n2", "g1-n3"} {
+		if row := cells(t, ctx, `.broker-nodes[data-group="g1"]`, id); len(row) != 12 || row[8] != "none" || !strings.HasSuffix(row[9], "B") || row[10] != "no" {
+			t.Errorf("broker node %s's row %q, want no snapshot, disk free and no TLS", id, row)
+		}
+	}
 	page("#subjects", "Subjects", "subjects", "orders", "billing")
 	page("#groups?subject=orders", "Consumer groups of orders", "groups", "billing")
-	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)")
+	// The lag a page shows is the Admin API's, read before and after it.
+	sameLag := func(table, row string, col int) {
+		t.Helper()
+		before, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := cells(t, ctx, table, row)
+		after, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Total.Lag != before.Total.Lag {
+			t.Fatalf("billing's lag moved while the page loaded: %d, then %d", before.Total.Lag, after.Total.Lag)
+		}
+		if len(shown) <= col || shown[col] != fmt.Sprint(after.Total.Lag) {
+			t.Errorf("%s row %s shows %q; the Admin API says lag %d", table, row, shown, after.Total.Lag)
+		}
+	}
+	sameLag("#groups-table", "billing", 1)
+	// The subject's rate and retention horizon: the five messages sent
+	// in the last minute, the first of them retained.
+	if row := cells(t, ctx, "#subject-table", "g1"); len(row) != 7 || row[1] != "yes" || row[3] != "5" || row[4] != fmt.Sprintf("%.2f", 5.0/60) ||
+		!strings.HasPrefix(row[5], "20") || row[6] != "" {
+		t.Errorf("orders in g1: %q, want 5 appended in the last minute and a retention horizon", row)
+	}
+	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)", "Backlog by age and retention")
+	sameLag("#group-table", "total", 1)
+	sameLag("#group-table", "g1", 1)
+	// Its consumers as the Admin API lists them, the one holding a
+	// message in flight said to.
+	v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+	if err != nil || len(v.BrokerGroups) != 1 {
+		t.Fatalf("billing: %+v, %v", v, err)
+	}
+	var members []string
+	for _, m := range v.BrokerGroups[0].Members {
+		members = append(members, fmt.Sprintf("g1|%s|%v", m.Name, map[bool]string{true: "yes", false: "no"}[m.HoldsInFlight]))
+	}
+	var shownMembers []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#consumers-table tr")).slice(1).map(r => Array.from(r.cells).slice(0, 3).map(c => c.textContent).join("|"))`, &shownMembers)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(shownMembers, ",") != strings.Join(members, ",") || !slices.ContainsFunc(members, func(m string) bool { return strings.HasSuffix(m, "|yes") }) {
+		t.Errorf("billing's consumers shown %q; the Admin API's %q, one holding a message in flight", shownMembers, members)
+	}
+	if row := cells(t, ctx, "#ages-table", "g1"); len(row) != 5 || row[1] == "none" || row[3] == "nothing retained" || row[4] != "" {
+		t.Errorf("billing's ages %q, want an oldest message not handed out and a retention horizon", row)
+	}
 	page("#delays", "Delayed messages", "delays", "Broker group g1")
 	page("#messages", "Messages", "messages")
-	page("#dead?subject=orders&group=billing", "Dead letters of billing", "dead", "Broker group g1: 2")
+	// The browse form lists the subject's messages, as many as the Admin
+	// API's listing, never consuming them, with a link to export them.
+	zero := int64(0)
+	listed, err := f.a.Messages(context.Background(), admin.MessageQuery{Subject: "orders", FromSeq: &zero})
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("listing orders: %+v, %v", listed, err)
+	}
+	var rows int
+	var exported string
+	err = chromedp.Run(ctx,
+		chromedp.SetValue(`#browse-form input[name="subject"]`, "orders", chromedp.ByQuery),
+		chromedp.Click(`#browse-form button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#message-result .browse-table, #message-result #error`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll(".browse-table tr").length - 1`, &rows),
+		chromedp.Evaluate(`fetch(document.getElementById("export-messages").href).then(r => r.text())`, &exported, awaitPromise),
+		shot("browse"))
+	if err != nil {
+		t.Fatalf("browsing orders: %v", err)
+	}
+	if rows != len(listed[0].Messages) || rows != 5 {
+		t.Errorf("the browse form lists %d messages of orders; the Admin API %d, want 5", rows, len(listed[0].Messages))
+	}
+	if lines := strings.Split(strings.TrimSpace(exported), "\n"); len(lines) != rows+1 || !strings.Contains(lines[rows], `"complete":true`) {
+		t.Errorf("the listing's export: %d lines, want %d and an end:\n%s", len(lines), rows+1, exported)
+	}
 
-	err := chromedp.Run(ctx,
+	page("#dead?subject=orders&group=billing", "Dead letters of billing", "dead", "Broker group g1: 2", "Export as JSON lines")
+	var deadExport string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`fetch(document.getElementById("export-dead").href).then(r => r.text())`, &deadExport, awaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(deadExport), "\n"); len(lines) != 3 || !strings.Contains(lines[0], `"dead_letter"`) || !strings.Contains(lines[2], `"complete":true`) {
+		t.Errorf("the dead letters' export from the page:\n%s", deadExport)
+	}
+
+	err = chromedp.Run(ctx,
 		chromedp.Evaluate(`window.confirm = () => true`, nil),
 		chromedp.Click(".resend-one", chromedp.ByQuery),
 		chromedp.WaitVisible(`#action-result.ok`, chromedp.ByQuery),
@@ -121,6 +253,32 @@ func TestBrowser(t *testing.T) {
 	poll.Until(t, 10*time.Second, "one dead letter left", func() bool {
 		v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
 		return err == nil && v.Total.DeadLetters == 1
+	})
+	// The group's page shows the resent letter owed again, as the Admin
+	// API does.
+	page("#group?subject=orders&group=billing", "billing of orders", "group-resent", "Dead letters (1)")
+	sameLag("#group-table", "total", 1)
+
+	// The rest selected at once and resent after a confirmation naming
+	// how many.
+	var asked string
+	err = chromedp.Run(ctx,
+		chromedp.Evaluate(fmt.Sprintf("location.hash = %q", "#dead?subject=orders&group=billing&offset=0"), nil),
+		chromedp.WaitVisible(`//h3[contains(., "Broker group g1: 1")]`, chromedp.BySearch),
+		chromedp.Evaluate(`window.asked = ""; window.confirm = (q) => { window.asked = q; return true; }`, nil),
+		chromedp.Click(".select-all", chromedp.ByQuery),
+		chromedp.Click(".resend-selected", chromedp.ByQuery),
+		chromedp.WaitVisible(`#action-result.ok`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.asked`, &asked))
+	if err != nil {
+		t.Fatalf("resending the selected: %v", err)
+	}
+	if asked != "Resend 1 dead letters of broker group g1?" {
+		t.Errorf("the page asked %q", asked)
+	}
+	poll.Until(t, 10*time.Second, "no dead letter left", func() bool {
+		v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
+		return err == nil && v.Total.DeadLetters == 0
 	})
 
 	// A message sent, pulled and acked: its page shows where it is
@@ -170,6 +328,44 @@ func TestBrowser(t *testing.T) {
 	t.Logf("screenshots in %s", artifacts)
 }
 
+// awaitPromise has Evaluate wait for the promise its script returns.
+func awaitPromise(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }
+
+// cells returns the text of the cells of the row of the table sel whose
+// first cell is first; nil if it has none.
+func cells(t *testing.T, ctx context.Context, sel, first string) []string {
+	t.Helper()
+	var out []string
+	err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(`(() => {
+		for (const r of document.querySelectorAll(%q + " tr")) {
+			const c = Array.from(r.cells).map(x => x.textContent);
+			if (c[0] === %q) return c;
+		}
+		return [];
+	})()`, sel, first), &out))
+	if err != nil {
+		t.Fatalf("reading %s: %v", sel, err)
+	}
+	return out
+}
+
+// sendN sends n messages to subject.
+func sendN(t *testing.T, f *fixture, subject string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := qmq.NewProducer(f.meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range n {
+		if err := p.SendMessage(ctx, p.GenerateMessage(subject)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // browser starts headless Chromium for the test, with a 90 s deadline; problems
 // returns the exceptions and console errors and warnings it saw.
 func browser(t *testing.T) (ctx context.Context, problems func() []string) {
@@ -178,8 +374,21 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 	if err != nil {
 		t.Fatal("no chromium on PATH: `make test` installs it (make chromium), or apt-get install chromium")
 	}
+	// The profile is not a t.TempDir: Chromium's helper processes may
+	// still write to it when the browser is gone, which fails the test's
+	// own removal of its temporary directories.
+	profile, err := os.MkdirTemp("", "qmq-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true),
+		chromedp.UserDataDir(profile), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
@@ -201,9 +410,9 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 			}
 		}
 	}
-	ctx, cancel := chromedp.NewContext(actx)
+	bctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
 	t.Cleanup(cancelT)
 	chromedp.ListenTarget(ctx, listen)
 	return ctx, func() []string {

@@ -92,6 +92,7 @@ func New(cfg Config) (http.Handler, error) {
 	m.HandleFunc("GET /api/v1/session", h.api(h.session))
 	m.HandleFunc("GET /api/v1/cluster", h.api(h.cluster))
 	m.HandleFunc("GET /api/v1/subjects", h.api(h.subjects))
+	m.HandleFunc("GET /api/v1/subjects/{subject}", h.api(h.subject))
 	m.HandleFunc("GET /api/v1/subjects/{subject}/consumer-groups", h.api(h.consumerGroups))
 	m.HandleFunc("GET /api/v1/subjects/{subject}/consumer-groups/{group}", h.api(h.consumerGroup))
 	m.HandleFunc("POST /api/v1/subjects/{subject}/consumer-groups/{group}/set", h.api(h.setGroup))
@@ -103,6 +104,8 @@ func New(cfg Config) (http.Handler, error) {
 	m.HandleFunc("GET /api/v1/history", h.api(h.historyGet))
 	m.HandleFunc("GET /api/v1/messages/{id}", h.api(h.messageByID))
 	m.HandleFunc("GET /api/v1/subjects/{subject}/messages", h.api(h.subjectMessages))
+	m.HandleFunc("GET /api/v1/subjects/{subject}/messages/export", h.api(h.exportMessages))
+	m.HandleFunc("GET /api/v1/subjects/{subject}/consumer-groups/{group}/dead-letters/export", h.api(h.exportDeadLetters))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
 	})
@@ -191,6 +194,10 @@ func (h *handler) api(f apiFunc) http.HandlerFunc {
 				h.clients.drop(c.code, c.secret)
 			}
 			writeErr(w, err)
+			return
+		}
+		if st, ok := out.(stream); ok {
+			st(w)
 			return
 		}
 		writeJSON(w, http.StatusOK, out)

@@ -23,9 +23,10 @@ import (
 // fixture is a metaserver and a broker group g1, an admin client of them,
 // and the console's API served over httptest.
 type fixture struct {
-	a    *admin.Client
-	srv  *httptest.Server
-	meta string
+	a        *admin.Client
+	srv      *httptest.Server
+	meta     string
+	metaNode *server.MetaNode
 }
 
 func start(t *testing.T, auth bool) *fixture {
@@ -76,7 +77,7 @@ func start(t *testing.T, auth bool) *fixture {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{a: a, srv: srv, meta: m.ClientAddr()}
+	return &fixture{a: a, srv: srv, meta: m.ClientAddr(), metaNode: m}
 }
 
 // do sends a request; a POST carries the CSRF header csrf unless it is "".

@@ -261,3 +261,56 @@ func FuzzParseMessageQuery(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseExportQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=10000", "limit=10001", "limit=0", "limit=1&limit=2", "since=1h&limit=5", "from_seq=3&broker_group=g1", "nope=1"} {
+		f.Add(s)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		mq, n, err := parseExportQuery(q, now)
+		if err != nil {
+			var br badRequest
+			if !errors.As(err, &br) {
+				t.Fatalf("%q: an error that is not a bad request: %v", raw, err)
+			}
+			return
+		}
+		if n < 1 || n > MaxExportMessages || mq.Limit != 0 || (mq.FromSeq == nil && mq.Since.IsZero()) {
+			t.Fatalf("%q: an export of %d, listing limit %d, from %v since %v", raw, n, mq.Limit, mq.FromSeq, mq.Since)
+		}
+	})
+}
+
+// A point's rates are its subjects' consume-log growth since the last
+// point, a second, summed over broker groups, of the TopN that grew
+// most; only the newest point keeps the ends they are counted from.
+func TestHistoryRates(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	t0 := time.Unix(1_000, 0)
+	first := map[string]int64{"a\x00g1": 10, "a\x00g2": 0, "b\x00g1": 5}
+	for i := range TopN + 2 {
+		first[fmt.Sprintf("s%02d\x00g1", i)] = 0
+	}
+	h.add(Point{At: t0, ends: first})
+	second := map[string]int64{"a\x00g1": 30, "a\x00g2": 10, "b\x00g1": 5, "c\x00g1": 100}
+	for i := range TopN + 2 {
+		second[fmt.Sprintf("s%02d\x00g1", i)] = int64(i + 1)
+	}
+	h.add(Point{At: t0.Add(10 * time.Second), ends: second})
+	ps := h.points()
+	if len(ps) != 2 || ps[0].Rates != nil || ps[0].ends != nil || ps[1].ends == nil {
+		t.Fatalf("points %+v", ps)
+	}
+	r := ps[1].Rates
+	// a: 20 in g1 and 10 in g2 over 10 s; b did not grow; c is new; s00..s11 grew 1..12, 0.1 to 1.2 a second.
+	want := 3 + 0.1*float64((TopN+2)*(TopN+3)/2)
+	if len(r) != TopN || r["a"] != 3 || r["b"] != 0 || r["c"] != 0 || r["s11"] != 1.2 || r["s01"] != 0 || r["s00"] != 0 ||
+		ps[1].TotalRate < want-1e-9 || ps[1].TotalRate > want+1e-9 {
+		t.Errorf("rates %v, total %v (want %v)", r, ps[1].TotalRate, want)
+	}
+}

@@ -379,7 +379,7 @@ func (h *handler) consumerGroup(r *http.Request, c caller, a *admin.Client) (any
 	if v == nil {
 		return nil, err
 	}
-	return v, nil
+	return ConsumerGroupPage{ConsumerGroupView: v, Ages: ages(r.Context(), a, v, h.now())}, nil
 }
 
 // DeadLettersView answers GET .../dead-letters.

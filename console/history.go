@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 
 // Live charts: while a console was opened in the last HistoryIdle, a
 // sampler takes, every HistoryEvery, each broker group's backlog (from
-// the metaserver's heartbeats) and the lag of the TopN consumer groups
-// that owe most, into a ring of HistoryPoints points. Nobody looking,
+// the metaserver's heartbeats), the lag of the TopN consumer groups that
+// owe most, and the send rates of the TopN subjects that take most (from
+// the growth of their consume logs since the last sample: subjects with a
+// consumer group), into a ring of HistoryPoints points. Nobody looking,
 // nothing sampled.
 const (
 	HistoryPoints = 360
@@ -29,6 +32,12 @@ type Point struct {
 	BrokerGroups map[string]int64 `json:"broker_groups"`   // backlog by broker group
 	Groups       map[string]int64 `json:"consumer_groups"` // lag by "subject/group", the TopN
 	TotalLag     int64            `json:"total_lag"`
+	// Rates are messages a second appended since the last sample, of the
+	// TopN subjects that took most; TotalRate of every subject with a
+	// consumer group. Both absent from a ring's first point.
+	Rates     map[string]float64 `json:"rates,omitempty"`
+	TotalRate float64            `json:"total_rate"`
+	ends      map[string]int64   // "subject\x00broker group" → its consume log's end
 }
 
 type history struct {
@@ -95,6 +104,40 @@ func (s *history) addAs(p Point, code, secret string) {
 	}
 }
 
+// withRates sets p's rates from the growth of its ends since prev's.
+func withRates(p *Point, prev *Point) {
+	if prev == nil || prev.ends == nil || !p.At.After(prev.At) {
+		return
+	}
+	dt := p.At.Sub(prev.At).Seconds()
+	bySubject := map[string]float64{}
+	for k, end := range p.ends {
+		if was, ok := prev.ends[k]; ok && end > was {
+			subject, _, _ := strings.Cut(k, "\x00")
+			bySubject[subject] += float64(end-was) / dt
+		}
+	}
+	type rate struct {
+		subject string
+		r       float64
+	}
+	var rs []rate
+	for sub, r := range bySubject {
+		p.TotalRate += r
+		rs = append(rs, rate{sub, r})
+	}
+	slices.SortFunc(rs, func(x, y rate) int {
+		if c := cmp.Compare(y.r, x.r); c != 0 {
+			return c
+		}
+		return strings.Compare(x.subject, y.subject)
+	})
+	p.Rates = map[string]float64{}
+	for _, r := range rs[:min(len(rs), TopN)] {
+		p.Rates[r.subject] = r.r
+	}
+}
+
 func (s *history) add(p Point) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,6 +145,10 @@ func (s *history) add(p Point) {
 }
 
 func (s *history) put(p Point) {
+	if prev := (s.next + len(s.ring) - 1) % len(s.ring); s.full || s.next > 0 {
+		withRates(&p, &s.ring[prev])
+		s.ring[prev].ends = nil // only the newest point keeps its ends
+	}
 	s.ring[s.next] = p
 	s.next = (s.next + 1) % len(s.ring)
 	s.full = s.full || s.next == 0
@@ -135,7 +182,7 @@ func (s *history) pointsLocked() []Point {
 // sample takes one point: backlogs from one Cluster call, lags from one
 // call per broker group.
 func sample(ctx context.Context, a *admin.Client, now time.Time) (Point, error) {
-	p := Point{At: now, BrokerGroups: map[string]int64{}, Groups: map[string]int64{}}
+	p := Point{At: now, BrokerGroups: map[string]int64{}, Groups: map[string]int64{}, ends: map[string]int64{}}
 	c, err := a.Cluster(ctx)
 	if err != nil {
 		return p, err
@@ -152,6 +199,9 @@ func sample(ctx context.Context, a *admin.Client, now time.Time) (Point, error) 
 	vs, _ := a.ConsumerGroups(ctx, "")
 	slices.SortFunc(vs, func(x, y admin.ConsumerGroupView) int { return cmp.Compare(y.Total.Lag, x.Total.Lag) })
 	for i, v := range vs {
+		for _, g := range v.BrokerGroups {
+			p.ends[v.Subject+"\x00"+g.BrokerGroup] = g.End
+		}
 		p.TotalLag += v.Total.Lag
 		if i < TopN {
 			p.Groups[v.Subject+"/"+v.Group] = v.Total.Lag

@@ -26,7 +26,9 @@ func (n *Node) handleConsumerGroups(p []byte) ([]byte, error) {
 	var infos []fsm.ConsumerGroupInfo
 	if req.ConsumerGroup != "" {
 		if g, ok := n.fsm.ConsumerGroup(req.Subject, req.ConsumerGroup); ok {
-			infos = append(infos, g)
+			info := n.consumerGroupInfo(g)
+			info.Members = n.members(req.Subject, req.ConsumerGroup)
+			return json.Marshal([]transport.ConsumerGroupInfo{info})
 		}
 	} else {
 		for _, g := range n.fsm.ConsumerGroups() {
@@ -71,6 +73,33 @@ func (n *Node) consumerGroupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGrou
 		info.IdleSince = time.UnixMilli(g.IdleSince).UTC()
 	}
 	return info
+}
+
+// members lists the registered consumers of one group (at most
+// limits.MaxConsumersPerGroup): whether each holds messages in flight,
+// and when the leader's session last heard from it.
+func (n *Node) members(subject, group string) []transport.ConsumerMember {
+	holding := map[fsm.ConsumerID]bool{}
+	for _, id := range n.fsm.ConsumersWithUnacked() {
+		holding[id] = true
+	}
+	now := n.clock.now()
+	var out []transport.ConsumerMember
+	for _, id := range n.fsm.Consumers() {
+		if id.Subject != subject || id.ConsumerGroup != group {
+			continue
+		}
+		m := transport.ConsumerMember{Name: id.Consumer, HoldsInFlight: holding[id], SeenMillis: -1}
+		if n.isLeader() {
+			n.sessions.mu.Lock()
+			if t, ok := n.sessions.seen[id]; ok && !t.IsZero() {
+				m.SeenMillis = max(0, now.Sub(t).Milliseconds())
+			}
+			n.sessions.mu.Unlock()
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/qmqgo/qmq/fsm/meta"
+	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/server/metaserver"
 	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
@@ -120,8 +121,15 @@ func (g metaGroup) Membership(ctx context.Context, t transport.Type, p []byte) (
 // Raft exposes the Raft node, for tests and admin tools.
 func (m *MetaNode) Raft() *raft.Raft { return m.raft }
 
-// Status reports the node's Raft position and the metaserver group.
-func (m *MetaNode) Status() Status { return m.status(m.fsm.Applied(), m.clientAddr) }
+// Status reports the node's Raft position, the metaserver group, the
+// node's last snapshot and its data disk's free bytes.
+func (m *MetaNode) Status() Status {
+	s := m.withSnapshot(m.status(m.fsm.Applied(), m.clientAddr))
+	if free, err := disk.Free(m.cfg.DataDir); err == nil {
+		s.DiskFree = free
+	}
+	return s
+}
 
 // Close stops the node. Idempotent.
 func (m *MetaNode) Close() error {

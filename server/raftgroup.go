@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,7 @@ type raftGroup struct {
 	raftNode atomic.Pointer[raft.Raft]
 	store    *raftlog.Store
 	trans    *raft.NetworkTransport
+	snaps    raft.SnapshotStore
 	leaderCh chan bool
 	// leading is what leaderCh said last: whether the node leads. The log
 	// cache holds entries only while it does.
@@ -92,6 +94,7 @@ type raftSetup struct {
 func (g *raftGroup) open(s raftSetup) error {
 	var err error
 	g.leaderCh = make(chan bool, 16)
+	g.snaps = s.snaps
 	if g.store == nil {
 		if g.store, err = raftlog.Open(s.dir, s.raftLog, g.log); err != nil {
 			return err
@@ -226,6 +229,33 @@ func (g *raftGroup) status(applied uint64, clientAddr string) Status {
 				ClientAddr: g.memberAddr(string(srv.ID)), Suffrage: srv.Suffrage.String()})
 		}
 	}
+	return s
+}
+
+// lastSnapshot is the newest snapshot the node holds: its Raft index and
+// term, and when it was taken (from its id, TERM-INDEX-UNIXMILLIS, which
+// both snapshot stores give it); zero if it holds none or cannot tell.
+// It reads the store's directory: for Status, not for membership.
+func (g *raftGroup) lastSnapshot() (index, term uint64, at time.Time) {
+	if g.snaps == nil {
+		return 0, 0, time.Time{}
+	}
+	metas, err := g.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return 0, 0, time.Time{}
+	}
+	m := metas[0]
+	if i := strings.LastIndexByte(m.ID, '-'); i >= 0 {
+		if ms, err := strconv.ParseInt(m.ID[i+1:], 10, 64); err == nil && ms > 0 {
+			at = time.UnixMilli(ms).UTC()
+		}
+	}
+	return m.Index, m.Term, at
+}
+
+// withSnapshot adds the node's last snapshot to s.
+func (g *raftGroup) withSnapshot(s Status) Status {
+	s.LastSnapshotIndex, s.LastSnapshotTerm, s.LastSnapshotAt = g.lastSnapshot()
 	return s
 }
 

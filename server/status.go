@@ -25,7 +25,7 @@ type Member = transport.Member
 
 // Status reports the node's Raft and state-machine position.
 func (n *Node) Status() Status {
-	s := n.membership()
+	s := n.withSnapshot(n.membership())
 	s.Backlog, s.ReadOnly = n.fsm.Backlog(), !n.writable.Load()
 	s.DiskFull, s.DiskFree = n.disk.full()
 	s.ApplyWaiting = n.applyWaiting.Load()

@@ -1,6 +1,9 @@
 package transport
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Membership requests are rare and human-driven, so their payloads are
 // JSON. Status answers with the server's status as JSON too.
@@ -45,6 +48,12 @@ type Status struct {
 	ClientAddr   string   `json:"client_addr"`
 	RaftAddr     string   `json:"raft_addr"`
 	Members      []Member `json:"members"`
+	// The newest snapshot the node holds: its Raft index and term, and
+	// when it was taken (absent if it holds none). Entries before it may
+	// be compacted from the node's log.
+	LastSnapshotIndex uint64    `json:"last_snapshot_index,omitempty"`
+	LastSnapshotTerm  uint64    `json:"last_snapshot_term,omitempty"`
+	LastSnapshotAt    time.Time `json:"last_snapshot_at,omitzero"`
 	// TLS: the node's ports serve TLS only. Insecure: the node has no TLS
 	// and serves on an address that is not on loopback, which it was
 	// allowed to by --insecure (NodeConfig.Insecure).
@@ -57,7 +66,8 @@ type Status struct {
 	// metaserver has drained the group.
 	Backlog  int64 `json:"backlog,omitempty"`
 	ReadOnly bool  `json:"readonly,omitempty"`
-	// Broker nodes only: the data disk's free bytes; whether sends are
+	// The data disk's free bytes (metaserver nodes too); broker nodes
+	// only: whether sends are
 	// refused for want of space (DISK_FULL); whether the state machine
 	// waits for space before applying more; why it stopped applying for
 	// good, if it did (the node then stops).

@@ -42,6 +42,19 @@ type ConsumerGroupInfo struct {
 	DeadDropped   int64                 `json:"dead_dropped"` // dropped at the bounds
 	Lost          int64                 `json:"lost"`         // removed by retention before the group finished them
 	IdleSince     time.Time             `json:"idle_since"`   // with no consumer since (when Consumers is 0)
+	// Members are the group's registered consumers, in the order they
+	// registered: only in the answer for one group (a request naming it).
+	Members []ConsumerMember `json:"members,omitempty"`
+}
+
+// ConsumerMember is one consumer of a group in one broker group: whether
+// it holds messages handed out and not finished, and how long ago the
+// leader last heard from it (-1: the node answering does not lead, or has
+// not heard from it since it took the lead).
+type ConsumerMember struct {
+	Name          string `json:"name"`
+	HoldsInFlight bool   `json:"holds_in_flight"`
+	SeenMillis    int64  `json:"seen_ms"`
 }
 
 // SetConsumerGroupRequest changes the settings given (nil ones stay), creating the

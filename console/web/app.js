@@ -33,14 +33,14 @@ async function api(method, path, body) {
 
 const enc = encodeURIComponent;
 
-function table(headers, rows) {
-  return el("table", {}, el("tr", {}, ...headers.map(h => el("th", {}, h))),
+function table(headers, rows, attrs) {
+  return el("table", attrs || {}, el("tr", {}, ...headers.map(h => el("th", {}, h))),
     ...rows.map(r => el("tr", {}, ...r.map(c => el("td", {}, c)))));
 }
 
 function main(...children) {
   const m = document.getElementById("main");
-  m.replaceChildren(...children);
+  m.replaceChildren(...children.filter(c => c !== null && c !== undefined));
 }
 
 // refusal is an error as the page says it: a permission refused names
@@ -65,22 +65,48 @@ function sparkline(values) {
   return svg;
 }
 
+// bytes is a byte count for people: 1.5 GiB.
+function bytes(n) {
+  if (n === undefined || n === null || n === "") return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+  let i = 0, v = Number(n);
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i ? v.toFixed(1) : String(v)) + " " + units[i];
+}
+
+// snapshot is a node's newest snapshot as its status says: index, term, time.
+function snapshot(s) {
+  if (!s) return "";
+  return s.last_snapshot_index ? `${s.last_snapshot_index} (term ${s.last_snapshot_term}) ${s.last_snapshot_at || ""}` : "none";
+}
+
+function tlsState(tls, insecure) { return tls ? "yes" : (insecure ? "insecure" : "no"); }
+
 async function pageCluster() {
   const [c, h] = await Promise.all([api("GET", "cluster"), api("GET", "history")]);
   const series = (f) => h.points.map(f);
+  const last = h.points.length ? h.points[h.points.length - 1] : null, rates = (last && last.rates) || {};
+  const metaLeader = c.meta_nodes.map(n => n.status).find(s => s && s.state === "Leader");
   const parts = [el("h2", {}, "Cluster health"),
     el("p", {}, `Metaserver leader ${c.meta.leader || "?"}, term ${c.meta.term}, commit ${c.meta.commit_index}, applied ${c.meta.applied_index}; ${c.subjects} subjects; TLS ${c.meta.tls ? "on" : "off"}${c.meta.insecure ? " (insecure)" : ""}`),
-    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", h.points.length ? h.points[h.points.length - 1].total_lag : 0),
+    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", last ? last.total_lag : 0, "; sends a second ",
+      sparkline(series(p => p.total_rate || 0)), " ", last ? (last.total_rate || 0).toFixed(1) : "0", ` (sampled every ${h.every}, the last hour)`),
+    Object.keys(rates).length ? table(["Subject", "Sends a second", ""], Object.entries(rates).sort((x, y) => y[1] - x[1]).map(([sub, r]) =>
+      [el("a", { href: "#groups?subject=" + enc(sub) }, sub), sparkline(series(p => (p.rates || {})[sub] || 0)), r.toFixed(1)]), { id: "rates-table" }) : null,
     el("h3", {}, "Metaserver group"),
-    table(["Node", "Address", "State", "Term", "Commit", "Applied", "Error"],
-      c.meta_nodes.map(n => [n.id, n.addr, n.status ? n.status.state : "", n.status ? n.status.term : "", n.status ? n.status.commit_index : "", n.status ? n.status.applied_index : "", n.error || ""]))];
+    table(["Node", "Address", "State", "Term", "Commit", "Applied", "Lag", "Last snapshot", "Disk free", "TLS", "Error"],
+      c.meta_nodes.map(n => { const s = n.status;
+        if (!s) return [n.id, n.addr, "", "", "", "", "", "", "", "", n.error || ""];
+        return [n.id, n.addr, s.state, s.term, s.commit_index, s.applied_index, metaLeader ? Math.max(0, metaLeader.applied_index - s.applied_index) : "",
+          snapshot(s), bytes(s.disk_free), tlsState(s.tls, s.insecure), ""]; }), { id: "meta-nodes" })];
   for (const g of c.broker_groups) {
     parts.push(el("h3", {}, `Broker group ${g.name}`),
       el("p", {}, `leader ${g.leader || "none"}, term ${g.term}, ${g.writable ? "writable" : "drained"}, ${g.available ? "available" : "unavailable"}, ${g.subjects} subjects, backlog `,
         sparkline(series(p => p.broker_groups[g.name] || 0))),
-      table(["Node", "Address", "State", "Term", "Commit", "Applied", "Lag", "Backlog", "Disk free", "TLS", "Error"],
-        g.nodes.map((n, i) => { const s = (g.node_status[i] || {}).status || {};
-          return [n.id, n.client_addr, n.state, n.term, s.commit_index ?? "", n.applied_index, n.lag, n.backlog, s.disk_free ?? "", n.tls ? "yes" : (n.insecure ? "insecure" : "no"), (g.node_status[i] || {}).error || ""]; })));
+      table(["Node", "Address", "State", "Term", "Commit", "Applied", "Lag", "Backlog", "Last snapshot", "Disk free", "TLS", "Error"],
+        g.nodes.map((n, i) => { const ns = g.node_status[i] || {}, s = ns.status;
+          return [n.id, n.client_addr, n.state, n.term, s ? s.commit_index : "", n.applied_index, n.lag, n.backlog, snapshot(s), s ? bytes(s.disk_free) : "",
+            tlsState(n.tls, n.insecure), ns.error || ""]; }), { class: "broker-nodes", "data-group": g.name }));
   }
   main(...parts);
 }
@@ -100,9 +126,18 @@ async function pageSubjects(params) {
 
 function confirmed(what) { return window.confirm(what); }
 
+// age is a duration in milliseconds for people: 3h 2m, 41s.
+function age(ms) {
+  let s = Math.floor(Number(ms || 0) / 1000);
+  const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+  s %= 60;
+  return d ? `${d}d ${h}h` : h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
+}
+
 async function pageGroups(params) {
   const subject = params.get("subject"), q = params.get("q") || "", offset = Number(params.get("offset") || 0), limit = 100;
-  const gs = await api("GET", `subjects/${enc(subject)}/consumer-groups?q=${enc(q)}&offset=${offset}&limit=${limit}`);
+  const [sv, gs] = await Promise.all([api("GET", `subjects/${enc(subject)}`),
+    api("GET", `subjects/${enc(subject)}/consumer-groups?q=${enc(q)}&offset=${offset}&limit=${limit}`)]);
   const here = `#groups?subject=${enc(subject)}&q=${enc(q)}`;
   const form = el("form", { id: "group-search", onsubmit: (ev) => { ev.preventDefault(); location.hash = `groups?subject=${enc(subject)}&q=` + enc(form.q.value); } },
     el("input", { name: "q", placeholder: "prefix", value: q }), el("button", { type: "submit" }, "Search"));
@@ -111,8 +146,13 @@ async function pageGroups(params) {
   const nav = el("p", {}, `${gs.total} consumer groups; showing ${gs.consumer_groups.length ? gs.offset + 1 : 0}–${gs.offset + gs.consumer_groups.length} `,
     offset > 0 ? el("a", { href: `${here}&offset=${Math.max(0, offset - limit)}` }, "previous") : null, " ",
     offset + limit < gs.total ? el("a", { href: `${here}&offset=${offset + limit}` }, "next") : null);
-  main(el("h2", {}, `Consumer groups of ${subject}`), gs.error ? el("p", { class: "error" }, gs.error) : null, form, nav,
-    table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows));
+  main(el("h2", {}, `Consumer groups of ${subject}`),
+    el("p", {}, el("a", { href: `#messages?subject=${enc(subject)}` }, "Browse its messages")),
+    table(["Broker group", "Writable", "Available", `Appended in the last ${sv.rate_window}`, "Per second", "Retained since", "Error"],
+      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", (g.at_least ? "at least " : "") + g.last_window,
+        g.per_second.toFixed(2), g.retained_since || "nothing retained", g.error || ""]), { id: "subject-table" }),
+    gs.error ? el("p", { class: "error" }, gs.error) : null, form, nav,
+    table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows, { id: "groups-table" }));
 }
 
 async function pageGroup(params) {
@@ -142,7 +182,14 @@ async function pageGroup(params) {
     el("p", {}, el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}` }, `Dead letters (${v.total.dead_letters})`)),
     v.settings_differ ? el("p", { class: "error" }, "The broker groups hold different settings: set them again.") : null,
     table(["Broker group", "Lag", "Backlog", "In flight", "Due again", "Retrying", "Dead letters", "Consumers", "Cursor", "End", "Max deliveries", "Ack wait"],
-      [...v.broker_groups, v.total].map(g => [g.broker_group || "total", g.lag, g.backlog, g.unacked, g.redeliver, g.retrying, g.dead_letters, g.consumers, g.cursor, g.end, g.settings.max_deliveries, (g.settings.ack_wait / 1e9) + "s"])),
+      [...v.broker_groups, v.total].map(g => [g.broker_group || "total", g.lag, g.backlog, g.unacked, g.redeliver, g.retrying, g.dead_letters, g.consumers, g.cursor, g.end, g.settings.max_deliveries, (g.settings.ack_wait / 1e9) + "s"]), { id: "group-table" }),
+    el("h3", {}, "Backlog by age and retention"),
+    table(["Broker group", "Oldest not handed out", "Its age", "Retained since", "Error"],
+      (v.ages || []).map(a => [a.broker_group, a.oldest_pending_at || "none", a.oldest_pending_at ? age(a.oldest_pending_age_ms) : "", a.retained_since || "nothing retained", a.error || ""]), { id: "ages-table" }),
+    el("h3", {}, "Consumers"),
+    table(["Broker group", "Consumer", "Holds messages in flight", "Last heard from"],
+      v.broker_groups.flatMap(g => (g.members || []).map(m => [g.broker_group, m.name, m.holds_in_flight ? "yes" : "no",
+        m.seen_ms < 0 ? "not since this leader took over" : age(m.seen_ms) + " ago"])), { id: "consumers-table" }),
     el("h3", {}, "Reset"), reset, el("h3", {}, "Settings"), set, st);
 }
 
@@ -158,17 +205,20 @@ async function pageDead(params) {
   };
   const parts = [el("h2", {}, `Dead letters of ${group} of ${subject}`), d.error ? el("p", { class: "error" }, d.error) : null,
     el("p", {}, el("button", { id: "resend-all", onclick: () => act(`Resend every dead letter of ${group}?`, "resend", { all: true }) }, "Resend all"), " ",
-      el("button", { id: "purge-all", onclick: () => act(`Purge every dead letter of ${group} for good?`, "purge", { all: true }) }, "Purge all"))];
+      el("button", { id: "purge-all", onclick: () => act(`Purge every dead letter of ${group} for good?`, "purge", { all: true }) }, "Purge all"), " ",
+      el("a", { id: "export-dead", href: `api/v1/${path}/export?offset=${offset}&limit=1000`, download: "" }, "Export as JSON lines (at most 1,000, with bodies)"))];
   for (const p of d.broker_groups) {
     const boxes = [];
-    const rows = p.letters.map(l => { const b = el("input", { type: "checkbox", value: String(l.seq) }); boxes.push(b);
+    const rows = p.letters.map(l => { const b = el("input", { type: "checkbox", class: "dead-box", value: String(l.seq) }); boxes.push(b);
       return [b, l.seq, l.id || "", l.deliveries, l.at, l.size, (l.tags || []).join(", "), l.removed ? "removed" : "",
         el("button", { class: "resend-one", onclick: () => act(`Resend dead letter ${l.seq}?`, "resend", { broker_group: p.broker_group, seqs: [l.seq] }) }, "Resend")]; });
     const sel = () => boxes.filter(b => b.checked).map(b => Number(b.value));
+    const all = el("input", { type: "checkbox", class: "select-all", title: "select every dead letter of this page",
+      onclick: () => { for (const b of boxes) b.checked = all.checked; } });
     parts.push(el("h3", {}, `Broker group ${p.broker_group}: ${p.total}`),
-      table(["", "Seq", "Message", "Deliveries", "Died", "Size", "Tags", "", ""], rows),
-      el("p", {}, el("button", { onclick: () => { const s = sel(); if (s.length) act(`Resend ${s.length} dead letters?`, "resend", { broker_group: p.broker_group, seqs: s }); } }, "Resend selected"), " ",
-        el("button", { onclick: () => { const s = sel(); if (s.length) act(`Purge ${s.length} dead letters for good?`, "purge", { broker_group: p.broker_group, seqs: s }); } }, "Purge selected")));
+      table([all, "Seq", "Message", "Deliveries", "Died", "Size", "Tags", "", ""], rows),
+      el("p", {}, el("button", { class: "resend-selected", onclick: () => { const s = sel(); if (s.length) act(`Resend ${s.length} dead letters of broker group ${p.broker_group}?`, "resend", { broker_group: p.broker_group, seqs: s }); } }, "Resend selected"), " ",
+        el("button", { class: "purge-selected", onclick: () => { const s = sel(); if (s.length) act(`Purge ${s.length} dead letters of broker group ${p.broker_group} for good?`, "purge", { broker_group: p.broker_group, seqs: s }); } }, "Purge selected")));
   }
   parts.push(el("p", {}, offset > 0 ? el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${Math.max(0, offset - 100)}` }, "previous") : null, " ",
     el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${offset + 100}` }, "next")), st);
@@ -227,9 +277,20 @@ function storedMessage(m) {
 async function pageMessages(params) {
   const id = params.get("id") || "";
   const out = el("div", { id: "message-result" });
-  const show = async (path) => {
-    try { const m = await api("GET", path); out.replaceChildren(el("pre", {}, JSON.stringify(m, null, 2))); }
-    catch (e) { out.replaceChildren(errorBox(e)); }
+  const show = async (subject, q) => {
+    try {
+      const r = await api("GET", "subjects/" + enc(subject) + "/messages?" + q.toString());
+      const parts = [el("p", {}, el("a", { id: "export-messages", href: "api/v1/subjects/" + enc(subject) + "/messages/export?" + q.toString(), download: "" },
+        "Export this listing as JSON lines (at most the limit, 1,000 by default, 10,000 at most)"))];
+      if (r.error) parts.push(el("p", { class: "error" }, r.error));
+      for (const p of r.pages) {
+        parts.push(el("h3", {}, `Broker group ${p.broker_group}: ${p.messages.length} messages` + (p.truncated ? " (the scan budget ran out: narrow the window)" : "") +
+          (p.next >= 0 ? `, more from sequence ${p.next}` : "")),
+          table(["Seq", "Appended", "Message", "Tags", "Key", "Size"], p.messages.map(m => [m.seq, m.appended_at,
+            el("a", { href: "#messages?id=" + enc(m.id) }, m.id), (m.tags || []).join(", "), m.key || "", m.size]), { class: "browse-table" }));
+      }
+      out.replaceChildren(...parts);
+    } catch (e) { out.replaceChildren(errorBox(e)); }
   };
   const lookup = async (id) => {
     try {
@@ -244,7 +305,7 @@ async function pageMessages(params) {
   const browse = el("form", { id: "browse-form", onsubmit: (ev) => { ev.preventDefault();
       const q = new URLSearchParams();
       for (const k of ["since", "tag", "key", "limit"]) { if (browse[k].value) q.set(k, browse[k].value); }
-      show("subjects/" + enc(browse.subject.value) + "/messages?" + q.toString()); } },
+      show(browse.subject.value, q); } },
     el("input", { name: "subject", placeholder: "subject", value: params.get("subject") || "" }),
     el("input", { name: "since", placeholder: "since (90m or RFC 3339; empty: the first)" }),
     el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }),

@@ -230,7 +230,8 @@ func TestHistoryPerApplication(t *testing.T) {
 
 func FuzzParseMessageQuery(f *testing.F) {
 	for _, s := range []string{"", "since=1h", "since=2026-01-31T09:00:00Z&until=1m", "from_seq=0&broker_group=g1&limit=1000",
-		"from_seq=-1", "limit=1001", "budget=1000001", "body=1&tag=t&key=k", "since=-5m", "since=1h&from_seq=3"} {
+		"from_seq=-1", "limit=1001", "budget=1000001", "body=1&tag=t&key=k", "since=-5m", "since=1h&from_seq=3",
+		"property=region%3Deu", "property=region", "property=%3Deu", "since=2562047h"} {
 		f.Add(s)
 	}
 	now := time.UnixMilli(1_800_000_000_000)
@@ -256,8 +257,10 @@ func FuzzParseMessageQuery(f *testing.F) {
 			t.Fatalf("%q: limit %d, budget %d", raw, mq.Limit, mq.Budget)
 		case !mq.Until.IsZero() && !mq.Until.After(mq.Since):
 			t.Fatalf("%q: until %v not after since %v", raw, mq.Until, mq.Since)
-		case mq.Since.After(now):
-			t.Fatalf("%q: since %v after now", raw, mq.Since)
+		case mq.Since.After(now) || (!mq.Since.IsZero() && mq.Since.Before(time.UnixMilli(0))):
+			t.Fatalf("%q: since %v after now or before 1970", raw, mq.Since)
+		case mq.PropertyValue != "" && mq.Property == "":
+			t.Fatalf("%q: a property value without a name", raw)
 		}
 	})
 }

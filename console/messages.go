@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/qmqgo/qmq/admin"
@@ -63,11 +64,11 @@ func (h *handler) subjectMessages(r *http.Request, c caller, a *admin.Client) (a
 
 // messageParams are the parameters a listing takes.
 var messageParams = map[string]bool{"since": true, "until": true, "broker_group": true, "from_seq": true,
-	"tag": true, "key": true, "limit": true, "budget": true, "body": true}
+	"tag": true, "key": true, "property": true, "limit": true, "budget": true, "body": true}
 
 // parseMessageQuery reads a listing's parameters: since and until as RFC
-// 3339 times or durations before now, from_seq with broker_group, tag,
-// key, limit, budget and body=1. Without since or from_seq it starts at
+// 3339 times or durations before now (admin.ParseTime), from_seq with
+// broker_group, tag, key, property (NAME=VALUE), limit, budget and body=1. Without since or from_seq it starts at
 // the first retained message.
 func parseMessageQuery(q url.Values, now time.Time) (admin.MessageQuery, error) {
 	var mq admin.MessageQuery
@@ -80,11 +81,11 @@ func parseMessageQuery(q url.Values, now time.Time) (admin.MessageQuery, error) 
 		}
 	}
 	var err error
-	if mq.Since, err = parseWhen("since", q.Get("since"), now); err != nil {
-		return mq, err
+	if mq.Since, err = admin.ParseTime(q.Get("since"), now); err != nil {
+		return mq, badf("since %v", err)
 	}
-	if mq.Until, err = parseWhen("until", q.Get("until"), now); err != nil {
-		return mq, err
+	if mq.Until, err = admin.ParseTime(q.Get("until"), now); err != nil {
+		return mq, badf("until %v", err)
 	}
 	if !mq.Until.IsZero() && !mq.Until.After(mq.Since) {
 		return mq, badf("until must be after since")
@@ -114,6 +115,13 @@ func parseMessageQuery(q url.Values, now time.Time) (admin.MessageQuery, error) 
 	if mq.Key = q.Get("key"); len(mq.Key) > 1024 {
 		return mq, badf("key of %d bytes (at most 1,024 here)", len(mq.Key))
 	}
+	if p := q.Get("property"); p != "" {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok || name == "" || len(p) > 1024 {
+			return mq, badf("property %.40q: NAME=VALUE, at most 1,024 bytes here", p)
+		}
+		mq.Property, mq.PropertyValue = name, value
+	}
 	if mq.Limit, err = intParam(q, "limit", 1, limits.MaxQueryResults); err != nil {
 		return mq, err
 	}
@@ -142,22 +150,4 @@ func intParam(q url.Values, name string, lo, hi int) (int, error) {
 		return 0, badf("%s %.20q: a number from %d to %d", name, v, lo, hi)
 	}
 	return n, nil
-}
-
-// parseWhen reads a time parameter: RFC 3339, or a duration before now.
-func parseWhen(name, v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		if d < 0 {
-			return time.Time{}, badf("%s %.40q: a duration ago is positive", name, v)
-		}
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil || t.Before(time.UnixMilli(0)) {
-		return time.Time{}, badf("%s %.40q: an RFC 3339 time after 1970, or a duration ago such as 90m", name, v)
-	}
-	return t, nil
 }

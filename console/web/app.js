@@ -304,11 +304,11 @@ async function pageMessages(params) {
     el("input", { name: "id", placeholder: "message id", value: id }), el("button", { type: "submit" }, "Look up"));
   const browse = el("form", { id: "browse-form", onsubmit: (ev) => { ev.preventDefault();
       const q = new URLSearchParams();
-      for (const k of ["since", "tag", "key", "limit"]) { if (browse[k].value) q.set(k, browse[k].value); }
+      for (const k of ["since", "tag", "key", "property", "limit"]) { if (browse[k].value) q.set(k, browse[k].value); }
       show(browse.subject.value, q); } },
     el("input", { name: "subject", placeholder: "subject", value: params.get("subject") || "" }),
     el("input", { name: "since", placeholder: "since (90m or RFC 3339; empty: the first)" }),
-    el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }),
+    el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }), el("input", { name: "property", placeholder: "property: NAME=VALUE" }),
     el("input", { name: "limit", placeholder: "limit (100)" }), el("button", { type: "submit" }, "Browse"));
   main(el("h2", {}, "Messages"),
     el("p", {}, "Read where they are stored, never consumed: a message by id in every broker group, with what happened to it, or a subject's by time, tag and key."),

@@ -208,7 +208,9 @@ func (s *Subscription) observe(d time.Duration) {
 // process runs the handler once, and acks or nacks the message by what it
 // returns.
 func (s *Subscription) process(m *Message) {
-	err := s.h(s.handlerCtx, m)
+	ctx, span := s.p.opts.tracing.startProcess(s.handlerCtx, s.p.group, m)
+	err := s.h(ctx, m)
+	endProcess(span, err)
 	switch {
 	case m.atMostOnce:
 		if err != nil {

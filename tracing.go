@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -28,6 +28,7 @@ type TraceOption struct {
 type tracing struct {
 	provider   trace.TracerProvider // nil: the global one (otel.GetTracerProvider)
 	propagator propagation.TextMapPropagator
+	fields     []string     // the propagator's properties
 	tracer     trace.Tracer // made by setup
 }
 
@@ -70,6 +71,7 @@ func (t *tracing) setup() {
 	if t.propagator == nil {
 		t.propagator = propagation.TraceContext{}
 	}
+	t.fields = t.propagator.Fields()
 	t.tracer = t.provider.Tracer(tracerName)
 }
 
@@ -92,14 +94,20 @@ const (
 	attrCarried     = attribute.Key("messaging.qmq.trace_context.carried")
 )
 
-// systemQMQ is messaging.system's value.
-var systemQMQ = attrSystem.String("qmq")
+// The attributes every span of a kind has.
+var (
+	systemQMQ     = attrSystem.String("qmq")
+	opSend        = attrOperationName.String("send")
+	opTypeSend    = attrOperationType.String("send")
+	opProcess     = attrOperationName.String("process")
+	opTypeProcess = attrOperationType.String("process")
+)
 
 // sendSpan is the span of one send, from the call until the broker group
 // acknowledges the message (or the send fails).
 type sendSpan struct {
-	span trace.Span
-	once sync.Once
+	span  trace.Span
+	ended atomic.Bool
 }
 
 // startSend starts the span of sending m (kind PRODUCER), as a child of
@@ -108,13 +116,14 @@ type sendSpan struct {
 // span links to it.
 func (p *Producer) startSend(ctx context.Context, m *Message) (context.Context, *sendSpan) {
 	t := &p.opts.tracing
-	attrs := []attribute.KeyValue{systemQMQ, attrOperationName.String("send"), attrOperationType.String("send"),
-		attrDestination.String(m.subject), attrMessageID.String(m.id), attrBodySize.Int(len(m.body))}
+	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs = append(attrs, systemQMQ, opSend, opTypeSend,
+		attrDestination.String(m.subject), attrMessageID.String(m.id), attrBodySize.Int(len(m.body)))
 	if !m.deliverAt.IsZero() {
 		attrs = append(attrs, attrDeliverAt.String(m.deliverAt.UTC().Format(time.RFC3339Nano)))
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}
-	if carriesContext(t.propagator, m) {
+	if carriesContext(t.fields, m) {
 		if sc := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), propsCarrier{props: &m.props})); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
@@ -124,8 +133,8 @@ func (p *Producer) startSend(ctx context.Context, m *Message) (context.Context, 
 }
 
 // carriesContext says whether m has a property the propagator sets.
-func carriesContext(prop propagation.TextMapPropagator, m *Message) bool {
-	for _, f := range prop.Fields() {
+func carriesContext(fields []string, m *Message) bool {
+	for _, f := range fields {
 		if _, ok := m.Property(f); ok {
 			return true
 		}
@@ -143,7 +152,7 @@ func carriesContext(prop propagation.TextMapPropagator, m *Message) bool {
 func (p *Producer) inject(ctx context.Context, m *Message, w *message.Message) {
 	t := &p.opts.tracing
 	span := trace.SpanFromContext(ctx)
-	if !span.SpanContext().IsValid() || carriesContext(t.propagator, m) {
+	if !span.SpanContext().IsValid() || carriesContext(t.fields, m) {
 		return
 	}
 	props := slices.Clip(m.props)
@@ -162,16 +171,17 @@ func (p *Producer) inject(ctx context.Context, m *Message, w *message.Message) {
 
 // end ends the send's span with its outcome; only the first call counts.
 func (s *sendSpan) end(m *Message, err error) {
-	s.once.Do(func() {
-		if err != nil {
-			s.span.RecordError(err)
-			s.span.SetStatus(codes.Error, err.Error())
-			s.span.SetAttributes(attrErrorType.String(errorType(err)))
-		} else {
-			s.span.SetAttributes(attrDuplicate.Bool(m.duplicate.Load()))
-		}
-		s.span.End()
-	})
+	if !s.ended.CompareAndSwap(false, true) {
+		return
+	}
+	if err != nil {
+		s.span.RecordError(err)
+		s.span.SetStatus(codes.Error, err.Error())
+		s.span.SetAttributes(attrErrorType.String(errorType(err)))
+	} else if s.span.IsRecording() {
+		s.span.SetAttributes(attrDuplicate.Bool(m.duplicate.Load()))
+	}
+	s.span.End()
 }
 
 // errorType is error.type's value for err: the wire code a broker answered
@@ -190,7 +200,7 @@ func errorType(err error) string {
 func (t *tracing) startProcess(ctx context.Context, group string, m *Message) (context.Context, trace.Span) {
 	ctx = t.propagator.Extract(ctx, propsCarrier{props: &m.props})
 	return t.tracer.Start(ctx, "process "+m.subject, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(systemQMQ, attrOperationName.String("process"), attrOperationType.String("process"),
+		trace.WithAttributes(systemQMQ, opProcess, opTypeProcess,
 			attrDestination.String(m.subject), attrConsumerGroup.String(group), attrMessageID.String(m.id),
 			attrBodySize.Int(len(m.body)), attrDeliveries.Int(int(m.deliveries)), attrBrokerGroup.String(m.brokerGroup)))
 }

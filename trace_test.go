@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -462,5 +465,89 @@ func TestTraceWithPropagator(t *testing.T) {
 	}
 	if props["baggage"] != "tenant=acme" || !traceparent.MatchString(props["traceparent"]) {
 		t.Errorf("sent with %v, want the baggage and a traceparent", props)
+	}
+}
+
+// A client given no provider uses the global one once the application
+// installs it, even a client made before. The global provider delegates
+// only to the first one installed, so the test installs it in a process
+// of its own: this test binary, run again for this test alone.
+func TestTraceUsesTheGlobalProvider(t *testing.T) {
+	if os.Getenv("QMQ_TEST_TRACE_GLOBAL") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestTraceUsesTheGlobalProvider$", "-test.count", "1", "-test.v")
+		cmd.Env = append(os.Environ(), "QMQ_TEST_TRACE_GLOBAL=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestTraceUsesTheGlobalProvider") {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	before, err := qmq.NewProducer("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	if props, err := qmq.WireProperties(context.Background(), before, before.GenerateMessage("trace.global")); err != nil || len(props) != 0 {
+		t.Fatalf("with no provider installed, sent with %v (%v), want nothing added", props, err)
+	}
+	tr := newTraced(t)
+	otel.SetTracerProvider(tr.tp)
+	after, err := qmq.NewProducer("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	for i, p := range []*qmq.Producer{before, after} {
+		props, err := qmq.WireProperties(context.Background(), p, p.GenerateMessage("trace.global"))
+		if err != nil || !traceparent.MatchString(props["traceparent"]) {
+			t.Errorf("producer %d, the global provider installed, sent with %v (%v), want a traceparent", i, props, err)
+		}
+	}
+	if n := len(tr.ended("send trace.global")); n != 2 {
+		t.Errorf("%d send spans recorded by the global provider, want 2", n)
+	}
+}
+
+// A context the application put in a message itself (MessageCarrier),
+// one made in a database transaction for an outbox row, say, runs through
+// to the handler: its span is the handler's parent, and the send's span
+// links to it.
+func TestTraceMessageCarrier(t *testing.T) {
+	tr := newTraced(t)
+	n, p, ctx := tracedBroker(t, tr)
+	var got received
+	sub, err := qmq.Subscribe(n.ClientAddr(), "trace.kept", "g", func(_ context.Context, m *qmq.Message) error {
+		got.add(m)
+		return nil
+	}, qmq.WithTracerProvider(tr.tp), qmq.WithPullWait(200*time.Millisecond), qmq.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	tctx, made := tr.tp.Tracer("app").Start(ctx, "place order")
+	m := p.GenerateMessage("trace.kept")
+	propagation.TraceContext{}.Inject(tctx, qmq.MessageCarrier(m))
+	made.End()
+	kept, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var later qmq.Message
+	if err := later.UnmarshalBinary(kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendMessage(ctx, &later); err != nil { // no span in ctx: the send's span is a root
+		t.Fatal(err)
+	}
+	send := tr.ended("send trace.kept")[0]
+	if links := send.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != made.SpanContext().SpanID() {
+		t.Errorf("the send span's links %+v, want the span that made the message", links)
+	}
+	process := tr.await(t, "process trace.kept", 1)[0]
+	if process.Parent().SpanID() != made.SpanContext().SpanID() || process.SpanContext().TraceID() != made.SpanContext().TraceID() {
+		t.Errorf("the process span's parent %s, want the span that made the message, %s", process.Parent().SpanID(), made.SpanContext().SpanID())
+	}
+	if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, qmq.MessageCarrier(got.all()[0]))); !sc.Equal(made.SpanContext().WithRemote(true)) {
+		t.Errorf("the received message's context %v, want the one put there", sc)
 	}
 }

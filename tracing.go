@@ -44,10 +44,33 @@ func (o TraceOption) applySubscribe(p *subscribeOptions) { o.apply(&p.consumerOp
 
 // WithTracerProvider makes the client's spans with tp. Without it they are
 // made with the global provider (otel.GetTracerProvider), a no-op one
-// until the application installs its own with otel.SetTracerProvider: a
-// client that neither is given a provider nor finds one installed makes
-// no span that records, and adds nothing to the messages it sends. A nil
-// tp means the global provider.
+// until the application installs its own with otel.SetTracerProvider
+// (before or after the client is made): a client that neither is given a
+// provider nor finds one installed makes no span that records, and adds
+// nothing to the messages it sends. A nil tp means the global provider.
+//
+// A Producer's span of a send ("send <subject>", kind PRODUCER) is a child
+// of the span in SendMessage's ctx (SendAsync's has none), and lasts
+// until the broker group has committed the message, or the send failed
+// (then its status is Error). Its context is added to the properties the
+// message is sent with (not to m itself), by the propagator
+// (WithPropagator): the W3C "traceparent" and "tracestate" by default.
+// A message that carries a context of its own already (MessageCarrier)
+// is sent with it, and the span links to it. One so near its limits
+// (MaxProperties, MaxMessageSize) that the context would take it over is
+// sent without it, rather than refused: the span's attribute
+// "messaging.qmq.trace_context.carried" says false.
+//
+// A Subscription's span of a handler call ("process <subject>", kind
+// CONSUMER) is a child of the context the message carries: the same
+// send's span on every delivery of the message (its attribute
+// "messaging.qmq.message.deliveries" counts them), after a delay too. The
+// handler's ctx carries it, so that spans the handler starts nest under
+// it; a handler's error sets its status to Error. Puller.Handle does the
+// same for a message a Puller pulled. The attributes are those of the
+// OpenTelemetry messaging semantic conventions (messaging.system "qmq",
+// messaging.destination.name the subject, messaging.message.id,
+// messaging.consumer.group.name, messaging.operation.name and .type).
 func WithTracerProvider(tp trace.TracerProvider) TraceOption {
 	return TraceOption{set: func(t *tracing) { t.provider = tp }}
 }
@@ -214,6 +237,16 @@ func endProcess(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// MessageCarrier returns a carrier of a span's context in m's properties,
+// for a propagator's Inject and Extract: for an application that puts a
+// context in a message itself, such as one it keeps to send later (in an
+// outbox row, say) so that the trace runs from where it made the message,
+// or that reads the context of a message received. A message that
+// carries a context of its own is sent with it: the send's span links to
+// it (see WithTracerProvider). What Inject sets counts towards the
+// message's limits like any property.
+func MessageCarrier(m *Message) propagation.TextMapCarrier { return propsCarrier{props: &m.props} }
 
 // propsCarrier carries a span's context in a message's properties.
 type propsCarrier struct {

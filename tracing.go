@@ -50,10 +50,11 @@ func (o TraceOption) applySubscribe(p *subscribeOptions) { o.apply(&p.consumerOp
 // nothing to the messages it sends. A nil tp means the global provider.
 //
 // A Producer's span of a send ("send <subject>", kind PRODUCER) is a child
-// of the span in SendMessage's ctx (SendAsync's has none), and lasts
+// of the span in SendMessage's ctx (SendAsync's has none: see
+// MessageCarrier), and lasts
 // until the broker group has committed the message, or the send failed
 // (then its status is Error). Its context is added to the properties the
-// message is sent with (not to m itself), by the propagator
+// message is sent with (not to the Message itself), by the propagator
 // (WithPropagator): the W3C "traceparent" and "tracestate" by default.
 // A message that carries a context of its own already (MessageCarrier)
 // is sent with it, and the span links to it. One so near its limits

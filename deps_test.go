@@ -35,6 +35,46 @@ func TestSDKDependsOnlyOnTheClientFloor(t *testing.T) {
 	}
 }
 
+// The SDK links few modules besides the standard library, each for a
+// reason: golang.org/x/sys (the file system calls of the TLS files'
+// reloading, and go-isatty's), go-hclog and what it links (transport's
+// logging), and the OpenTelemetry API for traces
+// (go.opentelemetry.io/otel with its trace, propagation and attribute
+// packages, and what they link: go-logr, the API's auto-instrumentation
+// hook, xxhash). The API alone: an application that traces chooses and
+// links an OpenTelemetry SDK (go.opentelemetry.io/otel/sdk) itself, and
+// one that does not pays for a no-op. A module added to the SDK's
+// dependencies is added here, with its reason.
+func TestSDKLinksFewModules(t *testing.T) {
+	allowed := []string{
+		"golang.org/x/sys/",
+		"github.com/hashicorp/go-hclog", "github.com/fatih/color", "github.com/mattn/go-colorable", "github.com/mattn/go-isatty",
+		"go.opentelemetry.io/otel", "go.opentelemetry.io/auto/sdk", "github.com/go-logr/", "github.com/cespare/xxhash/",
+	}
+	for _, pkg := range sdkPackages {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for dep := range strings.FieldsSeq(string(out)) {
+			if dep == "github.com/qmqgo/qmq" || strings.HasPrefix(dep, "github.com/qmqgo/qmq/") {
+				continue
+			}
+			if strings.HasPrefix(dep, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(dep, "go.opentelemetry.io/otel/exporters") {
+				t.Errorf("%s links %s: the SDK links the OpenTelemetry API only, the application its SDK", pkg, dep)
+				continue
+			}
+			ok := false
+			for _, a := range allowed {
+				ok = ok || dep == a || strings.HasPrefix(dep, strings.TrimSuffix(a, "/")+"/")
+			}
+			if !ok {
+				t.Errorf("%s links %s, a module the SDK is not meant to link (add it to this test with its reason if it must)", pkg, dep)
+			}
+		}
+	}
+}
+
 // The SDK's documentation, exported declarations included, names no
 // package a user cannot import or should not build on (the broker's,
 // the message log's, internal/...): what it says a user needs (a limit, an

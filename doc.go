@@ -67,7 +67,25 @@
 // client's certificate and key), reloaded when they are replaced;
 // WithTLSConfig with a *tls.Config of the caller's; WithApp names the
 // application the client works for. Without one, clients connect over
-// plaintext TCP.
+// plaintext TCP. A TraceOption (WithTracerProvider, WithPropagator) is an
+// option of NewProducer, NewPuller and Subscribe.
+//
+// # Traces
+//
+// Producers and consumers make OpenTelemetry spans, following the
+// messaging semantic conventions: a send's span (kind PRODUCER, "send
+// <subject>", a child of the span in SendMessage's ctx) lasts until the
+// broker group has committed the message or the send failed, and its
+// context travels in the message's properties (W3C "traceparent" and
+// "tracestate" unless WithPropagator says otherwise); a handler's span
+// (kind CONSUMER, "process <subject>") is a child of that context, on
+// every delivery of the message, after a delay too, and the handler's
+// ctx carries it, so that the application's own spans nest under it
+// (Puller.Handle does the same for a Puller's caller). Spans are made
+// with the provider WithTracerProvider gives, or else the global one
+// (otel.GetTracerProvider): a no-op until the application installs one,
+// and then no property is added to a message. A message at its limits is
+// sent without the context rather than refused.
 //
 // # Errors
 //
@@ -81,5 +99,6 @@
 // Package github.com/qmqgo/qmq/admin is the operator API: broker groups
 // and their nodes, subjects' routes, consumer groups and their dead
 // letters, applications. This package links only the wire protocol, the
-// message encoding and internal pieces, never the broker's code or Raft.
+// message encoding, internal pieces and the OpenTelemetry API, never the
+// broker's code or Raft.
 package qmq

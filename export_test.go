@@ -1,6 +1,7 @@
 package qmq
 
 import (
+	"context"
 	"time"
 
 	"github.com/qmqgo/qmq/transport"
@@ -41,3 +42,26 @@ func PickFor(id string, groups ...string) string {
 	}
 	return rt.pickFor(id, nil)
 }
+
+// WireProperties returns the properties p would send m with from ctx (the
+// span's context added, or not), ending the span it starts.
+func WireProperties(ctx context.Context, p *Producer, m *Message) (map[string]string, error) {
+	sctx, span := p.startSend(ctx, m)
+	w, err := p.check(m)
+	if err == nil {
+		p.inject(sctx, m, w)
+	}
+	span.end(m, err)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, kv := range w.Properties {
+		out[kv.Key] = kv.Value
+	}
+	return out, nil
+}
+
+// TraceSkipped counts the sends of p that went without their span's
+// context, the message being at a limit.
+func TraceSkipped(p *Producer) int64 { return p.traceSkipped.Load() }

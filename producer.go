@@ -47,6 +47,10 @@ type Producer struct {
 	mu     sync.RWMutex // enqueue holds it shared; Close exclusively
 	closed bool
 
+	// traceSkipped counts the sends whose span's context was not carried
+	// (the message was at a limit).
+	traceSkipped atomic.Int64
+
 	// beforeRequest, set by tests, runs as a request to a broker group is
 	// about to be made.
 	beforeRequest func(group string)
@@ -59,6 +63,7 @@ type pending struct {
 	wire *message.Message // msg as sent, built once at enqueue
 	size int              // wire's encoded size
 	done func(error)
+	span *sendSpan // ends with the outcome
 	// maybeAt is the broker group a request of msg went to without an
 	// answer (a timeout, a lost connection): it may have stored msg. A
 	// message whose id its producer chose never moves from there unless
@@ -128,6 +133,7 @@ func NewProducer(servers string, opts ...ProducerOption) (*Producer, error) {
 	if o.conn.err != nil {
 		return nil, o.conn.err
 	}
+	o.tracing.setup()
 	r, err := newRouter(servers, o.conn.dial)
 	if err != nil {
 		return nil, sdkError(err)
@@ -193,7 +199,9 @@ func (p *Producer) SendMessage(ctx context.Context, m *Message) error {
 		// waits for it, and it is not sent again (deliver). One under way
 		// may have stored it already, and the error says where.
 		q.abandon()
-		return sdkError(sendFailed(q, ctx.Err()))
+		err := sdkError(sendFailed(q, ctx.Err()))
+		q.span.end(m, err)
+		return err
 	}
 }
 
@@ -216,17 +224,31 @@ func (p *Producer) SendAsync(m *Message, l SendListener) {
 	}
 }
 
-func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) (*pending, error) {
+// enqueue queues m to send, calling done with the outcome unless it
+// returns an error. The send's span, started here, ends with the outcome
+// (or the error).
+func (p *Producer) enqueue(ctx context.Context, m *Message, done func(error)) (q *pending, err error) {
+	sctx, span := p.startSend(ctx, m)
+	defer func() {
+		if err != nil {
+			span.end(m, sdkError(err))
+		}
+	}()
 	wire, err := p.check(m)
 	if err != nil {
 		return nil, fmt.Errorf("qmq: send %s: %w", m.id, err)
 	}
+	p.inject(sctx, m, wire)
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return nil, ErrClosed
 	}
-	q := &pending{ctx: ctx, msg: m, wire: wire, size: wire.EncodedSize(), done: done}
+	q = &pending{ctx: ctx, msg: m, wire: wire, size: wire.EncodedSize(), span: span}
+	q.done = func(err error) {
+		span.end(m, sdkError(err))
+		done(err)
+	}
 	select {
 	case p.queue <- q:
 		return q, nil

@@ -3,8 +3,8 @@ package qmq
 import "time"
 
 // ProducerOption configures a Producer: WithBatchSize, WithMaxInflight,
-// WithSendTimeout, WithMaxDelay, and a ConnOption (WithTLS,
-// WithTLSConfig).
+// WithSendTimeout, WithMaxDelay, a ConnOption (WithTLS, WithTLSConfig,
+// WithApp) and a TraceOption (WithTracerProvider, WithPropagator).
 type ProducerOption interface {
 	applyProducer(*producerOptions)
 }
@@ -22,6 +22,7 @@ type producerOptions struct {
 	maxDelay    time.Duration
 	now         func() time.Time
 	conn        connection
+	tracing     tracing
 }
 
 // WithBatchSize caps how many messages one send request carries.

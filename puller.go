@@ -86,6 +86,7 @@ func newPuller(servers, subject, group string, o pullerOptions) (*Puller, error)
 	if o.conn.err != nil {
 		return nil, o.conn.err
 	}
+	o.tracing.setup()
 	r, err := newRouter(servers, o.conn.dial)
 	if err != nil {
 		return nil, err

@@ -145,3 +145,15 @@ func toRanges(seqs []int64) []message.AckRange {
 	}
 	return out
 }
+
+// Handle runs h on m, a message this Puller pulled, as a Subscription runs
+// its handler: in the span of handling m, when tracing is on (kind
+// CONSUMER, a child of the span that sent m: see WithTracerProvider), with
+// ctx carrying it so that h's own spans nest under it. It returns what h
+// returns, and neither acks nor nacks m: the caller does, by the result.
+func (p *Puller) Handle(ctx context.Context, m *Message, h Handler) error {
+	ctx, span := p.opts.tracing.startProcess(ctx, p.group, m)
+	err := h(ctx, m)
+	endProcess(span, err)
+	return err
+}

@@ -12,8 +12,9 @@ import (
 
 // PullerOption configures NewPuller. The options that configure a Puller
 // are ConsumerOptions: WithConsumerName, WithLogger, StartAt, StartAtTime,
-// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast; and a
-// ConnOption (WithTLS, WithTLSConfig).
+// WithTags, WithAllTags, WithAtMostOnce and WithBroadcast; a ConnOption
+// (WithTLS, WithTLSConfig, WithApp); and a TraceOption
+// (WithTracerProvider, WithPropagator).
 type PullerOption interface {
 	applyPuller(*pullerOptions)
 }
@@ -36,6 +37,7 @@ type consumerOptions struct {
 	broadcast  bool          // a consumer group of its own
 	idleExpiry time.Duration // a broadcast group is forgotten after this long without its consumer
 	conn       connection    // how it connects (ConnOptions)
+	tracing    tracing       // how it makes spans (TraceOptions)
 }
 
 // pullerOptions configure a Puller.

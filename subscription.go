@@ -22,7 +22,10 @@ import (
 // nothing is acknowledged or nacked: an error is only logged. ctx is
 // cancelled when Drain or Close gives up waiting for the handler: a long
 // handler should return when it is done (and call Message.InProgress
-// within each ack wait of its group, 30 s by default).
+// within each ack wait of its group, 30 s by default). ctx carries the
+// span of handling m when tracing is on (WithTracerProvider): spans the
+// handler starts from ctx, and contexts it passes on, continue the trace
+// of the message's send.
 type Handler func(ctx context.Context, m *Message) error
 
 // Subscription delivers a subject's messages to a Handler as one consumer
@@ -208,7 +211,9 @@ func (s *Subscription) observe(d time.Duration) {
 // process runs the handler once, and acks or nacks the message by what it
 // returns.
 func (s *Subscription) process(m *Message) {
-	err := s.h(s.handlerCtx, m)
+	ctx, span := s.p.opts.tracing.startProcess(s.handlerCtx, s.p.group, m)
+	err := s.h(ctx, m)
+	endProcess(span, err)
 	switch {
 	case m.atMostOnce:
 		if err != nil {

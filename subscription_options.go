@@ -3,7 +3,7 @@ package qmq
 import "time"
 
 // SubscribeOption configures Subscribe: every ConsumerOption, a
-// ConnOption, and the options of the subscription's own loop (WithWorkers, WithPullBatch,
+// ConnOption, a TraceOption, and the options of the subscription's own loop (WithWorkers, WithPullBatch,
 // WithPullWait). Those are not PullerOptions, so giving one to NewPuller
 // does not compile.
 type SubscribeOption interface {

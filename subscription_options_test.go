@@ -35,6 +35,12 @@ var (
 	_ qmq.SubscribeOption = qmq.WithWorkers(1)
 	_ qmq.SubscribeOption = qmq.WithPullBatch(1)
 	_ qmq.SubscribeOption = qmq.WithPullWait(time.Second)
+	_ qmq.ProducerOption  = qmq.WithTracerProvider(nil)
+	_ qmq.ProducerOption  = qmq.WithPropagator(nil)
+	_ qmq.PullerOption    = qmq.WithTracerProvider(nil)
+	_ qmq.PullerOption    = qmq.WithPropagator(nil)
+	_ qmq.SubscribeOption = qmq.WithTracerProvider(nil)
+	_ qmq.SubscribeOption = qmq.WithPropagator(nil)
 )
 
 // An option that means nothing to a Puller does not compile as one (it

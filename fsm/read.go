@@ -223,6 +223,27 @@ func (f *FSM) Consumers() []ConsumerID {
 	return out
 }
 
+// ConsumerInFlight is a registered consumer of a group and how many
+// entries it holds unacked (handed out, not finished).
+type ConsumerInFlight struct {
+	Name     string
+	InFlight int
+}
+
+// ConsumersOf returns the registered consumers of one group, in the order
+// they registered, each with what it holds in flight.
+func (f *FSM) ConsumersOf(subject, group string) []ConsumerInFlight {
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
+	var out []ConsumerInFlight
+	for _, c := range f.st.sortedConsumers() {
+		if c.key.subject == subject && c.key.group == group {
+			out = append(out, ConsumerInFlight{Name: c.key.name, InFlight: c.unacked()})
+		}
+	}
+	return out
+}
+
 // ConsumersWithUnacked returns the consumers holding unacked entries, in
 // the order they registered.
 func (f *FSM) ConsumersWithUnacked() []ConsumerID {

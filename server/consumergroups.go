@@ -76,21 +76,15 @@ func (n *Node) consumerGroupInfo(g fsm.ConsumerGroupInfo) transport.ConsumerGrou
 }
 
 // members lists the registered consumers of one group (at most
-// limits.MaxConsumersPerGroup): whether each holds messages in flight,
+// limits.MaxConsumersPerGroup): how many messages each holds in flight,
 // and when the leader's session last heard from it.
 func (n *Node) members(subject, group string) []transport.ConsumerMember {
-	holding := map[fsm.ConsumerID]bool{}
-	for _, id := range n.fsm.ConsumersWithUnacked() {
-		holding[id] = true
-	}
 	now := n.clock.now()
 	var out []transport.ConsumerMember
-	for _, id := range n.fsm.Consumers() {
-		if id.Subject != subject || id.ConsumerGroup != group {
-			continue
-		}
-		m := transport.ConsumerMember{Name: id.Consumer, HoldsInFlight: holding[id], SeenMillis: -1}
+	for _, c := range n.fsm.ConsumersOf(subject, group) {
+		m := transport.ConsumerMember{Name: c.Name, InFlight: c.InFlight, SeenMillis: -1}
 		if n.isLeader() {
+			id := fsm.ConsumerID{Subject: subject, ConsumerGroup: group, Consumer: c.Name}
 			n.sessions.mu.Lock()
 			if t, ok := n.sessions.seen[id]; ok && !t.IsZero() {
 				m.SeenMillis = max(0, now.Sub(t).Milliseconds())

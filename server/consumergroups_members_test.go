@@ -65,8 +65,8 @@ func TestConsumerGroupMembers(t *testing.T) {
 		t.Fatalf("group a: %+v", one)
 	}
 	c, d := one[0].Members[0], one[0].Members[1]
-	if c.Name != "c" || !c.HoldsInFlight || c.SeenMillis < 0 || c.SeenMillis > 20_000 ||
-		d.Name != "d" || d.HoldsInFlight || d.SeenMillis < 0 || d.SeenMillis > 20_000 {
+	if c.Name != "c" || c.InFlight != 1 || c.SeenMillis < 0 || c.SeenMillis > 20_000 ||
+		d.Name != "d" || d.InFlight != 0 || d.SeenMillis < 0 || d.SeenMillis > 20_000 {
 		t.Errorf("members %+v, want c holding one in flight, d none, both seen", one[0].Members)
 	}
 	if all := groups(transport.ConsumerGroupsRequest{Subject: "s"}); len(all) != 1 || all[0].Members != nil || all[0].Lag != one[0].Lag {

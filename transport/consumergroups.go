@@ -47,14 +47,14 @@ type ConsumerGroupInfo struct {
 	Members []ConsumerMember `json:"members,omitempty"`
 }
 
-// ConsumerMember is one consumer of a group in one broker group: whether
-// it holds messages handed out and not finished, and how long ago the
+// ConsumerMember is one consumer of a group in one broker group: how many
+// messages it holds handed out and not finished, and how long ago the
 // leader last heard from it (-1: the node answering does not lead, or has
 // not heard from it since it took the lead).
 type ConsumerMember struct {
-	Name          string `json:"name"`
-	HoldsInFlight bool   `json:"holds_in_flight"`
-	SeenMillis    int64  `json:"seen_ms"`
+	Name       string `json:"name"`
+	InFlight   int    `json:"in_flight"`
+	SeenMillis int64  `json:"seen_ms"`
 }
 
 // SetConsumerGroupRequest changes the settings given (nil ones stay), creating the

@@ -187,8 +187,8 @@ async function pageGroup(params) {
     table(["Broker group", "Oldest not handed out", "Its age", "Retained since", "Error"],
       (v.ages || []).map(a => [a.broker_group, a.oldest_pending_at || "none", a.oldest_pending_at ? age(a.oldest_pending_age_ms) : "", a.retained_since || "nothing retained", a.error || ""]), { id: "ages-table" }),
     el("h3", {}, "Consumers"),
-    table(["Broker group", "Consumer", "Holds messages in flight", "Last heard from"],
-      v.broker_groups.flatMap(g => (g.members || []).map(m => [g.broker_group, m.name, m.holds_in_flight ? "yes" : "no",
+    table(["Broker group", "Consumer", "In flight", "Last heard from"],
+      v.broker_groups.flatMap(g => (g.members || []).map(m => [g.broker_group, m.name, m.in_flight,
         m.seen_ms < 0 ? "not since this leader took over" : age(m.seen_ms) + " ago"])), { id: "consumers-table" }),
     el("h3", {}, "Reset"), reset, el("h3", {}, "Settings"), set, st);
 }

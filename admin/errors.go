@@ -18,4 +18,15 @@ var (
 
 	// ErrNotInRoute means a broker group named is not one of the subject's.
 	ErrNotInRoute = errors.New("qmq: broker group not in the subject's route")
+
+	// ErrBadQuery means a message query is not one the broker groups can
+	// answer (a window that ends before it starts, a limit past its bound,
+	// a sequence without its broker group): the error says which.
+	ErrBadQuery = errors.New("qmq: bad message query")
 )
+
+// queryError is an ErrBadQuery with its own text.
+type queryError struct{ text string }
+
+func (e *queryError) Error() string        { return e.text }
+func (e *queryError) Is(target error) bool { return target == ErrBadQuery }

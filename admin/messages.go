@@ -50,23 +50,23 @@ func (q MessageQuery) check() error {
 	}
 	switch {
 	case q.FromSeq == nil && q.Since.IsZero():
-		return errors.New("qmq: messages: give a start, a time (since) or a sequence")
+		return badQuery("qmq: messages: give a start, a time (since) or a sequence")
 	case q.FromSeq != nil && *q.FromSeq < 0:
-		return fmt.Errorf("qmq: messages from sequence %d: sequences are at least 0", *q.FromSeq)
+		return badQuery("qmq: messages from sequence %d: sequences are at least 0", *q.FromSeq)
 	case !q.Until.IsZero() && !q.Until.After(q.Since):
-		return fmt.Errorf("qmq: messages until %s: not after since %s", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
+		return badQuery("qmq: messages until %s: not after since %s", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
 	case q.Limit < 0 || q.Limit > limits.MaxQueryResults:
-		return fmt.Errorf("qmq: messages: limit %d (1 to %d, 0 for the default)", q.Limit, limits.MaxQueryResults)
+		return badQuery("qmq: messages: limit %d (1 to %d, 0 for the default)", q.Limit, limits.MaxQueryResults)
 	case q.Budget < 0 || q.Budget > limits.MaxScanBudget:
-		return fmt.Errorf("qmq: messages: scan budget %d (1 to %d, 0 for the default)", q.Budget, limits.MaxScanBudget)
+		return badQuery("qmq: messages: scan budget %d (1 to %d, 0 for the default)", q.Budget, limits.MaxScanBudget)
 	case len(q.Key) > message.MaxPropertyVal:
-		return fmt.Errorf("qmq: messages: key of %d bytes (at most %d)", len(q.Key), message.MaxPropertyVal)
+		return badQuery("qmq: messages: key of %d bytes (at most %d)", len(q.Key), message.MaxPropertyVal)
 	case len(q.Property) > message.MaxPropertyKey || len(q.PropertyValue) > message.MaxPropertyVal:
-		return fmt.Errorf("qmq: messages: property %.40q: names at most %d bytes, values %d", q.Property, message.MaxPropertyKey, message.MaxPropertyVal)
+		return badQuery("qmq: messages: property %.40q: names at most %d bytes, values %d", q.Property, message.MaxPropertyKey, message.MaxPropertyVal)
 	case q.Property == "" && q.PropertyValue != "":
-		return errors.New("qmq: messages: a property value without a property name")
+		return badQuery("qmq: messages: a property value without a property name")
 	case q.Tag != "" && len(q.Tag) > message.MaxTagLen:
-		return fmt.Errorf("qmq: messages: tag of %d bytes (at most %d)", len(q.Tag), message.MaxTagLen)
+		return badQuery("qmq: messages: tag of %d bytes (at most %d)", len(q.Tag), message.MaxTagLen)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (a *Client) Messages(ctx context.Context, q MessageQuery) ([]MessagePage, e
 		}
 		groups = []BrokerGroupRoute{g}
 	case q.FromSeq != nil && len(groups) > 1:
-		return nil, fmt.Errorf("qmq: messages of %s from sequence %d: the subject lives in %d broker groups, whose sequences differ: name one", q.Subject, *q.FromSeq, len(groups))
+		return nil, badQuery("qmq: messages of %s from sequence %d: the subject lives in %d broker groups, whose sequences differ: name one", q.Subject, *q.FromSeq, len(groups))
 	}
 	req := transport.MessagesRequest{Subject: q.Subject, Since: q.Since, Until: q.Until, FromSeq: q.FromSeq,
 		Tag: q.Tag, Key: q.Key, Limit: q.Limit, Budget: q.Budget, Body: q.Body}
@@ -193,4 +193,9 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%.40q: an RFC 3339 time after 1970 such as 2026-01-31T09:00:00Z, or a duration ago such as 90m", s)
 	}
 	return t, nil
+}
+
+// badQuery is an ErrBadQuery saying why.
+func badQuery(format string, args ...any) error {
+	return &queryError{fmt.Sprintf(format, args...)}
 }

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,5 +26,25 @@ func TestParseTime(t *testing.T) {
 		if got, err := ParseTime(in, now); err == nil {
 			t.Errorf("ParseTime(%q) = %v, want an error", in, got)
 		}
+	}
+}
+
+// A query the broker groups cannot answer is ErrBadQuery, saying why.
+func TestBadQuery(t *testing.T) {
+	now := time.Now()
+	neg, zero := int64(-1), int64(0)
+	for _, q := range []MessageQuery{
+		{Subject: "s"},
+		{Subject: "s", FromSeq: &neg},
+		{Subject: "s", Since: now, Until: now},
+		{Subject: "s", FromSeq: &zero, Limit: 1001},
+		{Subject: "s", FromSeq: &zero, PropertyValue: "v"},
+	} {
+		if err := q.check(); !errors.Is(err, ErrBadQuery) || !strings.HasPrefix(err.Error(), "qmq: messages") {
+			t.Errorf("%+v: %v, want ErrBadQuery", q, err)
+		}
+	}
+	if err := (MessageQuery{Subject: "s", FromSeq: &zero}).check(); err != nil {
+		t.Errorf("a query from sequence 0: %v", err)
 	}
 }

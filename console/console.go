@@ -375,7 +375,7 @@ func statusOf(err error) (int, string) {
 		return http.StatusNotFound, "no_dead_letter"
 	case errors.Is(err, admin.ErrNotInRoute):
 		return http.StatusNotFound, "not_in_route"
-	case errors.Is(err, qmq.ErrInvalidName):
+	case errors.Is(err, qmq.ErrInvalidName), errors.Is(err, admin.ErrBadQuery):
 		return http.StatusBadRequest, "invalid"
 	case errors.Is(err, qmq.ErrUnreachable):
 		return http.StatusServiceUnavailable, "unreachable"

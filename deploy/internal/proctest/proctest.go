@@ -214,3 +214,9 @@ func Get(url string) error {
 	}
 	return nil
 }
+
+// InsecureTransport is the probes' transport, for tests that read a node's
+// /status as a scraper without the CA would.
+func InsecureTransport() *http.Transport {
+	return &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}
+}

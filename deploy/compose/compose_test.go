@@ -175,7 +175,7 @@ var composeIP = regexp.MustCompile(`\b172\.28\.0\.(\d+)\b`)
 
 // TestComposeCluster runs the services as Compose would (the certificates,
 // then the nodes, then the joins, retried), each a process with its
-// command and environment, 172.28.0.N moved to 127.0.1.N and each named
+// command and environment, 172.28.0.N moved to 127.0.2.N and each named
 // volume to a directory, and checks that the cluster forms and serves.
 func TestComposeCluster(t *testing.T) {
 	p := load(t)
@@ -183,7 +183,7 @@ func TestComposeCluster(t *testing.T) {
 	dir := t.TempDir()
 	// localize moves an argument or a variable of service s.
 	localize := func(s types.ServiceConfig, v string) string {
-		v = composeIP.ReplaceAllString(v, "127.0.1.$1")
+		v = composeIP.ReplaceAllString(v, "127.0.2.$1")
 		for _, vol := range s.Volumes {
 			if vol.Type == types.VolumeTypeVolume && strings.HasPrefix(v, vol.Target) {
 				v = filepath.Join(dir, vol.Source) + strings.TrimPrefix(v, vol.Target)

@@ -20,18 +20,21 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/deploy/internal/proctest"
+	"github.com/qmqgo/qmq/test/netproxy"
 )
 
 // pod is one pod of a StatefulSet, run as a process: its qmqd container
 // with the arguments and environment the kubelet would give it.
 type pod struct {
-	name string
-	ip   string // the loopback address standing for the pod's IP and its service's
-	c    *corev1.Container
-	env  []string          // the container's environment, as the kubelet makes it
-	vars map[string]string // the same, by name
-	proc *proctest.Proc
-	http string // the URL of its HTTP port
+	name    string
+	ip      string // the loopback address standing for its service's cluster IP
+	podIP   string // the loopback address standing for the pod's own IP, which changes when it is deleted
+	c       *corev1.Container
+	env     []string          // the container's environment, as the kubelet makes it
+	vars    map[string]string // the same, by name
+	proc    *proctest.Proc
+	http    string            // the URL of its HTTP port, on the pod's IP (the probes')
+	proxies []*netproxy.Proxy // its service: the cluster IP's ports forwarded to the pod's IP, as kube-proxy does
 }
 
 var varRef = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -94,30 +97,62 @@ func newCluster(t *testing.T) *cluster {
 		[]string{"tls", "init", "--dir", c.tlsDir, "--node", "node=" + strings.Join(ips, ",")}, nil); err != nil {
 		t.Fatalf("qmqctl tls init: %v: %s", err, out)
 	}
-	cm := m.configMaps["qmq-env"]
 	for _, s := range m.statefulSets {
 		for i := range *s.Spec.Replicas {
 			name := fmt.Sprintf("%s-%d", s.Name, i)
 			p := &pod{name: name, ip: loopback(t, m.services[name].Spec.ClusterIP), c: &s.Spec.Template.Spec.Containers[0]}
-			p.vars = c.environment(p.c, cm, map[string]string{"metadata.name": name, "metadata.namespace": m.namespace, "status.podIP": p.ip})
-			for k, v := range p.vars {
-				p.env = append(p.env, k+"="+v)
-			}
-			args := make([]string, len(p.c.Args))
-			for j, a := range p.c.Args {
-				args[j] = c.localize(name, expand(a, p.vars))
-			}
-			p.proc = &proctest.Proc{Name: name, Path: proctest.Bin(t, "qmqd"), Args: args, Env: p.env, Log: filepath.Join(c.dir, name+".log")}
-			for _, cp := range p.c.Ports {
-				if cp.Name == "http" {
-					p.http = fmt.Sprintf("https://%s:%d", p.ip, cp.ContainerPort)
-				}
-			}
 			c.pods[name] = p
 			c.order = append(c.order, name)
 		}
 	}
 	return c
+}
+
+// start starts pod p's qmqd on the pod IP podIP, with the arguments and
+// environment the kubelet would give it there, and points its service at
+// it.
+func (c *cluster) start(p *pod, podIP string) {
+	t := c.t
+	t.Helper()
+	p.podIP = podIP
+	p.vars = c.environment(p.c, c.m.configMaps["qmq-env"], map[string]string{"metadata.name": p.name, "metadata.namespace": c.m.namespace, "status.podIP": podIP})
+	p.env = nil
+	for k, v := range p.vars {
+		p.env = append(p.env, k+"="+v)
+	}
+	args := make([]string, len(p.c.Args))
+	for j, a := range p.c.Args {
+		args[j] = c.localize(p.name, expand(a, p.vars))
+	}
+	for _, cp := range p.c.Ports {
+		if cp.Name == "http" {
+			p.http = fmt.Sprintf("https://%s:%d", podIP, cp.ContainerPort)
+		}
+	}
+	for _, px := range p.proxies {
+		px.Close()
+	}
+	p.proxies = nil
+	for _, sp := range c.m.services[p.name].Spec.Ports {
+		if sp.TargetPort.IntValue() != 0 && sp.TargetPort.IntValue() != int(sp.Port) {
+			t.Fatalf("service %s: port %d targets %s; the test forwards a port to itself", p.name, sp.Port, sp.TargetPort.String())
+		}
+		px, err := netproxy.New(fmt.Sprintf("%s:%d", p.ip, sp.Port), fmt.Sprintf("%s:%d", podIP, sp.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		p.proxies = append(p.proxies, px)
+	}
+	p.proc = &proctest.Proc{Name: p.name, Path: proctest.Bin(t, "qmqd"), Args: args, Env: p.env, Log: filepath.Join(c.dir, p.name+".log")}
+	p.proc.Start(t)
+}
+
+// podIP is the loopback address standing for the IP of a pod whose service
+// stands at 127.0.0.N: 127.0.G.N, G the pod's generation (1 for its first
+// start, 3 once deleted: compose's test uses 127.0.2.N).
+func podIP(p *pod, generation int) string {
+	return fmt.Sprintf("127.0.%d.%s", generation, p.ip[strings.LastIndexByte(p.ip, '.')+1:])
 }
 
 // environment is a container's environment as the kubelet makes it: the
@@ -275,7 +310,7 @@ func (c *cluster) preStop(p *pod) {
 func TestCluster(t *testing.T) {
 	c := newCluster(t)
 	for _, name := range c.order {
-		c.pods[name].proc.Start(t) // podManagementPolicy Parallel: all at once
+		c.start(c.pods[name], podIP(c.pods[name], 1)) // podManagementPolicy Parallel: all at once
 	}
 	c.join(time.Now().Add(40 * time.Second))
 	c.ready(30 * time.Second)
@@ -288,12 +323,18 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("consume: %v: %s", err, out)
 	}
 
-	// A pod "deleted": killed, and started again with its name and volume.
+	// A pod "deleted": killed, and started again with its name and volume
+	// but a new pod IP, as a pod rescheduled is. Its group knows it by its
+	// service's cluster IP, so it rejoins with nothing run.
 	killed := c.pods["qmq-g1-0"]
 	killed.proc.Signal(t, syscall.SIGKILL)
 	killed.proc.Wait(t, 10*time.Second)
-	killed.proc.Start(t)
+	c.start(killed, podIP(killed, 3))
 	c.ready(30 * time.Second)
+	// The Job run again (a new pod added, or by hand): every join succeeds
+	// and changes nothing.
+	c.join(time.Now().Add(30 * time.Second))
+	c.ready(10 * time.Second)
 
 	// A steady stream of sends while g1's leader is stopped as the kubelet
 	// stops a pod, and started again.
@@ -354,7 +395,7 @@ func TestCluster(t *testing.T) {
 	}
 	during := sent.Load()
 	waitSent(during + 50) // sends go on while the pod is away
-	leader.proc.Start(t)
+	c.start(leader, leader.podIP)
 	c.ready(30 * time.Second)
 	waitSent(sent.Load() + 20)
 	close(stop)

@@ -194,7 +194,13 @@ func TestManifests(t *testing.T) {
 		})
 		c := &s.Spec.Template.Spec.Containers[0]
 		g := groupOf(c)
-		if _, ok := flags(c.Args)["--bootstrap"]; ok {
+		_, boot := flags(c.Args)["--bootstrap"]
+		// Two StatefulSets of a group rolled at once could restart two of its
+		// three nodes together: the seed's waits for its pod's deletion.
+		if want := map[bool]appsv1.StatefulSetUpdateStrategyType{true: appsv1.OnDeleteStatefulSetStrategyType, false: appsv1.RollingUpdateStatefulSetStrategyType}[boot]; s.Spec.UpdateStrategy.Type != want {
+			t.Errorf("%s: updateStrategy %q, want %s", s.Name, s.Spec.UpdateStrategy.Type, want)
+		}
+		if boot {
 			seeds[g]++
 			if *s.Spec.Replicas != 1 {
 				t.Errorf("%s bootstraps with %d replicas: every one would make a group of its own", s.Name, *s.Spec.Replicas)

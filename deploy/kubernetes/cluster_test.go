@@ -122,7 +122,8 @@ func (c *cluster) start(p *pod, podIP string) {
 	}
 	args := make([]string, len(p.c.Args))
 	for j, a := range p.c.Args {
-		args[j] = c.localize(p.name, expand(a, p.vars))
+		// 0.0.0.0 in a pod is the pod's addresses, in the test its IP's.
+		args[j] = strings.ReplaceAll(c.localize(p.name, expand(a, p.vars)), "0.0.0.0:", podIP+":")
 	}
 	for _, cp := range p.c.Ports {
 		if cp.Name == "http" {

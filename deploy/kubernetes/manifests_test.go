@@ -278,8 +278,15 @@ func checkStatefulSet(t *testing.T, m *manifests, s *appsv1.StatefulSet, uid int
 		t.Errorf("no container port %s", name)
 		return 0
 	}
-	for flag, name := range map[string]string{"--listen": "client", "--raft": "raft", "--http": "http"} {
-		if want := fmt.Sprintf("$(POD_IP):%d", port(name)); f[flag] != want {
+	// The client and HTTP ports on every address of the pod (the probes
+	// dial its IP, kubectl port-forward its loopback); Raft on its IP, the
+	// address it dials its peers from.
+	for flag, want := range map[string]string{
+		"--listen": fmt.Sprintf("0.0.0.0:%d", port("client")),
+		"--http":   fmt.Sprintf("0.0.0.0:%d", port("http")),
+		"--raft":   fmt.Sprintf("$(POD_IP):%d", port("raft")),
+	} {
+		if f[flag] != want {
 			t.Errorf("%s %s: want %s", flag, f[flag], want)
 		}
 	}

@@ -307,7 +307,8 @@ func (c *cluster) preStop(p *pod) {
 // checks that the cluster forms and serves, that a pod killed and started
 // again with its identity and data comes back ready, and that a pod
 // stopped as the kubelet stops it (its preStop, then SIGTERM) under a
-// steady stream of sends costs no send.
+// steady stream of sends (g1's leader, then the metaserver group's) costs
+// no send.
 func TestCluster(t *testing.T) {
 	c := newCluster(t)
 	for _, name := range c.order {
@@ -384,27 +385,29 @@ func TestCluster(t *testing.T) {
 		})
 	}
 	waitSent(20)
-	leader := c.leaderOf("g1")
-	c.preStop(leader)
-	if l := c.leaderOf("g1"); l == leader {
-		t.Errorf("%s still leads g1 after its preStop", leader.name)
+	// g1's leader, then the metaserver group's.
+	for _, group := range []string{"g1", "meta"} {
+		leader := c.leaderOf(group)
+		c.preStop(leader)
+		if l := c.leaderOf(group); l == leader {
+			t.Errorf("%s still leads %s after its preStop", leader.name, group)
+		}
+		leader.proc.Signal(t, syscall.SIGTERM)
+		grace := time.Duration(*c.setOf(leader).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+		if err := leader.proc.Wait(t, grace); err != nil {
+			t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader.name, err, leader.proc.Tail())
+		}
+		waitSent(sent.Load() + 50) // sends go on while the pod is away
+		c.start(leader, leader.podIP)
+		c.ready(30 * time.Second)
+		waitSent(sent.Load() + 20)
 	}
-	leader.proc.Signal(t, syscall.SIGTERM)
-	grace := time.Duration(*c.setOf(leader).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
-	if err := leader.proc.Wait(t, grace); err != nil {
-		t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader.name, err, leader.proc.Tail())
-	}
-	during := sent.Load()
-	waitSent(during + 50) // sends go on while the pod is away
-	c.start(leader, leader.podIP)
-	c.ready(30 * time.Second)
-	waitSent(sent.Load() + 20)
 	close(stop)
 	<-done
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of %d sends failed; the first: %v", n, n+sent.Load(), firstErr.Load())
 	}
-	t.Logf("%d sends, none failed, across a SIGKILL and a preStop and SIGTERM of a broker pod", sent.Load())
+	t.Logf("%d sends, none failed, across the preStop and SIGTERM of g1's and the metaserver group's leaders", sent.Load())
 }
 
 func (c *cluster) setOf(p *pod) *appsv1.StatefulSet {

@@ -84,6 +84,9 @@ func (p *Proc) Start(t testing.TB) {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = p.Env
 	cmd.Stdout, cmd.Stderr = f, f
+	// A test binary killed (a timeout's panic) skips its cleanups: the
+	// kernel kills the node with it, so that none keeps its ports.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("start %s: %v", p.Name, err)
@@ -150,6 +153,7 @@ func (p *Proc) Tail() string {
 func Run(ctx context.Context, path string, args, env []string) (string, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

@@ -151,7 +151,8 @@ func (c *cluster) start(p *pod, podIP string) {
 
 // podIP is the loopback address standing for the IP of a pod whose service
 // stands at 127.0.0.N: 127.0.G.N, G the pod's generation (1 for its first
-// start, 3 once deleted: compose's test uses 127.0.2.N).
+// start, 3 once deleted, 4 after the whole cluster's restart: compose's
+// test uses 127.0.2.N).
 func podIP(p *pod, generation int) string {
 	return fmt.Sprintf("127.0.%d.%s", generation, p.ip[strings.LastIndexByte(p.ip, '.')+1:])
 }
@@ -308,7 +309,8 @@ func (c *cluster) preStop(p *pod) {
 // again with its identity and data comes back ready, and that a pod
 // stopped as the kubelet stops it (its preStop, then SIGTERM) under a
 // steady stream of sends (g1's leader, then the metaserver group's) costs
-// no send.
+// no send, and that the whole cluster killed at once and started on new pod
+// IPs comes back.
 func TestCluster(t *testing.T) {
 	c := newCluster(t)
 	for _, name := range c.order {
@@ -408,6 +410,22 @@ func TestCluster(t *testing.T) {
 		t.Errorf("%d of %d sends failed; the first: %v", n, n+sent.Load(), firstErr.Load())
 	}
 	t.Logf("%d sends, none failed, across the preStop and SIGTERM of g1's and the metaserver group's leaders", sent.Load())
+
+	// Every pod at once, as in an outage of the whole cluster: killed, and
+	// started again on new pod IPs. No recorded address is a pod's, so the
+	// groups find each other again with nothing run.
+	for _, name := range c.order {
+		c.pods[name].proc.Signal(t, syscall.SIGKILL)
+	}
+	for _, name := range c.order {
+		p := c.pods[name]
+		p.proc.Wait(t, 10*time.Second)
+		c.start(p, podIP(p, 4))
+	}
+	c.ready(40 * time.Second)
+	if out, err := c.ctl(seed, "send", "--subject", "orders", "after"); err != nil {
+		t.Fatalf("send after the whole cluster's restart: %v: %s", err, out)
+	}
 }
 
 func (c *cluster) setOf(p *pod) *appsv1.StatefulSet {

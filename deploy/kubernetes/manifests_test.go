@@ -297,6 +297,10 @@ func checkStatefulSet(t *testing.T, m *manifests, s *appsv1.StatefulSet, uid int
 	}
 	checkProbe("readinessProbe", c.ReadinessProbe, "/readyz")
 	checkProbe("livenessProbe", c.LivenessProbe, "/healthz")
+	checkProbe("startupProbe", c.StartupProbe, "/healthz")
+	if pr := c.StartupProbe; pr != nil && pr.PeriodSeconds*pr.FailureThreshold < 300 {
+		t.Errorf("startupProbe: %d s before the liveness probe takes over; want at least 300 (a large node's start)", pr.PeriodSeconds*pr.FailureThreshold)
+	}
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil ||
 		!slices.Equal(c.Lifecycle.PreStop.Exec.Command, []string{"qmqctl", "broker-group", "transfer-leader", "--broker-group", groupOf(&c)}) {
 		t.Errorf("preStop: want qmqctl broker-group transfer-leader --broker-group %s", groupOf(&c))

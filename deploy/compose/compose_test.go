@@ -2,19 +2,23 @@ package compose
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/deploy/internal/proctest"
 )
 
@@ -176,7 +180,9 @@ var composeIP = regexp.MustCompile(`\b172\.28\.0\.(\d+)\b`)
 // TestComposeCluster runs the services as Compose would (the certificates,
 // then the nodes, then the joins, retried), each a process with its
 // command and environment, 172.28.0.N moved to 127.0.2.N and each named
-// volume to a directory, and checks that the cluster forms and serves.
+// volume to a directory, and checks that the cluster forms and serves, that
+// a container killed and started again comes back ready, and that g1's
+// leader stopped as docker compose stop stops it costs no send.
 func TestComposeCluster(t *testing.T) {
 	p := load(t)
 	r := roleOf(t, p)
@@ -211,9 +217,11 @@ func TestComposeCluster(t *testing.T) {
 	path, args, env := cmdOf(r.certs)
 	proctest.RunUntilOK(t, r.certs, path, args, env, deadline)
 	https := map[string]string{}
+	procs := map[string]*proctest.Proc{}
 	for _, name := range r.nodes {
 		path, args, env := cmdOf(name)
-		(&proctest.Proc{Name: name, Path: path, Args: args, Env: env, Log: filepath.Join(dir, name+".log")}).Start(t)
+		procs[name] = &proctest.Proc{Name: name, Path: path, Args: args, Env: env, Log: filepath.Join(dir, name+".log")}
+		procs[name].Start(t)
 		https[name] = "https://" + flag(args, "--http")
 	}
 	var wg sync.WaitGroup
@@ -226,9 +234,13 @@ func TestComposeCluster(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, name := range r.nodes {
-		proctest.Poll(t, 30*time.Second, name+" ready", func() error { return proctest.Get(https[name] + "/readyz") })
+	ready := func() {
+		t.Helper()
+		for _, name := range r.nodes {
+			proctest.Poll(t, 30*time.Second, name+" ready", func() error { return proctest.Get(https[name] + "/readyz") })
+		}
 	}
+	ready()
 	_, _, env = cmdOf(r.nodes[0])
 	ctl := func(args ...string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -261,4 +273,60 @@ func TestComposeCluster(t *testing.T) {
 			}
 		}
 	}
+
+	// A container killed and started again (restart: on-failure) with its
+	// volume comes back ready.
+	victim := procs["g1b"]
+	victim.Signal(t, syscall.SIGKILL)
+	victim.Wait(t, 10*time.Second)
+	victim.Start(t)
+	ready()
+
+	// docker compose stop of g1's leader (SIGTERM, then stop_grace_period)
+	// under a steady stream of sends costs no send.
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var metas []string
+	for _, name := range r.nodes {
+		if a := []string(p.Services[name].Command); a[0] == "meta" {
+			metas = append(metas, localize(p.Services[name], flag(a, "--listen")))
+		}
+	}
+	prod, err := qmq.NewProducer(strings.Join(metas, ","), qmq.WithTLS(qmq.TLSFiles{CA: vars["QMQ_TLS_CA"], Cert: vars["QMQ_TLS_CERT"], Key: vars["QMQ_TLS_KEY"]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	snd := proctest.StartSender(t, prod, "steady")
+	snd.WaitSent(t, 20)
+	var leader string
+	proctest.Poll(t, 10*time.Second, "g1's leader", func() error {
+		resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: proctest.InsecureTransport()}).Get(https["g1a"] + "/status")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var st struct{ Leader string }
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return err
+		}
+		if procs[st.Leader] == nil {
+			return fmt.Errorf("g1a names no leader (%q)", st.Leader)
+		}
+		leader = st.Leader
+		return nil
+	})
+	lp := procs[leader]
+	lp.Signal(t, syscall.SIGTERM)
+	if err := lp.Wait(t, time.Duration(*p.Services[leader].StopGracePeriod)); err != nil {
+		t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader, err, lp.Tail())
+	}
+	snd.WaitSent(t, 50)
+	lp.Start(t)
+	ready()
+	snd.WaitSent(t, 20)
+	snd.Check(t)
 }

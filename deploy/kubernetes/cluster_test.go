@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -354,39 +353,8 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	var sent, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := prod.SendMessage(ctx, prod.GenerateMessage("steady"))
-			cancel()
-			if err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err)
-			} else {
-				sent.Add(1)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	waitSent := func(n int64) {
-		proctest.Poll(t, 20*time.Second, fmt.Sprintf("%d sends", n), func() error {
-			if s := sent.Load(); s < n {
-				return fmt.Errorf("%d sent, %d failed", s, failed.Load())
-			}
-			return nil
-		})
-	}
-	waitSent(20)
+	snd := proctest.StartSender(t, prod, "steady")
+	snd.WaitSent(t, 20)
 	// g1's leader, then the metaserver group's.
 	for _, group := range []string{"g1", "meta"} {
 		leader := c.leaderOf(group)
@@ -399,17 +367,13 @@ func TestCluster(t *testing.T) {
 		if err := leader.proc.Wait(t, grace); err != nil {
 			t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader.name, err, leader.proc.Tail())
 		}
-		waitSent(sent.Load() + 50) // sends go on while the pod is away
+		snd.WaitSent(t, 50) // sends go on while the pod is away
 		c.start(leader, leader.podIP)
 		c.ready(30 * time.Second)
-		waitSent(sent.Load() + 20)
+		snd.WaitSent(t, 20)
 	}
-	close(stop)
-	<-done
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d sends failed; the first: %v", n, n+sent.Load(), firstErr.Load())
-	}
-	t.Logf("%d sends, none failed, across the preStop and SIGTERM of g1's and the metaserver group's leaders", sent.Load())
+	snd.Check(t)
+	t.Logf("%d sends, across the preStop and SIGTERM of g1's and the metaserver group's leaders", snd.Sent())
 
 	// Every pod at once, as in an outage of the whole cluster: killed, and
 	// started again on new pod IPs. No recorded address is a pod's, so the

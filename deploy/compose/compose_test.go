@@ -86,6 +86,17 @@ func TestComposeFile(t *testing.T) {
 	if len(r.nodes) != 9 || len(r.joins) != 6 || r.certs == "" {
 		t.Fatalf("%d nodes, %d joins, certificates by %q: want 9, 6 and one service", len(r.nodes), len(r.joins), r.certs)
 	}
+	// Every service runs the image, which Compose can build from the
+	// repository's Dockerfile when it is not loaded.
+	for name, s := range p.Services {
+		if s.Image != "qmq:devel" || s.Build == nil {
+			t.Errorf("%s: image %q, build %v: want qmq:devel, built from deploy/Dockerfile", name, s.Image, s.Build)
+			continue
+		}
+		if df := must(filepath.Abs(filepath.Join(s.Build.Context, s.Build.Dockerfile))); df != must(filepath.Abs("../Dockerfile")) {
+			t.Errorf("%s: builds %s, want deploy/Dockerfile", name, df)
+		}
+	}
 	nw := p.Networks["qmq"]
 	if nw.Ipam.Config == nil || len(nw.Ipam.Config) != 1 {
 		t.Fatal("the network qmq: want one subnet")
@@ -329,4 +340,11 @@ func TestComposeCluster(t *testing.T) {
 	ready()
 	snd.WaitSent(t, 20)
 	snd.Check(t)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -224,6 +225,13 @@ func TestComposeCluster(t *testing.T) {
 		}
 		return path, args, env
 	}
+	// The named volumes exist before their containers, as Docker makes
+	// them: a copy of the image's /var/lib/qmq, the user's, mode 0750.
+	for name := range p.Volumes {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
 	deadline := time.Now().Add(40 * time.Second)
 	path, args, env := cmdOf(r.certs)
 	proctest.RunUntilOK(t, r.certs, path, args, env, deadline)
@@ -235,22 +243,31 @@ func TestComposeCluster(t *testing.T) {
 		procs[name].Start(t)
 		https[name] = "https://" + flag(args, "--http")
 	}
-	var wg sync.WaitGroup
-	for _, name := range r.joins {
-		path, args, env := cmdOf(name)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			proctest.RunUntilOK(t, name, path, args, env, deadline)
-		}()
+	joins := func(deadline time.Time) {
+		var wg sync.WaitGroup
+		for _, name := range r.joins {
+			path, args, env := cmdOf(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				proctest.RunUntilOK(t, name, path, args, env, deadline)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	joins(deadline)
 	ready := func() {
 		t.Helper()
 		for _, name := range r.nodes {
 			proctest.Poll(t, 30*time.Second, name+" ready", func() error { return proctest.Get(https[name] + "/readyz") })
 		}
 	}
+	ready()
+	// docker compose up again: the certificates renewed under the running
+	// nodes (with the same CA), the joins run again, and nothing changes.
+	path, args, env = cmdOf(r.certs)
+	proctest.RunUntilOK(t, r.certs, path, args, env, time.Now().Add(10*time.Second))
+	joins(time.Now().Add(20 * time.Second))
 	ready()
 	_, _, env = cmdOf(r.nodes[0])
 	ctl := func(args ...string) error {

@@ -374,24 +374,6 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 	if err != nil {
 		t.Fatal("no chromium on PATH: `make test` installs it (make chromium), or apt-get install chromium")
 	}
-	// The profile is not a t.TempDir: Chromium's helper processes may
-	// still write to it when the browser is gone, which fails the test's
-	// own removal of its temporary directories.
-	profile, err := os.MkdirTemp("", "qmq-chromium-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(profile), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelA)
 	var mu sync.Mutex
 	var seen []string
 	listen := func(ev any) {
@@ -410,14 +392,57 @@ func browser(t *testing.T) (ctx context.Context, problems func() []string) {
 			}
 		}
 	}
-	bctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	t.Cleanup(cancelT)
-	chromedp.ListenTarget(ctx, listen)
+	// Chromium started under a loaded machine now and then exits before it
+	// listens ("chrome failed to start"): a start is tried three times,
+	// each with a profile of its own, before the test fails.
+	for try := 1; ; try++ {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(startChromium(t, path), 90*time.Second)
+		t.Cleanup(cancel)
+		chromedp.ListenTarget(ctx, listen)
+		err := chromedp.Run(ctx) // starts the browser
+		if err == nil {
+			break
+		}
+		if try == 3 || !strings.Contains(err.Error(), "chrome failed to start") {
+			t.Fatalf("starting Chromium (try %d): %v", try, err)
+		}
+		t.Logf("Chromium did not start (try %d), again: %.300v", try, err)
+	}
 	return ctx, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(seen)
 	}
+}
+
+// startChromium returns the context of a new headless Chromium for the
+// test, with a profile of its own outside the test's temporary
+// directories (Chromium's helper processes may still write to it when the
+// browser is gone, which fails the test's removal of them), both removed
+// when the test ends.
+func startChromium(t testing.TB, path string) context.Context {
+	t.Helper()
+	profile, err := os.MkdirTemp("", "qmq-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(profile), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "unknown IPAddressSpace value") {
+			t.Log(msg) // but events of a newer Chromium this cdproto does not know: noise
+		}
+	}))
+	t.Cleanup(cancel)
+	return bctx
 }

@@ -234,32 +234,7 @@ func BenchmarkPageLoad(b *testing.B) {
 	srv := newConsole()
 	defer srv.Close()
 
-	// Not b.TempDir: Chromium's last children may still write to their
-	// profile when the allocator's cancel returns, so the removal is retried.
-	profile, err := os.MkdirTemp("", "qmq-console-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		for range 100 {
-			if os.RemoveAll(profile) == nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		b.Errorf("remove %s: %v", profile, os.RemoveAll(profile))
-	}()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(profile), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
-		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "unknown IPAddressSpace value") {
-			b.Log(msg) // events of a newer Chromium this cdproto does not know: noise
-		}
-	}))
-	defer cancel()
+	ctx := startChromium(b, path)
 	if err := chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
 		_, err := page.AddScriptToEvaluateOnNewDocument(rendered).Do(ctx)
 		return err

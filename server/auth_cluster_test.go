@@ -587,19 +587,22 @@ func TestAuthHTTP(t *testing.T) {
 func TestAppSubjectLimitOnSend(t *testing.T) {
 	c := startSecureCluster(t, 100*time.Millisecond)
 	c.create(admin.AppSpec{Code: "billing", Send: []string{"s.*"}, MaxSubjects: 1})
-	leader := c.brokers[0]
+	leader := c.leaderHolding(t)
 	ctx := ctxFor(t, 30*time.Second)
-	conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: c.secrets["billing"]}}.Dial(ctx, leader.ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := c.dialAs(t, ctx, leader, "billing")
 	sent := 0
 	send := func(subject string) transport.SendResult {
 		t.Helper()
 		sent++
 		req := &transport.SendRequest{Messages: []*message.Message{testmsg.OfSize(fmt.Sprintf("id-%d", sent), subject, 0, 100)}}
 		b, err := conn.Call(ctx, transport.TypeSend, req.Encode())
+		for transport.CodeOf(err) == transport.NotLeader && ctx.Err() == nil {
+			// A loaded machine moved the leadership: to the new leader.
+			waitFor(t, 10*time.Second, "a leader", func() bool { return leaderOf(c.brokers) != nil })
+			leader = leaderOf(c.brokers)
+			conn = c.dialAs(t, ctx, leader, "billing")
+			b, err = conn.Call(ctx, transport.TypeSend, req.Encode())
+		}
 		if err != nil {
 			t.Fatalf("send to %s: %v", subject, err)
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/qmqgo/qmq/transport"
 )
@@ -24,9 +25,22 @@ import (
 //
 // What a leader runs besides answering requests is in leader.go.
 
-// handle answers one client request.
+// handle answers one client request, counting it, its time and its error
+// by type (and code).
 func (n *Node) handle(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
-	n.metrics.requests.WithLabelValues(t.String()).Inc()
+	name := t.String()
+	n.metrics.requests.WithLabelValues(name).Inc()
+	start := time.Now()
+	out, err := n.answer(ctx, t, p)
+	n.metrics.requestSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	if err != nil {
+		n.metrics.requestErrors.WithLabelValues(name, transport.CodeOf(err).String()).Inc()
+	}
+	return out, err
+}
+
+// answer answers one client request by its type.
+func (n *Node) answer(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
 	switch t {
 	case transport.TypeSend:
 		return n.handleSend(ctx, p)

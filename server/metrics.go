@@ -22,6 +22,13 @@ type metrics struct {
 	sendsRefused  *prometheus.CounterVec
 	nacked        prometheus.Counter
 	expired       prometheus.Counter
+	// requestSeconds and requestErrors: every client request, by type
+	// (and its error's code): a byte of types and a few dozen codes.
+	requestSeconds *prometheus.HistogramVec
+	requestErrors  *prometheus.CounterVec
+	// commitSeconds: a command this node proposed, from its proposal to
+	// its being committed and applied here, by command type.
+	commitSeconds *prometheus.HistogramVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -55,6 +62,19 @@ func newMetrics(n *Node) *metrics {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "qmq_messages_ack_timeouts_total", Help: "Messages this node, as leader, handed back to their group when their ack wait passed.",
 		}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qmq_request_seconds",
+			Help:    "Time to answer a client request, by type (a pull's includes its wait for messages).",
+			Buckets: latencyBuckets,
+		}, []string{"type"}),
+		requestErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qmq_request_errors_total", Help: "Client requests answered with an error, by type and code (NOT_LEADER, INVALID, ...).",
+		}, []string{"type", "code"}),
+		commitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qmq_commit_seconds",
+			Help:    "Time from this node (as leader) proposing a command to its being committed by a quorum and applied here, by command (append, pull, ack, ...).",
+			Buckets: latencyBuckets,
+		}, []string{"command"}),
 		delayLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "qmq_delayed_lateness_seconds",
 			Help:    "Time from a delayed message's delivery time to the commit of the Fire that delivered it.",
@@ -64,6 +84,7 @@ func newMetrics(n *Node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	m.registry.MustRegister(m.requestSeconds, m.requestErrors, m.commitSeconds)
 	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused, m.nacked, m.expired, groupCollector{n},
 		gauge("qmq_disk_free_bytes", "Free space on the data disk, as the send path last saw it.", func() float64 { _, free := n.disk.full(); return float64(free) }),
 		gauge("qmq_apply_waiting_for_disk", "1 while the state machine waits for disk space before applying.", func() float64 {
@@ -169,3 +190,8 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(groupDescs.consumers, float64(g.Consumers))
 	}
 }
+
+// latencyBuckets: 0.25 ms to about 8 s, doubling: a commit at loopback
+// RTT takes under a millisecond, one across hosts with fsync some, a long
+// poll its wait.
+var latencyBuckets = prometheus.ExponentialBuckets(0.00025, 2, 16)

@@ -79,6 +79,9 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.metrics = newMetrics(n)
+	n.committed = func(cmd byte, d time.Duration) {
+		n.metrics.commitSeconds.WithLabelValues(fsm.CommandType(cmd).String()).Observe(d.Seconds())
+	}
 	n.notify = newNotifier()
 	n.sessions = newSessions(n)
 	n.batcher = newBatcher(n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -20,7 +21,19 @@ func (g *raftGroup) applyAsync(cmd []byte, extensions ...[]byte) raft.ApplyFutur
 	if len(extensions) > 0 {
 		ext = extensions[0]
 	}
-	return g.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, g.applyTimeout)
+	f := g.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, g.applyTimeout)
+	if g.committed == nil || len(cmd) == 0 {
+		return f
+	}
+	return &timedFuture{ApplyFuture: f, start: time.Now(), cmd: cmd[0]}
+}
+
+// timedFuture is a proposal's future with when it was proposed, so that
+// result observes its commit time (raftGroup.committed).
+type timedFuture struct {
+	raft.ApplyFuture
+	start time.Time
+	cmd   byte
 }
 
 // propose proposes an encoded command and waits until it is committed and
@@ -50,7 +63,11 @@ func (g *raftGroup) proposeWith(ctx context.Context, cmd, extensions []byte) (an
 
 // result unpacks a finished apply future.
 func (g *raftGroup) result(f raft.ApplyFuture) (any, error) {
-	if err := f.Error(); err != nil {
+	err := f.Error()
+	if tf, ok := f.(*timedFuture); ok && err == nil {
+		g.committed(tf.cmd, time.Since(tf.start))
+	}
+	if err != nil {
 		return nil, g.raftError(err)
 	}
 	resp := f.Response()

@@ -57,6 +57,10 @@ type raftGroup struct {
 	// cache holds entries only while it does.
 	leading atomic.Bool
 
+	// committed, if set, observes the time from proposing a command (its
+	// type byte) to its result (propose.go, timedFuture).
+	committed func(cmd byte, d time.Duration)
+
 	// memberAddr returns a member's client address from the group's state.
 	memberAddr func(id string) string
 	// setMember encodes the command that records a member's client address

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/transport"
+)
+
+// /metrics serves the time of each request by type, the errors by type
+// and code, and the time from proposing a command to its commit and
+// apply, by command.
+func TestLatencyMetrics(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	gc := clientOf(t, n.ClientAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := &transport.SendRequest{Messages: []*message.Message{{ID: "m1", Subject: "s", CreatedAt: 1}}}
+	if _, err := gc.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	bad := &transport.AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "nobody", Ranges: []message.AckRange{{First: 0, Last: 0}}}
+	if _, err := gc.Call(ctx, transport.TypeAck, bad.Encode()); err == nil {
+		t.Fatal("an ack of a consumer never registered was answered")
+	}
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	for _, want := range []string{
+		`qmq_request_seconds_count{type="send"} 1`,
+		`qmq_request_seconds_bucket{type="send",le="+Inf"} 1`,
+		`qmq_request_errors_total{code="INVALID",type="ack"} 1`,
+		`qmq_commit_seconds_count{command="append"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `qmq_request_errors_total{code="INVALID",type="send"}`) {
+		t.Error("a send counted as an error")
+	}
+}

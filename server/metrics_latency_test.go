@@ -50,3 +50,31 @@ func TestLatencyMetrics(t *testing.T) {
 		t.Error("a send counted as an error")
 	}
 }
+
+// The metaserver's leader reports each broker group's availability as
+// the routes see it: 1 while its heartbeats come, 0 once they stop.
+func TestBrokerGroupAvailabilityMetric(t *testing.T) {
+	m := startMeta(t, "m1", true, func(c *MetaConfig) { c.HTTPAddr = "127.0.0.1:0" })
+	waitFor(t, 10*time.Second, "the metaserver to lead", func() bool { return m.Status().State == "Leader" })
+	b := startMetaBroker(t, "g1", m)
+	waitLeader(t, b)
+	metric := func() string {
+		resp, err := http.Get("http://" + m.HTTPAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return string(out)
+	}
+	waitFor(t, 10*time.Second, "g1 available", func() bool {
+		return strings.Contains(metric(), `qmq_broker_group_available{broker_group="g1"} 1`)
+	})
+	if body := metric(); !strings.Contains(body, `qmq_broker_group_writable{broker_group="g1"} 1`) || !strings.Contains(body, `qmq_broker_group_max_lag{broker_group="g1"} 0`) {
+		t.Errorf("g1's writable and lag missing:\n%s", body)
+	}
+	b.Close()
+	waitFor(t, 10*time.Second, "g1 unavailable once its heartbeats stop", func() bool {
+		return strings.Contains(metric(), `qmq_broker_group_available{broker_group="g1"} 0`)
+	})
+}

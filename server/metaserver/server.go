@@ -102,7 +102,7 @@ func New(cfg Config, fsm *meta.FSM, g Group) *Server {
 // requests by type, refusals at applications' limits, the applied index
 // and whether this node leads.
 func (m *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.appLimitHits,
+	return []prometheus.Collector{m.requests, m.appLimitHits, groupsCollector{m},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_raft_applied_index", Help: "Last Raft index applied."},
 			func() float64 { return float64(m.fsm.Applied()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_raft_leader", Help: "1 if this node leads the metaserver group."},
@@ -209,4 +209,46 @@ func (m *Server) checkJoin(p []byte) error {
 		return transport.Errorf(transport.Invalid, "refusing to add node %s: %v", req.ID, err)
 	}
 	return nil
+}
+
+// groupsCollector reports, on the leader (the node the brokers' heartbeats
+// reach), each broker group's availability as the routes see it: one
+// series a broker group and a metric, so their number is bounded by the
+// broker groups registered.
+type groupsCollector struct{ m *Server }
+
+var (
+	descGroupAvailable = prometheus.NewDesc("qmq_broker_group_available",
+		"1 while the broker group reports a leader to the metaserver (on the metaserver's leader).", []string{"broker_group"}, nil)
+	descGroupWritable = prometheus.NewDesc("qmq_broker_group_writable",
+		"1 unless the broker group is drained (routes send new subjects elsewhere).", []string{"broker_group"}, nil)
+	descGroupLag = prometheus.NewDesc("qmq_broker_group_max_lag",
+		"Entries the broker group's most lagging node has yet to apply, as heartbeats report.", []string{"broker_group"}, nil)
+)
+
+func (c groupsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descGroupAvailable
+	ch <- descGroupWritable
+	ch <- descGroupLag
+}
+
+func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.m.group.Leader() {
+		return // only the leader hears the heartbeats
+	}
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, g := range c.m.Cluster().BrokerGroups {
+		var lag uint64
+		for _, n := range g.Nodes {
+			lag = max(lag, n.Lag)
+		}
+		ch <- prometheus.MustNewConstMetric(descGroupAvailable, prometheus.GaugeValue, one(g.Available), g.Name)
+		ch <- prometheus.MustNewConstMetric(descGroupWritable, prometheus.GaugeValue, one(g.Writable), g.Name)
+		ch <- prometheus.MustNewConstMetric(descGroupLag, prometheus.GaugeValue, float64(lag), g.Name)
+	}
 }

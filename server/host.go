@@ -81,6 +81,18 @@ func (h *host) serve(handler transport.Handler, g *guard, limits ClientLimits, h
 		h.client.Identified, h.client.IdentifyTimeout = identified, helloTimeout
 	}
 	reg.MustRegister(clientListenerMetrics(h.client)...)
+	if h.tls != nil {
+		// The certificate in use, reloaded or not: what an alert on its
+		// expiry must read.
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_tls_certificate_expiry_timestamp_seconds",
+			Help: "When the node's certificate (the one it serves now) expires, Unix seconds."},
+			func() float64 {
+				if leaf := h.tls.files.Leaf(); leaf != nil {
+					return float64(leaf.NotAfter.Unix())
+				}
+				return 0
+			}))
+	}
 	h.goLoop(func() {
 		if err := h.client.Serve(h.clientLis); err != nil {
 			h.hlog.Error("client listener stopped", "error", err)

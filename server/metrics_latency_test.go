@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/tlsconf"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -77,4 +79,24 @@ func TestBrokerGroupAvailabilityMetric(t *testing.T) {
 	waitFor(t, 10*time.Second, "g1 unavailable once its heartbeats stop", func() bool {
 		return strings.Contains(metric(), `qmq_broker_group_available{broker_group="g1"} 0`)
 	})
+}
+
+// A node with TLS serves when its certificate expires, for an alert.
+func TestCertificateExpiryMetric(t *testing.T) {
+	fx := newTLSFixture(t)
+	fx.issue("app", tlsconf.Spec{CN: "app"})
+	m := startMeta(t, "m1", true, func(c *MetaConfig) {
+		c.TLS, c.OpenHTTP, c.HTTPAddr = fx.node("m1"), true, freeAddr(t)
+	})
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: clientConfig(t, fx.config("app"))}}
+	resp, err := client.Get("https://" + m.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := fmt.Sprintf("qmq_tls_certificate_expiry_timestamp_seconds %g", float64(m.tls.files.Leaf().NotAfter.Unix()))
+	if !strings.Contains(string(b), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
 }

@@ -223,6 +223,32 @@ func (f *FSM) Consumers() []ConsumerID {
 	return out
 }
 
+// SubjectStored is how many messages of a subject the replica stores:
+// its consume-log entries kept (retention removes them a segment at a
+// time, so a few may point at messages already gone).
+type SubjectStored struct {
+	Subject  string
+	Messages int64
+}
+
+// StoredBySubject returns every subject's stored messages, by subject:
+// one look at each consume log's ends, whatever it holds.
+func (f *FSM) StoredBySubject() []SubjectStored {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.store == nil {
+		return nil
+	}
+	subjects := f.store.subjects()
+	out := make([]SubjectStored, 0, len(subjects))
+	for _, s := range subjects {
+		if cl := f.store.consumeLog(s); cl != nil {
+			out = append(out, SubjectStored{Subject: s, Messages: max(cl.EndSeq()-cl.StartSeq(), 0)})
+		}
+	}
+	return out
+}
+
 // ConsumerInFlight is a registered consumer of a group and how many
 // entries it holds unacked (handed out, not finished).
 type ConsumerInFlight struct {

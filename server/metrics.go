@@ -1,10 +1,14 @@
 package server
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -84,7 +88,7 @@ func newMetrics(n *Node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.requestSeconds, m.requestErrors, m.commitSeconds)
+	m.registry.MustRegister(m.requestSeconds, m.requestErrors, m.commitSeconds, subjectCollector{n})
 	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused, m.nacked, m.expired, groupCollector{n},
 		gauge("qmq_disk_free_bytes", "Free space on the data disk, as the send path last saw it.", func() float64 { _, free := n.disk.full(); return float64(free) }),
 		gauge("qmq_apply_waiting_for_disk", "1 while the state machine waits for disk space before applying.", func() float64 {
@@ -188,6 +192,42 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(groupDescs.dead, float64(g.DeadLetters))
 		ch <- prometheus.MustNewConstMetric(groupDescs.lost, prometheus.CounterValue, float64(g.Lost), g.Subject, g.ConsumerGroup)
 		gauge(groupDescs.consumers, float64(g.Consumers))
+	}
+}
+
+// subjectCollector exports the messages this replica stores, in all and
+// for the maxSubjectSeries subjects that store most (a series each, so
+// that 10,000 subjects do not make 10,000 series; the rest are summed
+// under subject="").
+type subjectCollector struct{ n *Node }
+
+var maxSubjectSeries = 100 // tests lower it
+
+var (
+	descSubjectStored = prometheus.NewDesc("qmq_subject_stored_messages",
+		"Messages stored of each of the 100 subjects that store most on this replica, and of the others summed (subject=\"\").", []string{"subject"}, nil)
+	descSubjects = prometheus.NewDesc("qmq_subjects", "Subjects this replica stores messages of.", nil, nil)
+)
+
+func (c subjectCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSubjectStored
+	ch <- descSubjects
+}
+
+func (c subjectCollector) Collect(ch chan<- prometheus.Metric) {
+	all := c.n.fsm.StoredBySubject()
+	ch <- prometheus.MustNewConstMetric(descSubjects, prometheus.GaugeValue, float64(len(all)))
+	slices.SortStableFunc(all, func(a, b fsm.SubjectStored) int { return cmp.Compare(b.Messages, a.Messages) })
+	var rest int64
+	for i, s := range all {
+		if i >= maxSubjectSeries {
+			rest += s.Messages
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descSubjectStored, prometheus.GaugeValue, float64(s.Messages), s.Subject)
+	}
+	if len(all) > maxSubjectSeries {
+		ch <- prometheus.MustNewConstMetric(descSubjectStored, prometheus.GaugeValue, float64(rest), "")
 	}
 }
 

@@ -27,6 +27,17 @@ func TestLatencyMetrics(t *testing.T) {
 	if _, err := gc.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
 		t.Fatal(err)
 	}
+	// Three subjects more, of 3, 2 and 1 messages: with two series, the
+	// smaller two are summed under subject="".
+	defer func(n int) { maxSubjectSeries = n }(maxSubjectSeries)
+	maxSubjectSeries = 2
+	more := &transport.SendRequest{}
+	for i, subject := range []string{"a", "a", "a", "b", "b", "c"} {
+		more.Messages = append(more.Messages, &message.Message{ID: fmt.Sprint("x", i), Subject: subject, CreatedAt: 1})
+	}
+	if _, err := gc.Call(ctx, transport.TypeSend, more.Encode()); err != nil {
+		t.Fatal(err)
+	}
 	bad := &transport.AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "nobody", Ranges: []message.AckRange{{First: 0, Last: 0}}}
 	if _, err := gc.Call(ctx, transport.TypeAck, bad.Encode()); err == nil {
 		t.Fatal("an ack of a consumer never registered was answered")
@@ -39,10 +50,14 @@ func TestLatencyMetrics(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	body := string(b)
 	for _, want := range []string{
-		`qmq_request_seconds_count{type="send"} 1`,
-		`qmq_request_seconds_bucket{type="send",le="+Inf"} 1`,
+		`qmq_request_seconds_count{type="send"} 2`,
+		`qmq_request_seconds_bucket{type="send",le="+Inf"} 2`,
 		`qmq_request_errors_total{code="INVALID",type="ack"} 1`,
-		`qmq_commit_seconds_count{command="append"} 1`,
+		`qmq_commit_seconds_count{command="append"} 2`,
+		`qmq_subjects 4`,
+		`qmq_subject_stored_messages{subject="a"} 3`,
+		`qmq_subject_stored_messages{subject="b"} 2`,
+		`qmq_subject_stored_messages{subject=""} 2`, // c and s
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

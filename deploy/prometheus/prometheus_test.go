@@ -122,6 +122,10 @@ func TestRulesCheck(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules %s: %v\n%s", rulesFile, err, out)
 	}
+	// The example configuration, with the rules it loads.
+	if out, err := exec.Command(promtool, "check", "config", "prometheus.yml").CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config prometheus.yml: %v\n%s", err, out)
+	}
 	r := loadRules(t)
 	for _, g := range r.Groups {
 		for _, rule := range g.Rules {
@@ -326,7 +330,8 @@ scrape_configs:
 		return nil
 	})
 
-	// Every alert expression evaluates, and none fires yet.
+	// Every alert and dashboard expression evaluates, and every
+	// dashboard query has data.
 	for _, e := range exprs {
 		var res struct {
 			Result []json.RawMessage `json:"result"`
@@ -334,6 +339,20 @@ scrape_configs:
 		if err := api(base, "/api/v1/query", url.Values{"query": {e}}, &res); err != nil {
 			t.Errorf("alert expression %q: %v", e, err)
 		}
+	}
+	for _, e := range dashboardExprs(t) {
+		proctest.Poll(t, 20*time.Second, "dashboard query "+e, func() error {
+			var res struct {
+				Result []json.RawMessage `json:"result"`
+			}
+			if err := api(base, "/api/v1/query", url.Values{"query": {e}}, &res); err != nil {
+				return err
+			}
+			if len(res.Result) == 0 {
+				return fmt.Errorf("no data")
+			}
+			return nil
+		})
 	}
 	var alerts struct {
 		Alerts []struct {

@@ -5,7 +5,7 @@ FUZZTIME ?= 30s
 BENCH    ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases chromium systemd image
+.PHONY: help build run test ci chaos bench bench-compare fuzz lint databases chromium systemd prometheus image
 
 # Chaos runs (test/chaos_test.go): `make test` applies faults for 40 s, `make ci`
 # for CHAOS_CI (long enough for every kind of fault), `make chaos` for DURATION,
@@ -25,10 +25,10 @@ build: ## compile every package, and qmqd and qmqctl into bin/
 run: ## start a one-node queue on embedded defaults (qmqd dev; data in ./qmq-data)
 	$(GO) run ./cli/qmqd dev
 
-test: databases chromium systemd ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
+test: databases chromium systemd prometheus ## run every test: unit, fuzz seed corpora, in-process and multi-process clusters, the outbox on real databases
 	$(GO) test -count=1 $(PKGS)
 
-ci: lint databases chromium systemd ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
+ci: lint databases chromium systemd prometheus ## what CI runs: lint, then every test with the race detector, the chaos run for CHAOS_CI (8m)
 	QMQ_CHAOS_DURATION=$(CHAOS_CI) $(GO) test -count=1 -race -timeout 25m $(PKGS)
 
 chaos: ## a chaos run for DURATION (30m); SEED=N replays one, ONLY=KIND,… aims it at kinds of fault; prints the seed, the faults and the findings
@@ -88,6 +88,21 @@ systemd: ## install systemd (Debian's package, for systemd-analyze) if missing, 
 	echo "make: installing systemd for the units' test"; \
 	noservice=; if [ ! -e /usr/sbin/policy-rc.d ]; then noservice=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd util-linux >/dev/null; \
+	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
+
+# deploy/prometheus's test checks the alert rules with promtool and runs a
+# Prometheus of its own (a temporary directory, a loopback port) scraping a
+# cluster; this only installs the programs, without starting the package's
+# service.
+prometheus: ## install Prometheus (Debian's package, for prometheus and promtool) if missing, for the alert rules' test
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: the alert rules' test needs prometheus and promtool; install them (Debian: sudo apt-get install prometheus), or run make as root to let it"; \
+	  exit 1; \
+	fi; \
+	echo "make: installing prometheus for the alert rules' test"; \
+	noservice=; if [ ! -e /usr/sbin/policy-rc.d ]; then noservice=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	rc=$$?; if [ -n "$$noservice" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
 
 # The container image, assembled without a container engine (deploy/image);

@@ -200,18 +200,33 @@ func TestPrometheus(t *testing.T) {
 	const metaIP, brokerIP, promIP = "127.0.7.1", "127.0.7.2", "127.0.7.3"
 	metaListen, metaHTTP := freeAddr(t, metaIP), freeAddr(t, metaIP)
 	brokerListen, brokerHTTP := freeAddr(t, brokerIP), freeAddr(t, brokerIP)
-	meta := &proctest.Proc{Name: "meta", Path: qmqd, Env: env, Log: filepath.Join(dir, "meta.log"), Args: []string{"meta",
+	// TLS, as a production cluster runs, so that the certificate's expiry
+	// is served: every process reads its files from QMQ_TLS_*. The HTTP
+	// ports are --open-http: Prometheus, as a kubelet's probe, presents no
+	// client certificate (it verifies the nodes' against the CA).
+	certs := filepath.Join(dir, "certs")
+	ctx0, cancel0 := context.WithTimeout(context.Background(), 30*time.Second)
+	if out, err := proctest.Run(ctx0, qmqctl, []string{"tls", "init", "--dir", certs, "--node", "m1=" + metaIP, "--node", "b1=" + brokerIP, "--client", "ctl"}, env); err != nil {
+		t.Fatalf("qmqctl tls init: %v\n%s", err, out)
+	}
+	cancel0()
+	ca := "QMQ_TLS_CA=" + filepath.Join(certs, "ca.pem")
+	nodeEnv := func(id string) []string {
+		return append(slices.Clone(env), ca, "QMQ_TLS_CERT="+filepath.Join(certs, id+".pem"), "QMQ_TLS_KEY="+filepath.Join(certs, id+"-key.pem"))
+	}
+	env = append(env, ca, "QMQ_TLS_CERT="+filepath.Join(certs, "ctl.pem"), "QMQ_TLS_KEY="+filepath.Join(certs, "ctl-key.pem")) // qmqctl's
+	meta := &proctest.Proc{Name: "meta", Path: qmqd, Env: nodeEnv("m1"), Log: filepath.Join(dir, "meta.log"), Args: []string{"meta",
 		"--id", "m1", "--data", filepath.Join(dir, "m1"), "--listen", metaListen, "--raft", freeAddr(t, metaIP),
-		"--http", metaHTTP, "--bootstrap", "--group-timeout", "2s"}}
-	broker := &proctest.Proc{Name: "broker", Path: qmqd, Env: env, Log: filepath.Join(dir, "broker.log"), Args: []string{"broker",
+		"--http", metaHTTP, "--open-http", "--bootstrap", "--group-timeout", "2s"}}
+	broker := &proctest.Proc{Name: "broker", Path: qmqd, Env: nodeEnv("b1"), Log: filepath.Join(dir, "broker.log"), Args: []string{"broker",
 		"--id", "b1", "--broker-group", "g1", "--data", filepath.Join(dir, "b1"), "--listen", brokerListen,
-		"--raft", freeAddr(t, brokerIP), "--http", brokerHTTP, "--meta", metaListen, "--bootstrap", "--min-free-disk", "1"}}
+		"--raft", freeAddr(t, brokerIP), "--http", brokerHTTP, "--open-http", "--meta", metaListen, "--bootstrap", "--min-free-disk", "1"}}
 	meta.Start(t)
 	broker.Start(t)
 	for _, p := range []struct {
 		proc *proctest.Proc
 		url  string
-	}{{meta, "http://" + metaHTTP + "/readyz"}, {broker, "http://" + brokerHTTP + "/readyz"}} {
+	}{{meta, "https://" + metaHTTP + "/readyz"}, {broker, "https://" + brokerHTTP + "/readyz"}} {
 		proctest.Poll(t, 30*time.Second, p.proc.Name+" ready", func() error {
 			if err := proctest.Get(p.url); err != nil {
 				return fmt.Errorf("%v; log:\n%s", err, p.proc.Tail())
@@ -269,10 +284,14 @@ func TestPrometheus(t *testing.T) {
 rule_files: [rules.yaml]
 scrape_configs:
 - job_name: qmq-meta
+  scheme: https
+  tls_config: {ca_file: %q}
   static_configs: [{targets: [%q]}]
 - job_name: qmq-broker
+  scheme: https
+  tls_config: {ca_file: %q}
   static_configs: [{targets: [%q]}]
-`, metaHTTP, brokerHTTP)
+`, filepath.Join(certs, "ca.pem"), metaHTTP, filepath.Join(certs, "ca.pem"), brokerHTTP)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

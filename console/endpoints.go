@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -423,47 +424,11 @@ func (h *handler) delays(r *http.Request, c caller, a *admin.Client) (any, error
 
 // Actions.
 
-func (h *handler) setGroup(r *http.Request, c caller, a *admin.Client) (any, error) {
-	subject, group, err := pathNames(r)
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := decodeSet(b)
-	if err != nil {
-		return nil, err
-	}
-	res, err := a.SetConsumerGroup(r.Context(), subject, group, ch)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"broker_groups": nonNil(res)}, nil
-}
-
-func (h *handler) resetGroup(r *http.Request, c caller, a *admin.Client) (any, error) {
-	subject, group, err := pathNames(r)
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, err
-	}
-	to, err := decodeReset(b)
-	if err != nil {
-		return nil, err
-	}
-	res, err := a.ResetConsumerGroup(r.Context(), subject, group, to)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"broker_groups": nonNil(res)}, nil
-}
-
-func (h *handler) deadLetterOp(resend bool) apiFunc {
+// groupAction is an action on one consumer group: its body decoded by
+// decode, then act, whose results per broker group are the answer; an
+// error keeps what was done so far.
+func groupAction[In, Out any](decode func([]byte) (In, error),
+	act func(a *admin.Client) func(ctx context.Context, subject, group string, in In) ([]Out, error)) apiFunc {
 	return func(r *http.Request, c caller, a *admin.Client) (any, error) {
 		subject, group, err := pathNames(r)
 		if err != nil {
@@ -473,21 +438,35 @@ func (h *handler) deadLetterOp(resend bool) apiFunc {
 		if err != nil {
 			return nil, err
 		}
-		sel, err := decodeDeadLetterOp(b)
+		in, err := decode(b)
 		if err != nil {
 			return nil, err
 		}
-		op := a.PurgeDeadLetters
-		if resend {
-			op = a.ResendDeadLetters
-		}
-		res, err := op(r.Context(), subject, group, sel)
+		res, err := act(a)(r.Context(), subject, group, in)
 		if err != nil {
-			return nil, fmt.Errorf("%w (done so far: %v)", err, res)
+			if len(res) > 0 {
+				return nil, fmt.Errorf("%w (done so far: %v)", err, res)
+			}
+			return nil, err
 		}
 		return map[string]any{"broker_groups": nonNil(res)}, nil
 	}
 }
+
+var (
+	setGroup = groupAction(decodeSet, func(a *admin.Client) func(context.Context, string, string, admin.ConsumerGroupChanges) ([]admin.ConsumerGroupResult, error) {
+		return a.SetConsumerGroup
+	})
+	resetGroup = groupAction(decodeReset, func(a *admin.Client) func(context.Context, string, string, admin.ResetTarget) ([]admin.ConsumerGroupResult, error) {
+		return a.ResetConsumerGroup
+	})
+	resendDead = groupAction(decodeDeadLetterOp, func(a *admin.Client) func(context.Context, string, string, admin.DeadLetterSelection) ([]admin.DeadLetterResult, error) {
+		return a.ResendDeadLetters
+	})
+	purgeDead = groupAction(decodeDeadLetterOp, func(a *admin.Client) func(context.Context, string, string, admin.DeadLetterSelection) ([]admin.DeadLetterResult, error) {
+		return a.PurgeDeadLetters
+	})
+)
 
 func nonNil[T any](s []T) []T {
 	if s == nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -39,7 +40,7 @@ func startGroup(t testing.TB, tweak ...func(id string, c *Config)) []*Node {
 	for _, id := range []string{"n2", "n3"} {
 		n := startNode(t, id, false, config(id))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := adm.Join(ctx, n1.cfg.BrokerGroup, id, n.cfg.RaftAddr, n.ClientAddr())
+		err := adm.Join(ctx, n1.cfg.BrokerGroup, id, cmp.Or(n.cfg.RaftAdvertiseAddr, n.cfg.RaftAddr), n.ClientAddr())
 		cancel()
 		if err != nil {
 			t.Fatalf("join %s: %v", id, err)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +39,61 @@ type raftStream struct {
 }
 
 func (s *raftStream) Addr() net.Addr { return s.advertise }
+
+// hostAddr is a Raft address by DNS name. The group records the name, not
+// what it resolves to now, and each dial resolves it again: a node whose
+// IP changes under a stable name (a Kubernetes pod rescheduled behind its
+// headless service) is found at its new IP with nothing run.
+type hostAddr string
+
+func (hostAddr) Network() string  { return "tcp" }
+func (a hostAddr) String() string { return string(a) }
+
+// raftAdvertise checks the address a node's group records for it: HOST:PORT
+// with a port, and a host its peers can dial: an IP address other than the
+// unspecified one, or a DNS name, kept as a name.
+func raftAdvertise(addr string) (net.Addr, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("server: raft address: %w", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return nil, fmt.Errorf("server: raft address %s: the port must be a number from 1 to 65535", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsUnspecified() {
+			return nil, fmt.Errorf("server: raft address %s: give an IP address or a DNS name the other members can dial", addr)
+		}
+		n, _ := strconv.Atoi(port)
+		return &net.TCPAddr{IP: ip, Port: n}, nil
+	}
+	if !dnsName(host) {
+		return nil, fmt.Errorf("server: raft address %s: %q is neither an IP address nor a DNS name; give one the other members can dial", addr, host)
+	}
+	return hostAddr(net.JoinHostPort(host, port)), nil
+}
+
+// dnsName reports whether host is a DNS name: at most 253 bytes of dot-
+// separated labels of 1 to 63 letters, digits and hyphens, none starting
+// or ending with a hyphen (a trailing dot allowed).
+func dnsName(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // Dial connects to a peer; over TLS, the handshake is done within
 // timeout too, with the node's current certificate.
@@ -110,12 +167,9 @@ func newRaftTransport(bind, advertise string, files *tlsconf.Reloader, log hclog
 	if advertise == "" {
 		advertise = bind
 	}
-	adv, err := net.ResolveTCPAddr("tcp", advertise)
+	adv, err := raftAdvertise(advertise)
 	if err != nil {
-		return nil, fmt.Errorf("server: raft address: %w", err)
-	}
-	if adv.IP == nil || adv.IP.IsUnspecified() {
-		return nil, fmt.Errorf("server: raft address %s: give an IP address the other members can dial", advertise)
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {

@@ -278,10 +278,11 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.StringFlag{Name: "id", Required: true, Usage: "node `ID`, unique in " + group},
 		&cli.StringFlag{Name: "data", Required: true, Usage: "data `DIR`"},
 		&cli.StringFlag{Name: "listen", Required: true, Usage: "client `HOST:PORT`"},
-		&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT`: an IP address the other members dial"},
+		&cli.StringFlag{Name: "raft", Required: true, Usage: "Raft `HOST:PORT` to listen on, and the address the group records for this node unless --raft-advertise"},
 		&cli.StringFlag{Name: "http", Usage: "admin HTTP `HOST:PORT` (/status, /metrics); none if empty"},
 		&cli.StringFlag{Name: "advertise", Usage: "client `HOST:PORT` to give clients, if not --listen"},
-		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft `HOST:PORT` the other members dial, if not --raft (a proxy in front)"},
+		&cli.StringFlag{Name: "raft-advertise", Usage: "Raft `HOST:PORT` the other members dial, if not --raft (a proxy in front, a stable name): " +
+			"an IP address, or a DNS name that the group records as the name and resolves at every dial, so that a node back on another IP under its name is found"},
 		&cli.StringFlag{Name: "source-ip", Usage: "local `IP` to dial other nodes' client ports from (the metaserver's, peers' for clocks and joins), " +
 			"so that a firewall or proxy can tell which node calls; the system's choice if empty"},
 		&cli.BoolFlag{Name: "bootstrap", Usage: "start " + group + " with this node as its only voter (ignored once it has data)"},

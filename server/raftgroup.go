@@ -312,3 +312,44 @@ func (g *raftGroup) announce(ctx context.Context, clientAddr string) {
 		g.log.Warn("recording this node's client address", "error", err)
 	}
 }
+
+// HandOverLeadership, on a leader whose group has another voter, hands
+// leadership to the most up-to-date voter and waits until that one has it,
+// or ctx ends; on any other node it returns nil at once. qmqd calls it on
+// SIGTERM before Close, so that a leader stopped by its service manager
+// (systemd, Compose, the kubelet) costs its clients one quick handover, a
+// round trip or two, instead of an election timeout with no leader.
+func (g *raftGroup) HandOverLeadership(ctx context.Context) error {
+	if g.raft == nil || !g.isLeader() || !g.hasOtherVoter() {
+		return nil
+	}
+	f := g.raft.LeadershipTransfer()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("server: handing leadership of %s over: %w", g.group, err)
+		}
+		_, to := g.raft.LeaderWithID()
+		g.log.Info("leadership handed over before stopping", "to", string(to))
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("server: handing leadership of %s over: %w", g.group, ctx.Err())
+	}
+}
+
+// hasOtherVoter reports whether the group's configuration has a voter
+// besides this node.
+func (g *raftGroup) hasOtherVoter() bool {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != g.id {
+			return true
+		}
+	}
+	return false
+}

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -61,6 +62,8 @@ func newApp() *cli.App {
 			"others with `qmqctl join`. docs/operations.md walks through it. A node with an address that\n" +
 			"is not on loopback starts only with TLS (--tls-cert, --tls-key, --tls-ca) or --insecure.\n" +
 			"Global options (--log-level) go before or after the command.\n\n" +
+			"On SIGINT or SIGTERM a node that leads its group first hands leadership to another voter\n" +
+			"(at most 10 s), then closes.\n\n" +
 			"Exit status: 0 stopped by SIGINT or SIGTERM, after closing cleanly; 1 failed (it says why\n" +
 			"on stderr); 2 a usage mistake (a flag or command that does not exist, a value out of\n" +
 			"bounds): nothing was started.",
@@ -179,7 +182,9 @@ func devCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s%s (metaserver %s), http %s, data %s\n",
 				n.ClientAddr(), over, m.ClientAddr(), n.HTTPAddr(), c.String("data"))
-			waitForSignal(n.Failed())
+			if waitForSignal(n.Failed()) {
+				handOver(n, logger)
+			}
 			return errors.Join(n.FailedErr(), n.Close(), m.Close())
 		},
 	}
@@ -213,6 +218,7 @@ func metaCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: metaserver node %s: clients %s, raft %s, http %s\n", cfg.ID, m.ClientAddr(), cfg.RaftAddr, m.HTTPAddr())
 			waitForSignal(nil)
+			handOver(m, logger)
 			return m.Close()
 		},
 	}
@@ -266,7 +272,9 @@ func brokerCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: node %s of broker group %s: clients %s, raft %s, http %s\n",
 				cfg.ID, cfg.BrokerGroup, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
-			waitForSignal(n.Failed())
+			if waitForSignal(n.Failed()) {
+				handOver(n, logger)
+			}
 			return errors.Join(n.FailedErr(), n.Close())
 		},
 	}
@@ -314,13 +322,31 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: level, Output: os.Stderr}), nil
 }
 
-// waitForSignal returns on SIGINT or SIGTERM, or when failed is closed
-// (the node stopped itself).
-func waitForSignal(failed <-chan struct{}) {
+// waitForSignal returns on SIGINT or SIGTERM (true), or when failed is
+// closed (the node stopped itself: false).
+func waitForSignal(failed <-chan struct{}) bool {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case <-sig:
+		return true
 	case <-failed:
+		return false
+	}
+}
+
+// handOverTimeout bounds the leadership handover of a node asked to stop.
+const handOverTimeout = 10 * time.Second
+
+// handOver, on a node asked to stop that leads its group, hands leadership
+// to another voter before the node closes, within handOverTimeout; a
+// handover that fails is logged and the node stops anyway.
+func handOver(g interface {
+	HandOverLeadership(context.Context) error
+}, logger hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
+	defer cancel()
+	if err := g.HandOverLeadership(ctx); err != nil {
+		logger.Warn("stopping without handing leadership over", "error", err)
 	}
 }

@@ -311,7 +311,8 @@ func TestComposeCluster(t *testing.T) {
 	ready()
 
 	// docker compose stop of g1's leader (SIGTERM, then stop_grace_period)
-	// under a steady stream of sends costs no send.
+	// under a steady stream of sends: it hands leadership over first, and
+	// costs no send.
 	vars := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -351,6 +352,9 @@ func TestComposeCluster(t *testing.T) {
 	lp.Signal(t, syscall.SIGTERM)
 	if err := lp.Wait(t, time.Duration(*p.Services[leader].StopGracePeriod)); err != nil {
 		t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader, err, lp.Tail())
+	}
+	if log, _ := os.ReadFile(lp.Log); !strings.Contains(string(log), "leadership handed over before stopping") {
+		t.Errorf("%s did not hand leadership over on SIGTERM; its log:\n%s", leader, lp.Tail())
 	}
 	snd.WaitSent(t, 50)
 	lp.Start(t)

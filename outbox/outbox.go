@@ -32,6 +32,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"os"
 	"sync"
 	"time"
@@ -106,6 +107,13 @@ type Config struct {
 	// Logger receives warnings about sends that failed and rows that
 	// cannot be sent. Default none.
 	Logger hclog.Logger
+	// Propagator puts the span context of Tx.Send's ctx in the message
+	// written to the outbox, so that the trace runs from the span that
+	// made the message, through the send after the commit (or the
+	// watchdog's, later), to the consumers' handlers: the same as the
+	// Producer's (qmq.WithPropagator). Default propagation.TraceContext,
+	// the Producer's default: the W3C "traceparent" and "tracestate".
+	Propagator propagation.TextMapPropagator
 }
 
 // maxBatch bounds Config.Batch: a batch's ids fill one IN list.
@@ -113,6 +121,9 @@ const maxBatch = 1000
 
 func (c *Config) setDefaults() error {
 	c.Dialect = cmp.Or(c.Dialect, SQLite)
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
 	c.SendTimeout = cmp.Or(c.SendTimeout, 30*time.Second)
 	c.MaxPending = cmp.Or(c.MaxPending, 10_000)
 	c.MaxPendingBytes = cmp.Or(c.MaxPendingBytes, 64<<20)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"time"
 
@@ -87,6 +88,9 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
+	if traced, ok := t.withTraceContext(ctx, m, payload); ok {
+		payload = traced
+	}
 	// The copy sent at the commit, decoded from what the row holds; none
 	// over the bounds, where the row waits for the watchdog.
 	var kept *qmq.Message
@@ -116,6 +120,36 @@ func (t *Tx) Send(ctx context.Context, m *qmq.Message) error {
 		t.mu.Unlock()
 	}
 	return nil
+}
+
+// withTraceContext returns the encoding of m with the span context of ctx
+// in its properties (Config.Propagator), when ctx holds a valid span and m
+// carries no context of its own: the row keeps where the message was
+// made, which the send's span then links to (a send long after, by the
+// watchdog, too). m itself is not changed. A message so near its limits
+// that the context would take it over is kept without it (false), as the
+// Producer does.
+func (t *Tx) withTraceContext(ctx context.Context, m *qmq.Message, payload []byte) ([]byte, bool) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil, false
+	}
+	prop := t.ob.cfg.Propagator
+	carrier := qmq.MessageCarrier(m)
+	for _, f := range prop.Fields() {
+		if carrier.Get(f) != "" {
+			return nil, false
+		}
+	}
+	var c qmq.Message
+	if err := c.UnmarshalBinary(payload); err != nil {
+		return nil, false
+	}
+	prop.Inject(ctx, qmq.MessageCarrier(&c))
+	if t.ob.s.Check(&c) != nil {
+		return nil, false
+	}
+	traced, err := c.MarshalBinary()
+	return traced, err == nil
 }
 
 // hasRoom reports whether the Tx may keep one more message of size bytes

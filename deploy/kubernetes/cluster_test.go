@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,21 +19,21 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/deploy/internal/proctest"
-	"github.com/qmqgo/qmq/test/netproxy"
 )
 
 // pod is one pod of a StatefulSet, run as a process: its qmqd container
 // with the arguments and environment the kubelet would give it.
 type pod struct {
-	name    string
-	ip      string // the loopback address standing for its service's cluster IP
-	podIP   string // the loopback address standing for the pod's own IP, which changes when it is deleted
-	c       *corev1.Container
-	env     []string          // the container's environment, as the kubelet makes it
-	vars    map[string]string // the same, by name
-	proc    *proctest.Proc
-	http    string            // the URL of its HTTP port, on the pod's IP (the probes')
-	proxies []*netproxy.Proxy // its service: the cluster IP's ports forwarded to the pod's IP, as kube-proxy does
+	name  string
+	dns   string // its DNS name under its StatefulSet's headless service
+	n     int    // its number in the cluster, from 1: the last byte of its IPs
+	gen   int    // its generation: the third byte of its IP
+	podIP string // the loopback address standing for the pod's IP, which changes when it is deleted
+	c     *corev1.Container
+	env   []string          // the container's environment, as the kubelet makes it
+	vars  map[string]string // the same, by name
+	proc  *proctest.Proc
+	http  string // the URL of its HTTP port, on the pod's IP (the probes')
 }
 
 var varRef = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -53,67 +53,71 @@ func expand(s string, vars map[string]string) string {
 }
 
 // cluster is the manifests' pods and Job, with what a cluster would give
-// them moved to the test: the namespace's DNS names and the services'
-// cluster IPs to loopback addresses, the volumes to directories.
+// them moved to the test: the pods' IPs to loopback addresses, which the
+// pods' DNS names resolve to through the hosts file (TestMain), the
+// volumes to directories.
 type cluster struct {
 	t      *testing.T
 	m      *manifests
 	dir    string
 	tlsDir string
-	move   *strings.Replacer
 	pods   map[string]*pod
 	order  []string
-}
-
-// loopback is the address standing for a pod whose service has cluster IP
-// ip: 10.96.100.N is 127.0.0.N, so that every pod has its own address and
-// the same ports.
-func loopback(t *testing.T, ip string) string {
-	t.Helper()
-	last := ip[strings.LastIndexByte(ip, '.')+1:]
-	if !strings.HasPrefix(ip, "10.96.100.") {
-		t.Fatalf("cluster IP %s: the test maps 10.96.100.N only", ip)
-	}
-	return "127.0.0." + last
 }
 
 func newCluster(t *testing.T) *cluster {
 	m := load(t)
 	c := &cluster{t: t, m: m, dir: t.TempDir(), pods: map[string]*pod{}}
 	c.tlsDir = filepath.Join(c.dir, "tls")
-	var pairs, ips []string
-	for name, svc := range m.services {
-		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			continue
-		}
-		lo := loopback(t, svc.Spec.ClusterIP)
-		pairs = append(pairs, name+"."+m.namespace+".svc.cluster.local", lo, svc.Spec.ClusterIP, lo)
-		ips = append(ips, lo)
-	}
-	c.move = strings.NewReplacer(pairs...)
-	// The Secret qmq-tls: one node certificate valid at every address.
-	if out, err := proctest.Run(context.Background(), proctest.Bin(t, "qmqctl"),
-		[]string{"tls", "init", "--dir", c.tlsDir, "--node", "node=" + strings.Join(ips, ",")}, nil); err != nil {
-		t.Fatalf("qmqctl tls init: %v: %s", err, out)
-	}
+	var names []string
 	for _, s := range m.statefulSets {
 		for i := range *s.Spec.Replicas {
 			name := fmt.Sprintf("%s-%d", s.Name, i)
-			p := &pod{name: name, ip: loopback(t, m.services[name].Spec.ClusterIP), c: &s.Spec.Template.Spec.Containers[0]}
+			p := &pod{name: name, dns: name + "." + s.Spec.ServiceName + "." + m.namespace + ".svc.cluster.local",
+				n: len(c.order) + 1, c: &s.Spec.Template.Spec.Containers[0]}
 			c.pods[name] = p
 			c.order = append(c.order, name)
 		}
+		if n := "*." + s.Spec.ServiceName + "." + m.namespace + ".svc.cluster.local"; !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	// The Secret qmq-tls: one node certificate valid for every pod's name,
+	// a wildcard under each headless service (the probes, and the test's
+	// reads of /status, dial the pods' IPs without verifying them).
+	if out, err := proctest.Run(context.Background(), proctest.Bin(t, "qmqctl"),
+		[]string{"tls", "init", "--dir", c.tlsDir, "--node", "node=" + strings.Join(names, ",")}, nil); err != nil {
+		t.Fatalf("qmqctl tls init: %v: %s", err, out)
 	}
 	return c
 }
 
-// start starts pod p's qmqd on the pod IP podIP, with the arguments and
-// environment the kubelet would give it there, and points its service at
-// it.
-func (c *cluster) start(p *pod, podIP string) {
+// start starts pods' qmqd, each on a new pod IP of generation gen (the
+// one it has, to start it again on the same), with the arguments and
+// environment the kubelet would give it there, once their DNS names
+// resolve to those IPs, as a headless service's records follow its pods.
+func (c *cluster) start(gen int, pods ...*pod) {
+	c.t.Helper()
+	for _, p := range pods {
+		p.gen, p.podIP = gen, podIP(p, gen)
+	}
+	var hosts []string
+	for _, name := range c.order {
+		if p := c.pods[name]; p.podIP != "" {
+			hosts = append(hosts, p.podIP+" "+p.dns)
+		}
+	}
+	writeHosts(c.t, hosts)
+	for _, p := range pods {
+		c.run(p)
+	}
+}
+
+// run starts pod p's qmqd on its pod IP.
+func (c *cluster) run(p *pod) {
 	t := c.t
 	t.Helper()
-	p.podIP = podIP
+	podIP := p.podIP
 	p.vars = c.environment(p.c, c.m.configMaps["qmq-env"], map[string]string{"metadata.name": p.name, "metadata.namespace": c.m.namespace, "status.podIP": podIP})
 	p.env = nil
 	for k, v := range p.vars {
@@ -129,31 +133,16 @@ func (c *cluster) start(p *pod, podIP string) {
 			p.http = fmt.Sprintf("https://%s:%d", podIP, cp.ContainerPort)
 		}
 	}
-	for _, px := range p.proxies {
-		px.Close()
-	}
-	p.proxies = nil
-	for _, sp := range c.m.services[p.name].Spec.Ports {
-		if sp.TargetPort.IntValue() != 0 && sp.TargetPort.IntValue() != int(sp.Port) {
-			t.Fatalf("service %s: port %d targets %s; the test forwards a port to itself", p.name, sp.Port, sp.TargetPort.String())
-		}
-		px, err := netproxy.New(fmt.Sprintf("%s:%d", p.ip, sp.Port), fmt.Sprintf("%s:%d", podIP, sp.Port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(px.Close)
-		p.proxies = append(p.proxies, px)
-	}
 	p.proc = &proctest.Proc{Name: p.name, Path: proctest.Bin(t, "qmqd"), Args: args, Env: p.env, Log: filepath.Join(c.dir, p.name+".log")}
 	p.proc.Start(t)
 }
 
-// podIP is the loopback address standing for the IP of a pod whose service
-// stands at 127.0.0.N: 127.0.G.N, G the pod's generation (1 for its first
-// start, 3 once deleted, 4 after the whole cluster's restart: compose's
-// test uses 127.0.2.N).
+// podIP is the loopback address standing for the IP of pod number N:
+// 127.0.G.N, G the pod's generation (1 for its first start, 3 once
+// deleted, 4 after the whole cluster's restart: compose's test uses
+// 127.0.2.N), so that every pod has its own address and the same ports.
 func podIP(p *pod, generation int) string {
-	return fmt.Sprintf("127.0.%d.%s", generation, p.ip[strings.LastIndexByte(p.ip, '.')+1:])
+	return fmt.Sprintf("127.0.%d.%d", generation, p.n)
 }
 
 // environment is a container's environment as the kubelet makes it: the
@@ -189,16 +178,16 @@ func (c *cluster) environment(ct *corev1.Container, cm *corev1.ConfigMap, fields
 	return vars
 }
 
-// localize moves an argument of pod's container: names and cluster IPs to
-// loopback, the volumes' mount paths to the test's directories.
+// localize moves an argument of pod's container: the volumes' mount paths
+// to the test's directories. Names stay names: they resolve through the
+// hosts file.
 func (c *cluster) localize(pod, s string) string {
-	s = c.move.Replace(s)
 	s = strings.ReplaceAll(s, "/var/lib/qmq", filepath.Join(c.dir, pod))
-	return strings.ReplaceAll(s, "/etc/qmq/tls", c.tlsDir)
+	return c.localizeEnv(s)
 }
 
 func (c *cluster) localizeEnv(s string) string {
-	return strings.ReplaceAll(c.move.Replace(s), "/etc/qmq/tls", c.tlsDir)
+	return strings.ReplaceAll(s, "/etc/qmq/tls", c.tlsDir)
 }
 
 // join runs the Job's containers as the kubelet would, at once and each
@@ -312,9 +301,11 @@ func (c *cluster) preStop(p *pod) {
 // IPs comes back.
 func TestCluster(t *testing.T) {
 	c := newCluster(t)
+	var all []*pod
 	for _, name := range c.order {
-		c.start(c.pods[name], podIP(c.pods[name], 1)) // podManagementPolicy Parallel: all at once
+		all = append(all, c.pods[name])
 	}
+	c.start(1, all...) // podManagementPolicy Parallel: all at once
 	c.join(time.Now().Add(40 * time.Second))
 	c.ready(30 * time.Second)
 
@@ -328,11 +319,12 @@ func TestCluster(t *testing.T) {
 
 	// A pod "deleted": killed, and started again with its name and volume
 	// but a new pod IP, as a pod rescheduled is. Its group knows it by its
-	// service's cluster IP, so it rejoins with nothing run.
+	// DNS name, which now resolves to the new IP, so it rejoins with nothing
+	// run.
 	killed := c.pods["qmq-g1-0"]
 	killed.proc.Signal(t, syscall.SIGKILL)
 	killed.proc.Wait(t, 10*time.Second)
-	c.start(killed, podIP(killed, 3))
+	c.start(3, killed)
 	c.ready(30 * time.Second)
 	// The Job run again (a new pod added, or by hand): every join succeeds
 	// and changes nothing.
@@ -368,7 +360,7 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader.name, err, leader.proc.Tail())
 		}
 		snd.WaitSent(t, 50) // sends go on while the pod is away
-		c.start(leader, leader.podIP)
+		c.start(leader.gen, leader)
 		c.ready(30 * time.Second)
 		snd.WaitSent(t, 20)
 	}
@@ -376,16 +368,15 @@ func TestCluster(t *testing.T) {
 	t.Logf("%d sends, across the preStop and SIGTERM of g1's and the metaserver group's leaders", snd.Sent())
 
 	// Every pod at once, as in an outage of the whole cluster: killed, and
-	// started again on new pod IPs. No recorded address is a pod's, so the
-	// groups find each other again with nothing run.
-	for _, name := range c.order {
-		c.pods[name].proc.Signal(t, syscall.SIGKILL)
+	// started again on new pod IPs. Every recorded address is a name, so
+	// the groups find each other again at the new IPs with nothing run.
+	for _, p := range all {
+		p.proc.Signal(t, syscall.SIGKILL)
 	}
-	for _, name := range c.order {
-		p := c.pods[name]
+	for _, p := range all {
 		p.proc.Wait(t, 10*time.Second)
-		c.start(p, podIP(p, 4))
 	}
+	c.start(4, all...)
 	c.ready(40 * time.Second)
 	if out, err := c.ctl(seed, "send", "--subject", "orders", "after"); err != nil {
 		t.Fatalf("send after the whole cluster's restart: %v: %s", err, out)

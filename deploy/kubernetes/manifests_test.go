@@ -218,6 +218,7 @@ func TestManifests(t *testing.T) {
 			t.Errorf("group %s has %d nodes, want 3", g, len(pods))
 		}
 	}
+	checkServices(t, m)
 	checkPDBs(t, m)
 	checkJoin(t, m, podsOf)
 }
@@ -265,10 +266,6 @@ func checkStatefulSet(t *testing.T, m *manifests, s *appsv1.StatefulSet, uid int
 	if _, ok := f["--insecure"]; ok {
 		t.Error("--insecure")
 	}
-	dom := ".$(POD_NAMESPACE).svc.cluster.local:"
-	if !strings.HasPrefix(f["--advertise"], "$(POD_NAME)"+dom) || !strings.HasPrefix(f["--raft-advertise"], "$(POD_NAME)"+dom) {
-		t.Errorf("--advertise %s, --raft-advertise %s: want the pod's own service's name", f["--advertise"], f["--raft-advertise"])
-	}
 	port := func(name string) int32 {
 		for _, p := range c.Ports {
 			if p.Name == name {
@@ -277,6 +274,19 @@ func checkStatefulSet(t *testing.T, m *manifests, s *appsv1.StatefulSet, uid int
 		}
 		t.Errorf("no container port %s", name)
 		return 0
+	}
+	// The node advertises its pod's DNS name under the headless service
+	// that governs its StatefulSet, for clients and for Raft: its group
+	// records the name and resolves it at every dial, so the pod is found
+	// under it whatever its IP.
+	name := podDNSName("$(POD_NAME)", s.Spec.ServiceName)
+	for flag, want := range map[string]string{
+		"--advertise":      fmt.Sprintf("%s:%d", name, port("client")),
+		"--raft-advertise": fmt.Sprintf("%s:%d", name, port("raft")),
+	} {
+		if f[flag] != want {
+			t.Errorf("%s %s: want the pod's name under its headless service %s, %s", flag, f[flag], s.Spec.ServiceName, want)
+		}
 	}
 	// The client and HTTP ports on every address of the pod (the probes
 	// dial its IP, kubectl port-forward its loopback); Raft on its IP, the
@@ -351,20 +361,25 @@ func checkStatefulSet(t *testing.T, m *manifests, s *appsv1.StatefulSet, uid int
 	if !secret {
 		t.Error("the volume tls: want the Secret qmq-tls")
 	}
-	// Every pod has a service of its own, with a fixed cluster IP, that
-	// selects it alone and publishes it before it is ready.
-	for i := range *s.Spec.Replicas {
-		pod := fmt.Sprintf("%s-%d", s.Name, i)
-		svc := m.services[pod]
-		if svc == nil || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses ||
-			len(svc.Spec.Selector) != 1 || svc.Spec.Selector["statefulset.kubernetes.io/pod-name"] != pod {
-			t.Errorf("pod %s: want a service of its name with a fixed cluster IP, selecting the pod alone, publishing it not ready", pod)
-			continue
-		}
-		for _, cp := range c.Ports {
-			if !slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Port == cp.ContainerPort }) {
-				t.Errorf("service %s lacks the port %d", pod, cp.ContainerPort)
-			}
+}
+
+// podDNSName is the DNS name a pod of a StatefulSet governed by the
+// headless service svc has, in the pod's namespace: POD.SVC.NAMESPACE.svc.cluster.local.
+func podDNSName(pod, svc string) string {
+	return pod + "." + svc + ".$(POD_NAMESPACE).svc.cluster.local"
+}
+
+// checkServices checks that the only services are the headless ones that
+// govern the StatefulSets: a node's address is its pod's name under one,
+// so no other service (a cluster IP a pod) is needed.
+func checkServices(t *testing.T, m *manifests) {
+	governing := map[string]bool{}
+	for _, s := range m.statefulSets {
+		governing[s.Spec.ServiceName] = true
+	}
+	for name, svc := range m.services {
+		if !governing[name] || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("service %s (cluster IP %q): want only the headless services governing the StatefulSets; the nodes are addressed by their pods' names under those", name, svc.Spec.ClusterIP)
 		}
 	}
 }
@@ -412,8 +427,9 @@ func checkPDBs(t *testing.T, m *manifests) {
 }
 
 // checkJoin checks that the Job joins every node that does not bootstrap,
-// once, with the addresses the node reports: its Raft address, the cluster
-// IP its --raft-advertise resolves to, and its --advertise.
+// once, with the addresses the node reports: exactly its --raft-advertise
+// and its --advertise, its pod's DNS name, with $(POD_NAMESPACE) the same
+// field of the downward API in the Job as in the pod.
 func checkJoin(t *testing.T, m *manifests, podsOf map[string][]string) {
 	j := m.jobs[0]
 	if j.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
@@ -453,9 +469,13 @@ func checkJoin(t *testing.T, m *manifests, podsOf map[string][]string) {
 		if jf["--broker-group"] != groupOf(node) || jf["--addr"] != expand.Replace(nf["--advertise"]) {
 			t.Errorf("container %s: --broker-group %s --addr %s, want %s and %s", c.Name, jf["--broker-group"], jf["--addr"], groupOf(node), expand.Replace(nf["--advertise"]))
 		}
-		_, raftPort, _ := strings.Cut(nf["--raft-advertise"], "svc.cluster.local:")
-		if svc := m.services[pod]; svc == nil || jf["--raft"] != svc.Spec.ClusterIP+":"+raftPort {
-			t.Errorf("container %s: --raft %s: want the cluster IP of the service %s and the port %s", c.Name, jf["--raft"], pod, raftPort)
+		if want := expand.Replace(nf["--raft-advertise"]); jf["--raft"] != want {
+			t.Errorf("container %s: --raft %s: want %s's --raft-advertise, %s (join requires the Raft address the node reports)", c.Name, jf["--raft"], pod, want)
+		}
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+		}) {
+			t.Errorf("container %s: env POD_NAMESPACE: want the downward API's metadata.namespace, as in the pods", c.Name)
 		}
 		var metas []string
 		for _, p := range podsOf["meta"] {

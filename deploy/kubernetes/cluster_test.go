@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -282,20 +283,10 @@ func (c *cluster) ctl(p *pod, args ...string) (string, error) {
 	return proctest.Run(ctx, proctest.Bin(c.t, "qmqctl"), args, p.env)
 }
 
-// preStop runs a pod's preStop hook as the kubelet does: the command as
-// written (exec hooks are not expanded), in the container's environment.
-func (c *cluster) preStop(p *pod) {
-	c.t.Helper()
-	cmd := p.c.Lifecycle.PreStop.Exec.Command
-	if out, err := proctest.Run(context.Background(), proctest.Bin(c.t, cmd[0]), cmd[1:], p.env); err != nil {
-		c.t.Fatalf("%s's preStop: %v: %s", p.name, err, out)
-	}
-}
-
 // TestCluster runs the StatefulSets' pods and the join Job as processes and
 // checks that the cluster forms and serves, that a pod killed and started
 // again with its identity and data comes back ready, and that a pod
-// stopped as the kubelet stops it (its preStop, then SIGTERM) under a
+// stopped as the kubelet stops it (SIGTERM: it hands leadership over) under a
 // steady stream of sends (g1's leader, then the metaserver group's) costs
 // no send, and that the whole cluster killed at once and started on new pod
 // IPs comes back.
@@ -350,14 +341,13 @@ func TestCluster(t *testing.T) {
 	// g1's leader, then the metaserver group's.
 	for _, group := range []string{"g1", "meta"} {
 		leader := c.leaderOf(group)
-		c.preStop(leader)
-		if l := c.leaderOf(group); l == leader {
-			t.Errorf("%s still leads %s after its preStop", leader.name, group)
-		}
 		leader.proc.Signal(t, syscall.SIGTERM)
 		grace := time.Duration(*c.setOf(leader).Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 		if err := leader.proc.Wait(t, grace); err != nil {
 			t.Errorf("%s exited with %v on SIGTERM, want 0; its log:\n%s", leader.name, err, leader.proc.Tail())
+		}
+		if log, _ := os.ReadFile(leader.proc.Log); !strings.Contains(string(log), "leadership handed over before stopping") {
+			t.Errorf("%s did not hand leadership of %s over on SIGTERM; its log:\n%s", leader.name, group, leader.proc.Tail())
 		}
 		snd.WaitSent(t, 50) // sends go on while the pod is away
 		c.start(leader.gen, leader)
@@ -365,7 +355,7 @@ func TestCluster(t *testing.T) {
 		snd.WaitSent(t, 20)
 	}
 	snd.Check(t)
-	t.Logf("%d sends, across the preStop and SIGTERM of g1's and the metaserver group's leaders", snd.Sent())
+	t.Logf("%d sends, across the SIGTERM of g1's and the metaserver group's leaders", snd.Sent())
 
 	// Every pod at once, as in an outage of the whole cluster: killed, and
 	// started again on new pod IPs. Every recorded address is a name, so

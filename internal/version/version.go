@@ -1,6 +1,8 @@
-// Package version says which build of qmqd and qmqctl is running: the
+// Package version says which build of qmqd and qmqctl is running (the
 // module version, the commit it was built from, and the Go release, as
-// the Go toolchain records them in the binary.
+// the Go toolchain records them in the binary: String), and which version
+// Numbers of the replicated formats and the wire it supports (Min to Max),
+// against which each group's active Number gates what its leader proposes.
 package version
 
 import (

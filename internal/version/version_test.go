@@ -27,3 +27,15 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("String of this test binary: %q names no Go release", s)
 	}
 }
+
+func TestRange(t *testing.T) {
+	if !Supports(Min) || !Supports(Max) || Supports(Max+1) || Supports(0) {
+		t.Errorf("Supports: want exactly %d to %d", Min, Max)
+	}
+	if got := (Range{}).OrV1(); got != (Range{V1, V1}) {
+		t.Errorf("the zero Range is %v, want 1-1 (a node before gates)", got)
+	}
+	if got := Build().OrV1(); got != (Range{Min, Max}) || got.String() != "1-2" {
+		t.Errorf("Build() = %v", got)
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,8 +32,14 @@ type metrics struct {
 	requestSeconds *prometheus.HistogramVec
 	requestErrors  *prometheus.CounterVec
 	// commitSeconds: a command this node proposed, from its proposal to
-	// its being committed and applied here, by command type.
+	// the state machine's beginning to apply it here, by command type.
 	commitSeconds *prometheus.HistogramVec
+	// applySeconds: each command entry's apply, on every node, by command
+	// type; applyByCmd caches its series by type byte, filled on the apply
+	// goroutine (the only one that observes it), so that an entry's
+	// observation takes no lock of the vector's.
+	applySeconds *prometheus.HistogramVec
+	applyByCmd   [256]prometheus.Observer
 }
 
 func newMetrics(n *Node) *metrics {
@@ -75,8 +82,17 @@ func newMetrics(n *Node) *metrics {
 			Name: "qmq_request_errors_total", Help: "Client requests answered with an error, by type and code (NOT_LEADER, INVALID, ...).",
 		}, []string{"type", "code"}),
 		commitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "qmq_commit_seconds",
-			Help:    "Time from this node (as leader) proposing a command to its being committed by a quorum and applied here, by command (append, pull, ack, ...).",
+			Name: "qmq_commit_seconds",
+			Help: "Time from this node (as leader) proposing a command to its state machine beginning to apply it: " +
+				"the wait in Raft's queue, the leader's write and fsync, replication to a quorum and its fsyncs, " +
+				"and any wait for the apply loop (entries before it), by command (append, pull, ack, ...). " +
+				"The apply itself is qmq_apply_seconds.",
+			Buckets: latencyBuckets,
+		}, []string{"command"}),
+		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "qmq_apply_seconds",
+			Help: "Time this node's state machine took to apply one committed entry, on every node (followers too), by command (append, pull, ack, ...); " +
+				"the entries of a batch are timed each, the batch's one flush of the logs to readers in none.",
 			Buckets: latencyBuckets,
 		}, []string{"command"}),
 		delayLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -88,7 +104,7 @@ func newMetrics(n *Node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.requestSeconds, m.requestErrors, m.commitSeconds, subjectCollector{n})
+	m.registry.MustRegister(m.requestSeconds, m.requestErrors, m.commitSeconds, m.applySeconds, subjectCollector{n})
 	m.registry.MustRegister(m.requests, m.messagesIn, m.messagesOut, m.batchSize, m.leaderChanges, m.delaysFired, m.delayLateness, m.sendsRefused, m.nacked, m.expired, groupCollector{n},
 		gauge("qmq_disk_free_bytes", "Free space on the data disk, as the send path last saw it.", func() float64 { _, free := n.disk.full(); return float64(free) }),
 		gauge("qmq_apply_waiting_for_disk", "1 while the state machine waits for disk space before applying.", func() float64 {
@@ -112,6 +128,23 @@ func newMetrics(n *Node) *metrics {
 		"At this node's last election as leader: its wall clock minus the safe estimate of its group's clocks (positive: ahead).",
 		func() float64 { return n.clock.offset().Seconds() }))
 	return m
+}
+
+// applied observes one entry's apply (fsm.Config.OnApplied), on the apply
+// goroutine: its time in qmq_apply_seconds, and when it began for the
+// entry's proposer, if this node proposed it (applyTimes).
+func (n *Node) applied(e *raft.Log, began time.Time, took time.Duration) {
+	if len(e.Data) == 0 {
+		return
+	}
+	n.applyBegan.record(e.Index, began)
+	m, cmd := n.metrics, e.Data[0]
+	o := m.applyByCmd[cmd]
+	if o == nil {
+		o = m.applySeconds.WithLabelValues(fsm.CommandType(cmd).String())
+		m.applyByCmd[cmd] = o
+	}
+	o.Observe(took.Seconds())
 }
 
 // clientListenerMetrics export what the client listener holds and what

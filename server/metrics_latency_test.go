@@ -15,8 +15,8 @@ import (
 )
 
 // /metrics serves the time of each request by type, the errors by type
-// and code, and the time from proposing a command to its commit and
-// apply, by command.
+// and code, the time from proposing a command to the start of its apply,
+// and the time of its apply, by command.
 func TestLatencyMetrics(t *testing.T) {
 	n := startNode(t, "n1", true, nil)
 	waitLeader(t, n)
@@ -54,6 +54,7 @@ func TestLatencyMetrics(t *testing.T) {
 		`qmq_request_seconds_bucket{type="send",le="+Inf"} 2`,
 		`qmq_request_errors_total{code="INVALID",type="ack"} 1`,
 		`qmq_commit_seconds_count{command="append"} 2`,
+		`qmq_apply_seconds_count{command="append"} 2`,
 		`qmq_subjects 4`,
 		`qmq_subject_stored_messages{subject="a"} 3`,
 		`qmq_subject_stored_messages{subject="b"} 2`,
@@ -65,6 +66,51 @@ func TestLatencyMetrics(t *testing.T) {
 	}
 	if strings.Contains(body, `qmq_request_errors_total{code="INVALID",type="send"}`) {
 		t.Error("a send counted as an error")
+	}
+}
+
+// metricsOf returns what n serves at /metrics.
+func metricsOf(t *testing.T, n *Node) string {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A follower times the entries it applies (qmq_apply_seconds), and only
+// the leader, which proposed them, their commit.
+func TestApplyMetricOnFollower(t *testing.T) {
+	nodes := startGroup(t)
+	leader := leaderOf(nodes)
+	gc := clientOf(t, leader.ClientAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprint("m", i), Subject: "s", CreatedAt: 1}}}
+		if _, err := gc.Call(ctx, transport.TypeSend, req.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		waitFor(t, 10*time.Second, n.cfg.ID+" to apply the sends", func() bool { return n.fsm.Applied() >= leader.fsm.Applied() })
+		body := metricsOf(t, n)
+		if want := `qmq_apply_seconds_count{command="append"} 3`; !strings.Contains(body, want) {
+			t.Errorf("%s's /metrics lacks %s", n.cfg.ID, want)
+		}
+		proposed := strings.Contains(body, `qmq_commit_seconds_count{command="append"} 3`)
+		if n == leader && !proposed {
+			t.Errorf("the leader's /metrics lacks its 3 appends' commit times")
+		}
+		if n != leader && strings.Contains(body, `qmq_commit_seconds_count{command="append"}`) {
+			t.Errorf("follower %s observed the commit of appends it did not propose", n.cfg.ID)
+		}
 	}
 }
 

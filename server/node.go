@@ -75,10 +75,12 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := n.listen(cfg.DataDir, cfg.ClientAddr, cfg.AdvertiseAddr, cfg.TLS); err != nil {
 		return nil, err
 	}
+	// The metrics before Raft: the state machine observes each entry it
+	// applies from the first replayed on.
+	n.metrics = newMetrics(n)
 	if err := n.openRaft(); err != nil {
 		return nil, err
 	}
-	n.metrics = newMetrics(n)
 	n.committed = func(cmd byte, d time.Duration) {
 		n.metrics.commitSeconds.WithLabelValues(fsm.CommandType(cmd).String()).Observe(d.Seconds())
 	}
@@ -120,6 +122,7 @@ func (n *Node) openRaft() error {
 	fcfg.Dir = filepath.Join(n.cfg.DataDir, "fsm")
 	fcfg.Logger = n.log
 	fcfg.OnDiskWait, fcfg.OnFatal, fcfg.OnIdentity = n.diskWait, n.storageFailed, n.storeIdentity
+	fcfg.OnApplied = n.applied
 	n.disk = &diskGuard{probe: fcfg.DiskFree, dir: n.cfg.DataDir, min: n.cfg.MinFreeDisk}
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
@@ -145,7 +148,8 @@ func (n *Node) openRaft() error {
 		setMember: func(id, addr string) []byte {
 			return (&fsm.SetMember{ID: id, ClientAddr: addr}).Encode()
 		},
-		joinerOK: n.joinerKnowsBrokerConfig,
+		joinerOK:   n.joinerKnowsBrokerConfig,
+		applyBegan: newApplyTimes(),
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader()})

@@ -29,7 +29,8 @@ func (g *raftGroup) applyAsync(cmd []byte, extensions ...[]byte) raft.ApplyFutur
 }
 
 // timedFuture is a proposal's future with when it was proposed, so that
-// result observes its commit time (raftGroup.committed).
+// result observes its commit time (raftGroup.committed): from then to when
+// the state machine began applying it here (raftGroup.applyBegan).
 type timedFuture struct {
 	raft.ApplyFuture
 	start time.Time
@@ -64,8 +65,10 @@ func (g *raftGroup) proposeWith(ctx context.Context, cmd, extensions []byte) (an
 // result unpacks a finished apply future.
 func (g *raftGroup) result(f raft.ApplyFuture) (any, error) {
 	err := f.Error()
-	if tf, ok := f.(*timedFuture); ok && err == nil {
-		g.committed(tf.cmd, time.Since(tf.start))
+	if tf, ok := f.(*timedFuture); ok && err == nil && g.applyBegan != nil {
+		if began, ok := g.applyBegan.began(f.Index()); ok {
+			g.committed(tf.cmd, began.Sub(tf.start))
+		}
 	}
 	if err != nil {
 		return nil, g.raftError(err)

@@ -58,8 +58,12 @@ type raftGroup struct {
 	leading atomic.Bool
 
 	// committed, if set, observes the time from proposing a command (its
-	// type byte) to its result (propose.go, timedFuture).
+	// type byte) to the state machine's beginning to apply it, as
+	// applyBegan recorded (propose.go, timedFuture).
 	committed func(cmd byte, d time.Duration)
+	// applyBegan, if set, is when the state machine began applying each
+	// recent entry (see applyTimes).
+	applyBegan *applyTimes
 
 	// memberAddr returns a member's client address from the group's state.
 	memberAddr func(id string) string

@@ -108,8 +108,9 @@ func metricNames(exprs []string) []string {
 
 func TestMetricNames(t *testing.T) {
 	got := metricNames([]string{`histogram_quantile(0.99, sum by (le) (rate(qmq_request_seconds_bucket{type="send"}[5m])))`,
-		`max by (subject) (qmq_consumer_group_lag) > 1000 and qmq_raft_last_index - qmq_raft_applied_index`, `qmq_commit_seconds_count`})
-	want := []string{"qmq_commit_seconds", "qmq_consumer_group_lag", "qmq_raft_applied_index", "qmq_raft_last_index", "qmq_request_seconds"}
+		`max by (subject) (qmq_consumer_group_lag) > 1000 and qmq_raft_last_index - qmq_raft_applied_index`, `qmq_commit_seconds_count`,
+		`histogram_quantile(0.99, sum by (command, le) (rate(qmq_apply_seconds_bucket[5m])))`})
+	want := []string{"qmq_apply_seconds", "qmq_commit_seconds", "qmq_consumer_group_lag", "qmq_raft_applied_index", "qmq_raft_last_index", "qmq_request_seconds"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("metricNames: %v, want %v", got, want)
 	}

@@ -45,6 +45,7 @@ import (
 //	  dedup-window uvarint | max-pull uvarint | max-unacked uvarint | segment-size uvarint |
 //	  index-segment-size uvarint | dedup-floor i64
 //	timeline-end u64                                                  (version 6 on)
+//	(stored-bytes uvarint)…        one per subject above, in its order (version 7 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -81,7 +82,14 @@ import (
 // checkpoint is written in it once the timeline holds anything, and an
 // earlier version opens with an empty timeline.
 //
-// Versions 1 to 5 still open. Before version 3 consumers had no epochs:
+// Version 7 adds the bytes of the messages each subject's consume log
+// points at, from its start to its end (subjectLog); a checkpoint is
+// written in it once a subject stores any. An earlier version opens
+// without them, and Open counts them once from the consume logs
+// (countStoredBytes: every retained entry read, 40 bytes of consume log
+// per message).
+//
+// Versions 1 to 6 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
 // opens as epoch i+1. Version 1 (before delayed messages) ends at
@@ -92,7 +100,7 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 6
+const checkpointVersion = 7
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -106,18 +114,34 @@ var ErrBadCheckpoint = errors.New("fsm: malformed checkpoint")
 
 // currentCheckpoint returns the FSM's state and its logs' ends now.
 func (f *FSM) currentCheckpoint() *checkpoint {
-	return &checkpoint{st: f.st, ends: f.store.ends(f.st.hours), dedupFrom: f.dedup.Oldest()}
+	ends := f.store.ends(f.st.hours)
+	ends.consumeBytes = f.store.allStoredBytes()
+	return &checkpoint{st: f.st, ends: ends, dedupFrom: f.dedup.Oldest()}
 }
 
 // encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
-	if c.ends.timeline != 0 {
+	if c.ends.storesBytes() {
 		return c.encodeVersion(checkpointVersion)
+	}
+	if c.ends.timeline != 0 {
+		return c.encodeVersion(6)
 	}
 	if !c.needsVersion5() {
 		return c.encodeVersion(4)
 	}
 	return c.encodeVersion(5)
+}
+
+// storesBytes reports whether a consume log's entries point at any bytes
+// (version 7).
+func (e *logEnds) storesBytes() bool {
+	for _, b := range e.consumeBytes { // a map: any will do
+		if b != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // needsVersion5 reports whether c holds anything version 4 cannot:
@@ -229,6 +253,11 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 	}
 	if version >= 6 {
 		b = binenc.AppendUint64(b, uint64(c.ends.timeline))
+	}
+	if version >= 7 {
+		for _, s := range subjects {
+			b = binenc.AppendUvarint(b, uint64(c.ends.consumeBytes[s]))
+		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -404,9 +433,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	c.ends.messages = r.Int64()
 	c.ends.pulls = r.Int64()
 	c.dedupFrom = r.Int64()
+	var subjects []string // in the order written, for version 7's bytes
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
 		subject := r.String(limits.MaxName)
 		c.ends.consume[subject] = r.Int64()
+		subjects = append(subjects, subject)
 	}
 	for n := r.Count(maxCheckpointItems); n > 0 && r.Err() == nil; n-- {
 		k := groupKey{subject: r.String(limits.MaxName), group: r.String(limits.MaxName)}
@@ -488,6 +519,15 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		if version >= 6 {
 			c.ends.timeline = r.Int64()
 		}
+		if version >= 7 {
+			c.ends.consumeBytes = make(map[string]int64, len(subjects))
+			for _, subject := range subjects {
+				if r.Err() != nil {
+					break
+				}
+				c.ends.consumeBytes[subject] = int64(min(r.Uvarint(), math.MaxInt64))
+			}
+		}
 	} else {
 		// Before version 5 an hour's delayed messages were not counted:
 		// its pending and dispatched records (retries too) bound them.
@@ -516,6 +556,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	if version == 6 && c.ends.timeline == 0 {
 		return nil, fmt.Errorf("%w: version %d holding no timeline", ErrBadCheckpoint, version)
+	}
+	if version == 7 && !c.ends.storesBytes() {
+		return nil, fmt.Errorf("%w: version %d holding no stored bytes", ErrBadCheckpoint, version)
 	}
 	return c, nil
 }

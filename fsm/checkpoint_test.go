@@ -295,6 +295,7 @@ type rawCheckpoint struct {
 	apps                       []byte       // version 5: the applications' lists; default none
 	timelineEnd                uint64       // version 6; default 64
 	timelineZero               bool         // version 6: a timeline end of 0
+	storedBytes                []uint64     // version 7: each subject's; default 100 each
 }
 
 type rawDelayed struct {
@@ -395,9 +396,21 @@ func (r rawCheckpoint) body() []byte {
 		return b
 	}
 	if r.timelineZero {
-		return binenc.AppendUint64(b, 0)
+		b = binenc.AppendUint64(b, 0)
+	} else {
+		b = binenc.AppendUint64(b, cmp.Or(r.timelineEnd, 64))
 	}
-	return binenc.AppendUint64(b, cmp.Or(r.timelineEnd, 64))
+	if version < 7 {
+		return b
+	}
+	for i := range r.subjects {
+		n := uint64(100)
+		if r.storedBytes != nil {
+			n = r.storedBytes[i]
+		}
+		b = binenc.AppendUvarint(b, n)
+	}
+	return b
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -467,6 +480,16 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 	withApps.config = &groupConfig{source: ConfigNode}
 	if b := mustDecodeCheckpoint(t, seal(withApps.body())).encode(); b[0] != checkpointVersion {
 		t.Fatalf("a checkpoint recording applications encodes as version %d", b[0])
+	}
+	// Version 6, before the bytes stored per subject: none recorded (Open
+	// counts them), and a state holding none is written in it again.
+	v6 := valid
+	v6.version = 6
+	if c, err := decodeCheckpoint(seal(v6.body())); err != nil || c.ends.consumeBytes != nil || !bytes.Equal(c.encode(), seal(v6.body())) {
+		t.Fatalf("a version 6 checkpoint: %v", err)
+	}
+	if c := mustDecodeCheckpoint(t, seal(valid.body())); c.ends.consumeBytes["a"] != 100 || c.ends.consumeBytes["b"] != 100 {
+		t.Fatalf("the bytes stored per subject read %v", c.ends.consumeBytes)
 	}
 	v2 := valid
 	v2.version = 2
@@ -601,7 +624,10 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		// States no apply writes, each of which decoded: a state has one
 		// encoding, the one encode() writes.
 		{"version 6 holding no timeline (written as version 5)", mutate(func(r *rawCheckpoint) {
-			r.timelineZero = true
+			r.version, r.timelineZero = 6, true
+		})},
+		{"version 7 holding no stored bytes (written as version 6)", mutate(func(r *rawCheckpoint) {
+			r.storedBytes = []uint64{0, 0}
 		})},
 		{"a timeline ending before its start", mutate(func(r *rawCheckpoint) {
 			r.timelineEnd = 1 << 63

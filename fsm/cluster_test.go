@@ -882,6 +882,9 @@ func (c *clusterT) checkReplicas(t *testing.T, nodes []*clusterNode) {
 		if a, b := stateBytes(ref.fsm), stateBytes(n.fsm); !bytes.Equal(a, b) {
 			t.Fatalf("replicated state differs between %s and %s", ref.id, n.id)
 		}
+		if a, b := storedBytes(t, ref.fsm), storedBytes(t, n.fsm); !maps.Equal(a, b) {
+			t.Fatalf("bytes stored per subject differ: %s %v, %s %v", ref.id, a, n.id, b)
+		}
 		files := clusterDataFiles(t, n)
 		if a, b := slices.Sorted(maps.Keys(refFiles)), slices.Sorted(maps.Keys(files)); !slices.Equal(a, b) {
 			t.Fatalf("log files differ:\n%s: %v\n%s: %v", ref.id, a, n.id, b)

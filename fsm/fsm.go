@@ -351,6 +351,16 @@ func (f *FSM) load(dir string) error {
 		f.store = nil
 		return err
 	}
+	if cp.ends.consumeBytes == nil && len(s.consume) > 0 {
+		start := time.Now()
+		if err := f.countStoredBytes(); err != nil {
+			s.close()
+			f.store = nil
+			return err
+		}
+		f.log.Info("counted the bytes stored per subject, which a checkpoint before version 7 does not record",
+			"subjects", len(s.consume), "took", time.Since(start))
+	}
 	f.applied.Store(cp.st.applied)
 	return nil
 }

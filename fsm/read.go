@@ -225,25 +225,33 @@ func (f *FSM) Consumers() []ConsumerID {
 
 // SubjectStored is how many messages of a subject the replica stores:
 // its consume-log entries kept (retention removes them a segment at a
-// time, so a few may point at messages already gone).
+// time, so a few may point at messages already gone), and the bytes of
+// those same entries' messages (their message-log records' sizes: the
+// encoded message with its record header).
 type SubjectStored struct {
 	Subject  string
 	Messages int64
+	Bytes    int64
 }
 
-// StoredBySubject returns every subject's stored messages, by subject:
-// one look at each consume log's ends, whatever it holds.
+// StoredBySubject returns every subject's stored messages and bytes, by
+// subject: one look at each consume log's ends and at its running count
+// of bytes (kept by apply and retention, recorded in each checkpoint),
+// whatever it holds.
 func (f *FSM) StoredBySubject() []SubjectStored {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.store == nil {
 		return nil
 	}
+	// Between batches: each log's entries and bytes as of the same entry.
+	f.stateMu.RLock()
+	defer f.stateMu.RUnlock()
 	subjects := f.store.subjects()
 	out := make([]SubjectStored, 0, len(subjects))
 	for _, s := range subjects {
 		if cl := f.store.consumeLog(s); cl != nil {
-			out = append(out, SubjectStored{Subject: s, Messages: max(cl.EndSeq()-cl.StartSeq(), 0)})
+			out = append(out, SubjectStored{Subject: s, Messages: max(cl.EndSeq()-cl.StartSeq(), 0), Bytes: f.store.storedBytes(s)})
 		}
 	}
 	return out

@@ -28,6 +28,7 @@ func (f *FSM) retain(now int64) {
 	// checkpoint older than the removal (Open could not cut the logs back to
 	// it), and Open finishes a removal that a crash interrupted.
 	f.st.retainFrom, f.st.removing = keep, true
+	f.retainBytes(keep)
 	must2(f.writeCheckpoint())
 	f.step("checkpoint")
 	f.removeBefore(keep)
@@ -66,6 +67,59 @@ func (f *FSM) removeBefore(keep int64) {
 	must(f.store.pulls.Log().RemoveBefore(oldest * logs.PullRecordSize))
 	f.step("pulls")
 	f.st.removing = false
+}
+
+// retainBytes takes from each subject's stored bytes (subjectLog) those
+// of the consume-log entries removeBefore(keep) will remove, read before
+// anything is removed: the checkpoint retention writes next holds the
+// counts as they will be after the removal, so that a removal Open
+// finishes (on the logs as that checkpoint recorded them, wherever the
+// first run stopped) leaves counts and logs agreeing, and removeBefore
+// itself does not count. It reads the removed consume-log segments only:
+// what it costs is proportional to what retention removes.
+func (f *FSM) retainBytes(keep int64) {
+	start := f.store.messages.Log().KeptFrom(keep) // the message log's start after the removal
+	f.store.mu.RLock()
+	defer f.store.mu.RUnlock()
+	for _, sl := range f.store.consume { // a map: each subject alone
+		cl := sl.cl
+		seq := must(cl.SeqAtOrAfter(start))
+		cut := cl.Log().KeptFrom(seq*logs.ConsumeRecordSize) / logs.ConsumeRecordSize
+		sl.bytes -= must(entryBytes(cl, cl.StartSeq(), cut))
+	}
+}
+
+// entryBytes sums the Size of the consume-log entries from sequence from
+// to before to, reading them a run at a time.
+func entryBytes(cl *logs.ConsumeLog, from, to int64) (int64, error) {
+	const run = 4096
+	var sum int64
+	for seq := from; seq < to; seq += run {
+		es, err := cl.GetRange(seq, int(min(run, to-seq)))
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range es {
+			sum += int64(e.Size)
+		}
+	}
+	return sum, nil
+}
+
+// countStoredBytes counts every subject's stored bytes from its consume
+// log, for a checkpoint that does not record them (before version 7):
+// once, at the first Open of such a checkpoint, reading every retained
+// entry (40 bytes of consume log per message stored); every later
+// checkpoint records them.
+func (f *FSM) countStoredBytes() error {
+	for _, sl := range f.store.consume { // a map: each subject alone; Open only
+		n, err := entryBytes(sl.cl, sl.cl.StartSeq(), sl.cl.EndSeq())
+		if err != nil {
+			return fmt.Errorf("fsm: count the bytes stored per subject: %w", err)
+		}
+		sl.bytes = n
+	}
+	return nil
 }
 
 // finishRemoval makes, on open, the removal and adjustments of retention's

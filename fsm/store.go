@@ -58,9 +58,21 @@ type store struct {
 	tlIndex  *logs.KeyIndex // the timeline's records by message (indexKey, blockKey)
 
 	mu      sync.RWMutex
-	consume map[string]*logs.ConsumeLog
+	consume map[string]*subjectLog
 
 	touched map[*logs.ConsumeLog]struct{} // consume logs appended to since the last flush
+}
+
+// subjectLog is a subject's consume log and the bytes of the messages its
+// entries point at (their Size, the message-log records' sizes), from its
+// start to its next entry: increased by appendConsume, decreased by
+// retention before it removes the log's first segments (retainBytes),
+// recorded with the log's end in each checkpoint (see fsm/DESIGN.md,
+// "Bytes stored per subject"). Written by the writer under the state lock;
+// read under it.
+type subjectLog struct {
+	cl    *logs.ConsumeLog
+	bytes int64
 }
 
 // logEnds records where each log ended when a checkpoint was taken.
@@ -68,9 +80,13 @@ type logEnds struct {
 	messages int64
 	pulls    int64
 	consume  map[string]int64 // by subject
-	journal  int64
-	hours    map[int64]delaywheel.HourEnds // the hours holding delayed messages
-	timeline int64
+	// consumeBytes are the bytes each consume log's entries point at (see
+	// subjectLog), by subject; nil from a checkpoint before version 7,
+	// which did not record them.
+	consumeBytes map[string]int64
+	journal      int64
+	hours        map[int64]delaywheel.HourEnds // the hours holding delayed messages
+	timeline     int64
 }
 
 // openStore opens the logs in dir. It treats everything below ends (from the
@@ -94,7 +110,7 @@ func openStore(dir string, cfg Config, ends *logEnds, deferSyncs bool) (*store, 
 		dir:     dir,
 		files:   files,
 		opts:    logs.Options{SegmentSize: cfg.IndexSegmentSize, Files: files},
-		consume: map[string]*logs.ConsumeLog{},
+		consume: map[string]*subjectLog{},
 		touched: map[*logs.ConsumeLog]struct{}{},
 	}
 	var err error
@@ -132,6 +148,11 @@ func openStore(dir string, cfg Config, ends *logEnds, deferSyncs bool) (*store, 
 		s.close()
 		return nil, err
 	}
+	// After the cut, the bytes recorded with the consume logs' ends (see
+	// FSM.countStoredBytes for a checkpoint that has none).
+	for subject, sl := range s.consume {
+		sl.bytes = ends.consumeBytes[subject]
+	}
 	// After the cut: the indexes cover the logs as they now end.
 	if s.index, err = logs.OpenKeyIndex(s.messages.Log(), filepath.Join(dir, indexDir), messageKeys); err != nil {
 		s.close()
@@ -166,7 +187,7 @@ func (s *store) openConsumeLogs(ends *logEnds) error {
 		if err != nil {
 			return err
 		}
-		s.consume[subject] = cl
+		s.consume[subject] = &subjectLog{cl: cl}
 	}
 	return nil
 }
@@ -179,8 +200,8 @@ func (s *store) truncate(ends *logEnds) error {
 	if err := s.pulls.Log().TruncateTo(ends.pulls); err != nil {
 		return err
 	}
-	for subject, cl := range s.consume {
-		if err := cl.Log().TruncateTo(ends.consume[subject]); err != nil {
+	for subject, sl := range s.consume {
+		if err := sl.cl.Log().TruncateTo(ends.consume[subject]); err != nil {
 			return err
 		}
 	}
@@ -202,8 +223,8 @@ func (s *store) setSegmentSizes(segment, index int64) {
 	s.timeline.SetSegmentSize(index)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, cl := range s.consume { // a map: no order needed
-		cl.Log().SetSegmentSize(index)
+	for _, sl := range s.consume { // a map: no order needed
+		sl.cl.Log().SetSegmentSize(index)
 	}
 }
 
@@ -211,24 +232,59 @@ func (s *store) setSegmentSizes(segment, index int64) {
 func (s *store) consumeLog(subject string) *logs.ConsumeLog {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.consume[subject]
+	if sl := s.consume[subject]; sl != nil {
+		return sl.cl
+	}
+	return nil
 }
 
 // appendConsume appends e to the subject's consume log, creating the log
-// if needed, and returns the entry's sequence. Only the writer calls it.
+// if needed, counts its message's bytes and returns the entry's sequence.
+// Only the writer calls it.
 func (s *store) appendConsume(subject string, e logs.ConsumeEntry) (int64, error) {
-	cl := s.consumeLog(subject)
-	if cl == nil {
-		var err error
-		if cl, err = logs.OpenConsumeLog(filepath.Join(s.dir, consumeDir, subject), s.opts); err != nil {
+	s.mu.RLock()
+	sl := s.consume[subject]
+	s.mu.RUnlock()
+	if sl == nil {
+		cl, err := logs.OpenConsumeLog(filepath.Join(s.dir, consumeDir, subject), s.opts)
+		if err != nil {
 			return 0, err
 		}
+		sl = &subjectLog{cl: cl}
 		s.mu.Lock()
-		s.consume[subject] = cl
+		s.consume[subject] = sl
 		s.mu.Unlock()
 	}
-	s.touched[cl] = struct{}{}
-	return cl.Append(e)
+	s.touched[sl.cl] = struct{}{}
+	seq, err := sl.cl.Append(e)
+	if err == nil {
+		sl.bytes += int64(e.Size)
+	}
+	return seq, err
+}
+
+// allStoredBytes returns every consume log's bytes (see subjectLog), by
+// subject. The writer, or a reader holding the state lock, calls it.
+func (s *store) allStoredBytes() map[string]int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]int64, len(s.consume))
+	for subject, sl := range s.consume { // a map: no order needed
+		out[subject] = sl.bytes
+	}
+	return out
+}
+
+// storedBytes returns the bytes the subject's consume log points at (see
+// subjectLog); 0 if it has none. The writer, or a reader holding the
+// state lock, calls it.
+func (s *store) storedBytes(subject string) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if sl := s.consume[subject]; sl != nil {
+		return sl.bytes
+	}
+	return 0
 }
 
 // subjects returns the subjects with a consume log, sorted.
@@ -263,8 +319,8 @@ func (s *store) ends(hours map[int64]*hourState) *logEnds {
 	e := &logEnds{messages: s.messages.Log().End(), pulls: s.pulls.Log().End(), consume: map[string]int64{},
 		journal: s.journal.Log().End(), hours: map[int64]delaywheel.HourEnds{}, timeline: s.timeline.End()}
 	s.mu.RLock()
-	for subject, cl := range s.consume { // a map: no order needed
-		e.consume[subject] = cl.Log().End()
+	for subject, sl := range s.consume { // a map: no order needed
+		e.consume[subject] = sl.cl.Log().End()
 	}
 	s.mu.RUnlock()
 	for hour := range hours {
@@ -345,8 +401,8 @@ func (s *store) close() error {
 		errs = append(errs, s.journal.Log().Close())
 	}
 	s.mu.Lock()
-	for _, cl := range s.consume {
-		errs = append(errs, cl.Log().Close())
+	for _, sl := range s.consume {
+		errs = append(errs, sl.cl.Log().Close())
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)

@@ -670,10 +670,7 @@ func SegmentFiles(dir string, end int64) ([]SegmentInfo, error) {
 // removed. Readers that still hold a removed segment get ErrRetained.
 func (l *Log) RemoveBefore(off int64) (int, error) {
 	segs := l.segments()
-	n := 0
-	for n < len(segs)-1 && segs[n+1].base <= off {
-		n++
-	}
+	n := removable(segs, off)
 	if n == 0 {
 		return 0, nil
 	}
@@ -687,6 +684,23 @@ func (l *Log) RemoveBefore(off int64) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// KeptFrom returns the start RemoveBefore(off) would leave the log at:
+// the base of the last segment starting at or before off, never past the
+// active one's. Writer only.
+func (l *Log) KeptFrom(off int64) int64 {
+	segs := l.segments()
+	return segs[removable(segs, off)].base
+}
+
+// removable counts the leading segments of segs RemoveBefore(off) removes.
+func removable(segs []*segment, off int64) int {
+	n := 0
+	for n < len(segs)-1 && segs[n+1].base <= off {
+		n++
+	}
+	return n
 }
 
 // Close flushes buffered records and closes every segment file. It does not

@@ -228,10 +228,11 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// subjectCollector exports the messages this replica stores, in all and
-// for the maxSubjectSeries subjects that store most (a series each, so
-// that 10,000 subjects do not make 10,000 series; the rest are summed
-// under subject="").
+// subjectCollector exports the messages and bytes this replica stores, in
+// all and for the maxSubjectSeries subjects that store most messages (a
+// series each, so that 10,000 subjects do not make 10,000 series; the rest
+// are summed under subject=""). Both metrics name the same subjects: the
+// top ones by messages.
 type subjectCollector struct{ n *Node }
 
 var maxSubjectSeries = 100 // tests lower it
@@ -239,11 +240,15 @@ var maxSubjectSeries = 100 // tests lower it
 var (
 	descSubjectStored = prometheus.NewDesc("qmq_subject_stored_messages",
 		"Messages stored of each of the 100 subjects that store most on this replica, and of the others summed (subject=\"\").", []string{"subject"}, nil)
+	descSubjectBytes = prometheus.NewDesc("qmq_subject_stored_bytes",
+		"Bytes stored (message-log records: encoded message and record header) of each of the 100 subjects that store most messages on this replica "+
+			"(the subjects of qmq_subject_stored_messages), and of the others summed (subject=\"\").", []string{"subject"}, nil)
 	descSubjects = prometheus.NewDesc("qmq_subjects", "Subjects this replica stores messages of.", nil, nil)
 )
 
 func (c subjectCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSubjectStored
+	ch <- descSubjectBytes
 	ch <- descSubjects
 }
 
@@ -251,16 +256,19 @@ func (c subjectCollector) Collect(ch chan<- prometheus.Metric) {
 	all := c.n.fsm.StoredBySubject()
 	ch <- prometheus.MustNewConstMetric(descSubjects, prometheus.GaugeValue, float64(len(all)))
 	slices.SortStableFunc(all, func(a, b fsm.SubjectStored) int { return cmp.Compare(b.Messages, a.Messages) })
-	var rest int64
+	var rest fsm.SubjectStored
 	for i, s := range all {
 		if i >= maxSubjectSeries {
-			rest += s.Messages
+			rest.Messages += s.Messages
+			rest.Bytes += s.Bytes
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(descSubjectStored, prometheus.GaugeValue, float64(s.Messages), s.Subject)
+		ch <- prometheus.MustNewConstMetric(descSubjectBytes, prometheus.GaugeValue, float64(s.Bytes), s.Subject)
 	}
 	if len(all) > maxSubjectSeries {
-		ch <- prometheus.MustNewConstMetric(descSubjectStored, prometheus.GaugeValue, float64(rest), "")
+		ch <- prometheus.MustNewConstMetric(descSubjectStored, prometheus.GaugeValue, float64(rest.Messages), "")
+		ch <- prometheus.MustNewConstMetric(descSubjectBytes, prometheus.GaugeValue, float64(rest.Bytes), "")
 	}
 }
 

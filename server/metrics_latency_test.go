@@ -1,16 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -59,6 +62,12 @@ func TestLatencyMetrics(t *testing.T) {
 		`qmq_subject_stored_messages{subject="a"} 3`,
 		`qmq_subject_stored_messages{subject="b"} 2`,
 		`qmq_subject_stored_messages{subject=""} 2`, // c and s
+		// Bytes of the same subjects: a message of a one-letter subject, an
+		// id of two and no body takes 41 bytes in the message log (32
+		// encoded, 9 of record header).
+		`qmq_subject_stored_bytes{subject="a"} 123`,
+		`qmq_subject_stored_bytes{subject="b"} 82`,
+		`qmq_subject_stored_bytes{subject=""} 82`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -112,6 +121,109 @@ func TestApplyMetricOnFollower(t *testing.T) {
 			t.Errorf("follower %s observed the commit of appends it did not propose", n.cfg.ID)
 		}
 	}
+}
+
+// gaugeOf returns the value of the series line (name and labels) in a
+// /metrics body, failing if there is none.
+func gaugeOf(t *testing.T, body, series string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return int64(f)
+		}
+	}
+	t.Fatalf("/metrics lacks %s", series)
+	return 0
+}
+
+// qmq_subject_stored_bytes is the bytes of the messages stored, by the
+// subjects of qmq_subject_stored_messages: exact once retention removed
+// the first consume-log segment of a subject, and after a restart (from
+// retention's checkpoint, the rest replayed).
+func TestSubjectStoredBytesMetric(t *testing.T) {
+	defer func(n int) { maxSubjectSeries = n }(maxSubjectSeries)
+	maxSubjectSeries = 2
+	n := startNode(t, "n1", true, func(c *Config) {
+		c.FSM.SegmentSize, c.FSM.IndexSegmentSize = 1<<20, 64<<10
+		c.FSM.Retention = logs.Retention{MaxBytes: 2 << 20}
+	})
+	waitLeader(t, n)
+	gc := clientOf(t, n.ClientAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(msgs []*message.Message) {
+		t.Helper()
+		if _, err := gc.Call(ctx, transport.TypeSend, (&transport.SendRequest{Messages: msgs}).Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a message's record takes in the message log: every message of
+	// a subject here has the same.
+	recordSize := func(m *message.Message) int64 { return int64(logs.RecordSize(m.EncodedSize())) }
+	small := func(i int) *message.Message {
+		return &message.Message{ID: fmt.Sprintf("s%04d", i), Subject: "small", CreatedAt: 1, Body: []byte("0123456789")}
+	}
+	big := func(i int) *message.Message {
+		return &message.Message{ID: fmt.Sprintf("b%04d", i), Subject: "big", CreatedAt: 1, Body: bytes.Repeat([]byte{'b'}, 100<<10)}
+	}
+	for i := 0; i < 2000; i += 500 {
+		var msgs []*message.Message
+		for j := i; j < i+500; j++ {
+			msgs = append(msgs, small(j))
+		}
+		send(msgs)
+	}
+	send([]*message.Message{{ID: "o1", Subject: "other", CreatedAt: 1}})
+	body := metricsOf(t, n)
+	if got, want := gaugeOf(t, body, `qmq_subject_stored_bytes{subject="small"}`), 2000*recordSize(small(0)); got != want {
+		t.Fatalf("small stores %d bytes, want %d", got, want)
+	}
+	// The first consume-log segment of small holds 65536/40 = 1638 entries,
+	// all of messages in the first message-log segment: 40 big messages
+	// (4 MiB) make retention (2 MiB) remove it, and them.
+	for i := 0; i < 40; i += 5 {
+		send([]*message.Message{big(i), big(i + 1), big(i + 2), big(i + 3), big(i + 4)})
+	}
+	check := func(n *Node) {
+		t.Helper()
+		body := metricsOf(t, n)
+		if got := gaugeOf(t, body, `qmq_subject_stored_messages{subject="small"}`); got != 2000-1638 {
+			t.Fatalf("small stores %d messages, want %d once retention removed its first consume-log segment", got, 2000-1638)
+		}
+		if got, want := gaugeOf(t, body, `qmq_subject_stored_bytes{subject="small"}`), (2000-1638)*recordSize(small(0)); got != want {
+			t.Fatalf("small stores %d bytes, want %d", got, want)
+		}
+		// big's 40 entries share its consume log's one segment: counted
+		// until retention removes the segment, though some of their
+		// messages went (as qmq_subject_stored_messages counts them).
+		if got := gaugeOf(t, body, `qmq_subject_stored_messages{subject="big"}`); got != 40 {
+			t.Fatalf("big stores %d messages, want 40", got)
+		}
+		if got, want := gaugeOf(t, body, `qmq_subject_stored_bytes{subject="big"}`), 40*recordSize(big(0)); got != want {
+			t.Fatalf("big stores %d bytes, want %d", got, want)
+		}
+		// other, the third subject, is summed under subject="".
+		if got, want := gaugeOf(t, body, `qmq_subject_stored_bytes{subject=""}`), recordSize(&message.Message{ID: "o1", Subject: "other", CreatedAt: 1}); got != want {
+			t.Fatalf("the rest store %d bytes, want %d", got, want)
+		}
+	}
+	check(n)
+
+	applied, cfg := n.fsm.Applied(), n.cfg
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	waitFor(t, 10*time.Second, "the restarted node to replay what it applied", func() bool { return r.fsm.Applied() >= applied })
+	check(r)
 }
 
 // The metaserver's leader reports each broker group's availability as

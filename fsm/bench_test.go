@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/qmqgo/qmq/internal/message"
@@ -26,7 +27,9 @@ func benchmarkApplyAppend(b *testing.B, size int) { benchmarkApplyAppendFrom(b, 
 // senders (0: none named, as a node's own appends), each sending its
 // share of the batch in one run, as a leader batches their requests.
 func benchmarkApplyAppendFrom(b *testing.B, size, clients int) {
-	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	cfg := DefaultConfig(b.TempDir())
+	cfg.OnApplied = benchOnApplied
+	f := unitOpen(b, cfg)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -64,6 +67,28 @@ func BenchmarkApplyAppend1000Senders(b *testing.B) { benchmarkApplyAppendFrom(b,
 // BenchmarkApplyAppend1000_1KiB: one Append of 1,000 messages of 1 KiB per op.
 func BenchmarkApplyAppend1000_1KiB(b *testing.B) { benchmarkApplyAppend(b, 1<<10) }
 
+// benchOnApplied is the Config.OnApplied of BenchmarkApplyAppend1000 and
+// BenchmarkPullAck: nil, as an FSM without an observer, but in
+// BenchmarkApplyObserved.
+var benchOnApplied func(index uint64, cmd CommandType, began time.Time, took time.Duration)
+
+// BenchmarkApplyObserved: BenchmarkApplyAppend1000 and BenchmarkPullAck
+// with an observer of each entry's apply (what a node's metrics cost the
+// state machine: two clock reads and a call per entry).
+//
+//	go test ./fsm -run '^$' -bench 'ApplyAppend1000$|PullAck/unbounded|ApplyObserved' -count 6
+func BenchmarkApplyObserved(b *testing.B) {
+	var entries int
+	var took time.Duration
+	benchOnApplied = func(_ uint64, _ CommandType, _ time.Time, d time.Duration) { entries, took = entries+1, took+d }
+	defer func() { benchOnApplied = nil }()
+	b.Run("append1000", func(b *testing.B) { benchmarkApplyAppend(b, 128) })
+	b.Run("pullack", func(b *testing.B) { benchmarkPullAck(b, 0) })
+	if entries == 0 || took <= 0 {
+		b.Fatalf("observed %d entries taking %v", entries, took)
+	}
+}
+
 // BenchmarkPullAck: per op, a Pull of 100 entries and the Ack of them,
 // both applied as Raft entries; "bounded", the pull bounded in bytes (as a
 // leader proposes it), reads the entries' sizes.
@@ -77,6 +102,7 @@ func BenchmarkPullAck(b *testing.B) {
 func benchmarkPullAck(b *testing.B, maxBytes int64) {
 	cfg := DefaultConfig(b.TempDir())
 	cfg.DedupWindow = 0 // keep the window (and memory) small across refills
+	cfg.OnApplied = benchOnApplied
 	f := unitOpen(b, cfg)
 	index, available := uint64(0), 0
 	b.ReportAllocs()

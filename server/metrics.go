@@ -133,15 +133,12 @@ func newMetrics(n *Node) *metrics {
 // applied observes one entry's apply (fsm.Config.OnApplied), on the apply
 // goroutine: its time in qmq_apply_seconds, and when it began for the
 // entry's proposer, if this node proposed it (applyTimes).
-func (n *Node) applied(e *raft.Log, began time.Time, took time.Duration) {
-	if len(e.Data) == 0 {
-		return
-	}
-	n.applyBegan.record(e.Index, began)
-	m, cmd := n.metrics, e.Data[0]
+func (n *Node) applied(index uint64, cmd fsm.CommandType, began time.Time, took time.Duration) {
+	n.applyBegan.record(index, began)
+	m := n.metrics
 	o := m.applyByCmd[cmd]
 	if o == nil {
-		o = m.applySeconds.WithLabelValues(fsm.CommandType(cmd).String())
+		o = m.applySeconds.WithLabelValues(cmd.String())
 		m.applyByCmd[cmd] = o
 	}
 	o.Observe(took.Seconds())

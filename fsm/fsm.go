@@ -92,13 +92,13 @@ type Config struct {
 	// OnApplied, if set, is told of every command entry applied (not those
 	// skipped as applied before, nor configuration and no-op entries), on
 	// the apply goroutine right after it: its index and command type, when
-	// the state machine began applying it and how long that took. (Not the
-	// *raft.Log: a pointer handed to a function value escapes, and would
-	// cost an entry built on the stack an allocation.) The entries of a batch are timed
-	// each, one after the other; the batch's single flush of the logs to
-	// readers, after its last entry, is in none. It must not block. For
-	// metrics: the server's qmq_apply_seconds, and the end of
-	// qmq_commit_seconds.
+	// the state machine began applying it and how long that took. The
+	// entries of a batch are timed each, one after the other; the batch's
+	// single flush of the logs to readers, after its last entry, is in
+	// none. It must not block. For metrics: the server's
+	// qmq_apply_seconds, and the end of qmq_commit_seconds. (It is not
+	// handed the *raft.Log: a pointer passed to a function value escapes,
+	// which would cost an entry built on the stack an allocation.)
 	OnApplied func(index uint64, cmd CommandType, began time.Time, took time.Duration)
 	// SyncFault is fault injection, nil in production: if set, every sync
 	// of a checkpoint's data asks it first, and an error it returns is that

@@ -23,8 +23,9 @@ const (
 	V1 Number = 1
 	// V2 adds Append version 3 (each sender's client address),
 	// DeadLetters version 2 (who resent or purged), the timeline of
-	// every message and the checkpoints that record it, and the command
-	// that sets a group's active Number.
+	// every message, the bytes stored per subject, the checkpoints that
+	// record them (versions 6 and 7), and the command that sets a
+	// group's active Number.
 	V2 Number = 2
 
 	// Min is the oldest active Number this build applies.

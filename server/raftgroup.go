@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/qmqgo/qmq/internal/version"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -264,6 +265,8 @@ func (g *raftGroup) lastSnapshot() (index, term uint64, at time.Time) {
 // withSnapshot adds the node's last snapshot to s.
 func (g *raftGroup) withSnapshot(s Status) Status {
 	s.LastSnapshotIndex, s.LastSnapshotTerm, s.LastSnapshotAt = g.lastSnapshot()
+	build := version.Build()
+	s.Versions = &build
 	return s
 }
 

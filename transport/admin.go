@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"github.com/qmqgo/qmq/internal/version"
 	"time"
 )
 
@@ -82,6 +83,30 @@ type Status struct {
 	// Broker nodes only: the broker group's configuration as this node's
 	// replica holds it (absent from nodes of a release without it).
 	BrokerConfig *BrokerConfig `json:"broker_config,omitempty"`
+	// The version Numbers this node's build supports (absent from a node
+	// of a release before version gates, which supports V1 alone:
+	// version.Range.OrV1), and its group's active Number as its replica
+	// holds it (absent while the group records none: V1).
+	Versions      *version.Range `json:"versions,omitempty"`
+	ActiveVersion version.Number `json:"active_version,omitempty"`
+}
+
+// SetVersionRequest asks a group's leader to raise the group's active
+// version Number to Version (TypeSetVersion, JSON; answered with
+// SetVersionResponse), once every member of the group supports it.
+// Group names the broker group, or "meta" for the metaserver group: a
+// metaserver node forwards a request for a broker group to its leader.
+type SetVersionRequest struct {
+	Group   string         `json:"group"`
+	Version version.Number `json:"version"`
+}
+
+// SetVersionResponse is the group's active Number once the request is
+// applied, and the one before it.
+type SetVersionResponse struct {
+	Group    string         `json:"group"`
+	Previous version.Number `json:"previous"`
+	Active   version.Number `json:"active"`
 }
 
 // Member is one member of a broker group.

@@ -134,6 +134,10 @@ const (
 	// subject's by time or from a sequence, without consuming them
 	// (MessagesRequest, JSON; answered with MessagesPage).
 	TypeMessages Type = 36
+	// TypeSetVersion raises a group's active version Number
+	// (SetVersionRequest, JSON; answered with SetVersionResponse): qmqctl
+	// upgrade finalize.
+	TypeSetVersion Type = 37
 )
 
 func (t Type) String() string {
@@ -210,6 +214,8 @@ func (t Type) String() string {
 		return "set-broker-config"
 	case TypeMessages:
 		return "messages"
+	case TypeSetVersion:
+		return "set-version"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -86,6 +86,8 @@ func (n *Node) answer(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleBrokerConfig(p)
 	case transport.TypeSetBrokerConfig:
 		return n.handleSetBrokerConfig(ctx, p)
+	case transport.TypeSetVersion:
+		return n.handleSetVersion(ctx, p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
 		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetConsumerGroup,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete:

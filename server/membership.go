@@ -32,6 +32,8 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	if !g.isLeader() {
 		return nil, g.notLeader()
 	}
+	g.gateMu.Lock()
+	defer g.gateMu.Unlock()
 	if !g.isVoter(req.ID, req.RaftAddr) {
 		// A voter that cannot be reached costs the group its quorum (a
 		// one-node group stops at once), so a mistyped join must fail here.
@@ -93,6 +95,9 @@ func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest)
 		return fmt.Errorf("node %s is a node of group %q, not %q", st.ID, st.Group, g.group)
 	case st.RaftAddr != req.RaftAddr:
 		return fmt.Errorf("node %s listens for Raft on %s, not %s", st.ID, st.RaftAddr, req.RaftAddr)
+	}
+	if err := g.joinerSupportsActive(&st); err != nil {
+		return err
 	}
 	if g.joinerOK != nil {
 		return g.joinerOK(&st)

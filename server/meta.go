@@ -114,6 +114,8 @@ func (g metaGroup) Membership(ctx context.Context, t transport.Type, p []byte) (
 		return g.m.handleLeave(ctx, p)
 	case transport.TypeTransfer:
 		return g.m.handleTransfer(p)
+	case transport.TypeSetVersion:
+		return g.m.handleSetVersion(ctx, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/qmqgo/qmq/internal/version"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,11 @@ type raftGroup struct {
 	// joinerOK, if set, refuses a joining node by its status, besides
 	// the checks every group makes (checkJoiner).
 	joinerOK func(st *transport.Status) error
+	// versions, if set, is how the group's state machine holds its active
+	// version Number (handleSetVersion, joinerSupportsActive); gateMu
+	// keeps a raise of it and a join from interleaving.
+	versions *groupVersions
+	gateMu   sync.Mutex
 }
 
 // raftSetup is how to open a raftGroup.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/qmqgo/qmq/internal/version"
@@ -81,4 +83,86 @@ func (g *raftGroup) askRange(ctx context.Context, id string) (version.Range, err
 		return version.Range{}.OrV1(), nil
 	}
 	return *st.Versions, nil
+}
+
+// handleSetVersion, on the group's leader, raises the group's active
+// version Number to the one asked for (qmqctl upgrade finalize), once
+// every member of the group says its build supports it, and answers with
+// the Number before and after. Asking for the active Number, or one
+// below it, changes nothing (a Number is never lowered). A member that
+// does not answer, or whose build stops short of the Number, refuses the
+// raise, naming it. Joins wait meanwhile (gateMu), so that no node of an
+// older release is added between the check and the raise.
+func (g *raftGroup) handleSetVersion(ctx context.Context, p []byte) ([]byte, error) {
+	var req transport.SetVersionRequest
+	if err := transport.DecodeJSON(p, &req); err != nil {
+		return nil, err
+	}
+	if req.Group != g.group {
+		return nil, transport.Errorf(transport.Invalid, "node %s is of group %s, not %s", g.id, g.group, req.Group)
+	}
+	if !g.isLeader() {
+		return nil, g.notLeader()
+	}
+	if g.versions == nil {
+		return nil, transport.Errorf(transport.Invalid, "group %s holds no version Number", g.group)
+	}
+	if !version.Supports(req.Version) {
+		return nil, transport.Errorf(transport.Invalid, "version %d: this build supports %s", req.Version, version.Build())
+	}
+	g.gateMu.Lock()
+	defer g.gateMu.Unlock()
+	ctx, cancel := g.requestContext(ctx)
+	defer cancel()
+	if err := g.barrier(ctx); err != nil {
+		return nil, g.raftError(err)
+	}
+	prev := g.versions.active()
+	answer := func() ([]byte, error) {
+		return json.Marshal(transport.SetVersionResponse{Group: g.group, Previous: prev, Active: g.versions.active()})
+	}
+	if req.Version <= prev {
+		return answer()
+	}
+	ranges, err := g.memberRanges(ctx)
+	if err != nil {
+		return nil, transport.Errorf(transport.Unavailable, "group %s stays at version %d: %v", g.group, prev, err)
+	}
+	for _, id := range slices.Sorted(maps.Keys(ranges)) {
+		if r := ranges[id]; r.Max < req.Version {
+			return nil, transport.Errorf(transport.Invalid, "group %s stays at version %d: node %s supports versions %s; upgrade it first",
+				g.group, prev, id, r)
+		}
+	}
+	if _, err := g.propose(ctx, g.versions.command(req.Version)); err != nil {
+		return nil, err
+	}
+	g.log.Info("active version raised", "from", prev, "to", req.Version)
+	return answer()
+}
+
+// groupVersions is how a group's state machine holds its active version
+// Number: the Number it records (version.V1 while it records none), and
+// the command that raises it.
+type groupVersions struct {
+	active  func() version.Number
+	command func(version.Number) []byte
+}
+
+// joinerSupportsActive refuses to add a node whose build stops short of
+// the group's active Number: it would stop at the first entry it cannot
+// apply.
+func (g *raftGroup) joinerSupportsActive(st *transport.Status) error {
+	if g.versions == nil {
+		return nil
+	}
+	var r version.Range
+	if st.Versions != nil {
+		r = *st.Versions
+	}
+	if r = r.OrV1(); r.Max < g.versions.active() {
+		return fmt.Errorf("node %s supports versions %s; group %s is at version %d: run a release that supports it",
+			st.ID, r, g.group, g.versions.active())
+	}
+	return nil
 }

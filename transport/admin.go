@@ -94,8 +94,8 @@ type Status struct {
 // SetVersionRequest asks a group's leader to raise the group's active
 // version Number to Version (TypeSetVersion, JSON; answered with
 // SetVersionResponse), once every member of the group supports it.
-// Group names the broker group, or "meta" for the metaserver group: a
-// metaserver node forwards a request for a broker group to its leader.
+// Group names the broker group, or "meta" for the metaserver group; the
+// request goes to that group's nodes, and its leader answers.
 type SetVersionRequest struct {
 	Group   string         `json:"group"`
 	Version version.Number `json:"version"`

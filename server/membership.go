@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,6 +35,15 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	g.gateMu.Lock()
 	defer g.gateMu.Unlock()
+	// Under gateMu, after every entry committed so far is applied here: a
+	// raise of the active version a previous leader committed is then
+	// known to joinerSupportsActive.
+	bctx, bcancel := g.requestContext(ctx)
+	err := g.barrier(bctx)
+	bcancel()
+	if err != nil {
+		return nil, g.raftError(err)
+	}
 	if !g.isVoter(req.ID, req.RaftAddr) {
 		// A voter that cannot be reached costs the group its quorum (a
 		// one-node group stops at once), so a mistyped join must fail here.
@@ -95,6 +105,13 @@ func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest)
 		return fmt.Errorf("node %s is a node of group %q, not %q", st.ID, st.Group, g.group)
 	case st.RaftAddr != req.RaftAddr:
 		return fmt.Errorf("node %s listens for Raft on %s, not %s", st.ID, st.RaftAddr, req.RaftAddr)
+	}
+	// A Raft address by name must resolve now: a voter no member can dial
+	// costs the group a vote.
+	if host, _, _ := net.SplitHostPort(req.RaftAddr); net.ParseIP(strings.Split(host, "%")[0]) == nil {
+		if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+			return fmt.Errorf("its Raft address %s does not resolve: %w", req.RaftAddr, err)
+		}
 	}
 	if err := g.joinerSupportsActive(&st); err != nil {
 		return err

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +37,7 @@ type raftStream struct {
 	server    *tls.Config       // tls's nodes-only server config
 	log       hclog.Logger
 	refusals  *lograte.Limiter // a peer refused in a loop logs once a second
+	lastIP    sync.Map         // a peer's name → the IP it led to at the last dial that connected
 }
 
 func (s *raftStream) Addr() net.Addr { return s.advertise }
@@ -51,26 +53,34 @@ func (a hostAddr) String() string { return string(a) }
 
 // raftAdvertise checks the address a node's group records for it: HOST:PORT
 // with a port, and a host its peers can dial: an IP address other than the
-// unspecified one, or a DNS name, kept as a name.
+// unspecified one (an IPv6 one with its zone), or a DNS name, kept as a
+// name, in lower case and without a trailing dot, so that one node is one
+// address however its name was typed. A name whose last label is all
+// digits is refused: resolvers differ on whether it is an IP address.
 func raftAdvertise(addr string) (net.Addr, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("server: raft address: %w", err)
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
 		return nil, fmt.Errorf("server: raft address %s: the port must be a number from 1 to 65535", addr)
 	}
-	if ip := net.ParseIP(host); ip != nil {
-		if ip.IsUnspecified() {
+	ipPart, zone, _ := strings.Cut(host, "%")
+	if ip := net.ParseIP(ipPart); ip != nil {
+		if ip.IsUnspecified() || (zone != "" && ip.To4() != nil) {
 			return nil, fmt.Errorf("server: raft address %s: give an IP address or a DNS name the other members can dial", addr)
 		}
-		n, _ := strconv.Atoi(port)
-		return &net.TCPAddr{IP: ip, Port: n}, nil
+		return &net.TCPAddr{IP: ip, Port: int(n), Zone: zone}, nil
 	}
-	if !dnsName(host) {
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if !dnsName(name) {
 		return nil, fmt.Errorf("server: raft address %s: %q is neither an IP address nor a DNS name; give one the other members can dial", addr, host)
 	}
-	return hostAddr(net.JoinHostPort(host, port)), nil
+	if last := name[strings.LastIndexByte(name, '.')+1:]; strings.Trim(last, "0123456789") == "" {
+		return nil, fmt.Errorf("server: raft address %s: %q is not an IP address, and a name's last label cannot be all digits", addr, host)
+	}
+	return hostAddr(net.JoinHostPort(name, port)), nil
 }
 
 // dnsName reports whether host is a DNS name: at most 253 bytes of dot-
@@ -96,14 +106,42 @@ func dnsName(host string) bool {
 }
 
 // Dial connects to a peer; over TLS, the handshake is done within
-// timeout too, with the node's current certificate.
+// timeout too, with the node's current certificate. A peer recorded by
+// name is resolved at each dial; when the name cannot be resolved (the
+// resolver down, not the name gone: a *net.DNSError), the peer is dialled
+// at the IP its name last led to, still checked over TLS against the name,
+// so that an outage of DNS does not cut a group's links as they reconnect.
 func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := s.dial(string(addr), "", timeout)
+	host, port, _ := net.SplitHostPort(string(addr))
+	if net.ParseIP(strings.Split(host, "%")[0]) != nil {
+		return c, err
+	}
+	if err == nil {
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			s.lastIP.Store(host, ta.IP.String())
+		}
+		return c, nil
+	}
+	var dnsErr *net.DNSError
+	last, ok := s.lastIP.Load(host)
+	if !errors.As(err, &dnsErr) || !ok {
+		return nil, err
+	}
+	return s.dial(net.JoinHostPort(last.(string), port), host, timeout)
+}
+
+// dial connects to addr; over TLS the server's certificate is checked
+// against name, or addr's host when name is empty.
+func (s *raftStream) dial(addr, name string, timeout time.Duration) (net.Conn, error) {
 	d := s.dialer
 	d.Timeout = timeout
 	if s.tls == nil {
-		return d.Dial("tcp", string(addr))
+		return d.Dial("tcp", addr)
 	}
-	return (&tls.Dialer{NetDialer: &d, Config: s.tls.Client()}).Dial("tcp", string(addr))
+	cfg := s.tls.Client()
+	cfg.ServerName = name
+	return (&tls.Dialer{NetDialer: &d, Config: cfg}).Dial("tcp", addr)
 }
 
 // Accept returns the next connection. Over TLS it does not handshake:

@@ -76,8 +76,8 @@ func (g *raftGroup) askRange(ctx context.Context, id string) (version.Range, err
 	if err := json.Unmarshal(body, &st); err != nil {
 		return version.Range{}, fmt.Errorf("member %s: its status: %w", id, err)
 	}
-	if st.ID != id {
-		return version.Range{}, fmt.Errorf("member %s: %s answers as node %q", id, addr, st.ID)
+	if st.ID != id || st.Group != g.group {
+		return version.Range{}, fmt.Errorf("member %s: %s answers as node %q of group %q", id, addr, st.ID, st.Group)
 	}
 	if st.Versions == nil {
 		return version.Range{}.OrV1(), nil

@@ -182,9 +182,7 @@ func devCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s%s (metaserver %s), http %s, data %s\n",
 				n.ClientAddr(), over, m.ClientAddr(), n.HTTPAddr(), c.String("data"))
-			if waitForSignal(n.Failed()) {
-				handOver(n, logger)
-			}
+			handOver(n, waitForSignal(n.Failed()), logger)
 			return errors.Join(n.FailedErr(), n.Close(), m.Close())
 		},
 	}
@@ -217,8 +215,7 @@ func metaCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: metaserver node %s: clients %s, raft %s, http %s\n", cfg.ID, m.ClientAddr(), cfg.RaftAddr, m.HTTPAddr())
-			waitForSignal(nil)
-			handOver(m, logger)
+			handOver(m, waitForSignal(nil), logger)
 			return m.Close()
 		},
 	}
@@ -272,9 +269,7 @@ func brokerCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: node %s of broker group %s: clients %s, raft %s, http %s\n",
 				cfg.ID, cfg.BrokerGroup, n.ClientAddr(), cfg.RaftAddr, n.HTTPAddr())
-			if waitForSignal(n.Failed()) {
-				handOver(n, logger)
-			}
+			handOver(n, waitForSignal(n.Failed()), logger)
 			return errors.Join(n.FailedErr(), n.Close())
 		},
 	}
@@ -322,30 +317,43 @@ func newLogger(c *cli.Context) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: "qmqd", Level: level, Output: os.Stderr}), nil
 }
 
-// waitForSignal returns on SIGINT or SIGTERM (true), or when failed is
-// closed (the node stopped itself: false).
-func waitForSignal(failed <-chan struct{}) bool {
+// waitForSignal returns on SIGINT or SIGTERM, with the channel that
+// delivers the next one, or nil when failed is closed (the node stopped
+// itself).
+func waitForSignal(failed <-chan struct{}) <-chan os.Signal {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case <-sig:
-		return true
+		return sig
 	case <-failed:
-		return false
+		return nil
 	}
 }
 
 // handOverTimeout bounds the leadership handover of a node asked to stop.
 const handOverTimeout = 10 * time.Second
 
-// handOver, on a node asked to stop that leads its group, hands leadership
-// to another voter before the node closes, within handOverTimeout; a
-// handover that fails is logged and the node stops anyway.
+// handOver, on a node asked to stop (sig, from waitForSignal, not nil)
+// that leads its group, hands leadership to another voter before the node
+// closes, within handOverTimeout; a second signal, or a handover that
+// fails, stops the node without it (the failure logged).
 func handOver(g interface {
 	HandOverLeadership(context.Context) error
-}, logger hclog.Logger) {
+}, sig <-chan os.Signal, logger hclog.Logger) {
+	if sig == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-sig:
+			logger.Warn("a second signal: stopping without waiting for the leadership handover")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if err := g.HandOverLeadership(ctx); err != nil {
 		logger.Warn("stopping without handing leadership over", "error", err)
 	}

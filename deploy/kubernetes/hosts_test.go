@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -13,6 +15,10 @@ import (
 // /etc/hosts, in a mount namespace of its own: TestMain sets it when it
 // starts the binary again there.
 const hostsEnv = "QMQ_KUBERNETES_TEST_HOSTS"
+
+// outerEnv names the mount namespace the tests were started in, which the
+// one they run in must differ from.
+const outerEnv = "QMQ_KUBERNETES_TEST_OUTER_NS"
 
 // baseHosts is what the hosts file holds besides the pods' names.
 const baseHosts = "127.0.0.1 localhost\n::1 localhost\n"
@@ -74,7 +80,12 @@ func inNamespace() int {
 		"sh", "-c", `mount --bind "$1" /etc/hosts && shift && exec "$@"`, "sh", path, exe}, os.Args[1:]...)
 	cmd := exec.Command(unshare, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), hostsEnv+"="+path)
+	outer, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", needs, err)
+		return 1
+	}
+	cmd.Env = append(os.Environ(), hostsEnv+"="+path, outerEnv+"="+outer)
 	// unshare and sh exec the test binary in the same process: it dies
 	// with this one (a timeout's kill), and its nodes with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -98,6 +109,16 @@ func inNamespace() int {
 // checkHosts checks, in the namespace, that /etc/hosts is the file at path
 // (never the machine's: the test writes it), and tells the parent so.
 func checkHosts(path string) error {
+	// Only a file this package made, and only in a mount namespace other
+	// than the machine's (init's), however the variable came to be set.
+	if dir, base := filepath.Split(filepath.Clean(path)); filepath.Clean(dir) != filepath.Clean(os.TempDir()) ||
+		!strings.HasPrefix(base, "qmq-kubernetes-hosts-") {
+		return fmt.Errorf("%s=%s: not a hosts file of this package's", hostsEnv, path)
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if outer := os.Getenv(outerEnv); err != nil || outer == "" || self == outer {
+		return fmt.Errorf("%s: not in a mount namespace of its own (%s, outside %q, %v)", needs, self, outer, err)
+	}
 	a, err := os.Stat("/etc/hosts")
 	if err != nil {
 		return fmt.Errorf("%s: %v", needs, err)

@@ -85,7 +85,7 @@ func (f *FSM) applyAppend(index uint64, c *Append) *AppendResult {
 			sent.appended(c.Senders[i], off)
 		}
 	}
-	if sent != nil && (len(sent.runs) > 0 || len(sent.sched) > 0) {
+	if sent != nil && f.writesTimeline() && (len(sent.runs) > 0 || len(sent.sched) > 0) {
 		f.tlBuf = sent.write(f.store, index, now, f.tlBuf)
 	}
 	return res // ApplyBatch runs retention next

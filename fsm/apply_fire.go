@@ -77,7 +77,7 @@ func (f *FSM) applyFire(index uint64, c *Fire) *FireResult {
 		}
 		res.Fired++
 	}
-	if len(appended) > 0 {
+	if len(appended) > 0 && f.writesTimeline() {
 		f.tlBuf = writeFired(f.store, index, now, appended, f.tlBuf)
 	}
 	return res

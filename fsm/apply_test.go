@@ -504,21 +504,49 @@ func TestApplyRefusesMalformedCommand(t *testing.T) {
 func TestApplyStopsOnUnknownCommand(t *testing.T) {
 	// A command of a type or version this build does not know comes from a
 	// newer leader: replicas that know it apply it, so skipping it would
-	// diverge. The node stops instead, naming the fix.
-	for name, data := range map[string][]byte{
-		"type":    {99, commandVersion, 0, 0, 0, 0, 0, 0, 0, 0},
-		"version": {byte(CmdPull), commandVersion + 7, 0, 0, 0, 0, 0, 0, 0, 0},
+	// diverge. The replica stops instead (no panic), naming the fix.
+	for name, tc := range map[string]struct {
+		data []byte
+		says string
+	}{
+		"type":    {[]byte{99, commandVersion, 0, 0, 0, 0, 0, 0, 0, 0}, "type 99"},
+		"version": {[]byte{byte(CmdPull), commandVersion + 7, 0, 0, 0, 0, 0, 0, 0, 0}, "pull version 8"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := unitFSM(t)
-			defer func() {
-				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "must be upgraded") {
-					t.Fatalf("recovered %v, want a panic asking for an upgrade", r)
+			var fatal []error
+			f := unitFSM(t, func(c *Config) {
+				c.Group = "g1"
+				c.OnFatal = func(err error) { fatal = append(fatal, err) }
+			})
+			appendN(t, f, 1, "s", "m", 1)
+			r := f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: tc.data})
+			err, _ := r.(error)
+			if !errors.Is(err, ErrStopped) || !errors.Is(err, ErrNeedsUpgrade) {
+				t.Fatalf("answered %v, want ErrStopped for ErrNeedsUpgrade", r)
+			}
+			msg := f.Stopped().Error()
+			for _, want := range []string{"entry 2", tc.says, "applies versions 1-2", "broker group g1 is at version 1", "run the release of the group's leader"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("stopped with %q, which does not say %q", msg, want)
 				}
-			}()
-			f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+			}
+			if len(fatal) != 1 || fatal[0] != f.Stopped() {
+				t.Fatalf("OnFatal told %v", fatal)
+			}
+			if f.Applied() != 1 {
+				t.Fatalf("applied %d, want 1: the entry is not applied", f.Applied())
+			}
+			if r := appendAt2(f, 3); !errors.Is(r.(error), ErrStopped) {
+				t.Fatalf("the next entry answered %v, want ErrStopped", r)
+			}
 		})
 	}
+}
+
+// appendAt2 applies an Append of one message at index, answering what
+// Apply does.
+func appendAt2(f *FSM, index uint64) any {
+	return applyAt(f, index, &Append{Now: 1, Messages: []*message.Message{unitMsg("x", "s", 1)}})
 }
 
 func TestReadsDuringApply(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
+	qversion "github.com/qmqgo/qmq/internal/version"
 )
 
 // checkpoint is the FSM's state at one applied index together with where
@@ -46,6 +47,7 @@ import (
 //	  index-segment-size uvarint | dedup-floor i64
 //	timeline-end u64                                                  (version 6 on)
 //	(stored-bytes uvarint)…        one per subject above, in its order (version 7 on)
+//	active-version uvarint                                            (version 8 on)
 //
 // Version 4 adds, to each group, after each redelivery's seq its
 // deliveries uvarint, and after the redeliveries:
@@ -89,7 +91,18 @@ import (
 // (countStoredBytes: every retained entry read, 40 bytes of consume log
 // per message).
 //
-// Versions 1 to 6 still open. Before version 3 consumers had no epochs:
+// Version 8 adds the group's active version Number (SetVersion); a
+// checkpoint is written in it once the state records one (then at V2 or
+// later, the timeline's and the stored bytes' Number, whose fields it
+// holds too, zero as they may be). A group at no recorded Number (V1)
+// writes no timeline and records no stored bytes (FSM.recordsBytes), so
+// its checkpoints stay at version 4 or 5, which the release before
+// version gates reads. An earlier version opens at no Number.
+//
+// A version past this build's does not open: ErrNewerData, which names
+// it (a newer release wrote it).
+//
+// Versions 1 to 7 still open. Before version 3 consumers had no epochs:
 // the list held every consumer ever registered, by number, a reclaimed one
 // as a single 0 byte (and 1 before a live one's fields); consumer number i
 // opens as epoch i+1. Version 1 (before delayed messages) ends at
@@ -100,7 +113,7 @@ type checkpoint struct {
 	dedupFrom int64 // message-log offset to rebuild the dedup window from; -1 for none
 }
 
-const checkpointVersion = 7
+const checkpointVersion = 8
 
 // Limits the decoder holds a checkpoint to.
 const (
@@ -115,14 +128,19 @@ var ErrBadCheckpoint = errors.New("fsm: malformed checkpoint")
 // currentCheckpoint returns the FSM's state and its logs' ends now.
 func (f *FSM) currentCheckpoint() *checkpoint {
 	ends := f.store.ends(f.st.hours)
-	ends.consumeBytes = f.store.allStoredBytes()
+	if f.recordsBytes() {
+		ends.consumeBytes = f.store.allStoredBytes()
+	}
 	return &checkpoint{st: f.st, ends: ends, dedupFrom: f.dedup.Oldest()}
 }
 
 // encode encodes c in the earliest version that holds it (see checkpoint).
 func (c *checkpoint) encode() []byte {
-	if c.ends.storesBytes() {
+	if c.st.version != 0 {
 		return c.encodeVersion(checkpointVersion)
+	}
+	if c.ends.storesBytes() {
+		return c.encodeVersion(7)
 	}
 	if c.ends.timeline != 0 {
 		return c.encodeVersion(6)
@@ -258,6 +276,9 @@ func (c *checkpoint) encodeVersion(version byte) []byte {
 		for _, s := range subjects {
 			b = binenc.AppendUvarint(b, uint64(c.ends.consumeBytes[s]))
 		}
+	}
+	if version >= 8 {
+		b = binenc.AppendUvarint(b, uint64(st.version))
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -423,7 +444,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	r := binenc.NewReader(body)
 	version := r.Byte()
-	if version < 1 || version > checkpointVersion {
+	if version > checkpointVersion {
+		return nil, fmt.Errorf("%w: the checkpoint is of format %d, written by a newer release; this build (qmq %s) reads formats up to %d: run that release, or a newer one",
+			ErrNewerData, version, qversion.String(), checkpointVersion)
+	}
+	if version < 1 {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrBadCheckpoint, version)
 	}
 	st := newState()
@@ -528,6 +553,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 				c.ends.consumeBytes[subject] = int64(min(r.Uvarint(), math.MaxInt64))
 			}
 		}
+		if version >= 8 {
+			st.version = qversion.Number(min(r.Uvarint(), math.MaxUint32))
+		}
 	} else {
 		// Before version 5 an hour's delayed messages were not counted:
 		// its pending and dispatched records (retries too) bound them.
@@ -559,6 +587,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	if version == 7 && !c.ends.storesBytes() {
 		return nil, fmt.Errorf("%w: version %d holding no stored bytes", ErrBadCheckpoint, version)
+	}
+	if version == 8 && st.version == 0 {
+		return nil, fmt.Errorf("%w: version %d holding no active version", ErrBadCheckpoint, version)
 	}
 	return c, nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -296,6 +297,8 @@ type rawCheckpoint struct {
 	timelineEnd                uint64       // version 6; default 64
 	timelineZero               bool         // version 6: a timeline end of 0
 	storedBytes                []uint64     // version 7: each subject's; default 100 each
+	activeVersion              uint64       // version 8; default 2
+	activeZero                 bool         // version 8: an active version of 0
 }
 
 type rawDelayed struct {
@@ -410,7 +413,13 @@ func (r rawCheckpoint) body() []byte {
 		}
 		b = binenc.AppendUvarint(b, n)
 	}
-	return b
+	if version < 8 {
+		return b
+	}
+	if r.activeZero {
+		return binenc.AppendUvarint(b, 0)
+	}
+	return binenc.AppendUvarint(b, cmp.Or(r.activeVersion, 2))
 }
 
 func TestDecodeCheckpointRejects(t *testing.T) {
@@ -511,6 +520,12 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		m(&r)
 		return seal(r.body())
 	}
+	// A format past this build's is not malformed: a newer release wrote
+	// it, and the error says so.
+	if c, err := decodeCheckpoint(seal(append([]byte{checkpointVersion + 1}, valid.body()[1:]...))); c != nil || !errors.Is(err, ErrNewerData) ||
+		errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), "format 9, written by a newer release") || !strings.Contains(err.Error(), "reads formats up to 8") {
+		t.Fatalf("a checkpoint of format 9: %v, %v", c, err)
+	}
 	good := seal(valid.body())
 	for _, tc := range []struct {
 		name string
@@ -520,7 +535,6 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 		{"four bytes", []byte{1, 2, 3, 4}},
 		{"checksum", append(append([]byte(nil), good[:len(good)-1]...), good[len(good)-1]^1)},
 		{"flipped bit", func() []byte { b := bytes.Clone(good); b[9] ^= 1; return b }()},
-		{"version", seal(append([]byte{checkpointVersion + 1}, valid.body()[1:]...))},
 		{"truncated", seal(valid.body()[:len(valid.body())-1])},
 		{"removing neither 0 nor 1", mutate(func(r *rawCheckpoint) { r.removing = 2 })},
 		{"malformed identity", mutate(func(r *rawCheckpoint) { r.identity = "g1/xyz" })},
@@ -627,7 +641,10 @@ func TestDecodeCheckpointRejects(t *testing.T) {
 			r.version, r.timelineZero = 6, true
 		})},
 		{"version 7 holding no stored bytes (written as version 6)", mutate(func(r *rawCheckpoint) {
-			r.storedBytes = []uint64{0, 0}
+			r.version, r.storedBytes = 7, []uint64{0, 0}
+		})},
+		{"version 8 holding no active version (written as version 4 to 7)", mutate(func(r *rawCheckpoint) {
+			r.activeZero = true
 		})},
 		{"a timeline ending before its start", mutate(func(r *rawCheckpoint) {
 			r.timelineEnd = 1 << 63

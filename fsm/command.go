@@ -3,10 +3,12 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // CommandType is the first byte of every Raft command. The values are
@@ -31,6 +33,9 @@ const (
 	// CmdBrokerConfig changes the broker group's configuration
 	// (SetBrokerConfig).
 	CmdBrokerConfig CommandType = 14
+	// CmdSetVersion raises the broker group's active version Number
+	// (SetVersion; see apply_version.go).
+	CmdSetVersion CommandType = 15
 )
 
 func (t CommandType) String() string {
@@ -63,6 +68,8 @@ func (t CommandType) String() string {
 		return "dead-letters"
 	case CmdBrokerConfig:
 		return "broker-config"
+	case CmdSetVersion:
+		return "set-version"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -442,8 +449,14 @@ func (c *Fire) Encode() []byte {
 	return b
 }
 
+// Encode returns the command's bytes.
+func (c *SetVersion) Encode() []byte {
+	return binenc.AppendUvarint(appendHeader(nil, CmdSetVersion, c.Now), uint64(c.Version))
+}
+
 // Decode decodes a command: *Append, *Pull, *Ack, *Reclaim, *SetMember,
-// *Fire, *Forget, *SetBrokerConfig or one of command_consume.go.
+// *Fire, *Forget, *SetBrokerConfig, *SetVersion or one of
+// command_consume.go.
 func Decode(b []byte) (any, error) {
 	r := binenc.NewReader(b)
 	t := CommandType(r.Byte())
@@ -560,6 +573,12 @@ func Decode(b []byte) (any, error) {
 			return nil, err
 		}
 		cmd = c
+	case CmdSetVersion:
+		n := r.Uvarint()
+		if r.Err() == nil && (n == 0 || n > math.MaxUint32) {
+			return nil, fmt.Errorf("%w: set-version: version %d", ErrBadCommand, n)
+		}
+		cmd = &SetVersion{Now: now, Version: version.Number(n)}
 	default:
 		c, ok, err := decodeConsumeCommand(t, now, r)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 const rigStart = int64(1_800_000_000_000)
@@ -26,6 +27,14 @@ type groupRig struct {
 func newGroupRig(t *testing.T, mutate ...func(*Config)) *groupRig {
 	r := &groupRig{t: t, f: unitFSM(t, mutate...), now: rigStart}
 	r.f.OnSchedule(func(e delaywheel.Entry) { r.sched = append(r.sched, e) })
+	return r
+}
+
+// v2 raises the rig's group to version 2 (a SetVersion as the next
+// entry), where the timeline and the stored bytes are recorded.
+func (r *groupRig) v2() *groupRig {
+	r.t.Helper()
+	resultAs[*VersionResult](r.t, r.apply(&SetVersion{Now: r.now, Version: version.V2}))
 	return r
 }
 

@@ -283,6 +283,10 @@ func (f *FSM) stopApplying(err error, fatal bool) {
 		return
 	}
 	switch {
+	case fatal && errors.Is(err, ErrNeedsUpgrade):
+		f.log.Error("an entry this build cannot apply: this replica stops applying; run a release that applies it "+
+			"(it returns to its last checkpoint and replays)", "applied-index", f.applied.Load(), "error", err)
+		f.cfg.OnFatal(err)
 	case fatal && errors.Is(err, ErrOtherHistory):
 		f.log.Error("an entry of another group history: this replica stops applying", "applied-index", f.applied.Load(), "error", err)
 		f.cfg.OnFatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -105,6 +106,16 @@ type Config struct {
 	// sync's, as a disk's lost write-back would be (qmqd
 	// --sync-fault-file).
 	SyncFault func() error
+	// Group is the broker group's name, for the messages of a replica
+	// that stops because it cannot apply the group's entries ("" for
+	// none).
+	Group string
+	// MaxVersion is the newest version Number this replica applies; 0
+	// means this build's, version.Max. A test sets a lower one to play a
+	// replica of an earlier release: it then stops at an entry that needs
+	// a higher Number, as that release would, and refuses to open a state
+	// past it.
+	MaxVersion version.Number
 }
 
 // DefaultConfig returns the defaults documented on Config, for dir.
@@ -120,7 +131,7 @@ func DefaultConfig(dir string) Config {
 		Logger:           hclog.NewNullLogger(),
 		DiskFree:         disk.Free,
 		DiskReserve:      SpaceReserve,
-		OnFatal:          func(err error) { panic(fmt.Sprintf("fsm: storage failed: %v", err)) },
+		OnFatal:          func(err error) { panic(fmt.Sprintf("fsm: stopped applying: %v", err)) },
 	}
 }
 
@@ -213,6 +224,9 @@ type FSM struct {
 
 	applied  atomic.Uint64
 	snapshot atomic.Uint64 // names staging directories
+	// version is st.version (the group's active Number as recorded, 0 for
+	// none), for readers off the apply goroutine.
+	version atomic.Uint32
 
 	checkpointSize int64 // bytes of the last checkpoint written (FSM goroutine only)
 	// syncMu makes the syncs of checkpoints' data, by Persist and by
@@ -322,6 +336,9 @@ func (f *FSM) load(dir string) error {
 	if err != nil {
 		return err
 	}
+	if err := f.checkVersion(cp.st); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, checkpointFile), err)
+	}
 	f.adoptNodeConfig(cp)
 	s, err := openStore(dir, f.storeConfig(cp.st.config.BrokerConfig), cp.ends, f.syncfs)
 	if err != nil {
@@ -364,6 +381,7 @@ func (f *FSM) load(dir string) error {
 			"subjects", len(s.consume), "took", time.Since(start))
 	}
 	f.applied.Store(cp.st.applied)
+	f.version.Store(uint32(cp.st.version))
 	return nil
 }
 
@@ -504,17 +522,23 @@ func (f *FSM) applyEntries(entries []*raft.Log, out []any) {
 func (f *FSM) applyCommand(e *raft.Log) any {
 	cmd, err := Decode(e.Data)
 	if errors.Is(err, ErrUnknownCommand) {
-		panic(fmt.Sprintf("fsm: entry %d: %v: this node must be upgraded to the version of the leader that proposed it", e.Index, err))
+		f.unknownCommand(e, err) // stops the replica, this entry unapplied
 	}
 	if err != nil {
 		// The same bytes fail alike on every replica: refused, nothing changed.
 		return fmt.Errorf("%w: entry %d: %w", ErrInvalid, e.Index, err)
 	}
+	if err := f.gate(e, cmd); err != nil {
+		return err
+	}
 	f.tl.begin(e.Index)
 	res := f.dispatch(e, cmd)
 	// What the command recorded of consumers' events, once it is wholly
-	// applied: a storage failure (a panic) writes nothing more.
-	f.tl.commit(f.store)
+	// applied: a storage failure (a panic) writes nothing more. Below
+	// version 2 the group keeps no timeline.
+	if f.writesTimeline() {
+		f.tl.commit(f.store)
+	}
 	return res
 }
 
@@ -549,6 +573,8 @@ func (f *FSM) dispatch(e *raft.Log, cmd any) any {
 		return f.applyDeadLetters(c)
 	case *SetBrokerConfig:
 		return f.applySetBrokerConfig(e.Index, c)
+	case *SetVersion:
+		return f.applySetVersion(c)
 	}
 	panic(fmt.Sprintf("fsm: entry %d: no handler for %T", e.Index, cmd))
 }

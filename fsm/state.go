@@ -5,6 +5,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // groupKey names a consumer group of a subject: every group gets every
@@ -217,6 +219,9 @@ type state struct {
 	groupsOf map[string]int
 	// config is the broker group's configuration, which apply goes by.
 	config groupConfig
+	// version is the group's active version Number (SetVersion), 0 until
+	// an entry records one: a group formed before version gates, at V1.
+	version version.Number
 }
 
 // hourState is one hour of the schedule log.

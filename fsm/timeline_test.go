@@ -85,7 +85,7 @@ func timelineWorkload(t *testing.T, r *groupRig) (delayedRef uint64) {
 // delivery, the nack with its retry time, the ack, the reclaim, the dead
 // letter and who resent it; a delayed message's due time and its firing.
 func TestTimeline(t *testing.T) {
-	r := newGroupRig(t)
+	r := newGroupRig(t).v2()
 	start := r.now
 	timelineWorkload(t, r)
 	lines, events := timelineOf(t, r.f, "m")
@@ -95,7 +95,7 @@ func TestTimeline(t *testing.T) {
 		"handed-out r/c2 #1", "reclaimed r/c2 #1",
 		"handed-out dl/c3 #1", "nacked dl/c3 #1", "dead-lettered dl/c3 #1", "resent dl/ #1",
 	})
-	if s := events[0]; s.App != "orders" || s.Addr != "10.0.0.7:5000" || s.At != start || s.Index != 1 || s.Due != 0 {
+	if s := events[0]; s.App != "orders" || s.Addr != "10.0.0.7:5000" || s.At != start || s.Index != 2 || s.Due != 0 { // 1 is the SetVersion
 		t.Fatalf("sent event %+v", s)
 	}
 	if n := events[2]; n.Due != start+10 || n.At != start+10 {
@@ -116,7 +116,7 @@ func TestTimeline(t *testing.T) {
 	}
 	lines, events = timelineOf(t, r.f, "d")
 	wantLines(t, "timeline of d", lines, []string{"sent", "fired"})
-	if s := events[0]; s.App != "orders" || s.Addr != "10.0.0.7:5000" || s.At != start || s.Due != start+60_000 || s.Index != 1 {
+	if s := events[0]; s.App != "orders" || s.Addr != "10.0.0.7:5000" || s.At != start || s.Due != start+60_000 || s.Index != 2 {
 		t.Fatalf("sent event of the delayed message %+v", s)
 	}
 	if fe := events[1]; fe.At != start+60_000 || fe.Index != r.idx {
@@ -133,7 +133,7 @@ func TestTimeline(t *testing.T) {
 
 // At most max events are returned, and more says there are others.
 func TestTimelineBounded(t *testing.T) {
-	r := newGroupRig(t)
+	r := newGroupRig(t).v2()
 	r.sendN("s", 1)
 	for i := range 5 {
 		r.pullN("g", fmt.Sprint("c", i), 1)
@@ -160,7 +160,7 @@ func TestTimelineBounded(t *testing.T) {
 // checkpoint), a snapshot restored elsewhere and a rebuilt index all give
 // the same timeline.
 func TestTimelineIdenticalAndDurable(t *testing.T) {
-	a, b := newGroupRig(t), newGroupRig(t)
+	a, b := newGroupRig(t).v2(), newGroupRig(t).v2()
 	timelineWorkload(t, a)
 	timelineWorkload(t, b)
 	want, _ := timelineOf(t, a.f, "m")
@@ -199,7 +199,7 @@ func TestTimelineRetention(t *testing.T) {
 	r := newGroupRig(t, func(c *Config) {
 		c.SegmentSize, c.IndexSegmentSize = 1<<20, 64<<10
 		c.Retention = logs.Retention{MaxBytes: 2 << 20}
-	})
+	}).v2()
 	// Long names fill the timeline's segments about as fast as 16 KiB
 	// messages fill the message log's.
 	g, c := strings.Repeat("g", 200), strings.Repeat("c", 200)
@@ -330,7 +330,7 @@ func BenchmarkTimeline(b *testing.B) {
 // limits.MaxAddr) read back: a record apply writes always decodes, so
 // that a rebuilt index holds the keys apply gave it.
 func TestTimelineRecordsAtTheirLimits(t *testing.T) {
-	r := newGroupRig(t)
+	r := newGroupRig(t).v2()
 	s, g, c := strings.Repeat("s", limits.MaxName), strings.Repeat("g", limits.MaxName), strings.Repeat("c", limits.MaxName)
 	resultAs[*AppendResult](t, r.apply(&Append{Now: r.now, Messages: []*message.Message{unitMsg("m", s, 8)},
 		Apps: []Sender{{App: strings.Repeat("a", limits.MaxName), MaxDelayed: 1, Addr: strings.Repeat("1", limits.MaxAddr)}}, Senders: []int{1}}))

@@ -88,7 +88,11 @@ func (f *FSM) maxVersion() version.Number {
 	return version.Max
 }
 
-// buildRange is what this replica applies, for messages.
+// Supports returns the version Numbers this replica applies: this
+// build's, up to Config.MaxVersion if set. A node advertises it.
+func (f *FSM) Supports() version.Range { return f.buildRange() }
+
+// buildRange is what this replica applies.
 func (f *FSM) buildRange() version.Range {
 	return version.Range{Min: version.Min, Max: f.maxVersion()}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -115,19 +116,34 @@ func (b *batcher) run() {
 
 // senders names in cmd who sends calls' messages (an application, the
 // client's address), each once, when any call says; a batch of none
-// stays as it was written before applications (version 1).
-func senders(cmd *fsm.Append, calls []*sendCall) {
+// stays as it was written before applications (version 1). Without addrs
+// (a group below version 2, whose replicas of the release before it
+// know no Append version 3) the clients' addresses are left out: a
+// sender is its application alone, and one of no application none.
+func senders(cmd *fsm.Append, calls []*sendCall, addrs bool) {
+	from := func(c *sendCall) *fsm.Sender {
+		if c.from == nil || addrs {
+			return c.from
+		}
+		if c.from.App == "" {
+			return nil
+		}
+		s := *c.from
+		s.Addr = ""
+		return &s
+	}
 	var index map[fsm.Sender]int
 	for _, c := range calls {
-		if c.from == nil {
+		f := from(c)
+		if f == nil {
 			continue
 		}
 		if index == nil {
 			index, cmd.Senders = map[fsm.Sender]int{}, make([]int, 0, len(cmd.Messages))
 		}
-		if _, ok := index[*c.from]; !ok {
-			cmd.Apps = append(cmd.Apps, *c.from)
-			index[*c.from] = len(cmd.Apps)
+		if _, ok := index[*f]; !ok {
+			cmd.Apps = append(cmd.Apps, *f)
+			index[*f] = len(cmd.Apps)
 		}
 	}
 	if index == nil {
@@ -135,8 +151,8 @@ func senders(cmd *fsm.Append, calls []*sendCall) {
 	}
 	for _, c := range calls {
 		i := 0
-		if c.from != nil {
-			i = index[*c.from]
+		if f := from(c); f != nil {
+			i = index[*f]
 		}
 		for range c.msgs {
 			cmd.Senders = append(cmd.Senders, i)
@@ -151,7 +167,7 @@ func (b *batcher) commit(calls []*sendCall, count int) {
 		msgs, wire = append(msgs, c.msgs...), append(wire, c.wire...)
 	}
 	cmd := &fsm.Append{Now: b.n.clock.now().UnixMilli(), Messages: msgs, Wire: wire}
-	senders(cmd, calls)
+	senders(cmd, calls, b.n.fsm.ActiveVersion() >= version.V2)
 	future := b.n.applyAsync(cmd.Encode())
 	b.n.metrics.batchSize.Observe(float64(count))
 	go func() {

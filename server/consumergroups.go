@@ -9,6 +9,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -272,8 +273,10 @@ func (n *Node) handleDeadLetterOp(ctx context.Context, p []byte) ([]byte, error)
 		return nil, err
 	}
 	cmd := &fsm.DeadLetters{Subject: req.Subject, ConsumerGroup: req.ConsumerGroup, All: req.All, Seqs: req.Seqs}
-	if acc := accessOf(ctx); acc != nil {
-		cmd.By = acc.who[:min(len(acc.who), fsm.MaxBy)] // for the messages' timelines
+	if acc := accessOf(ctx); acc != nil && n.fsm.ActiveVersion() >= version.V2 {
+		// For the messages' timelines; below version 2 (DeadLetters
+		// version 2) a group keeps none.
+		cmd.By = acc.who[:min(len(acc.who), fsm.MaxBy)]
 	}
 	switch req.Op {
 	case transport.DeadLetterResend:

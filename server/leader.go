@@ -30,6 +30,10 @@ func (n *Node) startLeading(ctx context.Context) {
 	n.goLoop(func() { n.announce(ctx, n.clientAddr) })
 	n.goLoop(func() {
 		if n.caughtUp(ctx) {
+			// A group this node just formed starts at this build's newest
+			// version, before it takes a send: its first messages have
+			// their timelines.
+			n.seedVersion(ctx)
 			n.appliedTerm.Store(term) // refuseSend can look in the state
 		}
 	})

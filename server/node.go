@@ -12,6 +12,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -123,6 +124,7 @@ func (n *Node) openRaft() error {
 	fcfg.Logger = n.log
 	fcfg.OnDiskWait, fcfg.OnFatal, fcfg.OnIdentity = n.diskWait, n.storageFailed, n.storeIdentity
 	fcfg.OnApplied = n.applied
+	fcfg.Group = n.cfg.BrokerGroup
 	n.disk = &diskGuard{probe: fcfg.DiskFree, dir: n.cfg.DataDir, min: n.cfg.MinFreeDisk}
 	if n.fsm, err = fsm.Open(fcfg); err != nil {
 		return err
@@ -150,6 +152,12 @@ func (n *Node) openRaft() error {
 		},
 		joinerOK:   n.joinerKnowsBrokerConfig,
 		applyBegan: newApplyTimes(),
+		versions: &groupVersions{
+			active:  n.fsm.ActiveVersion,
+			command: func(v version.Number) []byte { return (&fsm.SetVersion{Version: v}).Encode() },
+			need:    fsm.CommandNeeds,
+		},
+		build: n.fsm.Supports(),
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader()})

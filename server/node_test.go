@@ -65,6 +65,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 
 func waitLeader(t testing.TB, n *Node) {
 	waitFor(t, 10*time.Second, "leadership", func() bool {
-		return n.isLeader() && n.fsm.MemberAddr(n.cfg.ID) == n.ClientAddr()
+		// A group the node formed takes sends once it set its version.
+		return n.isLeader() && n.fsm.MemberAddr(n.cfg.ID) == n.ClientAddr() && !n.bootstrapped.Load()
 	})
 }

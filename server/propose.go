@@ -16,7 +16,15 @@ import (
 // applyAsync proposes an encoded command, with extensions (nil for none:
 // see fsm.IdentityExtension) on its entry; the one place that calls
 // raft.ApplyLog. Resolve the future with result.
+//
+// It is where every proposal passes the group's version gate (gate): a
+// command needing a Number past the active one is refused here, as an
+// INTERNAL error, and never reaches the log.
 func (g *raftGroup) applyAsync(cmd []byte, extensions ...[]byte) raft.ApplyFuture {
+	if err := g.gate(cmd); err != nil {
+		g.log.Error("a proposal past the group's version gate, refused", "error", err)
+		return refusedFuture{transport.Errorf(transport.Internal, "%v", err)}
+	}
 	var ext []byte
 	if len(extensions) > 0 {
 		ext = extensions[0]
@@ -71,6 +79,10 @@ func (g *raftGroup) result(f raft.ApplyFuture) (any, error) {
 		}
 	}
 	if err != nil {
+		var refused *transport.Error // a proposal the gate refused
+		if errors.As(err, &refused) {
+			return nil, refused
+		}
 		return nil, g.raftError(err)
 	}
 	resp := f.Response()

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"github.com/qmqgo/qmq/internal/version"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
@@ -80,6 +80,14 @@ type raftGroup struct {
 	// keeps a raise of it and a join from interleaving.
 	versions *groupVersions
 	gateMu   sync.Mutex
+	// build, if set, is the version Numbers the node supports, when its
+	// state machine applies fewer than version.Build() (a test's stand-in
+	// for a node of an earlier release); see supports.
+	build version.Range
+	// bootstrapped: open ran raft.BootstrapCluster, so this node formed
+	// the group at this start, and its first term raises the group's
+	// active Number (seedVersion, which clears it).
+	bootstrapped atomic.Bool
 }
 
 // raftSetup is how to open a raftGroup.
@@ -151,6 +159,7 @@ func (g *raftGroup) open(s raftSetup) error {
 		if err := raft.BootstrapCluster(rc, g.store.Logs(), g.store.Stable(), s.snaps, g.trans, cfg); err != nil {
 			return fmt.Errorf("server: bootstrap: %w", err)
 		}
+		g.bootstrapped.Store(true)
 	case empty:
 		// A new member, or a member whose store was emptied: no vote
 		// before it has caught up (see voteGuard).
@@ -271,7 +280,7 @@ func (g *raftGroup) lastSnapshot() (index, term uint64, at time.Time) {
 // withSnapshot adds the node's last snapshot to s.
 func (g *raftGroup) withSnapshot(s Status) Status {
 	s.LastSnapshotIndex, s.LastSnapshotTerm, s.LastSnapshotAt = g.lastSnapshot()
-	build := version.Build()
+	build := g.supports()
 	s.Versions = &build
 	return s
 }

@@ -48,6 +48,9 @@ func (n *Node) sendRefusal() error {
 	if full, free := n.disk.full(); full {
 		return n.diskFullError(free)
 	}
+	if n.bootstrapped.Load() {
+		return transport.Errorf(transport.Unavailable, "broker group %s is new and sets its version first: try again", n.cfg.BrokerGroup)
+	}
 	return nil
 }
 

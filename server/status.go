@@ -33,6 +33,7 @@ func (n *Node) Status() Status {
 		s.Stopped = err.Error()
 	}
 	s.Refusing = n.refusal()
+	s.ActiveVersion = n.fsm.ActiveVersion()
 	c := brokerConfigOut(n.fsm.BrokerConfig())
 	s.BrokerConfig = &c
 	return s

@@ -27,7 +27,7 @@ func (g *raftGroup) memberRanges(ctx context.Context) (map[string]version.Range,
 	}
 	ctx, cancel := context.WithTimeout(ctx, clockReadTimeout)
 	defer cancel()
-	out := map[string]version.Range{g.id: version.Build()}
+	out := map[string]version.Range{g.id: g.supports()}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -147,6 +147,89 @@ func (g *raftGroup) handleSetVersion(ctx context.Context, p []byte) ([]byte, err
 type groupVersions struct {
 	active  func() version.Number
 	command func(version.Number) []byte
+	// need, if set, is the Number an encoded command needs: applyAsync
+	// refuses a proposal past the active Number (gate).
+	need func(cmd []byte) version.Number
+}
+
+// errPastGate is a proposal past the group's active version Number: a
+// proposal site that should have written an earlier format. It never
+// reaches the log.
+var errPastGate = errors.New("server: proposal past the group's active version")
+
+// gate refuses cmd if it needs a Number past the group's active one: the
+// net under the proposal sites, which write only what the active Number
+// allows (batcher.go, consumergroups.go). A replica at that Number would
+// refuse it, and one of an earlier release stop at it.
+func (g *raftGroup) gate(cmd []byte) error {
+	v := g.versions
+	if v == nil || v.need == nil || len(cmd) == 0 {
+		return nil
+	}
+	if need, active := v.need(cmd), v.active(); need > active {
+		return fmt.Errorf("%w: command type %d version %d needs version %d; group %s is at version %d",
+			errPastGate, cmd[0], cmd[1], need, g.group, active)
+	}
+	return nil
+}
+
+// refusedFuture is the answer to a proposal gate refused.
+type refusedFuture struct{ err error }
+
+func (f refusedFuture) Error() error  { return f.err }
+func (f refusedFuture) Index() uint64 { return 0 }
+func (f refusedFuture) Response() any { return nil }
+
+// seedVersion, on the first leader of a group this node bootstrapped at
+// this start (raftGroup.open ran raft.BootstrapCluster), raises the
+// group's active Number to this build's newest: a new group has no member
+// of an earlier release to roll back to. It checks the members as
+// handleSetVersion does (any that joined meanwhile must support it), and
+// runs once: a restart, or a failure, leaves the raise to the operator
+// (qmqctl upgrade finalize). A broker node refuses sends, as retriable,
+// until it ran (sendRefusal), so that a new group's first messages are
+// written at its newest Number.
+func (g *raftGroup) seedVersion(ctx context.Context) {
+	if g.versions == nil || !g.bootstrapped.Load() {
+		return
+	}
+	defer g.bootstrapped.Store(false) // once, raised or not
+	want := g.supports().Max
+	g.gateMu.Lock()
+	defer g.gateMu.Unlock()
+	ctx, cancel := g.requestContext(ctx)
+	defer cancel()
+	if g.versions.active() >= want {
+		return
+	}
+	ranges, err := g.memberRanges(ctx)
+	if err == nil {
+		for _, id := range slices.Sorted(maps.Keys(ranges)) {
+			if r := ranges[id]; r.Max < want {
+				err = fmt.Errorf("node %s supports versions %s", id, r)
+				break
+			}
+		}
+	}
+	if err == nil {
+		_, err = g.propose(ctx, g.versions.command(want))
+	}
+	if err != nil {
+		g.log.Warn("a new group stays at its active version: raise it with qmqctl upgrade finalize",
+			"active", g.versions.active(), "version", want, "error", err)
+		return
+	}
+	g.log.Info("a new group starts at this build's newest version", "version", want)
+}
+
+// supports is the version Numbers this node's build supports, as it
+// advertises them: version.Build(), unless the group's state machine
+// applies fewer (build).
+func (g *raftGroup) supports() version.Range {
+	if g.build.Max != 0 {
+		return g.build
+	}
+	return version.Build()
 }
 
 // joinerSupportsActive refuses to add a node whose build stops short of

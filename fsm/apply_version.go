@@ -170,10 +170,17 @@ func (f *FSM) applySetVersion(c *SetVersion) any {
 
 // checkVersion refuses a state (at Open, or in a snapshot to restore)
 // whose active Number this replica does not apply.
-func (f *FSM) checkVersion(st *state) error {
-	if st.version > f.maxVersion() {
+func (f *FSM) checkVersion(st *state) error { return f.CheckVersion(st.version) }
+
+// CheckVersion returns ErrNewerData, naming the versions, if this replica
+// does not apply a group at active Number n. Open checks its checkpoint's
+// Number with it; a node checks too the SetVersion entries its Raft log
+// holds past the checkpoint, so as to refuse to start rather than stop at
+// the first of them.
+func (f *FSM) CheckVersion(n version.Number) error {
+	if n > f.maxVersion() {
 		return fmt.Errorf("%w: %s's active version is %d; this build (qmq %s) applies versions %s: run a release that supports version %d",
-			ErrNewerData, f.groupName(), st.version, version.String(), f.buildRange(), st.version)
+			ErrNewerData, f.groupName(), n, version.String(), f.buildRange(), n)
 	}
 	return nil
 }

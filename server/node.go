@@ -140,6 +140,9 @@ func (n *Node) openRaft() error {
 	if err := n.fsm.CatchUp(snaps); err != nil {
 		return err
 	}
+	if err := n.checkLogVersions(store); err != nil {
+		return err
+	}
 	if err := n.checkHistory(snaps); err != nil {
 		return err
 	}

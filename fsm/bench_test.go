@@ -30,6 +30,7 @@ func benchmarkApplyAppendFrom(b *testing.B, size, clients int) {
 	cfg := DefaultConfig(b.TempDir())
 	cfg.OnApplied = benchOnApplied
 	f := unitOpen(b, cfg)
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -104,6 +105,7 @@ func benchmarkPullAck(b *testing.B, maxBytes int64) {
 	cfg.DedupWindow = 0 // keep the window (and memory) small across refills
 	cfg.OnApplied = benchOnApplied
 	f := unitOpen(b, cfg)
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	index, available := uint64(0), 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -148,6 +150,7 @@ func benchmarkAppendPull(b *testing.B, maxBytes int64) {
 	cfg := DefaultConfig(b.TempDir())
 	cfg.DedupWindow = 0
 	f := unitOpen(b, cfg)
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	index := uint64(0)
 	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand,
 		Data: (&Pull{Now: 1, Subject: "bench", ConsumerGroup: "g", Consumer: "c", Max: 1, Start: StartEarliest}).Encode()})
@@ -192,6 +195,7 @@ func BenchmarkApplyFire1000(b *testing.B) {
 	cfg := DefaultConfig(b.TempDir())
 	cfg.DedupWindow = 0
 	f := unitOpen(b, cfg)
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	const hour = int64(498_898)
 	body := make([]byte, 128)
 	index := uint64(0)
@@ -225,6 +229,7 @@ func BenchmarkApplyFire1000(b *testing.B) {
 // message lands in a different hour of the schedule.
 func BenchmarkApplyAppendSpread1000(b *testing.B) {
 	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	const hour = int64(498_898)
 	body := make([]byte, 128)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -254,6 +259,7 @@ func BenchmarkApplyAppendSpread1000(b *testing.B) {
 func BenchmarkSnapshotScheduleHours(b *testing.B) {
 	const hours = 2000
 	f := unitOpen(b, DefaultConfig(b.TempDir()))
+	atV2(f) // the costs of this release: the timeline, the stored bytes
 	now := int64(498_898) * 3_600_000
 	msgs := make([]*message.Message, hours)
 	for i := range msgs {

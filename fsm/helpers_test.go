@@ -21,6 +21,7 @@ import (
 	"github.com/qmqgo/qmq/delaywheel"
 	"github.com/qmqgo/qmq/fsm/snapshot"
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/logs"
 )
 
@@ -56,6 +57,16 @@ func unitFSM(tb testing.TB, mutate ...func(*Config)) *FSM {
 		m(&cfg)
 	}
 	return unitOpen(tb, cfg)
+}
+
+// atV2 raises f's group to version 2 as a SetVersion applied before its
+// first entry would (no entry: the indexes a benchmark applies at stay
+// its own), for benchmarks of what apply costs at this release's newest
+// version (the timeline, the stored bytes).
+func atV2(f *FSM) {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	f.applySetVersion(&SetVersion{Version: version.V2})
 }
 
 // encoder is every command.

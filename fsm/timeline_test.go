@@ -292,6 +292,7 @@ func BenchmarkTimeline(b *testing.B) {
 	cfg := DefaultConfig(b.TempDir()) // the segment sizes of a broker group's defaults
 	cfg.DedupWindow = 0
 	f := unitOpen(b, cfg)
+	atV2(f)
 	idx, now := uint64(0), int64(1_800_000_000_000)
 	apply := func(c encoder) any { idx++; return applyAt(f, idx, c) }
 	const n, groups = 20_000, 4

@@ -269,3 +269,41 @@ func TestNewGroupStartsAtTheNewestVersion(t *testing.T) {
 		t.Fatalf("start on a checkpoint at version 2 refused with %v", err)
 	}
 }
+
+// Below V2 a batch names its senders' applications and not their
+// addresses: an Append of version 2 with applications, 1 without, each
+// application once however many addresses it sent from; at V2 an
+// application at each address (version 3).
+func TestSendersLeaveAddressesOutBelowV2(t *testing.T) {
+	msg := func(id string) []*message.Message { return []*message.Message{{ID: id, Subject: "s", Body: []byte("x")}} }
+	calls := []*sendCall{
+		{msgs: msg("a"), from: &fsm.Sender{App: "orders", MaxDelayed: 5, Addr: "10.0.0.1:1"}},
+		{msgs: msg("b"), from: &fsm.Sender{Addr: "10.0.0.2:2"}},
+		{msgs: msg("c"), from: &fsm.Sender{App: "orders", MaxDelayed: 5, Addr: "10.0.0.3:3"}},
+		{msgs: msg("d")},
+	}
+	for _, tc := range []struct {
+		addrs   bool
+		version byte
+		apps    []fsm.Sender
+		senders []int
+	}{
+		{false, 2, []fsm.Sender{{App: "orders", MaxDelayed: 5}}, []int{1, 0, 1, 0}},
+		{true, 3, []fsm.Sender{{App: "orders", MaxDelayed: 5, Addr: "10.0.0.1:1"}, {Addr: "10.0.0.2:2"}, {App: "orders", MaxDelayed: 5, Addr: "10.0.0.3:3"}}, []int{1, 2, 3, 0}},
+	} {
+		cmd := &fsm.Append{}
+		for _, c := range calls {
+			cmd.Messages = append(cmd.Messages, c.msgs...)
+		}
+		senders(cmd, calls, tc.addrs)
+		if b := cmd.Encode(); b[1] != tc.version || fmt.Sprint(cmd.Apps) != fmt.Sprint(tc.apps) || fmt.Sprint(cmd.Senders) != fmt.Sprint(tc.senders) {
+			t.Fatalf("addresses %v: version %d, apps %v, senders %v", tc.addrs, b[1], cmd.Apps, cmd.Senders)
+		}
+	}
+	// No application and no address named: version 1.
+	cmd := &fsm.Append{Messages: msg("e")}
+	senders(cmd, []*sendCall{{msgs: msg("e"), from: &fsm.Sender{Addr: "10.0.0.2:2"}}}, false)
+	if b := cmd.Encode(); b[1] != 1 || cmd.Senders != nil {
+		t.Fatalf("a batch of addresses alone below V2: version %d, senders %v", b[1], cmd.Senders)
+	}
+}

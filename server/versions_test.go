@@ -275,7 +275,9 @@ func TestNewGroupStartsAtTheNewestVersion(t *testing.T) {
 // application once however many addresses it sent from; at V2 an
 // application at each address (version 3).
 func TestSendersLeaveAddressesOutBelowV2(t *testing.T) {
-	msg := func(id string) []*message.Message { return []*message.Message{{ID: id, Subject: "s", Body: []byte("x")}} }
+	msg := func(id string) []*message.Message {
+		return []*message.Message{{ID: id, Subject: "s", Body: []byte("x")}}
+	}
 	calls := []*sendCall{
 		{msgs: msg("a"), from: &fsm.Sender{App: "orders", MaxDelayed: 5, Addr: "10.0.0.1:1"}},
 		{msgs: msg("b"), from: &fsm.Sender{Addr: "10.0.0.2:2"}},

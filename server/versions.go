@@ -163,7 +163,7 @@ var errPastGate = errors.New("server: proposal past the group's active version")
 // refuse it, and one of an earlier release stop at it.
 func (g *raftGroup) gate(cmd []byte) error {
 	v := g.versions
-	if v == nil || v.need == nil || len(cmd) == 0 {
+	if v == nil || v.need == nil || len(cmd) < 2 {
 		return nil
 	}
 	if need, active := v.need(cmd), v.active(); need > active {

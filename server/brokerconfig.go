@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/wait"
@@ -123,30 +120,7 @@ func (n *Node) keepSeeding(ctx context.Context, logged *bool) {
 // release answers UNKNOWN_TYPE): the command that sets it would stop such
 // a node. It returns the first voter that does not, or cannot be asked.
 func (n *Node) votersKnowBrokerConfig(ctx context.Context) error {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return fmt.Errorf("server: reading the group's configuration: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, clockReadTimeout)
-	defer cancel()
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter || string(s.ID) == n.cfg.ID {
-			continue
-		}
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			err := n.askBrokerConfig(ctx, id)
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
-		}(string(s.ID))
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return n.askOthers(ctx, true, n.askBrokerConfig)
 }
 
 // askBrokerConfig asks voter id for its broker group configuration.

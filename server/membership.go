@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -108,7 +107,7 @@ func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest)
 	}
 	// A Raft address by name must resolve now: a voter no member can dial
 	// costs the group a vote.
-	if host, _, _ := net.SplitHostPort(req.RaftAddr); net.ParseIP(strings.Split(host, "%")[0]) == nil {
+	if host, _, _ := net.SplitHostPort(req.RaftAddr); !ipHost(host) {
 		if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
 			return fmt.Errorf("its Raft address %s does not resolve: %w", req.RaftAddr, err)
 		}

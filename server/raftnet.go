@@ -83,6 +83,13 @@ func raftAdvertise(addr string) (net.Addr, error) {
 	return hostAddr(net.JoinHostPort(name, port)), nil
 }
 
+// ipHost reports whether the host of a Raft address is an IP address (an
+// IPv6 one possibly with its zone), not a name.
+func ipHost(host string) bool {
+	ip, _, _ := strings.Cut(host, "%")
+	return net.ParseIP(ip) != nil
+}
+
 // dnsName reports whether host is a DNS name: at most 253 bytes of dot-
 // separated labels of 1 to 63 letters, digits and hyphens, none starting
 // or ending with a hyphen (a trailing dot allowed).
@@ -114,7 +121,7 @@ func dnsName(host string) bool {
 func (s *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	c, err := s.dial(string(addr), "", timeout)
 	host, port, _ := net.SplitHostPort(string(addr))
-	if net.ParseIP(strings.Split(host, "%")[0]) != nil {
+	if ipHost(host) {
 		return c, err
 	}
 	if err == nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -21,39 +23,53 @@ import (
 // error names each member that could not be asked: a raise of the group's
 // active Number must not go past a member nobody heard from.
 func (g *raftGroup) memberRanges(ctx context.Context) (map[string]version.Range, error) {
+	out := map[string]version.Range{g.id: g.supports()}
+	var mu sync.Mutex
+	err := g.askOthers(ctx, false, func(ctx context.Context, id string) error {
+		r, err := g.askRange(ctx, id)
+		if err == nil {
+			mu.Lock()
+			out[id] = r
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("server: %w", err)
+	}
+	return out, nil
+}
+
+// askOthers runs ask for every other server of the group's configuration
+// (voters only, if votersOnly), all at once within clockReadTimeout, and
+// returns every error they gave, joined.
+func (g *raftGroup) askOthers(ctx context.Context, votersOnly bool, ask func(ctx context.Context, id string) error) error {
 	f := g.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return nil, fmt.Errorf("server: reading the group's configuration: %w", err)
+		return fmt.Errorf("server: reading the group's configuration: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, clockReadTimeout)
 	defer cancel()
-	out := map[string]version.Range{g.id: g.supports()}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
-		if id == g.id {
+		if id == g.id || (votersOnly && s.Suffrage != raft.Voter) {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := g.askRange(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
+			if err := ask(ctx, id); err != nil {
+				mu.Lock()
 				errs = append(errs, err)
-				return
+				mu.Unlock()
 			}
-			out[id] = r
 		}()
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		return out, fmt.Errorf("server: %w", errors.Join(errs...))
-	}
-	return out, nil
+	return errors.Join(errs...)
 }
 
 // askRange asks member id for its status and returns the range it says its
@@ -124,21 +140,30 @@ func (g *raftGroup) handleSetVersion(ctx context.Context, p []byte) ([]byte, err
 	if req.Version <= prev {
 		return answer()
 	}
-	ranges, err := g.memberRanges(ctx)
-	if err != nil {
-		return nil, transport.Errorf(transport.Unavailable, "group %s stays at version %d: %v", g.group, prev, err)
-	}
-	for _, id := range slices.Sorted(maps.Keys(ranges)) {
-		if r := ranges[id]; r.Max < req.Version {
-			return nil, transport.Errorf(transport.Invalid, "group %s stays at version %d: node %s supports versions %s; upgrade it first",
-				g.group, prev, id, r)
-		}
-	}
-	if _, err := g.propose(ctx, g.versions.command(req.Version)); err != nil {
+	if err := g.raiseTo(ctx, req.Version); err != nil {
 		return nil, err
 	}
 	g.log.Info("active version raised", "from", prev, "to", req.Version)
 	return answer()
+}
+
+// raiseTo proposes the raise of the group's active Number to want once
+// every member says its build supports it: UNAVAILABLE if one cannot be
+// asked, INVALID naming the first (by id) that stops short. The caller
+// holds gateMu.
+func (g *raftGroup) raiseTo(ctx context.Context, want version.Number) error {
+	ranges, err := g.memberRanges(ctx)
+	if err != nil {
+		return transport.Errorf(transport.Unavailable, "group %s stays at version %d: %v", g.group, g.versions.active(), err)
+	}
+	for _, id := range slices.Sorted(maps.Keys(ranges)) {
+		if r := ranges[id]; r.Max < want {
+			return transport.Errorf(transport.Invalid, "group %s stays at version %d: node %s supports versions %s; upgrade it first",
+				g.group, g.versions.active(), id, r)
+		}
+	}
+	_, err = g.propose(ctx, g.versions.command(want))
+	return err
 }
 
 // groupVersions is how a group's state machine holds its active version
@@ -202,19 +227,7 @@ func (g *raftGroup) seedVersion(ctx context.Context) {
 	if g.versions.active() >= want {
 		return
 	}
-	ranges, err := g.memberRanges(ctx)
-	if err == nil {
-		for _, id := range slices.Sorted(maps.Keys(ranges)) {
-			if r := ranges[id]; r.Max < want {
-				err = fmt.Errorf("node %s supports versions %s", id, r)
-				break
-			}
-		}
-	}
-	if err == nil {
-		_, err = g.propose(ctx, g.versions.command(want))
-	}
-	if err != nil {
+	if err := g.raiseTo(ctx, want); err != nil {
 		g.log.Warn("a new group stays at its active version: raise it with qmqctl upgrade finalize",
 			"active", g.versions.active(), "version", want, "error", err)
 		return

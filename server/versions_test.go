@@ -309,3 +309,34 @@ func TestSendersLeaveAddressesOutBelowV2(t *testing.T) {
 		t.Fatalf("a batch of addresses alone below V2: version %d, senders %v", b[1], cmd.Senders)
 	}
 }
+
+// A set-version request at and past each of its limits: a Number of 0 or
+// past this build's newest, a group that is not the node's and a payload
+// that is not JSON are refused, naming what is wrong; the active Number,
+// or one below it, changes nothing.
+func TestSetVersionRequestLimits(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	c := clientOf(t, n.ClientAddr())
+	for _, tc := range []struct {
+		req  string
+		want string
+	}{
+		{`{"group":"g1","version":0}`, "version 0: this build supports 1-2"},
+		{fmt.Sprintf(`{"group":"g1","version":%d}`, version.Max+1), fmt.Sprintf("version %d: this build supports", version.Max+1)},
+		{`{"group":"g2","version":2}`, "node n1 is of group g1, not g2"},
+		{`{"group":"g1","version":"2"}`, "INVALID"},
+		{`not json`, "INVALID"},
+	} {
+		_, err := c.Call(ctxFor(t, 10*time.Second), transport.TypeSetVersion, []byte(tc.req))
+		if err == nil || transport.CodeOf(err) != transport.Invalid || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("set-version %s: %v; want INVALID saying %q", tc.req, err, tc.want)
+		}
+	}
+	for _, v := range []version.Number{version.V1, version.Max} {
+		resp, err := setVersion(t, c, v)
+		if err != nil || resp.Previous != version.Max || resp.Active != version.Max {
+			t.Errorf("set-version %d on a group at %d: %+v, %v; want it unchanged", v, version.Max, resp, err)
+		}
+	}
+}

@@ -23,31 +23,10 @@ set -euo pipefail
 what=${1:?usage: test/bench-security.sh cost|hostile [ROUNDS]}
 rounds=${2:-3}
 work=$(mktemp -d /tmp/qmq-bench-security.XXXXXX)
-pids=()
-
-stop() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	pids=()
-}
-trap 'stop; rm -rf "$work"' EXIT
-
-go build -o "$work/bin/" ./cli/qmqd ./cli/qmqctl
-B=$work/bin
-"$B/qmqctl" tls init --dir "$work/certs" --node m1=127.0.0.1 --node n1=127.0.0.1 --node n2=127.0.0.1 \
-	--node n3=127.0.0.1 --client bench >/dev/null
-C=$work/certs
+# shellcheck source=test/bench-lib.sh
+. test/bench-lib.sh
 meta=127.0.0.1:7400
 servers=127.0.0.1:7411,127.0.0.1:7412,127.0.0.1:7413
-
-# retry CMD...: runs CMD until it succeeds (a node just started may not listen yet), 30 s at most.
-retry() {
-	for _ in $(seq 300); do
-		if "$@" >/dev/null 2>&1; then return 0; fi
-		sleep 0.1
-	done
-	"$@"
-}
 
 # start MODE: a fresh cluster; sets ctl, the qmqctl flags a client of MODE uses.
 start() {

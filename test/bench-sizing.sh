@@ -22,32 +22,11 @@ shift || true
 cases=("$@")
 if [ ${#cases[@]} = 0 ]; then cases=(1000:1024 5000:1024 20000:1024 20000:128); fi
 work=$(mktemp -d /tmp/qmq-bench-sizing.XXXXXX)
-pids=()
-
-stop() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	pids=()
-}
-trap 'stop; rm -rf "$work"' EXIT
-
-go build -o "$work/bin/" ./cli/qmqd ./cli/qmqctl
-B=$work/bin
-"$B/qmqctl" tls init --dir "$work/certs" --node m1=127.0.0.1 --node n1=127.0.0.1 --node n2=127.0.0.1 \
-	--node n3=127.0.0.1 --client bench >/dev/null
-C=$work/certs
+# shellcheck source=test/bench-lib.sh
+. test/bench-lib.sh
 meta=127.0.0.1:7400
 operator=(--tls-ca "$C/ca.pem" --tls-cert "$C/m1.pem" --tls-key "$C/m1-key.pem")
 tick=$(getconf CLK_TCK)
-
-# retry CMD...: runs CMD until it succeeds (a node just started may not listen yet), 30 s at most.
-retry() {
-	for _ in $(seq 300); do
-		if "$@" >/dev/null 2>&1; then return 0; fi
-		sleep 0.1
-	done
-	"$@"
-}
 
 # start: a fresh cluster; sets brokers (the three broker PIDs) and ctl.
 start() {

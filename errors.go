@@ -42,6 +42,13 @@ var (
 	// the error names what. It is not retried: the application's rights
 	// must change first.
 	ErrPermissionDenied error = &transport.Error{Code: transport.PermissionDenied}
+
+	// ErrUnsupported means the node asked runs a release that does not
+	// support what was asked (a message's timeline, say, from a node of
+	// the release before it): the error names the node, the versions it
+	// supports and what needs more. The request was not sent; upgrade
+	// the node.
+	ErrUnsupported error = &transport.Error{Code: transport.Unsupported}
 )
 
 // Errors of sending.

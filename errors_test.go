@@ -27,6 +27,7 @@ var sentinels = map[string]error{
 	"ErrUnreachable":      qmq.ErrUnreachable,
 	"ErrUnauthenticated":  qmq.ErrUnauthenticated,
 	"ErrPermissionDenied": qmq.ErrPermissionDenied,
+	"ErrUnsupported":      qmq.ErrUnsupported,
 	"ErrClosed":           qmq.ErrClosed,
 	"ErrInvalidName":      qmq.ErrInvalidName,
 	"ErrInvalidID":        qmq.ErrInvalidID,

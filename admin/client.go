@@ -245,7 +245,7 @@ func (a *Client) groupRequest(ctx context.Context, brokerGroup string, t transpo
 			return nil, sdk.Error(err)
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		body, err := gc.Call(actx, t, b)
+		body, err := callNeeding(actx, gc, t, req, b)
 		cancel()
 		gc.Close()
 		if err == nil || ctx.Err() != nil || actx.Err() == nil {

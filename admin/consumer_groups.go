@@ -450,7 +450,7 @@ func (a *Client) brokerCall(ctx context.Context, g BrokerGroupRoute, t transport
 	defer gc.Close()
 	gc.SetServers(g.Servers, g.Leader)
 	b, _ := json.Marshal(req)
-	body, err := gc.Call(ctx, t, b)
+	body, err := callNeeding(ctx, gc, t, req, b)
 	if err != nil {
 		return sdk.Error(fmt.Errorf("qmq: %s in broker group %s: %w", t, g.Name, err))
 	}

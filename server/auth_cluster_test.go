@@ -17,6 +17,7 @@ import (
 	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/test/testmsg"
 	"github.com/qmqgo/qmq/transport"
 )
@@ -517,6 +518,10 @@ func TestNewAppUsableAtOnce(t *testing.T) {
 	dial := func(secret string) error {
 		conn, err := transport.Dialer{TLS: c.clientTLS(t), Credentials: &transport.Credentials{App: "billing", Secret: secret}}.Dial(ctx, b.ClientAddr())
 		if err == nil {
+			// The Hello's answer carried the node's versions.
+			if r, err := conn.Versions(ctx); err != nil || r != version.Build() {
+				t.Errorf("versions after a hello that held: %s, %v", r, err)
+			}
 			conn.Close()
 		}
 		return err

@@ -102,24 +102,8 @@ func (n *Node) handOverIfStarved(last *time.Time) {
 // storageFailed hears that the state machine stopped applying because a
 // write failed: the node stops, and says so through Failed.
 func (n *Node) storageFailed(err error) {
-	n.failOnce.Do(func() {
-		n.failure = err
-		close(n.failed)
+	n.stop(err, func() {
 		n.log.Error("the node stops: its state machine stopped applying (restart it once the disk is sound, or rebuild it if the error names another history; it replays from its last checkpoint)", "error", err)
-		go n.Close()
+		n.Close()
 	})
-}
-
-// Failed is closed when the node stopped itself because its storage
-// failed; FailedErr then says why.
-func (n *Node) Failed() <-chan struct{} { return n.failed }
-
-// FailedErr returns why the node stopped itself, once Failed is closed.
-func (n *Node) FailedErr() error {
-	select {
-	case <-n.failed:
-		return n.failure
-	default:
-		return nil
-	}
 }

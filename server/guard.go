@@ -13,6 +13,7 @@ import (
 	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/internal/tlsconf"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -102,8 +103,11 @@ func classOf(t transport.Type) class {
 func (g *guard) wrap(h transport.Handler) transport.Handler {
 	return func(ctx context.Context, t transport.Type, p []byte) ([]byte, error) {
 		acc, p, err := g.admit(ctx, t, p)
-		if err != nil || t == transport.TypeHello {
+		if err != nil {
 			return nil, err
+		}
+		if t == transport.TypeHello {
+			return helloAnswer, nil
 		}
 		if acc != nil { // nil, as accessOf answers without it: no context to make per request
 			ctx = context.WithValue(ctx, accessKey{}, acc)
@@ -111,6 +115,11 @@ func (g *guard) wrap(h transport.Handler) transport.Handler {
 		return h(ctx, t, p)
 	}
 }
+
+// helloAnswer is the answer to every Hello that holds: the version
+// Numbers this build supports, so that a client asks this node only what
+// it supports.
+var helloAnswer = (&transport.HelloResponse{Versions: version.Build()}).Encode()
 
 // admit decides a request: its access (nil: everything allowed) and its
 // payload, which for a route request names the application asking.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/disk"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/server/metaserver"
 	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
@@ -33,6 +34,7 @@ type MetaNode struct {
 
 	guard    *guard
 	registry *prometheus.Registry
+	selfStop
 }
 
 // NewMeta opens a metaserver node's storage, starts Raft and its listeners.
@@ -40,7 +42,8 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "raft_group", meta.GroupName), fsm: meta.New()}
+	m := &MetaNode{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "raft_group", meta.GroupName), selfStop: newSelfStop()}
+	m.fsm = meta.NewWith(meta.Config{MaxVersion: cfg.MaxVersion, OnFatal: m.applyFailed})
 	m.srv = metaserver.New(metaserver.Config{ID: cfg.ID, SubjectGroups: cfg.SubjectGroups, GroupTimeout: cfg.GroupTimeout,
 		ApplyTimeout: cfg.ApplyTimeout, Auth: cfg.Auth, Now: cfg.Now, Logger: m.log}, m.fsm, metaGroup{m})
 	m.host = newHost(m.log)
@@ -56,18 +59,33 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: snapshot store: %w", err)
 	}
+	// The metaserver's log is small and seldom written: raft-boltdb (see
+	// DESIGN.md, "The Raft log store").
+	store, err := raftlog.Open(cfg.DataDir, raftlog.Bolt, m.log)
+	if err != nil {
+		return nil, err
+	}
+	m.raftGroup.store = store
+	// The state is memory only: a start restores the last snapshot and
+	// replays the whole log after it.
+	if err := checkLogVersions(store, 0, m.fsm.CheckEntry); err != nil {
+		return nil, err
+	}
 	m.raftGroup = raftGroup{
-		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, dial: m.dialer(cfg.SourceIP),
+		id: cfg.ID, group: meta.GroupName, log: m.log, applyTimeout: cfg.ApplyTimeout, store: store, dial: m.dialer(cfg.SourceIP),
 		sec:        cfg.security(),
 		memberAddr: m.fsm.MemberAddr,
 		setMember: func(id, addr string) []byte {
 			return meta.Encode(&meta.Member{ID: id, ClientAddr: addr})
 		},
+		versions: &groupVersions{
+			active:  m.fsm.ActiveVersion,
+			command: func(v version.Number) []byte { return meta.Encode(&meta.SetVersion{Version: v}) },
+		},
+		build: m.fsm.Supports(),
 	}
-	// The metaserver's log is small and seldom written: raft-boltdb (see
-	// DESIGN.md, "The Raft log store").
 	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
-		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, raftLog: raftlog.Bolt, logCache: raftlog.DefaultCache,
+		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, logCache: raftlog.DefaultCache,
 		tls: m.tls.reloader()}); err != nil {
 		return nil, err
 	}
@@ -82,6 +100,9 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 		m.watchLeadership(m.ctx, func() {}, func(ctx context.Context) {
 			m.goLoop(func() {
 				if m.srv.Lead(ctx) {
+					// A group this node just formed starts at this
+					// build's newest version.
+					m.seedVersion(ctx)
 					m.announce(ctx, m.clientAddr)
 				}
 			})
@@ -127,10 +148,20 @@ func (m *MetaNode) Raft() *raft.Raft { return m.raft }
 // node's last snapshot and its data disk's free bytes.
 func (m *MetaNode) Status() Status {
 	s := m.withSnapshot(m.status(m.fsm.Applied(), m.clientAddr))
+	s.ActiveVersion = m.fsm.ActiveVersion()
 	if free, err := disk.Free(m.cfg.DataDir); err == nil {
 		s.DiskFree = free
 	}
 	return s
+}
+
+// applyFailed hears that the state machine stopped applying (an entry of
+// a newer release): the node stops, and says so through Failed.
+func (m *MetaNode) applyFailed(err error) {
+	m.stop(err, func() {
+		m.log.Error("the node stops: its state machine stopped applying (run the release the error names; a restart replays from the last snapshot)", "error", err)
+		m.Close()
+	})
 }
 
 // Close stops the node. Idempotent.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/qmqgo/qmq/internal/version"
+
 	"errors"
 	"fmt"
 	"time"
@@ -30,6 +32,10 @@ type MetaConfig struct {
 	Now func() time.Time
 	// Logger is the root logger.
 	Logger hclog.Logger
+	// MaxVersion, if set, is the newest version Number the node applies
+	// and advertises, instead of its build's: a stand-in for a node of an
+	// earlier release, in tests.
+	MaxVersion version.Number
 }
 
 // DefaultMetaConfig returns a configuration with every default set.

@@ -52,9 +52,7 @@ type Node struct {
 
 	disk         *diskGuard
 	applyWaiting atomic.Bool // the state machine waits for disk space
-	failed       chan struct{}
-	failOnce     sync.Once
-	failure      error
+	selfStop
 }
 
 // New opens the node's storage, starts Raft and its listeners.
@@ -64,7 +62,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	// n is not the named result: every failure returns nil, and the
 	// deferred Close below must still see the node.
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "broker_group", cfg.BrokerGroup), failed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID, "broker_group", cfg.BrokerGroup), selfStop: newSelfStop()}
 	n.host = newHost(n.log)
 	n.filesReserved = cfg.FSM.MaxOpenFiles
 	n.clock.wall = cfg.Now

@@ -16,6 +16,22 @@ import (
 // Number fsm.Open checked already. It reads the entries Raft replays next,
 // once more, at start.
 func (n *Node) checkLogVersions(store *raftlog.Store) error {
+	return checkLogVersions(store, n.fsm.Applied()+1, func(data []byte) error {
+		if fsm.CommandType(data[0]) != fsm.CmdSetVersion {
+			return nil
+		}
+		cmd, err := fsm.Decode(data)
+		if err != nil {
+			return nil // the state machine refuses it alike
+		}
+		return n.fsm.CheckVersion(cmd.(*fsm.SetVersion).Version)
+	})
+}
+
+// checkLogVersions runs check on every command entry of store's log from
+// index from on, and returns the first error, naming its entry: an entry
+// the state machine of this build would stop at.
+func checkLogVersions(store *raftlog.Store, from uint64, check func(data []byte) error) error {
 	logs := store.Logs()
 	first, err := logs.FirstIndex()
 	if err != nil {
@@ -25,7 +41,7 @@ func (n *Node) checkLogVersions(store *raftlog.Store) error {
 	if err != nil {
 		return fmt.Errorf("server: reading the raft log: %w", err)
 	}
-	for i := max(first, n.fsm.Applied()+1); i <= last && i > 0; i++ {
+	for i := max(first, from); i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
@@ -33,14 +49,10 @@ func (n *Node) checkLogVersions(store *raftlog.Store) error {
 			}
 			return fmt.Errorf("server: reading raft entry %d: %w", i, err)
 		}
-		if l.Type != raft.LogCommand || len(l.Data) == 0 || fsm.CommandType(l.Data[0]) != fsm.CmdSetVersion {
+		if l.Type != raft.LogCommand || len(l.Data) == 0 {
 			continue
 		}
-		cmd, err := fsm.Decode(l.Data)
-		if err != nil {
-			continue // the state machine refuses it alike
-		}
-		if err := n.fsm.CheckVersion(cmd.(*fsm.SetVersion).Version); err != nil {
+		if err := check(l.Data); err != nil {
 			return fmt.Errorf("server: raft entry %d: %w", i, err)
 		}
 	}

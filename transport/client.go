@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // ErrClosed means the connection was closed; requests in flight on it fail
@@ -30,6 +32,9 @@ type Conn struct {
 	pending map[uint64]chan Frame
 	err     error // set once the connection failed or was closed
 	done    chan struct{}
+
+	vmu      sync.Mutex     // one Hello for the versions at a time
+	versions *version.Range // the node's, once a Hello's answer said
 }
 
 // newConn starts a Conn on c, a connection to addr. (A *tls.Conn is not a

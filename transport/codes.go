@@ -42,6 +42,13 @@ const (
 	// PermissionDenied: the application may not do what it asked; the
 	// message names the application and what was refused.
 	PermissionDenied Code = 13
+	// Unsupported: the node's release does not support what was asked
+	// (a request, or a field of one, of a newer version than the node's
+	// build supports; see HelloResponse). A client finds it before it
+	// sends, from the versions the node advertises; the message names
+	// the node, its versions and what needs more. Not retriable: upgrade
+	// the node.
+	Unsupported Code = 15
 )
 
 var codeInfo = map[Code]struct {
@@ -62,6 +69,7 @@ var codeInfo = map[Code]struct {
 	DiskFull:           {"DISK_FULL", false},
 	Unauthenticated:    {"UNAUTHENTICATED", false},
 	PermissionDenied:   {"PERMISSION_DENIED", false},
+	Unsupported:        {"UNSUPPORTED", false},
 }
 
 func (c Code) String() string {

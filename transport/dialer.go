@@ -90,9 +90,13 @@ func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
 	conn := newConn(addr, c)
 	if d.Credentials != nil {
 		hello := &HelloRequest{App: d.Credentials.App, Secret: d.Credentials.Secret}
-		if _, err := conn.Call(ctx, TypeHello, hello.Encode()); err != nil {
+		body, err := conn.Call(ctx, TypeHello, hello.Encode())
+		if err != nil {
 			conn.Close()
 			return nil, err
+		}
+		if r, err := DecodeHelloResponse(body); err == nil {
+			conn.versions = &r.Versions // before anyone else has conn
 		}
 	}
 	return conn, nil

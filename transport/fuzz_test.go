@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq/internal/message"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // FuzzReadFrame: any byte stream either yields frames within the limit or
@@ -38,6 +39,8 @@ func FuzzReadFrame(f *testing.F) {
 // without panicking; what it accepts re-encodes to the same bytes.
 func FuzzDecodeRequests(f *testing.F) {
 	f.Add((&SendRequest{Messages: nil}).Encode())
+	f.Add((&HelloResponse{Versions: version.Range{Min: 1, Max: 2}}).Encode())
+	f.Add(append((&HelloResponse{Versions: version.Range{Min: 1, Max: 2}}).Encode(), 9))
 	f.Add((&SendRequest{}).Encode())
 	f.Add(append((&SendRequest{}).Encode()[:1], (&PullRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Max: 5, Wait: time.Second}).Encode()[1:]...))
 	f.Add((&AckRequest{Subject: "s", ConsumerGroup: "g", Consumer: "c", Epoch: 3, Ranges: []message.AckRange{{First: 1, Last: 2}}}).Encode())
@@ -80,6 +83,14 @@ func FuzzDecodeRequests(f *testing.F) {
 		}
 		if q, err := DecodeHelloRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("hello request does not re-encode to its input")
+		}
+		if h, err := DecodeHelloResponse(in); err == nil {
+			if h.Versions.Min < version.V1 || h.Versions.Max < h.Versions.Min {
+				t.Fatalf("hello answer of versions %s accepted", h.Versions)
+			}
+			if len(in) > 0 && in[0] == payloadVersion && !bytes.Equal(h.Encode(), in) {
+				t.Fatalf("hello answer does not re-encode to its input")
+			}
 		}
 		if q, err := DecodeHeartbeatRequest(in); err == nil && !bytes.Equal(q.Encode(), in) {
 			t.Fatalf("heartbeat request does not re-encode to its input")

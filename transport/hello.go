@@ -3,6 +3,7 @@ package transport
 import (
 	"github.com/qmqgo/qmq/internal/binenc"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // MaxSecret bounds the secret a Hello carries.
@@ -32,6 +33,45 @@ func DecodeHelloRequest(b []byte) (*HelloRequest, error) {
 	r := newReader(b)
 	q := &HelloRequest{App: r.String(limits.MaxName), Secret: r.String(MaxSecret)}
 	return q, done("hello", r)
+}
+
+// HelloResponse: version | min uint32 | max uint32
+//
+// The answer to every Hello: the version Numbers the node's build
+// supports (internal/version), from which a client knows what it may
+// ask of it (a request or a field of a newer Number is refused by the
+// client, UNSUPPORTED, rather than sent). A node of the release before
+// version gates answers with an empty body: V1 alone. A later payload
+// version may append fields; a reader takes the range and skips them.
+type HelloResponse struct {
+	Versions version.Range
+}
+
+// Encode returns the payload.
+func (r *HelloResponse) Encode() []byte {
+	return binenc.AppendUint32(binenc.AppendUint32(header(), uint32(r.Versions.Min)), uint32(r.Versions.Max))
+}
+
+// DecodeHelloResponse decodes a Hello's answer: V1..V1 for an empty one.
+func DecodeHelloResponse(b []byte) (*HelloResponse, error) {
+	if len(b) == 0 {
+		return &HelloResponse{Versions: version.Range{}.OrV1()}, nil
+	}
+	r := binenc.NewReader(b)
+	v := r.Byte()
+	out := &HelloResponse{Versions: version.Range{Min: version.Number(r.Uint32()), Max: version.Number(r.Uint32())}}
+	if err := r.Err(); err != nil {
+		return nil, Errorf(Invalid, "hello answer: %v", err)
+	}
+	switch {
+	case v == 0:
+		return nil, Errorf(Invalid, "hello answer: payload version 0")
+	case v == payloadVersion && r.Remaining() > 0:
+		return nil, Errorf(Invalid, "hello answer: %d trailing bytes", r.Remaining())
+	case out.Versions.Min < version.V1 || out.Versions.Max < out.Versions.Min:
+		return nil, Errorf(Invalid, "hello answer: versions %s", out.Versions)
+	}
+	return out, nil
 }
 
 // Credentials are an application's code and secret, sent in a Hello on

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // maxElectionBackoff caps the pause between retries while a group has no
@@ -184,6 +186,21 @@ func (c *LeaderClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 // error. An error that is not an *Error, such as ErrTLS, is returned at
 // once.
 func (c *LeaderClient) Call(ctx context.Context, t Type, payload []byte) ([]byte, error) {
+	return c.call(ctx, t, payload, nil)
+}
+
+// CallNeeding is Call of a request that needs version need (what names
+// it for the error): it is sent only on a connection to a node that
+// supports need, and refused with an UNSUPPORTED *Error by the first that
+// does not (NeedVersion), since a node of an older release would ignore
+// what it does not know or refuse the request unclearly.
+func (c *LeaderClient) CallNeeding(ctx context.Context, need version.Number, what string, t Type, payload []byte) ([]byte, error) {
+	return c.call(ctx, t, payload, func(conn *Conn) error { return NeedVersion(ctx, conn, need, what) })
+}
+
+// call is Call, checking each connection with check (if set) before the
+// request goes on it.
+func (c *LeaderClient) call(ctx context.Context, t Type, payload []byte, check func(*Conn) error) ([]byte, error) {
 	backoff := 10 * time.Millisecond
 	var last error
 	start := time.Now()
@@ -191,6 +208,9 @@ func (c *LeaderClient) Call(ctx context.Context, t Type, payload []byte) ([]byte
 		addr := c.target()
 		conn, err := c.Conn(ctx, addr)
 		var body []byte
+		if err == nil && check != nil {
+			err = check(conn)
+		}
 		if err == nil {
 			body, err = conn.Call(ctx, t, payload)
 		}

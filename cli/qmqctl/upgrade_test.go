@@ -13,8 +13,8 @@ import (
 	"github.com/qmqgo/qmq/test/testcluster"
 )
 
-// TestUpgradeStatusAndFinalize: upgrade status shows each broker group's
-// active version and what each node supports; finalize of a group whose
+// TestUpgradeStatusAndFinalize: upgrade status shows each group's (the
+// metaserver's too) active version and what each node supports; finalize of a group whose
 // node supports no newer version is refused, naming the node; one already
 // at the newest says so; bad flags are usage errors.
 func TestUpgradeStatusAndFinalize(t *testing.T) {
@@ -56,7 +56,7 @@ func TestUpgradeStatusAndFinalize(t *testing.T) {
 			rows[f[0]] = strings.Join(f, " ")
 		}
 	}
-	for group, want := range map[string]string{"g1": "g1 2 g1-n1 (leader) 1-2", "g2": "g2 1 g2-n1 (leader) 1-1"} {
+	for group, want := range map[string]string{"g1": "g1 2 g1-n1 (leader) 1-2", "g2": "g2 1 g2-n1 (leader) 1-1", "meta": "meta 2 m1 (leader) 1-2"} {
 		if rows[group] != want {
 			t.Errorf("upgrade status: %s's row is %q, want %q:\n%s", group, rows[group], want, out)
 		}
@@ -72,6 +72,13 @@ func TestUpgradeStatusAndFinalize(t *testing.T) {
 	out, err = runCLI("--server", m.ClientAddr(), "upgrade", "finalize", "--broker-group", "g1")
 	if err != nil || !strings.Contains(out, "broker group g1: already at version 2") {
 		t.Errorf("finalize of g1: %v: %s; want already at version 2", err, out)
+	}
+	// --all: every broker group, then the metaserver group; g2's refusal
+	// does not stop the others.
+	out, err = runCLI("--server", m.ClientAddr(), "upgrade", "finalize", "--all")
+	if err == nil || !strings.Contains(err.Error(), "broker group g2: ") || !strings.Contains(out, "broker group g1: already at version 2") ||
+		!strings.Contains(out, "the metaserver group: already at version 2") {
+		t.Errorf("finalize --all: %v: %s; want g1 and the metaserver group at 2, g2 refused", err, out)
 	}
 	for _, args := range [][]string{{"upgrade", "finalize"}, {"upgrade", "finalize", "--all", "--broker-group", "g1"}, {"upgrade", "finalize", "--all", "--to", "9"}, {"upgrade", "finalize", "--all", "--to", "0"}} {
 		if _, _, status := runCLIStatus(append([]string{"--server", m.ClientAddr()}, args...)...); status != 2 {

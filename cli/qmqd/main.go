@@ -182,8 +182,16 @@ func devCommand() *cli.Command {
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: dev queue ready: clients %s%s (metaserver %s), http %s, data %s\n",
 				n.ClientAddr(), over, m.ClientAddr(), n.HTTPAddr(), c.String("data"))
-			handOver(n, waitForSignal(n.Failed()), logger)
-			return errors.Join(n.FailedErr(), n.Close(), m.Close())
+			failed := make(chan struct{}) // either node stopped itself
+			go func() {
+				select {
+				case <-n.Failed():
+				case <-m.Failed():
+				}
+				close(failed)
+			}()
+			handOver(n, waitForSignal(failed), logger)
+			return errors.Join(n.FailedErr(), m.FailedErr(), n.Close(), m.Close())
 		},
 	}
 }
@@ -215,8 +223,8 @@ func metaCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "qmqd: metaserver node %s: clients %s, raft %s, http %s\n", cfg.ID, m.ClientAddr(), cfg.RaftAddr, m.HTTPAddr())
-			handOver(m, waitForSignal(nil), logger)
-			return m.Close()
+			handOver(m, waitForSignal(m.Failed()), logger)
+			return errors.Join(m.FailedErr(), m.Close())
 		},
 	}
 }

@@ -13,7 +13,7 @@ import (
 // cmd and s, so every replica decides alike.
 func (s *state) admit(cmd Command) error {
 	switch c := cmd.(type) {
-	case *Register, *Deregister, *Member, *ForgetConsumer, *DeleteApp:
+	case *Register, *Deregister, *Member, *ForgetConsumer, *DeleteApp, *SetVersion:
 	case *PutApp:
 		old := s.Apps[c.App.Code]
 		switch {
@@ -186,6 +186,10 @@ func (s *state) apply(cmd Command) error {
 		} else {
 			s.Members[c.ID] = c.ClientAddr
 		}
+	case *SetVersion:
+		// Never lowered (FSM.gate stopped a replica this build cannot
+		// take to it).
+		s.Version = max(s.Version, c.Version)
 	}
 	return nil
 }

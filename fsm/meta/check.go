@@ -7,6 +7,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/internal/auth"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // maxAddrLen bounds an address.
@@ -191,3 +192,10 @@ func (c *RotateApp) check() error {
 }
 
 func (c *DeleteApp) check() error { return checkAuth(auth.CheckCode(c.Code)) }
+
+func (c *SetVersion) check() error {
+	if c.Version < version.V1 {
+		return fmt.Errorf("%w: version %d: versions start at 1", ErrInvalid, c.Version)
+	}
+	return nil
+}

@@ -28,7 +28,12 @@ const (
 	OpPutApp         Op = 8  // create an application, or change its rights
 	OpRotateApp      Op = 9  // give an application a new secret
 	OpDeleteApp      Op = 10 // forget an application
+	OpSetVersion     Op = 11 // raise the group's active version Number
 )
+
+// errUnknownOp is a command of an op this build does not know: one a
+// leader of a newer release proposed (see SetVersion).
+var errUnknownOp = fmt.Errorf("%w: unknown command", ErrInvalid)
 
 // Register records a broker node (and creates its group on first sight).
 type Register struct {
@@ -160,6 +165,8 @@ func Encode(cmd Command) []byte {
 		op = OpRotateApp
 	case *DeleteApp:
 		op = OpDeleteApp
+	case *SetVersion:
+		op = OpSetVersion
 	default:
 		panic(fmt.Sprintf("meta: encode %T", cmd))
 	}
@@ -206,8 +213,10 @@ func Decode(b []byte) (Command, error) {
 		cmd = &RotateApp{}
 	case OpDeleteApp:
 		cmd = &DeleteApp{}
+	case OpSetVersion:
+		cmd = &SetVersion{}
 	default:
-		return nil, fmt.Errorf("%w: unknown command %d", ErrInvalid, b[0])
+		return nil, fmt.Errorf("%w %d", errUnknownOp, b[0])
 	}
 	if err := json.Unmarshal(b[1:], cmd); err != nil {
 		return nil, fmt.Errorf("%w: command %d: %v", ErrInvalid, b[0], err)

@@ -20,24 +20,39 @@ const maxSnapshot = 512 << 20
 // FSM is the metaserver's raft.FSM. Its read methods are safe to call from
 // any goroutine and return copies.
 type FSM struct {
+	cfg     Config
 	mu      sync.RWMutex
 	s       *state
 	applied uint64
+	// broken is why the replica stopped applying (fatal), or nil.
+	broken error
 }
 
-// New returns an empty state machine.
-func New() *FSM { return &FSM{s: newState()} }
+// New returns an empty state machine of this build.
+func New() *FSM { return NewWith(Config{}) }
+
+// NewWith returns an empty state machine configured by cfg.
+func NewWith(cfg Config) *FSM { return &FSM{cfg: cfg, s: newState()} }
 
 // Apply applies one committed entry. A refused command changes nothing and
-// returns an error wrapping ErrInvalid; otherwise the result is nil.
+// returns an error wrapping ErrInvalid; otherwise the result is nil. An
+// entry this build cannot apply stops the replica (ErrNeedsUpgrade): it
+// and every later entry change nothing.
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.applied = l.Index
+	if f.broken != nil {
+		return f.broken
+	}
 	if l.Type != raft.LogCommand {
+		f.applied = l.Index
 		return nil
 	}
 	cmd, err := Decode(l.Data)
+	if err := f.gate(l.Index, cmd, err); err != nil {
+		return err
+	}
+	f.applied = l.Index
 	if err != nil {
 		return err
 	}
@@ -51,6 +66,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 func (f *FSM) Check(cmd Command) error {
 	if err := cmd.check(); err != nil {
 		return err
+	}
+	if c, ok := cmd.(*SetVersion); ok {
+		if err := f.CheckVersion(c.Version); err != nil {
+			return err
+		}
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -74,6 +94,9 @@ type snapshotDoc struct {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.broken != nil {
+		return nil, fmt.Errorf("meta: snapshot of a replica that stopped applying: %w", f.broken)
+	}
 	b, err := json.Marshal(snapshotDoc{Applied: f.applied, State: f.s})
 	if err != nil {
 		return nil, fmt.Errorf("meta: snapshot: %w", err)
@@ -91,6 +114,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	doc, err := decodeSnapshot(b)
 	if err != nil {
+		return err
+	}
+	if err := f.CheckVersion(doc.State.Version); err != nil {
 		return err
 	}
 	f.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/qmqgo/qmq/internal/auth"
+	"github.com/qmqgo/qmq/internal/version"
 )
 
 // state is everything the metaserver replicates. It is also the snapshot,
@@ -19,6 +20,10 @@ type state struct {
 	// Apps are the applications by code. A snapshot from before
 	// applications has none (a nil map, taken for an empty one).
 	Apps map[string]*auth.App `json:"apps,omitempty"`
+	// Version is the group's active version Number (SetVersion); 0 (and
+	// absent from the snapshot) in a state from before version gates,
+	// which is at version.V1.
+	Version version.Number `json:"version,omitempty"`
 
 	// Tallies of the limits that span subjects, kept by apply and set by
 	// check; not in the snapshot.

@@ -22,7 +22,7 @@ type Writer struct {
 	f      *os.File
 	h      *Header
 	crc    uint32 // of the bytes written
-	n      int64 // the snapshot's bytes written
+	n      int64  // the snapshot's bytes written
 	chunks int
 }
 

@@ -239,4 +239,3 @@ func TestRestoreRefuses(t *testing.T) {
 		t.Errorf("a restore of g1 as g2: %v", err)
 	}
 }
-

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -186,8 +187,9 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // TestRestoreRefuses: a corrupt backup file (a byte flipped in a chunk,
-// cut short, a wrong trailer) and a data directory that holds anything
-// are refused, naming where, and the directory is left as it was.
+// cut short, a wrong trailer), one whose chunks are whole around a corrupt
+// snapshot, and a data directory that holds anything are refused, naming
+// where, and the directory is left as it was.
 func TestRestoreRefuses(t *testing.T) {
 	n := startNode(t, "n1", true, nil)
 	waitLeader(t, n)
@@ -224,8 +226,40 @@ func TestRestoreRefuses(t *testing.T) {
 			t.Errorf("%s: left %v", c.name, left)
 		}
 	}
+	// Whole chunks around a snapshot stream with a byte flipped: the state
+	// machine's own check refuses it, naming the file in the stream.
+	var stream bytes.Buffer
+	h, err := backup.Read(bytes.NewReader(good), &stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := stream.Bytes()
+	b[len(b)/2] ^= 0x40
+	inner := filepath.Join(t.TempDir(), "inner")
+	w, err := backup.Create(inner, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(b) > 0 {
+		n := min(len(b), backup.MaxChunk)
+		if err := w.Write(b[:n]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	_, err = Restore(RestoreConfig{From: inner, DataDir: dir, ID: "r1", RaftAddr: "127.0.0.1:1"})
+	if !errors.Is(err, ErrRestore) || !strings.Contains(err.Error(), "the snapshot in it is corrupt at byte") || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Errorf("a backup of a corrupt snapshot: %v; want refused, naming where", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a backup of a corrupt snapshot: the data directory was made: %v", err)
+	}
 	// A directory that holds anything is refused, and kept.
-	dir := t.TempDir()
+	dir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}

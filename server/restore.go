@@ -13,6 +13,7 @@ import (
 
 	"github.com/qmqgo/qmq/backup"
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/disk"
 	"github.com/qmqgo/qmq/server/raftlog"
 	"github.com/qmqgo/qmq/transport"
@@ -148,7 +149,18 @@ func seed(dir string, cfg RestoreConfig, h *backup.Header, f io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if _, err := backup.Read(f, sink); err != nil {
+	// The stream is checked as the state machine will read it, as it is
+	// written: a backup whose chunks are whole but whose snapshot would not
+	// restore is refused here, not at the node's start.
+	check, verdict := streamCheck(h.Kind)
+	_, err = backup.Read(f, io.MultiWriter(check, sink))
+	check.Close()
+	// The check's verdict, unless the stream stopped for another reason
+	// (the sink's write failed): a check that failed fails the write.
+	if cerr := verdict(); cerr != nil && (err == nil || errors.Is(err, cerr)) {
+		err = fmt.Errorf("%w: %s: %w", ErrRestore, cfg.From, cerr)
+	}
+	if err != nil {
 		sink.Cancel()
 		return err
 	}
@@ -178,4 +190,42 @@ func checkEmptyDir(dir string) error {
 		return fmt.Errorf("%w: %s is not empty: a restore seeds a new node's data directory only", ErrRestore, dir)
 	}
 	return nil
+}
+
+// streamCheck checks a snapshot stream of kind as it is written to w: the
+// state machine's own check (fsm.CheckSnapshot, meta.CheckSnapshot), which
+// writes nothing. Close w at the stream's end; verdict then says what the
+// check found, naming the byte of the stream where it failed. A write
+// after the check failed fails with its error.
+func streamCheck(kind byte) (w io.WriteCloser, verdict func() error) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		cr := &countingReader{r: pr}
+		var err error
+		switch kind {
+		case transport.BackupBroker:
+			err = fsm.CheckSnapshot(cr)
+		default:
+			err = meta.CheckSnapshot(cr)
+		}
+		if err != nil {
+			err = fmt.Errorf("the snapshot in it is corrupt at byte %d of its stream: %w", cr.n, err)
+		}
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	return pw, func() error { return <-done }
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -22,8 +22,10 @@ func restoreCommand() *cli.Command {
 			"refused with the byte offset and the chunk where it is corrupt, and nothing is written.\n" +
 			"Then it builds the data directory (--data: absent or empty; it is built beside it and\n" +
 			"renamed into place) of a group whose only voter is --id at --raft-advertise (else --raft),\n" +
-			"holding the backup's snapshot. The group keeps its name (--broker-group, if given, must be\n" +
-			"it). Start the node as usual, with that data directory, id and Raft address:\n" +
+			"holding the backup's snapshot, which it checks as the state machine will read it (a snapshot\n" +
+			"that would not restore is refused, naming the byte of its stream and the file). The group\n" +
+			"keeps its name (--broker-group, if given, must be it). Start the node as usual, with that\n" +
+			"data directory, id and Raft address:\n" +
 			"  qmqd broker --broker-group NAME --id ID --data DIR --raft HOST:PORT --listen … [--meta …]\n" +
 			"  qmqd meta --id ID --data DIR --raft HOST:PORT --listen …      (a backup of the metaserver)\n" +
 			"without --bootstrap; it elects itself, and others join it with `qmqctl join`.\n" +

@@ -17,10 +17,9 @@ import (
 // a flood of reads must not hide it. Admin reads (listing applications or
 // dead letters, each chunk of a backup) and reads of stored messages are
 // each limited to auditAdminRate lines a second after a burst of as many
-// (apart: any
-// application may read messages, and its reads must not crowd out an
-// admin's), and refusals to one a second, so that a client cannot fill
-// the disk; a line says how many were held back before it.
+// (apart: any application may read messages, and its reads must not crowd
+// out an admin's), and refusals to one a second, so that a client cannot
+// fill the disk; a line says how many were held back before it.
 type auditLog struct {
 	log                   hclog.Logger
 	admins, reads, denied *lograte.Limiter

@@ -57,9 +57,11 @@ type backups struct {
 	kind   byte
 	group  string
 	limits BackupLimits
-	// take takes a new snapshot and opens it; open opens a stored one.
-	take func(ctx context.Context) (*raft.SnapshotMeta, io.ReadCloser, error)
-	open func(id string) (*raft.SnapshotMeta, io.ReadCloser, error)
+	// take takes a new snapshot and opens it; open opens a stored one a
+	// request names, if the store lists it; reopen opens a session's own
+	// again (listed or not: the session pins it).
+	take         func(ctx context.Context) (*raft.SnapshotMeta, io.ReadCloser, error)
+	open, reopen func(id string) (*raft.SnapshotMeta, io.ReadCloser, error)
 
 	mu       sync.Mutex
 	sessions map[string]*backupSession
@@ -78,7 +80,7 @@ type backupSession struct {
 }
 
 func newBackups(kind byte, group string, limits BackupLimits, snaps raft.SnapshotStore, r func() *raft.Raft) *backups {
-	b := &backups{kind: kind, group: group, limits: limits.withDefaults(), sessions: map[string]*backupSession{}}
+	b := &backups{kind: kind, group: group, limits: limits.withDefaults(), sessions: map[string]*backupSession{}, reopen: snaps.Open}
 	// Only a snapshot the store lists is opened: an id from a request is
 	// never made into a path.
 	b.open = func(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
@@ -222,7 +224,7 @@ func (b *backups) read(s *backupSession, req transport.BackupRequest) (*transpor
 // the client lost) by reopening the snapshot.
 func (b *backups) seek(s *backupSession, off int64) error {
 	if off < s.pos {
-		_, rc, err := b.open(s.meta.ID)
+		_, rc, err := b.reopen(s.meta.ID)
 		if err != nil {
 			return err
 		}

@@ -222,7 +222,7 @@ func TestRestoreRefuses(t *testing.T) {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: the data directory was made: %v", c.name, err)
 		}
-		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".data.restoring-*")); len(left) > 0 {
+		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "*")); len(left) > 0 {
 			t.Errorf("%s: left %v", c.name, left)
 		}
 	}
@@ -257,6 +257,21 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a backup of a corrupt snapshot: the data directory was made: %v", err)
+	}
+	// An empty directory (a mount point, say) is filled in place, and left
+	// empty by a refused restore.
+	empty := t.TempDir()
+	if _, err := Restore(RestoreConfig{From: inner, DataDir: empty, ID: "r1", RaftAddr: "127.0.0.1:1"}); !errors.Is(err, ErrRestore) {
+		t.Errorf("a restore of a corrupt snapshot into an empty directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("a refused restore left %v in an empty directory", entries)
+	}
+	if _, err := Restore(RestoreConfig{From: path, DataDir: empty, ID: "r1", RaftAddr: "127.0.0.1:1"}); err != nil {
+		t.Errorf("a restore into an empty directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 2 {
+		t.Errorf("a restore into an empty directory left %v; want the snapshots and the Raft store", entries)
 	}
 	// A directory that holds anything is refused, and kept.
 	dir = t.TempDir()

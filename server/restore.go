@@ -1,12 +1,14 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -50,8 +52,10 @@ var raftTermKey = []byte("CurrentTerm")
 // the snapshot into its state machine, elects itself, and others join it
 // with qmqctl join. The Raft store gets the snapshot's term, so that the
 // node's first term comes after it, as Raft's order of terms wants. The
-// directory is built beside cfg.DataDir and renamed into place once it is
-// complete and durable: a restore that fails leaves nothing.
+// directory's contents are built in a directory inside cfg.DataDir, on the
+// filesystem they will live on, and moved up into it once complete and
+// durable: a restore that fails leaves nothing (cfg.DataDir, if it made
+// it, is removed again).
 func Restore(cfg RestoreConfig) (*backup.Header, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -77,14 +81,14 @@ func Restore(cfg RestoreConfig) (*backup.Header, error) {
 	if cfg.Group != "" && cfg.Group != h.Group {
 		return nil, fmt.Errorf("%w: %s is a backup of group %s, not %s (a restored group keeps its name)", ErrRestore, cfg.From, h.Group, cfg.Group)
 	}
-	parent, base := filepath.Split(filepath.Clean(cfg.DataDir))
-	if parent == "" {
-		parent = "."
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	// The directory is built inside cfg.DataDir, on the filesystem the
+	// node's data will live on (a data directory is often a mount point,
+	// which cannot be renamed over), then moved up into it.
+	created, err := makeDir(cfg.DataDir)
+	if err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".restoring-")
+	tmp, err := os.MkdirTemp(cfg.DataDir, ".restoring-")
 	if err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
@@ -92,6 +96,9 @@ func Restore(cfg RestoreConfig) (*backup.Header, error) {
 	defer func() {
 		if !done {
 			os.RemoveAll(tmp)
+			if created {
+				os.Remove(cfg.DataDir)
+			}
 		}
 	}()
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -103,15 +110,9 @@ func Restore(cfg RestoreConfig) (*backup.Header, error) {
 	if err := disk.SyncTree(tmp, disk.Dirs); err != nil {
 		return nil, fmt.Errorf("server: restore: %w", err)
 	}
-	if err := os.Remove(cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("server: restore: %w", err)
-	}
-	if err := os.Rename(tmp, cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("server: restore: %w", err)
-	}
-	done = true
-	if err := disk.SyncDir(parent); err != nil {
-		return nil, fmt.Errorf("server: restore: %w", err)
+	done = true // from here, what is moved stays: a restore cut short is refused as not empty
+	if err := moveUp(tmp, cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("server: restore into %s (empty it before another restore): %w", cfg.DataDir, err)
 	}
 	cfg.Logger.Info("restored", "group", h.Group, "kind", backup.KindName(h.Kind), "snapshot", h.SnapshotID,
 		"index", h.Index, "term", h.Term, "data", cfg.DataDir, "id", cfg.ID, "raft", cfg.RaftAddr)
@@ -187,7 +188,8 @@ func checkEmptyDir(dir string) error {
 	case err != nil:
 		return fmt.Errorf("%w: %w", ErrRestore, err)
 	case len(entries) > 0:
-		return fmt.Errorf("%w: %s is not empty: a restore seeds a new node's data directory only", ErrRestore, dir)
+		return fmt.Errorf("%w: %s is not empty: a restore seeds a new node's data directory only "+
+			"(one a restore cut short left holds .restoring-*, or its parts: empty it)", ErrRestore, dir)
 	}
 	return nil
 }
@@ -228,4 +230,42 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// makeDir makes dir if it does not exist, and says whether it did.
+func makeDir(dir string) (bool, error) {
+	if _, err := os.Stat(dir); err == nil {
+		return false, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	return true, disk.SyncDir(filepath.Dir(filepath.Clean(dir)))
+}
+
+// moveUp moves every entry of tmp into dir, its parent, and removes tmp,
+// fsyncing dir. The snapshots go last: a directory cut short by a crash
+// before them holds no snapshot, on which a node does not start as a
+// group of its own (and a restore refuses, as not empty).
+func moveUp(tmp, dir string) error {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return err
+	}
+	last := func(e os.DirEntry) int {
+		if e.Name() == "snapshots" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(entries, func(a, b os.DirEntry) int { return cmp.Compare(last(a), last(b)) })
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(tmp); err != nil {
+		return err
+	}
+	return disk.SyncDir(dir)
 }

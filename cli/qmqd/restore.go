@@ -20,8 +20,8 @@ func restoreCommand() *cli.Command {
 		Usage: "seed a new one-node group in a data directory from a backup file (qmqctl backup)",
 		Description: "Reads the backup file (--from) whole and checks every checksum in it: a corrupt file is\n" +
 			"refused with the byte offset and the chunk where it is corrupt, and nothing is written.\n" +
-			"Then it builds the data directory (--data: absent or empty; it is built beside it and\n" +
-			"renamed into place) of a group whose only voter is --id at --raft-advertise (else --raft),\n" +
+			"Then it builds the data directory (--data: absent or empty, a mount point say; it is built\n" +
+			"inside it and moved up) of a group whose only voter is --id at --raft-advertise (else --raft),\n" +
 			"holding the backup's snapshot, which it checks as the state machine will read it (a snapshot\n" +
 			"that would not restore is refused, naming the byte of its stream and the file). The group\n" +
 			"keeps its name (--broker-group, if given, must be it). Start the node as usual, with that\n" +

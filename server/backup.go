@@ -63,6 +63,8 @@ type backups struct {
 	take         func(ctx context.Context) (*raft.SnapshotMeta, io.ReadCloser, error)
 	open, reopen func(id string) (*raft.SnapshotMeta, io.ReadCloser, error)
 
+	// mu guards what follows. Lock order: a session's mu, then this one
+	// (drop); never a session's while holding this.
 	mu       sync.Mutex
 	sessions map[string]*backupSession
 	held     int // sessions, and snapshots being taken for new ones

@@ -25,6 +25,10 @@ type BackupLimits struct {
 	// resumes if the snapshot is still stored, else starts over).
 	// Default 2 minutes.
 	Idle time.Duration
+	// Rate bounds the bytes a second the node's backups read, all
+	// together, so that a backup leaves the leader's disk and CPU to the
+	// sends it serves. 0 (the default): no bound.
+	Rate int64
 }
 
 // Defaults of BackupLimits.
@@ -69,6 +73,8 @@ type backups struct {
 	sessions map[string]*backupSession
 	held     int // sessions, and snapshots being taken for new ones
 	closed   bool
+	// next is when the next chunk may be read, by limits.Rate.
+	next time.Time
 }
 
 // backupSession is one snapshot open for a backup, read sequentially.
@@ -179,6 +185,9 @@ func (b *backups) chunk(ctx context.Context, req transport.BackupRequest) (*tran
 		if err != nil {
 			return nil, err
 		}
+		if err := b.pace(ctx, req.Max); err != nil {
+			return nil, err
+		}
 		if c, ok, err := b.read(s, req); ok || err != nil {
 			return c, err
 		}
@@ -220,6 +229,42 @@ func (b *backups) read(s *backupSession, req transport.BackupRequest) (*transpor
 	}
 	return &transport.BackupChunk{Kind: b.kind, Group: b.group, SnapshotID: s.meta.ID, Index: s.meta.Index, Term: s.meta.Term,
 		Configuration: s.config, Size: s.meta.Size, Offset: off, Data: buf}, true, nil
+}
+
+// pace waits until a chunk of at most max bytes (0: MaxBackupChunk) fits
+// limits.Rate, counting it: the chunks of every backup of the node share
+// one schedule.
+func (b *backups) pace(ctx context.Context, max int) error {
+	if b.limits.Rate <= 0 {
+		return nil
+	}
+	if max <= 0 || max > transport.MaxBackupChunk {
+		max = transport.MaxBackupChunk
+	}
+	b.mu.Lock()
+	now := time.Now()
+	b.next = later(b.next, now)
+	wait := b.next.Sub(now)
+	b.next = b.next.Add(time.Duration(float64(max) / float64(b.limits.Rate) * float64(time.Second)))
+	b.mu.Unlock()
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return transport.Errorf(transport.Timeout, "backup: waiting for --backup-rate: %v", ctx.Err())
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // seek moves s's stream to off: forward by reading, backward (an answer

@@ -327,3 +327,19 @@ func TestBackupChunkAgain(t *testing.T) {
 		t.Fatalf("a request for a snapshot never held: %s at %d; want a new snapshot from 0", other.SnapshotID, other.Offset)
 	}
 }
+
+// TestBackupRate: with a rate bound, a backup reads no faster than it.
+func TestBackupRate(t *testing.T) {
+	const rate = 256 << 10
+	n := startNode(t, "n1", true, func(c *Config) { c.Backups.Rate = rate })
+	waitLeader(t, n)
+	sendAcked(t, []string{n.ClientAddr()}, "orders", 1000)
+	start := time.Now()
+	_, got := backupOf(t, n.ClientAddr(), "g1", 64<<10)
+	took := time.Since(start)
+	// The first chunk goes at once, each next one 64 KiB later.
+	if least := time.Duration(got.Chunks-1) * time.Second * (64 << 10) / rate; got.Chunks < 3 || took < least {
+		t.Fatalf("%d chunks of 64 KiB in %s, under a bound of 256 KiB/s: want at least %s", got.Chunks, took, least)
+	}
+	t.Logf("%d bytes in %d chunks in %s", got.Header.Size, got.Chunks, took)
+}

@@ -320,7 +320,7 @@ func (c *NodeConfig) check(what string) error {
 	if l := c.ClientLimits; l.Memory < 0 || l.ConnsPerAddr < 0 || l.Conns < 0 || l.RequestsPerConn < 0 {
 		return fmt.Errorf("server: %s: negative client limits %+v", what, l)
 	}
-	if l := c.Backups; l.Max < 0 || l.Idle < 0 {
+	if l := c.Backups; l.Max < 0 || l.Idle < 0 || l.Rate < 0 {
 		return fmt.Errorf("server: %s: negative backup limits %+v", what, l)
 	}
 	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"raft advertise", c.RaftAdvertiseAddr}}

@@ -301,6 +301,7 @@ func nodeFlags(group string) []cli.Flag {
 			Usage: "serve at most `N` backups (qmqctl backup) at once, each holding a snapshot open; one more is refused (RESOURCE_EXHAUSTED)"},
 		&cli.DurationFlag{Name: "backup-idle-timeout", Value: server.DefaultBackupIdle,
 			Usage: "release a backup's snapshot `DUR` after its last request (an abandoned backup; run again, it resumes while the snapshot is stored)"},
+		&cli.Int64Flag{Name: "backup-rate", Usage: "read at most `MIB` MiB a second for backups, all together, to leave the disk and CPU to the requests the node serves (0: no bound)"},
 	}, slices.Concat(tlsFlags(), authFlags())...)
 }
 
@@ -311,7 +312,7 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 		HTTPAddr: c.String("http"), SourceIP: c.String("source-ip"), Bootstrap: c.Bool("bootstrap"),
 		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns"),
 			RequestsPerConn: c.Int("max-requests-per-conn")},
-		Backups: server.BackupLimits{Max: c.Int("max-backups"), Idle: c.Duration("backup-idle-timeout")},
+		Backups: server.BackupLimits{Max: c.Int("max-backups"), Idle: c.Duration("backup-idle-timeout"), Rate: c.Int64("backup-rate") << 20},
 		TLS:     tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 }
 

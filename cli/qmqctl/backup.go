@@ -34,7 +34,7 @@ func backupCommand() *cli.Command {
 			&cli.StringFlag{Name: "broker-group", Aliases: []string{"group"}, Usage: "the broker group's `NAME`"},
 			&cli.BoolFlag{Name: "meta", Usage: "the metaserver group"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "the backup `FILE` (FILE.partial while it is written)"},
-			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up after `DUR` (the partial file is kept, to continue)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "give up after `DUR` (0: never; the partial file is kept, to continue)"},
 			// A test's interruption: stop after N chunks, leaving FILE.partial.
 			&cli.IntFlag{Name: "stop-after-chunks", Hidden: true},
 			&cli.IntFlag{Name: "chunk-size", Hidden: true},
@@ -50,8 +50,8 @@ func backupCommand() *cli.Command {
 			if group == "" {
 				return cmdline.Usagef(c, "give --broker-group NAME or --meta")
 			}
-			if c.Duration("timeout") <= 0 {
-				return cmdline.Usagef(c, "--timeout %s: more than 0s", c.Duration("timeout"))
+			if c.Duration("timeout") < 0 {
+				return cmdline.Usagef(c, "--timeout %s: 0 (never) or more", c.Duration("timeout"))
 			}
 			ctx, stop := signalContext()
 			defer stop()
@@ -60,8 +60,11 @@ func backupCommand() *cli.Command {
 				return err
 			}
 			defer a.Close()
-			ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
-			defer cancel()
+			if d := c.Duration("timeout"); d > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, d)
+				defer cancel()
+			}
 			src, err := a.BackupSource(ctx, group)
 			if err != nil {
 				return err

@@ -18,7 +18,7 @@ var floors = []struct {
 	{"internal/sdk", 2}, // what the SDK and package admin share: it stands on transport
 	{"internal/", 0},
 	{"logs", 1}, {"transport", 1}, {"server/raftlog", 1},
-	{"delaywheel", 2}, {"fsm/dedup", 2}, {"fsm/snapshot", 2},
+	{"delaywheel", 2}, {"fsm/dedup", 2}, {"fsm/snapshot", 2}, {"backup", 2},
 	{"", 3}, // the SDK
 	{"fsm", 3},
 	{"admin", 4}, {"outbox", 4}, {"fsm/meta", 4},

@@ -24,6 +24,8 @@ func needs(t transport.Type, req any) (version.Number, string) {
 		}
 	case transport.SetVersionRequest:
 		return version.V2, "raising a group's active version"
+	case transport.BackupRequest:
+		return version.V2, "a backup"
 	}
 	return version.V1, ""
 }

@@ -70,6 +70,15 @@ func TestNewFeaturesRefusedByAnOldNode(t *testing.T) {
 			return err
 		},
 		"raising a group's active version": func() error { _, err := a.SetVersion(ctx, "g1", 2); return err },
+		"a backup": func() error {
+			src, err := a.BackupSource(ctx, "g1")
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			_, err = src.Backup(ctx, transport.BackupRequest{Group: "g1"})
+			return err
+		},
 	} {
 		err := call()
 		if !errors.Is(err, qmq.ErrUnsupported) || !strings.Contains(err.Error(), want+what+" needs version 2: upgrade it") {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"io"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -125,6 +126,30 @@ func FuzzCheckSnapPath(f *testing.F) {
 		path := filepath.Join(root, local)
 		if !filepath.IsLocal(local) || !strings.HasPrefix(path, root+string(filepath.Separator)) || !strings.HasSuffix(rel, ".seg") {
 			t.Fatalf("checkSnapPath accepts %q, which would write %s, not a segment inside %s", rel, path, root)
+		}
+	})
+}
+
+// FuzzCheckSnapshot: CheckSnapshot never panics and refuses with
+// ErrBadSnapshot (or the checkpoint's ErrBadCheckpoint); what it accepts,
+// Restore restores, or refuses as a bad snapshot (a checkpoint that the
+// segments do not bear out is found only by opening them).
+func FuzzCheckSnapshot(f *testing.F) {
+	busy := snapshotStream(f, busyFSM(f))
+	f.Add(busy)
+	f.Add(snapshotStream(f, unitFSM(f)))
+	f.Add(busy[:len(busy)/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := CheckSnapshot(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrBadSnapshot) && !errors.Is(err, ErrBadCheckpoint) {
+				t.Fatalf("CheckSnapshot = %v, want ErrBadSnapshot or ErrBadCheckpoint", err)
+			}
+			return
+		}
+		if err := unitFSM(t).Restore(io.NopCloser(bytes.NewReader(b))); err != nil && !errors.Is(err, ErrBadSnapshot) {
+			t.Fatalf("Restore of a stream CheckSnapshot accepts: %v", err)
 		}
 	})
 }

@@ -15,11 +15,11 @@ import (
 // messages (who, from where, the request). An admin operation that
 // changes something is always written: it costs a Raft entry anyway, and
 // a flood of reads must not hide it. Admin reads (listing applications or
-// dead letters) and reads of stored messages are each limited to
-// auditAdminRate lines a second after a burst of as many (apart: any
-// application may read messages, and its reads must not crowd out an
-// admin's), and refusals to one a second, so that a client cannot fill
-// the disk; a line says how many were held back before it.
+// dead letters, each chunk of a backup) and reads of stored messages are
+// each limited to auditAdminRate lines a second after a burst of as many
+// (apart: any application may read messages, and its reads must not crowd
+// out an admin's), and refusals to one a second, so that a client cannot
+// fill the disk; a line says how many were held back before it.
 type auditLog struct {
 	log                   hclog.Logger
 	admins, reads, denied *lograte.Limiter
@@ -69,7 +69,7 @@ func (l *auditLog) read(who, remote string, t transport.Type, p []byte) {
 
 // adminRead reports whether an admin request type only reads.
 func adminRead(t transport.Type) bool {
-	return t == transport.TypeApps || t == transport.TypeDeadLetters
+	return t == transport.TypeApps || t == transport.TypeDeadLetters || t == transport.TypeBackup
 }
 
 // refused records a refused request.

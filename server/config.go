@@ -265,6 +265,8 @@ type NodeConfig struct {
 	Bootstrap bool
 	// ClientLimits bound what clients can make the client listener hold.
 	ClientLimits ClientLimits
+	// Backups bound the snapshots the node holds open for backups.
+	Backups BackupLimits
 	// TLS, when its files are given, makes the client, Raft and HTTP
 	// ports TLS-only and the node's dials to other nodes TLS. Default:
 	// none, plaintext.
@@ -317,6 +319,9 @@ func (c *NodeConfig) check(what string) error {
 	}
 	if l := c.ClientLimits; l.Memory < 0 || l.ConnsPerAddr < 0 || l.Conns < 0 || l.RequestsPerConn < 0 {
 		return fmt.Errorf("server: %s: negative client limits %+v", what, l)
+	}
+	if l := c.Backups; l.Max < 0 || l.Idle < 0 || l.Rate < 0 {
+		return fmt.Errorf("server: %s: negative backup limits %+v", what, l)
 	}
 	addrs := []struct{ name, addr string }{{"client", c.ClientAddr}, {"raft", c.RaftAddr}, {"http", c.HTTPAddr}, {"raft advertise", c.RaftAdvertiseAddr}}
 	for _, a := range addrs {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qmqgo/qmq/server/raftlog"
 )
@@ -67,6 +68,26 @@ func TestConfigRefusesASourceThatIsNoIP(t *testing.T) {
 		cfg.SourceIP = ip
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "not an IP address") {
 			t.Errorf("source IP %q: %v, want refused", ip, err)
+		}
+	}
+}
+
+// TestConfigRefusesNegativeBackupLimits: each negative backup limit is
+// refused, naming the limits; zero takes the defaults.
+func TestConfigRefusesNegativeBackupLimits(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n1", "g1", t.TempDir()
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.Backups.withDefaults(); l.Max != DefaultMaxBackups || l.Idle != DefaultBackupIdle || l.Rate != 0 {
+		t.Errorf("default backup limits %+v", l)
+	}
+	for _, l := range []BackupLimits{{Max: -1}, {Idle: -time.Second}, {Rate: -1}} {
+		cfg.Backups = l
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "negative backup limits") {
+			t.Errorf("backup limits %+v: %v, want refused", l, err)
 		}
 	}
 }

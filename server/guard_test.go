@@ -97,7 +97,7 @@ func TestGuardClasses(t *testing.T) {
 	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
 		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetConsumerGroup, transport.TypeMetaForgetConsumerGroup,
 		transport.TypeSetConsumerGroup, transport.TypeResetConsumerGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
-		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.TypeSetBrokerConfig, transport.Type(99)}
+		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.TypeSetBrokerConfig, transport.TypeBackup, transport.Type(99)}
 	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeConsumerGroups, transport.TypeBrokerConfig}
 	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
 	for _, typ := range append(append(append([]transport.Type{transport.TypeSend, transport.TypePull}, admin...), read...), nodeOnly...) {

@@ -88,6 +88,8 @@ func (n *Node) answer(ctx context.Context, t transport.Type, p []byte) ([]byte, 
 		return n.handleSetBrokerConfig(ctx, p)
 	case transport.TypeSetVersion:
 		return n.handleSetVersion(ctx, p)
+	case transport.TypeBackup:
+		return n.handleBackup(ctx, p)
 	case transport.TypeRoute, transport.TypeRegister, transport.TypeDeregister, transport.TypeBrokerHeartbeat,
 		transport.TypeCluster, transport.TypeAssign, transport.TypeSetWritable, transport.TypeSubjects, transport.TypeMetaForgetConsumerGroup,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete:

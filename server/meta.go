@@ -86,7 +86,7 @@ func NewMeta(cfg MetaConfig) (_ *MetaNode, err error) {
 	}
 	if err := m.open(raftSetup{dir: cfg.DataDir, addr: cfg.RaftAddr, advertise: cfg.RaftAdvertiseAddr, bootstrap: cfg.Bootstrap,
 		timing: cfg.RaftTiming, fsm: m.fsm, snaps: snaps, logCache: raftlog.DefaultCache,
-		tls: m.tls.reloader()}); err != nil {
+		tls: m.tls.reloader(), backupKind: transport.BackupMeta, backups: cfg.Backups}); err != nil {
 		return nil, err
 	}
 	m.registry = prometheus.NewRegistry()
@@ -137,6 +137,8 @@ func (g metaGroup) Membership(ctx context.Context, t transport.Type, p []byte) (
 		return g.m.handleTransfer(p)
 	case transport.TypeSetVersion:
 		return g.m.handleSetVersion(ctx, p)
+	case transport.TypeBackup:
+		return g.m.handleBackup(ctx, p)
 	}
 	return nil, transport.Errorf(transport.UnknownType, "unknown request type %d", uint8(t))
 }

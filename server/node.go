@@ -161,7 +161,8 @@ func (n *Node) openRaft() error {
 		build: n.fsm.Supports(),
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
-		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader()})
+		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader(),
+		backupKind: transport.BackupBroker, backups: n.cfg.Backups})
 }
 
 // Raft exposes the Raft node, for tests and admin tools.

@@ -54,6 +54,8 @@ type raftGroup struct {
 	store    *raftlog.Store
 	trans    *raft.NetworkTransport
 	snaps    raft.SnapshotStore
+	// backups are the snapshots the node holds open for backups.
+	backups  *backups
 	leaderCh chan bool
 	// leading is what leaderCh said last: whether the node leads. The log
 	// cache holds entries only while it does.
@@ -112,6 +114,11 @@ type raftSetup struct {
 	// tls makes Raft's connections TLS, between nodes of its CA only;
 	// nil: plaintext.
 	tls *tlsconf.Reloader
+	// backupKind is what the group's snapshots hold
+	// (transport.BackupBroker or BackupMeta), and backups bound the
+	// backups the node serves.
+	backupKind byte
+	backups    BackupLimits
 }
 
 func (g *raftGroup) open(s raftSetup) error {
@@ -178,6 +185,7 @@ func (g *raftGroup) open(s raftSetup) error {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	g.raftNode.Store(g.raft)
+	g.backups = newBackups(s.backupKind, g.group, s.backups, s.snaps, g.raftNode.Load)
 	return nil
 }
 
@@ -186,6 +194,7 @@ func (g *raftGroup) shutdown() error {
 	if g.raft == nil {
 		return nil
 	}
+	g.backups.close()
 	return g.raft.Shutdown().Error()
 }
 
@@ -280,6 +289,7 @@ func (g *raftGroup) lastSnapshot() (index, term uint64, at time.Time) {
 // withSnapshot adds the node's last snapshot to s.
 func (g *raftGroup) withSnapshot(s Status) Status {
 	s.LastSnapshotIndex, s.LastSnapshotTerm, s.LastSnapshotAt = g.lastSnapshot()
+	s.Backups = g.backups.count()
 	build := g.supports()
 	s.Versions = &build
 	return s

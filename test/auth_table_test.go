@@ -104,6 +104,10 @@ func TestAuthTableThroughQmqctl(t *testing.T) {
 		{"", []string{"send", "--subject", "orders.paid", "four"}, "UNAUTHENTICATED"},
 		{"ops", []string{"send", "--subject", "payments", "five"}, ""},
 		{"ops", []string{"app", "list"}, ""},
+		{"billing", []string{"backup", "--broker-group", "g1", "--out", filepath.Join(dir, "g1.qmqbackup")}, "PERMISSION_DENIED: application billing is not an admin"},
+		{"reader", []string{"backup", "--meta", "--out", filepath.Join(dir, "meta.qmqbackup")}, "PERMISSION_DENIED: application reader is not an admin"},
+		{"ops", []string{"backup", "--broker-group", "g1", "--out", filepath.Join(dir, "g1.qmqbackup")}, ""},
+		{"ops", []string{"backup", "--meta", "--out", filepath.Join(dir, "meta.qmqbackup")}, ""},
 		{"billing", []string{"consume", "--subject", "orders.paid", "--group", "billing", "--start", "earliest", "--count", "1", "--timeout", "10s"}, ""},
 	} {
 		what := fmt.Sprintf("qmqctl as %q: %s", c.app, strings.Join(c.args, " "))

@@ -55,6 +55,9 @@ type Status struct {
 	LastSnapshotIndex uint64    `json:"last_snapshot_index,omitempty"`
 	LastSnapshotTerm  uint64    `json:"last_snapshot_term,omitempty"`
 	LastSnapshotAt    time.Time `json:"last_snapshot_at,omitzero"`
+	// Backups is how many snapshots the node holds open for backups
+	// (TypeBackup) now.
+	Backups int `json:"backups,omitempty"`
 	// TLS: the node's ports serve TLS only. Insecure: the node has no TLS
 	// and serves on an address that is not on loopback, which it was
 	// allowed to by --insecure (NodeConfig.Insecure).

@@ -42,6 +42,10 @@ const (
 	// PermissionDenied: the application may not do what it asked; the
 	// message names the application and what was refused.
 	PermissionDenied Code = 13
+	// ResourceExhausted: the node is at a bound of what it holds for
+	// clients (as many backups open as it allows). Not retried by the
+	// clients: the message says when to try again.
+	ResourceExhausted Code = 14
 	// Unsupported: the node's release does not support what was asked
 	// (a request, or a field of one, of a newer version than the node's
 	// build supports; see HelloResponse). A client finds it before it
@@ -69,6 +73,7 @@ var codeInfo = map[Code]struct {
 	DiskFull:           {"DISK_FULL", false},
 	Unauthenticated:    {"UNAUTHENTICATED", false},
 	PermissionDenied:   {"PERMISSION_DENIED", false},
+	ResourceExhausted:  {"RESOURCE_EXHAUSTED", false},
 	Unsupported:        {"UNSUPPORTED", false},
 }
 

@@ -138,6 +138,10 @@ const (
 	// (SetVersionRequest, JSON; answered with SetVersionResponse): qmqctl
 	// upgrade finalize.
 	TypeSetVersion Type = 37
+	// TypeBackup asks a group's leader for one chunk of a snapshot of the
+	// group's whole state (BackupRequest, JSON; answered with a
+	// BackupChunk, binary): qmqctl backup.
+	TypeBackup Type = 38
 )
 
 func (t Type) String() string {
@@ -216,6 +220,8 @@ func (t Type) String() string {
 		return "messages"
 	case TypeSetVersion:
 		return "set-version"
+	case TypeBackup:
+		return "backup"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

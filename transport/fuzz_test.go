@@ -55,7 +55,13 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Add([]byte(`{"subject":"s","consumer_group":"c"}`))
 	f.Add([]byte(`{"status":{"id":"n1","group":"g1","state":"Leader","term":3},"load":{"subjects":1}}`))
 	f.Add((&PullResponse{Epoch: 4, Messages: []PulledMessage{{PullSeq: 1, Message: sampleMessage()}}}).Encode())
+	f.Add((&BackupChunk{Kind: BackupBroker, Group: "g1", SnapshotID: "2-10-1", Index: 10, Term: 2, Configuration: []byte(`{}`),
+		Size: 9, Offset: 4, Data: []byte("abcde")}).Encode())
+	f.Add([]byte(`{"group":"g1","snapshot_id":"2-10-1","offset":4096,"max":4096}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		if c, err := DecodeBackupChunk(in); err == nil && (!bytes.Equal(c.Encode(), in) || c.Offset+int64(len(c.Data)) > c.Size) {
+			t.Fatalf("backup chunk does not re-encode to its input, or lies past its snapshot")
+		}
 		if q, err := DecodeSendRequest(in); err == nil {
 			if !bytes.Equal(q.Encode(), in) {
 				t.Fatalf("send request does not re-encode to its input")
@@ -98,7 +104,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		for _, v := range []any{&JoinRequest{}, &RouteRequest{}, &RegisterRequest{}, &BrokerHeartbeat{},
 			&AssignRequest{}, &SetWritableRequest{}, &DeregisterRequest{}, &Cluster{}, &Route{},
 			&ConsumerGroupsRequest{}, &SetConsumerGroupRequest{}, &ResetConsumerGroupRequest{}, &DeadLettersRequest{}, &DeadLetterOpRequest{},
-			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}, &SetBrokerConfigRequest{}, &BrokerConfigInfo{}} {
+			&AppRequest{}, &AppRotateRequest{}, &AppDeleteRequest{}, &HeartbeatReply{}, &SetBrokerConfigRequest{}, &BrokerConfigInfo{}, &BackupRequest{}} {
 			DecodeJSON(in, v)
 		}
 		var status Status

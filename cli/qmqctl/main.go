@@ -89,6 +89,6 @@ func newApp() *cli.App {
 		Before: checkCredentials,
 		Commands: []*cli.Command{sendCommand(), consumeCommand(), statusCommand(), joinCommand(), leaveCommand(),
 			consumerGroupCommand(), brokerGroupCommand(), groupCommand(), configCommand(), deadLetterCommand(), messageCommand(), subjectCommand(),
-			appCommand(), delayCommand(), upgradeCommand(), benchCommand(), tlsCommand(), completionCommand()},
+			appCommand(), delayCommand(), upgradeCommand(), backupCommand(), benchCommand(), tlsCommand(), completionCommand()},
 	}
 }

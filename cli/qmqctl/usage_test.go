@@ -49,6 +49,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"join", "--broker-grop", "g1"}, "qmqctl join: unknown flag --broker-grop (did you mean --broker-group?)"},
 		{[]string{"join", "--id", "x", "--raft", "a:1", "--addr", "a:2"}, "qmqctl join: required flag --broker-group not set"},
 		{[]string{"broker-group", "readonly"}, "qmqctl broker-group readonly: takes one argument, the broker group's name (got 0)"},
+		{[]string{"backup", "--out", "f"}, "qmqctl backup: give --broker-group NAME or --meta"},
+		{[]string{"backup", "--meta", "--broker-group", "g1", "--out", "f"}, "qmqctl backup: give --broker-group NAME or --meta, not both"},
+		{[]string{"backup", "--meta"}, "qmqctl backup: required flag --out not set"},
 		{[]string{"completion", "tcsh"}, "qmqctl completion: unknown shell tcsh: bash, zsh or fish"},
 		{[]string{"completion", "zhs"}, "qmqctl completion: unknown shell zhs (did you mean zsh?): bash, zsh or fish"},
 	} {

@@ -3,6 +3,7 @@
 //	qmqd dev      a complete one-node installation on embedded defaults
 //	qmqd meta     one node of the metaserver group (routing, membership)
 //	qmqd broker   one node of a broker group (a Raft cluster)
+//	qmqd restore  a new one-node group's data directory from a backup file
 package main
 
 import (
@@ -70,7 +71,7 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "trace, debug, info, warn or error", EnvVars: []string{"QMQ_LOG_LEVEL"}},
 		},
-		Commands: []*cli.Command{devCommand(), metaCommand(), brokerCommand()},
+		Commands: []*cli.Command{devCommand(), metaCommand(), brokerCommand(), restoreCommand()},
 	}
 }
 
@@ -304,6 +305,11 @@ func nodeFlags(group string) []cli.Flag {
 		&cli.IntFlag{Name: "max-requests-per-conn", Value: transport.DefaultMaxInFlight,
 			Usage: "handle at most `N` requests of one connection at once; beyond, the connection is not read until one finishes " +
 				"(the client is slowed, not failed; counted in qmq_client_requests_per_conn_waits_total)"},
+		&cli.IntFlag{Name: "max-backups", Value: server.DefaultMaxBackups,
+			Usage: "serve at most `N` backups (qmqctl backup) at once, each holding a snapshot open; one more is refused (RESOURCE_EXHAUSTED)"},
+		&cli.DurationFlag{Name: "backup-idle-timeout", Value: server.DefaultBackupIdle,
+			Usage: "release a backup's snapshot `DUR` after its last request (an abandoned backup; run again, it resumes while the snapshot is stored)"},
+		&cli.Int64Flag{Name: "backup-rate", Usage: "read at most `MIB` MiB a second for backups, all together, to leave the disk and CPU to the requests the node serves (0: no bound)"},
 	}, slices.Concat(tlsFlags(), authFlags())...)
 }
 
@@ -314,7 +320,8 @@ func nodeConfig(c *cli.Context) server.NodeConfig {
 		HTTPAddr: c.String("http"), SourceIP: c.String("source-ip"), Bootstrap: c.Bool("bootstrap"),
 		ClientLimits: server.ClientLimits{Memory: c.Int64("client-memory") << 20, ConnsPerAddr: c.Int("max-conns-per-addr"), Conns: c.Int("max-conns"),
 			RequestsPerConn: c.Int("max-requests-per-conn")},
-		TLS: tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
+		Backups: server.BackupLimits{Max: c.Int("max-backups"), Idle: c.Duration("backup-idle-timeout"), Rate: c.Int64("backup-rate") << 20},
+		TLS:     tlsConfig(c), Insecure: insecure(c), Auth: c.Bool("auth"), OpenHTTP: c.Bool("open-http")}
 }
 
 func newLogger(c *cli.Context) (hclog.Logger, error) {

@@ -74,7 +74,7 @@ func TestTLSFlags(t *testing.T) {
 // flags with their environment variables.
 func TestTLSFlagsOnEveryNodeCommand(t *testing.T) {
 	env := map[string]string{"tls-cert": "QMQ_TLS_CERT", "tls-key": "QMQ_TLS_KEY", "tls-ca": "QMQ_TLS_CA", "tls-client-auth": "QMQ_TLS_CLIENT_AUTH"}
-	for _, cmd := range newApp().Commands {
+	for _, cmd := range nodeCommands() {
 		for name, v := range env {
 			i := slices.IndexFunc(cmd.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), name) })
 			if i < 0 {
@@ -100,7 +100,7 @@ func TestInsecureFlag(t *testing.T) {
 	if !nodeConfigOf(t, "--insecure").Insecure {
 		t.Fatal("--insecure does not reach the config")
 	}
-	for _, cmd := range newApp().Commands {
+	for _, cmd := range nodeCommands() {
 		i := slices.IndexFunc(cmd.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), "insecure") })
 		if i < 0 {
 			t.Errorf("qmqd %s has no --insecure", cmd.Name)
@@ -121,4 +121,10 @@ func TestDevOffLoopbackNeedsInsecure(t *testing.T) {
 	if !errors.Is(err, server.ErrInsecure) {
 		t.Fatalf("dev --meta-listen 0.0.0.0:0: %v, want %v", err, server.ErrInsecure)
 	}
+}
+
+// nodeCommands are qmqd's commands that run a node: all but restore,
+// which only writes a data directory.
+func nodeCommands() []*cli.Command {
+	return slices.DeleteFunc(newApp().Commands, func(c *cli.Command) bool { return c.Name == "restore" })
 }

@@ -32,6 +32,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"meta", "--election-timeout", "soon"}, `qmqd meta: invalid value "soon" for --election-timeout: not a duration (such as 500ms, 90s, 2h30m)`},
 		{[]string{"--log-levle", "debug", "dev"}, "qmqd: unknown flag --log-levle (did you mean --log-level?)"},
 		{[]string{"dev", "--raft-log", "sqlite", "--data", "x"}, `qmqd: invalid --raft-log "sqlite": wal or bolt`},
+		{[]string{"restore", "--from", "f", "--data", "d"}, "qmqd restore: required flags --id, --raft not set"},
 	} {
 		out, stderr, status := runQmqd(c.args...)
 		if status != 2 || stderr != c.want+"\n" || out != "" {

@@ -243,6 +243,9 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// FuzzRestore: a snapshot that decodes (and that CheckSnapshot accepts,
+// exactly those) restores a state that answers every read and takes
+// commands.
 func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"applied":7,"state":{"groups":{"g1":{"nodes":{"a":{"raft_addr":"127.0.0.1:1","client_addr":"127.0.0.1:2"}}}},"subjects":{"s":{"groups":["g1"]}},"members":{}}}`))
 	f.Add([]byte(`{"state":{"groups":{},"subjects":{"s":{"groups":["x"]}},"members":{}}}`))
@@ -254,6 +257,9 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"groups":{},"subjects":{},"members":{}}`)) // a bare state: refused
 	f.Fuzz(func(t *testing.T, b []byte) {
 		doc, err := decodeSnapshot(b)
+		if cerr := CheckSnapshot(bytes.NewReader(b)); (cerr == nil) != (err == nil) {
+			t.Fatalf("CheckSnapshot says %v, the decoder %v", cerr, err)
+		}
 		if err != nil {
 			return
 		}

@@ -153,7 +153,7 @@ func (m *Server) Handle(ctx context.Context, t transport.Type, p []byte) ([]byte
 			return nil, err
 		}
 		return m.group.Membership(ctx, t, p)
-	case transport.TypeLeave, transport.TypeTransfer, transport.TypeSetVersion:
+	case transport.TypeLeave, transport.TypeTransfer, transport.TypeSetVersion, transport.TypeBackup:
 		return m.group.Membership(ctx, t, p)
 	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeHeartbeat:
 		return nil, transport.Errorf(transport.Invalid, "%s to a metaserver: ask it for the subject's route, then use a broker group", t)

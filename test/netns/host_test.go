@@ -91,6 +91,14 @@ func TestHostsRoundTrip(t *testing.T) {
 	t.Logf("round trip through the switch at 0 ms: p50 %s, p99 %s", base[len(base)/2], base[len(base)*99/100])
 	self := rtts(t, n.Self(), a.AddrPort(7000), 50)
 	t.Logf("from the test process's host: p50 %s", self[len(self)/2])
+	lo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lo.Close()
+	go echo(lo)
+	loop := rtts(t, n.Self(), lo.Addr().String(), 200)
+	t.Logf("on loopback, for comparison: p50 %s, p99 %s", loop[len(loop)/2], loop[len(loop)*99/100])
 
 	n.SetLinks(Link{Delay: 2 * time.Millisecond})
 	slow := rtts(t, b, a.AddrPort(7000), 50)

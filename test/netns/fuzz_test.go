@@ -16,8 +16,8 @@ func FuzzRoute(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, 19))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s := NewSwitch(1)
-		s.ports[hostB] = &port{addr: hostB, wake: make(chan struct{}, 1)}
+		s := newSwitch(t)
+		s.ports[hostB] = &port{addr: hostB, dev: newPipe()}
 		s.route(hostA, b, time.Unix(0, 0))
 		st := s.Stats()
 		if st.Forwarded+st.Lost+st.Cut+st.Unrouted != 1 {

@@ -69,7 +69,11 @@ func New(tb testing.TB, seed uint64) *Network {
 	if err := Sweep(); err != nil {
 		tb.Fatal(err)
 	}
-	n := &Network{tb: tb, sw: NewSwitch(seed)}
+	sw, err := NewSwitch(seed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := &Network{tb: tb, sw: sw}
 	tb.Cleanup(n.close)
 	if err := n.claimSubnet(); err != nil {
 		tb.Fatal(err)

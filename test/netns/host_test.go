@@ -111,6 +111,15 @@ func TestHostsRoundTrip(t *testing.T) {
 		t.Fatalf("round trips at 2 ms each way take %s (median): the switch adds far more than its own cost (%s)", p50, base[len(base)/2])
 	}
 
+	// Half a millisecond each way: the switch's clock must keep to it (the
+	// runtime's timers, a millisecond coarse when idle, would make it 2 ms).
+	n.SetLinks(Link{Delay: 500 * time.Microsecond})
+	fine := rtts(t, b, a.AddrPort(7000), 50)
+	t.Logf("round trip at 0.5 ms each way: p50 %s, min %s", fine[len(fine)/2], fine[0])
+	if p50 := fine[len(fine)/2]; p50 < time.Millisecond || p50 > 1500*time.Microsecond {
+		t.Fatalf("round trips at 0.5 ms each way take %s (median), want 1–1.5 ms", p50)
+	}
+
 	n.SetLinks(Link{})
 	n.Cut(a, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -3,11 +3,15 @@ package netns
 import (
 	"container/heap"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // mtu bounds a packet the switch carries: a TUN device's default MTU.
@@ -20,39 +24,47 @@ const mtu = 1500
 // long as a descriptor of it, so a test process that dies takes its
 // network with it, and the test changes links with a method call rather
 // than over a control socket.
+//
+// One goroutine per port reads what its host sends and queues it; one
+// more, the clock, writes each packet when it falls due. The clock sleeps
+// in ppoll(2) on an OS thread of its own with a timer slack of 1 µs,
+// rather than on a Go timer: the runtime's timers wake up to a millisecond
+// late when the process is idle (its poller waits in whole milliseconds),
+// which would add most of a millisecond to every link's delay.
 type Switch struct {
-	mu     sync.Mutex
-	rng    *rand.Rand
-	ports  map[netip.Addr]*port
-	lanes  map[[2]netip.Addr]*lane
-	def    Link
-	stats  Stats
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	rng      *rand.Rand
+	ports    map[netip.Addr]*port
+	lanes    map[[2]netip.Addr]*lane
+	def      Link
+	stats    Stats
+	queue    due  // every packet on its way, soonest first
+	sleeping bool // the clock waits: a new soonest packet must wake it
+	closed   bool
+	wake     int // an eventfd that wakes the clock
+	wg       sync.WaitGroup
 }
 
 // Stats counts what a switch did with the packets it read.
 type Stats struct {
-	Forwarded int64 // written to their destination's port
+	Forwarded int64 // queued for their destination's port
 	Lost      int64 // dropped by a link's loss
 	Cut       int64 // dropped by a link that is down
 	Unrouted  int64 // for no port of the switch, or not IPv4
 }
 
-// port is one host's device and the packets due to it, soonest first.
+// port is one host's device.
 type port struct {
-	addr   netip.Addr
-	dev    io.ReadWriteCloser
-	queue  due
-	wake   chan struct{} // a packet joined the queue
-	closed chan struct{}
+	addr netip.Addr
+	dev  io.ReadWriteCloser
 }
 
-// packet is one packet on its way, due at at; seq keeps the order of
-// packets due at the same time.
+// packet is one packet on its way to a port, due at at; seq keeps the
+// order of packets due at the same time.
 type packet struct {
 	at  time.Time
 	seq uint64
+	to  *port
 	b   []byte
 }
 
@@ -76,9 +88,16 @@ func (q *due) Pop() any {
 
 // NewSwitch returns a switch without ports whose links are all the zero
 // Link; seed seeds its losses and jitter.
-func NewSwitch(seed uint64) *Switch {
-	return &Switch{rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d)),
-		ports: map[netip.Addr]*port{}, lanes: map[[2]netip.Addr]*lane{}}
+func NewSwitch(seed uint64) (*Switch, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("netns: eventfd: %w", err)
+	}
+	s := &Switch{rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d)),
+		ports: map[netip.Addr]*port{}, lanes: map[[2]netip.Addr]*lane{}, wake: efd}
+	s.wg.Add(1)
+	go s.clock()
+	return s, nil
 }
 
 // ErrClosed is what Attach answers on a closed switch.
@@ -96,11 +115,10 @@ func (s *Switch) Attach(addr netip.Addr, dev io.ReadWriteCloser) error {
 	if _, ok := s.ports[addr]; ok {
 		return errors.New("netns: a port for " + addr.String() + " already exists")
 	}
-	p := &port{addr: addr, dev: dev, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	p := &port{addr: addr, dev: dev}
 	s.ports[addr] = p
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go s.read(p)
-	go s.deliver(p)
 	return nil
 }
 
@@ -161,7 +179,8 @@ func (s *Switch) Stats() Stats {
 	return s.stats
 }
 
-// Close closes every port's device and waits for the switch's goroutines.
+// Close closes every port's device, stops the clock and waits for the
+// switch's goroutines.
 func (s *Switch) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -171,11 +190,12 @@ func (s *Switch) Close() error {
 	s.closed = true
 	var errs []error
 	for _, p := range s.ports {
-		close(p.closed)
 		errs = append(errs, p.dev.Close())
 	}
 	s.mu.Unlock()
+	s.signal()
 	s.wg.Wait()
+	unix.Close(s.wake)
 	return errors.Join(errs...)
 }
 
@@ -188,93 +208,93 @@ func (s *Switch) read(p *port) {
 		if err != nil {
 			return
 		}
-		s.route(p.addr, b[:n], time.Now())
+		if d := s.route(p.addr, b[:n], time.Now()); d != nil {
+			d.to.dev.Write(d.b) // an error drops the packet, as a wire would
+		}
 	}
 }
 
 // route puts one packet from the host at src on the lane to its
-// destination.
-func (s *Switch) route(src netip.Addr, b []byte, now time.Time) {
+// destination. A packet due at once while nothing else is on its way is
+// returned instead, for the caller to write without waking the clock
+// (which costs tens of microseconds): nothing sent before it can then
+// still be waiting.
+func (s *Switch) route(src netip.Addr, b []byte, now time.Time) (direct *packet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(b) < 20 || b[0]>>4 != 4 {
 		s.stats.Unrouted++ // IPv6 (the kernel's solicitations) or junk
-		return
+		return nil
 	}
 	dst := s.ports[netip.AddrFrom4([4]byte(b[16:20]))]
 	if dst == nil {
 		s.stats.Unrouted++
-		return
+		return nil
 	}
 	ln := s.lane(src, dst.addr)
 	at, ok := ln.pass(now, len(b), s.rng)
 	switch {
 	case !ok && ln.Down:
 		s.stats.Cut++
-		return
+		return nil
 	case !ok:
 		s.stats.Lost++
-		return
+		return nil
 	}
 	s.stats.Forwarded++
-	seq := uint64(s.stats.Forwarded)
-	heap.Push(&dst.queue, packet{at: at, seq: seq, b: b})
-	select {
-	case dst.wake <- struct{}{}:
-	default:
+	if !at.After(now) && len(s.queue) == 0 {
+		return &packet{at: at, to: dst, b: b}
 	}
+	heap.Push(&s.queue, packet{at: at, seq: uint64(s.stats.Forwarded), to: dst, b: b})
+	if s.sleeping && s.queue[0].seq == uint64(s.stats.Forwarded) {
+		s.sleeping = false
+		s.signal()
+	}
+	return nil
 }
 
-// deliver writes the packets due to p's host as they fall due.
-func (s *Switch) deliver(p *port) {
+// signal wakes the clock.
+func (s *Switch) signal() {
+	one := [8]byte{1}
+	unix.Write(s.wake, one[:])
+}
+
+// clock writes every packet when it falls due, until Close.
+func (s *Switch) clock() {
 	defer s.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	// Never unlocked: the thread's timer slack is changed, so it ends with
+	// the goroutine rather than serve others.
+	runtime.LockOSThread()
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+	var ready []packet
 	for {
+		ready = ready[:0]
 		s.mu.Lock()
-		var next *packet
-		if len(p.queue) > 0 {
-			next = &p.queue[0]
+		if s.closed {
+			s.mu.Unlock()
+			return
 		}
-		var wait time.Duration
-		var pkt []byte
-		if next != nil {
-			if wait = time.Until(next.at); wait <= 0 {
-				pkt = heap.Pop(&p.queue).(packet).b
-			}
+		now := time.Now()
+		for len(s.queue) > 0 && !s.queue[0].at.After(now) {
+			ready = append(ready, heap.Pop(&s.queue).(packet))
 		}
+		var timeout *unix.Timespec // nil: until woken
+		if len(ready) == 0 && len(s.queue) > 0 {
+			ts := unix.NsecToTimespec(int64(s.queue[0].at.Sub(now)))
+			timeout = &ts
+		}
+		s.sleeping = len(ready) == 0
 		s.mu.Unlock()
-		if pkt != nil {
-			if _, err := p.dev.Write(pkt); err != nil && isClosed(p.closed) {
-				return
-			}
+		for _, p := range ready {
+			p.to.dev.Write(p.b) // an error drops the packet, as a wire would
+		}
+		if len(ready) > 0 {
 			continue
 		}
-		var fire <-chan time.Time
-		if next != nil {
-			timer.Reset(wait)
-			fire = timer.C
+		fds := []unix.PollFd{{Fd: int32(s.wake), Events: unix.POLLIN}}
+		if n, err := unix.Ppoll(fds, timeout, nil); err == nil && n > 0 {
+			var buf [8]byte
+			unix.Read(s.wake, buf[:])
 		}
-		select {
-		case <-p.closed:
-			return
-		case <-p.wake:
-		case <-fire:
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
-}
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

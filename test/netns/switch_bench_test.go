@@ -11,8 +11,7 @@ import (
 // in-memory ports (no TUN device, no kernel): a packet read, routed,
 // queued and written.
 func BenchmarkSwitchPipe(b *testing.B) {
-	s := NewSwitch(1)
-	defer s.Close()
+	s := newSwitch(b)
 	a, c := newPipe(), newPipe()
 	s.Attach(hostA, a)
 	s.Attach(hostB, c)

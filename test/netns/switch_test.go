@@ -59,7 +59,7 @@ func ipv4(src, dst netip.Addr, id uint16) []byte {
 var hostA, hostB = netip.MustParseAddr("10.213.0.1"), netip.MustParseAddr("10.213.0.2")
 
 func twoPorts(t *testing.T) (*Switch, *pipe, *pipe) {
-	s := NewSwitch(1)
+	s := newSwitch(t)
 	a, b := newPipe(), newPipe()
 	if err := s.Attach(hostA, a); err != nil {
 		t.Fatal(err)
@@ -67,8 +67,17 @@ func twoPorts(t *testing.T) (*Switch, *pipe, *pipe) {
 	if err := s.Attach(hostB, b); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
 	return s, a, b
+}
+
+// newSwitch returns a switch that the test closes when it ends.
+func newSwitch(tb testing.TB) *Switch {
+	s, err := NewSwitch(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
 }
 
 func receive(t *testing.T, p *pipe) arrival {

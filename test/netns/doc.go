@@ -8,11 +8,11 @@
 // a Switch in the test process reads every IP packet its hosts send and
 // writes it to the destination host's TUN after the link's model (link.go)
 // has delayed, dropped or reordered it. The test process is a host too (a
-// TUN device in its own namespace at .254), so its clients see the same
-// network as the servers. Both ends of every connection are the kernel's
+// TUN device at .254 in the machine's own namespace), so its clients see
+// the same network as the servers. Both ends of every connection are the kernel's
 // own TCP stacks; only the wire is emulated.
 //
-//	net := netns.New(t)              // the switch and the test's own host
+//	net := netns.New(t, seed)        // the switch and the test's own host
 //	a, b := net.Host(), net.Host()   // qmqt-<pid>-h1, -h2: 10.213.X.1, .2
 //	net.SetLinks(netns.Link{Delay: time.Millisecond, Loss: 0.005})
 //	cmd := a.Command("qmqd", …)      // ip netns exec qmqt-<pid>-h1 qmqd …

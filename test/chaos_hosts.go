@@ -1,11 +1,14 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/test/netns"
+	"github.com/qmqgo/qmq/transport"
 )
 
 // The chaos run across hosts (TestChaosAcrossHosts): every node on a host
@@ -101,7 +104,7 @@ func (ch *Chaos) cutOff(net *netns.Network, c *Cluster, victim *Node) string {
 	at := time.Now()
 	net.Cut(victim.Host, true)
 	if victim == l {
-		ch.awaitNewLeader(c, term, at)
+		ch.awaitFailover(c, l, term, at)
 	}
 	sleepFor(d - time.Since(at))
 	net.Cut(victim.Host, false)
@@ -124,7 +127,7 @@ func (ch *Chaos) splitGroup(net *netns.Network, c *Cluster) string {
 	at := time.Now()
 	net.Split([]*netns.Host{victim.Host}, others, true)
 	if victim == l {
-		ch.awaitNewLeader(c, term, at)
+		ch.awaitFailover(c, l, term, at)
 	}
 	sleepFor(d - time.Since(at))
 	net.Split([]*netns.Host{victim.Host}, others, false)
@@ -135,4 +138,55 @@ func (ch *Chaos) splitGroup(net *netns.Network, c *Cluster) string {
 // delay with reordering, and loss.
 func linkOfRTT(rtt time.Duration, loss float64) netns.Link {
 	return netns.Link{Delay: rtt / 2, Jitter: rtt / 20, Reorder: true, Loss: loss}
+}
+
+// awaitFailover waits, after leader l of term lost its host or its group
+// at at, until another node leads in a later term, and for a broker group
+// until a probe send is acknowledged: probes every 20 ms, each bounded by
+// 500 ms, to the other nodes' addresses (a client that still tries l's
+// adds its own dial timeouts, which are not the group's failover). It
+// polls only the others' /status, since a cut host's would hold each poll
+// for the HTTP client's timeout (as Chaos.awaitNewLeader's does). It
+// returns both times since at (acked 0 for the metaserver) and records
+// acked in Unavailable.
+func (ch *Chaos) awaitFailover(c *Cluster, l *Node, term uint64, at time.Time) (elected, acked time.Duration) {
+	ch.t.Helper()
+	var others []string
+	c.WaitFor(30*time.Second, c.Group+": another leader after term "+fmt.Sprint(term), func() error {
+		others = others[:0]
+		for _, n := range c.Nodes() {
+			if n == l {
+				continue
+			}
+			others = append(others, n.ClientAddr)
+			if st, err := n.Status(); err == nil && st.State == "Leader" && st.Term > term {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node but %s leads in a term after %d", l.ID, term)
+	})
+	elected = time.Since(at)
+	if c.meta {
+		return elected, 0
+	}
+	gc, err := c.Security().Dialer().NewLeaderClient(others)
+	if err != nil {
+		ch.t.Fatalf("probe %s: %v", c.Group, err)
+	}
+	defer gc.Close()
+	err = Poll(30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		req := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprintf("failover-%d", time.Now().UnixNano()), Subject: "chaos-probe", CreatedAt: time.Now().UnixMilli()}}}
+		_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
+		return err
+	})
+	if err != nil {
+		ch.t.Fatalf("%s: no send acknowledged 30 s after %s lost its host or its group: %v", c.Group, l.ID, err)
+	}
+	acked = time.Since(at)
+	ch.mu.Lock()
+	ch.Unavailable[ch.current] = append(ch.Unavailable[ch.current], acked)
+	ch.mu.Unlock()
+	return elected, acked
 }

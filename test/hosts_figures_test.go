@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmqgo/qmq/internal/message"
 	"github.com/qmqgo/qmq/test/netns"
-	"github.com/qmqgo/qmq/transport"
 )
 
 // The figures across hosts of docs/reliability.md ("Across hosts") and
@@ -159,54 +156,17 @@ func statsOf(net *netns.Network) netns.Stats {
 }
 
 // failovers cuts the leader's host off n times and returns, for each, the
-// time from the cut until a survivor reports itself leader (elected), and
-// until the first send is acknowledged by the new leader (acked): probe
-// sends every 20 ms, each bounded by 500 ms, to the survivors' addresses
-// (a client that still tries the cut host adds its own dial timeouts, not
-// the group's failover). It restores the host and heals the group after
-// each.
+// time from the cut until a survivor leads and until the first send is
+// acknowledged (Chaos.awaitFailover), restoring the host and healing the
+// group after each.
 func failovers(t *testing.T, net *netns.Network, c *Cluster, n int) (elected, acked []time.Duration) {
 	ch := NewChaos(t, 1, nil, c)
 	for range n {
 		l, term := ch.leader(c)
-		var survivors []string
-		for _, o := range c.Nodes() {
-			if o != l {
-				survivors = append(survivors, o.ClientAddr)
-			}
-		}
-		gc, err := transport.NewLeaderClient(survivors)
-		if err != nil {
-			t.Fatal(err)
-		}
 		at := time.Now()
 		net.Cut(l.Host, true)
-		// The survivors' /status only: one of the cut host would hold each
-		// poll for the HTTP client's timeout.
-		c.WaitFor(30*time.Second, "a leader after term "+fmt.Sprint(term), func() error {
-			for _, o := range c.Nodes() {
-				if o == l {
-					continue
-				}
-				if st, err := o.Status(); err == nil && st.State == "Leader" && st.Term > term {
-					return nil
-				}
-			}
-			return fmt.Errorf("no survivor leads in a term after %d", term)
-		})
-		elected = append(elected, time.Since(at))
-		err = Poll(30*time.Second, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			defer cancel()
-			req := &transport.SendRequest{Messages: []*message.Message{{ID: fmt.Sprintf("failover-%d", time.Now().UnixNano()), Subject: "failover", CreatedAt: time.Now().UnixMilli()}}}
-			_, err := gc.Call(ctx, transport.TypeSend, req.Encode())
-			return err
-		})
-		gc.Close()
-		if err != nil {
-			t.Fatalf("no send acknowledged 30 s after %s's host was cut: %v", l.ID, err)
-		}
-		acked = append(acked, time.Since(at))
+		e, a := ch.awaitFailover(c, l, term, at)
+		elected, acked = append(elected, e), append(acked, a)
 		net.Cut(l.Host, false)
 		ch.heal(c)
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/test/ctljson"
+	"github.com/qmqgo/qmq/test/netns"
 	"github.com/qmqgo/qmq/test/netproxy"
 )
 
@@ -193,6 +194,7 @@ type Cluster struct {
 	tmpfs      bool                // the small disks are tmpfs mounts
 	syncFaults bool                // broker nodes get a sync fault file (UseSyncFaults)
 	nodeFlags  map[string][]string // flags of one node's own (SetNodeFlags), by id
+	hosts      *netns.Network      // every node on a host of its own (UseHosts); nil: loopback
 }
 
 // UseProxies gives every node started from now on a loopback IP of its own,
@@ -256,6 +258,9 @@ type Node struct {
 	IP                     string
 	ClientBind, RaftBind   string
 	ClientProxy, RaftProxy *netproxy.Proxy
+	// Host, with Cluster.UseHosts, is the network namespace the node runs
+	// in (hosts.go); IP is then its address.
+	Host *netns.Host
 	// ClockFile, for a proxied broker node, holds an offset added to its
 	// clock (SetClockOffset).
 	ClockFile string
@@ -359,6 +364,9 @@ func (c *Cluster) Start(id string, bootstrap bool) *Node {
 	}
 	if c.proxied {
 		n.proxy()
+	}
+	if c.hosts != nil {
+		n.onHost()
 	}
 	if c.sec != nil {
 		n.TLS = c.sec.NodeCert(c.Group+"-"+id, n.addrs()...)
@@ -478,6 +486,7 @@ func (n *Node) Args() []string {
 		args = append(args, "--sync-fault-file", n.SyncFaultFile)
 	}
 	args = append(args, n.c.sec.NodeArgs(n.TLS)...)
+	args = append(args, n.hostArgs()...)
 	n.c.mu.Lock()
 	first := n.starts == 0
 	own := n.c.nodeFlags[n.ID]
@@ -498,7 +507,7 @@ func (n *Node) start() {
 	}
 	defer logf.Close() // the child has its own descriptor
 	fmt.Fprintf(logf, "==== %s harness: start: qmqd %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
-	cmd := exec.Command(n.c.qmqd, args...)
+	cmd := n.command(args)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = dieWithParent()
 	n.c.mu.Lock()

@@ -32,6 +32,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"meta", "--election-timeout", "soon"}, `qmqd meta: invalid value "soon" for --election-timeout: not a duration (such as 500ms, 90s, 2h30m)`},
 		{[]string{"--log-levle", "debug", "dev"}, "qmqd: unknown flag --log-levle (did you mean --log-level?)"},
 		{[]string{"dev", "--raft-log", "sqlite", "--data", "x"}, `qmqd: invalid --raft-log "sqlite": wal or bolt`},
+		{[]string{"broker", "--broker-group", "g1", "--id", "n1", "--data", "x", "--listen", "127.0.0.1:0", "--raft", "127.0.0.1:0",
+			"--initial-version", "3"}, "qmqd: invalid --initial-version 3: 1-2"},
+		{[]string{"broker", "--broker-group", "g1", "--id", "n1", "--data", "x", "--listen", "127.0.0.1:0", "--raft", "127.0.0.1:0",
+			"--initial-version", "0"}, "qmqd: invalid --initial-version 0: 1-2"},
 	} {
 		out, stderr, status := runQmqd(c.args...)
 		if status != 2 || stderr != c.want+"\n" || out != "" {

@@ -193,6 +193,7 @@ type Cluster struct {
 	tmpfs      bool                // the small disks are tmpfs mounts
 	syncFaults bool                // broker nodes get a sync fault file (UseSyncFaults)
 	nodeFlags  map[string][]string // flags of one node's own (SetNodeFlags), by id
+	nodeBins   map[string]string   // the qmqd a node starts on, if not this build's (SetNodeBinary), by id
 }
 
 // UseProxies gives every node started from now on a loopback IP of its own,
@@ -491,14 +492,14 @@ func (n *Node) Args() []string {
 func (n *Node) start() {
 	t := n.c.t
 	t.Helper()
-	args := n.Args()
+	bin, args := n.command()
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close() // the child has its own descriptor
 	fmt.Fprintf(logf, "==== %s harness: start: qmqd %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
-	cmd := exec.Command(n.c.qmqd, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = dieWithParent()
 	n.c.mu.Lock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -410,6 +412,12 @@ func downgradeCatchesUp(t *testing.T, c *Cluster, n *Node, old string) {
 		return nil
 	}); err != nil {
 		t.Logf("%s may catch up from the log: %v", n.ID, err)
+	}
+	// This build wrote the checkpoint the previous one opens: at
+	// version 1 in a form (checkpoint version 4 or 5) that one reads.
+	cp, err := os.ReadFile(filepath.Join(n.DataDir, "fsm", "data", "checkpoint"))
+	if err != nil || len(cp) == 0 || cp[0] > 5 {
+		t.Fatalf("%s's checkpoint, of this build at version 1: %d bytes, version %v, %v: the previous build reads versions 1-5", n.ID, len(cp), cp[:min(len(cp), 1)], err)
 	}
 	n.UseBinary(old)
 	n.Restart()

@@ -433,7 +433,7 @@ func downgradeCatchesUp(t *testing.T, c *Cluster, n *Node, old string) {
 // (fsm.SetVersion, type 15), which it does not know: its state machine
 // panics (fsm.ErrUnknownCommand: "this node must be upgraded to the
 // version of the leader that proposed it"), and the process exits with
-// status 2 before it answered any client.
+// status 2, having applied nothing of version 2.
 func downgradeRefused(t *testing.T, c *Cluster, n *Node, old string) {
 	t.Helper()
 	stop(t, n)

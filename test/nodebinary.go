@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -45,6 +46,21 @@ func (n *Node) Binary() string {
 		return b
 	}
 	return n.c.qmqd
+}
+
+// Terminate stops the node, if it runs, with SIGTERM (a leader hands
+// over) and waits until it exited, SIGKILLing it after 30 s.
+func (n *Node) Terminate() {
+	n.c.t.Helper()
+	if !n.Running() {
+		return
+	}
+	n.ExpectExit()
+	n.signal(syscall.SIGTERM)
+	if exited, _ := n.AwaitExit(30 * time.Second); !exited {
+		n.c.t.Logf("%s still ran 30s after SIGTERM: killed", n.ID)
+	}
+	n.Kill()
 }
 
 // command returns the binary the node starts on and its command line:

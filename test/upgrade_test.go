@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -332,26 +331,11 @@ func follower(t *testing.T, c *Cluster) *Node {
 	return nil
 }
 
-// stop stops the node, if it runs, with SIGTERM (a leader hands over) and
-// waits until it exited, SIGKILLing it after 30 s.
-func stop(t *testing.T, n *Node) {
-	t.Helper()
-	if !n.Running() {
-		return
-	}
-	n.ExpectExit()
-	n.signal(syscall.SIGTERM)
-	if exited, _ := n.AwaitExit(30 * time.Second); !exited {
-		t.Logf("%s still ran 30s after SIGTERM: killed", n.ID)
-	}
-	n.Kill()
-}
-
 // upgradeNode stops n and restarts it on the qmqd at bin ("": this
 // build's), on its own data and addresses, and waits until it caught up.
 func upgradeNode(t *testing.T, c *Cluster, n *Node, bin string) {
 	t.Helper()
-	stop(t, n)
+	n.Terminate()
 	n.UseBinary(bin)
 	n.Restart()
 	caughtUp(t, c, n)
@@ -400,7 +384,7 @@ func downgradeCatchesUp(t *testing.T, c *Cluster, n *Node, old string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop(t, n)
+	n.Terminate()
 	if err := Poll(30*time.Second, func() error {
 		_, lst, err := c.Leader()
 		if err != nil {
@@ -436,7 +420,7 @@ func downgradeCatchesUp(t *testing.T, c *Cluster, n *Node, old string) {
 // status 2, having applied nothing of version 2.
 func downgradeRefused(t *testing.T, c *Cluster, n *Node, old string) {
 	t.Helper()
-	stop(t, n)
+	n.Terminate()
 	n.UseBinary(old)
 	n.Restart()
 	n.ExpectExit()

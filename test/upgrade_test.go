@@ -380,10 +380,23 @@ func caughtUp(t *testing.T, c *Cluster, n *Node) {
 // and catch up.
 func downgradeCatchesUp(t *testing.T, c *Cluster, n *Node, old string) {
 	t.Helper()
+	// A snapshot taken from now on is this build's: the checkpoint it
+	// writes is the one the previous build will open.
 	st, err := n.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.WaitFor(30*time.Second, n.ID+" took a snapshot on this build", func() error {
+		now, err := n.Status()
+		if err != nil {
+			return err
+		}
+		if now.LastSnapshotIndex <= st.AppliedIndex {
+			return fmt.Errorf("its newest snapshot is at %d, it applied %d before", now.LastSnapshotIndex, st.AppliedIndex)
+		}
+		st = now
+		return nil
+	})
 	n.Terminate()
 	if err := Poll(30*time.Second, func() error {
 		_, lst, err := c.Leader()

@@ -9,6 +9,10 @@
 // chaos_test.go puts them together (docs/reliability.md). apps.go runs
 // application programs (test/internal/orderapp) as killable processes, for
 // outbox_faults_test.go, the transactional outbox's end-to-end run.
+// release.go builds the previous release's qmqd and qmqctl from the
+// repository's history (previousRelease), and nodebinary.go starts a node
+// on such a build (UseBinary), with only the flags it knows:
+// upgrade_test.go and the chaos run's previous-build fault (chaos_previous.go).
 //
 //	c := NewCluster(t, "g1", "--election-timeout", "500ms")
 //	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap

@@ -12,6 +12,7 @@ import (
 	"github.com/qmqgo/qmq/fsm"
 	"github.com/qmqgo/qmq/fsm/meta"
 	"github.com/qmqgo/qmq/internal/limits"
+	"github.com/qmqgo/qmq/internal/version"
 	"github.com/qmqgo/qmq/logs"
 	"github.com/qmqgo/qmq/server/raftlog"
 )
@@ -66,6 +67,14 @@ type Config struct {
 	// (DISK_FULL) while it goes on serving consumers. It should be well
 	// above FSM.DiskReserve, where a replica stops applying. Default 512 MiB.
 	MinFreeDisk int64
+	// InitialVersion is the active version Number of a group this node
+	// bootstraps: its first leader raises the new group to it
+	// (seedVersion). version.V1 records none, as a group formed by the
+	// release before version gates, so that nodes of that release may
+	// join it and run it until qmqctl upgrade finalize raises it. A
+	// group that has data keeps its own. Default 0: this build's newest
+	// (version.Max).
+	InitialVersion version.Number
 
 	// Raft timing. Defaults: heartbeat and election 1 s, lease 500 ms,
 	// snapshot every 30 s or 2,048 entries, keeping 1,024 entries. Entries
@@ -192,6 +201,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: config: MaxBatchMessages %d outside 1..%d", c.MaxBatchMessages, limits.MaxBatchMessages)
 	case c.MinFreeDisk < 0:
 		return fmt.Errorf("server: config: MinFreeDisk %d is negative", c.MinFreeDisk)
+	case c.InitialVersion != 0 && !version.Supports(c.InitialVersion):
+		return fmt.Errorf("server: config: InitialVersion %d: this build supports %s", c.InitialVersion, version.Build())
 	case c.RaftLogCache < 0:
 		return fmt.Errorf("server: config: RaftLogCache %d is negative", c.RaftLogCache)
 	case c.MaxBatchBytes <= 0 || c.MaxInflightBatches <= 0:

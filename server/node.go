@@ -158,7 +158,8 @@ func (n *Node) openRaft() error {
 			command: func(v version.Number) []byte { return (&fsm.SetVersion{Version: v}).Encode() },
 			need:    fsm.CommandNeeds,
 		},
-		build: n.fsm.Supports(),
+		build:   n.fsm.Supports(),
+		initial: n.cfg.InitialVersion,
 	}
 	return n.open(raftSetup{dir: n.cfg.DataDir, addr: n.cfg.RaftAddr, advertise: n.cfg.RaftAdvertiseAddr, bootstrap: n.cfg.Bootstrap,
 		timing: n.cfg.RaftTiming, fsm: n.fsm, snaps: snaps, ownCheckpoint: true, logCache: n.cfg.RaftLogCache, tls: n.tls.reloader(),

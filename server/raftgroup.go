@@ -86,6 +86,9 @@ type raftGroup struct {
 	// state machine applies fewer than version.Build() (a test's stand-in
 	// for a node of an earlier release); see supports.
 	build version.Range
+	// initial, if set, is the active Number a group this node bootstraps
+	// starts at (Config.InitialVersion); 0: the build's newest.
+	initial version.Number
 	// bootstrapped: open ran raft.BootstrapCluster, so this node formed
 	// the group at this start, and its first term raises the group's
 	// active Number (seedVersion, which clears it).

@@ -207,8 +207,9 @@ func (f refusedFuture) Response() any { return nil }
 
 // seedVersion, on the first leader of a group this node bootstrapped at
 // this start (raftGroup.open ran raft.BootstrapCluster), raises the
-// group's active Number to this build's newest: a new group has no member
-// of an earlier release to roll back to. It checks the members as
+// group's active Number to this build's newest, or to the node's initial
+// Number if set (Config.InitialVersion): a new group has no member of an
+// earlier release to roll back to, unless its operator said so. It checks the members as
 // handleSetVersion does (any that joined meanwhile must support it), and
 // runs once: a restart, or a failure, leaves the raise to the operator
 // (qmqctl upgrade finalize). A broker node refuses sends, as retriable,
@@ -220,6 +221,9 @@ func (g *raftGroup) seedVersion(ctx context.Context) {
 	}
 	defer g.bootstrapped.Store(false) // once, raised or not
 	want := g.supports().Max
+	if g.initial != 0 {
+		want = g.initial
+	}
 	g.gateMu.Lock()
 	defer g.gateMu.Unlock()
 	ctx, cancel := g.requestContext(ctx)

@@ -270,6 +270,40 @@ func TestNewGroupStartsAtTheNewestVersion(t *testing.T) {
 	}
 }
 
+// A group bootstrapped with InitialVersion V1 (qmqd --initial-version 1)
+// stays at V1, recording no Number as a group of the release before
+// gates: it takes sends once its first leader ran seedVersion, a node of
+// that release may join it, and a raise is the operator's. A Number this
+// build does not support is refused before anything starts.
+func TestNewGroupAtAnInitialVersion(t *testing.T) {
+	n1 := startNode(t, "n1", true, func(c *Config) { c.InitialVersion = version.V1 })
+	waitLeader(t, n1)
+	c := clientOf(t, n1.ClientAddr())
+	sendMessages(t, c, "s", "m", 3)
+	if v := n1.fsm.ActiveVersion(); v != version.V1 {
+		t.Fatalf("a new group with InitialVersion 1 is at %d", v)
+	}
+	if n1.bootstrapped.Load() {
+		t.Fatal("seedVersion did not run")
+	}
+	adm, err := admin.New(n1.ClientAddr(), connOf(n1.cfg.TLS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	n2 := startNode(t, "n2", false, asOldBuild)
+	if err := adm.Join(ctxFor(t, 10*time.Second), "g1", "n2", cmp.Or(n2.cfg.RaftAdvertiseAddr, n2.cfg.RaftAddr), n2.ClientAddr()); err != nil {
+		t.Fatalf("join of a node of versions 1-1 to a group at version 1: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.ID, cfg.BrokerGroup, cfg.DataDir = "n3", "g1", t.TempDir()
+	cfg.ClientAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InitialVersion = version.Max + 1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "InitialVersion") {
+		t.Fatalf("InitialVersion %d: %v", cfg.InitialVersion, err)
+	}
+}
+
 // Below V2 a batch names its senders' applications and not their
 // addresses: an Append of version 2 with applications, 1 without, each
 // application once however many addresses it sent from; at V2 an

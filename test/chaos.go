@@ -69,6 +69,11 @@ type Chaos struct {
 	// disks, whose nodes are restarted quiet (quietRestart). Nil: no
 	// such fault.
 	SyncFaultGroup, QuietGroup *Cluster
+	// V1Group, if set, is a broker group kept at version 1 (bootstrapped
+	// with --initial-version 1) and PreviousQmqd the previous release's
+	// qmqd: the previous-build fault restarts a node of it on that build.
+	V1Group      *Cluster
+	PreviousQmqd string
 	// Narrow lists subjects routed to one broker group each, which the
 	// route fault widens one at a time (widenRoute). Empty: no route
 	// fault.
@@ -151,6 +156,7 @@ var (
 		{"sync-fault", 5, (*Chaos).syncFault, true, func(ch *Chaos) *Cluster { return ch.SyncFaultGroup }, nil},
 		{"retention-restart", 10, (*Chaos).retentionRestart, true, (*Chaos).pickRetention, (*Chaos).retentionReady},
 		{"quiet-restart", 3, (*Chaos).quietRestart, true, func(ch *Chaos) *Cluster { return ch.QuietGroup }, (*Chaos).quietReady},
+		{"previous-build", 10, (*Chaos).previousBuild, true, func(ch *Chaos) *Cluster { return ch.V1Group }, nil},
 		{"widen-route", 10, (*Chaos).widenRoute, true, (*Chaos).pickWiden, (*Chaos).widenReady},
 	}
 )

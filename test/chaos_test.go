@@ -129,6 +129,11 @@ func TestChaos(t *testing.T) {
 	var groups []*Cluster
 	for _, g := range []string{"g1", "g2"} {
 		flags := []string{"--meta", meta.ClientAddrs(), "--election-timeout", "500ms", "--session-timeout", sessionTimeout.String()}
+		if g == "g1" {
+			// g1 stays at version 1, as a group the previous release
+			// formed, for the previous-build fault.
+			flags = append(flags, "--initial-version", "1")
+		}
 		if g == "g2" {
 			flags = append(flags, "--min-free-disk", fmt.Sprint(diskFloor>>20), "--disk-reserve", fmt.Sprint(diskReserve>>20))
 			flags = append(flags, g2Flags...)
@@ -211,6 +216,8 @@ func TestChaos(t *testing.T) {
 	ch.SessionTimeout = sessionTimeout
 	ch.DiskGroup, ch.DiskFloor, ch.DiskReserve = groups[1], diskFloor, diskReserve
 	ch.SyncFaultGroup, ch.QuietGroup = groups[1], groups[1]
+	ch.V1Group = groups[0]
+	ch.PreviousQmqd, _ = PreviousRelease(t)
 	ch.Narrow = narrow
 	// The retention fault waits until nothing handed to a producer before
 	// its time is owed to any consumer group, reading the dead letters

@@ -9,6 +9,10 @@
 // chaos_test.go puts them together (docs/reliability.md). apps.go runs
 // application programs (test/internal/orderapp) as killable processes, for
 // outbox_faults_test.go, the transactional outbox's end-to-end run.
+// release.go builds the previous release's qmqd and qmqctl from the
+// repository's history (previousRelease), and nodebinary.go starts a node
+// on such a build (UseBinary), with only the flags it knows:
+// upgrade_test.go and the chaos run's previous-build fault (chaos_previous.go).
 //
 //	c := NewCluster(t, "g1", "--election-timeout", "500ms")
 //	n1 := c.Start("n1", true)  // qmqd broker … --bootstrap
@@ -195,6 +199,7 @@ type Cluster struct {
 	syncFaults bool                // broker nodes get a sync fault file (UseSyncFaults)
 	nodeFlags  map[string][]string // flags of one node's own (SetNodeFlags), by id
 	hosts      *netns.Network      // every node on a host of its own (UseHosts); nil: loopback
+	nodeBins   map[string]string   // the qmqd a node starts on, if not this build's (SetNodeBinary), by id
 }
 
 // UseProxies gives every node started from now on a loopback IP of its own,
@@ -500,14 +505,14 @@ func (n *Node) Args() []string {
 func (n *Node) start() {
 	t := n.c.t
 	t.Helper()
-	args := n.Args()
+	bin, args := n.binaryArgs()
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close() // the child has its own descriptor
 	fmt.Fprintf(logf, "==== %s harness: start: qmqd %s\n", time.Now().Format("15:04:05.000"), strings.Join(args, " "))
-	cmd := n.command(args)
+	cmd := n.command(bin, args)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = dieWithParent()
 	n.c.mu.Lock()

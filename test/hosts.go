@@ -55,12 +55,12 @@ func (n *Node) hostArgs() []string {
 	return []string{"--insecure"}
 }
 
-// command returns the command that runs qmqd with args for the node: on
+// command returns the command that runs bin (qmqd) with args for the node: on
 // its host (ip netns exec, which keeps the pid: Kill and Pause reach
 // qmqd), or here.
-func (n *Node) command(args []string) *exec.Cmd {
+func (n *Node) command(bin string, args []string) *exec.Cmd {
 	if n.Host != nil {
-		return n.Host.Command(n.c.qmqd, args...)
+		return n.Host.Command(bin, args...)
 	}
-	return exec.Command(n.c.qmqd, args...)
+	return exec.Command(bin, args...)
 }

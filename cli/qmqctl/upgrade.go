@@ -27,7 +27,7 @@ func upgradeCommand() *cli.Command {
 			"under way, and any node can still go back to it. Once every node of a group runs the new\n" +
 			"release, `upgrade finalize` raises the group's version: the new commands and formats are used\n" +
 			"from then on, and a node of a release that does not support them refuses to start on the\n" +
-			"group's data. A version is never lowered. docs/operations.md, \"Upgrading\", has the procedure.",
+			"group's data. A version is never lowered. docs/upgrading.md has the procedure.",
 		Subcommands: []*cli.Command{{
 			Name:  "status",
 			Usage: "show each group's active version and the versions each of its nodes supports",

@@ -249,6 +249,7 @@ func brokerCommand() *cli.Command {
 			&cli.StringFlag{Name: "clock-offset-file", Usage: "fault injection: add the duration written in `FILE` (\"30s\", \"-5s\") to this node's clock; read every 100 ms"},
 			&cli.StringFlag{Name: "disk-free-file", Usage: "fault injection: report at most the byte count written in `FILE` as the data disk's free space; read every 100 ms"},
 			&cli.StringFlag{Name: "sync-fault-file", Usage: "fault injection: while `FILE` holds the word EIO, the state machine's checkpoint syncs fail with EIO (a lost write-back), which stops the node"},
+			initialVersionFlag(),
 		), brokerFlags()...),
 		Action: func(c *cli.Context) error {
 			logger, err := newLogger(c)
@@ -260,6 +261,9 @@ func brokerCommand() *cli.Command {
 			cfg.BrokerGroup, cfg.Meta = c.String("broker-group"), transport.SplitServers(c.String("meta"))
 			cfg.SessionTimeout = c.Duration("session-timeout")
 			if err := brokerSettings(c, &cfg); err != nil {
+				return err
+			}
+			if err := initialVersionSettings(c, &cfg); err != nil {
 				return err
 			}
 			if path := c.String("clock-offset-file"); path != "" {

@@ -33,6 +33,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--log-levle", "debug", "dev"}, "qmqd: unknown flag --log-levle (did you mean --log-level?)"},
 		{[]string{"dev", "--raft-log", "sqlite", "--data", "x"}, `qmqd: invalid --raft-log "sqlite": wal or bolt`},
 		{[]string{"restore", "--from", "f", "--data", "d"}, "qmqd restore: required flags --id, --raft not set"},
+		{[]string{"broker", "--broker-group", "g1", "--id", "n1", "--data", "x", "--listen", "127.0.0.1:0", "--raft", "127.0.0.1:0",
+			"--initial-version", "3"}, "qmqd: invalid --initial-version 3: 1-2"},
+		{[]string{"broker", "--broker-group", "g1", "--id", "n1", "--data", "x", "--listen", "127.0.0.1:0", "--raft", "127.0.0.1:0",
+			"--initial-version", "0"}, "qmqd: invalid --initial-version 0: 1-2"},
 	} {
 		out, stderr, status := runQmqd(c.args...)
 		if status != 2 || stderr != c.want+"\n" || out != "" {

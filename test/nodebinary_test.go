@@ -1,0 +1,23 @@
+package test
+
+import (
+	"slices"
+	"testing"
+)
+
+// A node on an earlier build gets its command line less the flags that
+// build lacks, with their values; flags it knows, and flags unknown to
+// this build too (for the binary to refuse), stay.
+func TestKeepKnown(t *testing.T) {
+	known := map[string]bool{"id": true, "data": true, "bootstrap": false}
+	ours := map[string]bool{"id": true, "data": true, "bootstrap": false, "initial-version": true, "new-switch": false}
+	args := []string{"broker", "--id", "a", "--initial-version", "1", "--data", "d", "--initial-version=2", "--new-switch",
+		"--bootstrap", "--typo", "x"}
+	kept, dropped := keepKnown(args, known, ours)
+	if want := []string{"broker", "--id", "a", "--data", "d", "--bootstrap", "--typo", "x"}; !slices.Equal(kept, want) {
+		t.Errorf("kept %q, want %q", kept, want)
+	}
+	if want := []string{"--initial-version", "1", "--initial-version=2", "--new-switch"}; !slices.Equal(dropped, want) {
+		t.Errorf("dropped %q, want %q", dropped, want)
+	}
+}

@@ -129,6 +129,7 @@ image: ## build the container image into bin/qmq-image.tar without a container e
 
 lint: ## go vet (also of test/benchcompare, a module of its own), and fail if gofmt would change a file
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags figures ./test
 	cd test/benchcompare && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -111,7 +111,7 @@ func keepKnown(args []string, known, ours map[string]bool) (kept, dropped []stri
 // helpFlag is one flag of a --help page: its names and, if it takes a
 // value, its placeholder ("--data DIR", "--broker-group NAME, --group
 // NAME", "--bootstrap").
-var helpFlag = regexp.MustCompile(`^\s+((?:-{1,2}[a-z0-9-]+(?: [A-Z][A-Z0-9_:,.\[\]-]*)?(?:, )?)+)\s`)
+var helpFlag = regexp.MustCompile(`^\s+((?:-{1,2}[a-z0-9-]+(?: [A-Z][^\s,]*(?:,[^\s,]+)*)?(?:, )?)+)\s`)
 
 // flagNames finds the flags in one "--name VALUE, -n VALUE" run.
 var flagNames = regexp.MustCompile(`--?([a-z0-9-]+)( [A-Z])?`)

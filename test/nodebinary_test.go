@@ -21,3 +21,30 @@ func TestKeepKnown(t *testing.T) {
 		t.Errorf("dropped %q, want %q", dropped, want)
 	}
 }
+func TestHelpFlag(t *testing.T) {
+	for line, want := range map[string]map[string]bool{
+		"   --data DIR                 where the node keeps its data":         {"data": true},
+		"   --broker-group NAME, --group NAME   the broker group":             {"broker-group": true, "group": true},
+		"   --meta HOST:PORT[,…]               metaserver HOST:PORT[,…]; ...": {"meta": true},
+		"   --bootstrap                        form the group":                {"bootstrap": false},
+		"   -h, --help   show help":                                           {"h": false, "help": false},
+	} {
+		f := helpFlag.FindStringSubmatch(line)
+		if f == nil {
+			t.Errorf("%q: no flag read", line)
+			continue
+		}
+		got := map[string]bool{}
+		for _, n := range flagNames.FindAllStringSubmatch(f[1], -1) {
+			got[n[1]] = n[2] != ""
+		}
+		if len(got) != len(want) {
+			t.Errorf("%q: read %v, want %v", line, got, want)
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Errorf("%q: read %v, want %v", line, got, want)
+			}
+		}
+	}
+}

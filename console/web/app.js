@@ -148,8 +148,9 @@ async function pageGroups(params) {
     offset + limit < gs.total ? el("a", { href: `${here}&offset=${offset + limit}` }, "next") : null);
   main(el("h2", {}, `Consumer groups of ${subject}`),
     el("p", {}, el("a", { href: `#messages?subject=${enc(subject)}` }, "Browse its messages")),
+    el("p", { id: "subject-rate" }, `${sv.last_window} appended in the last ${sv.rate_window}, ${sv.per_second.toFixed(2)} a second`),
     table(["Broker group", "Writable", "Available", `Appended in the last ${sv.rate_window}`, "Per second", "Retained since", "Error"],
-      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", (g.at_least ? "at least " : "") + g.last_window,
+      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", g.last_window,
         g.per_second.toFixed(2), g.retained_since || "nothing retained", g.error || ""]), { id: "subject-table" }),
     gs.error ? el("p", { class: "error" }, gs.error) : null, form, nav,
     table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows, { id: "groups-table" }));

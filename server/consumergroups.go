@@ -190,7 +190,7 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	if err := accessOf(ctx).consume(transport.TypeDeadLetters, req.Subject, req.ConsumerGroup); err != nil {
 		return nil, err
 	}
-	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.BrokerGroup}
+	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.BrokerGroup, Letters: []transport.DeadLetter{}} // a list in JSON, empty or not
 	if req.Seq != nil {
 		_, page.Total = n.fsm.DeadLetters(req.Subject, req.ConsumerGroup, 0, 0)
 		if d, ok := n.fsm.DeadLetterOf(req.Subject, req.ConsumerGroup, *req.Seq); ok {

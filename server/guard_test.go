@@ -524,4 +524,10 @@ func TestGuardDeadLetters(t *testing.T) {
 		!strings.Contains(err.Error(), "application blobs is not an admin") {
 		t.Errorf("a resend by blobs: %v, want PERMISSION_DENIED", err)
 	}
+	// A group without dead letters answers an empty list, not null: the
+	// console maps over it.
+	b, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "none"})
+	if out, err := f.handler(transport.WithPeer(ctx, f.app("ops")), transport.TypeDeadLetters, b); err != nil || !strings.Contains(string(out), `"letters":[]`) {
+		t.Errorf("no dead letters: %s, %v, want an empty list", out, err)
+	}
 }

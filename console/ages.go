@@ -78,20 +78,22 @@ func ages(ctx context.Context, a *admin.Client, v *admin.ConsumerGroupView, now 
 	return out
 }
 
-// RateWindow is the window a subject's rate is counted over, and
-// MaxRateCount the most messages counted in it (one listing each broker
-// group, without bodies).
-const (
-	RateWindow   = time.Minute
-	MaxRateCount = 1000
-)
+// RateWindow is the window a subject's rate is counted over: in each
+// broker group, from the consume sequence of the first message appended
+// in it (one listing of one message, without body) to the consume log's
+// end that listing reports, so that it is exact at any rate without
+// reading the messages between.
+const RateWindow = time.Minute
 
 // SubjectView answers GET /api/v1/subjects/{subject}: its route, and in
-// each of its broker groups its rate and retention horizon.
+// each of its broker groups its rate and retention horizon; LastWindow
+// and PerSecond are the sums over the broker groups that answered.
 type SubjectView struct {
 	Route        *admin.Route       `json:"route"`
 	BrokerGroups []SubjectGroupView `json:"broker_groups"`
 	RateWindow   string             `json:"rate_window"`
+	LastWindow   int64              `json:"last_window"`
+	PerSecond    float64            `json:"per_second"`
 }
 
 // SubjectGroupView is a subject in one broker group.
@@ -100,15 +102,23 @@ type SubjectGroupView struct {
 	Writable    bool   `json:"writable"`
 	Available   bool   `json:"available"`
 	// LastWindow is how many messages were appended in the last
-	// RateWindow; AtLeast says there were more than MaxRateCount (or more
-	// than a listing's budget reads), so it is a floor.
-	LastWindow int     `json:"last_window"`
-	AtLeast    bool    `json:"at_least,omitempty"`
+	// RateWindow (retention may have removed some since).
+	LastWindow int64   `json:"last_window"`
 	PerSecond  float64 `json:"per_second"` // LastWindow over RateWindow
 	// RetainedSince is when the first retained message was appended: the
 	// retention horizon (zero: none retained).
 	RetainedSince time.Time `json:"retained_since,omitzero"`
 	Error         string    `json:"error,omitempty"`
+}
+
+// lastWindow is how many messages of subject brokerGroup appended from
+// since on: its consume log's end less the first such message's sequence.
+func lastWindow(ctx context.Context, a *admin.Client, subject, brokerGroup string, since time.Time) (int64, error) {
+	pages, err := a.Messages(ctx, admin.MessageQuery{Subject: subject, BrokerGroup: brokerGroup, Since: since, Limit: 1, Budget: ageBudget})
+	if err != nil || len(pages) != 1 || len(pages[0].Messages) == 0 {
+		return 0, err
+	}
+	return max(0, pages[0].End-pages[0].Messages[0].Seq), nil
 }
 
 func (h *handler) subject(r *http.Request, c caller, a *admin.Client) (any, error) {
@@ -127,12 +137,10 @@ func (h *handler) subject(r *http.Request, c caller, a *admin.Client) (any, erro
 	v := SubjectView{Route: rt, BrokerGroups: []SubjectGroupView{}, RateWindow: RateWindow.String()}
 	for _, g := range rt.BrokerGroups {
 		sg := SubjectGroupView{BrokerGroup: g.Name, Writable: g.Writable, Available: g.Available}
-		pages, err := a.Messages(r.Context(), admin.MessageQuery{Subject: subject, BrokerGroup: g.Name, Since: now.Add(-RateWindow),
-			Limit: MaxRateCount, Budget: MaxRateCount + 1})
-		if err == nil && len(pages) == 1 {
-			sg.LastWindow = len(pages[0].Messages)
-			sg.AtLeast = pages[0].Truncated || pages[0].Next >= 0
+		sg.LastWindow, err = lastWindow(r.Context(), a, subject, g.Name, now.Add(-RateWindow))
+		if err == nil {
 			sg.PerSecond = float64(sg.LastWindow) / RateWindow.Seconds()
+			v.LastWindow += sg.LastWindow
 			_, sg.RetainedSince, err = firstFrom(r.Context(), a, subject, g.Name, 0)
 		}
 		if err != nil {
@@ -140,5 +148,6 @@ func (h *handler) subject(r *http.Request, c caller, a *admin.Client) (any, erro
 		}
 		v.BrokerGroups = append(v.BrokerGroups, sg)
 	}
+	v.PerSecond = float64(v.LastWindow) / RateWindow.Seconds()
 	return v, nil
 }

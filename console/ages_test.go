@@ -8,6 +8,7 @@ import (
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/console"
+	"github.com/qmqgo/qmq/internal/limits"
 )
 
 // A consumer group's page says, per broker group, when the oldest message
@@ -88,25 +89,30 @@ func TestConsumerGroupAges(t *testing.T) {
 }
 
 // A subject's view gives each broker group of its route the messages
-// appended in the last minute, counted from the stored messages, and
-// its retention horizon; a subject without a route is an error.
+// appended in the last minute, counted exactly from consume sequences
+// (more than a listing's 1,000), and its retention horizon; a subject
+// without a route is an error.
 func TestSubjectView(t *testing.T) {
 	f := start(t, false)
-	sendN(t, f, "meters", 5)
+	const n = limits.MaxQueryResults + 5
+	sendN(t, f, "meters", n)
 	var v console.SubjectView
 	f.get(t, "/api/v1/subjects/meters", &v)
 	zero := int64(0)
-	pages, err := f.a.Messages(context.Background(), admin.MessageQuery{Subject: "meters", FromSeq: &zero})
-	if err != nil || len(pages) != 1 || len(pages[0].Messages) != 5 {
+	pages, err := f.a.Messages(context.Background(), admin.MessageQuery{Subject: "meters", FromSeq: &zero, Limit: 1})
+	if err != nil || len(pages) != 1 || len(pages[0].Messages) != 1 || pages[0].End != n {
 		t.Fatalf("the stored messages: %+v, %v", pages, err)
 	}
 	if v.Route == nil || v.Route.Subject != "meters" || len(v.BrokerGroups) != 1 || v.RateWindow != "1m0s" {
 		t.Fatalf("subject view %+v", v)
 	}
 	g := v.BrokerGroups[0]
-	if g.BrokerGroup != "g1" || !g.Writable || g.LastWindow != 5 || g.AtLeast || g.PerSecond != 5.0/60 ||
+	if g.BrokerGroup != "g1" || !g.Writable || g.LastWindow != n || g.PerSecond != n/60.0 ||
 		!g.RetainedSince.Equal(pages[0].Messages[0].AppendedAt) || g.Error != "" {
-		t.Errorf("meters in g1: %+v, want 5 in the last minute, retained since %v", g, pages[0].Messages[0].AppendedAt)
+		t.Errorf("meters in g1: %+v, want %d in the last minute, retained since %v", g, n, pages[0].Messages[0].AppendedAt)
+	}
+	if v.LastWindow != n || v.PerSecond != n/60.0 {
+		t.Errorf("meters: %d in the last minute, %v a second; want %d summed", v.LastWindow, v.PerSecond, n)
 	}
 	for path, want := range map[string]int{"/api/v1/subjects/nothing-sent": 400, "/api/v1/subjects/meters?x=1": 400, "/api/v1/subjects/bad%20name": 400} {
 		if st, b := f.do(t, nil, "GET", path, "", nil); st != want {

@@ -197,8 +197,12 @@ func TestBrowserAsAnApplication(t *testing.T) {
 		t.Errorf("the group after a refused reset: %+v, %v", v.Total, err)
 	}
 	go1("#dead?subject=orders&group=billing")
-	if s := text(`//*[@id="error"]`); !strings.Contains(s, "Not allowed for this application: ") || !strings.Contains(s, "billing is not an admin") {
+	if s := text(`//h2[contains(., "Dead letters of billing")] | //*[@id="error"]`); !strings.Contains(s, "Dead letters of billing of orders") {
 		t.Errorf("the dead letters' page as billing:\n%s", s)
+	}
+	go1("#dead?subject=orders&group=shipping")
+	if s := text(`//*[@id="error"]`); !strings.Contains(s, "Not allowed for this application: ") || !strings.Contains(s, "may not consume subject orders as consumer group shipping") {
+		t.Errorf("another group's dead letters as billing:\n%s", s)
 	}
 	go1("#messages?id=" + m.ID())
 	if s := text(`//*[@id="message-result"]/*`); !strings.Contains(s, "Message "+m.ID()+" of orders") || !strings.Contains(s, "paid") {

@@ -232,6 +232,24 @@ func TestBrowser(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(exported), "\n"); len(lines) != rows+1 || !strings.Contains(lines[rows], `"complete":true`) {
 		t.Errorf("the listing's export: %d lines, want %d and an end:\n%s", len(lines), rows+1, exported)
 	}
+	// Paged by two, the listing's query is in the hash, and a broker
+	// group's "next" link shows its next page, from the third message.
+	var hash string
+	third := fmt.Sprint(listed[0].Messages[2].Seq)
+	err = chromedp.Run(ctx,
+		chromedp.SetValue(`#browse-form input[name="limit"]`, "2", chromedp.ByQuery),
+		chromedp.Click(`#browse-form button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#message-result a.next-page`, chromedp.ByQuery),
+		chromedp.Click(`#message-result a.next-page`, chromedp.ByQuery),
+		chromedp.WaitVisible(fmt.Sprintf(`(//table[contains(@class, "browse-table")]//tr)[2]/td[1][text()=%q]`, third), chromedp.BySearch),
+		chromedp.Evaluate(`document.querySelectorAll(".browse-table tr").length - 1`, &rows),
+		chromedp.Evaluate(`location.hash`, &hash))
+	if err != nil {
+		t.Fatalf("the next page of orders: %v", err)
+	}
+	if want := "#messages?subject=orders&limit=2&broker_group=g1&from_seq=" + third; hash != want || rows != 2 {
+		t.Errorf("the next page: %d messages at %q, want 2 at %q", rows, hash, want)
+	}
 
 	page("#dead?subject=orders&group=billing", "Dead letters of billing", "dead", "Broker group g1: 2", "Export as JSON lines")
 	var deadExport string

@@ -65,6 +65,7 @@ type handler struct {
 	sessions *sessions
 	clients  *clients
 	history  *history
+	audit    *auditLog
 }
 
 // New returns the HTTP handler of the API (/api/v1/...) and the console (/).
@@ -82,6 +83,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.sessions = &sessions{m: map[string]*session{}, now: h.now}
 	h.clients = &clients{open: h.open, now: h.now, m: map[string]*list.Element{}, lru: list.New()}
 	h.history = newHistory(h)
+	h.audit = newAuditLog()
 	web, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		return nil, err
@@ -164,35 +166,30 @@ type caller struct {
 // apiFunc answers an API request with a value to encode, or an error.
 type apiFunc func(r *http.Request, c caller, a *admin.Client) (any, error)
 
-// api wraps f with authentication, the CSRF check of POSTs and the
-// encoding of its answer.
+// api wraps f with authentication, the CSRF check of POSTs, the audit
+// line of each POST (an action) and the encoding of its answer.
 func (h *handler) api(f apiFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := h.authenticate(w, r)
 		if !ok {
 			return
 		}
-		if r.Method == http.MethodPost {
-			if code, msg := checkCSRF(r, c); code != "" {
-				writeError(w, http.StatusForbidden, code, msg)
+		post := r.Method == http.MethodPost
+		if post {
+			if _, msg := checkCSRF(r, c); msg != "" {
+				h.action(r, c, csrfError{msg})
+				writeErr(w, csrfError{msg})
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		}
-		a, err := h.clients.get(c.code, c.secret)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
-		out, err := f(r.WithContext(ctx), c, a)
+		out, err := h.call(r.WithContext(ctx), c, f)
+		if post {
+			h.action(r, c, err)
+		}
 		if err != nil {
-			if errors.Is(err, qmq.ErrUnauthenticated) {
-				// Credentials the cluster refused keep no client: random
-				// secrets must not fill the cache with connections.
-				h.clients.drop(c.code, c.secret)
-			}
 			writeErr(w, err)
 			return
 		}
@@ -202,6 +199,21 @@ func (h *handler) api(f apiFunc) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// call answers r with f and c's admin client.
+func (h *handler) call(r *http.Request, c caller, f apiFunc) (any, error) {
+	a, err := h.clients.get(c.code, c.secret)
+	if err != nil {
+		return nil, err
+	}
+	out, err := f(r, c, a)
+	if errors.Is(err, qmq.ErrUnauthenticated) {
+		// Credentials the cluster refused keep no client: random
+		// secrets must not fill the cache with connections.
+		h.clients.drop(c.code, c.secret)
+	}
+	return out, err
 }
 
 // authenticate finds the caller: Basic auth or a session cookie with
@@ -349,6 +361,11 @@ type apiError struct {
 	Code  string `json:"code"`
 }
 
+// csrfError is a POST refused by checkCSRF, for its audit line.
+type csrfError struct{ msg string }
+
+func (e csrfError) Error() string { return e.msg }
+
 // badRequest is an input the API refuses itself.
 type badRequest struct{ msg string }
 
@@ -359,10 +376,13 @@ func badf(format string, args ...any) error { return badRequest{fmt.Sprintf(form
 // statusOf maps an error of qmq or admin to its HTTP status and code.
 func statusOf(err error) (int, string) {
 	var br badRequest
+	var ce csrfError
 	var mb *http.MaxBytesError
 	switch {
 	case errors.As(err, &br):
 		return http.StatusBadRequest, "invalid"
+	case errors.As(err, &ce):
+		return http.StatusForbidden, "csrf"
 	case errors.As(err, &mb):
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, qmq.ErrUnauthenticated):

@@ -48,4 +48,9 @@ type MessageQueryResult struct {
 	// holds what was found so far, and Next continues it. A caller shows
 	// it as "truncated: narrow the window".
 	Truncated bool
+	// End is the subject's consume-log end when the query began reading
+	// (the sequence its next message will take), 0 without a consume log:
+	// less the sequence of the first message of a window, how many were
+	// appended since, counted without reading them.
+	End int64
 }

@@ -158,6 +158,9 @@ func (s *queryScan) run(seq int64) (int64, bool, error) {
 		return 0, true, nil
 	}
 	end := cl.EndSeq()
+	if res.End == 0 {
+		res.End = end
+	}
 	if seq >= end {
 		return seq, true, nil // the log's end: nothing more
 	}

@@ -14,8 +14,8 @@ import (
 // (who, from where, what was refused and why), and every read of stored
 // messages (who, from where, the request). An admin operation that
 // changes something is always written: it costs a Raft entry anyway, and
-// a flood of reads must not hide it. Admin reads (listing applications or
-// dead letters, each chunk of a backup) and reads of stored messages are
+// a flood of reads must not hide it. Admin reads (listing applications,
+// each chunk of a backup) and reads of stored messages or dead letters are
 // each limited to auditAdminRate lines a second after a burst of as many
 // (apart: any application may read messages, and its reads must not crowd
 // out an admin's), and refusals to one a second, so that a client cannot
@@ -53,8 +53,8 @@ func (l *auditLog) admin(who, remote string, t transport.Type, p []byte) {
 	l.log.Info("admin operation", "who", who, "remote", remote, "op", t.String(), "request", string(p), "suppressed", suppressed)
 }
 
-// read records a read of stored messages (a lookup by any application,
-// whose handler keeps to the subjects it may read), limited as admin reads
+// read records a read of stored messages or dead letters (by any
+// application, whose handler keeps to what it may consume), limited as admin reads
 // are, apart from them. Its payload is the request's JSON.
 func (l *auditLog) read(who, remote string, t transport.Type, p []byte) {
 	ok, suppressed := l.reads.Allow()
@@ -69,7 +69,7 @@ func (l *auditLog) read(who, remote string, t transport.Type, p []byte) {
 
 // adminRead reports whether an admin request type only reads.
 func adminRead(t transport.Type) bool {
-	return t == transport.TypeApps || t == transport.TypeDeadLetters || t == transport.TypeBackup
+	return t == transport.TypeApps || t == transport.TypeBackup
 }
 
 // refused records a refused request.

@@ -174,7 +174,11 @@ func (n *Node) proposeAsLeader(ctx context.Context, encode func(now int64) []byt
 // maxDeadLetterPage bounds the dead letters one list answers.
 const maxDeadLetterPage = limits.MaxDeadLetterPage
 
-// handleDeadLetters lists a group's dead letters, or reads one whole.
+// handleDeadLetters lists a group's dead letters, or reads one whole. An
+// application reads those of a consumer group it may consume as: they are
+// messages that group failed to consume, and another group's are not its
+// own (so the check is the group's, finer than a listing's of stored
+// messages, which asks only for the subject).
 func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) {
 	var req transport.DeadLettersRequest
 	if err := transport.DecodeJSON(p, &req); err != nil {
@@ -183,7 +187,10 @@ func (n *Node) handleDeadLetters(ctx context.Context, p []byte) ([]byte, error) 
 	if err := fsm.CheckName("subject", req.Subject); err != nil {
 		return nil, transport.Errorf(transport.Invalid, "%v", err)
 	}
-	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.BrokerGroup}
+	if err := accessOf(ctx).consume(transport.TypeDeadLetters, req.Subject, req.ConsumerGroup); err != nil {
+		return nil, err
+	}
+	page := &transport.DeadLetterPage{BrokerGroup: n.cfg.BrokerGroup, Letters: []transport.DeadLetter{}} // a list in JSON, empty or not
 	if req.Seq != nil {
 		_, page.Total = n.fsm.DeadLetters(req.Subject, req.ConsumerGroup, 0, 0)
 		if d, ok := n.fsm.DeadLetterOf(req.Subject, req.ConsumerGroup, *req.Seq); ok {

@@ -74,8 +74,10 @@ const (
 	classRead               // any application
 	classAdmin              // an admin application
 	classNode               // a node
-	// classLookup: an application, reading stored messages; the handler
-	// keeps to the subjects it may use (access.read). Audited as a read.
+	// classLookup: an application, reading stored messages or dead
+	// letters; the handler keeps to the subjects (messages, access.read)
+	// or consumer groups (dead letters, access.consume) it may consume.
+	// Audited as a read.
 	classLookup
 )
 
@@ -85,14 +87,14 @@ func classOf(t transport.Type) class {
 		return classRead
 	case transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime:
 		return classNode
-	case transport.TypeMessages:
+	case transport.TypeMessages, transport.TypeDeadLetters:
 		return classLookup
 	case transport.TypeSend, transport.TypePull, transport.TypeAck, transport.TypeNack, transport.TypeExtend,
 		transport.TypeHeartbeat, transport.TypeRoute, transport.TypeRegisterConsumer:
 		return classApp
 	}
 	// Everything else changes the cluster: membership, routing, consumer
-	// groups, dead letters, applications. A type not listed here is an
+	// groups, dead letters (resent, purged), applications. A type not listed here is an
 	// admin's, so a new one is never open by omission.
 	return classAdmin
 }

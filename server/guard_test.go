@@ -43,6 +43,7 @@ func newGuardFixture(t testing.TB) *guardFixture {
 		{Code: "ops", Admin: true},
 		{Code: "billing", Send: []string{"orders.*"}, Consume: []auth.Grant{{Subject: "payments", Group: "billing"}}},
 		{Code: "reader"},
+		{Code: "blobs", Consume: []auth.Grant{{Subject: "blobs", Group: "g"}}},
 	} {
 		secret, s, err := auth.NewSecret()
 		if err != nil {
@@ -96,7 +97,7 @@ func TestGuardClasses(t *testing.T) {
 	ops, billing := f.app("ops"), f.app("billing")
 	admin := []transport.Type{transport.TypeJoin, transport.TypeLeave, transport.TypeTransfer, transport.TypeAssign,
 		transport.TypeSetWritable, transport.TypeDeregister, transport.TypeForgetConsumerGroup, transport.TypeMetaForgetConsumerGroup,
-		transport.TypeSetConsumerGroup, transport.TypeResetConsumerGroup, transport.TypeDeadLetters, transport.TypeDeadLetterOp,
+		transport.TypeSetConsumerGroup, transport.TypeResetConsumerGroup, transport.TypeDeadLetterOp,
 		transport.TypeApps, transport.TypeAppPut, transport.TypeAppRotate, transport.TypeAppDelete, transport.TypeSetBrokerConfig, transport.TypeBackup, transport.Type(99)}
 	read := []transport.Type{transport.TypeStatus, transport.TypeCluster, transport.TypeSubjects, transport.TypeDelays, transport.TypeConsumerGroups, transport.TypeBrokerConfig}
 	nodeOnly := []transport.Type{transport.TypeRegister, transport.TypeBrokerHeartbeat, transport.TypeTime}
@@ -478,5 +479,55 @@ func TestAuditReadsDoNotCrowdOutAdminReads(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "admin operation: who=app:ops") {
 		t.Errorf("an admin's read after a flood of message reads was not recorded:\n%.2000s", buf.String())
+	}
+}
+
+// TestGuardDeadLetters: an application reads the dead letters of a
+// consumer group it may consume as, listed or one whole, audited as a
+// read; another group's are refused, and resending or purging them stays
+// an admin's.
+func TestGuardDeadLetters(t *testing.T) {
+	n := startNode(t, "n1", true, nil)
+	waitLeader(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	deadLetterRig(t, ctx, clientOf(t, n.ClientAddr()), 2, 10)
+	f := newGuardFixture(t)
+	f.handler = f.g.wrap(n.handle)
+	blobs := f.app("blobs")
+	call := func(typ transport.Type, v any) (transport.DeadLetterPage, error) {
+		b, _ := json.Marshal(v)
+		out, err := f.handler(transport.WithPeer(ctx, blobs), typ, b)
+		var page transport.DeadLetterPage
+		if err == nil && typ == transport.TypeDeadLetters {
+			err = json.Unmarshal(out, &page)
+		}
+		return page, err
+	}
+	page, err := call(transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "g"})
+	if err != nil || page.Total != 2 || len(page.Letters) != 2 {
+		t.Fatalf("g's dead letters by blobs: %+v, %v", page, err)
+	}
+	seq := page.Letters[0].Seq
+	if one, err := call(transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "g", Seq: &seq}); err != nil ||
+		len(one.Letters) != 1 || len(one.Letters[0].Body) != 10 {
+		t.Errorf("one of g's dead letters whole, by blobs: %+v, %v", one, err)
+	}
+	if n := strings.Count(f.log.String(), "read: who=app:blobs"); n != 2 {
+		t.Errorf("%d audit lines of blobs' reads of dead letters, want 2:\n%s", n, f.log)
+	}
+	if _, err := call(transport.TypeDeadLetters, transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "other"}); codeOf(err) != transport.PermissionDenied ||
+		!strings.Contains(err.Error(), "may not consume subject blobs as consumer group other") {
+		t.Errorf("another group's dead letters by blobs: %v, want PERMISSION_DENIED", err)
+	}
+	if _, err := call(transport.TypeDeadLetterOp, transport.DeadLetterOpRequest{Subject: "blobs", ConsumerGroup: "g", Op: transport.DeadLetterResend, All: true}); codeOf(err) != transport.PermissionDenied ||
+		!strings.Contains(err.Error(), "application blobs is not an admin") {
+		t.Errorf("a resend by blobs: %v, want PERMISSION_DENIED", err)
+	}
+	// A group without dead letters answers an empty list, not null: the
+	// console maps over it.
+	b, _ := json.Marshal(transport.DeadLettersRequest{Subject: "blobs", ConsumerGroup: "none"})
+	if out, err := f.handler(transport.WithPeer(ctx, f.app("ops")), transport.TypeDeadLetters, b); err != nil || !strings.Contains(string(out), `"letters":[]`) {
+		t.Errorf("no dead letters: %s, %v, want an empty list", out, err)
 	}
 }

@@ -75,7 +75,7 @@ func (n *Node) handleMessages(ctx context.Context, p []byte) ([]byte, error) {
 		if err != nil {
 			return nil, lookupError(err)
 		}
-		found, page.Next, page.Scanned, page.Truncated = res.Messages, res.Next, res.Scanned, res.Truncated
+		found, page.Next, page.Scanned, page.Truncated, page.End = res.Messages, res.Next, res.Scanned, res.Truncated, res.End
 	}
 	// Each message is encoded on its own, so that the reply is bounded by
 	// what it will take on the wire (base64 bodies and escaped strings

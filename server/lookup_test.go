@@ -82,11 +82,21 @@ func TestMessagesRequest(t *testing.T) {
 				t.Errorf("tag filter answered seq %d", m.Seq)
 			}
 		}
+		if page.End != 30 {
+			t.Errorf("a page from %d: end %d, want the consume log's end 30", from, page.End)
+		}
 		seen += len(page.Messages)
 		from = page.Next
 	}
 	if seen != 10 {
 		t.Errorf("paging with the tag filter saw %d messages, want 10", seen)
+	}
+	past := int64(40)
+	if page, err := messagesCall(t, n, transport.MessagesRequest{Subject: "s", FromSeq: &past}); err != nil || page.End != 30 || page.Next != -1 {
+		t.Errorf("a listing past the end: %+v, %v, want end 30", page, err)
+	}
+	if page, err := messagesCall(t, n, transport.MessagesRequest{Subject: "unknown", FromSeq: &past}); err != nil || page.End != 0 {
+		t.Errorf("a listing of an unknown subject: %+v, %v, want no end", page, err)
 	}
 
 	zero := int64(0)

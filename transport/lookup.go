@@ -110,11 +110,16 @@ type Property struct {
 // MessagesPage answers a MessagesRequest. Next is the consume sequence a
 // listing continues from (a MessagesRequest's FromSeq), -1 when the
 // window holds nothing more; Truncated says the scan budget ran out
-// before the window did (narrow the window, or continue from Next).
+// before the window did (narrow the window, or continue from Next). End
+// is, for a listing, the subject's consume-log end on the replica that
+// answered (the sequence its next message takes; 0 without one): End
+// less the first message's Seq is how many messages were appended from
+// it on, counted without reading them.
 type MessagesPage struct {
 	BrokerGroup string          `json:"broker_group"`
 	Messages    []StoredMessage `json:"messages"`
 	Next        int64           `json:"next"`
 	Scanned     int             `json:"scanned"`
 	Truncated   bool            `json:"truncated,omitempty"`
+	End         int64           `json:"end,omitempty"`
 }

@@ -148,8 +148,9 @@ async function pageGroups(params) {
     offset + limit < gs.total ? el("a", { href: `${here}&offset=${offset + limit}` }, "next") : null);
   main(el("h2", {}, `Consumer groups of ${subject}`),
     el("p", {}, el("a", { href: `#messages?subject=${enc(subject)}` }, "Browse its messages")),
+    el("p", { id: "subject-rate" }, `${sv.last_window} appended in the last ${sv.rate_window}, ${sv.per_second.toFixed(2)} a second`),
     table(["Broker group", "Writable", "Available", `Appended in the last ${sv.rate_window}`, "Per second", "Retained since", "Error"],
-      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", (g.at_least ? "at least " : "") + g.last_window,
+      sv.broker_groups.map(g => [g.broker_group, g.writable ? "yes" : "drained", g.available ? "yes" : "no", g.last_window,
         g.per_second.toFixed(2), g.retained_since || "nothing retained", g.error || ""]), { id: "subject-table" }),
     gs.error ? el("p", { class: "error" }, gs.error) : null, form, nav,
     table(["Group", "Lag", "Backlog", "In flight", "Retrying", "Dead letters", "Consumers"], rows, { id: "groups-table" }));
@@ -274,8 +275,16 @@ function storedMessage(m) {
     m.timeline_error ? el("p", {class: "error"}, "The timeline could not be read: " + m.timeline_error) : null);
 }
 
+// browseKeys are a listing's parameters, kept in the page's hash
+// (#messages?subject=S&...), so that a listing can be linked, reloaded and
+// paged: the "next" link under a broker group's table continues it there.
+const browseKeys = ["since", "until", "broker_group", "from_seq", "tag", "key", "property", "limit"];
+
 async function pageMessages(params) {
   const id = params.get("id") || "";
+  const subject = params.get("subject") || "";
+  const query = new URLSearchParams();
+  for (const k of browseKeys) { if (params.get(k)) query.set(k, params.get(k)); }
   const out = el("div", { id: "message-result" });
   const show = async (subject, q) => {
     try {
@@ -288,6 +297,13 @@ async function pageMessages(params) {
           (p.next >= 0 ? `, more from sequence ${p.next}` : "")),
           table(["Seq", "Appended", "Message", "Tags", "Key", "Size"], p.messages.map(m => [m.seq, m.appended_at,
             el("a", { href: "#messages?id=" + enc(m.id) }, m.id), (m.tags || []).join(", "), m.key || "", m.size]), { class: "browse-table" }));
+        if (p.next >= 0) {
+          // The next page of this broker group: the same listing from its
+          // next sequence (sequences are per broker group; since gives way).
+          const nq = new URLSearchParams(q);
+          nq.delete("since"); nq.set("broker_group", p.broker_group); nq.set("from_seq", String(p.next));
+          parts.push(el("p", {}, el("a", { class: "next-page", href: `#messages?subject=${enc(subject)}&${nq.toString()}` }, `next (from sequence ${p.next})`)));
+        }
       }
       out.replaceChildren(...parts);
     } catch (e) { out.replaceChildren(errorBox(e)); }
@@ -304,16 +320,19 @@ async function pageMessages(params) {
     el("input", { name: "id", placeholder: "message id", value: id }), el("button", { type: "submit" }, "Look up"));
   const browse = el("form", { id: "browse-form", onsubmit: (ev) => { ev.preventDefault();
       const q = new URLSearchParams();
-      for (const k of ["since", "tag", "key", "property", "limit"]) { if (browse[k].value) q.set(k, browse[k].value); }
-      show(browse.subject.value, q); } },
-    el("input", { name: "subject", placeholder: "subject", value: params.get("subject") || "" }),
-    el("input", { name: "since", placeholder: "since (90m or RFC 3339; empty: the first)" }),
-    el("input", { name: "tag", placeholder: "tag" }), el("input", { name: "key", placeholder: "key" }), el("input", { name: "property", placeholder: "property: NAME=VALUE" }),
-    el("input", { name: "limit", placeholder: "limit (100)" }), el("button", { type: "submit" }, "Browse"));
+      for (const k of browseKeys) { if (browse[k].value) q.set(k, browse[k].value); }
+      const h = `messages?subject=${enc(browse.subject.value)}` + (q.size ? "&" + q.toString() : "");
+      if (location.hash.slice(1) === h) show(browse.subject.value, q); else location.hash = h; } },
+    el("input", { name: "subject", placeholder: "subject", value: subject }),
+    ...[["since", "since (90m or RFC 3339; empty: the first)"], ["until", "until (exclusive)"], ["broker_group", "broker group"],
+      ["from_seq", "from sequence (with a broker group)"], ["tag", "tag"], ["key", "key"], ["property", "property: NAME=VALUE"], ["limit", "limit (100)"]]
+      .map(([k, ph]) => el("input", { name: k, placeholder: ph, value: query.get(k) || "" })),
+    el("button", { type: "submit" }, "Browse"));
   main(el("h2", {}, "Messages"),
     el("p", {}, "Read where they are stored, never consumed: a message by id in every broker group, with what happened to it, or a subject's by time, tag and key."),
     form, browse, out);
   if (id) await lookup(id);
+  else if (subject) await show(subject, query);
 }
 
 const pages = { cluster: pageCluster, subjects: pageSubjects, groups: pageGroups, group: pageGroup, dead: pageDead, delays: pageDelays, messages: pageMessages };

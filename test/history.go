@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -34,6 +35,25 @@ type History struct {
 	joined map[string]map[string]time.Time   // broadcast or latest group → subject → when it joined
 	bursts []burst                           // backlogs drained at most once (Drained)
 	paced  []burst                           // bursts worked through by slow handlers (Paced)
+	// acked lists the acknowledged sends in the order of their answers,
+	// and pending the sends with no answer yet: with owing, they let a
+	// poll of what is undelivered look at the sends answered since the
+	// last one and those still owed, not at every send of the run (which
+	// under the race detector held the lock long enough to starve the
+	// handlers recording deliveries).
+	acked   []string
+	pending map[string]struct{}
+	owing   *owing
+}
+
+// owing is what the last call of UndeliveredBefore found still owed, for
+// its expectations and time: the next call with the same ones re-checks
+// only these, and the sends acknowledged since.
+type owing struct {
+	e      Expectations
+	before time.Time
+	next   int // h.acked[:next] were looked at
+	ids    map[string]struct{}
 }
 
 // burst is a backlog a group drained: the ids sent into it, and whether
@@ -102,7 +122,8 @@ const (
 // NewHistory returns an empty history.
 func NewHistory() *History {
 	return &History{sends: map[string]*sendRecord{}, delivered: map[string]map[string][]time.Time{}, from: map[string]map[string][]string{},
-		nacked: map[string]map[string][]time.Time{}, dead: map[string]map[string]bool{}, joined: map[string]map[string]time.Time{}}
+		nacked: map[string]map[string][]time.Time{}, dead: map[string]map[string]bool{}, joined: map[string]map[string]time.Time{},
+		pending: map[string]struct{}{}}
 }
 
 // Sending records a message about to be handed to a producer.
@@ -116,6 +137,7 @@ func (h *History) SendingChosen(m *qmq.Message) { h.sending(m, true) }
 func (h *History) sending(m *qmq.Message, chosen bool) {
 	h.mu.Lock()
 	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), sendingAt: time.Now(), deliverAt: m.DeliverAt(), chosen: chosen}
+	h.pending[m.ID()] = struct{}{}
 	h.mu.Unlock()
 }
 
@@ -124,7 +146,11 @@ func (h *History) Sent(m *qmq.Message, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.sends[m.ID()]
+	delete(h.pending, m.ID())
 	if err == nil {
+		if r.outcome != sendAcked {
+			h.acked = append(h.acked, m.ID())
+		}
 		r.outcome = sendAcked
 	} else {
 		r.outcome = sendUnknown
@@ -135,13 +161,7 @@ func (h *History) Sent(m *qmq.Message, err error) {
 func (h *History) AckedCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, r := range h.sends {
-		if r.outcome == sendAcked {
-			n++
-		}
-	}
-	return n
+	return len(h.acked)
 }
 
 // Delivered records that consumer group received m at time at, and its
@@ -205,6 +225,7 @@ func (h *History) Joined(group, subject string, at time.Time) {
 		h.joined[group] = g
 	}
 	g[subject] = at
+	h.owing = nil // sends looked at before may be owed to it now
 }
 
 // Drained records that at-most-once group drained a backlog into which
@@ -265,28 +286,47 @@ func (h *History) Undelivered(e Expectations) int {
 func (h *History) UndeliveredBefore(e Expectations, t time.Time) (undelivered, pending int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for id, r := range h.sends {
-		if !t.IsZero() && !r.sendingAt.Before(t) {
-			continue
-		}
-		if r.outcome == sendPending {
-			pending++
-		}
-		if r.outcome != sendAcked {
-			continue
-		}
-		owed := false
-		for _, g := range e.AtLeastOnce {
-			owed = owed || h.owed(e, g, false, id, r)
-		}
-		for _, g := range e.fromJoin() {
-			owed = owed || h.owed(e, g, true, id, r)
-		}
-		if owed {
-			undelivered++
+	w := h.owing
+	if w == nil || !w.before.Equal(t) || !reflect.DeepEqual(w.e, e) {
+		w = &owing{e: e, before: t, ids: map[string]struct{}{}}
+		h.owing = w
+	}
+	// What was delivered stays delivered: a send found not owed is never
+	// owed again (but to a group that joins later: Joined starts over).
+	for _, id := range h.acked[w.next:] {
+		if r := h.sends[id]; r.outcome == sendAcked && (t.IsZero() || r.sendingAt.Before(t)) && h.owedAnywhere(e, id, r) {
+			w.ids[id] = struct{}{}
 		}
 	}
-	return undelivered, pending
+	w.next = len(h.acked)
+	for id := range w.ids {
+		if r := h.sends[id]; r.outcome != sendAcked || !h.owedAnywhere(e, id, r) {
+			delete(w.ids, id)
+		}
+	}
+	for id := range h.pending {
+		if t.IsZero() || h.sends[id].sendingAt.Before(t) {
+			pending++
+		}
+	}
+	return len(w.ids), pending
+}
+
+// owedAnywhere reports whether some at-least-once, broadcast or latest
+// group of e has yet to receive the acknowledged send s of id. Called with
+// h.mu held.
+func (h *History) owedAnywhere(e Expectations, id string, s *sendRecord) bool {
+	for _, g := range e.AtLeastOnce {
+		if h.owed(e, g, false, id, s) {
+			return true
+		}
+	}
+	for _, g := range e.fromJoin() {
+		if h.owed(e, g, true, id, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // deliveredOf returns how many of the acknowledged sends ids group

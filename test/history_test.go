@@ -350,3 +350,76 @@ func TestCheckerUndeliveredBefore(t *testing.T) {
 		t.Fatalf("at any time: %d undelivered, %d pending; want 2, 1", n, p)
 	}
 }
+
+// TestUndeliveredFollowsTheHistory: a poll of what is undelivered looks
+// only at the sends answered since the last poll and those still owed;
+// after every kind of change it must count what a poll of a fresh copy
+// of the same history counts.
+func TestUndeliveredFollowsTheHistory(t *testing.T) {
+	h, sent := checkerHistory(t)
+	e := Expectations{AtLeastOnce: []string{"a"}, Broadcast: []string{"b"}}
+	now := time.Now()
+	want := func(step string, undelivered, pending int, before time.Time) {
+		t.Helper()
+		n, p := h.UndeliveredBefore(e, before)
+		if n != undelivered || p != pending {
+			t.Fatalf("%s: undelivered %d with %d pending, want %d with %d", step, n, p, undelivered, pending)
+		}
+		// The same question of a history that was never polled.
+		h.mu.Lock()
+		saved := h.owing
+		h.owing = nil
+		h.mu.Unlock()
+		if n2, p2 := h.UndeliveredBefore(e, before); n2 != n || p2 != p {
+			t.Fatalf("%s: a fresh poll counts %d with %d pending, the incremental one %d with %d", step, n2, p2, n, p)
+		}
+		h.mu.Lock()
+		h.owing = saved
+		h.mu.Unlock()
+	}
+	m1, m2 := sent("s", nil), sent("s", nil)
+	want("two sent", 2, 0, time.Time{})
+	h.Delivered("a", m1, now)
+	want("one delivered", 1, 0, time.Time{})
+	m3 := sent("s", nil)
+	want("a third sent", 2, 0, time.Time{})
+	// b joins before m4 is handed over: m4 is owed to it, and stays owed
+	// once a has it.
+	h.Joined("b", "s", time.Now())
+	m4 := sent("s", nil)
+	for _, m := range []*qmq.Message{m2, m3, m4} {
+		h.Delivered("a", m, now)
+	}
+	want("b owed m4", 1, 0, time.Time{})
+	h.Delivered("b", m4, now)
+	want("all delivered", 0, 0, time.Time{})
+	// A send with no answer is pending, and owed once acknowledged.
+	prod, err := qmq.NewProducer("127.0.0.1:1") // never sends: only makes messages
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	p := prod.GenerateMessage("s")
+	h.Sending(p)
+	want("one pending", 0, 1, time.Time{})
+	cut := time.Now()
+	later := sent("s", nil)
+	want("before the cut", 0, 1, cut)
+	want("any time", 1, 1, time.Time{})
+	h.Sent(p, nil)
+	want("answered", 1, 0, cut)
+	want("answered, any time", 2, 0, time.Time{})
+	h.Delivered("a", later, now)
+	h.Delivered("b", later, now)
+	h.Delivered("a", p, now)
+	h.Delivered("b", p, now)
+	want("the end", 0, 0, time.Time{})
+	// A join recorded after a poll looked at a send handed over after
+	// the join began: the send is owed from then on.
+	joinedAt := time.Now()
+	m5 := sent("t", nil)
+	h.Delivered("a", m5, now)
+	want("b not on t", 0, 0, time.Time{})
+	h.Joined("b", "t", joinedAt)
+	want("b joined t before m5", 1, 0, time.Time{})
+}

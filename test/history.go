@@ -352,6 +352,10 @@ type Report struct {
 	// group that consumed all along, or to a broadcast or latest group
 	// that had joined before the send began. Must be empty.
 	Lost []string
+	// LostWhere counts the lost by consumer group, subject, broker group
+	// (where another consumer group received the send from; "none" if no
+	// group did) and whether the send was delayed: where to look first.
+	LostWhere map[string]int
 	// Split: a send whose id its producer chose, delivered from two broker
 	// groups: one send stored twice. Must be empty.
 	Split []string
@@ -405,7 +409,7 @@ type Report struct {
 func (h *History) Check(e Expectations) Report {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := Report{Sent: len(h.sends), Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
+	r := Report{Sent: len(h.sends), LostWhere: map[string]int{}, Duplicated: map[string]int{}, Nacked: map[string]int{}, DeadLettered: map[string]int{},
 		Missed: map[string]int{}, Copies: map[string]int{}, Bursts: map[string]int{}, CleanBursts: map[string]int{},
 		Paced: map[string]int{}, CleanPaced: map[string]int{}}
 	for _, g := range e.fromJoin() {
@@ -422,12 +426,12 @@ func (h *History) Check(e Expectations) Report {
 			}
 			for _, g := range e.AtLeastOnce {
 				if h.owed(e, g, false, id, s) {
-					r.Lost = append(r.Lost, g+":"+id)
+					r.lost(h, g, id, s)
 				}
 			}
 			for _, g := range e.fromJoin() {
 				if h.owed(e, g, true, id, s) {
-					r.Lost = append(r.Lost, g+":"+id)
+					r.lost(h, g, id, s)
 				}
 			}
 			for _, g := range e.AtMostOnce {
@@ -547,6 +551,24 @@ func (h *History) Check(e Expectations) Report {
 	return r
 }
 
+// lost records that group never received the acknowledged send s of id.
+// Called with h.mu held.
+func (r *Report) lost(h *History, group, id string, s *sendRecord) {
+	r.Lost = append(r.Lost, group+":"+id)
+	stored := "none"
+	for _, g := range slices.Sorted(maps.Keys(h.from)) {
+		if from := h.from[g][id]; len(from) > 0 {
+			stored = from[0]
+			break
+		}
+	}
+	kind := "at once"
+	if !s.deliverAt.IsZero() {
+		kind = "delayed"
+	}
+	r.LostWhere[fmt.Sprintf("group %s, subject %s, broker group %s, %s", group, s.subject, stored, kind)]++
+}
+
 // OK reports whether the history keeps every promise: nothing lost,
 // nothing unexpected, nothing early, nothing twice to an at-most-once
 // group, no chosen id stored in two broker groups, every backlog drained
@@ -569,6 +591,9 @@ func (r Report) String() string {
 		"backlogs drained at most once %v (with no fault in flight, so required whole: %v), "+
 		"bursts worked through by slow handlers %v (with no fault in flight, so required handled once: %v)",
 		r.Duplicated, r.Nacked, r.DeadLettered, r.Copies, r.Missed, r.Bursts, r.CleanBursts, r.Paced, r.CleanPaced)
+	for _, where := range slices.Sorted(maps.Keys(r.LostWhere)) {
+		fmt.Fprintf(&b, "\nlost: %d of %s", r.LostWhere[where], where)
+	}
 	for _, list := range []struct {
 		name string
 		ids  []string

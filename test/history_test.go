@@ -41,8 +41,8 @@ func TestCheckerFindsEveryKindOfFault(t *testing.T) {
 		h.Delivered(g, delayed, now.Add(time.Second))
 	}
 	h.Delivered("a", dup, now)
-	h.Delivered("a", lost, now) // b never gets it
-	if r := h.Check(Expectations{AtLeastOnce: []string{"a", "b"}}); len(r.Lost) != 1 || r.Recovered != 1 || r.Duplicated["a"] != 1 ||
+	h.DeliveredFrom("a", "g1", lost, now) // b never gets it
+	if r := h.Check(Expectations{AtLeastOnce: []string{"a", "b"}}); len(r.Lost) != 1 || r.LostWhere["group b, subject s, broker group g1, at once"] != 1 || r.Recovered != 1 || r.Duplicated["a"] != 1 ||
 		r.Acked != 4 || r.Unknown != 2 || r.Delayed != 1 || len(r.Early) != 0 || len(r.Unexpected) != 0 || r.OK() {
 		t.Fatalf("report: %+v", r)
 	}

@@ -520,7 +520,12 @@ func (p *Puller) fetch(ctx context.Context, t transport.Type, group string, from
 	defer cancel()
 	body, err := p.r.group(group).Call(ctx, t, req.Encode())
 	if err != nil {
-		p.r.refresh(ctx, p.subject, p.routeGroup()) // the group may have moved
+		// The group may have moved, or its leader changed while the call
+		// waited on the old one: ask the metaserver, briefly and under a
+		// deadline of its own (ctx may be what ended).
+		rctx, rcancel := context.WithTimeout(p.ctx, staleRefresh)
+		p.r.refresh(rctx, p.subject, p.routeGroup())
+		rcancel()
 		return nil, err
 	}
 	return transport.DecodePullResponse(body)

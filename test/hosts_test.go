@@ -88,3 +88,70 @@ func TestClusterOnHosts(t *testing.T) {
 		t.Fatalf("the switch forwarded %d packets and lost %d: the nodes' traffic did not cross it", st.Forwarded, st.Lost)
 	}
 }
+
+// A consumer and a producer whose broker group's leader has its host cut
+// off, and stays cut off, go on with the new leader within seconds of its
+// election: the connections to the silent old leader fail within the
+// SDK's silence bound (keepalive and TCP_USER_TIMEOUT, about 3 s) instead
+// of holding each long poll and send for its whole timeout, and the
+// shunned old leader is not tried again and again meanwhile.
+func TestClientsLeaveACutOffLeader(t *testing.T) {
+	net := newHostNetwork(t, 2)
+	net.SetLinks(netns.Link{Delay: time.Millisecond})
+	c := NewCluster(t, "g1", "--election-timeout", "500ms")
+	c.UseHosts(net)
+	c.Form("", "a", "b", "c")
+	p, err := qmq.NewProducer(c.ClientAddrs(), qmq.WithSendTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got := make(chan string, 100)
+	sub, err := qmq.Subscribe(c.ClientAddrs(), "orders", "billing", func(_ context.Context, m *qmq.Message) error {
+		got <- string(m.Body())
+		return nil
+	}, qmq.StartAt(qmq.Earliest), qmq.WithPullWait(500*time.Millisecond), qmq.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// roundTrip sends body and waits for it to arrive, returning how long
+	// the send took and how long until it arrived.
+	roundTrip := func(body string, within time.Duration) (sent, arrived time.Duration) {
+		t.Helper()
+		start := time.Now()
+		m := p.GenerateMessage("orders")
+		m.SetBody([]byte(body))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatalf("send %s: %v", body, err)
+		}
+		sent = time.Since(start)
+		timeout := time.After(within)
+		for {
+			select {
+			case b := <-got:
+				if b == body {
+					return sent, time.Since(start)
+				}
+			case <-timeout:
+				t.Fatalf("%s not delivered within %s of its send", body, within)
+			}
+		}
+	}
+	roundTrip("before", 10*time.Second)
+	l, term := (&Chaos{t: t}).leader(c)
+	cutAt := time.Now()
+	net.Cut(l.Host, true)
+	defer net.Cut(l.Host, false)
+	elected, _ := (&Chaos{t: t, Unavailable: map[string][]time.Duration{}}).awaitFailover(c, l, term, cutAt)
+	// The cut holds for the rest of the test: without the silence bound
+	// the clients would wait for it to heal.
+	sent, arrived := roundTrip("after", 20*time.Second)
+	t.Logf("leader %s cut off: another elected after %s; a send begun then took %s, and arrived %s after it began (%s after the cut)",
+		l.ID, elected.Round(time.Millisecond), sent.Round(time.Millisecond), arrived.Round(time.Millisecond), time.Since(cutAt).Round(time.Millisecond))
+	if after := time.Since(cutAt); after > 15*time.Second {
+		t.Fatalf("the clients went on with the new leader %s after the cut: the silence bound is about 3 s", after)
+	}
+}

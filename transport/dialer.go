@@ -73,6 +73,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (*Conn, error) {
 	var c net.Conn
 	var err error
 	nd := &net.Dialer{}
+	silenceBounded(nd)
 	if d.Source != nil {
 		nd.LocalAddr = &net.TCPAddr{IP: d.Source}
 	}

@@ -30,10 +30,17 @@ type LeaderClient struct {
 
 	mu     sync.Mutex
 	conns  map[string]*Conn
-	leader string // best guess; "" when unknown
-	next   int    // round-robin over servers when the leader is unknown
+	leader string               // best guess; "" when unknown
+	next   int                  // round-robin over servers when the leader is unknown
+	failed map[string]time.Time // when a connection to an address last failed (forget)
 	closed bool
 }
+
+// shunFailed is how long an address whose connection failed is passed
+// over while others may serve: a host cut off costs a dial timeout each
+// time it is tried, and the round robin would try it every third call. A
+// node's NOT_LEADER answer naming it as the leader ends the shunning.
+const shunFailed = 5 * time.Second
 
 // SplitServers splits a comma-separated address list, dropping blanks.
 func SplitServers(servers string) []string {
@@ -58,7 +65,7 @@ func (d Dialer) NewLeaderClient(servers []string) (*LeaderClient, error) {
 			return nil, err
 		}
 	}
-	return &LeaderClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}}, nil
+	return &LeaderClient{dial: d, servers: append([]string(nil), servers...), conns: map[string]*Conn{}, failed: map[string]time.Time{}}, nil
 }
 
 // checkAddr refuses an address that is not HOST:PORT.
@@ -111,16 +118,35 @@ func (c *LeaderClient) SetServers(servers []string, leader string) {
 	}
 }
 
-// target returns the address to try next.
+// target returns the address to try next: the leader's if known and not
+// shunned, else the next in turn of the servers not shunned (of all, if
+// every one is).
 func (c *LeaderClient) target() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leader != "" {
+	if c.leader != "" && !c.shunnedLocked(c.leader) {
 		return c.leader
+	}
+	for range c.servers {
+		addr := c.servers[c.next%len(c.servers)]
+		c.next++
+		if !c.shunnedLocked(addr) {
+			return addr
+		}
 	}
 	addr := c.servers[c.next%len(c.servers)]
 	c.next++
 	return addr
+}
+
+// shunnedLocked reports whether addr failed less than shunFailed ago.
+func (c *LeaderClient) shunnedLocked(addr string) bool {
+	at, ok := c.failed[addr]
+	if ok && time.Since(at) >= shunFailed {
+		delete(c.failed, addr)
+		return false
+	}
+	return ok
 }
 
 func (c *LeaderClient) setLeader(addr string) {
@@ -129,11 +155,21 @@ func (c *LeaderClient) setLeader(addr string) {
 	c.mu.Unlock()
 }
 
+// redirected takes addr as the leader, as a node's NOT_LEADER answer
+// named it: it is tried next even if its connection failed lately.
+func (c *LeaderClient) redirected(addr string) {
+	c.mu.Lock()
+	c.leader = addr
+	delete(c.failed, addr)
+	c.mu.Unlock()
+}
+
 // forget drops a failed address: its connection, and the leader guess if
-// it was the leader.
+// it was the leader; it is shunned for a while.
 func (c *LeaderClient) forget(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.failed[addr] = time.Now()
 	if conn := c.conns[addr]; conn != nil {
 		conn.Close()
 		delete(c.conns, addr)
@@ -239,7 +275,7 @@ func (c *LeaderClient) call(ctx context.Context, t Type, payload []byte, check f
 		last = err
 		switch {
 		case e.Code == NotLeader && e.Leader != "" && e.Leader != addr:
-			c.setLeader(e.Leader)
+			c.redirected(e.Leader)
 			continue // redirect at once
 		case e.Code == NotLeader:
 			c.setLeader("") // election under way: try others after a pause

@@ -53,6 +53,7 @@ type raftGroup struct {
 	raftNode atomic.Pointer[raft.Raft]
 	store    *raftlog.Store
 	trans    *raft.NetworkTransport
+	fence    *heartbeatFence // trans, as Raft is given it
 	snaps    raft.SnapshotStore
 	// backups are the snapshots the node holds open for backups.
 	backups  *backups
@@ -162,7 +163,8 @@ func (g *raftGroup) open(s raftSetup) error {
 	if err != nil {
 		return err
 	}
-	var trans raft.Transport = g.trans
+	g.fence = &heartbeatFence{NetworkTransport: g.trans}
+	var trans raft.Transport = g.fence
 	switch {
 	case !has && s.bootstrap:
 		cfg := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: g.trans.LocalAddr()}}}
@@ -173,7 +175,7 @@ func (g *raftGroup) open(s raftSetup) error {
 	case empty:
 		// A new member, or a member whose store was emptied: no vote
 		// before it has caught up (see voteGuard).
-		trans = newVoteGuard(g.trans, g.log.Named("raft-net"), func() uint64 {
+		trans = newVoteGuard(g.fence, g.log.Named("raft-net"), func() uint64 {
 			if r := g.raftNode.Load(); r != nil {
 				return r.LastIndex()
 			}
@@ -203,6 +205,9 @@ func (g *raftGroup) shutdown() error {
 
 func (g *raftGroup) closeStores() []error {
 	var errs []error
+	if g.fence != nil {
+		g.fence.fence() // no heartbeat handler may reach the store once closed
+	}
 	if g.trans != nil {
 		errs = append(errs, g.trans.Close())
 	}

@@ -40,7 +40,7 @@ import (
 // the group's current one); a candidate of such a term then also needs a
 // log as up to date as the node's, which holds the leader's commit.
 type voteGuard struct {
-	*raft.NetworkTransport
+	*heartbeatFence
 	log       hclog.Logger
 	lastIndex func() uint64 // the node's last log index; 0 before Raft runs
 
@@ -58,8 +58,8 @@ type voteGuard struct {
 	warned     atomic.Bool
 }
 
-func newVoteGuard(t *raft.NetworkTransport, log hclog.Logger, lastIndex func() uint64) *voteGuard {
-	v := &voteGuard{NetworkTransport: t, log: log, lastIndex: lastIndex, in: t.Consumer(),
+func newVoteGuard(t *heartbeatFence, log hclog.Logger, lastIndex func() uint64) *voteGuard {
+	v := &voteGuard{heartbeatFence: t, log: log, lastIndex: lastIndex, in: t.Consumer(),
 		out: make(chan raft.RPC), done: make(chan struct{})}
 	go v.forward()
 	return v
@@ -71,7 +71,7 @@ func (v *voteGuard) Consumer() <-chan raft.RPC { return v.out }
 // SetHeartbeatHandler sees the heartbeats that bypass Consumer, for a
 // leader heard of, before Raft does.
 func (v *voteGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
-	v.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+	v.heartbeatFence.SetHeartbeatHandler(func(rpc raft.RPC) {
 		v.observe(rpc)
 		cb(rpc)
 	})
@@ -80,7 +80,7 @@ func (v *voteGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 // Close stops the guard and closes the transport.
 func (v *voteGuard) Close() error {
 	v.stop.Do(func() { close(v.done) })
-	return v.NetworkTransport.Close()
+	return v.heartbeatFence.Close()
 }
 
 func (v *voteGuard) forward() {

@@ -104,7 +104,7 @@ func guardedNode(t *testing.T, last *atomic.Uint64) (*voteGuard, <-chan uint64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := newVoteGuard(trans, hclog.NewNullLogger(), last.Load)
+	v := newVoteGuard(&heartbeatFence{NetworkTransport: trans}, hclog.NewNullLogger(), last.Load)
 	t.Cleanup(func() { v.Close() })
 	v.SetHeartbeatHandler(func(rpc raft.RPC) { rpc.Respond(&raft.AppendEntriesResponse{Success: false}, nil) })
 	forwarded := make(chan uint64, 16)

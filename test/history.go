@@ -41,7 +41,10 @@ type History struct {
 	// last one and those still owed, not at every send of the run (which
 	// under the race detector held the lock long enough to starve the
 	// handlers recording deliveries).
+	// nAcked counts the sends whose outcome is an acknowledgement: acked
+	// may list an id handed over again after its first answer twice.
 	acked   []string
+	nAcked  int
 	pending map[string]struct{}
 	owing   *owing
 }
@@ -136,6 +139,9 @@ func (h *History) SendingChosen(m *qmq.Message) { h.sending(m, true) }
 
 func (h *History) sending(m *qmq.Message, chosen bool) {
 	h.mu.Lock()
+	if r := h.sends[m.ID()]; r != nil && r.outcome == sendAcked {
+		h.nAcked-- // handed over again: this hand-over's answer counts
+	}
 	h.sends[m.ID()] = &sendRecord{subject: m.Subject(), sendingAt: time.Now(), deliverAt: m.DeliverAt(), chosen: chosen}
 	h.pending[m.ID()] = struct{}{}
 	h.mu.Unlock()
@@ -147,12 +153,15 @@ func (h *History) Sent(m *qmq.Message, err error) {
 	defer h.mu.Unlock()
 	r := h.sends[m.ID()]
 	delete(h.pending, m.ID())
-	if err == nil {
-		if r.outcome != sendAcked {
-			h.acked = append(h.acked, m.ID())
-		}
+	switch {
+	case err == nil && r.outcome != sendAcked:
+		h.acked = append(h.acked, m.ID())
+		h.nAcked++
 		r.outcome = sendAcked
-	} else {
+	case err != nil:
+		if r.outcome == sendAcked {
+			h.nAcked--
+		}
 		r.outcome = sendUnknown
 	}
 }
@@ -161,7 +170,7 @@ func (h *History) Sent(m *qmq.Message, err error) {
 func (h *History) AckedCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.acked)
+	return h.nAcked
 }
 
 // Delivered records that consumer group received m at time at, and its

@@ -422,4 +422,15 @@ func TestUndeliveredFollowsTheHistory(t *testing.T) {
 	want("b not on t", 0, 0, time.Time{})
 	h.Joined("b", "t", joinedAt)
 	want("b joined t before m5", 1, 0, time.Time{})
+	// A message handed over again after its answer is one send.
+	acked := h.AckedCount()
+	h.Sending(m5)
+	if n := h.AckedCount(); n != acked-1 {
+		t.Fatalf("m5 handed over again: %d acknowledged, want %d", n, acked-1)
+	}
+	h.Sent(m5, nil)
+	if n := h.AckedCount(); n != acked {
+		t.Fatalf("m5 acknowledged again: %d acknowledged, want %d", n, acked)
+	}
+	want("m5 owed to b again", 1, 0, time.Time{})
 }

@@ -37,7 +37,7 @@ func TestSDKDependsOnlyOnTheClientFloor(t *testing.T) {
 
 // The SDK links few modules besides the standard library, each for a
 // reason: golang.org/x/sys (the file system calls of the TLS files'
-// reloading, TCP_USER_TIMEOUT on client connections, and go-isatty's), go-hclog and what it links (transport's
+// reloading, and go-isatty's), go-hclog and what it links (transport's
 // logging), and the OpenTelemetry API for traces
 // (go.opentelemetry.io/otel with its trace, propagation and attribute
 // packages, and what they link: go-logr, the API's auto-instrumentation

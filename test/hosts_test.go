@@ -92,7 +92,7 @@ func TestClusterOnHosts(t *testing.T) {
 // A consumer and a producer whose broker group's leader has its host cut
 // off, and stays cut off, go on with the new leader within seconds of its
 // election: the connections to the silent old leader fail within the
-// SDK's silence bound (keepalive and TCP_USER_TIMEOUT, about 3 s) instead
+// SDK's silence bound (TCP keepalive, about 3 s) instead
 // of holding each long poll and send for its whole timeout, and the
 // shunned old leader is not tried again and again meanwhile.
 func TestClientsLeaveACutOffLeader(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 func TestChaosAcrossHosts(t *testing.T) {
 	d, seed := runSettings(t, "QMQ_CHAOS_HOSTS", 40*time.Second)
 	t.Logf("chaos across hosts: seed %d, duration %s (reproduce: QMQ_CHAOS_HOSTS_SEED=%d QMQ_CHAOS_HOSTS_DURATION=%s go test ./test -run '^TestChaosAcrossHosts$')", seed, d, seed, d)
+	v := newVerdict(t, fmt.Sprintf("chaos across hosts, seed %d (QMQ_CHAOS_HOSTS_SEED=%d QMQ_CHAOS_HOSTS_DURATION=%s)", seed, seed, d))
 	net := newHostNetwork(t, seed)
 	const sessionTimeout = 3 * time.Second
 	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
@@ -108,7 +109,7 @@ func TestChaosAcrossHosts(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Logf("chaos across hosts: after waiting two minutes: %v", err)
+		v.Logf("chaos across hosts: after waiting two minutes: %v", err)
 	}
 	closeSubs()
 	report := h.Check(e)
@@ -118,17 +119,17 @@ func TestChaosAcrossHosts(t *testing.T) {
 	t.Logf("chaos across hosts: history: %s", report)
 	t.Logf("chaos across hosts: the switch forwarded %d packets, lost %d, dropped %d at cut links", st.Forwarded, st.Lost, st.Cut)
 	if !report.OK() {
-		t.Fatalf("chaos across hosts, seed %d, broke a promise: %s", seed, report)
+		v.Fatalf("chaos across hosts, seed %d, broke a promise: %s", seed, report)
 	}
 	if report.Acked < 500 {
-		t.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
+		v.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
 	}
 	if st.Lost == 0 || st.Cut == 0 {
-		t.Fatalf("the switch lost %d packets and cut %d: the run did not cross the lossy network it claims", st.Lost, st.Cut)
+		v.Fatalf("the switch lost %d packets and cut %d: the run did not cross the lossy network it claims", st.Lost, st.Cut)
 	}
 	for _, f := range hostFaults {
 		if d >= time.Duration(len(hostFaults))*15*time.Second && ch.Counts[f.name] == 0 {
-			t.Fatalf("no %s fault in %s (every kind is applied once per round)", f.name, d)
+			v.Fatalf("no %s fault in %s (every kind is applied once per round)", f.name, d)
 		}
 	}
 	for _, c := range groups {

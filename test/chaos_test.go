@@ -115,6 +115,7 @@ func TestChaos(t *testing.T) {
 		mode, env = "in plaintext", "QMQ_CHAOS_PLAINTEXT=1 "
 	}
 	t.Logf("chaos: seed %d, duration %s, %s (reproduce: %smake chaos SEED=%d DURATION=%s)", seed, d, mode, env, seed, d)
+	v := newVerdict(t, fmt.Sprintf("chaos seed %d (%smake chaos SEED=%d DURATION=%s)", seed, env, seed, d))
 	meta := NewMetaGroup(t, "--election-timeout", "500ms", "--group-timeout", "4s")
 	meta.UseProxies()
 	meta.UseTLS(sec)
@@ -383,7 +384,7 @@ func TestChaos(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Logf("chaos: after waiting two minutes: %v", err)
+		v.Logf("chaos: after waiting two minutes: %v", err)
 	}
 	closeSubs()
 	readDeadLetters(t, h, adm, subjects, retryingGroup, true)
@@ -392,27 +393,27 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: fault schedule:\n%s", strings.Join(ch.Schedule, "\n"))
 	t.Logf("chaos: history: %s", report)
 	if !report.OK() {
-		t.Fatalf("chaos seed %d broke a promise: %s", seed, report)
+		v.Fatalf("chaos seed %d broke a promise: %s", seed, report)
 	}
 	if report.Acked < 1000 {
-		t.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
+		v.Fatalf("only %d messages acknowledged: the run proves little", report.Acked)
 	}
 	if report.CleanBursts[bulkGroup] == 0 {
-		t.Fatalf("no backlog of %s drained with no fault in flight: the run proves nothing of at most once under a full reply", bulkSubject)
+		v.Fatalf("no backlog of %s drained with no fault in flight: the run proves nothing of at most once under a full reply", bulkSubject)
 	}
 	// Every other fault is a leader kill; the slowest kinds (restarting a
 	// whole quiet group, waiting for retention) take half a minute or more,
 	// so eight minutes hold 34 to 40 of them here: one each 20 s is the floor.
 	if want := int(d / (20 * time.Second)); ch.Counts["kill-leader"] < want {
-		t.Fatalf("%d leader kills in %s, want at least %d", ch.Counts["kill-leader"], d, want)
+		v.Fatalf("%d leader kills in %s, want at least %d", ch.Counts["kill-leader"], d, want)
 	}
 	if want := int(d / time.Minute); ch.Counts["partition"] < want {
-		t.Fatalf("%d partitions in %s, want at least %d", ch.Counts["partition"], d, want)
+		v.Fatalf("%d partitions in %s, want at least %d", ch.Counts["partition"], d, want)
 	}
 	if d >= everyFaultWithin && ch.Only == nil {
 		for _, f := range otherFaults {
 			if ch.Counts[f.name] == 0 {
-				t.Fatalf("no %s fault in %s (every kind is applied once before any repeats)", f.name, d)
+				v.Fatalf("no %s fault in %s (every kind is applied once before any repeats)", f.name, d)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmqgo/qmq"
+	"github.com/qmqgo/qmq/admin"
 )
 
 // TestChaosAcrossHosts is the chaos run on hosts of their own: a
@@ -119,6 +120,10 @@ func TestChaosAcrossHosts(t *testing.T) {
 	t.Logf("chaos across hosts: history: %s", report)
 	t.Logf("chaos across hosts: the switch forwarded %d packets, lost %d, dropped %d at cut links", st.Forwarded, st.Lost, st.Cut)
 	if !report.OK() {
+		if adm, err := admin.New(servers); err == nil {
+			explain(v, h, adm, report)
+			adm.Close()
+		}
 		v.Fatalf("chaos across hosts, seed %d, broke a promise: %s", seed, report)
 	}
 	if report.Acked < 500 {

@@ -393,6 +393,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: fault schedule:\n%s", strings.Join(ch.Schedule, "\n"))
 	t.Logf("chaos: history: %s", report)
 	if !report.OK() {
+		explain(v, h, adm, report)
 		v.Fatalf("chaos seed %d broke a promise: %s", seed, report)
 	}
 	if report.Acked < 1000 {

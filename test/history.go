@@ -338,6 +338,14 @@ func (h *History) owedAnywhere(e Expectations, id string, s *sendRecord) bool {
 	return false
 }
 
+// seen returns when group's handlers acknowledged id, and when they
+// failed it.
+func (h *History) seen(group, id string) (delivered, nacked []time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.delivered[group][id]), slices.Clone(h.nacked[group][id])
+}
+
 // deliveredOf returns how many of the acknowledged sends ids group
 // received, and how many were acknowledged.
 func (h *History) deliveredOf(group string, ids []string) (got, acked int) {

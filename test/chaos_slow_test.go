@@ -13,11 +13,17 @@ import (
 
 // The chaos run's slow consumer: slowGroup's two workers take slowHandler
 // over each message of slowSubject, and the group's ack wait is
-// slowAckWait, so a burst of 8–14 messages takes them 4–7 s, longer than
+// slowAckWait, so a burst of 12–20 messages takes them 6–10 s, longer than
 // the ack wait. A subscription that pulled the whole burst at once (a
 // pull asked for 64 per broker group) left its tail waiting in the client
 // past its ack wait: handed out again and handled twice, with nothing
-// failing. It must pull only what its workers can start in time.
+// failing (here the 11th message on: it waits 5 s for a worker). It must
+// pull only what its workers can start in time. A message pulled as its
+// worker frees has the ack wait less the handler's second to reach its
+// ack's commit: the pull's reply, the ack's batching and its Raft entry.
+// At a 3 s ack wait that margin, 2 s, was overrun under CI's load (two
+// cores under the race detector) with nothing over-pulled; at 5 s it is
+// 4 s.
 //
 // Every 10–20 s a producer sends a burst while the subscription runs, and
 // waits until slowGroup got every acknowledged send of it; every third
@@ -28,7 +34,7 @@ const (
 	slowSubject = "reports"
 	slowGroup   = "slow"
 	slowHandler = time.Second
-	slowAckWait = 3 * time.Second
+	slowAckWait = 5 * time.Second
 	slowHold    = time.Minute
 )
 
@@ -66,7 +72,7 @@ func paceBursts(t *testing.T, h *History, ch *Chaos, adm *admin.Client, servers 
 	bursts(ch, rng, slowHold, stop, func(within time.Duration) bool {
 		var ids []string
 		from := time.Now()
-		for range 8 + rng.IntN(7) {
+		for range 12 + rng.IntN(9) {
 			m := p.GenerateMessage(slowSubject)
 			h.Sending(m)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -9,20 +9,21 @@ import (
 	"github.com/qmqgo/qmq/admin"
 )
 
-// explainMost is how many of a failed check's findings explain looks up.
-const explainMost = 5
+// explainMost is how many findings of each kind explain looks up.
+const explainMost = 3
 
-// explain logs, for the first sends a failed check names, what the
-// cluster itself recorded of them while it still runs: where each copy is
-// stored and its timeline (sent, fired, and the named consumer group's
-// hand-outs, acks, nacks, expiries and reclaims, each with its leader's
-// time and Raft index), so that a finding comes with its story.
+// explain logs, for the first sends of each kind a failed check names,
+// what the cluster itself recorded of them while it still runs: where
+// each copy is stored and its timeline (sent, fired, and the named
+// consumer group's hand-outs, acks, nacks, expiries and reclaims, each
+// with its leader's time and Raft index), and when the test's handlers
+// took them, so that a finding comes with its story.
 func explain(v *verdict, h *History, adm *admin.Client, r Report) {
 	var named []string
 	for _, list := range [][]string{r.Lost, r.Split, r.Twice, r.Unexpected, r.Early, r.Incomplete, r.Expired} {
-		named = append(named, list...)
+		named = append(named, list[:min(len(list), explainMost)]...)
 	}
-	for _, f := range named[:min(len(named), explainMost)] {
+	for _, f := range named {
 		group, rest, _ := strings.Cut(f, ":")
 		id, _, _ := strings.Cut(rest, " ")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -2,16 +2,21 @@ package console_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/qmqgo/qmq/admin"
 	"github.com/qmqgo/qmq/console"
+	"github.com/qmqgo/qmq/test/poll"
+	"github.com/qmqgo/qmq/test/testcluster"
 )
 
 // syncBuffer is a log's output, read while the server writes it.
@@ -34,10 +39,21 @@ func (s *syncBuffer) String() string {
 
 // An action through the API is audited with the HTTP caller's address
 // (the nodes see only the console's), its path and its outcome, before it
-// is answered; a read is not.
+// is answered, whether refused or done; a read is not.
 func TestActionAudited(t *testing.T) {
+	m := testcluster.Meta(t, nil)
+	b := testcluster.Broker(t, testcluster.Registered("g1", m.ClientAddr()))
+	a, err := admin.New(m.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	poll.Until(t, 30*time.Second, "g1 registered with a leader", func() bool {
+		c, err := a.Cluster(context.Background())
+		return err == nil && len(c.BrokerGroups) == 1 && c.BrokerGroups[0].Leader != ""
+	})
 	var out syncBuffer
-	h, err := console.New(console.Config{Servers: []string{"127.0.0.1:1"}, Logger: hclog.New(&hclog.LoggerOptions{Output: &out})})
+	h, err := console.New(console.Config{Servers: []string{b.ClientAddr(), m.ClientAddr()}, Logger: hclog.New(&hclog.LoggerOptions{Output: &out})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,5 +92,20 @@ func TestActionAudited(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "http action"); n != 1 {
 		t.Errorf("%d action lines after a read, want the reset's alone:\n%s", n, out.String())
+	}
+	// One that is done: its line says ok.
+	set := "/api/v1/subjects/orders/consumer-groups/billing/set"
+	if st := post(set, `{"max_deliveries":3}`); st != http.StatusOK {
+		t.Fatalf("a set: %d, want 200", st)
+	}
+	var lines []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "http action") {
+			lines = append(lines, l)
+		}
+	}
+	if line := lines[len(lines)-1]; len(lines) != 2 || !strings.Contains(line, "audit: http action:") || !strings.Contains(line, "who=none") ||
+		!strings.Contains(line, "remote="+caller) || !strings.Contains(line, "path="+set) || !strings.Contains(line, "outcome=ok") {
+		t.Errorf("the audit line of a set done from %s:\n%s", caller, out.String())
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/console"
 	"github.com/qmqgo/qmq/test/poll"
 )
 
@@ -182,9 +183,30 @@ func TestBrowser(t *testing.T) {
 		!strings.HasPrefix(row[5], "20") || row[6] != "" {
 		t.Errorf("orders in g1: %q, want 5 appended in the last minute and a retention horizon", row)
 	}
+	// The cluster page's look started the sampler; its first point holds
+	// billing's lag (billing owes most).
+	poll.Until(t, 30*time.Second, "the console's first sample", func() bool {
+		var h struct{ Points []console.Point }
+		f.get(t, "/api/v1/history", &h)
+		return len(h.Points) > 0
+	})
 	page("#group?subject=orders&group=billing", "billing of orders", "group", "Dead letters (2)", "Backlog by age and retention")
 	sameLag("#group-table", "total", 1)
 	sameLag("#group-table", "g1", 1)
+	// Its lag charted from the console's samples (billing owes most, so
+	// the cluster page's first sample has it), one point a sample.
+	var chart struct {
+		Text            string
+		Samples, Points int
+	}
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`(() => { const p = document.getElementById("group-lag");
+		return { text: p.textContent, samples: Number(p.dataset.samples),
+			points: p.querySelector("polyline").getAttribute("points").split(" ").filter(x => x).length }; })()`, &chart)); err != nil {
+		t.Fatal(err)
+	}
+	if chart.Samples < 1 || chart.Points != chart.Samples || !strings.Contains(chart.Text, " 3 now (") {
+		t.Errorf("billing's lag chart: %+v, want a point a sample and its lag 3", chart)
+	}
 	// Its consumers as the Admin API lists them, the one holding a
 	// message in flight said to.
 	v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing")
@@ -205,7 +227,31 @@ func TestBrowser(t *testing.T) {
 	if row := cells(t, ctx, "#ages-table", "g1"); len(row) != 5 || row[1] == "none" || row[3] == "nothing retained" || row[4] != "" {
 		t.Errorf("billing's ages %q, want an oldest message not handed out and a retention horizon", row)
 	}
-	page("#delays", "Delayed messages", "delays", "Broker group g1")
+	// 101 subjects hold delayed messages, later-000 two: the page lists
+	// the 100 with the most, and says what is left out.
+	sendDelayed(t, f, 101)
+	poll.Until(t, 30*time.Second, "101 subjects of delayed messages", func() bool {
+		var d struct {
+			BrokerGroups []struct{ Subjects map[string]int64 } `json:"broker_groups"`
+		}
+		f.get(t, "/api/v1/delays", &d)
+		return len(d.BrokerGroups) == 1 && len(d.BrokerGroups[0].Subjects) == 101
+	})
+	page("#delays", "Delayed messages", "delays", "Broker group g1", "and 1 more subjects with 1 pending")
+	delayRows := func() (rows int, first []string) {
+		t.Helper()
+		if err := chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll(".delay-subjects tr").length - 1`, &rows)); err != nil {
+			t.Fatal(err)
+		}
+		return rows, cells(t, ctx, ".delay-subjects", "later-000")
+	}
+	if rows, first := delayRows(); rows != 100 || len(first) != 2 || first[1] != "2" {
+		t.Errorf("the delayed messages' subjects: %d rows, later-000 %q; want 100, and later-000 with 2", rows, first)
+	}
+	page("#delays?all=1", "Delayed messages", "delays-all", "Broker group g1")
+	if rows, _ := delayRows(); rows != 101 {
+		t.Errorf("every subject of the delayed messages: %d rows, want 101", rows)
+	}
 	page("#messages", "Messages", "messages")
 	// The browse form lists the subject's messages, as many as the Admin
 	// API's listing, never consuming them, with a link to export them.
@@ -252,6 +298,18 @@ func TestBrowser(t *testing.T) {
 	}
 
 	page("#dead?subject=orders&group=billing", "Dead letters of billing", "dead", "Broker group g1: 2", "Export as JSON lines")
+	// Each letter links to its message's lookup; the two fit one page, so
+	// there is no next one.
+	var deadLinks []string
+	var hasNext bool
+	if err := chromedp.Run(ctx,
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("a.dead-id")).map(a => a.getAttribute("href"))`, &deadLinks),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("#main a")).some(a => a.textContent === "next")`, &hasNext)); err != nil {
+		t.Fatal(err)
+	}
+	if len(deadLinks) != 2 || !strings.HasPrefix(deadLinks[0], "#messages?id=") || hasNext {
+		t.Errorf("the dead letters' links %q, a next page %t: want two lookups and no next", deadLinks, hasNext)
+	}
 	var deadExport string
 	if err := chromedp.Run(ctx, chromedp.Evaluate(`fetch(document.getElementById("export-dead").href).then(r => r.text())`, &deadExport, awaitPromise)); err != nil {
 		t.Fatal(err)
@@ -276,6 +334,18 @@ func TestBrowser(t *testing.T) {
 	// API does.
 	page("#group?subject=orders&group=billing", "billing of orders", "group-resent", "Dead letters (1)")
 	sameLag("#group-table", "total", 1)
+	// A setting changed in the form takes effect in the cluster.
+	err = chromedp.Run(ctx,
+		chromedp.Evaluate(`window.confirm = () => true`, nil),
+		chromedp.SetValue(`#set-form input[name="max_in_flight"]`, "7", chromedp.ByQuery),
+		chromedp.Click(`#set-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#action-result.ok`, chromedp.ByQuery))
+	if err != nil {
+		t.Fatalf("set from the page: %v", err)
+	}
+	if v, err := f.a.ConsumerGroup(context.Background(), "orders", "billing"); err != nil || v.Total.Settings.MaxInFlight != 7 {
+		t.Errorf("billing after max in flight 7 was set in the page: %+v, %v", v.Total.Settings, err)
+	}
 
 	// The rest selected at once and resent after a confirmation naming
 	// how many.
@@ -365,6 +435,26 @@ func cells(t *testing.T, ctx context.Context, sel, first string) []string {
 		t.Fatalf("reading %s: %v", sel, err)
 	}
 	return out
+}
+
+// sendDelayed sends a message due in an hour or more to each of n
+// subjects later-000.., and a second to later-000.
+func sendDelayed(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := qmq.NewProducer(f.meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range n + 1 {
+		m := p.GenerateMessage(fmt.Sprintf("later-%03d", max(0, i-1)))
+		m.SetDelay(time.Hour + time.Duration(i)*time.Minute)
+		if err := p.SendMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // sendN sends n messages to subject.

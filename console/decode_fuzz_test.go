@@ -2,16 +2,19 @@ package console
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qmqgo/qmq"
 	"github.com/qmqgo/qmq/admin"
+	"github.com/qmqgo/qmq/internal/limits"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -206,19 +209,19 @@ func TestClientsBounded(t *testing.T) {
 func TestHistoryPerApplication(t *testing.T) {
 	h := newHistory(&handler{now: time.Now})
 	h.running = true // no sampler: the test adds the points
-	h.look(caller{code: "a", secret: "x"})
+	h.look(caller{code: "a", secret: "x"}, "")
 	h.add(Point{At: time.Now()})
-	h.look(caller{code: "a", secret: "x"})
+	h.look(caller{code: "a", secret: "x"}, "")
 	if len(h.points()) != 1 {
 		t.Fatal("the same application lost its samples")
 	}
-	h.look(caller{code: "b", secret: "y"})
+	h.look(caller{code: "b", secret: "y"}, "")
 	if n := len(h.points()); n != 0 {
 		t.Fatalf("another application sees %d samples of the first", n)
 	}
 	// a looks again after b (the ring is a's again, with a's sample), and
 	// b, which looked before, asks for the points: it sees none of a's.
-	h.look(caller{code: "a", secret: "x"})
+	h.look(caller{code: "a", secret: "x"}, "")
 	h.addAs(Point{At: time.Now()}, "a", "x")
 	if n := len(h.pointsOf(caller{code: "b", secret: "y"})); n != 0 {
 		t.Fatalf("an application that looked before another sees %d of its samples", n)
@@ -226,6 +229,111 @@ func TestHistoryPerApplication(t *testing.T) {
 	if n := len(h.pointsOf(caller{code: "a", secret: "x"})); n != 1 {
 		t.Fatalf("the application looking sees %d of its samples, want 1", n)
 	}
+}
+
+// The lags of the WatchedGroups pages opened last are sampled: a page
+// opened again moves to the end, the oldest goes, and another
+// application starts with none.
+func TestHistoryWatchedBounded(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	h.running = true
+	a := caller{code: "a", secret: "x"}
+	for i := range WatchedGroups + 8 {
+		h.look(a, fmt.Sprintf("s/g%d", i))
+	}
+	h.look(a, "s/g8") // the oldest kept: now the latest
+	h.look(a, "")     // the cluster page: watches nothing new
+	w := slices.Clone(h.watched)
+	if len(w) != WatchedGroups || w[0] != "s/g9" || w[len(w)-1] != "s/g8" {
+		t.Fatalf("watching %d: %v", len(w), w)
+	}
+	h.look(caller{code: "b", secret: "y"}, "")
+	if w := h.watched; len(w) != 0 {
+		t.Fatalf("another application inherits the watched groups %v", w)
+	}
+}
+
+// A first look waits for the sampler's first point, at most
+// FirstLookWait or until its request ends, and never returns another
+// application's; a look by another application has the sampler sample at
+// once for it.
+func TestFirstLookWaits(t *testing.T) {
+	h := newHistory(&handler{now: time.Now})
+	h.running = true // no sampler: the test adds the points
+	a, b := caller{code: "a", secret: "x"}, caller{code: "b", secret: "y"}
+	h.look(a, "")
+	start := time.Now()
+	if ps := h.firstPoint(context.Background(), a); len(ps) != 0 || time.Since(start) < FirstLookWait {
+		t.Fatalf("no point: %d points after %s, want none after %s", len(ps), time.Since(start), FirstLookWait)
+	}
+	select { // a was the first to look: the sampler is woken for it
+	case <-h.wake:
+	default:
+		t.Fatal("the first application looks: the sampler is not woken")
+	}
+	// From here a wait ends by a point or the request, never the bound.
+	h.wait = time.Hour
+	got := make(chan []Point, 1)
+	go func() { got <- h.firstPoint(context.Background(), a) }()
+	h.addAs(Point{At: time.Now()}, "a", "x")
+	select {
+	case ps := <-got:
+		if len(ps) != 1 {
+			t.Fatalf("a point added while waiting: %d points", len(ps))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a point added: the first look still waits")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- h.firstPoint(ctx, b) }() // b has not looked: a's ring
+	h.addAs(Point{At: time.Now()}, "a", "x")
+	cancel()
+	select {
+	case ps := <-got:
+		if len(ps) != 0 {
+			t.Fatalf("another application's first look sees %d of a's points", len(ps))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the request ended: its first look still waits")
+	}
+	h.look(b, "")
+	select {
+	case <-h.wake:
+	default:
+		t.Fatal("another application looks: the sampler is not woken")
+	}
+}
+
+// FuzzWatchedKey: a history query is refused with a client error, or
+// names a consumer group by two valid names.
+func FuzzWatchedKey(f *testing.F) {
+	for _, s := range []string{"", "subject=orders&group=billing", "subject=orders", "group=billing", "subject=a&group=b&x=1",
+		"subject=a&subject=b&group=c", "subject=bad%20name&group=g", "subject=a%2Fb&group=c", "subject=&group=", "subject"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		key, err := watchedKey(q)
+		if err != nil {
+			if st, _ := statusOf(err); st != http.StatusBadRequest {
+				t.Fatalf("%q: %v answered %d, want 400", raw, err, st)
+			}
+			return
+		}
+		if key == "" {
+			if q.Has("subject") || q.Has("group") {
+				t.Fatalf("%q: no group watched, and no error", raw)
+			}
+			return
+		}
+		subject, group, ok := strings.Cut(key, "/")
+		if !ok || limits.CheckName("subject", subject) != nil || limits.CheckName("consumer group", group) != nil || strings.Contains(group, "/") {
+			t.Fatalf("%q: watches %q", raw, key)
+		}
+	})
 }
 
 func FuzzParseMessageQuery(f *testing.F) {

@@ -89,8 +89,9 @@ async function pageCluster() {
   const metaLeader = c.meta_nodes.map(n => n.status).find(s => s && s.state === "Leader");
   const parts = [el("h2", {}, "Cluster health"),
     el("p", {}, `Metaserver leader ${c.meta.leader || "?"}, term ${c.meta.term}, commit ${c.meta.commit_index}, applied ${c.meta.applied_index}; ${c.subjects} subjects; TLS ${c.meta.tls ? "on" : "off"}${c.meta.insecure ? " (insecure)" : ""}`),
-    el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", last ? last.total_lag : 0, "; sends a second ",
-      sparkline(series(p => p.total_rate || 0)), " ", last ? (last.total_rate || 0).toFixed(1) : "0", ` (sampled every ${h.every}, the last hour)`),
+    last ? el("p", {}, "Total lag ", sparkline(series(p => p.total_lag)), " ", last.total_lag, "; sends a second ",
+      sparkline(series(p => p.total_rate || 0)), " ", (last.total_rate || 0).toFixed(1), ` (sampled every ${h.every}, the last hour)`)
+      : el("p", {}, `Total lag and sends a second: not sampled yet (the first sample is under way; every ${h.every} from now on)`),
     Object.keys(rates).length ? table(["Subject", "Sends a second", ""], Object.entries(rates).sort((x, y) => y[1] - x[1]).map(([sub, r]) =>
       [el("a", { href: "#groups?subject=" + enc(sub) }, sub), sparkline(series(p => (p.rates || {})[sub] || 0)), r.toFixed(1)]), { id: "rates-table" }) : null,
     el("h3", {}, "Metaserver group"),
@@ -159,7 +160,13 @@ async function pageGroups(params) {
 async function pageGroup(params) {
   const subject = params.get("subject"), group = params.get("group");
   const path = `subjects/${enc(subject)}/consumer-groups/${enc(group)}`;
-  const v = await api("GET", path);
+  // Asking for the history with the group makes the console sample its
+  // lag from now on, whatever it owes (not only the groups owing most).
+  // The chart is not worth the page: a history refused shows an empty one.
+  const [v, h] = await Promise.all([api("GET", path),
+    api("GET", `history?subject=${enc(subject)}&group=${enc(group)}`).catch(() => ({ every: "10s", points: [] }))]);
+  const key = subject + "/" + group;
+  const lags = h.points.map(p => (p.watched || {})[key] ?? p.consumer_groups[key]).filter(l => l !== undefined);
   const st = el("p", { id: "action-result" });
   const act = async (what, sub, body) => {
     if (!confirmed(what)) return;
@@ -173,13 +180,19 @@ async function pageGroup(params) {
     el("input", { name: "at", type: "datetime-local" }), el("button", { type: "submit" }, "Reset"));
   const s = v.total.settings;
   const set = el("form", { id: "set-form", onsubmit: (ev) => { ev.preventDefault();
-      const body = {}; const md = set.max_deliveries.value; if (md) body.max_deliveries = Number(md);
+      const body = {};
+      for (const k of ["max_deliveries", "max_in_flight"]) if (set[k].value) body[k] = Number(set[k].value);
       for (const k of ["ack_wait", "retry_first", "retry_max", "idle_expiry"]) if (set[k].value) body[k] = set[k].value;
+      if (set.start.value) body.start = set.start.value;
       act(`Change the settings of ${group} of ${subject}?`, "/set", body); } },
     el("label", {}, "max deliveries ", el("input", { name: "max_deliveries", placeholder: String(s.max_deliveries) })),
+    el("label", {}, "max in flight ", el("input", { name: "max_in_flight", placeholder: s.max_in_flight ? String(s.max_in_flight) : "broker default" })),
     ...["ack_wait", "retry_first", "retry_max", "idle_expiry"].map(k => el("label", {}, k.replace("_", " ") + " ", el("input", { name: k, placeholder: (s[k] / 1e9) + "s" }))),
+    el("label", { title: "where a broker group new to the group starts it" }, "start in a new broker group ",
+      el("select", { name: "start" }, el("option", { value: "" }, "not given (latest)"), el("option", {}, "latest"), el("option", {}, "earliest"))),
     el("button", { type: "submit" }, "Set"));
   main(el("h2", {}, `${group} of ${subject}`),
+    el("p", { id: "group-lag", "data-samples": String(lags.length) }, "Lag ", sparkline(lags), ` ${v.total.lag} now (sampled every ${h.every} since this page was first opened, the last hour)`),
     el("p", {}, el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}` }, `Dead letters (${v.total.dead_letters})`)),
     v.settings_differ ? el("p", { class: "error" }, "The broker groups hold different settings: set them again.") : null,
     table(["Broker group", "Lag", "Backlog", "In flight", "Due again", "Retrying", "Dead letters", "Consumers", "Cursor", "End", "Max deliveries", "Ack wait"],
@@ -211,7 +224,7 @@ async function pageDead(params) {
   for (const p of d.broker_groups) {
     const boxes = [];
     const rows = p.letters.map(l => { const b = el("input", { type: "checkbox", class: "dead-box", value: String(l.seq) }); boxes.push(b);
-      return [b, l.seq, l.id || "", l.deliveries, l.at, l.size, (l.tags || []).join(", "), l.removed ? "removed" : "",
+      return [b, l.seq, l.id ? el("a", { class: "dead-id", href: `#messages?id=${enc(l.id)}` }, l.id) : "", l.deliveries, l.at, l.size, (l.tags || []).join(", "), l.removed ? "removed" : "",
         el("button", { class: "resend-one", onclick: () => act(`Resend dead letter ${l.seq}?`, "resend", { broker_group: p.broker_group, seqs: [l.seq] }) }, "Resend")]; });
     const sel = () => boxes.filter(b => b.checked).map(b => Number(b.value));
     const all = el("input", { type: "checkbox", class: "select-all", title: "select every dead letter of this page",
@@ -222,17 +235,25 @@ async function pageDead(params) {
         el("button", { class: "purge-selected", onclick: () => { const s = sel(); if (s.length) act(`Purge ${s.length} dead letters of broker group ${p.broker_group} for good?`, "purge", { broker_group: p.broker_group, seqs: s }); } }, "Purge selected")));
   }
   parts.push(el("p", {}, offset > 0 ? el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${Math.max(0, offset - 100)}` }, "previous") : null, " ",
-    el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${offset + 100}` }, "next")), st);
+    d.broker_groups.some(p => offset + 100 < p.total) ? el("a", { href: `#dead?subject=${enc(subject)}&group=${enc(group)}&offset=${offset + 100}` }, "next") : null), st);
   main(...parts);
 }
 
-async function pageDelays() {
+// pageDelays shows each broker group's delayed messages by hour, and by
+// subject the 100 with the most pending (all with ?all=1): a table of
+// thousands of subjects takes the browser a second to lay out.
+async function pageDelays(params) {
+  const all = params.get("all") === "1";
   const d = await api("GET", "delays");
   const parts = [el("h2", {}, "Delayed messages")];
   for (const g of d.broker_groups) {
+    const subjects = Object.entries(g.subjects || {}).sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1));
+    const shown = all ? subjects : subjects.slice(0, 100), rest = subjects.slice(shown.length);
     parts.push(el("h3", {}, `Broker group ${g.group}: ${g.pending} pending (node ${g.node})`),
       table(["Hour (UTC)", "Pending"], (g.hours || []).map(h => [h.hour, h.pending])),
-      table(["Subject", "Pending"], Object.entries(g.subjects || {}).map(([s, n]) => [s, n])));
+      table(["Subject", "Pending"], shown.map(([s, n]) => [s, n]), { class: "delay-subjects", "data-group": g.group }),
+      rest.length ? el("p", {}, `and ${rest.length} more subjects with ${rest.reduce((t, [, n]) => t + n, 0)} pending: `,
+        el("a", { class: "all-subjects", href: "#delays?all=1" }, "show all")) : null);
   }
   main(...parts);
 }

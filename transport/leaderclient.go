@@ -39,7 +39,8 @@ type LeaderClient struct {
 // shunFailed is how long an address whose connection failed is passed
 // over while others may serve: a host cut off costs a dial timeout each
 // time it is tried, and the round robin would try it every third call. A
-// node's NOT_LEADER answer naming it as the leader ends the shunning.
+// node's NOT_LEADER answer naming it as the leader ends the shunning, as
+// does a connection to it dialled again.
 const shunFailed = 5 * time.Second
 
 // SplitServers splits a comma-separated address list, dropping blanks.
@@ -205,6 +206,7 @@ func (c *LeaderClient) Conn(ctx context.Context, addr string) (*Conn, error) {
 	c.reached.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.failed, addr) // reached again: no longer passed over
 	if c.closed {
 		conn.Close()
 		return nil, errors.New("qmq: client closed")

@@ -32,11 +32,16 @@ func (ch *Chaos) previousBuild(c *Cluster) string {
 	n.UseBinary(ch.PreviousQmqd)
 	n.Restart()
 	ch.heal(c)
-	_, lst, err := c.Leader()
-	if err != nil {
-		ch.t.Fatal(err)
-	}
-	from := lst.AppliedIndex
+	// A leader, awaited: an election may follow the heal, and a look
+	// between the two finds none (it failed a CI run).
+	var from uint64
+	c.WaitFor(30*time.Second, c.Group+" has a leader", func() error {
+		_, st, err := c.Leader()
+		if err == nil {
+			from = st.AppliedIndex
+		}
+		return err
+	})
 	if err := Poll(10*time.Second, func() error {
 		_, st, err := c.Leader()
 		if err != nil {

@@ -49,6 +49,20 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 		if err := g.checkJoiner(ctx, &req); err != nil {
 			return nil, transport.Errorf(transport.Invalid, "refusing to add node %s: %v", req.ID, err)
 		}
+		// A nonvoter first, promoted once it has caught up: a new node
+		// refuses votes until then (voteGuard), and a voter that did while
+		// its vote was needed (a leader of two that stepped down before the
+		// newcomer caught up) left the group with no leader ever after.
+		nf := g.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, g.applyTimeout)
+		if err := nf.Error(); err != nil {
+			return nil, g.raftError(err)
+		}
+		cctx, ccancel := g.requestContext(ctx)
+		err := g.awaitCaughtUp(cctx, &req, max(nf.Index(), g.raft.CommitIndex()))
+		ccancel()
+		if err != nil {
+			return nil, err
+		}
 	}
 	f := g.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, g.applyTimeout)
 	if err := f.Error(); err != nil {
@@ -61,6 +75,37 @@ func (g *raftGroup) handleJoin(ctx context.Context, p []byte) ([]byte, error) {
 	}
 	g.log.Info("node joined", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
 	return nil, nil
+}
+
+// awaitCaughtUp waits until the joining node's log holds index and it
+// knows index committed (what voteGuard asks of it before it votes; its
+// state machine may stay behind index for good, as configuration entries
+// are not applied to it), asking it for its status every 50 ms, until ctx
+// ends.
+func (g *raftGroup) awaitCaughtUp(ctx context.Context, req *transport.JoinRequest, index uint64) error {
+	conn, err := g.dial.Dial(ctx, req.ClientAddr)
+	if err != nil {
+		return transport.Errorf(transport.Unavailable, "node %s, added as a nonvoter, does not answer: %v", req.ID, err)
+	}
+	defer conn.Close()
+	var has uint64
+	for {
+		if body, err := conn.Call(ctx, transport.TypeStatus, nil); err == nil {
+			var st transport.Status
+			if json.Unmarshal(body, &st) == nil {
+				has = min(st.LastIndex, st.CommitIndex)
+				if has >= index {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return transport.Errorf(transport.Unavailable, "node %s, added as a nonvoter, had caught up to %d of %d when the join's time ran out: join it again to promote it once it has",
+				req.ID, has, index)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // isVoter reports whether id is already a voter at raftAddr.

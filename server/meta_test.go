@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/qmqgo/qmq"
@@ -339,5 +342,46 @@ func TestRestartedNodeOfADrainedGroupRefusesSends(t *testing.T) {
 	req := &transport.SendRequest{Messages: []*message.Message{{ID: "after-restart", Subject: "s", CreatedAt: 1, Body: []byte("x")}}}
 	if _, err := conn.Call(ctx, transport.TypeSend, req.Encode()); transport.CodeOf(err) != transport.ReadOnly {
 		t.Fatalf("a send to the restarted node of a drained group: %v, want READONLY", err)
+	}
+}
+
+// A node joins as a nonvoter, promoted once its log holds the group's
+// commit: one whose Raft port the group cannot reach stays a nonvoter,
+// the join fails saying so, and a group of one keeps its leader. Added
+// as a voter at once it cost the group its quorum; and a new node refuses
+// votes until it has caught up, so a group of two whose leader stepped
+// down before its newcomer caught up had no leader ever after.
+func TestJoinPromotesOnlyACaughtUpNode(t *testing.T) {
+	m1 := startMeta(t, "m1", true, func(c *MetaConfig) { c.ApplyTimeout = 2 * time.Second }) // a join's wait, too
+	waitFor(t, 10*time.Second, "m1 to lead", func() bool { return m1.isLeader() && m1.fsm.MemberAddr("m1") != "" })
+	a := newAdmin(t, m1.ClientAddr())
+	// m2's Raft address, as the group is told, accepts connections and
+	// never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	m2 := startMeta(t, "m2", false, func(c *MetaConfig) { c.RaftAdvertiseAddr = silent.Addr().String() })
+	err = a.Join(ctxFor(t, 5*time.Second), admin.MetaGroup, "m2", silent.Addr().String(), m2.ClientAddr())
+	if err == nil || !strings.Contains(err.Error(), "nonvoter") {
+		t.Fatalf("joining a node its group cannot reach: %v, want an error saying it stays a nonvoter", err)
+	}
+	if !m1.isLeader() {
+		t.Fatal("m1 lost its leadership to a join of a node that could not catch up")
+	}
+	for _, s := range m1.raft.GetConfiguration().Configuration().Servers {
+		if s.ID == "m2" && s.Suffrage != raft.Nonvoter {
+			t.Fatalf("m2 is a %v, not a nonvoter", s.Suffrage)
+		}
 	}
 }

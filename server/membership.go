@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/qmqgo/qmq/fsm"
+	"github.com/qmqgo/qmq/internal/wait"
 	"github.com/qmqgo/qmq/transport"
 )
 
@@ -90,22 +91,29 @@ func (g *raftGroup) awaitCaughtUp(ctx context.Context, req *transport.JoinReques
 	defer conn.Close()
 	var has uint64
 	for {
-		if body, err := conn.Call(ctx, transport.TypeStatus, nil); err == nil {
-			var st transport.Status
-			if json.Unmarshal(body, &st) == nil {
-				has = min(st.LastIndex, st.CommitIndex)
-				if has >= index {
-					return nil
-				}
+		if st, err := joinerStatus(ctx, conn); err == nil {
+			if has = min(st.LastIndex, st.CommitIndex); has >= index {
+				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, 50*time.Millisecond) {
 			return transport.Errorf(transport.Unavailable, "node %s, added as a nonvoter, had caught up to %d of %d when the join's time ran out: join it again to promote it once it has",
 				req.ID, has, index)
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// joinerStatus asks a joining node for its status on conn.
+func joinerStatus(ctx context.Context, conn *transport.Conn) (transport.Status, error) {
+	var st transport.Status
+	body, err := conn.Call(ctx, transport.TypeStatus, nil)
+	if err != nil {
+		return st, fmt.Errorf("its client address does not answer a status request: %w", err)
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("its status: %w", err)
+	}
+	return st, nil
 }
 
 // isVoter reports whether id is already a voter at raftAddr.
@@ -134,13 +142,9 @@ func (g *raftGroup) checkJoiner(ctx context.Context, req *transport.JoinRequest)
 		return fmt.Errorf("its client address does not answer: %w", err)
 	}
 	defer conn.Close()
-	body, err := conn.Call(ctx, transport.TypeStatus, nil)
+	st, err := joinerStatus(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("its client address does not answer a status request: %w", err)
-	}
-	var st transport.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return fmt.Errorf("its status: %w", err)
+		return err
 	}
 	switch {
 	case st.ID != req.ID:
